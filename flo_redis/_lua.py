@@ -1,0 +1,126 @@
+"""Reading the Lua sources: includes flattened, header contracts parsed.
+
+Each script under ``lua/`` opens with a header contract::
+
+    --[[ run_touch
+      What it does.
+      KEYS[1] runs    HASH  run_id -> msgpack record
+      ARGV[1] run_id
+      Returns {status, ...}
+    ]]
+
+and may pull shared helpers in with ``--@include lib/name.lua`` lines. Includes are
+flattened depth first, each file at most once; a cycle or a missing file is refused with
+:class:`LuaSourceError` at load time, never at call time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+_INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"\A--\[\[\s*(\S+)\s*\n(.*?)\]\]", re.DOTALL)
+_SLOT = re.compile(r"^\s*(KEYS|ARGV)\[(\d+)(?:\.\.\w+)?\]\s+(\S+)", re.MULTILINE)
+
+
+class LuaSourceError(Exception):
+    """A Lua source is malformed: bad header, missing or cyclic include."""
+
+
+@dataclass(frozen=True, slots=True)
+class LuaScript:
+    """One flattened script with its parsed header contract."""
+
+    name: str
+    source: str
+    sha: str
+    keys: tuple[str, ...]
+    argv: tuple[str, ...]
+    variadic_keys: bool
+    returns: str
+
+
+def lua_root() -> Traversable:
+    """The folder holding the Lua sources: shipped in the wheel as ``flo_redis.lua``."""
+    try:
+        root = resources.files("flo_redis.lua")
+        if root.joinpath("action_claim.lua").is_file():
+            return root
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parent.parent / "lua"
+
+
+def _read(root: Traversable, rel: str) -> str:
+    node = root
+    for part in rel.split("/"):
+        node = node.joinpath(part)
+    if not node.is_file():
+        raise LuaSourceError(f"missing Lua include {rel!r}")
+    return node.read_text(encoding="utf-8")
+
+
+def flatten(root: Traversable, rel: str) -> str:
+    """The source of ``rel`` with every include inlined once, in dependency order."""
+    seen: set[str] = set()
+
+    def expand(name: str, stack: tuple[str, ...]) -> str:
+        if name in stack:
+            cycle = " -> ".join((*stack, name))
+            raise LuaSourceError(f"include cycle: {cycle}")
+        if name in seen:
+            return ""
+        seen.add(name)
+        text = _read(root, name)
+
+        def replace(match: re.Match[str]) -> str:
+            return expand(match.group(1), (*stack, name))
+
+        return _INCLUDE.sub(replace, text)
+
+    return expand(rel, ())
+
+
+def parse_header(name: str, text: str) -> tuple[tuple[str, ...], tuple[str, ...], bool, str]:
+    """(KEYS names, ARGV names, variadic keys?, returns line) from a script's header."""
+    match = _HEADER.match(text)
+    if match is None:
+        raise LuaSourceError(f"{name}.lua has no header contract (--[[ {name} ... ]])")
+    if match.group(1) != name:
+        raise LuaSourceError(f"{name}.lua header names {match.group(1)!r}")
+    body = match.group(2)
+    keys: list[str] = []
+    argv: list[str] = []
+    variadic = False
+    for kind, index, label in _SLOT.findall(body):
+        target = keys if kind == "KEYS" else argv
+        if int(index) != len(target) + 1:
+            raise LuaSourceError(f"{name}.lua header: {kind}[{index}] is out of order")
+        target.append(label)
+        if kind == "KEYS" and re.search(rf"KEYS\[{index}\.\.", body):
+            variadic = True
+    returns = next((line.strip() for line in body.splitlines() if "Returns" in line), "")
+    if not returns:
+        raise LuaSourceError(f"{name}.lua header does not say what it returns")
+    return tuple(keys), tuple(argv), variadic, returns
+
+
+def load_all(root: Traversable | None = None) -> dict[str, LuaScript]:
+    """Every top-level script under ``lua/``, flattened and with its header parsed."""
+    base = root if root is not None else lua_root()
+    scripts: dict[str, LuaScript] = {}
+    for entry in sorted(base.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".lua"):
+            continue
+        name = entry.name[: -len(".lua")]
+        text = entry.read_text(encoding="utf-8")
+        keys, argv, variadic, returns = parse_header(name, text)
+        source = flatten(base, entry.name)
+        sha = hashlib.sha1(source.encode()).hexdigest()
+        scripts[name] = LuaScript(name, source, sha, keys, argv, variadic, returns)
+    return scripts

@@ -1,0 +1,95 @@
+"""The only place scripts are sent to Redis.
+
+Scripts are called by SHA (``EVALSHA``); a server that does not know the SHA (restart,
+``SCRIPT FLUSH``, a new cluster node) answers ``NOSCRIPT`` and the call is repeated once
+with the full source (``EVAL``), which also caches it there. The SHA is the hash of the
+flattened source, so a fleet running mixed versions never runs another version's code.
+Connection failures surface as flo's connection errors (:func:`redis_errors`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeAlias
+
+import redis.exceptions as rex
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from ._lua import LuaScript, load_all
+from .errors import InternalServerError, NotConnectedError, RequestTimeoutError, UnavailableError
+from .types import Ran, Reason, StatusCode
+
+RedisConn: TypeAlias = "Redis | RedisCluster"
+Arg: TypeAlias = "str | bytes | int"
+
+SCRIPTS: dict[str, LuaScript] = load_all()
+
+
+@contextlib.contextmanager
+def redis_errors(what: str) -> Iterator[None]:
+    """Translate redis-py errors into flo's error tree, naming what was being done."""
+    try:
+        yield
+    except rex.TimeoutError as exc:
+        raise RequestTimeoutError(f"{what}: Redis did not answer in time ({exc})") from exc
+    except rex.BusyLoadingError as exc:
+        err = UnavailableError(f"{what}: Redis is loading its data set; retry shortly")
+        err.status_code = StatusCode.UNAVAILABLE
+        err.reason = Reason.UNCLASSIFIED
+        err.ran = Ran.NO
+        raise err from exc
+    except rex.ConnectionError as exc:
+        raise NotConnectedError(f"{what}: connection to Redis lost ({exc})") from exc
+    except rex.NoScriptError:
+        raise
+    except rex.ResponseError as exc:
+        raise InternalServerError(f"{what}: Redis refused the command: {exc}") from exc
+
+
+def _check_arity(script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> None:
+    if (not script.variadic_keys and len(keys) != len(script.keys)) or len(args) != len(
+        script.argv
+    ):
+        raise TypeError(
+            f"{script.name} takes {len(script.keys)} keys and {len(script.argv)} args, "
+            f"got {len(keys)} and {len(args)}"
+        )
+
+
+async def call(conn: RedisConn, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    """Run script ``name`` atomically with ``keys`` and ``args``; return its raw reply."""
+    script = SCRIPTS[name]
+    _check_arity(script, keys, args)
+    with redis_errors(name):
+        try:
+            return await conn.evalsha(script.sha, len(keys), *keys, *args)  # type: ignore[misc]
+        except rex.NoScriptError:
+            return await conn.eval(script.source, len(keys), *keys, *args)  # type: ignore[misc]
+
+
+async def call_many(
+    conn: Redis, calls: Sequence[tuple[str, Sequence[str], Sequence[Arg]]]
+) -> list[Any]:
+    """Run several scripts in one round trip (standalone Redis), each atomically.
+
+    Replies come back in order; an entry is the exception a single call would have raised
+    turned into a value only for ``NOSCRIPT``, which is retried for that entry alone (a
+    script that answered NOSCRIPT did not run, so nothing runs twice).
+    """
+    for name, keys, args in calls:
+        _check_arity(SCRIPTS[name], keys, args)
+    with redis_errors("pipeline"):
+        async with conn.pipeline(transaction=False) as pipe:
+            for name, keys, args in calls:
+                pipe.evalsha(SCRIPTS[name].sha, len(keys), *keys, *args)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+    for i, reply in enumerate(replies):
+        if isinstance(reply, rex.NoScriptError):
+            name, keys, args = calls[i]
+            replies[i] = await call(conn, name, keys, args)
+        elif isinstance(reply, Exception):
+            with redis_errors(calls[i][0]):
+                raise reply
+    return replies

@@ -1,0 +1,316 @@
+"""``FloClient``: flo's client, backed by a Redis you already run.
+
+The endpoint is a Redis URL (``redis://``, ``rediss://``, ``unix://``, with ACL user and
+password) or flo's bare ``host:port``. Every state change is one Lua script; this class
+holds the connection pool, the wake-up subscriptions and the namespace, and hands out the
+operation groups ``action``, ``worker`` and ``stream``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import socket
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import redis.exceptions as rex
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ._scripts import RedisConn, redis_errors
+from ._wake import Waker
+from .actions import ActionOperations, WorkerOperations
+from .errors import (
+    ConnectionFailedError,
+    InvalidEndpointError,
+    NotConnectedError,
+    RedisVersionError,
+    ValidationError,
+)
+from .keys import check_namespace
+from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from .streams import StreamOperations
+
+if TYPE_CHECKING:
+    from .worker import ActionWorker, StreamHandler, StreamWorker
+
+log = logging.getLogger("flo_redis.client")
+
+DEFAULT_ENDPOINT = "redis://localhost:6379"
+DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+MIN_REDIS = (7, 0)
+_SCHEMES = ("redis", "rediss", "unix")
+
+
+def normalize_endpoint(endpoint: str) -> str:
+    """A Redis URL for ``endpoint``; flo's bare ``host:port`` becomes ``redis://host:port``."""
+    if not isinstance(endpoint, str) or not endpoint.strip():
+        raise InvalidEndpointError(f"endpoint must be a Redis URL, got {endpoint!r}")
+    endpoint = endpoint.strip()
+    if "://" not in endpoint:
+        endpoint = f"redis://{endpoint}"
+    parts = urlsplit(endpoint)
+    if parts.scheme not in _SCHEMES:
+        raise InvalidEndpointError(
+            f"endpoint {endpoint!r} has scheme {parts.scheme!r}; use redis://, rediss:// or unix://"
+        )
+    if parts.scheme != "unix":
+        try:
+            parts.port  # noqa: B018 - validates the port
+        except ValueError as exc:
+            raise InvalidEndpointError(f"endpoint {endpoint!r} has an invalid port") from exc
+        if not parts.hostname:
+            raise InvalidEndpointError(f"endpoint {endpoint!r} names no host")
+    elif not parts.path:
+        raise InvalidEndpointError(f"endpoint {endpoint!r} names no socket path")
+    return endpoint
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@")
+    return url
+
+
+class FloClient:
+    """A connection to a Redis that holds flo-style actions, workers and streams.
+
+    ``timeout_ms`` bounds every command; long polls wait on wake-up subscriptions, never
+    on a blocking command, so reports sent by the same client are never delayed behind a
+    poll. ``max_payload_bytes`` is the largest input or result accepted before anything
+    is sent (actions can set a lower limit when registered).
+    """
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        namespace: str = "default",
+        timeout_ms: int = 5000,
+        debug: bool = False,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        owner_id: str | None = None,
+    ) -> None:
+        self._endpoint = normalize_endpoint(endpoint)
+        self._namespace = check_namespace(namespace)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
+            raise ValidationError(f"timeout_ms must be a positive int, got {timeout_ms!r}")
+        if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
+            raise ValidationError(
+                f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
+            )
+        self._timeout = timeout_ms / 1000.0
+        self._debug = debug
+        self._retry = retry
+        self._max_payload = max_payload_bytes
+        self._owner = owner_id or f"{socket.gethostname()}-{secrets.token_hex(6)}"
+        self._redis: Redis | None = None
+        self._waker: Waker | None = None
+        self._connect_lock = asyncio.Lock()
+        self.action = ActionOperations(self)
+        self.worker = WorkerOperations(self)
+        self.stream = StreamOperations(self)
+
+    # --- flo's surface -------------------------------------------------------------
+
+    @property
+    def namespace(self) -> str:
+        """The namespace calls use unless their options name another."""
+        return self._namespace
+
+    @property
+    def is_connected(self) -> bool:
+        return self._redis is not None
+
+    @property
+    def owner_id(self) -> str:
+        """This process's owner id: every lease it takes records it."""
+        return self._owner
+
+    async def connect(self) -> FloClient:
+        """Connect and check the server: reachable, authenticated, Redis 7.0 or newer.
+
+        Raises :class:`ConnectionFailedError` (with how to start Redis) when nothing
+        answers, and :class:`RedisVersionError` for a server older than 7.0.
+        """
+        async with self._connect_lock:
+            if self._redis is not None:
+                return self
+            conn = Redis.from_url(
+                self._endpoint,
+                socket_timeout=self._timeout,
+                socket_connect_timeout=self._timeout,
+                socket_keepalive=True,
+                health_check_interval=0,
+                retry=Retry(NoBackoff(), 0),
+                decode_responses=False,
+            )
+            try:
+                info: dict[str, Any] = await conn.info("server")
+            except rex.AuthenticationError as exc:
+                await conn.aclose()
+                raise ConnectionFailedError(
+                    f"Redis at {_redact(self._endpoint)} refused the credentials ({exc}); "
+                    "check the user and password in the URL"
+                ) from exc
+            except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+                await conn.aclose()
+                raise ConnectionFailedError(
+                    f"cannot reach Redis at {_redact(self._endpoint)} ({exc}). Start one with "
+                    "`docker compose up -d` in the flo-redis checkout, or install and run "
+                    "`redis-server`, or point the endpoint at your Redis."
+                ) from exc
+            version = str(info.get("redis_version", "0"))
+            if _version_tuple(version) < MIN_REDIS:
+                await conn.aclose()
+                raise RedisVersionError(version)
+            self._redis = conn
+            self._waker = Waker(conn)
+            return self
+
+    async def close(self) -> None:
+        """Close every connection of this client. Safe to call twice."""
+        async with self._connect_lock:
+            waker, conn = self._waker, self._redis
+            self._waker = None
+            self._redis = None
+            if waker is not None:
+                await waker.close()
+            if conn is not None:
+                await conn.aclose()
+
+    def interrupt(self) -> None:
+        """Wake every long poll of this client now; they return empty. Never blocks."""
+        if self._waker is not None:
+            self._waker.interrupt()
+
+    async def reconnect(self, *, timeout: float = 300.0) -> None:
+        """Drop the connections and connect again, backing off 1 s doubling to 30 s;
+        :class:`ConnectionFailedError` once ``timeout`` seconds have passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        delay = 1.0
+        await self.close()
+        while True:
+            try:
+                await self.connect()
+                return
+            except RedisVersionError:
+                raise
+            except ConnectionFailedError as exc:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise ConnectionFailedError(
+                        f"could not reconnect to Redis within {timeout:g} s: {exc}"
+                    ) from exc
+                await asyncio.sleep(min(delay * (0.5 + random.random() / 2), remaining))
+                delay = min(delay * 2, 30.0)
+
+    async def __aenter__(self) -> FloClient:
+        return await self.connect()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def get_namespace(self, override: str | None) -> str:
+        """``override`` if given (validated), else the client's namespace."""
+        return self._namespace if override is None else check_namespace(override)
+
+    def new_action_worker(
+        self,
+        *,
+        worker_id: str | None = None,
+        concurrency: int = 10,
+        action_timeout: float = 300.0,
+        block_ms: int = 30000,
+        auto_touch: bool = False,
+    ) -> ActionWorker:
+        """An :class:`ActionWorker` on this client's endpoint and namespace."""
+        from .worker import ActionWorker
+
+        return ActionWorker(
+            self,
+            worker_id=worker_id,
+            concurrency=concurrency,
+            action_timeout=action_timeout,
+            block_ms=block_ms,
+            auto_touch=auto_touch,
+        )
+
+    def new_stream_worker(
+        self,
+        *,
+        stream: str,
+        group: str,
+        handler: StreamHandler,
+        consumer: str | None = None,
+        worker_id: str | None = None,
+        concurrency: int = 10,
+        batch_size: int = 10,
+        block_ms: int = 30000,
+        message_timeout: float = 300.0,
+        redeliver_pending_on_reconnect: bool = True,
+        claim_min_idle_ms: int = 0,
+    ) -> StreamWorker:
+        """A :class:`StreamWorker` on this client's endpoint and namespace."""
+        from .worker import StreamWorker
+
+        return StreamWorker(
+            self,
+            handler,
+            stream=stream,
+            group=group,
+            consumer=consumer,
+            worker_id=worker_id,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            block_ms=block_ms,
+            message_timeout=message_timeout,
+            redeliver_pending_on_reconnect=redeliver_pending_on_reconnect,
+            claim_min_idle_ms=claim_min_idle_ms,
+        )
+
+    # --- for the operation groups --------------------------------------------------
+
+    @property
+    def redis(self) -> RedisConn:
+        """The live connection pool; :class:`NotConnectedError` before ``connect()``."""
+        if self._redis is None:
+            raise NotConnectedError("the client is not connected; call `await connect()` first")
+        return self._redis
+
+    @property
+    def waker(self) -> Waker:
+        if self._waker is None:
+            raise NotConnectedError("the client is not connected; call `await connect()` first")
+        return self._waker
+
+    @property
+    def max_payload_bytes(self) -> int:
+        return self._max_payload
+
+    async def server_time_ms(self) -> int:
+        """Redis's clock, in ms (deadlines are always computed from it)."""
+        with redis_errors("TIME"):
+            seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _version_tuple(version: str) -> tuple[int, int]:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return (0, 0)

@@ -1,0 +1,168 @@
+"""The one place Redis key and channel names are built.
+
+Every key of one action queue shares the hash tag ``{<namespace>:<action>}``, every key of
+one stream (partition) shares ``{<namespace>:<stream>}`` and the worker registry of a
+namespace lives under ``{<namespace>}``. A script therefore always touches a single hash
+slot, on one Redis and on Redis Cluster alike.
+
+User-supplied names are validated here, before any key is built: a name that could break
+the hash tag (``{``/``}``), blur the boundary between namespace and name (``:`` in a
+namespace), or carries control characters is refused with a :class:`ValidationError` that
+says what to change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import NamespaceTooLargeError, ValidationError
+from .types import MAX_NAMESPACE_SIZE
+
+PREFIX = "flo"
+MAX_NAME_SIZE = 255
+
+_FORBIDDEN = re.compile(r"[{}\x00-\x1f\x7f]")
+
+
+def _check(kind: str, name: object, *, allow_colon: bool = True) -> str:
+    if not isinstance(name, str):
+        raise ValidationError(f"{kind} must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValidationError(f"{kind} must not be empty")
+    limit = MAX_NAMESPACE_SIZE if kind == "namespace" else MAX_NAME_SIZE
+    if len(name.encode()) > limit:
+        error = NamespaceTooLargeError if kind == "namespace" else ValidationError
+        raise error(f"{kind} {name[:40]!r}... is {len(name.encode())} bytes; the limit is {limit}")
+    bad = _FORBIDDEN.search(name)
+    if bad is not None:
+        raise ValidationError(
+            f"{kind} {name!r} contains {bad.group()!r}; braces and control characters "
+            "are not allowed in names"
+        )
+    if not allow_colon and ":" in name:
+        raise ValidationError(f"{kind} {name!r} contains ':'; use another separator such as '.'")
+    return name
+
+
+def check_namespace(namespace: str) -> str:
+    """Validate a namespace (1..255 bytes; no braces, colons or control characters)."""
+    return _check("namespace", namespace, allow_colon=False)
+
+
+def check_name(kind: str, name: str) -> str:
+    """Validate an action, stream, group, consumer or worker name."""
+    return _check(kind, name)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionKeys:
+    """Keys of one action's queue; all in one hash slot."""
+
+    namespace: str
+    action: str
+    tag: str
+    definition: str  # HASH  the action's registered settings
+    meta: str  # HASH  counters: run sequence, fencing tokens, stats
+    runs: str  # HASH  run_id -> msgpack record
+    inputs: str  # HASH  run_id -> input bytes
+    pending: str  # ZSET  run_id -> enqueue sequence (FIFO)
+    delayed: str  # ZSET  run_id -> due time ms (delayed runs, retry backoff)
+    leases: str  # ZSET  run_id -> lease deadline ms (running runs)
+    done: str  # ZSET  run_id -> finished time ms (completed runs kept for retention)
+    failed: str  # ZSET  run_id -> finished time ms (FAILED / TIMED_OUT, kept until requeued)
+    idempotency: str  # HASH  idempotency key -> run_id
+    polls: str  # HASH  poll id -> msgpack hand-out (replay of lost claim replies)
+    poll_times: str  # ZSET  poll id -> time ms
+    wake: str  # sharded pub/sub channel announcing new work
+
+    def all_data_keys(self) -> tuple[str, ...]:
+        return (
+            self.definition,
+            self.runs,
+            self.inputs,
+            self.pending,
+            self.delayed,
+            self.leases,
+            self.done,
+            self.failed,
+            self.idempotency,
+            self.polls,
+            self.poll_times,
+        )
+
+
+def action_keys(namespace: str, action: str) -> ActionKeys:
+    check_namespace(namespace)
+    check_name("action name", action)
+    tag = f"{{{namespace}:{action}}}"
+    base = f"{PREFIX}:a:{tag}"
+    return ActionKeys(
+        namespace=namespace,
+        action=action,
+        tag=tag,
+        definition=f"{base}:def",
+        meta=f"{base}:meta",
+        runs=f"{base}:runs",
+        inputs=f"{base}:in",
+        pending=f"{base}:pending",
+        delayed=f"{base}:delayed",
+        leases=f"{base}:leases",
+        done=f"{base}:done",
+        failed=f"{base}:failed",
+        idempotency=f"{base}:idem",
+        polls=f"{base}:polls",
+        poll_times=f"{base}:poll-times",
+        wake=f"{base}:wake",
+    )
+
+
+def run_id_prefix(action: str) -> str:
+    """Run ids are ``<action>:<sequence>``, so a run id names its queue without a lookup."""
+    return f"{action}:"
+
+
+def action_of_run(run_id: str) -> str:
+    """The action a run id belongs to; :class:`ValidationError` for a malformed id."""
+    if not isinstance(run_id, str) or ":" not in run_id:
+        raise ValidationError(
+            f"run id {run_id!r} is malformed; run ids look like '<action>:<number>' as "
+            "returned by invoke"
+        )
+    action, _, seq = run_id.rpartition(":")
+    if not seq.isdigit() or not action:
+        raise ValidationError(
+            f"run id {run_id!r} is malformed; run ids look like '<action>:<number>' as "
+            "returned by invoke"
+        )
+    return action
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceKeys:
+    """Keys of a namespace's registries; all in one hash slot."""
+
+    namespace: str
+    config: str  # HASH  namespace settings (heartbeat timeout, removal delay)
+    workers: str  # HASH  worker_id -> msgpack record
+    worker_ids: str  # ZSET  worker ids (score 0) for paging in id order
+    actions: str  # ZSET  action names (score 0) for paging in name order
+    streams: str  # ZSET  stream names (score 0)
+
+
+def namespace_keys(namespace: str) -> NamespaceKeys:
+    check_namespace(namespace)
+    base = f"{PREFIX}:ns:{{{namespace}}}"
+    return NamespaceKeys(
+        namespace=namespace,
+        config=f"{base}:config",
+        workers=f"{base}:workers",
+        worker_ids=f"{base}:worker-ids",
+        actions=f"{base}:actions",
+        streams=f"{base}:streams",
+    )
+
+
+def owner_channel(tag: str, owner: str) -> str:
+    """The liveness channel of ``owner`` in the slot of ``tag`` (never published to)."""
+    return f"{PREFIX}:live:{tag}:{owner}"

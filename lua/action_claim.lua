@@ -1,0 +1,122 @@
+--[[ action_claim
+  Hand up to max_n ready runs to one worker: each becomes RUNNING under a lease with a new
+  fencing token. First (bounded) it takes back expired leases and promotes due delayed runs.
+  A retried poll (same poll id) gets back what that poll was handed, not new runs.
+  KEYS[1] def      HASH  the action's settings
+  KEYS[2] meta     HASH  counters (token: fencing tokens, qseq: queue order)
+  KEYS[3] runs     HASH  run_id -> msgpack record
+  KEYS[4] inputs   HASH  run_id -> input bytes
+  KEYS[5] pending  ZSET  run_id -> queue order
+  KEYS[6] delayed  ZSET  run_id -> due ms
+  KEYS[7] leases   ZSET  run_id -> lease deadline ms
+  KEYS[8] failed   ZSET  run_id -> finished ms
+  KEYS[9] polls    HASH  poll id -> msgpack {run ids, tokens} handed to that poll
+  KEYS[10] poll_times  ZSET  poll id -> time ms (memos are forgotten after two minutes)
+  ARGV[1] worker_id
+  ARGV[2] owner       the worker process's owner id
+  ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
+  ARGV[4] max_n       how many runs the worker can take now (>= 1)
+  ARGV[5] poll_id     '' or an id the caller reuses when it retries this poll
+  ARGV[6] scan        how many pending runs to inspect at most (label routing)
+  Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, input) * n}
+          status: OK | NO_ACTION; next_due_ms: when a delayed run becomes ready or a
+          lease expires, whichever is first, or -1
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/queue.lua
+--@include lib/action.lua
+--@include lib/labels.lua
+local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
+  polls = KEYS[9], poll_times = KEYS[10]}
+local worker_id = ARGV[1]
+local owner = ARGV[2]
+local worker_labels = nil
+if ARGV[3] ~= '' then worker_labels = cmsgpack.unpack(ARGV[3]) end
+local max_n = tonumber(ARGV[4])
+local poll_id = ARGV[5]
+local scan = tonumber(ARGV[6])
+local POLL_MEMORY_MS = 120000
+local BATCH = 100
+
+local action = action_load(k.def)
+if not action then return {ST_NO_ACTION} end
+local now = now_ms()
+local out = {ST_OK, -1, 0}
+
+local function hand_out(run_id, run)
+  out[3] = out[3] + 1
+  out[#out + 1] = run_id
+  out[#out + 1] = run.t
+  out[#out + 1] = run.a
+  out[#out + 1] = run.c
+  out[#out + 1] = redis.call('HGET', k.inputs, run_id) or ''
+end
+
+-- A retried poll: answer with what this poll id was handed, where still held by us.
+if poll_id ~= '' then
+  local raw = redis.call('HGET', k.polls, poll_id)
+  local at = tonumber(redis.call('ZSCORE', k.poll_times, poll_id))
+  if raw and at and at >= now - POLL_MEMORY_MS then
+    local memo = cmsgpack.unpack(raw)
+    for i = 1, #memo.ids do
+      local run = run_load(k.runs, memo.ids[i])
+      if run and run.s == RUN_RUNNING and run.t == memo.tokens[i] and run.o == owner then
+        hand_out(memo.ids[i], run)
+      end
+    end
+    out[2] = queue_next_event(k.delayed, k.leases)
+    return out
+  end
+end
+
+queue_expire(k, now, BATCH, action.backoff_ms, action.backoff_max_ms)
+queue_promote(k, now, BATCH)
+
+local n = max_n
+if action.max_concurrency > 0 then
+  local free = action.max_concurrency - redis.call('ZCARD', k.leases)
+  if free < n then n = free end
+end
+
+local memo = {ids = {}, tokens = {}}
+if n > 0 then
+  local deadline = NEVER_MS
+  if action.timeout_ms > 0 then deadline = now + action.timeout_ms end
+  local candidates = redis.call('ZRANGE', k.pending, 0, scan - 1)
+  for _, run_id in ipairs(candidates) do
+    if out[3] >= n then break end
+    local run = run_load(k.runs, run_id)
+    if not run or run.s ~= RUN_PENDING then
+      redis.call('ZREM', k.pending, run_id)
+    elseif labels_match(run.lb, worker_labels) then
+      redis.call('ZREM', k.pending, run_id)
+      run.s = RUN_RUNNING
+      run.a = run.a + 1
+      run.t = redis.call('HINCRBY', k.meta, 'token', 1)
+      run.w = worker_id
+      run.o = owner
+      run.st = now
+      run_save(k.runs, run_id, run)
+      redis.call('ZADD', k.leases, deadline, run_id)
+      memo.ids[#memo.ids + 1] = run_id
+      memo.tokens[#memo.tokens + 1] = run.t
+      hand_out(run_id, run)
+    end
+  end
+end
+
+if poll_id ~= '' and #memo.ids > 0 then
+  redis.call('HSET', k.polls, poll_id, cmsgpack.pack(memo))
+  redis.call('ZADD', k.poll_times, now, poll_id)
+end
+-- Forget poll memos older than POLL_MEMORY_MS, a batch per call.
+local old = redis.call('ZRANGE', k.poll_times, '-inf', now - POLL_MEMORY_MS, 'BYSCORE', 'LIMIT', 0, BATCH)
+if #old > 0 then
+  redis.call('HDEL', k.polls, unpack(old))
+  redis.call('ZREM', k.poll_times, unpack(old))
+end
+out[2] = queue_next_event(k.delayed, k.leases)
+return out

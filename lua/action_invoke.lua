@@ -1,0 +1,62 @@
+--[[ action_invoke
+  Create a run of a registered action: ready now, or delayed until a time.
+  KEYS[1] def      HASH  the action's settings
+  KEYS[2] meta     HASH  counters (seq: run ids, qseq: queue order)
+  KEYS[3] runs     HASH  run_id -> msgpack record
+  KEYS[4] inputs   HASH  run_id -> input bytes
+  KEYS[5] pending  ZSET  run_id -> queue order
+  KEYS[6] delayed  ZSET  run_id -> due ms
+  KEYS[7] idem     HASH  idempotency key -> run_id
+  KEYS[8] wake     CHANNEL  sharded channel announcing new work
+  ARGV[1] id_prefix   run ids are id_prefix .. sequence
+  ARGV[2] input       payload bytes
+  ARGV[3] labels      msgpack map of type-tagged labels, or ''
+  ARGV[4] delay_ms    run no earlier than now + delay_ms
+  ARGV[5] run_at_ms   run no earlier than this server time (0 = not set)
+  ARGV[6] idem_key    idempotency key, or ''
+  Returns {status, run_id, existing}   status: OK | NO_ACTION | TOO_LARGE (then run_id is the limit)
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/queue.lua
+--@include lib/action.lua
+local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  pending = KEYS[5], delayed = KEYS[6], idem = KEYS[7], wake = KEYS[8]}
+local id_prefix = ARGV[1]
+local input = ARGV[2]
+local labels = ARGV[3]
+local delay_ms = tonumber(ARGV[4])
+local run_at_ms = tonumber(ARGV[5])
+local idem_key = ARGV[6]
+
+local action = action_load(k.def)
+if not action then return {ST_NO_ACTION} end
+if action.max_payload >= 0 and #input > action.max_payload then
+  return {ST_TOO_LARGE, action.max_payload}
+end
+if idem_key ~= '' then
+  local existing = redis.call('HGET', k.idem, idem_key)
+  if existing then return {ST_OK, existing, 1} end
+end
+
+local now = now_ms()
+local run_id = id_prefix .. redis.call('HINCRBY', k.meta, 'seq', 1)
+local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
+if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
+if idem_key ~= '' then
+  run.ik = idem_key
+  redis.call('HSET', k.idem, idem_key, run_id)
+end
+run_save(k.runs, run_id, run)
+redis.call('HSET', k.inputs, run_id, input)
+
+local due = now + delay_ms
+if run_at_ms > due then due = run_at_ms end
+if due > now then
+  redis.call('ZADD', k.delayed, due, run_id)
+else
+  queue_push(k.meta, k.pending, run_id)
+  redis.call('SPUBLISH', k.wake, '1')
+end
+return {ST_OK, run_id, 0}

@@ -1,0 +1,36 @@
+--[[ action_reap
+  Periodic upkeep of one action queue, so expired leases and due delayed runs move even
+  when nobody polls: takes back expired leases, promotes due delayed runs and trims kept
+  completed runs, each bounded by a batch.
+  KEYS[1] def      HASH  the action's settings
+  KEYS[2] meta     HASH  counters
+  KEYS[3] runs     HASH  run_id -> msgpack record
+  KEYS[4] inputs   HASH  run_id -> input bytes
+  KEYS[5] pending  ZSET  run_id -> queue order
+  KEYS[6] delayed  ZSET  run_id -> due ms
+  KEYS[7] leases   ZSET  run_id -> lease deadline ms
+  KEYS[8] failed   ZSET  run_id -> finished ms
+  KEYS[9] done     ZSET  run_id -> finished ms
+  KEYS[10] idem    HASH  idempotency key -> run_id
+  KEYS[11] wake    CHANNEL  sharded channel announcing new work
+  ARGV[1] batch    at most this many items per step
+  Returns {status, ready, next_due_ms}   status: OK | NO_ACTION
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/queue.lua
+--@include lib/action.lua
+local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
+  done = KEYS[9], idem = KEYS[10], wake = KEYS[11]}
+local batch = tonumber(ARGV[1])
+
+local action = action_load(k.def)
+if not action then return {ST_NO_ACTION} end
+local now = now_ms()
+local ready = queue_expire(k, now, batch, action.backoff_ms, action.backoff_max_ms)
+ready = ready + queue_promote(k, now, batch)
+queue_retain(k, k.done, now, action.retention_ms, action.retention_count, batch)
+if ready > 0 then redis.call('SPUBLISH', k.wake, '1') end
+return {ST_OK, ready, queue_next_due(k.delayed)}

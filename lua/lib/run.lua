@@ -1,0 +1,49 @@
+--[[ lib/run
+  Run records: msgpack maps in the queue's `runs` hash, keyed by run id.
+  Fields: s status, a attempt, t token, w worker id, o owner, c created ms, st started ms,
+  ct completed ms, mr max attempts, out output, oc outcome, err error, lb labels,
+  ik idempotency key, lrk/lrt/lrw/lrr the last accepted report (kind, token, worker, retry).
+]]
+local RUN_PENDING = 0
+local RUN_RUNNING = 1
+local RUN_COMPLETED = 2
+local RUN_FAILED = 3
+local RUN_CANCELLED = 4
+local RUN_TIMED_OUT = 5
+
+-- Leases of actions with timeout_ms = 0 never expire; this deadline stands for "never".
+local NEVER_MS = 4503599627370496
+
+local function run_load(runs_key, run_id)
+  local raw = redis.call('HGET', runs_key, run_id)
+  if not raw then return nil end
+  return cmsgpack.unpack(raw)
+end
+
+local function run_save(runs_key, run_id, run)
+  redis.call('HSET', runs_key, run_id, cmsgpack.pack(run))
+end
+
+-- Is the caller the current holder? With a token the token decides; without one (flo's
+-- token-less signature) the worker id of the current holder does.
+local function run_is_holder(run, token, worker_id)
+  if run.s ~= RUN_RUNNING then return false end
+  if token ~= '' then return run.t == tonumber(token) end
+  return run.w == worker_id
+end
+
+-- Was the last accepted report made by this caller (same token, or same worker when
+-- token-less)? Used to answer an identical resend as success.
+local function run_reported_by(run, token, worker_id)
+  if run.lrk == nil then return false end
+  if token ~= '' then return run.lrt == tonumber(token) end
+  return run.lrw == worker_id
+end
+
+-- Backoff before attempt `attempt + 1`: base * 2^(attempt-1), capped; 0 when base is 0.
+local function run_backoff_ms(base, cap, attempt)
+  if base <= 0 then return 0 end
+  local delay = base * (2 ^ math.max(attempt - 1, 0))
+  if delay > cap then delay = cap end
+  return math.floor(delay)
+end

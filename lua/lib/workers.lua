@@ -1,0 +1,43 @@
+--[[ lib/workers
+  Worker records: msgpack maps in the namespace's `workers` hash. Fields: wt worker type,
+  st stored status (ACTIVE or DRAINING), cl current load, mc max concurrency, tc/tf tasks
+  completed/failed, ra registered ms, hb last heartbeat ms, mid machine id, md metadata
+  JSON, tt task types. UNHEALTHY and "removed" are derived from the heartbeat age and the
+  namespace's settings (config hash: heartbeat_timeout_ms, remove_after_ms).
+]]
+local WORKER_ACTIVE = 0
+local WORKER_DRAINING = 2
+local WORKER_UNHEALTHY = 3
+local WORKER_REMOVED = -1
+local DEFAULT_HEARTBEAT_TIMEOUT_MS = 90000
+local DEFAULT_REMOVE_AFTER_MS = 300000
+
+local function workers_settings(config_key)
+  local v = redis.call('HMGET', config_key, 'heartbeat_timeout_ms', 'remove_after_ms')
+  return tonumber(v[1]) or DEFAULT_HEARTBEAT_TIMEOUT_MS, tonumber(v[2]) or DEFAULT_REMOVE_AFTER_MS
+end
+
+local function worker_load(workers_key, worker_id)
+  local raw = redis.call('HGET', workers_key, worker_id)
+  if not raw then return nil end
+  return cmsgpack.unpack(raw)
+end
+
+local function worker_save(workers_key, worker_id, rec)
+  redis.call('HSET', workers_key, worker_id, cmsgpack.pack(rec))
+end
+
+-- The status a worker has now: removed past remove_after, DRAINING if told to drain,
+-- UNHEALTHY past the heartbeat timeout, else ACTIVE.
+local function worker_status(rec, now, hb_timeout, remove_after)
+  local silent = now - rec.hb
+  if silent > remove_after then return WORKER_REMOVED end
+  if rec.st == WORKER_DRAINING then return WORKER_DRAINING end
+  if silent > hb_timeout then return WORKER_UNHEALTHY end
+  return WORKER_ACTIVE
+end
+
+local function worker_remove(workers_key, ids_key, worker_id)
+  redis.call('HDEL', workers_key, worker_id)
+  redis.call('ZREM', ids_key, worker_id)
+end

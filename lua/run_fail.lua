@@ -1,0 +1,61 @@
+--[[ run_fail
+  Fail a running run, for its current holder only. With retry and attempts left the run
+  waits for its next attempt (after the action's backoff); otherwise it ends FAILED, kept
+  in the failed set with its error. An identical resend is answered OK and changes nothing.
+  KEYS[1] def      HASH  the action's settings
+  KEYS[2] meta     HASH  counters
+  KEYS[3] runs     HASH  run_id -> msgpack record
+  KEYS[4] inputs   HASH  run_id -> input bytes
+  KEYS[5] pending  ZSET  run_id -> queue order
+  KEYS[6] delayed  ZSET  run_id -> due ms
+  KEYS[7] leases   ZSET  run_id -> lease deadline ms
+  KEYS[8] failed   ZSET  run_id -> finished ms
+  KEYS[9] wake     CHANNEL  sharded channel announcing new work
+  ARGV[1] run_id
+  ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
+  ARGV[3] worker_id
+  ARGV[4] message    error message
+  ARGV[5] retry      1 = re-queue while attempts remain, 0 = final
+  Returns {status, duplicate, run_status}
+          status: OK | NOT_FOUND | NO_ACTION | STALE; run_status: the run's status after
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/queue.lua
+--@include lib/action.lua
+local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8], wake = KEYS[9]}
+local run_id = ARGV[1]
+local token = ARGV[2]
+local worker_id = ARGV[3]
+local message = ARGV[4]
+local retry = tonumber(ARGV[5])
+
+local action = action_load(k.def)
+if not action then return {ST_NO_ACTION} end
+local run = run_load(k.runs, run_id)
+if not run then return {ST_NOT_FOUND} end
+if not run_is_holder(run, token, worker_id) then
+  if run.lrk == 'f' and run_reported_by(run, token, worker_id) and run.err == message
+      and run.lrr == retry then
+    return {ST_OK, 1, run.s}
+  end
+  return {ST_STALE, 0, run.s}
+end
+
+local now = now_ms()
+redis.call('ZREM', k.leases, run_id)
+run.err = message
+run.lrk = 'f'
+run.lrt = run.t
+run.lrw = worker_id
+run.lrr = retry
+if retry == 1 and run.a < run.mr then
+  if queue_retry(k, run_id, run, now, action.backoff_ms, action.backoff_max_ms) == 1 then
+    redis.call('SPUBLISH', k.wake, '1')
+  end
+else
+  queue_bury(k, run_id, run, now, RUN_FAILED)
+end
+return {ST_OK, 0, run.s}

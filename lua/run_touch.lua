@@ -1,0 +1,34 @@
+--[[ run_touch
+  Extend a running run's lease, for its current holder only: the deadline becomes
+  now + extend_ms unless it is already later.
+  KEYS[1] runs     HASH  run_id -> msgpack record
+  KEYS[2] leases   ZSET  run_id -> lease deadline ms
+  ARGV[1] run_id
+  ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
+  ARGV[3] worker_id
+  ARGV[4] extend_ms  1 .. 3600000
+  Returns {status, deadline_ms_or_run_status}
+          status: OK | NOT_FOUND | STALE | OUT_OF_RANGE
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+local runs_key = KEYS[1]
+local leases_key = KEYS[2]
+local run_id = ARGV[1]
+local token = ARGV[2]
+local worker_id = ARGV[3]
+local extend_ms = tonumber(ARGV[4])
+local MAX_EXTEND_MS = 3600000
+
+if not extend_ms or extend_ms < 1 or extend_ms > MAX_EXTEND_MS then
+  return {ST_OUT_OF_RANGE, MAX_EXTEND_MS}
+end
+local run = run_load(runs_key, run_id)
+if not run then return {ST_NOT_FOUND} end
+if not run_is_holder(run, token, worker_id) then return {ST_STALE, run.s} end
+local deadline = now_ms() + extend_ms
+local current = tonumber(redis.call('ZSCORE', leases_key, run_id))
+if current and current > deadline then deadline = current end
+redis.call('ZADD', leases_key, deadline, run_id)
+return {ST_OK, deadline}

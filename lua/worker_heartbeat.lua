@@ -1,0 +1,32 @@
+--[[ worker_heartbeat
+  Record a worker's heartbeat and load. A heartbeat makes an UNHEALTHY worker ACTIVE again
+  (a DRAINING one stays DRAINING). A worker silent past the namespace's removal delay is
+  removed, and its heartbeat answers NOT_FOUND: it must register again.
+  KEYS[1] config   HASH  namespace settings
+  KEYS[2] workers  HASH  worker_id -> msgpack record
+  KEYS[3] ids      ZSET  worker ids
+  ARGV[1] worker_id
+  ARGV[2] current_load
+  Returns {status, worker_status}   status: OK | NOT_FOUND
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/workers.lua
+local config_key = KEYS[1]
+local workers_key = KEYS[2]
+local ids_key = KEYS[3]
+local worker_id = ARGV[1]
+local load = tonumber(ARGV[2])
+
+local rec = worker_load(workers_key, worker_id)
+if not rec then return {ST_NOT_FOUND} end
+local now = now_ms()
+local hb_timeout, remove_after = workers_settings(config_key)
+if worker_status(rec, now, hb_timeout, remove_after) == WORKER_REMOVED then
+  worker_remove(workers_key, ids_key, worker_id)
+  return {ST_NOT_FOUND}
+end
+rec.hb = now
+rec.cl = load
+worker_save(workers_key, worker_id, rec)
+return {ST_OK, rec.st}

@@ -1,0 +1,44 @@
+--[[ worker_list
+  One page of the worker registry in id order, with each worker's current status. Workers
+  silent past the removal delay met on the page are removed and left out.
+  KEYS[1] config   HASH  namespace settings
+  KEYS[2] workers  HASH  worker_id -> msgpack record
+  KEYS[3] ids      ZSET  worker ids
+  ARGV[1] after    list ids strictly after this one ('' = from the start)
+  ARGV[2] limit    1 .. 1024
+  Returns {status, more, last_id, (worker_id, record, worker_status) * n}
+          status: OK; more: 1 when ids follow last_id
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/workers.lua
+local config_key = KEYS[1]
+local workers_key = KEYS[2]
+local ids_key = KEYS[3]
+local after = ARGV[1]
+local limit = tonumber(ARGV[2])
+
+local low = '-'
+if after ~= '' then low = '(' .. after end
+local ids = redis.call('ZRANGE', ids_key, low, '+', 'BYLEX', 'LIMIT', 0, limit + 1)
+local more = 0
+if #ids > limit then
+  more = 1
+  ids[#ids] = nil
+end
+local now = now_ms()
+local hb_timeout, remove_after = workers_settings(config_key)
+local out = {ST_OK, more, ids[#ids] or ''}
+for _, worker_id in ipairs(ids) do
+  local rec = worker_load(workers_key, worker_id)
+  local status = WORKER_REMOVED
+  if rec then status = worker_status(rec, now, hb_timeout, remove_after) end
+  if status == WORKER_REMOVED then
+    worker_remove(workers_key, ids_key, worker_id)
+  else
+    out[#out + 1] = worker_id
+    out[#out + 1] = redis.call('HGET', workers_key, worker_id)
+    out[#out + 1] = status
+  end
+end
+return out

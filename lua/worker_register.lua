@@ -1,0 +1,27 @@
+--[[ worker_register
+  Register a worker, or replace its record (counters start again at zero).
+  KEYS[1] config   HASH  namespace settings
+  KEYS[2] workers  HASH  worker_id -> msgpack record
+  KEYS[3] ids      ZSET  worker ids, for paging in id order
+  ARGV[1] worker_id
+  ARGV[2] record   msgpack map: wt, mc, mid, md, tt (lib/workers.lua)
+  Returns {status}   status: OK
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/workers.lua
+local workers_key = KEYS[2]
+local ids_key = KEYS[3]
+local worker_id = ARGV[1]
+local rec = cmsgpack.unpack(ARGV[2])
+
+local now = now_ms()
+rec.st = WORKER_ACTIVE
+rec.cl = 0
+rec.tc = 0
+rec.tf = 0
+rec.ra = now
+rec.hb = now
+worker_save(workers_key, worker_id, rec)
+redis.call('ZADD', ids_key, 0, worker_id)
+return {ST_OK}
