@@ -86,12 +86,23 @@ from .types import (
     WorkerTouchOptions,
     WorkerType,
 )
+from .worker import (
+    ActionContext,
+    ActionResult,
+    ActionWorker,
+    ActionWorkerOptions,
+    StreamContext,
+    StreamRecordHandler,
+    StreamWorker,
+    StreamWorkerOptions,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_RETRY_POLICY",
     "MAX_BLOCK_MS",
+    "ActionContext",
     "ActionDeleteOptions",
     "ActionInfo",
     "ActionInvokeOptions",
@@ -100,9 +111,12 @@ __all__ = [
     "ActionListResult",
     "ActionOperations",
     "ActionRegisterOptions",
+    "ActionResult",
     "ActionRunStatus",
     "ActionStatusOptions",
     "ActionType",
+    "ActionWorker",
+    "ActionWorkerOptions",
     "BadRequestError",
     "BlockTooLongError",
     "ConflictError",
@@ -137,6 +151,7 @@ __all__ = [
     "StreamAppendOptions",
     "StreamAppendResult",
     "StreamClaimResult",
+    "StreamContext",
     "StreamGroupAckOptions",
     "StreamGroupJoinOptions",
     "StreamGroupNackOptions",
@@ -148,8 +163,11 @@ __all__ = [
     "StreamReadOptions",
     "StreamReadResult",
     "StreamRecord",
+    "StreamRecordHandler",
     "StreamTrimOptions",
     "StreamTrimResult",
+    "StreamWorker",
+    "StreamWorkerOptions",
     "TableMismatchError",
     "TaskAssignment",
     "UnauthorizedError",

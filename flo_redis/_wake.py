@@ -25,6 +25,20 @@ log = logging.getLogger("flo_redis.wake")
 _SUBSCRIBE_TIMEOUT_S = 5.0
 
 
+def raise_if_cancelling() -> None:
+    """Re-raise a cancellation that a library swallowed.
+
+    ``asyncio.wait_for`` on Python 3.11 (used inside redis-py for socket writes) can
+    drop a cancellation that arrives as its inner call completes; the task then stays
+    marked as cancelling. Long-running loops call this before they wait again, so a
+    cancelled worker never keeps polling.
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError()
+
+
 class Watch:
     """Interest in a set of wake channels; ``wait`` returns on a wake-up or the deadline."""
 
@@ -32,6 +46,12 @@ class Watch:
         self._waker = waker
         self._channels = channels
         self._event = asyncio.Event()
+        self._generation = waker.generation
+
+    @property
+    def interrupted(self) -> bool:
+        """True once :meth:`Waker.interrupt` was called after this watch began."""
+        return self._waker.generation != self._generation
 
     async def arm(self) -> None:
         """Forget wake-ups seen so far and make sure the subscriptions stand (after a
@@ -44,13 +64,17 @@ class Watch:
 
     async def wait(self, timeout_s: float) -> bool:
         """True if woken before ``timeout_s`` passed (spurious wake-ups are possible)."""
-        if timeout_s <= 0:
+        raise_if_cancelling()
+        if timeout_s <= 0 or self._event.is_set():
             return self._event.is_set()
+        # asyncio.wait, not wait_for: a cancellation arriving with the wake-up must
+        # never be swallowed.
+        waiter = asyncio.ensure_future(self._event.wait())
         try:
-            await asyncio.wait_for(self._event.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            return False
-        return True
+            done, _ = await asyncio.wait({waiter}, timeout=timeout_s)
+        finally:
+            waiter.cancel()
+        return bool(done)
 
 
 class Waker:
@@ -64,6 +88,7 @@ class Waker:
         self._confirmed: dict[str, asyncio.Future[None]] = {}
         self._lock = asyncio.Lock()
         self._closed = False
+        self.generation = 0
 
     @contextlib.asynccontextmanager
     async def watching(self, channels: Iterable[str]) -> AsyncIterator[Watch]:
@@ -81,7 +106,11 @@ class Waker:
                     watchers.discard(watch)
 
     def interrupt(self) -> None:
-        """Wake every waiting poller at once (they re-check and may return empty)."""
+        """End every waiting poll now: each makes one last claim and returns."""
+        self.generation += 1
+        self._wake_all()
+
+    def _wake_all(self) -> None:
         for watchers in self._watches.values():
             for watch in watchers:
                 watch.fire()
@@ -148,7 +177,7 @@ class Waker:
         elif kind == "sunsubscribe":
             # The server dropped us (slot migration): subscribe again, wake everyone.
             self._confirmed.pop(name, None)
-            self.interrupt()
+            self._wake_all()
 
     async def _reset(self, old: PubSub) -> None:
         """After a lost connection: drop the pub/sub and wake everyone; each poller's next
@@ -158,9 +187,9 @@ class Waker:
             if not future.done():
                 future.cancel()
         self._confirmed.clear()
-        self.interrupt()
+        self._wake_all()
         with contextlib.suppress(Exception):
-            await old.aclose()
+            await old.aclose()  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         self._closed = True
@@ -172,5 +201,5 @@ class Waker:
             self._reader = None
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
+                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
             self._pubsub = None

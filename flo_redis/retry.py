@@ -13,7 +13,6 @@ All waits are in seconds unless a name ends in ``_ms``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterator
@@ -171,8 +170,12 @@ async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> bool:
     """Wait ``seconds`` or until ``stop`` is set, whichever comes first.
     Returns whether ``stop`` is set."""
     if seconds > 0 and not stop.is_set():
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
+        # asyncio.wait, not wait_for: a cancellation must never be swallowed.
+        waiter = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=seconds)
+        finally:
+            waiter.cancel()
     return stop.is_set()
 
 

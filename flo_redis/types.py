@@ -332,13 +332,19 @@ StreamID.MAX = StreamID(_U64 - 1, _U64 - 1)
 @dataclass
 class StreamRecord:
     """One stream record. ``id`` is never None after construction (a None
-    becomes StreamID.MIN); ``stream`` is the stream's name when the call knows it."""
+    becomes StreamID.MIN); ``stream`` is the stream's name when the call knows it.
+
+    flo_redis adds ``delivery_count``: on a record from group_read / group_claim,
+    how many times the group delivered it, this delivery included (0 for plain
+    reads). It is the delivery's fencing token: pass it as ``token`` to
+    group_ack / group_nack and a report from a superseded delivery is refused."""
 
     id: StreamID = None  # type: ignore[assignment]
     tier: StorageTier = StorageTier.HOT
     stream: str = ""
     payload: bytes = b""
     headers: dict[str, str] | None = None
+    delivery_count: int = 0
 
     def __post_init__(self) -> None:
         if self.id is None:

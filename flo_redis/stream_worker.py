@@ -1,0 +1,359 @@
+"""``StreamWorker``: flo's consumer-group worker, on Redis Streams.
+
+Joins the group (retrying refusals that did not run), then reads batches with
+``group_read`` and runs the handler for each record under ``message_timeout``: a return
+acks the record, a raise or a timeout nacks it (the group delivers it again, up to its
+``max_deliver``). Acks and nacks carry the delivery's token, never wait behind a read,
+are resent after a lost connection and never converted. After a connection failure the
+worker first re-processes the entries it had been given (``group_claim`` over its own
+pending list), then resumes reading; on stop it finishes its handlers and leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._reports import send_report
+from ._wake import raise_if_cancelling
+from .errors import ServerError, ValidationError, is_connection_error, validate_block_ms
+from .keys import check_name
+from .retry import EmptyPollBackoff, is_refused_unrun, sleep_unless_stopped, worker_backoff
+from .types import (
+    DEFAULT_WORKER_BLOCK_MS,
+    StreamGroupAckOptions,
+    StreamGroupNackOptions,
+    StreamGroupReadOptions,
+    StreamID,
+    StreamRecord,
+)
+
+if TYPE_CHECKING:
+    from .client import FloClient
+
+log = logging.getLogger("flo_redis.stream_worker")
+
+_MAX_DRAIN_PAGES = 1000
+T = TypeVar("T")
+
+
+def _generate_id() -> str:
+    return f"{socket.gethostname()}-{secrets.token_hex(4)}"
+
+
+@dataclass
+class StreamWorkerOptions:
+    """A StreamWorker's settings; ``block_ms`` 0/None means 30000, above 300000 is
+    refused with :class:`BlockTooLongError`."""
+
+    stream: str
+    group: str = ""
+    consumer: str = ""
+    worker_id: str = ""
+    concurrency: int = 10
+    batch_size: int = 10
+    block_ms: int = DEFAULT_WORKER_BLOCK_MS
+    message_timeout: float = 300.0
+    redeliver_pending_on_reconnect: bool = True
+    claim_min_idle_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.block_ms is None or self.block_ms == 0:
+            self.block_ms = DEFAULT_WORKER_BLOCK_MS
+        validate_block_ms(self.block_ms)
+        for name in ("concurrency", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(f"{name} must be an int of at least 1, got {value!r}")
+        if not self.message_timeout > 0:
+            raise ValidationError(f"message_timeout must be positive, got {self.message_timeout}")
+
+
+@dataclass
+class StreamContext:
+    """What a stream handler gets: the record and where it came from."""
+
+    record: StreamRecord
+    namespace: str
+    stream: str
+    group: str
+    consumer: str
+
+    @property
+    def stream_id(self) -> StreamID:
+        return self.record.id
+
+    @property
+    def payload(self) -> bytes:
+        return self.record.payload
+
+    def json(self) -> Any:
+        if not self.record.payload:
+            raise ValueError("No payload data")
+        return json.loads(self.record.payload)
+
+    def into(self, cls: type[T]) -> T:
+        data = self.json()
+        return cls(**data) if isinstance(data, dict) else cls(data)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.record.headers or {}
+
+    @property
+    def delivery_count(self) -> int:
+        """How many times the group delivered this record, this delivery included."""
+        return self.record.delivery_count
+
+
+StreamHandler = Callable[[StreamContext], Awaitable[None]]
+StreamRecordHandler = StreamHandler
+
+
+class StreamWorker:
+    """Processes a stream's records as one consumer of a group; flo 0.1.2's API."""
+
+    def __init__(
+        self,
+        parent_client: FloClient,
+        handler: StreamHandler,
+        *,
+        stream: str,
+        group: str,
+        consumer: str | None = None,
+        worker_id: str | None = None,
+        concurrency: int = 10,
+        batch_size: int = 10,
+        block_ms: int = 30000,
+        message_timeout: float = 300.0,
+        redeliver_pending_on_reconnect: bool = True,
+        claim_min_idle_ms: int = 0,
+    ) -> None:
+        self._parent = parent_client
+        self._handler = handler
+        self.config = StreamWorkerOptions(
+            stream=stream,
+            group=group,
+            consumer=consumer or _generate_id(),
+            worker_id=worker_id or _generate_id(),
+            concurrency=concurrency,
+            batch_size=batch_size,
+            block_ms=block_ms,
+            message_timeout=message_timeout,
+            redeliver_pending_on_reconnect=redeliver_pending_on_reconnect,
+            claim_min_idle_ms=claim_min_idle_ms,
+        )
+        check_name("stream name", stream)
+        check_name("group name", group)
+        check_name("consumer name", self.config.consumer)
+        self._client: FloClient | None = None
+        self._stop = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._started = False
+        self._semaphore = asyncio.Semaphore(self.config.concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def client(self) -> FloClient:
+        if self._client is None:
+            raise RuntimeError("the worker is not started")
+        return self._client
+
+    async def start(self) -> None:
+        """Join the group and process records until :meth:`stop`; returns once running
+        handlers finished, their acks were sent and the consumer left the group."""
+        from .client import FloClient
+
+        parent = self._parent
+        self._client = FloClient(
+            parent._endpoint,
+            namespace=parent.namespace,
+            timeout_ms=int(parent._timeout * 1000),
+            debug=parent._debug,
+            retry=parent._retry,
+            max_payload_bytes=parent.max_payload_bytes,
+        )
+        self._started = True
+        self._finished.clear()
+        try:
+            await self._client.connect()
+            await self._join()
+            if self.config.redeliver_pending_on_reconnect:
+                await self._drain_pending()
+            await self._poll_loop()
+            await self._wait_handlers()
+            with contextlib.suppress(Exception):
+                await self._client.stream.group_leave(
+                    self.config.stream, self.config.group, self.config.consumer
+                )
+        finally:
+            await self._client.close()
+            self._finished.set()
+
+    def stop(self) -> None:
+        """Stop reading; running handlers finish and their acks are sent."""
+        self._stop.set()
+        if self._client is not None:
+            self._client.interrupt()
+
+    async def close(self) -> None:
+        self.stop()
+        if self._started:
+            await self._finished.wait()
+
+    async def __aenter__(self) -> StreamWorker:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- internals -----------------------------------------------------------------
+
+    async def _join(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                await self.client.stream.group_join(
+                    self.config.stream, self.config.group, self.config.consumer
+                )
+                return
+            except Exception as exc:
+                if not (is_refused_unrun(exc) or is_connection_error(exc)):
+                    raise
+                failures += 1
+                log.warning("joining group %s failed (%s); retrying", self.config.group, exc)
+                await sleep_unless_stopped(self._stop, worker_backoff(failures))
+
+    async def _poll_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        empty = EmptyPollBackoff(cfg.block_ms, self._stop)
+        failures = 0
+        poll_id: str | None = None
+        while not self._stop.is_set():
+            raise_if_cancelling()
+            poll_id = poll_id or secrets.token_hex(8)
+            began = loop.time()
+            try:
+                result = await self.client.stream.group_read(
+                    cfg.stream,
+                    cfg.group,
+                    cfg.consumer,
+                    StreamGroupReadOptions(
+                        count=cfg.batch_size, block_ms=cfg.block_ms, poll_id=poll_id
+                    ),
+                )
+            except Exception as exc:
+                if not (is_connection_error(exc) or isinstance(exc, ServerError)):
+                    raise
+                failures += 1
+                log.warning("group read failed (%s); retrying", exc)
+                await sleep_unless_stopped(self._stop, worker_backoff(failures))
+                if is_connection_error(exc) and cfg.redeliver_pending_on_reconnect:
+                    await self._drain_pending()
+                continue  # same poll id: a read whose reply was lost is replayed
+            if failures:
+                failures = 0
+            poll_id = None
+            if not result.records:
+                await empty.empty(loop.time() - began)
+                continue
+            empty.reset()
+            for record in result.records:
+                await self._dispatch(record)
+
+    async def _dispatch(self, record: StreamRecord) -> None:
+        await self._semaphore.acquire()
+        task = asyncio.create_task(self._process(record), name=f"flo-record-{record.id}")
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            self._semaphore.release()
+
+        task.add_done_callback(done)
+
+    async def _drain_pending(self) -> None:
+        """Re-process the entries this consumer was given but did not ack."""
+        cursor = StreamID()
+        for _ in range(_MAX_DRAIN_PAGES):
+            if self._stop.is_set():
+                return
+            try:
+                result = await self.client.stream.group_claim(
+                    self.config.stream,
+                    self.config.group,
+                    self.config.consumer,
+                    self.config.claim_min_idle_ms,
+                    cursor,
+                    self.config.batch_size,
+                )
+            except Exception as exc:
+                log.warning("pending drain failed (%s); normal reads resume", exc)
+                return
+            for record in result.records:
+                await self._dispatch(record)
+            if result.done or not result.records:
+                return
+            cursor = result.next_cursor
+
+    async def _process(self, record: StreamRecord) -> None:
+        cfg = self.config
+        ctx = StreamContext(
+            record=record,
+            namespace=self.client.namespace,
+            stream=cfg.stream,
+            group=cfg.group,
+            consumer=cfg.consumer,
+        )
+        try:
+            await asyncio.wait_for(self._handler(ctx), cfg.message_timeout)
+            ok = True
+        except asyncio.TimeoutError:
+            log.warning("handler for %s timed out; nacking", record.id)
+            ok = False
+        except Exception as exc:
+            log.warning("handler for %s failed (%s); nacking", record.id, exc)
+            ok = False
+        token = record.delivery_count or None
+        stream = self.client.stream
+        send: Callable[[], Awaitable[object]]
+        if ok:
+
+            def send() -> Awaitable[None]:
+                return stream.group_ack(
+                    cfg.stream,
+                    cfg.group,
+                    [record.id],
+                    StreamGroupAckOptions(consumer=cfg.consumer, token=token),
+                )
+
+        else:
+
+            def send() -> Awaitable[None]:
+                return stream.group_nack(
+                    cfg.stream,
+                    cfg.group,
+                    [record.id],
+                    StreamGroupNackOptions(consumer=cfg.consumer, token=token),
+                )
+
+        what = f"{'ack' if ok else 'nack'} of {cfg.stream}/{record.id.to_redis()}"
+        await send_report(what, send, self._stop.is_set, log)
+
+    async def _wait_handlers(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -1,0 +1,612 @@
+"""``ActionWorker``: flo's high-level action worker, hardened, on Redis.
+
+A worker registers its actions and itself, then loops: claim up to its free capacity in
+one script call per action queue, run each handler under the local ``action_timeout``,
+and report the outcome with the run's fencing token. Reports never wait behind a poll
+(polls hold no connection while they wait), lost reports are resent and never converted,
+and ``stop()`` lets running handlers finish and still sends their results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from . import _scripts
+from ._reports import send_report
+from ._status import Status
+from ._wake import raise_if_cancelling
+from .actions import Claimed
+from .errors import (
+    BlockTooLongError,
+    NonRetryableError,
+    NotFoundError,
+    ServerError,
+    ValidationError,
+    is_connection_error,
+    validate_block_ms,
+)
+from .keys import action_keys, check_name
+from .retry import EmptyPollBackoff, sleep_unless_stopped, worker_backoff
+from .stream_worker import (
+    StreamContext,
+    StreamHandler,
+    StreamRecordHandler,
+    StreamWorker,
+    StreamWorkerOptions,
+)
+from .types import (
+    DEFAULT_WORKER_BLOCK_MS,
+    ActionRegisterOptions,
+    ActionType,
+    Reason,
+    StatusCode,
+    WorkerAwaitOptions,
+    WorkerCompleteOptions,
+    WorkerFailOptions,
+    WorkerRegisterOptions,
+    WorkerTouchOptions,
+)
+
+if TYPE_CHECKING:
+    from .client import FloClient
+
+log = logging.getLogger("flo_redis.worker")
+
+_HEARTBEAT_INTERVAL_S = 30.0
+_MAX_TOUCH_EXTEND_MS = 3_600_000
+_MIN_TOUCH_INTERVAL_MS = 100
+_TOUCH_FINAL = (StatusCode.CONFLICT, StatusCode.NOT_FOUND, StatusCode.BAD_REQUEST)
+
+T = TypeVar("T")
+
+
+def _worker_block_ms(block_ms: object) -> int:
+    """flo's rule for workers: 0 or None waits the default, so poll loops never spin."""
+    if block_ms is None or block_ms == 0:
+        return DEFAULT_WORKER_BLOCK_MS
+    validate_block_ms(block_ms)
+    assert isinstance(block_ms, int)
+    return block_ms
+
+
+def _generate_id() -> str:
+    return f"{socket.gethostname()}-{secrets.token_hex(4)}"
+
+
+class ActionResult:
+    """A handler's result with a named outcome (``ctx.result("approved", value)``)."""
+
+    __slots__ = ("data", "outcome")
+
+    def __init__(self, outcome: str, data: bytes) -> None:
+        self.outcome = outcome
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"ActionResult(outcome={self.outcome!r}, data={self.data!r})"
+
+
+@dataclass
+class ActionWorkerOptions:
+    """An ActionWorker's settings. ``block_ms`` 0/None means 30000; above 300000 is
+    refused with :class:`BlockTooLongError`."""
+
+    worker_id: str = ""
+    concurrency: int = 10
+    action_timeout: float = 300.0
+    block_ms: int = DEFAULT_WORKER_BLOCK_MS
+    auto_touch: bool = False
+
+    def __post_init__(self) -> None:
+        self.block_ms = _worker_block_ms(self.block_ms)
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
+            raise ValidationError(f"concurrency must be an int, got {self.concurrency!r}")
+        if self.concurrency < 1:
+            raise ValidationError(f"concurrency must be at least 1, got {self.concurrency}")
+        if not self.action_timeout > 0:
+            raise ValidationError(f"action_timeout must be positive, got {self.action_timeout}")
+
+
+@dataclass
+class ActionContext:
+    """What a handler gets: the run, its input, and ways to touch, check cancellation
+    and name an outcome. ``token`` is this hand-out's fencing token (pass it to your own
+    downstream writes to fence them); ``cancelled`` turns true when the run's lease was
+    lost, or the worker gave the run back while shutting down."""
+
+    task_id: str
+    action_name: str
+    payload: bytes
+    attempt: int
+    created_at: int
+    namespace: str
+    _worker: ActionWorker = field(repr=False)
+    _cancel_event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    token: int = 0
+
+    def input(self) -> bytes:
+        return self.payload
+
+    def json(self) -> Any:
+        if not self.payload:
+            raise ValueError("No input data")
+        return json.loads(self.payload)
+
+    def into(self, cls: type[T]) -> T:
+        data = self.json()
+        return cls(**data) if isinstance(data, dict) else cls(data)
+
+    @staticmethod
+    def to_bytes(value: Any) -> bytes:
+        return json.dumps(value).encode()
+
+    async def touch(self, extend_ms: int = 30000) -> None:
+        """Extend this run's lease to ``extend_ms`` from now (fenced by the token)."""
+        await self._worker._touch(self, extend_ms)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel_event.is_set()
+
+    async def check_cancelled(self) -> None:
+        if self._cancel_event.is_set():
+            raise asyncio.CancelledError("run cancelled: its lease was lost")
+
+    def result(self, outcome: str, value: Any = None) -> ActionResult:
+        if value is None:
+            data = b""
+        elif isinstance(value, bytes):
+            data = value
+        else:
+            data = json.dumps(value).encode()
+        return ActionResult(outcome, data)
+
+
+ActionHandler = Callable[[ActionContext], Awaitable[Any]]
+
+
+@dataclass
+class _Report:
+    kind: str  # "complete" | "fail" | "release" | "none"
+    data: bytes = b""
+    outcome: str = "success"
+    message: str = ""
+    retry: bool = True
+
+
+class _LeaseLost(Exception):
+    """The run's lease is gone (taken back or finished elsewhere); report nothing."""
+
+
+class ActionWorker:
+    """Runs action handlers for runs taken from Redis; flo 0.1.2's ActionWorker API."""
+
+    def __init__(
+        self,
+        parent_client: FloClient,
+        *,
+        worker_id: str | None = None,
+        concurrency: int = 10,
+        action_timeout: float = 300.0,
+        block_ms: int = 30000,
+        auto_touch: bool = False,
+    ) -> None:
+        self._parent = parent_client
+        self.config = ActionWorkerOptions(
+            worker_id=worker_id or _generate_id(),
+            concurrency=concurrency,
+            action_timeout=action_timeout,
+            block_ms=block_ms,
+            auto_touch=auto_touch,
+        )
+        check_name("worker id", self.config.worker_id)
+        self._handlers: dict[str, ActionHandler] = {}
+        self._options: dict[str, ActionRegisterOptions] = {}
+        self._client: FloClient | None = None
+        self._stop = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._slot_free = asyncio.Event()
+        self._started = False
+
+    # --- registration --------------------------------------------------------------
+
+    def action(
+        self, name: str, options: ActionRegisterOptions | None = None
+    ) -> Callable[[ActionHandler], ActionHandler]:
+        """Decorator registering ``fn`` as the handler of action ``name``."""
+
+        def decorator(fn: ActionHandler) -> ActionHandler:
+            self.register_action(name, fn, options)
+            return fn
+
+        return decorator
+
+    def register_action(
+        self, name: str, handler: ActionHandler, options: ActionRegisterOptions | None = None
+    ) -> None:
+        """Register ``handler`` for ``name``; ValueError if the name already has one.
+        ``options.namespace`` is ignored: the worker's namespace is used."""
+        check_name("action name", name)
+        if name in self._handlers:
+            raise ValueError(f"Action handler already registered: {name}")
+        self._handlers[name] = handler
+        self._options[name] = options or ActionRegisterOptions()
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    @property
+    def client(self) -> FloClient:
+        if self._client is None:
+            raise RuntimeError("the worker is not started")
+        return self._client
+
+    async def start(self) -> None:
+        """Register and work until :meth:`stop` (or a drain); returns once running
+        handlers have finished and their results were sent."""
+        if not self._handlers:
+            raise ValueError("No action handlers registered")
+        from .client import FloClient
+
+        parent = self._parent
+        self._client = FloClient(
+            parent._endpoint,
+            namespace=parent.namespace,
+            timeout_ms=int(parent._timeout * 1000),
+            debug=parent._debug,
+            retry=parent._retry,
+            max_payload_bytes=parent.max_payload_bytes,
+        )
+        self._started = True
+        self._finished.clear()
+        try:
+            await self._client.connect()
+            await self._register_all()
+            log.info(
+                "worker %s started: actions %s, concurrency %d",
+                self.config.worker_id,
+                sorted(self._handlers),
+                self.config.concurrency,
+            )
+            heartbeat = asyncio.create_task(self._heartbeat_loop(), name="flo-heartbeat")
+            try:
+                await self._poll_loop()
+                await self._wait_handlers()
+            finally:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
+        except asyncio.CancelledError:
+            await self._give_back_running()
+            raise
+        finally:
+            await self._client.close()
+            self._finished.set()
+
+    def stop(self) -> None:
+        """Stop taking work; running handlers finish and their results are sent."""
+        self._stop.set()
+        if self._client is not None:
+            self._client.interrupt()
+
+    async def close(self) -> None:
+        """Stop, wait for running handlers and their reports, close the connections."""
+        self.stop()
+        if self._started:
+            await self._finished.wait()
+
+    async def __aenter__(self) -> ActionWorker:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- registration with the store -----------------------------------------------
+
+    async def _register_all(self) -> None:
+        for name, opts in self._options.items():
+            await self.client.action.register(name, ActionType.USER, _in_namespace(opts, None))
+        await self._register_worker()
+
+    async def _register_worker(self) -> None:
+        await self.client.worker.register(
+            self.config.worker_id,
+            sorted(self._handlers),
+            WorkerRegisterOptions(
+                concurrency=self.config.concurrency, machine_id=socket.gethostname()
+            ),
+        )
+
+    async def _heartbeat(self) -> None:
+        try:
+            await self.client.worker.heartbeat(self.config.worker_id, len(self._running))
+        except NotFoundError:
+            log.warning("worker %s was removed; registering again", self.config.worker_id)
+            await self._register_worker()
+
+    async def _heartbeat_loop(self) -> None:
+        while not await sleep_unless_stopped(self._stop, _HEARTBEAT_INTERVAL_S):
+            try:
+                await self._heartbeat()
+            except Exception as exc:
+                log.warning("heartbeat of %s failed: %s", self.config.worker_id, exc)
+
+    # --- polling -------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        names = sorted(self._handlers)
+        empty = EmptyPollBackoff(self.config.block_ms, self._stop)
+        failures = 0
+        poll_id: str | None = None
+        while not self._stop.is_set():
+            raise_if_cancelling()
+            free = self.config.concurrency - len(self._running)
+            if free <= 0:
+                self._slot_free.clear()
+                await _wait_any(self._slot_free, self._stop)
+                continue
+            poll_id = poll_id or secrets.token_hex(8)
+            began = loop.time()
+            try:
+                claimed = await self.client.worker.await_tasks(
+                    self.config.worker_id,
+                    names,
+                    free,
+                    WorkerAwaitOptions(block_ms=self.config.block_ms, poll_id=poll_id),
+                )
+            except ServerError as exc:
+                if exc.reason == Reason.WORKER_DRAINING:
+                    log.info("worker %s is draining; stopping", self.config.worker_id)
+                    return
+                if exc.reason == Reason.WORKER_UNHEALTHY:
+                    log.warning("worker %s unhealthy; heartbeating", self.config.worker_id)
+                    with contextlib.suppress(Exception):
+                        await self._heartbeat()
+                elif isinstance(exc, NotFoundError):
+                    with contextlib.suppress(Exception):
+                        await self._register_worker()
+                else:
+                    log.warning("poll refused: %s", exc)
+                failures += 1
+                await sleep_unless_stopped(self._stop, worker_backoff(failures))
+                continue
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                failures += 1
+                log.warning("poll failed (%s); retrying the same poll", exc)
+                await sleep_unless_stopped(self._stop, worker_backoff(failures))
+                continue  # same poll id: a claim whose reply was lost is replayed
+            failures = 0
+            poll_id = None
+            if not claimed:
+                await empty.empty(loop.time() - began)
+                continue
+            empty.reset()
+            for run in claimed:
+                self._spawn(run)
+
+    def _spawn(self, run: Claimed) -> None:
+        task = asyncio.create_task(self._execute(run), name=f"flo-run-{run.run_id}")
+        self._running[run.run_id] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            self._running.pop(run.run_id, None)
+            self._slot_free.set()
+
+        task.add_done_callback(done)
+
+    async def _wait_handlers(self) -> None:
+        while self._running:
+            await asyncio.gather(*list(self._running.values()), return_exceptions=True)
+
+    async def _give_back_running(self) -> None:
+        """The worker itself is being cancelled: cancel handlers; each gives its run back
+        without spending the attempt."""
+        for task in list(self._running.values()):
+            task.cancel()
+        await asyncio.gather(*list(self._running.values()), return_exceptions=True)
+
+    # --- one run -------------------------------------------------------------------
+
+    async def _execute(self, run: Claimed) -> None:
+        ctx = ActionContext(
+            task_id=run.run_id,
+            action_name=run.action,
+            payload=run.payload,
+            attempt=run.attempt,
+            created_at=run.created_at_ms,
+            namespace=self.client.namespace,
+            _worker=self,
+            token=run.token,
+        )
+        try:
+            report = await self._run_handler(ctx)
+        except asyncio.CancelledError:
+            # Shutdown: hand the run back without counting the attempt.
+            await self._deliver(ctx, _Report("release"))
+            raise
+        await self._deliver(ctx, report)
+
+    async def _run_handler(self, ctx: ActionContext) -> _Report:
+        handler = self._handlers.get(ctx.action_name)
+        if handler is None:
+            return _Report("fail", message=f"No handler for: {ctx.action_name}", retry=True)
+        work = asyncio.create_task(handler(ctx), name=f"flo-handler-{ctx.task_id}")
+        toucher = self._start_auto_touch(ctx, work)
+        try:
+            # asyncio.wait, not wait_for: the worker's own cancellation must never be
+            # swallowed, and a timeout must not cancel the handler before we decide.
+            await asyncio.wait({work}, timeout=self.config.action_timeout)
+        except asyncio.CancelledError:
+            work.cancel()
+            with contextlib.suppress(BaseException):
+                await work
+            raise
+        finally:
+            if toucher is not None:
+                toucher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await toucher
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(BaseException):
+                await work
+            return _Report("fail", message="Action timed out", retry=False)
+        if work.cancelled():
+            if ctx.cancelled:
+                return _Report("none")  # the lease was lost: nobody takes a report
+            return _Report("fail", message="Action cancelled", retry=True)
+        exc = work.exception()
+        if exc is not None:
+            return _failure_report(exc)
+        result = work.result()
+        if isinstance(result, ActionResult):
+            return _Report("complete", data=result.data, outcome=result.outcome)
+        if isinstance(result, dict):
+            return _Report("complete", data=json.dumps(result).encode())
+        if isinstance(result, bytes):
+            return _Report("complete", data=result)
+        return _Report("complete", data=b"")
+
+    def _start_auto_touch(
+        self, ctx: ActionContext, work: asyncio.Task[Any]
+    ) -> asyncio.Task[None] | None:
+        if not self.config.auto_touch:
+            return None
+        timeout_ms = self._options[ctx.action_name].timeout_ms
+        if timeout_ms <= 0:
+            return None
+        extend_ms = min(timeout_ms, _MAX_TOUCH_EXTEND_MS)
+        interval_s = max(extend_ms / 3, _MIN_TOUCH_INTERVAL_MS) / 1000.0
+        return asyncio.create_task(
+            self._keep_touching(ctx, work, extend_ms, interval_s), name=f"flo-touch-{ctx.task_id}"
+        )
+
+    async def _keep_touching(
+        self, ctx: ActionContext, work: asyncio.Task[Any], extend_ms: int, interval_s: float
+    ) -> None:
+        while not work.done():
+            await asyncio.sleep(interval_s)
+            if work.done():
+                return
+            try:
+                await self._touch(ctx, extend_ms)
+            except _LeaseLost:
+                work.cancel()
+                return
+            except ServerError as exc:
+                log.warning("touch of %s refused (%s); trying again later", ctx.task_id, exc)
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                log.info("touch of %s failed (%s); trying again later", ctx.task_id, exc)
+
+    async def _touch(self, ctx: ActionContext, extend_ms: int) -> None:
+        try:
+            await self.client.worker.touch(
+                self.config.worker_id,
+                ctx.action_name,
+                ctx.task_id,
+                WorkerTouchOptions(extend_ms=extend_ms, token=ctx.token),
+            )
+        except ServerError as exc:
+            if exc.status_code in _TOUCH_FINAL and exc.reason != Reason.OUT_OF_RANGE:
+                ctx._cancel_event.set()
+                log.warning("lease of %s lost (%s); cancelling its handler", ctx.task_id, exc)
+                raise _LeaseLost(str(exc)) from exc
+            raise
+
+    async def _deliver(self, ctx: ActionContext, report: _Report) -> None:
+        worker = self.client.worker
+        wid = self.config.worker_id
+        send: Callable[[], Awaitable[object]]
+        if report.kind == "none":
+            return
+        if report.kind == "complete":
+
+            def send() -> Awaitable[None]:
+                return worker.complete(
+                    wid,
+                    ctx.action_name,
+                    ctx.task_id,
+                    report.data,
+                    WorkerCompleteOptions(outcome=report.outcome, token=ctx.token),
+                )
+
+        elif report.kind == "fail":
+
+            def send() -> Awaitable[None]:
+                return worker.fail(
+                    wid,
+                    ctx.action_name,
+                    ctx.task_id,
+                    report.message,
+                    WorkerFailOptions(retry=report.retry, token=ctx.token),
+                )
+
+        else:
+
+            def send() -> Awaitable[object]:
+                return self._release(ctx)
+
+        what = f"{report.kind} of {ctx.task_id}"
+        await send_report(what, send, self._stop.is_set, log)
+
+    async def _release(self, ctx: ActionContext) -> None:
+        keys = action_keys(self.client.namespace, ctx.action_name)
+        reply = await _scripts.call(
+            self.client.redis,
+            "run_release",
+            [keys.definition, keys.meta, keys.runs, keys.pending, keys.leases, keys.wake],
+            [ctx.task_id, str(ctx.token), self.config.worker_id],
+        )
+        if int(reply[0]) != Status.OK:
+            log.info("release of %s refused (%s)", ctx.task_id, Status(int(reply[0])).name)
+
+
+def _failure_report(exc: BaseException) -> _Report:
+    message = str(exc) or type(exc).__name__
+    return _Report("fail", message=message, retry=not isinstance(exc, NonRetryableError))
+
+
+def _in_namespace(opts: ActionRegisterOptions, namespace: str | None) -> ActionRegisterOptions:
+    return ActionRegisterOptions(**{**opts.__dict__, "namespace": namespace})
+
+
+async def _wait_any(*events: asyncio.Event) -> None:
+    waits = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+__all__ = [
+    "ActionContext",
+    "ActionResult",
+    "ActionWorker",
+    "ActionWorkerOptions",
+    "BlockTooLongError",
+    "StreamContext",
+    "StreamHandler",
+    "StreamRecordHandler",
+    "StreamWorker",
+    "StreamWorkerOptions",
+]

@@ -1,0 +1,414 @@
+"""ActionWorker against real Redis: outcomes, stop, drain, touch, health, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+from polling import eventually
+
+import flo_redis.worker as worker_module
+from flo_redis import (
+    ActionContext,
+    ActionRegisterOptions,
+    ActionWorker,
+    BlockTooLongError,
+    FloClient,
+    NonRetryableError,
+    RunStatus,
+    WorkerStatus,
+)
+from flo_redis.types import ActionRunStatus
+
+FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT}
+
+
+@contextlib.asynccontextmanager
+async def running(worker: ActionWorker) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(worker.start())
+    try:
+        await registered(worker)
+        yield task
+    finally:
+        worker.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 30)
+
+
+async def registered(worker: ActionWorker) -> None:
+    """Wait until the worker has registered its actions and itself."""
+    client = worker._parent
+    wid = worker.config.worker_id
+    await eventually(
+        lambda: client.worker.list(), lambda r: any(w.worker_id == wid for w in r.workers)
+    )
+
+
+async def finished(client: FloClient, run_id: str) -> ActionRunStatus:
+    return await eventually(lambda: client.action.status(run_id), lambda s: s.status in FINISHED)
+
+
+def new_worker(client: FloClient, **kwargs: object) -> ActionWorker:
+    return client.new_action_worker(block_ms=500, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_handler_results_become_completes(client: FloClient) -> None:
+    worker = new_worker(client)
+
+    @worker.action("bytes")
+    async def returns_bytes(ctx: ActionContext) -> bytes:
+        return ctx.input().upper()
+
+    @worker.action("dict")
+    async def returns_dict(ctx: ActionContext) -> dict[str, int]:
+        return {"n": ctx.json()["n"] + 1}
+
+    @worker.action("outcome")
+    async def returns_outcome(ctx: ActionContext) -> object:
+        return ctx.result("approved", {"ok": True})
+
+    @worker.action("none")
+    async def returns_none(ctx: ActionContext) -> None:
+        return None
+
+    async with running(worker):
+        a = (await client.action.invoke("bytes", b"abc")).run_id
+        b = (await client.action.invoke("dict", b'{"n": 1}')).run_id
+        c = (await client.action.invoke("outcome", b"")).run_id
+        d = (await client.action.invoke("none", b"")).run_id
+        sa, sb, sc, sd = [await finished(client, r) for r in (a, b, c, d)]
+    assert (sa.status, sa.output, sa.attempt) == (RunStatus.COMPLETED, b"ABC", 1)
+    assert sb.output == b'{"n": 2}'
+    assert (sc.output, sc.outcome) == (b'{"ok": true}', "approved")
+    assert (sd.status, sd.output) == (RunStatus.COMPLETED, b"")
+    assert sa.worker_id == worker.config.worker_id
+
+
+async def test_non_retryable_error_fails_for_good(client: FloClient) -> None:
+    worker = new_worker(client)
+
+    @worker.action("reject", ActionRegisterOptions(max_retries=5))
+    async def reject(ctx: ActionContext) -> bytes:
+        raise NonRetryableError("malformed order")
+
+    async with running(worker):
+        run_id = (await client.action.invoke("reject", b"")).run_id
+        status = await finished(client, run_id)
+    assert (status.status, status.attempt, status.error_message) == (
+        RunStatus.FAILED,
+        1,
+        "malformed order",
+    )
+
+
+async def test_other_errors_are_retried_until_attempts_run_out(client: FloClient) -> None:
+    worker = new_worker(client)
+    attempts: list[int] = []
+
+    @worker.action("flaky", ActionRegisterOptions(max_retries=3))
+    async def flaky(ctx: ActionContext) -> bytes:
+        attempts.append(ctx.attempt)
+        raise RuntimeError(f"attempt {ctx.attempt} broke")
+
+    async with running(worker):
+        run_id = (await client.action.invoke("flaky", b"")).run_id
+        status = await finished(client, run_id)
+    assert attempts == [1, 2, 3]
+    assert (status.status, status.attempt) == (RunStatus.FAILED, 3)
+    assert status.error_message == "attempt 3 broke"
+
+
+async def test_a_retry_that_succeeds_completes(client: FloClient) -> None:
+    worker = new_worker(client)
+
+    @worker.action("second-time")
+    async def second_time(ctx: ActionContext) -> bytes:
+        if ctx.attempt == 1:
+            raise TimeoutError("downstream slow")  # an ordinary failure: retried
+        return b"done"
+
+    async with running(worker):
+        status = await finished(client, (await client.action.invoke("second-time", b"")).run_id)
+    assert (status.status, status.attempt, status.output) == (RunStatus.COMPLETED, 2, b"done")
+    assert status.error_message is None
+
+
+async def test_local_action_timeout_cancels_and_fails_without_retry(client: FloClient) -> None:
+    worker = new_worker(client, action_timeout=0.2)
+    cancelled = asyncio.Event()
+
+    @worker.action("slow", ActionRegisterOptions(max_retries=3, timeout_ms=60_000))
+    async def slow(ctx: ActionContext) -> bytes:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return b""
+
+    async with running(worker):
+        status = await finished(client, (await client.action.invoke("slow", b"")).run_id)
+    assert cancelled.is_set()
+    assert (status.status, status.attempt, status.error_message) == (
+        RunStatus.FAILED,
+        1,
+        "Action timed out",
+    )
+
+
+async def test_registration_rules(client: FloClient) -> None:
+    worker = new_worker(client)
+    with pytest.raises(ValueError, match="No action handlers"):
+        await worker.start()
+
+    async def handler(ctx: ActionContext) -> bytes:
+        return b""
+
+    worker.register_action("once", handler)
+    with pytest.raises(ValueError, match="already registered"):
+        worker.register_action("once", handler)
+    with pytest.raises(BlockTooLongError):
+        client.new_action_worker(block_ms=300_001)
+    assert client.new_action_worker(block_ms=0).config.block_ms == 30_000
+
+
+async def test_stop_lets_running_handlers_finish_and_report(client: FloClient) -> None:
+    worker = new_worker(client)
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    @worker.action("careful")
+    async def careful(ctx: ActionContext) -> bytes:
+        started.set()
+        await release.wait()
+        return b"finished"
+
+    task = asyncio.create_task(worker.start())
+    await registered(worker)
+    run_id = (await client.action.invoke("careful", b"")).run_id
+    await asyncio.wait_for(started.wait(), 15)
+    worker.stop()
+    await asyncio.sleep(0.1)
+    assert not task.done()  # still waiting for the handler
+    release.set()
+    await asyncio.wait_for(task, 15)
+    status = await client.action.status(run_id)
+    assert (status.status, status.output) == (RunStatus.COMPLETED, b"finished")
+
+
+async def test_cancelling_the_worker_gives_runs_back_without_spending_attempts(
+    client: FloClient,
+) -> None:
+    worker = new_worker(client)
+    started = asyncio.Event()
+
+    @worker.action("long")
+    async def long(ctx: ActionContext) -> bytes:
+        started.set()
+        await asyncio.sleep(60)
+        return b""
+
+    task = asyncio.create_task(worker.start())
+    await registered(worker)
+    run_id = (await client.action.invoke("long", b"")).run_id
+    await asyncio.wait_for(started.wait(), 15)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    status = await client.action.status(run_id)
+    assert (status.status, status.attempt) == (RunStatus.PENDING, 0)
+
+
+async def test_drain_makes_start_return_after_handlers_finish(client: FloClient) -> None:
+    worker = new_worker(client)
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    @worker.action("drainable")
+    async def drainable(ctx: ActionContext) -> bytes:
+        started.set()
+        await release.wait()
+        return b"ok"
+
+    task = asyncio.create_task(worker.start())
+    await registered(worker)
+    run_id = (await client.action.invoke("drainable", b"")).run_id
+    await asyncio.wait_for(started.wait(), 15)
+    await client.worker.drain(worker.config.worker_id)
+    await asyncio.sleep(0.8)  # past a poll: the worker has seen it is draining
+    release.set()
+    await asyncio.wait_for(task, 15)  # start() returned by itself
+    assert (await client.action.status(run_id)).status == RunStatus.COMPLETED
+
+
+async def test_auto_touch_keeps_a_long_handlers_lease(client: FloClient) -> None:
+    worker = new_worker(client, auto_touch=True)
+
+    @worker.action("patient", ActionRegisterOptions(timeout_ms=300, max_retries=1))
+    async def patient(ctx: ActionContext) -> bytes:
+        await asyncio.sleep(1.2)  # four lease lengths
+        return b"kept"
+
+    async with running(worker):
+        status = await finished(client, (await client.action.invoke("patient", b"")).run_id)
+    assert (status.status, status.attempt, status.output) == (RunStatus.COMPLETED, 1, b"kept")
+
+
+async def test_a_lost_lease_cancels_the_handler_and_sends_no_fail(client: FloClient) -> None:
+    worker = new_worker(client, auto_touch=True)
+    started = asyncio.Event()
+    seen: list[bool] = []
+
+    @worker.action("doomed", ActionRegisterOptions(timeout_ms=300))
+    async def doomed(ctx: ActionContext) -> bytes:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append(ctx.cancelled)
+            raise
+        return b""
+
+    async with running(worker):
+        run_id = (await client.action.invoke("doomed", b"")).run_id
+        await asyncio.wait_for(started.wait(), 15)
+        # Another worker's report ends the run: this worker's next touch is refused.
+        status = await client.action.status(run_id)
+        await client.worker.register("other", ["doomed"])
+        from flo_redis import WorkerFailOptions
+
+        await client.worker.fail(
+            status.worker_id or "", "doomed", run_id, "operator", WorkerFailOptions(retry=False)
+        )
+        await eventually(lambda: asyncio.sleep(0, seen), bool)
+    assert seen == [True]
+    final = await client.action.status(run_id)
+    assert (final.status, final.error_message) == (RunStatus.FAILED, "operator")
+
+
+async def test_a_late_complete_after_the_lease_was_taken_back_is_dropped(
+    client: FloClient,
+) -> None:
+    worker = new_worker(client)
+    started = asyncio.Event()
+
+    @worker.action("late", ActionRegisterOptions(timeout_ms=200, max_retries=2))
+    async def late(ctx: ActionContext) -> bytes:
+        if ctx.attempt == 1:
+            started.set()
+            await asyncio.sleep(1.0)  # the lease expires meanwhile
+            return b"first"
+        return b"second"
+
+    async with running(worker):
+        run_id = (await client.action.invoke("late", b"")).run_id
+        status = await eventually(
+            lambda: client.action.status(run_id), lambda s: s.status == RunStatus.COMPLETED
+        )
+        await asyncio.sleep(1.2)  # the first attempt's complete has been sent and refused
+        after = await client.action.status(run_id)
+    assert (status.output, status.attempt) == (b"second", 2)
+    assert (after.output, after.attempt) == (b"second", 2)
+
+
+async def test_concurrency_is_filled_in_one_go(client: FloClient) -> None:
+    worker = new_worker(client, concurrency=50)
+    running_now = 0
+    peak = 0
+    gate = asyncio.Event()
+
+    @worker.action("wide")
+    async def wide(ctx: ActionContext) -> bytes:
+        nonlocal running_now, peak
+        running_now += 1
+        peak = max(peak, running_now)
+        if running_now == 50:
+            gate.set()
+        await gate.wait()
+        running_now -= 1
+        return b""
+
+    await client.action.register("wide")
+    ids = [(await client.action.invoke("wide", b"")).run_id for _ in range(120)]
+    async with running(worker):
+        for run_id in ids:
+            await finished(client, run_id)
+    assert peak == 50
+
+
+async def test_context_carries_token_and_attempt(client: FloClient) -> None:
+    worker = new_worker(client)
+    seen: list[tuple[int, int]] = []
+
+    @worker.action("fenced")
+    async def fenced(ctx: ActionContext) -> bytes:
+        seen.append((ctx.token, ctx.attempt))
+        return b""
+
+    async with running(worker):
+        status = await finished(client, (await client.action.invoke("fenced", b"")).run_id)
+    assert seen == [(status.token, 1)]
+    assert status.token > 0
+
+
+async def test_heartbeats_report_running_handlers(
+    client: FloClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "_HEARTBEAT_INTERVAL_S", 0.1)
+    worker = new_worker(client)
+    release = asyncio.Event()
+
+    @worker.action("busy")
+    async def busy(ctx: ActionContext) -> bytes:
+        await release.wait()
+        return b""
+
+    async with running(worker):
+        for _ in range(3):
+            await client.action.invoke("busy", b"")
+        info = await eventually(
+            lambda: client.worker.list(),
+            lambda r: any(w.current_load == 3 for w in r.workers),
+        )
+        release.set()
+    assert info.workers[0].worker_id == worker.config.worker_id
+
+
+async def test_a_removed_worker_registers_again(
+    client: FloClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "_HEARTBEAT_INTERVAL_S", 0.1)
+    worker = new_worker(client, concurrency=7)
+
+    @worker.action("any")
+    async def anything(ctx: ActionContext) -> bytes:
+        return b""
+
+    async with running(worker):
+        await eventually(lambda: client.worker.list(), lambda r: len(r.workers) == 1)
+        await client.worker.deregister(worker.config.worker_id)
+        again = await eventually(lambda: client.worker.list(), lambda r: len(r.workers) == 1)
+        assert again.workers[0].max_concurrency == 7
+        status = await finished(client, (await client.action.invoke("any", b"")).run_id)
+    assert status.status == RunStatus.COMPLETED
+
+
+async def test_an_unhealthy_worker_heartbeats_and_works_again(
+    client: FloClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await client.worker.configure(heartbeat_timeout_ms=300, remove_after_ms=60_000)
+    worker = new_worker(client)
+
+    @worker.action("steady")
+    async def steady(ctx: ActionContext) -> bytes:
+        return b"ok"
+
+    async with running(worker):
+        await eventually(
+            lambda: client.worker.list(),
+            lambda r: bool(r.workers) and r.workers[0].status == WorkerStatus.UNHEALTHY,
+        )
+        status = await finished(client, (await client.action.invoke("steady", b"")).run_id)
+    assert status.status == RunStatus.COMPLETED
