@@ -39,7 +39,12 @@ from .errors import (
     is_connection_error,
 )
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from .streams import StreamOperations
+from .streams import (
+    DeadLetter,
+    StreamDeadLetterOptions,
+    StreamGroupSettings,
+    StreamOperations,
+)
 from .types import (
     MAX_BLOCK_MS,
     ActionDeleteOptions,
@@ -121,6 +126,7 @@ __all__ = [
     "BlockTooLongError",
     "ConflictError",
     "ConnectionFailedError",
+    "DeadLetter",
     "FloClient",
     "FloError",
     "GenericServerError",
@@ -152,10 +158,12 @@ __all__ = [
     "StreamAppendResult",
     "StreamClaimResult",
     "StreamContext",
+    "StreamDeadLetterOptions",
     "StreamGroupAckOptions",
     "StreamGroupJoinOptions",
     "StreamGroupNackOptions",
     "StreamGroupReadOptions",
+    "StreamGroupSettings",
     "StreamID",
     "StreamInfo",
     "StreamInfoOptions",

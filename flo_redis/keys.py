@@ -166,3 +166,71 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
 def owner_channel(tag: str, owner: str) -> str:
     """The liveness channel of ``owner`` in the slot of ``tag`` (never published to)."""
     return f"{PREFIX}:live:{tag}:{owner}"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKeys:
+    """Keys of one consumer group of one stream partition; same hash slot as the stream.
+
+    The group itself (its cursor and pending entries list) lives inside the stream key,
+    as a Redis consumer group; these keys hold what Redis does not track."""
+
+    group: str
+    config: str  # HASH  the group's settings (ack_timeout_ms, max_deliver)
+    due: str  # ZSET  entry id -> ms when it is to be delivered again (ack timeout, nack)
+    deliveries: str  # HASH  entry id -> msgpack {o owner, c consumer, nk nacked}
+    dead: str  # STREAM  dead letters of this group
+    polls: str  # HASH  poll id -> msgpack hand-out (replay of lost group_read replies)
+    poll_times: str  # ZSET  poll id -> time ms
+
+
+@dataclass(frozen=True, slots=True)
+class StreamKeys:
+    """Keys of one stream partition; all in one hash slot."""
+
+    namespace: str
+    stream: str
+    partition: int
+    tag: str
+    log: str  # STREAM  the records (fields: p payload, h msgpack headers)
+    meta: str  # HASH  bytes: payload + header bytes held
+    wake: str  # sharded pub/sub channel announcing records to read
+
+    def group(self, group: str) -> GroupKeys:
+        check_name("group name", group)
+        base = f"{self.log[: -len(':log')]}:g:{group}"
+        return GroupKeys(
+            group=group,
+            config=f"{base}:cfg",
+            due=f"{base}:due",
+            deliveries=f"{base}:dlv",
+            dead=f"{base}:dead",
+            polls=f"{base}:polls",
+            poll_times=f"{base}:poll-times",
+        )
+
+
+def stream_keys(namespace: str, stream: str, partition: int = 0) -> StreamKeys:
+    """Keys of ``stream``'s partition ``partition``. Partition 0 has the tag
+    ``{<namespace>:<stream>}``; partition p > 0 has ``{<namespace>:<stream>/<p>}`` (its
+    own slot) and the prefix ``flo:s<p>:``, so no two partitions of any streams share
+    key names."""
+    check_namespace(namespace)
+    check_name("stream name", stream)
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValidationError(f"partition must be an int >= 0, got {partition!r}")
+    if partition == 0:
+        tag = f"{{{namespace}:{stream}}}"
+        base = f"{PREFIX}:s:{tag}"
+    else:
+        tag = f"{{{namespace}:{stream}/{partition}}}"
+        base = f"{PREFIX}:s{partition}:{tag}"
+    return StreamKeys(
+        namespace=namespace,
+        stream=stream,
+        partition=partition,
+        tag=tag,
+        log=f"{base}:log",
+        meta=f"{base}:meta",
+        wake=f"{base}:wake",
+    )

@@ -20,7 +20,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ._reports import send_report
 from ._wake import raise_if_cancelling
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("flo_redis.stream_worker")
 
 _MAX_DRAIN_PAGES = 1000
-T = TypeVar("T")
 
 
 def _generate_id() -> str:
@@ -100,7 +99,7 @@ class StreamContext:
             raise ValueError("No payload data")
         return json.loads(self.record.payload)
 
-    def into(self, cls: type[T]) -> T:
+    def into(self, cls: type[Any]) -> Any:
         data = self.json()
         return cls(**data) if isinstance(data, dict) else cls(data)
 
@@ -306,8 +305,10 @@ class StreamWorker:
                 return
             for record in result.records:
                 await self._dispatch(record)
-            if result.done or not result.records:
+            if result.done:
                 return
+            # A page can be empty without being the end (a claim inspects a bounded
+            # part of the pending list); the cursor moves on either way.
             cursor = result.next_cursor
 
     async def _process(self, record: StreamRecord) -> None:

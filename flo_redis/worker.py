@@ -18,7 +18,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from . import _scripts
 from ._reports import send_report
@@ -66,7 +66,6 @@ _MAX_TOUCH_EXTEND_MS = 3_600_000
 _MIN_TOUCH_INTERVAL_MS = 100
 _TOUCH_FINAL = (StatusCode.CONFLICT, StatusCode.NOT_FOUND, StatusCode.BAD_REQUEST)
 
-T = TypeVar("T")
 
 
 def _worker_block_ms(block_ms: object) -> int:
@@ -141,7 +140,7 @@ class ActionContext:
             raise ValueError("No input data")
         return json.loads(self.payload)
 
-    def into(self, cls: type[T]) -> T:
+    def into(self, cls: type[Any]) -> Any:
         data = self.json()
         return cls(**data) if isinstance(data, dict) else cls(data)
 
@@ -447,7 +446,7 @@ class ActionWorker:
         handler = self._handlers.get(ctx.action_name)
         if handler is None:
             return _Report("fail", message=f"No handler for: {ctx.action_name}", retry=True)
-        work = asyncio.create_task(handler(ctx), name=f"flo-handler-{ctx.task_id}")
+        work: asyncio.Future[Any] = asyncio.ensure_future(handler(ctx))
         toucher = self._start_auto_touch(ctx, work)
         try:
             # asyncio.wait, not wait_for: the worker's own cancellation must never be
@@ -485,7 +484,7 @@ class ActionWorker:
         return _Report("complete", data=b"")
 
     def _start_auto_touch(
-        self, ctx: ActionContext, work: asyncio.Task[Any]
+        self, ctx: ActionContext, work: asyncio.Future[Any]
     ) -> asyncio.Task[None] | None:
         if not self.config.auto_touch:
             return None
@@ -499,7 +498,7 @@ class ActionWorker:
         )
 
     async def _keep_touching(
-        self, ctx: ActionContext, work: asyncio.Task[Any], extend_ms: int, interval_s: float
+        self, ctx: ActionContext, work: asyncio.Future[Any], extend_ms: int, interval_s: float
     ) -> None:
         while not work.done():
             await asyncio.sleep(interval_s)

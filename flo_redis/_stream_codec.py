@@ -1,0 +1,114 @@
+"""Validation of stream arguments and decoding of the stream scripts' replies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from .codec import pack
+from .errors import ValidationError, ValueTooLargeError, validate_block_ms
+from .types import StreamID, StreamRecord
+
+MAX_COUNT = 1000
+MAX_HEADERS_BYTES = 65535
+
+
+def count_arg(what: str, value: object, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        raise ValidationError(f"{what} must be an int in [1, {MAX_COUNT}], got {value!r}")
+    return value
+
+
+def block_ms_arg(value: int | None) -> int:
+    if value is None:
+        return 0
+    validate_block_ms(value)
+    return value
+
+
+def stream_id_arg(what: str, value: object) -> StreamID:
+    if not isinstance(value, StreamID):
+        raise ValidationError(f"{what} must be a StreamID, got {type(value).__name__}")
+    try:
+        value.__post_init__()  # a StreamID mutated after construction is checked again
+    except ValueError as exc:
+        raise ValidationError(f"{what} is not a valid StreamID: {exc}") from exc
+    return value
+
+
+def ids_arg(ids: Sequence[StreamID]) -> list[str]:
+    if isinstance(ids, StreamID | str | bytes) or not isinstance(ids, Sequence):
+        raise ValidationError(f"ids must be a list of StreamID, got {type(ids).__name__}")
+    return [stream_id_arg(f"ids[{i}]", sid).to_redis() for i, sid in enumerate(ids)]
+
+
+def headers_arg(headers: object) -> bytes:
+    if headers is None:
+        return b""
+    if not isinstance(headers, dict):
+        raise ValidationError(f"headers must be a dict[str, str], got {type(headers).__name__}")
+    if not headers:
+        return b""
+    for key, value in headers.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ValidationError(f"headers must map str to str, got {key!r}: {value!r}")
+    packed = pack(headers)
+    if len(packed) > MAX_HEADERS_BYTES:
+        raise ValueTooLargeError(
+            f"headers are {len(packed)} bytes packed; the limit is {MAX_HEADERS_BYTES}"
+        )
+    return packed
+
+
+def decode_headers(raw: bytes) -> dict[str, str] | None:
+    if not raw:
+        return None
+    data = msgpack.unpackb(raw, raw=False)
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def sid(raw: bytes | str) -> StreamID:
+    return StreamID.from_redis(raw)
+
+
+def records(stream: str, reply: Sequence[Any], at: int) -> list[StreamRecord]:
+    """Records of a ``(id, payload, headers) * n`` reply whose count is at ``reply[at]``."""
+    n = int(reply[at])
+    out: list[StreamRecord] = []
+    for i in range(at + 1, at + 1 + 3 * n, 3):
+        out.append(
+            StreamRecord(
+                id=sid(reply[i]),
+                stream=stream,
+                payload=bytes(reply[i + 1]),
+                headers=decode_headers(reply[i + 2]),
+            )
+        )
+    return out
+
+
+def deliveries(stream: str, reply: Sequence[Any], at: int) -> list[StreamRecord]:
+    """Records of an ``(id, token, payload, headers) * n`` reply, count at ``reply[at]``."""
+    n = int(reply[at])
+    out: list[StreamRecord] = []
+    for i in range(at + 1, at + 1 + 4 * n, 4):
+        out.append(
+            StreamRecord(
+                id=sid(reply[i]),
+                stream=stream,
+                payload=bytes(reply[i + 2]),
+                headers=decode_headers(reply[i + 3]),
+                delivery_count=int(reply[i + 1]),
+            )
+        )
+    return out
+
+
+def positive_arg(what: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(f"{what} must be an int > 0, got {value!r}")
+    return value

@@ -1,0 +1,41 @@
+--[[ group_ack
+  Acknowledge entries of a group: they leave its pending list for good. With a token
+  (the delivery count of the caller's delivery) the whole call is refused, changing
+  nothing, if any entry has been delivered again since (or, with a consumer, is held by
+  another consumer). Entries no longer pending (already acked) are skipped, so a resend
+  is answered OK.
+  KEYS[1] log         STREAM  the records (the group lives here)
+  KEYS[2] config      HASH    the group's settings
+  KEYS[3] due         ZSET    entry id -> ms when it is to be delivered again
+  KEYS[4] deliveries  HASH    entry id -> msgpack {o owner, c consumer, nk nacked}
+  ARGV[1] group
+  ARGV[2] consumer  '' or the acking consumer (checked only with a token)
+  ARGV[3] token     '' (any consumer may ack) or the caller's delivery count
+  ARGV[4] ids       msgpack list of entry ids
+  Returns {status, acked, stale_id, current_count, holder}
+          status: OK | NO_GROUP | STALE (nothing acked; stale_id was delivered again)
+]]
+--@include lib/status.lua
+--@include lib/stream.lua
+local k = {log = KEYS[1], config = KEYS[2]}
+local g = {due = KEYS[3], deliveries = KEYS[4]}
+local group = ARGV[1]
+local consumer = ARGV[2]
+local token = ARGV[3]
+local ids = cmsgpack.unpack(ARGV[4])
+
+if not group_exists(k.log, k.config) then return {ST_NO_GROUP, 0, '', 0, ''} end
+local held = {}
+for _, id in ipairs(ids) do
+  local p = group_pending_entry(k.log, group, id)
+  if p then
+    if token ~= '' and (p[4] ~= tonumber(token) or (consumer ~= '' and p[2] ~= consumer)) then
+      return {ST_STALE, 0, id, p[4], p[2]}
+    end
+    held[#held + 1] = id
+  end
+end
+if #held == 0 then return {ST_OK, 0, '', 0, ''} end
+local acked = redis.call('XACK', k.log, group, unpack(held))
+group_untrack(g, held)
+return {ST_OK, acked, '', 0, ''}

@@ -1,0 +1,45 @@
+--[[ group_replay
+  Append dead letters of a group back to its stream as new records (same payload and
+  headers), removing them from the dead letters. Every group of the stream sees them as
+  new records; the original ids stay retired. Wakes waiting readers.
+  KEYS[1] log   STREAM   the records
+  KEYS[2] meta  HASH     bytes: payload and header bytes held
+  KEYS[3] dead  STREAM   the group's dead letters
+  KEYS[4] wake  CHANNEL  sharded channel announcing records to read
+  ARGV[1] ids    msgpack list of dead-letter ids, or '' for the oldest `count`
+  ARGV[2] count  at most this many (1..1000)
+  Returns {status, n, (dead_letter_id, new_id) * n}   status: OK
+]]
+--@include lib/status.lua
+--@include lib/stream.lua
+local k = {log = KEYS[1], meta = KEYS[2], dead = KEYS[3], wake = KEYS[4]}
+local ids = ARGV[1]
+local count = tonumber(ARGV[2])
+
+local letters = {}
+if ids == '' then
+  letters = redis.call('XRANGE', k.dead, '-', '+', 'COUNT', count)
+else
+  for _, id in ipairs(cmsgpack.unpack(ids)) do
+    if #letters >= count then break end
+    local found = redis.call('XRANGE', k.dead, id, id)
+    if #found > 0 then letters[#letters + 1] = found[1] end
+  end
+end
+
+local out = {ST_OK, #letters}
+for _, letter in ipairs(letters) do
+  local payload, headers = stream_fields(letter[2])
+  local id
+  if headers == '' then
+    id = redis.call('XADD', k.log, '*', 'p', payload)
+  else
+    id = redis.call('XADD', k.log, '*', 'p', payload, 'h', headers)
+  end
+  redis.call('HINCRBY', k.meta, 'bytes', #payload + #headers)
+  redis.call('XDEL', k.dead, letter[1])
+  out[#out + 1] = letter[1]
+  out[#out + 1] = id
+end
+if #letters > 0 then redis.call('SPUBLISH', k.wake, '1') end
+return out

@@ -1,0 +1,23 @@
+--[[ stream_append
+  Append one record to a stream partition and wake its waiting readers.
+  KEYS[1] log   STREAM   the records
+  KEYS[2] meta  HASH     bytes: payload and header bytes held
+  KEYS[3] wake  CHANNEL  sharded channel announcing records to read
+  ARGV[1] payload   record bytes
+  ARGV[2] headers   msgpack map of the record's headers, or ''
+  Returns {status, id}   status: OK
+]]
+--@include lib/status.lua
+local k = {log = KEYS[1], meta = KEYS[2], wake = KEYS[3]}
+local payload = ARGV[1]
+local headers = ARGV[2]
+
+local id
+if headers == '' then
+  id = redis.call('XADD', k.log, '*', 'p', payload)
+else
+  id = redis.call('XADD', k.log, '*', 'p', payload, 'h', headers)
+end
+redis.call('HINCRBY', k.meta, 'bytes', #payload + #headers)
+redis.call('SPUBLISH', k.wake, '1')
+return {ST_OK, id}
