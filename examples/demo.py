@@ -27,9 +27,10 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
 # (script, args): every process the demo starts besides the producer.
 WORKERS: list[tuple[str, list[str]]] = [
     ("lowlevel_worker.py", ["lowlevel-1"]),
-    ("lowlevel_worker.py", ["lowlevel-2"]),
+    ("action_worker.py", []),
+    ("stream_worker.py", []),
 ]
-PRODUCERS: list[tuple[str, list[str]]] = [("producer.py", ["50"])]
+PRODUCERS: list[tuple[str, list[str]]] = [("producer.py", ["50"]), ("stream_producer.py", ["20"])]
 
 
 def redis_answers(url: str) -> bool:

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from flo_redis import ActionRegisterOptions, FloClient, RunStatus
+from flo_redis import ActionRegisterOptions, FloClient, NotFoundError, RunStatus
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
 NAMESPACE = os.environ.get("FLO_NAMESPACE", "demo")
@@ -50,7 +50,37 @@ async def main(count: int) -> int:
         sample = results.get(run_ids[0])
         if sample is not None and sample.output:
             print(f"producer: {run_ids[0]} -> {sample.output.decode()} by {sample.worker_id}")
-        return 0 if not pending else 1
+        others = await invoke_others(client)
+        return 0 if not pending and others else 1
+
+
+async def invoke_others(client: FloClient) -> bool:
+    """One run of each action the ActionWorker example serves, if it is registered."""
+    inputs = {
+        "approve": b'{"amount": 120}',
+        "import-file": b'{"file": "broken.csv"}',  # no rows: fails without retry
+        "report": b"{}",  # outlives its lease; auto-touch keeps it
+    }
+    runs = {}
+    for name, payload in inputs.items():
+        try:
+            runs[name] = (await client.action.invoke(name, payload)).run_id
+        except NotFoundError:
+            print(f"producer: {name!r} is not registered (start examples/action_worker.py)")
+    ok = True
+    for name, run_id in runs.items():
+        deadline = time.monotonic() + 30
+        status = await client.action.status(run_id)
+        while status.status not in FINISHED and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            status = await client.action.status(run_id)
+        detail = status.output.decode() if status.output else status.error_message
+        print(
+            f"producer: {name}: {status.status.name} after {status.attempt} attempt(s), "
+            f"outcome {status.outcome!r}: {detail}"
+        )
+        ok = ok and status.status in FINISHED
+    return ok
 
 
 if __name__ == "__main__":
