@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from dataclasses import dataclass
 from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    from importlib.resources.abc import Traversable
+else:  # Python 3.10
+    from importlib.abc import Traversable
 
 _INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
 _HEADER = re.compile(r"\A--\[\[\s*(\S+)\s*\n(.*?)\]\]", re.DOTALL)

@@ -64,9 +64,9 @@ async def call(conn: RedisConn, name: str, keys: Sequence[str], args: Sequence[A
     _check_arity(script, keys, args)
     with redis_errors(name):
         try:
-            return await conn.evalsha(script.sha, len(keys), *keys, *args)  # type: ignore[misc]
+            return await conn.evalsha(script.sha, len(keys), *keys, *args)
         except rex.NoScriptError:
-            return await conn.eval(script.source, len(keys), *keys, *args)  # type: ignore[misc]
+            return await conn.eval(script.source, len(keys), *keys, *args)
 
 
 async def call_many(

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from . import _scripts
 from ._status import Status, refusal
-from .codec import check_metadata, pack, tag_labels, text, unpack_record, worker_labels
+from .codec import (
+    check_metadata,
+    decoded,
+    pack,
+    tag_labels,
+    text,
+    unpack_record,
+    worker_labels,
+)
 from .errors import BadRequestError, ValidationError, ValueTooLargeError, validate_block_ms
 from .keys import (
     ActionKeys,
@@ -255,7 +263,7 @@ class ActionOperations:
         conn = self._client.redis
         with _scripts.redis_errors("list"):
             names = [
-                n.decode()
+                decoded(n)
                 for n in await conn.zrange(index, low, high, bylex=True, offset=0, num=limit + 1)
             ]
         more = len(names) > limit
@@ -320,7 +328,7 @@ class ActionOperations:
         keys = self._keys(name, namespace)
         conn = self._client.redis
         with _scripts.redis_errors("failed"):
-            ids = [i.decode() for i in await conn.zrange(keys.failed, 0, limit - 1)]
+            ids = [decoded(i) for i in await conn.zrange(keys.failed, 0, limit - 1)]
             raws = await conn.hmget(keys.runs, ids) if ids else []
         return [
             _run_status(run_id, unpack_record(raw))
@@ -417,7 +425,7 @@ class WorkerOperations:
         await _scripts.call(
             self._client.redis,
             "worker_register",
-            [ns.config, ns.workers, ns.worker_ids],
+            [ns.workers, ns.worker_ids],
             [worker_id, pack(record)],
         )
 
@@ -485,12 +493,14 @@ class WorkerOperations:
                 if claimed:
                     return await self._tally_claimed(worker_id, ns_name, claimed)
                 remaining = deadline - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or watch.interrupted:
                     return []
                 if next_due >= 0:
                     now_ms = await self._client.server_time_ms()
                     remaining = min(remaining, max(next_due - now_ms, 1) / 1000.0)
                 await watch.wait(remaining)
+                if watch.interrupted:
+                    return []  # client.interrupt(): stop waiting, take nothing more
                 if loop.time() >= deadline:
                     # One last look: work may have arrived with the deadline.
                     claimed, _ = await self._claim_round(

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flo_redis.client")
 
-DEFAULT_ENDPOINT = "redis://localhost:6379"
 DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 MIN_REDIS = (7, 0)
 _SCHEMES = ("redis", "rediss", "unix")
@@ -89,7 +88,7 @@ class FloClient:
 
     def __init__(
         self,
-        endpoint: str = DEFAULT_ENDPOINT,
+        endpoint: str,
         *,
         namespace: str = "default",
         timeout_ms: int = 5000,
@@ -143,14 +142,17 @@ class FloClient:
         async with self._connect_lock:
             if self._redis is not None:
                 return self
+            tcp: dict[str, Any] = {}
+            if not self._endpoint.startswith("unix://"):
+                tcp["socket_keepalive"] = True  # a unix socket connection takes no keepalive
             conn = Redis.from_url(
                 self._endpoint,
                 socket_timeout=self._timeout,
                 socket_connect_timeout=self._timeout,
-                socket_keepalive=True,
                 health_check_interval=0,
                 retry=Retry(NoBackoff(), 0),
                 decode_responses=False,
+                **tcp,
             )
             try:
                 info: dict[str, Any] = await conn.info("server")
@@ -219,8 +221,8 @@ class FloClient:
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
     ) -> None:
         await self.close()
 

@@ -24,12 +24,19 @@ def pack(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=False)
 
 
-def unpack_record(raw: bytes) -> dict[str, Any]:
+def unpack_record(raw: object) -> dict[str, Any]:
     """A record written by a script: keys as str, string values as bytes."""
+    if not isinstance(raw, bytes):
+        raise ValueError(f"record is not bytes: {type(raw).__name__}")
     data = msgpack.unpackb(raw, raw=True, strict_map_key=False)
     if not isinstance(data, dict):
         raise ValueError("record is not a map")
     return {k.decode() if isinstance(k, bytes) else str(k): v for k, v in data.items()}
+
+
+def decoded(value: object) -> str:
+    """A name read back from Redis (bytes: the client never decodes replies) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def text(value: Any) -> str | None:

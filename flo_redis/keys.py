@@ -74,6 +74,9 @@ class ActionKeys:
     idempotency: str  # HASH  idempotency key -> run_id
     polls: str  # HASH  poll id -> msgpack hand-out (replay of lost claim replies)
     poll_times: str  # ZSET  poll id -> time ms
+    owners: str  # HASH  owner id -> ms since it is suspected gone (0: not suspected)
+    owned: str  # ZSET  "<owner>\0<run_id>" (score 0): the runs each owner was handed
+    slots: str  # HASH  concurrency slot index -> msgpack holder {o, t, d, sx}
     wake: str  # sharded pub/sub channel announcing new work
 
     def all_data_keys(self) -> tuple[str, ...]:
@@ -89,6 +92,9 @@ class ActionKeys:
             self.idempotency,
             self.polls,
             self.poll_times,
+            self.owners,
+            self.owned,
+            self.slots,
         )
 
 
@@ -113,6 +119,9 @@ def action_keys(namespace: str, action: str) -> ActionKeys:
         idempotency=f"{base}:idem",
         polls=f"{base}:polls",
         poll_times=f"{base}:poll-times",
+        owners=f"{base}:owners",
+        owned=f"{base}:owned",
+        slots=f"{base}:slots",
         wake=f"{base}:wake",
     )
 

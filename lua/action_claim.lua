@@ -1,7 +1,8 @@
 --[[ action_claim
   Hand up to max_n ready runs to one worker: each becomes RUNNING under a lease with a new
   fencing token. First (bounded) it takes back expired leases and promotes due delayed runs.
-  A retried poll (same poll id) gets back what that poll was handed, not new runs.
+  A retried poll (same poll id) gets back what that poll was handed and still holds, not
+  new runs.
   KEYS[1] def      HASH  the action's settings
   KEYS[2] meta     HASH  counters (token: fencing tokens, qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
@@ -33,8 +34,7 @@ local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   polls = KEYS[9], poll_times = KEYS[10]}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
-local worker_labels = nil
-if ARGV[3] ~= '' then worker_labels = cmsgpack.unpack(ARGV[3]) end
+local labels = ARGV[3]
 local max_n = tonumber(ARGV[4])
 local poll_id = ARGV[5]
 local scan = tonumber(ARGV[6])
@@ -45,6 +45,8 @@ local action = action_load(k.def)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
 local out = {ST_OK, -1, 0}
+local worker_labels = nil
+if labels ~= '' then worker_labels = cmsgpack.unpack(labels) end
 
 local function hand_out(run_id, run)
   out[3] = out[3] + 1
@@ -56,6 +58,7 @@ local function hand_out(run_id, run)
 end
 
 -- A retried poll: answer with what this poll id was handed, where still held by us.
+-- When none of it is held any more (finished, or taken back), claim afresh.
 if poll_id ~= '' then
   local raw = redis.call('HGET', k.polls, poll_id)
   local at = tonumber(redis.call('ZSCORE', k.poll_times, poll_id))
@@ -67,8 +70,10 @@ if poll_id ~= '' then
         hand_out(memo.ids[i], run)
       end
     end
-    out[2] = queue_next_event(k.delayed, k.leases)
-    return out
+    if out[3] > 0 then
+      out[2] = queue_next_event(k.delayed, k.leases)
+      return out
+    end
   end
 end
 

@@ -16,7 +16,7 @@ local config_key = KEYS[1]
 local workers_key = KEYS[2]
 local ids_key = KEYS[3]
 local worker_id = ARGV[1]
-local load = tonumber(ARGV[2])
+local current_load = tonumber(ARGV[2])
 
 local rec = worker_load(workers_key, worker_id)
 if not rec then return {ST_NOT_FOUND} end
@@ -27,6 +27,6 @@ if worker_status(rec, now, hb_timeout, remove_after) == WORKER_REMOVED then
   return {ST_NOT_FOUND}
 end
 rec.hb = now
-rec.cl = load
+rec.cl = current_load
 worker_save(workers_key, worker_id, rec)
 return {ST_OK, rec.st}

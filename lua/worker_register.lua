@@ -1,17 +1,16 @@
 --[[ worker_register
   Register a worker, or replace its record (counters start again at zero).
-  KEYS[1] config   HASH  namespace settings
-  KEYS[2] workers  HASH  worker_id -> msgpack record
-  KEYS[3] ids      ZSET  worker ids, for paging in id order
+  KEYS[1] workers  HASH  worker_id -> msgpack record
+  KEYS[2] ids      ZSET  worker ids, for paging in id order
   ARGV[1] worker_id
-  ARGV[2] record   msgpack map: wt, mc, mid, md, tt (lib/workers.lua)
+  ARGV[2] rec      the worker's record, msgpack map: wt, mc, mid, md, tt (lib/workers.lua)
   Returns {status}   status: OK
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/workers.lua
-local workers_key = KEYS[2]
-local ids_key = KEYS[3]
+local workers_key = KEYS[1]
+local ids_key = KEYS[2]
 local worker_id = ARGV[1]
 local rec = cmsgpack.unpack(ARGV[2])
 

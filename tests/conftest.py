@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
+from redis_server import RedisServer
 
 from flo_redis import FloClient
-from redis_server import RedisServer
 
 
 @pytest.fixture(scope="session")

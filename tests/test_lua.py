@@ -1,0 +1,274 @@
+"""The Lua sources: header contracts, call sites, the loader, NOSCRIPT, hash slots."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+import flo_redis
+from flo_redis import ActionRegisterOptions, FloClient, RunStatus, WorkerAwaitOptions
+from flo_redis._lua import _HEADER, LuaSourceError, flatten, load_all
+from flo_redis._scripts import SCRIPTS
+from flo_redis._status import Status
+from flo_redis.keys import ActionKeys, NamespaceKeys, action_keys, namespace_keys
+
+ROOT = Path(__file__).resolve().parent.parent
+LUA = ROOT / "lua"
+PACKAGE = Path(flo_redis.__file__).resolve().parent
+# ActionKeys / NamespaceKeys fields whose header name is shorter.
+HEADER_NAME = {"definition": "def", "idempotency": "idem", "worker_ids": "ids"}
+
+
+def body_of(name: str) -> str:
+    text = (LUA / f"{name}.lua").read_text()
+    match = _HEADER.match(text)
+    assert match is not None
+    return text[match.end() :]
+
+
+def named_slots(body: str, kind: str) -> dict[int, str]:
+    """``local x = KEYS[i]``, ``{x = KEYS[i], ...}`` and ``local x = f(ARGV[i])`` names."""
+    found: dict[int, str] = {}
+    for match in re.finditer(rf"(\w+)\s*=\s*(?:[\w.]+\()?{kind}\[(\d+)\]", body):
+        index = int(match.group(2))
+        assert index not in found, f"{kind}[{index}] is named twice"
+        found[index] = match.group(1)
+    return found
+
+
+# --- header contracts -------------------------------------------------------------
+
+
+def test_every_script_is_loaded() -> None:
+    on_disk = {p.stem for p in LUA.glob("*.lua")}
+    assert set(SCRIPTS) == on_disk
+    assert on_disk >= {"action_claim", "action_invoke", "run_complete", "worker_poll"}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_header_names_every_key_and_arg_as_the_script_does(name: str) -> None:
+    script = SCRIPTS[name]
+    assert script.returns.startswith("Returns {status"), script.returns
+    body = body_of(name)
+    for kind, header in (("KEYS", script.keys), ("ARGV", script.argv)):
+        if kind == "KEYS" and script.variadic_keys:
+            continue
+        named = named_slots(body, kind)
+        in_code = {i: (n.removesuffix("_key") if kind == "KEYS" else n) for i, n in named.items()}
+        assert in_code == dict(enumerate(header, 1)), f"{name}: {kind} header vs code"
+        # Named once at the top, never indexed again deeper in the body.
+        refs = re.findall(rf"{kind}\[(\d+)\]", body)
+        assert sorted(int(r) for r in refs) == list(range(1, len(header) + 1)), name
+
+
+def test_status_codes_match_python() -> None:
+    text = (LUA / "lib" / "status.lua").read_text()
+    lua = {m.group(1): int(m.group(2)) for m in re.finditer(r"local ST_(\w+) = (\d+)", text)}
+    assert lua == {s.name: s.value for s in Status}
+
+
+@pytest.mark.parametrize("path", sorted((LUA / "lib").glob("*.lua")), ids=lambda p: p.name)
+def test_helpers_define_only_locals(path: Path) -> None:
+    for line in path.read_text().splitlines():
+        if re.match(r"^(function\b|[A-Za-z_]\w*\s*=[^=])", line):
+            pytest.fail(f"{path.name}: global definition: {line!r}")
+    code = re.sub(r"--.*", "", re.sub(r"--\[\[.*?\]\]", "", path.read_text(), flags=re.DOTALL))
+    assert not re.search(r"KEYS|ARGV", code), f"{path.name} reads KEYS/ARGV itself"
+
+
+def call_sites() -> list[tuple[str, str, ast.expr, ast.expr]]:
+    """Every ``_scripts.call(conn, "name", keys, args)`` in the package."""
+    sites = []
+    for module in sorted(PACKAGE.glob("*.py")):
+        tree = ast.parse(module.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or len(node.args) != 4:
+                continue
+            func = node.func
+            if not (
+                isinstance(func, ast.Attribute)
+                and func.attr == "call"
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "_scripts"
+            ):
+                continue
+            name = node.args[1]
+            if not isinstance(name, ast.Constant):
+                continue  # chosen at run time; _check_arity still guards the call
+            sites.append((f"{module.name}:{node.lineno}", name.value, node.args[2], node.args[3]))
+    return sites
+
+
+def test_call_sites_pass_what_the_headers_declare() -> None:
+    key_fields = {f.name for f in dataclasses.fields(ActionKeys)} | {
+        f.name for f in dataclasses.fields(NamespaceKeys)
+    }
+    sites = call_sites()
+    families = ("action_", "run_", "worker_")
+    named_in_code = {
+        node.value
+        for module in PACKAGE.glob("*.py")
+        for node in ast.walk(ast.parse(module.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    unused = {n for n in SCRIPTS if n.startswith(families)} - named_in_code
+    assert unused == set(), "scripts no Python code calls"
+    for where, name, keys, args in sites:
+        assert name in SCRIPTS, f"{where}: no script {name!r}"
+        script = SCRIPTS[name]
+        if isinstance(keys, ast.List):
+            assert not script.variadic_keys, where
+            assert len(keys.elts) == len(script.keys), f"{where}: {name} KEYS count"
+            if name.startswith(families) and all(
+                isinstance(e, ast.Attribute) and e.attr in key_fields for e in keys.elts
+            ):
+                passed = [HEADER_NAME.get(e.attr, e.attr) for e in keys.elts]  # type: ignore[attr-defined]
+                assert passed == list(script.keys), f"{where}: {name} KEYS order"
+                bases = {ast.dump(e.value) for e in keys.elts}  # type: ignore[attr-defined]
+                assert len(bases) == 1, f"{where}: {name} mixes key families"
+        if isinstance(args, ast.List):
+            assert len(args.elts) == len(script.argv), f"{where}: {name} ARGV count"
+
+
+def test_wrong_arity_is_refused_before_sending() -> None:
+    from flo_redis._scripts import _check_arity
+
+    with pytest.raises(TypeError):
+        _check_arity(SCRIPTS["run_touch"], ["a"], ["1", "", "w", 1])
+    with pytest.raises(TypeError):
+        _check_arity(SCRIPTS["run_touch"], ["a", "b"], ["1"])
+    _check_arity(SCRIPTS["action_delete"], ["a", "b", "c"], [])
+
+
+# --- the loader -------------------------------------------------------------------
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def header(name: str) -> str:
+    return f"--[[ {name}\n  KEYS[1] a  HASH\n  ARGV[1] x\n  Returns {{status}}\n]]\n"
+
+
+def test_loader_refuses_an_include_cycle(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "main.lua": header("main") + "--@include lib/a.lua\nreturn 1\n",
+            "lib/a.lua": "--@include lib/b.lua\nlocal function a() end\n",
+            "lib/b.lua": "--@include lib/a.lua\nlocal function b() end\n",
+        },
+    )
+    with pytest.raises(LuaSourceError, match="cycle"):
+        load_all(tmp_path)
+
+
+def test_loader_refuses_a_self_include(tmp_path: Path) -> None:
+    write(tmp_path, {"main.lua": header("main") + "--@include main.lua\n"})
+    with pytest.raises(LuaSourceError, match="cycle"):
+        load_all(tmp_path)
+
+
+def test_loader_refuses_a_missing_include(tmp_path: Path) -> None:
+    write(tmp_path, {"main.lua": header("main") + "--@include lib/nope.lua\nreturn 1\n"})
+    with pytest.raises(LuaSourceError, match=r"lib/nope\.lua"):
+        load_all(tmp_path)
+
+
+def test_loader_inlines_each_include_once_in_dependency_order(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "main.lua": header("main")
+            + "--@include lib/b.lua\n--@include lib/a.lua\n--@include lib/b.lua\nreturn 1\n",
+            "lib/a.lua": "local A = 1\n",
+            "lib/b.lua": "--@include lib/a.lua\nlocal B = A + 1\n",
+        },
+    )
+    source = load_all(tmp_path)["main"].source
+    assert source.count("local A = 1") == 1
+    assert source.count("local B = A + 1") == 1
+    assert source.index("local A = 1") < source.index("local B = A + 1")
+    assert "--@include" not in source
+    assert flatten(tmp_path, "main.lua") == source
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("return 1\n", "no header"),
+        ("--[[ other\n  Returns {status}\n]]\n", "names 'other'"),
+        ("--[[ main\n  KEYS[2] a\n  Returns {status}\n]]\n", "out of order"),
+        ("--[[ main\n  KEYS[1] a\n]]\n", "returns"),
+    ],
+)
+def test_loader_refuses_a_bad_header(tmp_path: Path, text: str, error: str) -> None:
+    write(tmp_path, {"main.lua": text})
+    with pytest.raises(LuaSourceError, match=error):
+        load_all(tmp_path)
+
+
+def test_the_sha_is_the_flattened_source(tmp_path: Path) -> None:
+    files = {"main.lua": header("main") + "--@include lib/a.lua\nreturn A\n"}
+    write(tmp_path, {**files, "lib/a.lua": "local A = 1\n"})
+    first = load_all(tmp_path)["main"].sha
+    write(tmp_path, {"lib/a.lua": "local A = 2\n"})
+    assert load_all(tmp_path)["main"].sha != first  # a helper change is a new version
+
+
+# --- against Redis ----------------------------------------------------------------
+
+
+async def test_every_script_compiles_in_redis(raw: aioredis.Redis) -> None:
+    for name, script in SCRIPTS.items():
+        sha = await raw.script_load(script.source)
+        assert sha == script.sha, name
+
+
+async def test_operations_survive_script_flush(client: FloClient, raw: aioredis.Redis) -> None:
+    await client.action.register("job", options=ActionRegisterOptions(max_retries=2))
+    await client.worker.register("w1", ["job"])
+    run_id = (await client.action.invoke("job", b"x")).run_id
+    await raw.script_flush()
+    task = (await client.worker.await_task("w1", ["job"], WorkerAwaitOptions(block_ms=0))).task
+    assert task is not None and task.task_id == run_id
+    await raw.script_flush()
+    await client.worker.touch("w1", "job", run_id)
+    await raw.script_flush()
+    await client.worker.complete("w1", "job", run_id, b"done")
+    assert (await client.action.status(run_id)).status == RunStatus.COMPLETED
+    assert (await raw.script_exists(SCRIPTS["run_complete"].sha)) == [True]
+
+
+@pytest.mark.parametrize(
+    ("namespace", "action"),
+    [("shop", "resize"), ("t-1", "a:b:c"), ("ünï", "名前"), ("n" * 255, "a" * 255)],
+)
+def test_all_keys_of_one_queue_share_a_slot(namespace: str, action: str) -> None:
+    keys = action_keys(namespace, action)
+    names = [getattr(keys, f.name) for f in dataclasses.fields(ActionKeys)]
+    names = [n for n in names if n not in (keys.namespace, keys.action, keys.tag)]
+    assert len(names) >= 13
+    # delete removes every data key but the counters (run ids are never reused)
+    assert set(names) - set(keys.all_data_keys()) == {keys.meta, keys.wake}
+    assert all(keys.tag in n for n in names)
+    assert {key_slot(n.encode()) for n in names} == {key_slot(keys.tag[1:-1].encode())}
+    ns = namespace_keys(namespace)
+    ns_names = [ns.config, ns.workers, ns.worker_ids, ns.actions, ns.streams]
+    assert {key_slot(n.encode()) for n in ns_names} == {key_slot(namespace.encode())}
+
+
+def test_queues_of_different_actions_may_live_in_different_slots() -> None:
+    slots = {key_slot(action_keys("shop", f"a{i}").runs.encode()) for i in range(50)}
+    assert len(slots) > 1

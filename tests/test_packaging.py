@@ -1,0 +1,79 @@
+"""The wheel ships what the package needs at run time: the Lua sources and py.typed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flo_redis._lua import load_all
+from flo_redis._scripts import SCRIPTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    # Build from a clean copy: a stale build/ folder in the checkout must not leak in.
+    src = tmp_path_factory.mktemp("src") / "flo-redis"
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            "build", "dist", "*.egg-info", ".*", "__pycache__", "tests", "examples"
+        ),
+    )
+    out = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    [path] = out.glob("flo_redis-*.whl")
+    yield path
+
+
+def test_the_wheel_holds_every_lua_file_and_py_typed(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {f"flo_redis/lua/{p.name}" for p in (ROOT / "lua").glob("*.lua")}
+    expected |= {f"flo_redis/lua/lib/{p.name}" for p in (ROOT / "lua" / "lib").glob("*.lua")}
+    assert expected <= names, sorted(expected - names)
+    assert "flo_redis/py.typed" in names
+    assert not any(n.startswith(("tests/", "lua/")) for n in names)
+
+
+def test_the_loader_works_on_the_wheels_lua_folder(wheel: Path, tmp_path: Path) -> None:
+    zipfile.ZipFile(wheel).extractall(tmp_path)
+    scripts = load_all(tmp_path / "flo_redis" / "lua")
+    assert set(scripts) == set(SCRIPTS)
+    # Same flattened sources, so the same SHAs: an installed copy runs the same code.
+    assert {n: s.sha for n, s in scripts.items()} == {n: s.sha for n, s in SCRIPTS.items()}
+
+
+def test_the_installed_package_finds_its_lua_through_importlib(wheel: Path, tmp_path: Path) -> None:
+    zipfile.ZipFile(wheel).extractall(tmp_path)
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "from flo_redis import _lua; from pathlib import Path; "
+        "root = _lua.lua_root(); "
+        "assert str(Path(str(root)).resolve()).startswith(sys.argv[1]), root; "
+        "print(len(_lua.load_all()))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path.resolve())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) == len(SCRIPTS)
