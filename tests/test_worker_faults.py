@@ -1,0 +1,68 @@
+"""Workers across faults: Redis restarted while handlers run, nothing lost or doubled."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from polling import eventually
+from redis_server import RedisServer
+
+from flo_redis import (
+    ActionContext,
+    ActionRegisterOptions,
+    FloClient,
+    FloError,
+    RunStatus,
+    is_connection_error,
+)
+from flo_redis.types import ActionRunStatus
+
+
+async def test_redis_restart_while_handlers_run_loses_and_doubles_nothing() -> None:
+    server = RedisServer(appendonly=True, extra=("--appendfsync", "always")).start()
+    try:
+        async with FloClient(server.url, namespace="faults") as client:
+            worker = client.new_action_worker(concurrency=20, block_ms=500)
+            calls: collections.Counter[str] = collections.Counter()
+            release = asyncio.Event()
+            started = 0
+
+            @worker.action("job", ActionRegisterOptions(timeout_ms=60_000))
+            async def job(ctx: ActionContext) -> bytes:
+                nonlocal started
+                calls[ctx.task_id] += 1
+                started += 1
+                await release.wait()
+                return ctx.payload
+
+            await client.action.register("job", options=ActionRegisterOptions(timeout_ms=60_000))
+            ids = [(await client.action.invoke("job", str(i).encode())).run_id for i in range(10)]
+            task = asyncio.create_task(worker.start())
+            await eventually(lambda: asyncio.sleep(0, started), lambda n: n == 10)
+
+            server.restart()  # every connection drops; the data survives (AOF)
+            release.set()  # the handlers finish while the worker reconnects
+
+            async def status(run_id: str) -> ActionRunStatus | None:
+                try:
+                    return await client.action.status(run_id)
+                except FloError as exc:
+                    assert is_connection_error(exc), exc
+                    return None  # the test's own connection dropped with the restart
+
+            statuses = [
+                await eventually(
+                    lambda r=run_id: status(r),
+                    lambda s: s is not None and s.status == RunStatus.COMPLETED,
+                    timeout=30,
+                )
+                for run_id in ids
+            ]
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+        assert [s.output for s in statuses if s] == [str(i).encode() for i in range(10)]
+        assert all(s is not None and s.attempt == 1 for s in statuses)
+        assert set(calls.values()) == {1}  # every run handled exactly once
+    finally:
+        server.stop()
