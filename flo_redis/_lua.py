@@ -30,6 +30,7 @@ else:  # Python 3.10
 
 _INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
 _HEADER = re.compile(r"\A--\[\[\s*(\S+)\s*\n(.*?)\]\]", re.DOTALL)
+_VARIADIC_ARGV = re.compile(r"^\s*ARGV\[\d+\.\.\w+\]", re.MULTILINE)
 _SLOT = re.compile(r"^\s*(KEYS|ARGV)\[(\d+)(?:\.\.\w+)?\]\s+(\S+)", re.MULTILINE)
 
 
@@ -48,6 +49,7 @@ class LuaScript:
     argv: tuple[str, ...]
     variadic_keys: bool
     returns: str
+    variadic_argv: bool = False  # the last ARGV entry is "ARGV[i..n]": i and beyond
 
 
 def lua_root() -> Traversable:
@@ -127,5 +129,7 @@ def load_all(root: Traversable | None = None) -> dict[str, LuaScript]:
         keys, argv, variadic, returns = parse_header(name, text)
         source = flatten(base, entry.name)
         sha = hashlib.sha1(source.encode()).hexdigest()
-        scripts[name] = LuaScript(name, source, sha, keys, argv, variadic, returns)
+        scripts[name] = LuaScript(
+            name, source, sha, keys, argv, variadic, returns, bool(_VARIADIC_ARGV.search(text))
+        )
     return scripts

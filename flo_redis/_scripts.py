@@ -49,9 +49,13 @@ def redis_errors(what: str) -> Iterator[None]:
 
 
 def _check_arity(script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> None:
-    if (not script.variadic_keys and len(keys) != len(script.keys)) or len(args) != len(
+    keys_ok = len(keys) >= len(script.keys) if script.variadic_keys else len(keys) == len(
+        script.keys
+    )
+    args_ok = len(args) >= len(script.argv) if script.variadic_argv else len(args) == len(
         script.argv
-    ):
+    )
+    if not (keys_ok and args_ok):
         raise TypeError(
             f"{script.name} takes {len(script.keys)} keys and {len(script.argv)} args, "
             f"got {len(keys)} and {len(args)}"

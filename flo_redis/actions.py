@@ -25,7 +25,13 @@ from .codec import (
     unpack_record,
     worker_labels,
 )
-from .errors import BadRequestError, ValidationError, ValueTooLargeError, validate_block_ms
+from .errors import (
+    BadRequestError,
+    ServerError,
+    ValidationError,
+    ValueTooLargeError,
+    validate_block_ms,
+)
 from .keys import (
     ActionKeys,
     NamespaceKeys,
@@ -73,6 +79,8 @@ MAX_LIST_LIMIT = 1024
 MAX_CURSOR_BYTES = 4096
 LABEL_SCAN = 200  # pending runs a claim inspects at most when routing by labels
 REAP_BATCH = 100
+INVOKE_BATCH = 1000  # runs per action_invoke_many call
+COMPLETE_BATCH = 1000  # runs per run_complete_many call
 
 
 def _check_bytes(what: str, value: object, limit: int) -> bytes:
@@ -120,6 +128,16 @@ class Claimed:
             attempt=self.attempt,
             token=self.token,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteItem:
+    """One complete in a :meth:`WorkerOperations.complete_many` batch."""
+
+    task_id: str
+    result: bytes
+    outcome: str = "success"
+    token: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +247,48 @@ class ActionOperations:
                 f"{int(reply[1])} (its max_payload_bytes)"
             )
         return ActionInvokeResult(run_id=text(reply[1]) or "")
+
+    async def invoke_many(
+        self,
+        name: str,
+        inputs: Sequence[bytes],
+        options: ActionInvokeOptions | None = None,
+    ) -> builtins.list[ActionInvokeResult]:
+        """Create one run per input in as few calls as possible (1000 runs a call), all
+        ready now and in the order given; each call is atomic. Labels apply to every run;
+        ``delay_ms``, ``run_at_ms`` and ``idempotency_key`` are refused here (use
+        :meth:`invoke`). Every input is checked before anything is sent."""
+        opts = options or ActionInvokeOptions()
+        if opts.delay_ms or opts.run_at_ms is not None or opts.idempotency_key is not None:
+            raise ValidationError(
+                "invoke_many takes no delay_ms, run_at_ms or idempotency_key; use invoke"
+            )
+        keys = self._keys(name, opts.namespace)
+        limit = self._client.max_payload_bytes
+        data = [_check_bytes(f"inputs[{i}]", x, limit) for i, x in enumerate(inputs)]
+        labels = pack(tag_labels(opts.labels)) if opts.labels else b""
+        prefix = run_id_prefix(name)
+        results: builtins.list[ActionInvokeResult] = []
+        for start in range(0, len(data), INVOKE_BATCH):
+            chunk = data[start : start + INVOKE_BATCH]
+            reply = await _scripts.call(
+                self._client.redis,
+                "action_invoke_many",
+                [keys.definition, keys.meta, keys.runs, keys.inputs, keys.pending, keys.wake],
+                [prefix, labels, *chunk],
+            )
+            status = int(reply[0])
+            if status == Status.NO_ACTION:
+                raise self._not_registered(keys)
+            if status == Status.TOO_LARGE:
+                index = start + int(reply[2])
+                raise ValueTooLargeError(
+                    f"inputs[{index}] is {len(data[index])} bytes; action {name!r} accepts at "
+                    f"most {int(reply[1])} (its max_payload_bytes); runs before it were created"
+                )
+            first = int(reply[1])
+            results.extend(ActionInvokeResult(f"{prefix}{first + i}") for i in range(len(chunk)))
+        return results
 
     async def status(
         self, run_id: str, options: ActionStatusOptions | None = None
@@ -393,6 +453,7 @@ class WorkerOperations:
     def __init__(self, client: FloClient) -> None:
         self._client = client
         self._labels_cache: dict[str, bytes] = {}
+        self._gate_ok: dict[tuple[str, str], tuple[float, bytes]] = {}
         self._rotation = 0
 
     def _ns(self, namespace: str | None) -> NamespaceKeys:
@@ -465,9 +526,16 @@ class WorkerOperations:
         task_types: Sequence[str],
         max_tasks: int,
         options: WorkerAwaitOptions | None = None,
+        *,
+        tally: bool = True,
+        health_ttl_s: float = 0.0,
     ) -> builtins.list[Claimed]:
         """Like :meth:`await_task`, but takes up to ``max_tasks`` runs in one go (one
-        script call per action queue): how a busy worker fills its free capacity."""
+        script call per action queue): how a busy worker fills its free capacity.
+
+        ``tally=False`` leaves the worker's load counter to the caller (a worker that
+        batches its counter updates); ``health_ttl_s`` reuses a health check that passed
+        that recently instead of asking again (so a drain is seen within that time)."""
         opts = options or WorkerAwaitOptions()
         block_ms = DEFAULT_WORKER_BLOCK_MS if opts.block_ms is None else opts.block_ms
         validate_block_ms(block_ms)
@@ -477,11 +545,11 @@ class WorkerOperations:
             raise ValidationError("task_types must name at least one action")
         ns_name = self._client.get_namespace(opts.namespace)
         all_keys = [action_keys(ns_name, t) for t in task_types]
-        labels = await self._gate(worker_id, namespace_keys(ns_name))
+        labels = await self._gate(worker_id, namespace_keys(ns_name), health_ttl_s)
         poll_id = opts.poll_id or uuid.uuid4().hex
         if block_ms == 0:
             claimed, _ = await self._claim_round(all_keys, worker_id, labels, max_tasks, poll_id)
-            return await self._tally_claimed(worker_id, ns_name, claimed)
+            return await self._tally_claimed(worker_id, ns_name, claimed, tally)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000.0
         async with self._client.waker.watching(k.wake for k in all_keys) as watch:
@@ -491,7 +559,7 @@ class WorkerOperations:
                     all_keys, worker_id, labels, max_tasks, poll_id
                 )
                 if claimed:
-                    return await self._tally_claimed(worker_id, ns_name, claimed)
+                    return await self._tally_claimed(worker_id, ns_name, claimed, tally)
                 remaining = deadline - loop.time()
                 if remaining <= 0 or watch.interrupted:
                     return []
@@ -506,7 +574,7 @@ class WorkerOperations:
                     claimed, _ = await self._claim_round(
                         all_keys, worker_id, labels, max_tasks, poll_id
                     )
-                    return await self._tally_claimed(worker_id, ns_name, claimed)
+                    return await self._tally_claimed(worker_id, ns_name, claimed, tally)
 
     async def touch(
         self,
@@ -576,6 +644,66 @@ class WorkerOperations:
         self._check_report(status, reply, keys, task_id, worker_id, "complete")
         if not int(reply[1]):
             await self._tally(worker_id, keys.namespace, -1, 1, 0)
+
+    async def complete_many(
+        self,
+        worker_id: str,
+        action_name: str,
+        items: Sequence[CompleteItem],
+        namespace: str | None = None,
+        *,
+        tally: bool = True,
+    ) -> builtins.list[ServerError | None]:
+        """Complete several runs of one action in one call per 1000, each under exactly
+        :meth:`complete`'s rules and answered on its own: ``None`` where the complete took
+        effect (or was an identical resend), else the refusal it would have raised."""
+        keys = action_keys(self._client.get_namespace(namespace), action_name)
+        limit = self._client.max_payload_bytes
+        packed = []
+        for item in items:
+            self._run_keys(action_name, item.task_id, namespace)
+            data = _check_bytes("result", item.result, limit)
+            packed.append([item.task_id, _token_arg(item.token), data, item.outcome])
+        answers: builtins.list[ServerError | None] = []
+        applied = 0
+        for start in range(0, len(packed), COMPLETE_BATCH):
+            chunk = packed[start : start + COMPLETE_BATCH]
+            reply = await _scripts.call(
+                self._client.redis,
+                "run_complete_many",
+                [
+                    keys.definition,
+                    keys.meta,
+                    keys.runs,
+                    keys.inputs,
+                    keys.leases,
+                    keys.done,
+                    keys.idempotency,
+                ],
+                [worker_id, pack(chunk)],
+            )
+            if int(reply[0]) == Status.NO_ACTION:
+                raise ActionOperations._not_registered(keys)
+            for i in range(len(chunk)):
+                run_id = str(chunk[i][0])
+                status, duplicate, detail = (int(v) for v in reply[1 + 3 * i : 4 + 3 * i])
+                if status == Status.OK:
+                    applied += 0 if duplicate else 1
+                    answers.append(None)
+                elif status == Status.TOO_LARGE:
+                    answers.append(
+                        refusal(status, f"result of {run_id!r} exceeds the action's {detail} bytes")
+                    )
+                else:
+                    try:
+                        self._check_report(
+                            status, [status, 0, detail], keys, run_id, worker_id, "complete"
+                        )
+                    except ServerError as exc:
+                        answers.append(exc)
+        if tally and applied:
+            await self._tally(worker_id, keys.namespace, -applied, applied, 0)
+        return answers
 
     async def fail(
         self,
@@ -740,8 +868,12 @@ class WorkerOperations:
             raise refusal(status, f"{what}: extend_ms must be at most {int(reply[1])}")
         ActionOperations._raise_run_refusal(status, keys, run_id)
 
-    async def _gate(self, worker_id: str, ns: NamespaceKeys) -> bytes:
+    async def _gate(self, worker_id: str, ns: NamespaceKeys, ttl_s: float = 0.0) -> bytes:
         """Check the worker may take work now; its labels, packed for the claim."""
+        loop = asyncio.get_running_loop()
+        cached = self._gate_ok.get((ns.namespace, worker_id))
+        if ttl_s > 0 and cached is not None and loop.time() - cached[0] < ttl_s:
+            return cached[1]
         reply = await _scripts.call(
             self._client.redis,
             "worker_poll",
@@ -769,6 +901,7 @@ class WorkerOperations:
             labels = worker_labels(metadata)
             packed = pack(labels) if labels else b""
             self._labels_cache[metadata] = packed
+        self._gate_ok[(ns.namespace, worker_id)] = (loop.time(), packed)
         return packed
 
     async def _claim_round(
@@ -831,11 +964,23 @@ class WorkerOperations:
         return ClaimReply(runs, int(reply[1]), True)
 
     async def _tally_claimed(
-        self, worker_id: str, namespace: str, claimed: builtins.list[Claimed]
+        self, worker_id: str, namespace: str, claimed: builtins.list[Claimed], tally: bool
     ) -> builtins.list[Claimed]:
-        if claimed:
+        if claimed and tally:
             await self._tally(worker_id, namespace, len(claimed), 0, 0)
         return claimed
+
+    async def tally(
+        self,
+        worker_id: str,
+        load: int = 0,
+        completed: int = 0,
+        failed: int = 0,
+        namespace: str | None = None,
+    ) -> None:
+        """Add to a worker's counters (load never below zero); for workers that batch
+        their counter updates (``tally=False`` on :meth:`await_tasks`/:meth:`complete_many`)."""
+        await self._tally(worker_id, self._client.get_namespace(namespace), load, completed, failed)
 
     async def _tally(
         self, worker_id: str, namespace: str, load: int, completed: int, failed: int

@@ -13,6 +13,7 @@ says what to change.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -99,6 +100,15 @@ class ActionKeys:
 
 
 def action_keys(namespace: str, action: str) -> ActionKeys:
+    """The keys of one action's queue (validated names; cached)."""
+    if not isinstance(namespace, str) or not isinstance(action, str):
+        check_namespace(namespace)
+        check_name("action name", action)
+    return _action_keys(namespace, action)
+
+
+@functools.lru_cache(maxsize=4096)
+def _action_keys(namespace: str, action: str) -> ActionKeys:
     check_namespace(namespace)
     check_name("action name", action)
     tag = f"{{{namespace}:{action}}}"
@@ -160,6 +170,14 @@ class NamespaceKeys:
 
 
 def namespace_keys(namespace: str) -> NamespaceKeys:
+    """The keys of a namespace's registries (validated name; cached)."""
+    if not isinstance(namespace, str):
+        check_namespace(namespace)
+    return _namespace_keys(namespace)
+
+
+@functools.lru_cache(maxsize=1024)
+def _namespace_keys(namespace: str) -> NamespaceKeys:
     check_namespace(namespace)
     base = f"{PREFIX}:ns:{{{namespace}}}"
     return NamespaceKeys(

@@ -15,16 +15,18 @@ import json
 import logging
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _scripts
+from ._batch import Coalescer
 from ._reports import send_report
 from ._status import Status
 from ._wake import raise_if_cancelling
-from .actions import Claimed
+from .actions import Claimed, CompleteItem
 from .errors import (
     BlockTooLongError,
     NonRetryableError,
@@ -50,7 +52,6 @@ from .types import (
     Reason,
     StatusCode,
     WorkerAwaitOptions,
-    WorkerCompleteOptions,
     WorkerFailOptions,
     WorkerRegisterOptions,
     WorkerTouchOptions,
@@ -64,8 +65,14 @@ log = logging.getLogger("flo_redis.worker")
 _HEARTBEAT_INTERVAL_S = 30.0
 _MAX_TOUCH_EXTEND_MS = 3_600_000
 _MIN_TOUCH_INTERVAL_MS = 100
+# asyncio.timeout (3.11+) runs a handler in the worker's own task without a timer task.
+_INLINE_TIMEOUT = sys.version_info >= (3, 11)
+# A health check that passed this recently is reused by the next poll (a drain or an
+# unhealthy verdict is seen within this time).
+_HEALTH_TTL_S = 0.5
+# How often batched load / completed counters are sent.
+_COUNTS_INTERVAL_S = 0.2
 _TOUCH_FINAL = (StatusCode.CONFLICT, StatusCode.NOT_FOUND, StatusCode.BAD_REQUEST)
-
 
 
 def _worker_block_ms(block_ms: object) -> int:
@@ -216,6 +223,11 @@ class ActionWorker:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._slot_free = asyncio.Event()
         self._started = False
+        self._load_delta = 0
+        self._completed_delta = 0
+        self._completes: Coalescer[CompleteItem] = Coalescer(
+            self._complete_batch, "flo-complete-batches"
+        )
 
     # --- registration --------------------------------------------------------------
 
@@ -277,13 +289,18 @@ class ActionWorker:
                 self.config.concurrency,
             )
             heartbeat = asyncio.create_task(self._heartbeat_loop(), name="flo-heartbeat")
+            counts = asyncio.create_task(self._counts_loop(), name="flo-counters")
             try:
                 await self._poll_loop()
                 await self._wait_handlers()
+                await self._completes.close()
+                with contextlib.suppress(Exception):
+                    await self._flush_counts()
             finally:
-                heartbeat.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await heartbeat
+                for background in (heartbeat, counts):
+                    background.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await background
         except asyncio.CancelledError:
             await self._give_back_running()
             raise
@@ -358,6 +375,9 @@ class ActionWorker:
             if free <= 0:
                 self._slot_free.clear()
                 await _wait_any(self._slot_free, self._stop)
+                # Let handlers finishing in the same moment free their slots too, so the
+                # next claim fills several at once.
+                await asyncio.sleep(0)
                 continue
             poll_id = poll_id or secrets.token_hex(8)
             began = loop.time()
@@ -367,6 +387,8 @@ class ActionWorker:
                     names,
                     free,
                     WorkerAwaitOptions(block_ms=self.config.block_ms, poll_id=poll_id),
+                    tally=False,
+                    health_ttl_s=_HEALTH_TTL_S,
                 )
             except ServerError as exc:
                 if exc.reason == Reason.WORKER_DRAINING:
@@ -397,6 +419,7 @@ class ActionWorker:
                 await empty.empty(loop.time() - began)
                 continue
             empty.reset()
+            self._load_delta += len(claimed)
             for run in claimed:
                 self._spawn(run)
 
@@ -446,6 +469,8 @@ class ActionWorker:
         handler = self._handlers.get(ctx.action_name)
         if handler is None:
             return _Report("fail", message=f"No handler for: {ctx.action_name}", retry=True)
+        if not self.config.auto_touch and _INLINE_TIMEOUT:
+            return await self._run_inline(handler, ctx)
         work: asyncio.Future[Any] = asyncio.ensure_future(handler(ctx))
         toucher = self._start_auto_touch(ctx, work)
         try:
@@ -474,14 +499,24 @@ class ActionWorker:
         exc = work.exception()
         if exc is not None:
             return _failure_report(exc)
-        result = work.result()
-        if isinstance(result, ActionResult):
-            return _Report("complete", data=result.data, outcome=result.outcome)
-        if isinstance(result, dict):
-            return _Report("complete", data=json.dumps(result).encode())
-        if isinstance(result, bytes):
-            return _Report("complete", data=result)
-        return _Report("complete", data=b"")
+        return _result_report(work.result())
+
+    async def _run_inline(self, handler: ActionHandler, ctx: ActionContext) -> _Report:
+        """The handler in this task, under asyncio.timeout: no extra task per run (the
+        fast path when nothing else needs to cancel the handler)."""
+        deadline = asyncio.timeout(self.config.action_timeout)  # type: ignore[attr-defined,unused-ignore]
+        try:
+            async with deadline:
+                result = await handler(ctx)
+        except TimeoutError as exc:
+            if deadline.expired():
+                return _Report("fail", message="Action timed out", retry=False)
+            return _failure_report(exc)  # the handler's own TimeoutError: an ordinary failure
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return _failure_report(exc)
+        return _result_report(result)
 
     def _start_auto_touch(
         self, ctx: ActionContext, work: asyncio.Future[Any]
@@ -538,15 +573,12 @@ class ActionWorker:
         if report.kind == "none":
             return
         if report.kind == "complete":
+            item = CompleteItem(ctx.task_id, report.data, report.outcome, ctx.token)
 
-            def send() -> Awaitable[None]:
-                return worker.complete(
-                    wid,
-                    ctx.action_name,
-                    ctx.task_id,
-                    report.data,
-                    WorkerCompleteOptions(outcome=report.outcome, token=ctx.token),
-                )
+            async def send() -> None:
+                refusal = await self._completes.submit(ctx.action_name, item)
+                if refusal is not None:
+                    raise refusal
 
         elif report.kind == "fail":
 
@@ -567,6 +599,37 @@ class ActionWorker:
         what = f"{report.kind} of {ctx.task_id}"
         await send_report(what, send, self._stop.is_set, log)
 
+    async def _complete_batch(
+        self, action: str, items: Sequence[CompleteItem]
+    ) -> Sequence[ServerError | None]:
+        answers = await self.client.worker.complete_many(
+            self.config.worker_id, action, items, tally=False
+        )
+        applied = sum(1 for a in answers if a is None)
+        self._load_delta -= applied
+        self._completed_delta += applied
+        return answers
+
+    async def _flush_counts(self) -> None:
+        """Send the load and completed counters gathered since the last flush."""
+        load, completed = self._load_delta, self._completed_delta
+        if load or completed:
+            self._load_delta -= load
+            self._completed_delta -= completed
+            try:
+                await self.client.worker.tally(self.config.worker_id, load, completed)
+            except Exception:
+                self._load_delta += load
+                self._completed_delta += completed
+                raise
+
+    async def _counts_loop(self) -> None:
+        while not await sleep_unless_stopped(self._stop, _COUNTS_INTERVAL_S):
+            try:
+                await self._flush_counts()
+            except Exception as exc:
+                log.debug("counter update failed (%s); retrying later", exc)
+
     async def _release(self, ctx: ActionContext) -> None:
         keys = action_keys(self.client.namespace, ctx.action_name)
         reply = await _scripts.call(
@@ -577,6 +640,16 @@ class ActionWorker:
         )
         if int(reply[0]) != Status.OK:
             log.info("release of %s refused (%s)", ctx.task_id, Status(int(reply[0])).name)
+
+
+def _result_report(result: object) -> _Report:
+    if isinstance(result, ActionResult):
+        return _Report("complete", data=result.data, outcome=result.outcome)
+    if isinstance(result, dict):
+        return _Report("complete", data=json.dumps(result).encode())
+    if isinstance(result, bytes):
+        return _Report("complete", data=result)
+    return _Report("complete", data=b"")
 
 
 def _failure_report(exc: BaseException) -> _Report:

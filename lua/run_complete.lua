@@ -21,6 +21,7 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
+--@include lib/complete.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   leases = KEYS[5], done = KEYS[6], idem = KEYS[7]}
 local run_id = ARGV[1]
@@ -32,32 +33,12 @@ local RETAIN_BATCH = 100
 
 local action = action_load(k.def)
 if not action then return {ST_NO_ACTION} end
-local run = run_load(k.runs, run_id)
-if not run then return {ST_NOT_FOUND} end
-if not run_is_holder(run, token, worker_id) then
-  if run.s == RUN_COMPLETED and run.lrk == 'c' and run_reported_by(run, token, worker_id)
-      and run.out == result and run.oc == outcome then
-    return {ST_OK, 1, run.s}
-  end
-  return {ST_STALE, 0, run.s}
-end
-if action.max_payload >= 0 and #result > action.max_payload then
-  return {ST_TOO_LARGE, action.max_payload, run.s}
-end
-
 local now = now_ms()
-run.s = RUN_COMPLETED
-run.ct = now
-run.out = result
-run.oc = outcome
-run.err = nil
-run.o = nil
-run.lrk = 'c'
-run.lrt = run.t
-run.lrw = worker_id
-run_save(k.runs, run_id, run)
-redis.call('ZREM', k.leases, run_id)
-redis.call('HDEL', k.inputs, run_id)
-redis.call('ZADD', k.done, now, run_id)
-queue_retain(k, k.done, now, action.retention_ms, action.retention_count, RETAIN_BATCH)
-return {ST_OK, 0, run.s}
+local status, duplicate, detail = complete_run(k, action, now, run_id, token, worker_id,
+  result, outcome)
+if status == ST_TOO_LARGE then return {ST_TOO_LARGE, detail, RUN_RUNNING} end
+if status == ST_OK and duplicate == 0 then
+  queue_retain(k, k.done, now, action.retention_ms, action.retention_count, RETAIN_BATCH)
+end
+if status == ST_NOT_FOUND then return {ST_NOT_FOUND} end
+return {status, duplicate, detail}

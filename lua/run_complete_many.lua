@@ -1,0 +1,48 @@
+--[[ run_complete_many
+  Complete several running runs of one action in one call, each under exactly the rules
+  of run_complete (holder only, identical resends answered OK), each answered on its own.
+  KEYS[1] def      HASH  the action's settings
+  KEYS[2] meta     HASH  counters
+  KEYS[3] runs     HASH  run_id -> msgpack record
+  KEYS[4] inputs   HASH  run_id -> input bytes
+  KEYS[5] leases   ZSET  run_id -> lease deadline ms
+  KEYS[6] done     ZSET  run_id -> finished ms (completed runs kept for retention)
+  KEYS[7] idem     HASH  idempotency key -> run_id
+  ARGV[1] worker_id
+  ARGV[2] items    msgpack array of {run_id, token ('' = token-less), result, outcome}
+  Returns {status, (item_status, duplicate, run_status_or_limit) * n}
+          status: OK | NO_ACTION; item_status: OK | NOT_FOUND | STALE | TOO_LARGE
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/queue.lua
+--@include lib/action.lua
+--@include lib/complete.lua
+local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  leases = KEYS[5], done = KEYS[6], idem = KEYS[7]}
+local worker_id = ARGV[1]
+local items = cmsgpack.unpack(ARGV[2])
+local RETAIN_BATCH = 100
+local MAX_ITEMS = 1000
+
+if #items > MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
+local action = action_load(k.def)
+if not action then return {ST_NO_ACTION} end
+local now = now_ms()
+local out = {ST_OK}
+local applied = 0
+for _, item in ipairs(items) do
+  local status, duplicate, detail = complete_run(k, action, now, item[1], item[2], worker_id,
+    item[3], item[4])
+  out[#out + 1] = status
+  out[#out + 1] = duplicate
+  out[#out + 1] = detail
+  if status == ST_OK and duplicate == 0 then applied = applied + 1 end
+end
+if applied > 0 then
+  -- Trim at least as many kept runs as this call finished, so retention keeps pace.
+  queue_retain(k, k.done, now, action.retention_ms, action.retention_count,
+    RETAIN_BATCH + applied)
+end
+return out

@@ -1,0 +1,68 @@
+"""Batch APIs: invoke_many and complete_many keep the single-run rules for every item."""
+
+from __future__ import annotations
+
+import pytest
+
+from flo_redis import (
+    ActionInvokeOptions,
+    ActionRegisterOptions,
+    ConflictError,
+    FloClient,
+    NotFoundError,
+    RunStatus,
+    ValidationError,
+    ValueTooLargeError,
+    WorkerAwaitOptions,
+)
+from flo_redis.actions import CompleteItem
+
+
+async def test_invoke_many_creates_runs_in_order(client: FloClient) -> None:
+    await client.action.register("bulk")
+    results = await client.action.invoke_many("bulk", [f"{i}".encode() for i in range(2500)])
+    assert len({r.run_id for r in results}) == 2500
+    await client.worker.register("w", ["bulk"])
+    taken = await client.worker.await_tasks("w", ["bulk"], 10, WorkerAwaitOptions(block_ms=0))
+    assert [t.payload for t in taken] == [f"{i}".encode() for i in range(10)]
+    assert [t.run_id for t in taken] == [r.run_id for r in results[:10]]
+    status = await client.action.status(results[-1].run_id)
+    assert (status.status, status.attempt) == (RunStatus.PENDING, 0)
+
+
+async def test_invoke_many_refuses_bad_input_before_writing(client: FloClient, raw) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(NotFoundError, match="not registered"):
+        await client.action.invoke_many("nobody", [b"x"])
+    await client.action.register("small", options=ActionRegisterOptions(max_payload_bytes=4))
+    with pytest.raises(ValueTooLargeError, match=r"inputs\[1\]"):
+        await client.action.invoke_many("small", [b"ok", b"too long"])
+    with pytest.raises(ValidationError, match="delay_ms"):
+        await client.action.invoke_many("small", [b"x"], ActionInvokeOptions(delay_ms=10))
+    with pytest.raises(ValidationError, match="bytes"):
+        await client.action.invoke_many("small", ["text"])  # type: ignore[list-item]
+    assert await raw.hlen(f"flo:a:{{{client.namespace}:small}}:runs") == 0
+
+
+async def test_complete_many_answers_each_item_on_its_own(client: FloClient) -> None:
+    await client.action.register("job")
+    await client.worker.register("w", ["job"])
+    await client.action.invoke_many("job", [b"a", b"b", b"c"])
+    a, b, c = await client.worker.await_tasks("w", ["job"], 3, WorkerAwaitOptions(block_ms=0))
+    items = [
+        CompleteItem(a.run_id, b"A", token=a.token),
+        CompleteItem(b.run_id, b"B", token=b.token + 1),  # not b's current token
+        CompleteItem("job:999", b"?"),
+        CompleteItem(c.run_id, b"C", outcome="special", token=c.token),
+    ]
+    answers = await client.worker.complete_many("w", "job", items)
+    assert answers[0] is None and answers[3] is None
+    assert isinstance(answers[1], ConflictError)
+    assert isinstance(answers[2], NotFoundError)
+    assert (await client.action.status(a.run_id)).output == b"A"
+    assert (await client.action.status(b.run_id)).status == RunStatus.RUNNING
+    assert (await client.action.status(c.run_id)).outcome == "special"
+    # An identical resend is answered as success and applies nothing twice.
+    again = await client.worker.complete_many("w", "job", [items[0], items[3]])
+    assert again == [None, None]
+    info = (await client.worker.list()).workers[0]
+    assert (info.tasks_completed, info.current_load) == (2, 1)
