@@ -75,7 +75,7 @@ def sid(raw: bytes | str) -> StreamID:
     return StreamID.from_redis(raw)
 
 
-def records(stream: str, reply: Sequence[Any], at: int) -> list[StreamRecord]:
+def records(stream: str, reply: Sequence[Any], at: int, partition: int = 0) -> list[StreamRecord]:
     """Records of a ``(id, payload, headers) * n`` reply whose count is at ``reply[at]``."""
     n = int(reply[at])
     out: list[StreamRecord] = []
@@ -86,12 +86,15 @@ def records(stream: str, reply: Sequence[Any], at: int) -> list[StreamRecord]:
                 stream=stream,
                 payload=bytes(reply[i + 1]),
                 headers=decode_headers(reply[i + 2]),
+                partition=partition,
             )
         )
     return out
 
 
-def deliveries(stream: str, reply: Sequence[Any], at: int) -> list[StreamRecord]:
+def deliveries(
+    stream: str, reply: Sequence[Any], at: int, partition: int = 0
+) -> list[StreamRecord]:
     """Records of an ``(id, token, payload, headers) * n`` reply, count at ``reply[at]``."""
     n = int(reply[at])
     out: list[StreamRecord] = []
@@ -103,6 +106,7 @@ def deliveries(stream: str, reply: Sequence[Any], at: int) -> list[StreamRecord]
                 payload=bytes(reply[i + 2]),
                 headers=decode_headers(reply[i + 3]),
                 delivery_count=int(reply[i + 1]),
+                partition=partition,
             )
         )
     return out
@@ -112,3 +116,12 @@ def positive_arg(what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValidationError(f"{what} must be an int > 0, got {value!r}")
     return value
+
+
+def merge(batches: Sequence[list[StreamRecord]], count: int, tail: bool) -> list[StreamRecord]:
+    """Records of several partitions in id order (ties by partition): the first ``count``,
+    or with ``tail`` the last ``count``."""
+    merged = sorted(
+        (r for batch in batches for r in batch), key=lambda r: (r.id.as_tuple(), r.partition)
+    )
+    return merged[-count:] if tail else merged[:count]

@@ -1,7 +1,9 @@
 """``FloClient``: flo's client, backed by a Redis you already run.
 
 The endpoint is a Redis URL (``redis://``, ``rediss://``, ``unix://``, with ACL user and
-password) or flo's bare ``host:port``. Every state change is one Lua script; this class
+password) or flo's bare ``host:port``; a Redis Cluster is reached with
+``redis+cluster://host:port`` (``rediss+cluster://`` for TLS) or ``cluster=True``, naming
+any one node (the others are discovered). Every state change is one Lua script; this class
 holds the connection pool, the wake-up subscriptions and the namespace, and hands out the
 operation groups ``action``, ``worker`` and ``stream``.
 """
@@ -19,6 +21,7 @@ from urllib.parse import urlsplit
 
 import redis.exceptions as rex
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -43,11 +46,14 @@ log = logging.getLogger("flo_redis.client")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 MIN_REDIS = (7, 0)
-_SCHEMES = ("redis", "rediss", "unix")
+_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+_CLUSTER_SUFFIX = "+cluster"
 
 
-def normalize_endpoint(endpoint: str) -> str:
-    """A Redis URL for ``endpoint``; flo's bare ``host:port`` becomes ``redis://host:port``."""
+def normalize_endpoint(endpoint: str, *, cluster: bool = False) -> str:
+    """A Redis URL for ``endpoint``; flo's bare ``host:port`` becomes ``redis://host:port``.
+    With ``cluster`` (or a ``redis+cluster://`` / ``rediss+cluster://`` URL) the result
+    has the ``+cluster`` scheme, so every connection made from it reaches a cluster."""
     if not isinstance(endpoint, str) or not endpoint.strip():
         raise InvalidEndpointError(f"endpoint must be a Redis URL, got {endpoint!r}")
     endpoint = endpoint.strip()
@@ -56,8 +62,16 @@ def normalize_endpoint(endpoint: str) -> str:
     parts = urlsplit(endpoint)
     if parts.scheme not in _SCHEMES:
         raise InvalidEndpointError(
-            f"endpoint {endpoint!r} has scheme {parts.scheme!r}; use redis://, rediss:// or unix://"
+            f"endpoint {endpoint!r} has scheme {parts.scheme!r}; use redis://, rediss://, "
+            "unix://, or redis+cluster:// / rediss+cluster:// for a Redis Cluster"
         )
+    if cluster and not parts.scheme.endswith(_CLUSTER_SUFFIX):
+        if parts.scheme == "unix":
+            raise InvalidEndpointError(
+                f"endpoint {endpoint!r}: a Redis Cluster is reached over TCP, not a unix socket"
+            )
+        endpoint = parts.scheme + _CLUSTER_SUFFIX + endpoint[len(parts.scheme) :]
+        parts = urlsplit(endpoint)
     if parts.scheme != "unix":
         try:
             parts.port  # noqa: B018 - validates the port
@@ -68,6 +82,39 @@ def normalize_endpoint(endpoint: str) -> str:
     elif not parts.path:
         raise InvalidEndpointError(f"endpoint {endpoint!r} names no socket path")
     return endpoint
+
+
+def is_cluster_endpoint(endpoint: str) -> bool:
+    """Whether a normalized endpoint names a Redis Cluster."""
+    return urlsplit(endpoint).scheme.endswith(_CLUSTER_SUFFIX)
+
+
+def connect_redis(
+    endpoint: str,
+    *,
+    timeout_s: float,
+    client_name: str | None = None,
+) -> Redis | RedisCluster:
+    """A redis-py client for a normalized ``endpoint``: a :class:`RedisCluster` for a
+    ``+cluster`` URL, else a plain :class:`Redis`. No retries (flo-redis decides what may
+    be resent), ``timeout_s`` on every socket operation, TCP keepalive on TCP. Connections
+    are made on first use; a cluster must be ``await``-ed ``initialize()``-d."""
+    kwargs: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "health_check_interval": 0,
+        "decode_responses": False,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if client_name is not None:
+        kwargs["client_name"] = client_name
+    if not endpoint.startswith("unix://"):
+        kwargs["socket_keepalive"] = True  # a unix socket connection takes no keepalive
+    if is_cluster_endpoint(endpoint):
+        scheme = urlsplit(endpoint).scheme
+        url = scheme[: -len(_CLUSTER_SUFFIX)] + endpoint[len(scheme) :]
+        return RedisCluster.from_url(url, **kwargs)
+    return Redis.from_url(endpoint, **kwargs)
 
 
 def _redact(url: str) -> str:
@@ -96,8 +143,9 @@ class FloClient:
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         owner_id: str | None = None,
+        cluster: bool = False,
     ) -> None:
-        self._endpoint = normalize_endpoint(endpoint)
+        self._endpoint = normalize_endpoint(endpoint, cluster=cluster)
         self._namespace = check_namespace(namespace)
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
             raise ValidationError(f"timeout_ms must be a positive int, got {timeout_ms!r}")
@@ -110,7 +158,7 @@ class FloClient:
         self._retry = retry
         self._max_payload = max_payload_bytes
         self._owner = owner_id or f"{socket.gethostname()}-{secrets.token_hex(6)}"
-        self._redis: Redis | None = None
+        self._redis: Redis | RedisCluster | None = None
         self._waker: Waker | None = None
         self._connect_lock = asyncio.Lock()
         self.action = ActionOperations(self)
@@ -129,6 +177,11 @@ class FloClient:
         return self._redis is not None
 
     @property
+    def is_cluster(self) -> bool:
+        """Whether the endpoint is a Redis Cluster."""
+        return is_cluster_endpoint(self._endpoint)
+
+    @property
     def owner_id(self) -> str:
         """This process's owner id: every lease it takes records it."""
         return self._owner
@@ -142,34 +195,27 @@ class FloClient:
         async with self._connect_lock:
             if self._redis is not None:
                 return self
-            tcp: dict[str, Any] = {}
-            if not self._endpoint.startswith("unix://"):
-                tcp["socket_keepalive"] = True  # a unix socket connection takes no keepalive
-            conn = Redis.from_url(
-                self._endpoint,
-                socket_timeout=self._timeout,
-                socket_connect_timeout=self._timeout,
-                health_check_interval=0,
-                retry=Retry(NoBackoff(), 0),
-                decode_responses=False,
-                **tcp,
-            )
+            conn = connect_redis(self._endpoint, timeout_s=self._timeout)
             try:
-                info: dict[str, Any] = await conn.info("server")
+                version = await _server_version(conn)
             except rex.AuthenticationError as exc:
                 await conn.aclose()
                 raise ConnectionFailedError(
                     f"Redis at {_redact(self._endpoint)} refused the credentials ({exc}); "
                     "check the user and password in the URL"
                 ) from exc
-            except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+            except (
+                rex.ConnectionError,
+                rex.TimeoutError,
+                rex.RedisClusterException,
+                OSError,
+            ) as exc:
                 await conn.aclose()
                 raise ConnectionFailedError(
                     f"cannot reach Redis at {_redact(self._endpoint)} ({exc}). Start one with "
                     "`docker compose up -d` in the flo-redis checkout, or install and run "
                     "`redis-server`, or point the endpoint at your Redis."
                 ) from exc
-            version = str(info.get("redis_version", "0"))
             if _version_tuple(version) < MIN_REDIS:
                 await conn.aclose()
                 raise RedisVersionError(version)
@@ -308,6 +354,19 @@ class FloClient:
         with redis_errors("TIME"):
             seconds, micros = await self.redis.time()
         return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def _server_version(conn: Redis | RedisCluster) -> str:
+    """The lowest ``redis_version`` among the server (every primary of a cluster)."""
+    if isinstance(conn, RedisCluster):
+        await conn.initialize()
+        replies: dict[str, dict[str, Any]] = await conn.info(
+            "server", target_nodes=RedisCluster.PRIMARIES
+        )
+        versions = [str(info.get("redis_version", "0")) for info in replies.values()]
+        return min(versions or ["0"], key=_version_tuple)
+    info: dict[str, Any] = await conn.info("server")
+    return str(info.get("redis_version", "0"))
 
 
 def _version_tuple(version: str) -> tuple[int, int]:

@@ -6,7 +6,8 @@ acks the record, a raise or a timeout nacks it (the group delivers it again, up 
 ``max_deliver``). Acks and nacks carry the delivery's token, never wait behind a read,
 are resent after a lost connection and never converted. After a connection failure the
 worker first re-processes the entries it had been given (``group_claim`` over its own
-pending list), then resumes reading; on stop it finishes its handlers and leaves.
+pending list), then resumes reading; on stop it finishes its handlers and leaves. On a
+partitioned stream it reads every partition and acks each record in its own partition.
 """
 
 from __future__ import annotations
@@ -173,7 +174,7 @@ class StreamWorker:
 
         parent = self._parent
         self._client = FloClient(
-            parent._endpoint,
+            parent._endpoint,  # a cluster endpoint stays one (redis+cluster://)
             namespace=parent.namespace,
             timeout_ms=int(parent._timeout * 1000),
             debug=parent._debug,
@@ -339,7 +340,9 @@ class StreamWorker:
                     cfg.stream,
                     cfg.group,
                     [record.id],
-                    StreamGroupAckOptions(consumer=cfg.consumer, token=token),
+                    StreamGroupAckOptions(
+                        consumer=cfg.consumer, token=token, partition=record.partition
+                    ),
                 )
 
         else:
@@ -349,7 +352,9 @@ class StreamWorker:
                     cfg.stream,
                     cfg.group,
                     [record.id],
-                    StreamGroupNackOptions(consumer=cfg.consumer, token=token),
+                    StreamGroupNackOptions(
+                        consumer=cfg.consumer, token=token, partition=record.partition
+                    ),
                 )
 
         what = f"{'ack' if ok else 'nack'} of {cfg.stream}/{record.id.to_redis()}"

@@ -10,17 +10,31 @@ timeout, is handed out again by a later ``group_read`` before new entries, with 
 delivery count raised; an entry delivered ``max_deliver`` times without an ack moves to
 the group's dead letters; an ack or nack that names its delivery's count (``token``) is
 refused with ``STALE_REPORT`` once the entry was delivered again.
+
+A stream may be created with several partitions (:meth:`StreamOperations.create`), each
+its own hash slot, so on Redis Cluster one stream spreads over the nodes. Every call
+spans all partitions unless its options name one; records say which partition they came
+from, and acks and nacks name it (``lua/README.md``, section Cluster).
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import _scripts
+from ._partitions import (
+    PartitionCounts,
+    decode_cursor,
+    encode_cursor,
+    partition_arg,
+    partition_of_key,
+    partitions_arg,
+)
 from ._status import Status, refusal
 from ._stream_codec import (
     MAX_COUNT,
@@ -30,6 +44,7 @@ from ._stream_codec import (
     deliveries,
     headers_arg,
     ids_arg,
+    merge,
     positive_arg,
     records,
     sid,
@@ -37,7 +52,7 @@ from ._stream_codec import (
 )
 from .codec import pack, text
 from .errors import ValidationError, ValueTooLargeError
-from .keys import GroupKeys, StreamKeys, check_name, stream_keys
+from .keys import GroupKeys, StreamKeys, check_name, namespace_keys, stream_keys
 from .types import (
     PendingEntry,
     StreamAppendOptions,
@@ -97,19 +112,21 @@ class DeadLetter:
     consumer: str
     owner: str
     dead_at_ms: int
+    partition: int = 0
 
 
 @dataclass
 class StreamDeadLetterOptions:
     """Options for ``dead_letters``: from ``start`` (inclusive, None: the oldest), at
-    most ``count`` (1..1000)."""
+    most ``count`` (1..1000); ``partition`` limits it to one partition (None: all)."""
 
     namespace: str | None = None
     start: StreamID | None = None
     count: int = DEFAULT_COUNT
+    partition: int | None = None
 
 
-def _dead_letter(entry_id: bytes, fields: dict[bytes, bytes]) -> DeadLetter:
+def _dead_letter(entry_id: bytes, fields: dict[bytes, bytes], partition: int) -> DeadLetter:
     return DeadLetter(
         id=sid(entry_id),
         original_id=sid(fields[b"id"]),
@@ -120,6 +137,7 @@ def _dead_letter(entry_id: bytes, fields: dict[bytes, bytes]) -> DeadLetter:
         consumer=text(fields.get(b"c")) or "",
         owner=text(fields.get(b"o")) or "",
         dead_at_ms=int(fields.get(b"t", 0)),
+        partition=partition,
     )
 
 
@@ -133,6 +151,8 @@ class StreamOperations:
 
     def __init__(self, client: FloClient) -> None:
         self._client = client
+        self._counts = PartitionCounts(client)
+        self._turn: dict[tuple[str, ...], itertools.count[int]] = {}
 
     def _keys(self, stream: str, namespace: str | None) -> StreamKeys:
         return stream_keys(self._client.get_namespace(namespace), stream)
@@ -143,9 +163,56 @@ class StreamOperations:
         keys = self._keys(stream, namespace)
         return keys, keys.group(group)
 
+    async def _partitions(
+        self, stream: str, namespace: str | None, only: int | None = None
+    ) -> builtins.list[StreamKeys]:
+        """Keys of every partition of ``stream`` (or only of partition ``only``)."""
+        first = self._keys(stream, namespace)
+        count = await self._counts.get(first.namespace, stream, first.meta)
+        if only is not None:
+            return [stream_keys(first.namespace, stream, partition_arg(stream, only, count))]
+        return [first] + [stream_keys(first.namespace, stream, p) for p in range(1, count)]
+
+    def _next_turn(self, *key: str) -> int:
+        """A per-client counter (round-robin appends, fair group reads)."""
+        counter = self._turn.get(key)
+        if counter is None:
+            counter = self._turn[key] = itertools.count()
+        return next(counter)
+
+    # --- partitions ------------------------------------------------------------------
+
+    async def create(self, stream: str, partitions: int = 1, namespace: str | None = None) -> int:
+        """Create ``stream`` with ``partitions`` partitions (1..1024), each in its own hash
+        slot, and return the count. The count is fixed once recorded: creating again with
+        the same count changes nothing, another count is refused with
+        :class:`ConflictError`, and so is a count above 1 for a stream already used
+        without one. A stream never created has one partition."""
+        count = partitions_arg(partitions)
+        keys = self._keys(stream, namespace)
+        reply = await _scripts.call(
+            self._client.redis, "stream_create", [keys.log, keys.meta], [count]
+        )
+        recorded = int(reply[1])
+        if int(reply[0]) == Status.CONFLICT:
+            raise refusal(
+                Status.CONFLICT,
+                f"stream {stream!r} in namespace {keys.namespace!r} already has {recorded} "
+                f"partition(s); the count is fixed when a stream is first created or used",
+            )
+        self._counts.remember(keys.namespace, stream, recorded)
+        with _scripts.redis_errors("create"):
+            await self._client.redis.zadd(namespace_keys(keys.namespace).streams, {stream: 0})
+        return recorded
+
+    async def partitions(self, stream: str, namespace: str | None = None) -> int:
+        """How many partitions ``stream`` has (1 unless it was created with more)."""
+        keys = self._keys(stream, namespace)
+        return await self._counts.get(keys.namespace, stream, keys.meta)
+
     async def _poll(
         self,
-        wake: str,
+        wakes: builtins.list[str],
         block_ms: int,
         attempt: Callable[[], Awaitable[tuple[builtins.list[StreamRecord], int]]],
     ) -> builtins.list[StreamRecord]:
@@ -158,7 +225,7 @@ class StreamOperations:
             return records
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000.0
-        async with self._client.waker.watching([wake]) as watch:
+        async with self._client.waker.watching(wakes) as watch:
             while True:
                 await watch.arm()
                 records, wait_ms = await attempt()
@@ -185,10 +252,13 @@ class StreamOperations:
         options: StreamAppendOptions | None = None,
     ) -> StreamAppendResult:
         """Append one record (``payload`` bytes, optional ``headers``) and wake blocked
-        readers. The id is Redis's ``<ms>-<seq>``, increasing. A missing stream is created.
-        :class:`ValueTooLargeError` for a payload over the client's ``max_payload_bytes``."""
+        readers. The id is Redis's ``<ms>-<seq>``, increasing within its partition. A missing
+        stream is created. On a partitioned stream, records with the same
+        ``partition_key`` go to the same partition (in order); records without one are
+        spread round-robin. :class:`ValueTooLargeError` for a payload over the client's
+        ``max_payload_bytes``."""
         opts = options or StreamAppendOptions()
-        keys = self._keys(stream, opts.namespace)
+        first = self._keys(stream, opts.namespace)
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise ValidationError(f"payload must be bytes, got {type(payload).__name__}")
         data = bytes(payload)
@@ -202,13 +272,21 @@ class StreamOperations:
                 f"partition_key must be a str, got {type(opts.partition_key).__name__}"
             )
         headers = headers_arg(opts.headers)
+        count = await self._counts.get(first.namespace, stream, first.meta)
+        partition = 0
+        if count > 1:
+            if opts.partition_key is not None:
+                partition = partition_of_key(opts.partition_key, count)
+            else:
+                partition = self._next_turn(first.namespace, stream) % count
+        keys = first if partition == 0 else stream_keys(first.namespace, stream, partition)
         reply = await _scripts.call(
             self._client.redis,
             "stream_append",
             [keys.log, keys.meta, keys.wake],
             [data, headers],
         )
-        return StreamAppendResult(id=sid(reply[1]))
+        return StreamAppendResult(id=sid(reply[1]), partition=partition)
 
     async def read(
         self,
@@ -218,13 +296,10 @@ class StreamOperations:
         """Up to ``count`` (default 100, at most 1000) records between ``start`` and ``end``
         (both inclusive; default the whole stream), oldest first; with ``tail`` the newest
         ``count`` of them (still oldest first). With ``block_ms`` > 0 and nothing to read,
-        waits up to that long for an append. A missing stream reads as empty."""
+        waits up to that long for an append. A missing stream reads as empty. A partitioned
+        stream is read in every partition (or only ``partition``), merged in id order."""
         opts = options or StreamReadOptions()
-        if opts.partition not in (None, 0):
-            raise ValidationError(
-                f"partition {opts.partition!r} does not exist; this stream has 1 partition (0)"
-            )
-        keys = self._keys(stream, opts.namespace)
+        parts = await self._partitions(stream, opts.namespace, opts.partition)
         count = count_arg("count", opts.count, DEFAULT_COUNT)
         block_ms = block_ms_arg(opts.block_ms)
         if opts.tail and opts.start is not None:
@@ -235,11 +310,18 @@ class StreamOperations:
             raise ValidationError(f"start {opts.start} is after end {opts.end}")
         args: builtins.list[_scripts.Arg] = [start, end, count, "1" if opts.tail else "0"]
 
-        async def attempt() -> tuple[builtins.list[StreamRecord], int]:
+        async def read_one(keys: StreamKeys) -> builtins.list[StreamRecord]:
             reply = await _scripts.call(self._client.redis, "stream_read", [keys.log], args)
-            return records(stream, reply, 1), -1
+            return records(stream, reply, 1, keys.partition)
 
-        return StreamReadResult(records=await self._poll(keys.wake, block_ms, attempt))
+        async def attempt() -> tuple[builtins.list[StreamRecord], int]:
+            if len(parts) == 1:
+                return await read_one(parts[0]), -1
+            batches = await asyncio.gather(*(read_one(k) for k in parts))
+            return merge(batches, count, opts.tail), -1
+
+        wakes = [k.wake for k in parts]
+        return StreamReadResult(records=await self._poll(wakes, block_ms, attempt))
 
     async def info(
         self,
@@ -247,16 +329,20 @@ class StreamOperations:
         options: StreamInfoOptions | None = None,
     ) -> StreamInfo:
         """Record count, bytes held (payloads and headers), first and last id (MIN when
-        empty) and partition count. A missing stream answers as empty."""
+        empty) and partition count; of all partitions together (the lowest first id and
+        the highest last id). A missing stream answers as empty."""
         opts = options or StreamInfoOptions()
-        keys = self._keys(stream, opts.namespace)
-        reply = await _scripts.call(self._client.redis, "stream_info", [keys.log, keys.meta], [])
+        parts = await self._partitions(stream, opts.namespace)
+        replies = await asyncio.gather(
+            *(_scripts.call(self._client.redis, "stream_info", [k.log, k.meta], []) for k in parts)
+        )
+        held = [r for r in replies if int(r[1]) > 0]
         return StreamInfo(
-            count=int(reply[1]),
-            bytes_size=int(reply[2]),
-            first_id=sid(reply[3]),
-            last_id=sid(reply[4]),
-            partition_count=1,
+            count=sum(int(r[1]) for r in replies),
+            bytes_size=sum(int(r[2]) for r in replies),
+            first_id=min((sid(r[3]) for r in held), default=StreamID()),
+            last_id=max((sid(r[4]) for r in held), default=StreamID()),
+            partition_count=len(parts),
         )
 
     async def trim(
@@ -269,9 +355,11 @@ class StreamOperations:
         that, by server time). With ``dry_run`` nothing is removed and ``removed`` says what
         would be. Works in bounded steps (each atomic), so trimming a huge stream never
         stalls Redis. ``first_seq`` is the ordinal (1 = first ever appended) of the first
-        record left. :class:`NotFoundError` for a missing stream."""
+        record left. :class:`NotFoundError` for a missing stream. A partitioned stream is
+        trimmed in every partition by the same bound (``max_len`` keeps the newest n of
+        each partition)."""
         opts = options or StreamTrimOptions()
-        keys = self._keys(stream, opts.namespace)
+        parts = await self._partitions(stream, opts.namespace)
         set_bounds = [
             name
             for name, value in (
@@ -294,7 +382,26 @@ class StreamOperations:
             mode, bound = "max_len", str(positive_arg("max_len", opts.max_len))
         else:
             mode, bound = "max_age", str(positive_arg("max_age_seconds", opts.max_age_seconds))
-        dry = "1" if opts.dry_run else "0"
+        outcomes = await asyncio.gather(
+            *(self._trim_partition(k, mode, bound, opts.dry_run) for k in parts)
+        )
+        found = [o for o in outcomes if o is not None]
+        if not found:
+            raise refusal(
+                Status.NOT_FOUND,
+                f"stream {stream!r} not found in namespace {parts[0].namespace!r}; nothing to trim",
+            )
+        removed = sum(o[0] for o in found)
+        left = sum(o[1] for o in found)
+        added = sum(o[2] for o in found)
+        return StreamTrimResult(removed=removed, first_seq=added - left + 1)
+
+    async def _trim_partition(
+        self, keys: StreamKeys, mode: str, bound: str, dry_run: bool
+    ) -> tuple[int, int, int] | None:
+        """Trim one partition in bounded steps: (removed, records left, entries ever
+        added), or None when the partition does not exist."""
+        dry = "1" if dry_run else "0"
         removed, after = 0, ""
         while True:
             reply = await _scripts.call(
@@ -304,20 +411,17 @@ class StreamOperations:
                 [mode, bound, dry, after, TRIM_BATCH],
             )
             if int(reply[0]) == Status.NOT_FOUND:
-                raise refusal(
-                    Status.NOT_FOUND,
-                    f"stream {stream!r} not found in namespace {keys.namespace!r}; nothing to trim",
-                )
+                return None
             removed += int(reply[1])
             if reply[4]:
                 mode, bound = "below", text(reply[4]) or ""
             length, added = int(reply[5]), int(reply[6])
             if not int(reply[2]):
                 break
-            if opts.dry_run:
+            if dry_run:
                 after = text(reply[3]) or ""
-        left = length - removed if opts.dry_run else length
-        return StreamTrimResult(removed=removed, first_seq=added - left + 1)
+        left = length - removed if dry_run else length
+        return removed, left, added
 
     # --- consumer groups -----------------------------------------------------------
 
@@ -329,22 +433,27 @@ class StreamOperations:
         options: StreamGroupJoinOptions | None = None,
     ) -> None:
         """Join ``consumer`` to ``group``, creating the group when missing (at the
-        beginning of the stream, so it reads every record still held) and the stream too.
-        ``ack_timeout_ms`` / ``max_deliver`` given in the options are applied to the group."""
+        beginning of the stream, so it reads every record still held) and the stream too;
+        on every partition of a partitioned stream. ``ack_timeout_ms`` / ``max_deliver``
+        given in the options are applied to the group."""
         opts = options or StreamGroupJoinOptions()
-        keys, gk = self._group_keys(stream, group, opts.namespace)
+        check_name("group name", group)
         check_name("consumer", consumer)
         opts.__post_init__()
-        await _scripts.call(
-            self._client.redis,
-            "group_join",
-            [keys.log, gk.config],
-            [
-                group,
-                consumer,
-                "" if opts.ack_timeout_ms is None else opts.ack_timeout_ms,
-                "" if opts.max_deliver is None else opts.max_deliver,
-            ],
+        parts = await self._partitions(stream, opts.namespace)
+        args: builtins.list[_scripts.Arg] = [
+            group,
+            consumer,
+            "" if opts.ack_timeout_ms is None else opts.ack_timeout_ms,
+            "" if opts.max_deliver is None else opts.max_deliver,
+        ]
+        await asyncio.gather(
+            *(
+                _scripts.call(
+                    self._client.redis, "group_join", [k.log, k.group(group).config], args
+                )
+                for k in parts
+            )
         )
 
     async def group_leave(
@@ -354,13 +463,23 @@ class StreamOperations:
         consumer: str,
         options: StreamGroupJoinOptions | None = None,
     ) -> None:
-        """Remove ``consumer`` from ``group``. A consumer still holding pending entries is
-        kept until they are settled, so none is lost. A missing group is not an error."""
+        """Remove ``consumer`` from ``group`` (on every partition). A consumer still holding
+        pending entries is kept until they are settled, so none is lost. A missing group
+        is not an error."""
         opts = options or StreamGroupJoinOptions()
-        keys, gk = self._group_keys(stream, group, opts.namespace)
+        check_name("group name", group)
         check_name("consumer", consumer)
-        await _scripts.call(
-            self._client.redis, "group_leave", [keys.log, gk.config], [group, consumer]
+        parts = await self._partitions(stream, opts.namespace)
+        await asyncio.gather(
+            *(
+                _scripts.call(
+                    self._client.redis,
+                    "group_leave",
+                    [k.log, k.group(group).config],
+                    [group, consumer],
+                )
+                for k in parts
+            )
         )
 
     async def group_read(
@@ -372,41 +491,52 @@ class StreamOperations:
     ) -> StreamReadResult:
         """Hand up to ``count`` (default 100, at most 1000) entries to ``consumer``: first
         entries due again (nacked, or unacked past the group's ack timeout) with their
-        delivery count raised, then new ones; all in one atomic step. An entry already
-        delivered ``max_deliver`` times goes to the dead letters instead. With
-        ``block_ms`` > 0 and nothing to hand out, waits up to that long. The group is
+        delivery count raised, then new ones; all in one atomic step per partition. An
+        entry already delivered ``max_deliver`` times goes to the dead letters instead.
+        With ``block_ms`` > 0 and nothing to hand out, waits up to that long. The group is
         created when missing. Each record's ``delivery_count`` is the delivery's fencing
-        token. A retry with the same ``poll_id`` (within two minutes)
-        gets the entries that poll was handed instead of new ones."""
+        token. A retry with the same ``poll_id`` (within two minutes) gets the entries
+        that poll was handed instead of new ones. A partitioned stream is read from
+        every partition (or only ``partition``), one script call each, starting at a
+        different partition each call so that none is starved."""
         opts = options or StreamGroupReadOptions()
-        keys, gk = self._group_keys(stream, group, opts.namespace)
+        check_name("group name", group)
         check_name("consumer", consumer)
         count = count_arg("count", opts.count, DEFAULT_COUNT)
         block_ms = block_ms_arg(opts.block_ms)
         if opts.poll_id is not None:
             check_name("poll_id", opts.poll_id)
-        script_keys = [
-            keys.log,
-            gk.config,
-            gk.due,
-            gk.deliveries,
-            gk.dead,
-            gk.polls,
-            gk.poll_times,
-        ]
-        args: builtins.list[_scripts.Arg] = [
-            group,
-            consumer,
-            self._client.owner_id,
-            count,
-            opts.poll_id or "",
-        ]
+        parts = await self._partitions(stream, opts.namespace, opts.partition)
+        owner = self._client.owner_id
+        poll_id = opts.poll_id or ""
+
+        async def read_one(keys: StreamKeys, room: int) -> tuple[list[StreamRecord], int]:
+            gk = keys.group(group)
+            reply = await _scripts.call(
+                self._client.redis,
+                "group_read",
+                [keys.log, gk.config, gk.due, gk.deliveries, gk.dead, gk.polls, gk.poll_times],
+                [group, consumer, owner, room, poll_id],
+            )
+            return deliveries(stream, reply, 2, keys.partition), int(reply[1])
 
         async def attempt() -> tuple[builtins.list[StreamRecord], int]:
-            reply = await _scripts.call(self._client.redis, "group_read", script_keys, args)
-            return deliveries(stream, reply, 2), int(reply[1])
+            if len(parts) == 1:
+                return await read_one(parts[0], count)
+            first = self._next_turn(parts[0].namespace, stream, group) % len(parts)
+            got: builtins.list[StreamRecord] = []
+            waits: builtins.list[int] = []
+            for keys in parts[first:] + parts[:first]:
+                if len(got) >= count:
+                    break
+                batch, wait_ms = await read_one(keys, count - len(got))
+                got += batch
+                if wait_ms >= 0:
+                    waits.append(wait_ms)
+            return got, min(waits, default=-1)
 
-        return StreamReadResult(records=await self._poll(keys.wake, block_ms, attempt))
+        wakes = [k.wake for k in parts]
+        return StreamReadResult(records=await self._poll(wakes, block_ms, attempt))
 
     async def group_pending(
         self,
@@ -417,28 +547,39 @@ class StreamOperations:
     ) -> builtins.list[PendingEntry]:
         """The group's pending (delivered, not acked) entries in id order, at most
         ``count`` (default and maximum 1000): the whole group's, or with ``consumer`` only
-        that consumer's. A missing stream or group has none."""
+        that consumer's; of every partition (or only ``partition``), merged in id order.
+        A missing stream or group has none."""
         opts = options or StreamGroupReadOptions()
-        keys, gk = self._group_keys(stream, group, opts.namespace)
+        check_name("group name", group)
         if consumer:
             check_name("consumer", consumer)
         count = count_arg("count", opts.count, MAX_COUNT)
-        reply = await _scripts.call(
-            self._client.redis,
-            "group_pending",
-            [keys.log, gk.config],
-            [group, consumer, "-", count],
-        )
-        n = int(reply[1])
-        return [
-            PendingEntry(
-                id=sid(reply[i]),
-                consumer=text(reply[i + 1]) or "",
-                delivery_count=int(reply[i + 3]),
-                idle_ms=int(reply[i + 2]),
+        parts = await self._partitions(stream, opts.namespace, opts.partition)
+
+        async def pending_one(keys: StreamKeys) -> builtins.list[PendingEntry]:
+            reply = await _scripts.call(
+                self._client.redis,
+                "group_pending",
+                [keys.log, keys.group(group).config],
+                [group, consumer, "-", count],
             )
-            for i in range(2, 2 + 4 * n, 4)
-        ]
+            n = int(reply[1])
+            return [
+                PendingEntry(
+                    id=sid(reply[i]),
+                    consumer=text(reply[i + 1]) or "",
+                    delivery_count=int(reply[i + 3]),
+                    idle_ms=int(reply[i + 2]),
+                    partition=keys.partition,
+                )
+                for i in range(2, 2 + 4 * n, 4)
+            ]
+
+        batches = await asyncio.gather(*(pending_one(k) for k in parts))
+        merged = sorted(
+            (e for batch in batches for e in batch), key=lambda e: (e.id.as_tuple(), e.partition)
+        )
+        return merged[:count]
 
     async def group_claim(
         self,
@@ -456,26 +597,74 @@ class StreamOperations:
         is delivered again (delivery count raised; one already delivered ``max_deliver``
         times is dead-lettered instead). Pass ``next_cursor`` as the next ``start_id``
         until ``done``; a page inspects at most a bounded number of entries, so a page may
-        be empty without being done. A missing stream or group answers done."""
+        be empty without being done. A missing stream or group answers done. A
+        partitioned stream is scanned one partition after the other (``start_id`` applies
+        to partition 0, later ones from their start); its ``next_cursor`` then names the
+        partition too, so pass it back unchanged. With ``partition`` only that one is
+        scanned, with plain ids."""
         opts = options or StreamGroupReadOptions()
-        keys, gk = self._group_keys(stream, group, opts.namespace)
+        check_name("group name", group)
         check_name("consumer", consumer)
         if isinstance(min_idle_ms, bool) or not isinstance(min_idle_ms, int) or min_idle_ms < 0:
             raise ValidationError(f"min_idle_ms must be an int >= 0, got {min_idle_ms!r}")
-        start = stream_id_arg("start_id", start_id).to_redis()
+        start = stream_id_arg("start_id", start_id)
         take = count_arg("count", count, DEFAULT_COUNT)
+        parts = await self._partitions(stream, opts.namespace, opts.partition)
+        if len(parts) == 1:
+            got, next_id = await self._claim_one(
+                parts[0], stream, group, consumer, min_idle_ms, start, take
+            )
+            done = next_id is None
+            return StreamClaimResult(
+                records=got, next_cursor=StreamID.MAX if next_id is None else next_id, done=done
+            )
+        partition, entry = decode_cursor(start)
+        records_: builtins.list[StreamRecord] = []
+        while partition < len(parts):
+            got, next_id = await self._claim_one(
+                parts[partition], stream, group, consumer, min_idle_ms, entry,
+                take - len(records_),
+            )  # fmt: skip
+            records_ += got
+            if next_id is not None:
+                return StreamClaimResult(
+                    records=records_, next_cursor=encode_cursor(partition, next_id), done=False
+                )
+            partition, entry = partition + 1, StreamID()
+            if len(records_) >= take and partition < len(parts):
+                return StreamClaimResult(
+                    records=records_, next_cursor=encode_cursor(partition, entry), done=False
+                )
+        return StreamClaimResult(records=records_, next_cursor=StreamID.MAX, done=True)
+
+    async def _claim_one(
+        self,
+        keys: StreamKeys,
+        stream: str,
+        group: str,
+        consumer: str,
+        min_idle_ms: int,
+        start: StreamID,
+        take: int,
+    ) -> tuple[builtins.list[StreamRecord], StreamID | None]:
+        """One claim page of one partition: its records and the next id (None: done)."""
+        gk = keys.group(group)
         reply = await _scripts.call(
             self._client.redis,
             "group_claim",
             [keys.log, gk.config, gk.due, gk.deliveries, gk.dead],
-            [group, consumer, self._client.owner_id, min_idle_ms, start, take, CLAIM_SCAN],
+            [
+                group,
+                consumer,
+                self._client.owner_id,
+                min_idle_ms,
+                start.to_redis(),
+                take,
+                CLAIM_SCAN,
+            ],
         )
-        done = bool(int(reply[1]))
-        return StreamClaimResult(
-            records=deliveries(stream, reply, 3),
-            next_cursor=StreamID.MAX if done else sid(reply[2]),
-            done=done,
-        )
+        got = deliveries(stream, reply, 3, keys.partition)
+        return got, None if int(reply[1]) else sid(reply[2])
 
     async def group_ack(
         self,
@@ -489,12 +678,20 @@ class StreamOperations:
         delivery count the caller was handed) the ack is refused with
         :class:`ConflictError` (reason ``STALE_REPORT``), changing nothing, if any entry
         was delivered again since; without it any consumer may ack (flo's behaviour).
-        :class:`NotFoundError` if the stream or group does not exist."""
+        The ids are those of partition ``options.partition`` (0 unless the stream is
+        partitioned). :class:`NotFoundError` if the stream or group does not exist."""
         if not ids:
             return
         opts = options or StreamGroupAckOptions()
         await self._settle(
-            "group_ack", stream, group, ids, opts.namespace, opts.consumer, opts.token
+            "group_ack",
+            stream,
+            group,
+            ids,
+            opts.namespace,
+            opts.consumer,
+            opts.token,
+            opts.partition,
         )
 
     async def group_nack(
@@ -506,13 +703,21 @@ class StreamOperations:
     ) -> None:
         """Give entries back for redelivery: a later ``group_read`` hands each out again,
         before new entries, with its delivery count raised; one already delivered
-        ``max_deliver`` times goes to the dead letters now. ``token`` fences as for
-        :meth:`group_ack`. :class:`NotFoundError` if the stream or group does not exist."""
+        ``max_deliver`` times goes to the dead letters now. ``token`` and ``partition``
+        as for :meth:`group_ack`. :class:`NotFoundError` if the stream or group does not
+        exist."""
         if not ids:
             return
         opts = options or StreamGroupNackOptions()
         await self._settle(
-            "group_nack", stream, group, ids, opts.namespace, opts.consumer, opts.token
+            "group_nack",
+            stream,
+            group,
+            ids,
+            opts.namespace,
+            opts.consumer,
+            opts.token,
+            opts.partition,
         )
 
     async def _settle(
@@ -524,8 +729,12 @@ class StreamOperations:
         namespace: str | None,
         consumer: str,
         token: int | None,
+        partition: int,
     ) -> None:
-        keys, gk = self._group_keys(stream, group, namespace)
+        keys = self._keys(stream, namespace)
+        if partition != 0:
+            (keys,) = await self._partitions(stream, namespace, partition)
+        gk = keys.group(group)
         if consumer:
             check_name("consumer", consumer)
         if token is not None and (
@@ -582,14 +791,26 @@ class StreamOperations:
         options: StreamDeadLetterOptions | None = None,
     ) -> builtins.list[DeadLetter]:
         """The group's dead letters, oldest first, from ``start`` (inclusive), at most
-        ``count``. Dead letters are kept up to about 10000 per group (oldest dropped)."""
+        ``count``; of every partition (or only ``partition``). Dead letters are kept up to
+        about 10000 per group and partition (oldest dropped)."""
         opts = options or StreamDeadLetterOptions()
-        _, gk = self._group_keys(stream, group, opts.namespace)
+        check_name("group name", group)
         count = count_arg("count", opts.count, DEFAULT_COUNT)
         start = "-" if opts.start is None else stream_id_arg("start", opts.start).to_redis()
-        with _scripts.redis_errors("dead_letters"):
-            entries: Any = await self._client.redis.xrange(gk.dead, start, "+", count=count)
-        return [_dead_letter(entry_id, fields) for entry_id, fields in entries]
+        parts = await self._partitions(stream, opts.namespace, opts.partition)
+
+        async def letters(keys: StreamKeys) -> builtins.list[DeadLetter]:
+            with _scripts.redis_errors("dead_letters"):
+                entries: Any = await self._client.redis.xrange(
+                    keys.group(group).dead, start, "+", count=count
+                )
+            return [_dead_letter(i, fields, keys.partition) for i, fields in entries]
+
+        batches = await asyncio.gather(*(letters(k) for k in parts))
+        merged = sorted(
+            (d for batch in batches for d in batch), key=lambda d: (d.id.as_tuple(), d.partition)
+        )
+        return merged[:count]
 
     async def replay_dead_letters(
         self,
@@ -598,12 +819,15 @@ class StreamOperations:
         ids: builtins.list[StreamID] | None = None,
         count: int = DEFAULT_COUNT,
         namespace: str | None = None,
+        partition: int | None = None,
     ) -> builtins.list[StreamID]:
         """Append dead letters back to the stream as new records (same payload and
         headers) and remove them from the dead letters, atomically: the ones named by
-        ``ids`` (dead-letter ids; unknown ones are skipped), or the oldest ``count``.
-        Returns the new record ids. Every group of the stream reads them as new records."""
-        keys, gk = self._group_keys(stream, group, namespace)
+        ``ids`` (dead-letter ids of ``partition``, default 0; unknown ones are skipped),
+        or the oldest ``count`` (of every partition in turn, or only ``partition``); each
+        goes back to the partition it came from. Returns the new record ids. Every group
+        of the stream reads them as new records."""
+        check_name("group name", group)
         take = count_arg("count", count, DEFAULT_COUNT)
         named = b""
         if ids is not None:
@@ -613,11 +837,18 @@ class StreamOperations:
             if len(names) > MAX_COUNT:
                 raise ValidationError(f"replay at most {MAX_COUNT} dead letters per call")
             take, named = len(names), pack(names)
-        reply = await _scripts.call(
-            self._client.redis,
-            "group_replay",
-            [keys.log, keys.meta, gk.dead, keys.wake],
-            [named, take],
-        )
-        n = int(reply[1])
-        return [sid(reply[i + 1]) for i in range(2, 2 + 2 * n, 2)]
+            partition = partition or 0
+        parts = await self._partitions(stream, namespace, partition)
+        replayed: builtins.list[StreamID] = []
+        for keys in parts:
+            if len(replayed) >= take:
+                break
+            reply = await _scripts.call(
+                self._client.redis,
+                "group_replay",
+                [keys.log, keys.meta, keys.group(group).dead, keys.wake],
+                [named, take - len(replayed)],
+            )
+            n = int(reply[1])
+            replayed += [sid(reply[i + 1]) for i in range(2, 2 + 2 * n, 2)]
+        return replayed

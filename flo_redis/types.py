@@ -337,7 +337,10 @@ class StreamRecord:
     flo_redis adds ``delivery_count``: on a record from group_read / group_claim,
     how many times the group delivered it, this delivery included (0 for plain
     reads). It is the delivery's fencing token: pass it as ``token`` to
-    group_ack / group_nack and a report from a superseded delivery is refused."""
+    group_ack / group_nack and a report from a superseded delivery is refused.
+
+    ``partition`` (flo_redis) is the partition the record lives in (0 for a stream
+    without partitions); ids are per partition, so acks and nacks name it."""
 
     id: StreamID = None  # type: ignore[assignment]
     tier: StorageTier = StorageTier.HOT
@@ -345,6 +348,7 @@ class StreamRecord:
     payload: bytes = b""
     headers: dict[str, str] | None = None
     delivery_count: int = 0
+    partition: int = 0
 
     def __post_init__(self) -> None:
         if self.id is None:
@@ -353,9 +357,11 @@ class StreamRecord:
 
 @dataclass
 class StreamAppendResult:
-    """The id the appended record got."""
+    """The id the appended record got; ``partition`` (flo_redis): the partition it
+    went to (0 for a stream without partitions)."""
 
     id: StreamID = None  # type: ignore[assignment]
+    partition: int = 0
 
     def __post_init__(self) -> None:
         if self.id is None:
@@ -374,12 +380,14 @@ class PendingEntry:
     """A delivered but not yet acked entry of a consumer group.
 
     ``delivery_count`` is how often it was delivered, ``consumer`` who holds
-    it. flo_redis adds ``idle_ms``: time since its last delivery."""
+    it. flo_redis adds ``idle_ms``: time since its last delivery, and
+    ``partition``: the partition the entry lives in."""
 
     id: StreamID = None  # type: ignore[assignment]
     consumer: str = ""
     delivery_count: int = 0
     idle_ms: int = 0
+    partition: int = 0
 
     def __post_init__(self) -> None:
         if self.id is None:
@@ -502,12 +510,14 @@ class StreamGroupReadOptions:
     or 0 means don't wait, at most MAX_BLOCK_MS.
 
     ``poll_id`` (flo_redis) names this blocking read so it can be woken early,
-    for example by a stopping worker."""
+    for example by a stopping worker. ``partition`` (flo_redis) limits the call to
+    one partition of a partitioned stream (None: all of them)."""
 
     namespace: str | None = None
     count: int | None = None
     block_ms: int | None = None
     poll_id: str | None = None
+    partition: int | None = None
 
 
 @dataclass
@@ -515,11 +525,14 @@ class StreamGroupAckOptions:
     """Options for group_ack. ``consumer`` is informational: any consumer may ack.
 
     ``token`` (flo_redis) is the delivery count of the caller's delivery; when
-    given, the ack is refused if the entry was delivered again since."""
+    given, the ack is refused if the entry was delivered again since.
+    ``partition`` (flo_redis) is the partition the ids live in (a record's
+    ``partition``); 0 for a stream without partitions."""
 
     namespace: str | None = None
     consumer: str = ""
     token: int | None = None
+    partition: int = 0
 
 
 @dataclass
@@ -527,11 +540,14 @@ class StreamGroupNackOptions:
     """Options for group_nack. ``consumer`` is informational: any consumer may nack.
 
     ``token`` (flo_redis) is the delivery count of the caller's delivery; when
-    given, the nack is refused if the entry was delivered again since."""
+    given, the nack is refused if the entry was delivered again since.
+    ``partition`` (flo_redis) is the partition the ids live in (a record's
+    ``partition``); 0 for a stream without partitions."""
 
     namespace: str | None = None
     consumer: str = ""
     token: int | None = None
+    partition: int = 0
 
 
 # =============================================================================

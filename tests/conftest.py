@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
-from redis_server import RedisServer
+from redis_server import RedisCluster, RedisServer
 
 from flo_redis import FloClient
 
@@ -47,3 +47,33 @@ async def raw(redis_url: str) -> AsyncIterator[aioredis.Redis]:
         yield conn
     finally:
         await conn.aclose()
+
+
+@pytest.fixture(scope="session")
+def cluster_url() -> Iterator[str]:
+    """FLO_REDIS_TEST_CLUSTER_URL if set, else a private 3-master Redis Cluster.
+
+    When the cluster is private, ``cluster_nodes`` gives its process handles (for
+    resharding and ``SCRIPT FLUSH`` on every node)."""
+    url = os.environ.get("FLO_REDIS_TEST_CLUSTER_URL")
+    if url:
+        yield url
+        return
+    cluster = RedisCluster(masters=3).start()
+    _CLUSTERS.append(cluster)
+    try:
+        yield cluster.url
+    finally:
+        _CLUSTERS.remove(cluster)
+        cluster.stop()
+
+
+_CLUSTERS: list[RedisCluster] = []
+
+
+@pytest.fixture
+def cluster_nodes(cluster_url: str) -> RedisCluster:
+    """The private cluster behind ``cluster_url`` (skips when it is an external one)."""
+    if not _CLUSTERS:
+        pytest.skip("FLO_REDIS_TEST_CLUSTER_URL names an external cluster")
+    return _CLUSTERS[0]

@@ -1,0 +1,320 @@
+"""The same code on a real local 3-master Redis Cluster: actions in different slots, a
+worker serving queues on three nodes, partitioned streams, wake-ups, ``NOSCRIPT`` after
+``SCRIPT FLUSH`` on every node, and a queue's slot moved to another node mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from polling import eventually
+from redis.asyncio.cluster import RedisCluster as ClusterClient
+from redis.crc import key_slot
+from redis_server import RedisCluster
+
+from flo_redis import (
+    ActionContext,
+    ActionWorker,
+    FloClient,
+    RunStatus,
+    StreamAppendOptions,
+    StreamContext,
+    StreamGroupAckOptions,
+    StreamGroupReadOptions,
+    StreamReadOptions,
+    StreamWorker,
+    WorkerAwaitOptions,
+)
+from flo_redis.keys import action_keys, stream_keys
+
+pytestmark = pytest.mark.cluster
+
+FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT}
+
+
+@pytest.fixture
+async def cclient(cluster_url: str) -> AsyncIterator[FloClient]:
+    async with FloClient(cluster_url, namespace=f"c-{uuid.uuid4().hex[:10]}") as c:
+        yield c
+
+
+@pytest.fixture
+async def craw(cluster_url: str) -> AsyncIterator[ClusterClient]:
+    conn = ClusterClient.from_url(cluster_url.replace("redis+cluster://", "redis://"))
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+
+
+async def node_of(craw: ClusterClient, key: str) -> str:
+    await craw.initialize()
+    node = craw.get_node_from_key(key)
+    assert node is not None
+    return str(node.name)
+
+
+async def names_on_distinct_nodes(
+    craw: ClusterClient, namespace: str, n: int, keys_of: type[object] | None = None
+) -> list[str]:
+    """``n`` action names whose queues live on ``n`` different nodes."""
+    found: dict[str, str] = {}
+    for i in range(1000):
+        name = f"job{i}"
+        node = await node_of(craw, action_keys(namespace, name).runs)
+        found.setdefault(node, name)
+        if len(found) == n:
+            return list(found.values())
+    raise AssertionError("the cluster has fewer nodes than asked for")
+
+
+@contextlib.asynccontextmanager
+async def running(worker: ActionWorker | StreamWorker) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(worker.start())
+    try:
+        yield task
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def finished(client: FloClient, run_id: str) -> RunStatus:
+    status = await eventually(
+        lambda: client.action.status(run_id), lambda s: s.status in FINISHED, timeout=30
+    )
+    return status.status
+
+
+# --- connecting -----------------------------------------------------------------------
+
+
+async def test_the_client_connects_by_url_or_option(cluster_url: str) -> None:
+    async with FloClient(cluster_url) as by_url:
+        assert by_url.is_cluster
+        assert isinstance(by_url.redis, ClusterClient)
+    plain = cluster_url.replace("redis+cluster://", "redis://")
+    async with FloClient(plain, cluster=True) as by_option:
+        assert by_option.is_cluster
+        assert len(by_option.redis.get_primaries()) >= 3  # type: ignore[union-attr]
+
+
+# --- actions --------------------------------------------------------------------------
+
+
+async def test_invoke_claim_complete_across_slots(cclient: FloClient, craw: ClusterClient) -> None:
+    names = await names_on_distinct_nodes(craw, cclient.namespace, 3)
+    for name in names:
+        await cclient.action.register(name)
+    await cclient.worker.register("w1", names)
+    run_ids = [(await cclient.action.invoke(n, n.encode())).run_id for n in names]
+    claimed = await cclient.worker.await_tasks("w1", names, 10, WorkerAwaitOptions(block_ms=0))
+    assert sorted(c.assignment().task_id for c in claimed) == sorted(run_ids)
+    for c in claimed:
+        task = c.assignment()
+        await cclient.worker.complete("w1", task.task_type, task.task_id, b"ok")
+    for run_id in run_ids:
+        assert await finished(cclient, run_id) == RunStatus.COMPLETED
+    listed = await cclient.action.list()
+    assert sorted(a.name for a in listed.actions) == sorted(names)
+
+
+async def test_an_await_returns_promptly_after_an_invoke(
+    cclient: FloClient, craw: ClusterClient
+) -> None:
+    names = await names_on_distinct_nodes(craw, cclient.namespace, 3)
+    for name in names:
+        await cclient.action.register(name)
+    await cclient.worker.register("w1", names)
+    for name in names:
+        waiting = asyncio.create_task(
+            cclient.worker.await_task("w1", names, WorkerAwaitOptions(block_ms=20_000))
+        )
+        await asyncio.sleep(0.2)  # the poll is subscribed and sleeping
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        run_id = (await cclient.action.invoke(name, b"x")).run_id
+        task = (await asyncio.wait_for(waiting, 10)).task
+        assert task is not None and task.task_id == run_id
+        # Woken by the wake-up, not by the 20 s deadline.
+        assert loop.time() - began < 10
+        await cclient.worker.complete("w1", name, run_id, b"")
+
+
+async def test_one_action_worker_serves_queues_on_three_nodes(
+    cclient: FloClient, craw: ClusterClient
+) -> None:
+    names = await names_on_distinct_nodes(craw, cclient.namespace, 3)
+    worker = cclient.new_action_worker(block_ms=1000, concurrency=8)
+    for name in names:
+
+        async def handle(ctx: ActionContext, name: str = name) -> bytes:
+            return name.encode() + b":" + ctx.payload
+
+        worker.register_action(name, handle)
+    async with running(worker):
+        await eventually(lambda: cclient.action.list(), lambda r: len(r.actions) == 3)
+        run_ids = [
+            (await cclient.action.invoke(names[i % 3], str(i).encode())).run_id for i in range(30)
+        ]
+        for run_id in run_ids:
+            assert await finished(cclient, run_id) == RunStatus.COMPLETED
+
+
+async def test_scripts_survive_script_flush_on_every_node(
+    cclient: FloClient, craw: ClusterClient, cluster_nodes: RedisCluster
+) -> None:
+    names = await names_on_distinct_nodes(craw, cclient.namespace, 3)
+    for name in names:
+        await cclient.action.register(name)
+    await cclient.worker.register("w1", names)
+    await cclient.stream.create("s", partitions=3)
+    for port in cluster_nodes.ports:
+        cluster_nodes.cli(port, "script", "flush")
+    run_ids = [(await cclient.action.invoke(n, b"x")).run_id for n in names]
+    for port in cluster_nodes.ports:
+        cluster_nodes.cli(port, "script", "flush")
+    claimed = await cclient.worker.await_tasks("w1", names, 10, WorkerAwaitOptions(block_ms=0))
+    assert sorted(c.assignment().task_id for c in claimed) == sorted(run_ids)
+    for port in cluster_nodes.ports:
+        cluster_nodes.cli(port, "script", "flush")
+    for c in claimed:
+        task = c.assignment()
+        await cclient.worker.complete("w1", task.task_type, task.task_id, b"ok")
+    for _ in range(3):
+        await cclient.stream.append("s", b"x")
+    for port in cluster_nodes.ports:
+        cluster_nodes.cli(port, "script", "flush")
+    assert len((await cclient.stream.group_read("s", "g", "c")).records) == 3
+
+
+# --- partitioned streams ----------------------------------------------------------------
+
+
+async def spread_stream(craw: ClusterClient, namespace: str, partitions: int) -> str:
+    """A stream name whose partitions live on ``partitions`` different nodes."""
+    for i in range(1000):
+        name = f"events{i}"
+        nodes = {
+            await node_of(craw, stream_keys(namespace, name, p).log) for p in range(partitions)
+        }
+        if len(nodes) == partitions:
+            return name
+    raise AssertionError("no stream name spreads over the nodes")
+
+
+async def test_a_partitioned_stream_spreads_over_the_nodes(
+    cclient: FloClient, craw: ClusterClient
+) -> None:
+    stream = await spread_stream(craw, cclient.namespace, 3)
+    assert await cclient.stream.create(stream, partitions=3) == 3
+    for i in range(30):
+        await cclient.stream.append(
+            stream, str(i).encode(), StreamAppendOptions(partition_key=f"k{i % 5}")
+        )
+    info = await cclient.stream.info(stream)
+    assert (info.count, info.partition_count) == (30, 3)
+    recs = (await cclient.stream.read(stream)).records
+    assert sorted(int(r.payload) for r in recs) == list(range(30))
+    per_key: dict[int, list[int]] = {}
+    for r in sorted(recs, key=lambda r: (r.partition, r.id.as_tuple())):
+        per_key.setdefault(int(r.payload) % 5, []).append(int(r.payload))
+    assert all(v == sorted(v) for v in per_key.values())  # one key: in order
+    got = []
+    while batch := (
+        await cclient.stream.group_read(stream, "g", "c1", StreamGroupReadOptions(count=7))
+    ).records:
+        got += batch
+    assert sorted(int(r.payload) for r in got) == list(range(30))
+    assert len(await cclient.stream.group_pending(stream, "g")) == 30
+    for r in got:
+        await cclient.stream.group_ack(
+            stream, "g", [r.id], StreamGroupAckOptions(partition=r.partition, token=1)
+        )
+    assert await cclient.stream.group_pending(stream, "g") == []
+
+
+async def test_a_group_read_wakes_for_an_append_on_any_node(
+    cclient: FloClient, craw: ClusterClient
+) -> None:
+    stream = await spread_stream(craw, cclient.namespace, 3)
+    await cclient.stream.create(stream, partitions=3)
+    await cclient.stream.group_join(stream, "g", "c1")
+    for p in range(3):
+        waiting = asyncio.create_task(
+            cclient.stream.group_read(stream, "g", "c1", StreamGroupReadOptions(block_ms=20_000))
+        )
+        await asyncio.sleep(0.2)
+        appended = await cclient.stream.append(stream, f"p{p}".encode())
+        recs = (await asyncio.wait_for(waiting, 10)).records
+        assert [(r.payload, r.partition) for r in recs] == [(f"p{p}".encode(), appended.partition)]
+    plain = (await cclient.stream.read(stream, StreamReadOptions(partition=1))).records
+    assert [r.partition for r in plain] == [1]
+
+
+async def test_a_stream_worker_on_three_partitions(cclient: FloClient, craw: ClusterClient) -> None:
+    stream = await spread_stream(craw, cclient.namespace, 3)
+    await cclient.stream.create(stream, partitions=3)
+    seen: list[int] = []
+
+    async def handle(ctx: StreamContext) -> None:
+        seen.append(int(ctx.payload))
+
+    worker = cclient.new_stream_worker(stream=stream, group="g", handler=handle, block_ms=2000)
+    async with running(worker):
+        for i in range(60):
+            await cclient.stream.append(
+                stream, str(i).encode(), StreamAppendOptions(partition_key=str(i))
+            )
+        await eventually(lambda: asyncio.sleep(0, len(seen)), lambda n: n >= 60, timeout=30)
+        await eventually(lambda: cclient.stream.group_pending(stream, "g"), lambda p: p == [])
+    assert sorted(seen) == list(range(60))
+
+
+# --- resharding -----------------------------------------------------------------------
+
+
+async def test_a_queue_slot_moves_to_another_node_while_a_worker_runs(
+    cclient: FloClient, craw: ClusterClient, cluster_nodes: RedisCluster
+) -> None:
+    name = "moving"
+    keys = action_keys(cclient.namespace, name)
+    slot = key_slot(keys.runs.encode())
+    done: list[bytes] = []
+
+    async def handle(ctx: ActionContext) -> bytes:
+        await asyncio.sleep(0.002)
+        done.append(ctx.payload)
+        return ctx.payload
+
+    worker = cclient.new_action_worker(block_ms=30_000, concurrency=4)
+    worker.register_action(name, handle)
+    async with running(worker):
+        await eventually(lambda: cclient.action.list(), lambda r: len(r.actions) == 1)
+        source = cluster_nodes.owner_port(slot)
+        target = next(p for p in cluster_nodes.ports if p != source)
+        run_ids = [(await cclient.action.invoke(name, str(i).encode())).run_id for i in range(100)]
+        move = asyncio.create_task(asyncio.to_thread(cluster_nodes.move_slot, slot, target))
+        while not move.done():
+            run_ids.append((await cclient.action.invoke(name, b"during")).run_id)
+            await asyncio.sleep(0.005)
+        await move
+        assert cluster_nodes.owner_port(slot) == target
+        for run_id in run_ids:
+            assert await finished(cclient, run_id) == RunStatus.COMPLETED
+        # The worker is idle in a 30 s long poll now; wake-ups must come from the slot's
+        # new node (its subscription there is made again after the move).
+        for _ in range(3):
+            await asyncio.sleep(0.3)
+            run_id = (await cclient.action.invoke(name, b"after")).run_id
+            run_ids.append(run_id)
+            status = await eventually(
+                lambda run_id=run_id: cclient.action.status(run_id),
+                lambda s: s.status in FINISHED,
+                timeout=10,
+            )
+            assert status.status == RunStatus.COMPLETED
+    assert len(done) >= len(run_ids)
+    assert len(set(run_ids)) == len(run_ids)
