@@ -66,3 +66,52 @@ async def test_redis_restart_while_handlers_run_loses_and_doubles_nothing() -> N
         assert set(calls.values()) == {1}  # every run handled exactly once
     finally:
         server.stop()
+
+
+async def test_a_complete_whose_reply_is_cut_is_resent_and_applied_once(
+    redis_url: str, namespace: str
+) -> None:
+    from urllib.parse import urlsplit
+
+    from proxy import Proxy
+
+    from flo_redis._scripts import SCRIPTS
+
+    upstream = urlsplit(redis_url)
+    proxy = await Proxy(upstream.hostname or "127.0.0.1", upstream.port or 6379).start()
+    try:
+        async with FloClient(proxy.url, namespace=namespace) as client:
+            worker = client.new_action_worker(block_ms=500)
+            handled: collections.Counter[str] = collections.Counter()
+
+            @worker.action("charge")
+            async def charge(ctx: ActionContext) -> bytes:
+                handled[ctx.task_id] += 1
+                return b"charged " + ctx.payload
+
+            await client.action.register("charge")
+            # The worker's first complete reaches Redis and runs; its answer is lost.
+            proxy.drop_reply_after(SCRIPTS["run_complete_many"].sha.encode())
+            run_id = (await client.action.invoke("charge", b"42")).run_id
+            task = asyncio.create_task(worker.start())
+
+            async def status() -> ActionRunStatus | None:
+                try:
+                    return await client.action.status(run_id)
+                except FloError as exc:
+                    assert is_connection_error(exc), exc
+                    return None
+
+            final = await eventually(
+                status, lambda s: s is not None and s.status == RunStatus.COMPLETED
+            )
+            await eventually(lambda: asyncio.sleep(0, proxy.dropped_replies), lambda n: n == 1)
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+            infos = (await client.worker.list()).workers
+        assert final is not None
+        assert (final.output, final.attempt) == (b"charged 42", 1)
+        assert handled == {run_id: 1}  # never run twice, never turned into a fail
+        assert infos[0].tasks_completed == 1 and infos[0].tasks_failed == 0
+    finally:
+        await proxy.stop()

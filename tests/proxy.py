@@ -1,0 +1,110 @@
+"""A small asyncio TCP proxy for fault tests: sits between clients and Redis and can cut
+every connection, or let a request through and drop its reply (cutting that connection),
+so a test can make Redis run a command whose answer never arrives."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class _Link:
+    client: asyncio.StreamWriter
+    server: asyncio.StreamWriter
+    drop_next_reply: bool = False
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for writer in (self.client, self.server):
+            with contextlib.suppress(Exception):
+                writer.close()
+
+
+class Proxy:
+    """Forward ``127.0.0.1:<port>`` to ``upstream``; ``url`` is the Redis URL to use."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self._upstream = (upstream_host, upstream_port)
+        self._server: asyncio.Server | None = None
+        self._links: set[_Link] = set()
+        self._drop_after: bytes | None = None
+        self.dropped_replies = 0
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    async def start(self) -> Proxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self.cut_all()
+        tasks = [t for link in self._links for t in link.tasks]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def cut_all(self) -> None:
+        """Close every connection now (both directions)."""
+        for link in list(self._links):
+            link.close()
+
+    def drop_reply_after(self, request_marker: bytes) -> None:
+        """The next request containing ``request_marker`` reaches Redis, but its reply is
+        dropped and that connection is cut: the command ran, its answer is lost."""
+        self._drop_after = request_marker
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        except OSError:
+            writer.close()
+            return
+        link = _Link(client=writer, server=up_writer)
+        self._links.add(link)
+        link.tasks = [
+            asyncio.create_task(self._pump_requests(link, reader, up_writer)),
+            asyncio.create_task(self._pump_replies(link, up_reader, writer)),
+        ]
+
+    async def _pump_requests(
+        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            while data := await reader.read(65536):
+                marker = self._drop_after
+                if marker is not None and marker in data:
+                    self._drop_after = None
+                    link.drop_next_reply = True
+                writer.write(data)
+                await writer.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            link.close()
+            self._links.discard(link)
+
+    async def _pump_replies(
+        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            while data := await reader.read(65536):
+                if link.drop_next_reply:
+                    self.dropped_replies += 1
+                    break
+                writer.write(data)
+                await writer.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            link.close()
+            self._links.discard(link)
