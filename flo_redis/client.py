@@ -330,6 +330,18 @@ class FloClient:
             claim_min_idle_ms=claim_min_idle_ms,
         )
 
+    def sibling(self) -> FloClient:
+        """A new, unconnected client with this one's endpoint, namespace and settings
+        (and its own owner id): the connections a worker opens for itself."""
+        return FloClient(
+            self._endpoint,  # a cluster endpoint stays one (redis+cluster://)
+            namespace=self._namespace,
+            timeout_ms=int(self._timeout * 1000),
+            debug=self._debug,
+            retry=self._retry,
+            max_payload_bytes=self._max_payload,
+        )
+
     # --- for the operation groups --------------------------------------------------
 
     @property

@@ -20,9 +20,9 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._lifecycle import WorkerLifecycle
 from ._reports import send_report
 from ._wake import raise_if_cancelling
 from .errors import ServerError, ValidationError, is_connection_error, validate_block_ms
@@ -118,7 +118,7 @@ StreamHandler = Callable[[StreamContext], Awaitable[None]]
 StreamRecordHandler = StreamHandler
 
 
-class StreamWorker:
+class StreamWorker(WorkerLifecycle):
     """Processes a stream's records as one consumer of a group; flo 0.1.2's API."""
 
     def __init__(
@@ -137,7 +137,8 @@ class StreamWorker:
         redeliver_pending_on_reconnect: bool = True,
         claim_min_idle_ms: int = 0,
     ) -> None:
-        self._parent = parent_client
+        super().__init__(parent_client)
+        super().__init__(parent_client)
         self._handler = handler
         self.config = StreamWorkerOptions(
             stream=stream,
@@ -154,71 +155,27 @@ class StreamWorker:
         check_name("stream name", stream)
         check_name("group name", group)
         check_name("consumer name", self.config.consumer)
-        self._client: FloClient | None = None
-        self._stop = asyncio.Event()
-        self._finished = asyncio.Event()
-        self._started = False
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
-
-    @property
-    def client(self) -> FloClient:
-        if self._client is None:
-            raise RuntimeError("the worker is not started")
-        return self._client
 
     async def start(self) -> None:
         """Join the group and process records until :meth:`stop`; returns once running
         handlers finished, their acks were sent and the consumer left the group."""
-        from .client import FloClient
-
-        parent = self._parent
-        self._client = FloClient(
-            parent._endpoint,  # a cluster endpoint stays one (redis+cluster://)
-            namespace=parent.namespace,
-            timeout_ms=int(parent._timeout * 1000),
-            debug=parent._debug,
-            retry=parent._retry,
-            max_payload_bytes=parent.max_payload_bytes,
-        )
-        self._started = True
-        self._finished.clear()
+        client = self._open_client()
         try:
-            await self._client.connect()
+            await client.connect()
             await self._join()
             if self.config.redeliver_pending_on_reconnect:
                 await self._drain_pending()
             await self._poll_loop()
             await self._wait_handlers()
             with contextlib.suppress(Exception):
-                await self._client.stream.group_leave(
+                await client.stream.group_leave(
                     self.config.stream, self.config.group, self.config.consumer
                 )
         finally:
-            await self._client.close()
+            await client.close()
             self._finished.set()
-
-    def stop(self) -> None:
-        """Stop reading; running handlers finish and their acks are sent."""
-        self._stop.set()
-        if self._client is not None:
-            self._client.interrupt()
-
-    async def close(self) -> None:
-        self.stop()
-        if self._started:
-            await self._finished.wait()
-
-    async def __aenter__(self) -> StreamWorker:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # --- internals -----------------------------------------------------------------
 

@@ -18,11 +18,11 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _scripts
 from ._batch import Coalescer
+from ._lifecycle import WorkerLifecycle
 from ._reports import send_report
 from ._status import Status
 from ._wake import raise_if_cancelling
@@ -193,7 +193,7 @@ class _LeaseLost(Exception):
     """The run's lease is gone (taken back or finished elsewhere); report nothing."""
 
 
-class ActionWorker:
+class ActionWorker(WorkerLifecycle):
     """Runs action handlers for runs taken from Redis; flo 0.1.2's ActionWorker API."""
 
     def __init__(
@@ -206,7 +206,8 @@ class ActionWorker:
         block_ms: int = 30000,
         auto_touch: bool = False,
     ) -> None:
-        self._parent = parent_client
+        super().__init__(parent_client)
+        super().__init__(parent_client)
         self.config = ActionWorkerOptions(
             worker_id=worker_id or _generate_id(),
             concurrency=concurrency,
@@ -217,12 +218,8 @@ class ActionWorker:
         check_name("worker id", self.config.worker_id)
         self._handlers: dict[str, ActionHandler] = {}
         self._options: dict[str, ActionRegisterOptions] = {}
-        self._client: FloClient | None = None
-        self._stop = asyncio.Event()
-        self._finished = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._slot_free = asyncio.Event()
-        self._started = False
         self._load_delta = 0
         self._completed_delta = 0
         self._completes: Coalescer[CompleteItem] = Coalescer(
@@ -255,32 +252,14 @@ class ActionWorker:
 
     # --- lifecycle -----------------------------------------------------------------
 
-    @property
-    def client(self) -> FloClient:
-        if self._client is None:
-            raise RuntimeError("the worker is not started")
-        return self._client
-
     async def start(self) -> None:
         """Register and work until :meth:`stop` (or a drain); returns once running
         handlers have finished and their results were sent."""
         if not self._handlers:
             raise ValueError("No action handlers registered")
-        from .client import FloClient
-
-        parent = self._parent
-        self._client = FloClient(
-            parent._endpoint,
-            namespace=parent.namespace,
-            timeout_ms=int(parent._timeout * 1000),
-            debug=parent._debug,
-            retry=parent._retry,
-            max_payload_bytes=parent.max_payload_bytes,
-        )
-        self._started = True
-        self._finished.clear()
+        client = self._open_client()
         try:
-            await self._client.connect()
+            await client.connect()
             await self._register_all()
             log.info(
                 "worker %s started: actions %s, concurrency %d",
@@ -305,31 +284,8 @@ class ActionWorker:
             await self._give_back_running()
             raise
         finally:
-            await self._client.close()
+            await client.close()
             self._finished.set()
-
-    def stop(self) -> None:
-        """Stop taking work; running handlers finish and their results are sent."""
-        self._stop.set()
-        if self._client is not None:
-            self._client.interrupt()
-
-    async def close(self) -> None:
-        """Stop, wait for running handlers and their reports, close the connections."""
-        self.stop()
-        if self._started:
-            await self._finished.wait()
-
-    async def __aenter__(self) -> ActionWorker:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # --- registration with the store -----------------------------------------------
 

@@ -1,0 +1,60 @@
+"""What both workers share: their own connections, stop, close and ``async with``."""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from .client import FloClient
+
+W = TypeVar("W", bound="WorkerLifecycle")
+
+
+class WorkerLifecycle:
+    """A worker opens its own client (same endpoint, namespace and settings as the
+    parent's) when it starts and closes it when ``start()`` returns."""
+
+    def __init__(self, parent_client: FloClient) -> None:
+        self._parent = parent_client
+        self._client: FloClient | None = None
+        self._stop = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._started = False
+
+    @property
+    def client(self) -> FloClient:
+        """The worker's own client; only while it runs."""
+        if self._client is None:
+            raise RuntimeError("the worker is not started")
+        return self._client
+
+    def _open_client(self) -> FloClient:
+        self._client = self._parent.sibling()
+        self._started = True
+        self._finished.clear()
+        return self._client
+
+    def stop(self) -> None:
+        """Stop taking work; running handlers finish and their reports are sent."""
+        self._stop.set()
+        if self._client is not None:
+            self._client.interrupt()
+
+    async def close(self) -> None:
+        """Stop, wait for running handlers and their reports, close the connections."""
+        self.stop()
+        if self._started:
+            await self._finished.wait()
+
+    async def __aenter__(self: W) -> W:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.close()
