@@ -18,10 +18,12 @@ import json
 import logging
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._batch import Coalescer
 from ._lifecycle import WorkerLifecycle
 from ._reports import send_report
 from ._wake import raise_if_cancelling
@@ -30,7 +32,6 @@ from .keys import check_name
 from .retry import EmptyPollBackoff, is_refused_unrun, sleep_unless_stopped, worker_backoff
 from .types import (
     DEFAULT_WORKER_BLOCK_MS,
-    StreamGroupAckOptions,
     StreamGroupNackOptions,
     StreamGroupReadOptions,
     StreamID,
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("flo_redis.stream_worker")
 
 _MAX_DRAIN_PAGES = 1000
+# asyncio.timeout (3.11+) runs a handler without a timer task of its own.
+_INLINE_TIMEOUT = sys.version_info >= (3, 11)
 
 
 def _generate_id() -> str:
@@ -157,6 +160,9 @@ class StreamWorker(WorkerLifecycle):
         check_name("consumer name", self.config.consumer)
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._acks: Coalescer[tuple[StreamID, int | None]] = Coalescer(
+            self._ack_batch, "flo-ack-batches"
+        )
 
     async def start(self) -> None:
         """Join the group and process records until :meth:`stop`; returns once running
@@ -169,6 +175,7 @@ class StreamWorker(WorkerLifecycle):
                 await self._drain_pending()
             await self._poll_loop()
             await self._wait_handlers()
+            await self._acks.close()
             with contextlib.suppress(Exception):
                 await client.stream.group_leave(
                     self.config.stream, self.config.group, self.config.consumer
@@ -278,31 +285,18 @@ class StreamWorker(WorkerLifecycle):
             group=cfg.group,
             consumer=cfg.consumer,
         )
-        try:
-            await asyncio.wait_for(self._handler(ctx), cfg.message_timeout)
-            ok = True
-        except asyncio.TimeoutError:
-            log.warning("handler for %s timed out; nacking", record.id)
-            ok = False
-        except Exception as exc:
-            log.warning("handler for %s failed (%s); nacking", record.id, exc)
-            ok = False
+        ok = await self._handle(ctx)
         token = record.delivery_count or None
-        stream = self.client.stream
         send: Callable[[], Awaitable[object]]
         if ok:
 
-            def send() -> Awaitable[None]:
-                return stream.group_ack(
-                    cfg.stream,
-                    cfg.group,
-                    [record.id],
-                    StreamGroupAckOptions(
-                        consumer=cfg.consumer, token=token, partition=record.partition
-                    ),
-                )
+            async def send() -> None:
+                refusal = await self._acks.submit(str(record.partition), (record.id, token))
+                if refusal is not None:
+                    raise refusal
 
         else:
+            stream = self.client.stream
 
             def send() -> Awaitable[None]:
                 return stream.group_nack(
@@ -316,6 +310,31 @@ class StreamWorker(WorkerLifecycle):
 
         what = f"{'ack' if ok else 'nack'} of {cfg.stream}/{record.id.to_redis()}"
         await send_report(what, send, self._stop.is_set, log)
+
+    async def _handle(self, ctx: StreamContext) -> bool:
+        """Run the handler under ``message_timeout``; True if it returned."""
+        timeout = self.config.message_timeout
+        try:
+            if _INLINE_TIMEOUT:
+                async with asyncio.timeout(timeout):  # type: ignore[attr-defined,unused-ignore]
+                    await self._handler(ctx)
+            else:
+                await asyncio.wait_for(self._handler(ctx), timeout)
+        except asyncio.TimeoutError:
+            log.warning("handler for %s timed out or raised TimeoutError; nacking", ctx.stream_id)
+            return False
+        except Exception as exc:
+            log.warning("handler for %s failed (%s); nacking", ctx.stream_id, exc)
+            return False
+        return True
+
+    async def _ack_batch(
+        self, partition: str, items: Sequence[tuple[StreamID, int | None]]
+    ) -> Sequence[ServerError | None]:
+        cfg = self.config
+        return await self.client.stream.group_ack_many(
+            cfg.stream, cfg.group, items, consumer=cfg.consumer, partition=int(partition)
+        )
 
     async def _wait_handlers(self) -> None:
         while self._tasks:

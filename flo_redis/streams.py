@@ -51,7 +51,7 @@ from ._stream_codec import (
     stream_id_arg,
 )
 from .codec import pack, text
-from .errors import ValidationError, ValueTooLargeError
+from .errors import ServerError, ValidationError, ValueTooLargeError
 from .keys import GroupKeys, StreamKeys, check_name, namespace_keys, stream_keys
 from .types import (
     PendingEntry,
@@ -693,6 +693,60 @@ class StreamOperations:
             opts.token,
             opts.partition,
         )
+
+    async def group_ack_many(
+        self,
+        stream: str,
+        group: str,
+        items: Sequence[tuple[StreamID, int | None]],
+        consumer: str = "",
+        partition: int = 0,
+        namespace: str | None = None,
+    ) -> builtins.list[ServerError | None]:
+        """Acknowledge several entries, each with its own token (``None``: any consumer),
+        under exactly :meth:`group_ack`'s rules, one call per 1000: ``None`` where the
+        entry is acked (or already was), else the :class:`ConflictError`
+        (``STALE_REPORT``) its single ack would have raised."""
+        keys = self._keys(stream, namespace)
+        if partition != 0:
+            (keys,) = await self._partitions(stream, namespace, partition)
+        gk = keys.group(group)
+        if consumer:
+            check_name("consumer", consumer)
+        packed = [
+            [i, "" if t is None else str(t)]
+            for i, t in zip(
+                ids_arg([item[0] for item in items]), [t for _, t in items], strict=True
+            )
+        ]
+        answers: builtins.list[ServerError | None] = []
+        for start in range(0, len(packed), MAX_COUNT):
+            chunk = packed[start : start + MAX_COUNT]
+            reply = await _scripts.call(
+                self._client.redis,
+                "group_ack_many",
+                [keys.log, gk.config, gk.due, gk.deliveries],
+                [group, consumer, pack(chunk)],
+            )
+            if int(reply[0]) == Status.NO_GROUP:
+                raise refusal(
+                    Status.NO_GROUP,
+                    f"group {group!r} of stream {stream!r} not found in namespace "
+                    f"{keys.namespace!r}; join it first (group_join)",
+                )
+            for n, (entry_id, token) in enumerate(chunk):
+                status, current = int(reply[1 + 2 * n]), int(reply[2 + 2 * n])
+                answers.append(
+                    None
+                    if status == Status.OK
+                    else refusal(
+                        status,
+                        f"entry {entry_id} of stream {stream!r} (group {group!r}) was "
+                        f"delivered again since delivery {token} (now delivery {current}); "
+                        "the ack was dropped",
+                    )
+                )
+        return answers
 
     async def group_nack(
         self,

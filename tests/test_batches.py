@@ -66,3 +66,25 @@ async def test_complete_many_answers_each_item_on_its_own(client: FloClient) -> 
     assert again == [None, None]
     info = (await client.worker.list()).workers[0]
     assert (info.tasks_completed, info.current_load) == (2, 1)
+
+
+async def test_group_ack_many_answers_each_entry_on_its_own(client: FloClient) -> None:
+    from flo_redis import StreamGroupNackOptions, StreamGroupReadOptions
+
+    for payload in (b"a", b"b", b"c"):
+        await client.stream.append("s", payload)
+    first = await client.stream.group_read("s", "g", "c1", StreamGroupReadOptions(count=3))
+    a, b, c = first.records
+    # b is nacked and delivered again: its first delivery's token is stale now.
+    await client.stream.group_nack("s", "g", [b.id], StreamGroupNackOptions(token=1))
+    again = await client.stream.group_read("s", "g", "c1", StreamGroupReadOptions(count=1))
+    assert [r.id for r in again.records] == [b.id]
+    answers = await client.stream.group_ack_many(
+        "s", "g", [(a.id, a.delivery_count), (b.id, b.delivery_count), (c.id, None)]
+    )
+    assert answers[0] is None and answers[2] is None
+    assert isinstance(answers[1], ConflictError)
+    pending = await client.stream.group_pending("s", "g")
+    assert [(p.id, p.delivery_count) for p in pending] == [(b.id, 2)]
+    with pytest.raises(NotFoundError):
+        await client.stream.group_ack_many("s", "nobody", [(a.id, None)])

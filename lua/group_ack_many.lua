@@ -1,0 +1,45 @@
+--[[ group_ack_many
+  Acknowledge several entries of a group in one call, each with its own token and each
+  answered on its own, under exactly group_ack's rules: an entry whose delivery the token
+  no longer names (delivered again since, or held by another consumer) is refused as
+  STALE and stays pending; an entry no longer pending (already acked) answers OK.
+  KEYS[1] log         STREAM  the records (the group lives here)
+  KEYS[2] config      HASH    the group's settings
+  KEYS[3] due         ZSET    entry id -> ms when it is to be delivered again
+  KEYS[4] deliveries  HASH    entry id -> msgpack {o owner, c consumer, nk nacked}
+  ARGV[1] group
+  ARGV[2] consumer  '' or the acking consumer (checked where an item has a token)
+  ARGV[3] items     msgpack list of {entry id, token ('' = any consumer may ack)}
+  Returns {status, (item_status, current_count) * n}
+          status: OK | NO_GROUP | OUT_OF_RANGE; item_status: OK | STALE
+]]
+--@include lib/status.lua
+--@include lib/stream.lua
+local k = {log = KEYS[1], config = KEYS[2]}
+local g = {due = KEYS[3], deliveries = KEYS[4]}
+local group = ARGV[1]
+local consumer = ARGV[2]
+local items = cmsgpack.unpack(ARGV[3])
+local MAX_ITEMS = 1000
+
+if #items > MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
+if not group_exists(k.log, k.config) then return {ST_NO_GROUP} end
+local out = {ST_OK}
+local held = {}
+for _, item in ipairs(items) do
+  local id, token = item[1], item[2]
+  local p = group_pending_entry(k.log, group, id)
+  if p and token ~= '' and (p[4] ~= tonumber(token) or (consumer ~= '' and p[2] ~= consumer)) then
+    out[#out + 1] = ST_STALE
+    out[#out + 1] = p[4]
+  else
+    if p then held[#held + 1] = id end
+    out[#out + 1] = ST_OK
+    out[#out + 1] = 0
+  end
+end
+if #held > 0 then
+  redis.call('XACK', k.log, group, unpack(held))
+  group_untrack(g, held)
+end
+return out
