@@ -415,6 +415,7 @@ class ActionOperations:
                 keys.done,
                 keys.idempotency,
                 keys.wake,
+                keys.owned,
             ],
             [REAP_BATCH],
         )
@@ -601,7 +602,7 @@ class WorkerOperations:
         reply = await _scripts.call(
             self._client.redis,
             "run_touch",
-            [keys.runs, keys.leases],
+            [keys.runs, keys.leases, keys.meta],
             [task_id, _token_arg(opts.token), worker_id, opts.extend_ms],
         )
         self._check_report(int(reply[0]), reply, keys, task_id, worker_id, "touch")
@@ -632,6 +633,7 @@ class WorkerOperations:
                 keys.leases,
                 keys.done,
                 keys.idempotency,
+                keys.owned,
             ],
             [task_id, _token_arg(opts.token), worker_id, data, opts.outcome],
         )
@@ -679,6 +681,7 @@ class WorkerOperations:
                     keys.leases,
                     keys.done,
                     keys.idempotency,
+                    keys.owned,
                 ],
                 [worker_id, pack(chunk)],
             )
@@ -734,6 +737,7 @@ class WorkerOperations:
                 keys.leases,
                 keys.failed,
                 keys.wake,
+                keys.owned,
             ],
             [task_id, _token_arg(opts.token), worker_id, error_message, 1 if opts.retry else 0],
         )
@@ -931,6 +935,9 @@ class WorkerOperations:
         self, keys: ActionKeys, worker_id: str, labels: bytes, max_n: int, poll_id: str
     ) -> ClaimReply:
         """One claim script call on one action queue (no health gate, no waiting)."""
+        # Subscribed before the first claim in this slot: runs taken here never look
+        # like a gone owner's.
+        await self._client.liveness.hold(keys.tag)
         reply = await _scripts.call(
             self._client.redis,
             "action_claim",
@@ -945,6 +952,8 @@ class WorkerOperations:
                 keys.failed,
                 keys.polls,
                 keys.poll_times,
+                keys.owners,
+                keys.owned,
             ],
             [worker_id, self._client.owner_id, labels, max_n, poll_id, LABEL_SCAN],
         )

@@ -36,6 +36,7 @@ from .errors import (
     ValidationError,
 )
 from .keys import check_namespace
+from .liveness import Liveness
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from .streams import StreamOperations
 
@@ -160,6 +161,7 @@ class FloClient:
         self._owner = owner_id or f"{socket.gethostname()}-{secrets.token_hex(6)}"
         self._redis: Redis | RedisCluster | None = None
         self._waker: Waker | None = None
+        self._liveness: Liveness | None = None
         self._connect_lock = asyncio.Lock()
         self.action = ActionOperations(self)
         self.worker = WorkerOperations(self)
@@ -185,6 +187,14 @@ class FloClient:
     def owner_id(self) -> str:
         """This process's owner id: every lease it takes records it."""
         return self._owner
+
+    @property
+    def liveness(self) -> Liveness:
+        """This process's liveness subscriptions: one owner channel per hash slot it
+        takes work in, held on a dedicated pub/sub connection made on first use."""
+        if self._liveness is None:
+            self._liveness = Liveness(self._owner, lambda: self.redis)
+        return self._liveness
 
     async def connect(self) -> FloClient:
         """Connect and check the server: reachable, authenticated, Redis 7.0 or newer.
@@ -226,9 +236,12 @@ class FloClient:
     async def close(self) -> None:
         """Close every connection of this client. Safe to call twice."""
         async with self._connect_lock:
-            waker, conn = self._waker, self._redis
+            waker, conn, live = self._waker, self._redis, self._liveness
             self._waker = None
             self._redis = None
+            self._liveness = None
+            if live is not None:
+                await live.close()
             if waker is not None:
                 await waker.close()
             if conn is not None:

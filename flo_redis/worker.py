@@ -37,6 +37,7 @@ from .errors import (
     validate_block_ms,
 )
 from .keys import action_keys, check_name
+from .reclaim import Reaper
 from .retry import EmptyPollBackoff, sleep_unless_stopped, worker_backoff
 from .stream_worker import (
     StreamContext,
@@ -269,6 +270,9 @@ class ActionWorker(WorkerLifecycle):
             )
             heartbeat = asyncio.create_task(self._heartbeat_loop(), name="flo-heartbeat")
             counts = asyncio.create_task(self._counts_loop(), name="flo-counters")
+            reaper = asyncio.create_task(
+                Reaper(client, sorted(self._handlers)).run(self._stop), name="flo-reaper"
+            )
             try:
                 await self._poll_loop()
                 await self._wait_handlers()
@@ -276,7 +280,7 @@ class ActionWorker(WorkerLifecycle):
                 with contextlib.suppress(Exception):
                     await self._flush_counts()
             finally:
-                for background in (heartbeat, counts):
+                for background in (heartbeat, counts, reaper):
                     background.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await background
@@ -591,7 +595,15 @@ class ActionWorker(WorkerLifecycle):
         reply = await _scripts.call(
             self.client.redis,
             "run_release",
-            [keys.definition, keys.meta, keys.runs, keys.pending, keys.leases, keys.wake],
+            [
+                keys.definition,
+                keys.meta,
+                keys.runs,
+                keys.pending,
+                keys.leases,
+                keys.wake,
+                keys.owned,
+            ],
             [ctx.task_id, str(ctx.token), self.config.worker_id],
         )
         if int(reply[0]) != Status.OK:

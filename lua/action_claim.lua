@@ -13,6 +13,8 @@
   KEYS[8] failed   ZSET  run_id -> finished ms
   KEYS[9] polls    HASH  poll id -> msgpack {run ids, tokens} handed to that poll
   KEYS[10] poll_times  ZSET  poll id -> time ms (memos are forgotten after two minutes)
+  KEYS[11] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[12] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
@@ -29,9 +31,10 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/labels.lua
+--@include lib/owners.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
-  polls = KEYS[9], poll_times = KEYS[10]}
+  polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12]}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]
@@ -103,6 +106,7 @@ if n > 0 then
       run.t = redis.call('HINCRBY', k.meta, 'token', 1)
       run.w = worker_id
       run.o = owner
+      redis.call('ZADD', k.owned, 0, owned_entry(owner, run_id))
       run.st = now
       run_save(k.runs, run_id, run)
       redis.call('ZADD', k.leases, deadline, run_id)
@@ -113,6 +117,10 @@ if n > 0 then
   end
 end
 
+if #memo.ids > 0 then
+  -- The reclaim asks about every owner listed here (lib/owners.lua).
+  redis.call('HSETNX', k.owners, owner, 0)
+end
 if poll_id ~= '' and #memo.ids > 0 then
   redis.call('HSET', k.polls, poll_id, cmsgpack.pack(memo))
   redis.call('ZADD', k.poll_times, now, poll_id)

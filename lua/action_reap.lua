@@ -13,6 +13,7 @@
   KEYS[9] done     ZSET  run_id -> finished ms
   KEYS[10] idem    HASH  idempotency key -> run_id
   KEYS[11] wake    CHANNEL  sharded channel announcing new work
+  KEYS[12] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
   ARGV[1] batch    at most this many items per step
   Returns {status, ready, next_due_ms}   status: OK | NO_ACTION
 ]]
@@ -23,7 +24,7 @@
 --@include lib/action.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
-  done = KEYS[9], idem = KEYS[10], wake = KEYS[11]}
+  done = KEYS[9], idem = KEYS[10], wake = KEYS[11], owned = KEYS[12]}
 local batch = tonumber(ARGV[1])
 
 local action = action_load(k.def)

@@ -8,6 +8,7 @@
   KEYS[5] leases   ZSET  run_id -> lease deadline ms
   KEYS[6] done     ZSET  run_id -> finished ms (completed runs kept for retention)
   KEYS[7] idem     HASH  idempotency key -> run_id
+  KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
   ARGV[3] worker_id
@@ -23,7 +24,7 @@
 --@include lib/action.lua
 --@include lib/complete.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  leases = KEYS[5], done = KEYS[6], idem = KEYS[7]}
+  leases = KEYS[5], done = KEYS[6], idem = KEYS[7], owned = KEYS[8]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]

@@ -11,6 +11,7 @@
   KEYS[7] leases   ZSET  run_id -> lease deadline ms
   KEYS[8] failed   ZSET  run_id -> finished ms
   KEYS[9] wake     CHANNEL  sharded channel announcing new work
+  KEYS[10] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
   ARGV[3] worker_id
@@ -25,7 +26,8 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8], wake = KEYS[9]}
+  pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8], wake = KEYS[9],
+  owned = KEYS[10]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
@@ -41,6 +43,7 @@ if not run_is_holder(run, token, worker_id) then
       and run.lrr == retry then
     return {ST_OK, 1, run.s}
   end
+  redis.call('HINCRBY', k.meta, 'stat:stale_refused', 1)
   return {ST_STALE, 0, run.s}
 end
 

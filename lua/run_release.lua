@@ -8,6 +8,7 @@
   KEYS[4] pending  ZSET  run_id -> queue order
   KEYS[5] leases   ZSET  run_id -> lease deadline ms
   KEYS[6] wake     CHANNEL  sharded channel announcing new work
+  KEYS[7] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
   ARGV[3] worker_id
@@ -16,9 +17,10 @@
 --@include lib/status.lua
 --@include lib/run.lua
 --@include lib/queue.lua
+--@include lib/owners.lua
 --@include lib/action.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
-  leases = KEYS[5], wake = KEYS[6]}
+  leases = KEYS[5], wake = KEYS[6], owned = KEYS[7]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
@@ -31,6 +33,7 @@ redis.call('ZREM', k.leases, run_id)
 run.s = RUN_PENDING
 run.a = math.max(run.a - 1, 0)
 run.st = nil
+owned_drop(k.owned, run.o, run_id)
 run.o = nil
 run_save(k.runs, run_id, run)
 queue_push(k.meta, k.pending, run_id)

@@ -3,6 +3,7 @@
   now + extend_ms unless it is already later.
   KEYS[1] runs     HASH  run_id -> msgpack record
   KEYS[2] leases   ZSET  run_id -> lease deadline ms
+  KEYS[3] meta     HASH  counters; stat:stale_refused counts refused reports
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
   ARGV[3] worker_id
@@ -15,6 +16,7 @@
 --@include lib/run.lua
 local runs_key = KEYS[1]
 local leases_key = KEYS[2]
+local meta_key = KEYS[3]
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
@@ -26,7 +28,10 @@ if not extend_ms or extend_ms < 1 or extend_ms > MAX_EXTEND_MS then
 end
 local run = run_load(runs_key, run_id)
 if not run then return {ST_NOT_FOUND} end
-if not run_is_holder(run, token, worker_id) then return {ST_STALE, run.s} end
+if not run_is_holder(run, token, worker_id) then
+  redis.call('HINCRBY', meta_key, 'stat:stale_refused', 1)
+  return {ST_STALE, run.s}
+end
 local deadline = now_ms() + extend_ms
 local current = tonumber(redis.call('ZSCORE', leases_key, run_id))
 if current and current > deadline then deadline = current end

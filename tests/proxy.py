@@ -1,6 +1,7 @@
 """A small asyncio TCP proxy for fault tests: sits between clients and Redis and can cut
-every connection, or let a request through and drop its reply (cutting that connection),
-so a test can make Redis run a command whose answer never arrives."""
+every connection, silence them (a partition), or let a request through and drop its reply
+(cutting that connection), so a test can make Redis run a command whose answer never
+arrives."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ class _Link:
     client: asyncio.StreamWriter
     server: asyncio.StreamWriter
     drop_next_reply: bool = False
+    stalled: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def close(self) -> None:
@@ -31,6 +33,7 @@ class Proxy:
         self._links: set[_Link] = set()
         self._drop_after: bytes | None = None
         self.dropped_replies = 0
+        self.accepted = 0
         self.port = 0
 
     @property
@@ -58,6 +61,12 @@ class Proxy:
         for link in list(self._links):
             link.close()
 
+    def stall_all(self) -> None:
+        """Silence every current connection, as a network partition would: bytes are
+        swallowed in both directions and nobody is told (new connections still work)."""
+        for link in self._links:
+            link.stalled = True
+
     def drop_reply_after(self, request_marker: bytes) -> None:
         """The next request containing ``request_marker`` reaches Redis, but its reply is
         dropped and that connection is cut: the command ran, its answer is lost."""
@@ -71,6 +80,7 @@ class Proxy:
             return
         link = _Link(client=writer, server=up_writer)
         self._links.add(link)
+        self.accepted += 1
         link.tasks = [
             asyncio.create_task(self._pump_requests(link, reader, up_writer)),
             asyncio.create_task(self._pump_replies(link, up_reader, writer)),
@@ -85,6 +95,8 @@ class Proxy:
                 if marker is not None and marker in data:
                     self._drop_after = None
                     link.drop_next_reply = True
+                if link.stalled:
+                    continue
                 writer.write(data)
                 await writer.drain()
         except (OSError, asyncio.IncompleteReadError):
@@ -101,6 +113,8 @@ class Proxy:
                 if link.drop_next_reply:
                     self.dropped_replies += 1
                     break
+                if link.stalled:
+                    continue
                 writer.write(data)
                 await writer.drain()
         except (OSError, asyncio.IncompleteReadError):

@@ -4,6 +4,7 @@
 ]]
 --@include lib/status.lua
 --@include lib/run.lua
+--@include lib/owners.lua
 
 -- Complete `run_id` with `result` if the caller (token, or worker id when token is '')
 -- holds it. An identical resend of a complete that already took effect answers OK with
@@ -17,6 +18,7 @@ local function complete_run(k, action, now, run_id, token, worker_id, result, ou
         and run.out == result and run.oc == outcome then
       return ST_OK, 1, run.s
     end
+    redis.call('HINCRBY', k.meta, 'stat:stale_refused', 1)
     return ST_STALE, 0, run.s
   end
   if action.max_payload >= 0 and #result > action.max_payload then
@@ -27,6 +29,7 @@ local function complete_run(k, action, now, run_id, token, worker_id, result, ou
   run.out = result
   run.oc = outcome
   run.err = nil
+  owned_drop(k.owned, run.o, run_id)
   run.o = nil
   run.lrk = 'c'
   run.lrt = run.t

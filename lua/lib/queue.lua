@@ -3,6 +3,7 @@
   Every helper takes the keys it touches as arguments (all from the caller's KEYS).
 ]]
 --@include lib/run.lua
+--@include lib/owners.lua
 
 local function queue_push(meta_key, pending_key, run_id)
   local seq = redis.call('HINCRBY', meta_key, 'qseq', 1)
@@ -14,6 +15,7 @@ end
 local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
   run.s = RUN_PENDING
   run.st = nil
+  owned_drop(k.owned, run.o, run_id)
   run.o = nil
   local delay = run_backoff_ms(backoff_base, backoff_cap, run.a)
   run_save(k.runs, run_id, run)
@@ -29,6 +31,7 @@ end
 local function queue_bury(k, run_id, run, now, status)
   run.s = status
   run.ct = now
+  owned_drop(k.owned, run.o, run_id)
   run.o = nil
   run_save(k.runs, run_id, run)
   redis.call('ZADD', k.failed, now, run_id)
@@ -38,11 +41,12 @@ end
 -- goes back to wait; one on its last attempt ends TIMED_OUT. Returns how many became ready.
 local function queue_expire(k, now, limit, backoff_base, backoff_cap)
   local ids = redis.call('ZRANGE', k.leases, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
-  local ready = 0
+  local ready, expired = 0, 0
   for _, run_id in ipairs(ids) do
     redis.call('ZREM', k.leases, run_id)
     local run = run_load(k.runs, run_id)
     if run and run.s == RUN_RUNNING then
+      expired = expired + 1
       run.err = 'lease expired: no complete, fail or touch within the action timeout'
       if run.a < run.mr then
         ready = ready + queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
@@ -51,6 +55,7 @@ local function queue_expire(k, now, limit, backoff_base, backoff_cap)
       end
     end
   end
+  if expired > 0 then redis.call('HINCRBY', k.meta, 'stat:reclaimed_deadline', expired) end
   return ready
 end
 

@@ -1,0 +1,287 @@
+"""Reclaim: a dead worker process's runs come back in about a second.
+
+The reclaim script (``action_reclaim``) combines the exact owner recorded on each run
+with ``PUBSUB SHARDNUMSUB`` of that owner's liveness channel (:mod:`flo_redis.liveness`):
+an owner without a subscriber is first *suspected*, and only if it is still absent after
+a grace period (default :data:`DEFAULT_GRACE_MS`) are its runs taken back, each counting
+the attempt it spent. A live process whose liveness connection blips subscribes again
+within the grace and keeps everything; a frozen process keeps its connection, so only its
+lease deadlines apply to it.
+
+:class:`Reaper` runs the reclaim periodically in every worker process, so dead work comes
+back even when nothing new is invoked or polled. :func:`liveness_stats` reads the
+counters the scripts keep: reclaims by cause, stale reports refused, slot occupancy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import _scripts
+from ._status import Status, refusal
+from ._wake import raise_if_cancelling
+from .codec import pack, unpack_record
+from .errors import ValidationError
+from .keys import ActionKeys, action_keys, owner_channel
+from .liveness import DEFAULT_GRACE_MS
+
+if TYPE_CHECKING:
+    from .client import FloClient
+
+log = logging.getLogger("flo_redis.reclaim")
+
+DEFAULT_REAP_INTERVAL_S = 0.25
+"""How often a worker's reaper looks for gone owners in each queue it serves."""
+RECLAIM_BATCH = 100
+"""At most this many runs of gone owners are looked at per reclaim script call."""
+MAX_OWNERS_PER_CALL = 100
+"""Owners (and their channels, in KEYS) named in one reclaim script call."""
+_MAX_FAILED_PAUSE_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimResult:
+    """What one reclaim pass over a queue did."""
+
+    reclaimed: int
+    """Runs of gone owners taken back (each went back to wait, or ended FAILED)."""
+    wait_ms: int
+    """When the earliest suspected owner's grace ends (-1: nobody is suspected)."""
+    more: bool
+    """True when the batch ran out before everything of the gone owners was taken back."""
+
+
+def _reclaim_keys(keys: ActionKeys) -> list[str]:
+    return [
+        keys.definition,
+        keys.meta,
+        keys.runs,
+        keys.pending,
+        keys.delayed,
+        keys.leases,
+        keys.failed,
+        keys.owners,
+        keys.owned,
+        keys.wake,
+    ]
+
+
+async def reclaim_owners(
+    client: FloClient,
+    name: str,
+    owners: Sequence[str],
+    *,
+    grace_ms: int = DEFAULT_GRACE_MS,
+    batch: int = RECLAIM_BATCH,
+    namespace: str | None = None,
+) -> ReclaimResult:
+    """One atomic reclaim script call for up to :data:`MAX_OWNERS_PER_CALL` owners of
+    action ``name``'s queue. Takes back only runs whose recorded owner is exactly one of
+    ``owners`` and whose liveness channel stayed without a subscriber for ``grace_ms``;
+    a present owner's runs are never touched, whatever the caller asks."""
+    if not owners:
+        return ReclaimResult(0, -1, False)
+    if len(owners) > MAX_OWNERS_PER_CALL:
+        raise ValidationError(f"at most {MAX_OWNERS_PER_CALL} owners per reclaim call")
+    keys = action_keys(client.get_namespace(namespace), name)
+    reply = await _scripts.call(
+        client.redis,
+        "action_reclaim",
+        _reclaim_keys(keys) + [owner_channel(keys.tag, o) for o in owners],
+        [grace_ms, batch, pack(list(owners))],
+    )
+    status = int(reply[0])
+    if status == Status.NO_ACTION:
+        raise refusal(
+            status,
+            f"action {name!r} is not registered in namespace {keys.namespace!r}; register it first",
+        )
+    if status != Status.OK:
+        raise refusal(status, f"reclaim in action {name!r}: grace_ms or batch out of range")
+    return ReclaimResult(int(reply[1]), int(reply[2]), bool(int(reply[3])))
+
+
+async def reclaim_gone_owners(
+    client: FloClient,
+    name: str,
+    *,
+    grace_ms: int = DEFAULT_GRACE_MS,
+    batch: int = RECLAIM_BATCH,
+    namespace: str | None = None,
+) -> ReclaimResult:
+    """Look at every owner holding work in action ``name``'s queue and take back what
+    gone owners hold (see :func:`reclaim_owners`); suspects are marked for later.
+
+    The owner list read first is only a hint of whom to ask about: each script call
+    checks every owner and every run again, atomically."""
+    keys = action_keys(client.get_namespace(namespace), name)
+    with _scripts.redis_errors("reclaim"):
+        raw = await client.redis.hkeys(keys.owners)
+    owners = sorted(o.decode() if isinstance(o, bytes) else str(o) for o in raw)
+    reclaimed, wait_ms, more = 0, -1, False
+    for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
+        result = await reclaim_owners(
+            client,
+            name,
+            owners[i : i + MAX_OWNERS_PER_CALL],
+            grace_ms=grace_ms,
+            batch=batch,
+            namespace=namespace,
+        )
+        reclaimed += result.reclaimed
+        more = more or result.more
+        if result.wait_ms >= 0 and (wait_ms < 0 or result.wait_ms < wait_ms):
+            wait_ms = result.wait_ms
+    return ReclaimResult(reclaimed, wait_ms, more)
+
+
+class Reaper:
+    """A worker process's periodic reclaim over the action queues it serves: every
+    ``interval_s`` (sooner when a suspect's grace is about to end) it takes back the runs
+    of gone owners, and about once a second runs the queue upkeep (expired leases, due
+    delayed runs), so dead work comes back even when nobody invokes or polls."""
+
+    def __init__(
+        self,
+        client: FloClient,
+        actions: Sequence[str],
+        *,
+        interval_s: float = DEFAULT_REAP_INTERVAL_S,
+        grace_ms: int = DEFAULT_GRACE_MS,
+        upkeep_every_s: float = 1.0,
+    ) -> None:
+        if not interval_s > 0:
+            raise ValidationError(f"interval_s must be positive, got {interval_s}")
+        if isinstance(grace_ms, bool) or not isinstance(grace_ms, int) or grace_ms < 0:
+            raise ValidationError(f"grace_ms must be an int >= 0, got {grace_ms!r}")
+        self._client = client
+        self._actions = list(dict.fromkeys(actions))
+        self._interval_s = interval_s
+        self._grace_ms = grace_ms
+        self._upkeep_every_s = upkeep_every_s
+        self.reclaimed = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Reap until ``stop`` is set. Failures are logged and retried, backing off to
+        :data:`_MAX_FAILED_PAUSE_S` while Redis is unreachable."""
+        loop = asyncio.get_running_loop()
+        next_upkeep = loop.time() + self._upkeep_every_s
+        failures = 0
+        while not stop.is_set():
+            raise_if_cancelling()
+            pause = self._interval_s
+            failed = False
+            for name in self._actions:
+                try:
+                    result = await reclaim_gone_owners(self._client, name, grace_ms=self._grace_ms)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failed = True
+                    if failures == 0:
+                        log.warning("reclaim in %r failed (%s); trying again", name, exc)
+                    continue
+                if result.reclaimed:
+                    self.reclaimed += result.reclaimed
+                    log.info("took back %d run(s) of gone owners in %r", result.reclaimed, name)
+                if result.more:
+                    pause = 0.0
+                elif result.wait_ms >= 0:
+                    pause = min(pause, result.wait_ms / 1000.0 + 0.005)
+            failures = failures + 1 if failed else 0
+            if failures:
+                pause = min(self._interval_s * 2**failures, _MAX_FAILED_PAUSE_S)
+            elif loop.time() >= next_upkeep:
+                next_upkeep = loop.time() + self._upkeep_every_s
+                for name in self._actions:
+                    with contextlib.suppress(Exception):
+                        await self._client.action.reap(name)
+            if pause > 0:
+                waiter = asyncio.ensure_future(stop.wait())
+                try:
+                    await asyncio.wait({waiter}, timeout=pause)
+                finally:
+                    waiter.cancel()
+            else:
+                await asyncio.sleep(0)
+
+
+# --- statistics ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LivenessStats:
+    """Liveness counters of one action queue, kept by the scripts themselves (so every
+    client sees the same numbers), plus what is held right now."""
+
+    reclaimed_owner_gone: int
+    """Runs taken back because their owner's process was gone."""
+    reclaimed_deadline: int
+    """Runs taken back because their lease deadline passed (frozen or silent owner)."""
+    stale_refused: int
+    """Reports (complete, fail, release) refused as stale: each from a holder whose lease
+    was taken back or finished."""
+    owners_suspected: int
+    """Times an owner was seen without its liveness subscription and suspected."""
+    suspicions_cleared: int
+    """Times a suspected owner came back within the grace (a connection blip)."""
+    owners_gone: int
+    """Owners judged gone and cleaned out."""
+    owners: int
+    """Owners that may hold runs in this queue now."""
+    suspects: int
+    """Of those, suspected right now."""
+    slots_held: int
+    """Concurrency slots held right now."""
+    slot_reclaimed_owner_gone: int
+    slot_reclaimed_deadline: int
+    slot_release_refused: int
+
+
+_STAT_FIELDS = (
+    "reclaimed_owner_gone",
+    "reclaimed_deadline",
+    "stale_refused",
+    "owners_suspected",
+    "suspicions_cleared",
+    "owners_gone",
+    "slot_reclaimed_owner_gone",
+    "slot_reclaimed_deadline",
+    "slot_release_refused",
+)
+
+
+async def liveness_stats(
+    client: FloClient, name: str, namespace: str | None = None
+) -> LivenessStats:
+    """Read action ``name``'s liveness counters and current holders (read only)."""
+    keys = action_keys(client.get_namespace(namespace), name)
+    conn = client.redis
+    with _scripts.redis_errors("stats"):
+        counters = await conn.hmget(keys.meta, [f"stat:{f}" for f in _STAT_FIELDS])
+        marks = await conn.hvals(keys.owners)
+        slots = await conn.hvals(keys.slots)
+    values = dict(zip(_STAT_FIELDS, (int(v or 0) for v in counters), strict=True))
+    held = sum(1 for raw in slots if unpack_record(raw).get("o") is not None)
+    return LivenessStats(
+        owners=len(marks),
+        suspects=sum(1 for m in marks if int(m) != 0),
+        slots_held=held,
+        **values,
+    )
+
+
+__all__ = [
+    "DEFAULT_REAP_INTERVAL_S",
+    "LivenessStats",
+    "Reaper",
+    "ReclaimResult",
+    "liveness_stats",
+    "reclaim_gone_owners",
+    "reclaim_owners",
+]

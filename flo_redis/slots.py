@@ -1,0 +1,216 @@
+"""Concurrency slots: owned leases on a share of an action's global capacity.
+
+A slot is held by exactly one owner (a worker process, ``client.owner_id``) under a
+fencing token. It is given back only by its exact holder (:meth:`SlotOperations.release`),
+or taken back when its holder is gone or its lease deadline has passed
+(:meth:`SlotOperations.reclaim`). Each of these is one script, and each refuses what
+would be wrong, changing nothing:
+
+- reclaiming a slot whose holder is not the owner the caller names (``WRONG_OWNER``);
+- reclaiming a live holder's slot (``OWNER_ALIVE``; a frozen holder counts as live until
+  the slot's deadline);
+- a late release by an old owner after its slot was given to a replacement
+  (``WRONG_OWNER``), or by a holder whose token is no longer current (``STALE``).
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import _scripts
+from ._status import Status, refusal
+from .codec import unpack_record
+from .errors import ServerError, ValidationError
+from .keys import ActionKeys, action_keys, owner_channel
+from .liveness import DEFAULT_GRACE_MS
+
+if TYPE_CHECKING:
+    from .client import FloClient
+
+MAX_SLOTS = 1000
+MAX_SLOT_LEASE_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A held concurrency slot of ``action``: its index (1-based), holder and token."""
+
+    action: str
+    namespace: str
+    index: int
+    owner: str
+    token: int
+    deadline_ms: int
+    """When the slot is taken back unless released first (-1 or far future: never)."""
+
+
+class SlotOperations:
+    """Acquire, release and reclaim an action's concurrency slots as ``client``'s owner."""
+
+    def __init__(self, client: FloClient) -> None:
+        self._client = client
+
+    def _keys(self, action: str, namespace: str | None) -> ActionKeys:
+        return action_keys(self._client.get_namespace(namespace), action)
+
+    async def acquire(
+        self,
+        action: str,
+        *,
+        capacity: int = 0,
+        lease_ms: int = 0,
+        namespace: str | None = None,
+    ) -> Slot | None:
+        """Take a free slot (``capacity`` slots in all; 0: the action's max_concurrency)
+        for this client's owner; None when every slot is held by a live holder.
+
+        The owner's liveness subscription in the action's slot is made first, so the slot
+        is never held by an owner that looks gone. A slot whose lease (``lease_ms``, 0:
+        none) ran out is taken over; when all are held, gone holders are reclaimed first
+        (see :meth:`reclaim_gone`) and the acquire is tried once more."""
+        if isinstance(capacity, bool) or not isinstance(capacity, int):
+            raise ValidationError(f"capacity must be an int, got {capacity!r}")
+        if not 0 <= capacity <= MAX_SLOTS:
+            raise ValidationError(f"capacity must be in [0, {MAX_SLOTS}], got {capacity}")
+        if isinstance(lease_ms, bool) or not isinstance(lease_ms, int):
+            raise ValidationError(f"lease_ms must be an int, got {lease_ms!r}")
+        if not 0 <= lease_ms <= MAX_SLOT_LEASE_MS:
+            raise ValidationError(f"lease_ms must be in [0, {MAX_SLOT_LEASE_MS}], got {lease_ms}")
+        keys = self._keys(action, namespace)
+        await getattr(self._client, "liveness").hold(keys.tag)  # noqa: B009
+        for attempt in range(2):
+            reply = await _scripts.call(
+                self._client.redis,
+                "slot_acquire",
+                [keys.definition, keys.meta, keys.slots],
+                [self._client.owner_id, capacity, lease_ms],
+            )
+            status = int(reply[0])
+            if status == Status.NO_ACTION:
+                raise refusal(
+                    status,
+                    f"action {action!r} is not registered in namespace {keys.namespace!r}; "
+                    "register it first",
+                )
+            if status == Status.OUT_OF_RANGE:
+                raise refusal(
+                    status,
+                    f"action {action!r} has no max_concurrency; pass capacity to acquire",
+                )
+            if int(reply[1]) > 0:
+                return Slot(
+                    action=action,
+                    namespace=keys.namespace,
+                    index=int(reply[1]),
+                    owner=self._client.owner_id,
+                    token=int(reply[2]),
+                    deadline_ms=int(reply[3]),
+                )
+            if attempt == 0 and not await self.reclaim_gone(action, namespace=namespace):
+                return None
+        return None
+
+    async def release(self, slot: Slot) -> None:
+        """Give ``slot`` back. Refused, changing nothing, unless this client's owner is
+        still its exact holder under the same token: :class:`ConflictError` when another
+        owner holds it now (the slot was reclaimed and given to a replacement) or the
+        token is not current. Resending a release that took effect is answered OK."""
+        keys = self._keys(slot.action, slot.namespace)
+        reply = await _scripts.call(
+            self._client.redis,
+            "slot_release",
+            [keys.meta, keys.slots],
+            [slot.index, self._client.owner_id, slot.token],
+        )
+        status = int(reply[0])
+        if status == Status.OK:
+            return
+        what = f"release of slot {slot.index} of action {slot.action!r} by {slot.owner!r}"
+        if status == Status.WRONG_OWNER:
+            raise refusal(
+                status,
+                f"{what} refused: the slot was taken back and is held by another owner now",
+            )
+        if status == Status.STALE:
+            raise refusal(status, f"{what} refused: token {slot.token} is no longer current")
+        raise refusal(status, f"{what} refused: the slot is not held")
+
+    async def reclaim(
+        self,
+        action: str,
+        index: int,
+        expected_owner: str,
+        *,
+        grace_ms: int = DEFAULT_GRACE_MS,
+        namespace: str | None = None,
+    ) -> bool:
+        """Take slot ``index`` back from ``expected_owner``, only if that owner holds it
+        and is gone (absent for ``grace_ms``) or the slot's lease ran out. True when the
+        slot is free now; False while the owner is only suspected (ask again after the
+        grace). Refused with :class:`ConflictError` when another owner holds the slot
+        (``WRONG_OWNER``) or the holder is alive (``OWNER_ALIVE``); :class:`NotFoundError`
+        when the slot is not held."""
+        keys = self._keys(action, namespace)
+        reply = await _scripts.call(
+            self._client.redis,
+            "slot_reclaim",
+            [keys.meta, keys.slots, owner_channel(keys.tag, expected_owner)],
+            [index, expected_owner, grace_ms],
+        )
+        status = int(reply[0])
+        if status == Status.OK:
+            return bool(int(reply[1]))
+        what = f"reclaim of slot {index} of action {action!r} from {expected_owner!r}"
+        if status == Status.WRONG_OWNER:
+            raise refusal(status, f"{what} refused: another owner holds it")
+        if status == Status.OWNER_ALIVE:
+            raise refusal(status, f"{what} refused: the owner is alive")
+        if status == Status.OUT_OF_RANGE:
+            raise refusal(status, f"{what}: grace_ms must be >= 0")
+        raise refusal(status, f"{what}: the slot is not held")
+
+    async def holders(self, action: str, namespace: str | None = None) -> builtins.list[Slot]:
+        """The slots held now, by index (read only)."""
+        keys = self._keys(action, namespace)
+        with _scripts.redis_errors("slots"):
+            raw = await self._client.redis.hgetall(keys.slots)
+        held = []
+        for field, value in raw.items():
+            rec = unpack_record(value)
+            owner = rec.get("o")
+            if owner is None:
+                continue
+            held.append(
+                Slot(
+                    action=action,
+                    namespace=keys.namespace,
+                    index=int(field),
+                    owner=owner.decode() if isinstance(owner, bytes) else str(owner),
+                    token=int(rec["t"]),
+                    deadline_ms=int(rec["d"]),
+                )
+            )
+        return sorted(held, key=lambda s: s.index)
+
+    async def reclaim_gone(
+        self, action: str, *, grace_ms: int = DEFAULT_GRACE_MS, namespace: str | None = None
+    ) -> int:
+        """Take back every slot whose holder is gone (or whose lease ran out); holders
+        seen absent for the first time are only suspected. Returns how many were freed."""
+        freed = 0
+        for slot in await self.holders(action, namespace):
+            if slot.owner == self._client.owner_id:
+                continue
+            try:
+                if await self.reclaim(
+                    action, slot.index, slot.owner, grace_ms=grace_ms, namespace=namespace
+                ):
+                    freed += 1
+            except ServerError:
+                continue  # refused (alive, replaced meanwhile): nothing changed
+        return freed
+
+
+__all__ = ["Slot", "SlotOperations"]

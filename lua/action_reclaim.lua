@@ -1,0 +1,130 @@
+--[[ action_reclaim
+  Take back the runs of owners whose worker process is gone. For each named owner the
+  subscriber count of its liveness channel decides: with a subscriber it is alive (a
+  suspicion is cleared); without one it is suspected the first time it is seen absent, and
+  judged gone once it stayed absent for grace_ms. Of a gone owner, exactly the runs whose
+  record names it as owner are taken back: each keeps the attempt it spent and waits again
+  (after the action's backoff), or ends FAILED on its last attempt, with the error
+  'owner gone: worker process died'. A frozen owner keeps its subscription, so only its
+  lease deadlines apply to it. Also drops a few index entries of runs no longer held.
+  At most `batch` index entries of gone owners per call.
+  KEYS[1] def      HASH  the action's settings
+  KEYS[2] meta     HASH  counters; stat:* fields are the queue's liveness statistics
+  KEYS[3] runs     HASH  run_id -> msgpack record
+  KEYS[4] pending  ZSET  run_id -> queue order
+  KEYS[5] delayed  ZSET  run_id -> due ms
+  KEYS[6] leases   ZSET  run_id -> lease deadline ms
+  KEYS[7] failed   ZSET  run_id -> finished ms
+  KEYS[8] owners   HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[9] owned    ZSET  "<owner>\0<run_id>" (score 0): the runs handed to each owner
+  KEYS[10] wake    CHANNEL  sharded channel announcing new work
+  KEYS[11..n] the liveness channel of each owner named in ARGV[3], in the same order
+  ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone (>= 0)
+  ARGV[2] batch     at most this many index entries of gone owners (1..1000)
+  ARGV[3] owners    msgpack array of owner ids (at most 100)
+  Returns {status, reclaimed, wait_ms, more}
+          status: OK | NO_ACTION | OUT_OF_RANGE (also: a channel not named for its
+          owner); reclaimed: runs taken back; wait_ms: when
+          the earliest suspect's grace ends (-1: no suspect); more: 1 if the batch ran out
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/queue.lua
+--@include lib/action.lua
+--@include lib/owners.lua
+local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
+  delayed = KEYS[5], leases = KEYS[6], failed = KEYS[7], owners = KEYS[8], owned = KEYS[9],
+  wake = KEYS[10]}
+local channels = {}
+for i = 11, #KEYS do channels[#channels + 1] = KEYS[i] end
+local grace_ms = tonumber(ARGV[1])
+local batch = tonumber(ARGV[2])
+local owners = cmsgpack.unpack(ARGV[3])
+local MAX_OWNERS = 100
+local GC_BATCH = 20
+local GONE = 'owner gone: worker process died'
+
+if not grace_ms or grace_ms < 0 or not batch or batch < 1 or batch > 1000
+    or type(owners) ~= 'table' or #owners ~= #channels or #owners > MAX_OWNERS then
+  return {ST_OUT_OF_RANGE}
+end
+for i, owner in ipairs(owners) do
+  if not owner_channel_of(channels[i], owner) then return {ST_OUT_OF_RANGE} end
+end
+local action = action_load(k.def)
+if not action then return {ST_NO_ACTION} end
+local now = now_ms()
+local reclaimed, ready, budget, more = 0, 0, batch, 0
+local wait = -1
+local suspected, cleared, gone = 0, 0, 0
+
+-- Take back what `owner` holds, up to the budget; true once nothing of it is left.
+local function take_back(owner)
+  local entries = owned_range(k.owned, owner, budget)
+  for _, entry in ipairs(entries) do
+    budget = budget - 1
+    redis.call('ZREM', k.owned, entry)
+    local _, run_id = owned_split(entry)
+    local run = run_load(k.runs, run_id)
+    if run and run.s == RUN_RUNNING and run.o == owner then
+      redis.call('ZREM', k.leases, run_id)
+      run.err = GONE
+      reclaimed = reclaimed + 1
+      if run.a < run.mr then
+        ready = ready + queue_retry(k, run_id, run, now, action.backoff_ms, action.backoff_max_ms)
+      else
+        queue_bury(k, run_id, run, now, RUN_FAILED)
+      end
+    end
+  end
+  return #owned_range(k.owned, owner, 1) == 0
+end
+
+for i, owner in ipairs(owners) do
+  local since = tonumber(redis.call('HGET', k.owners, owner))
+  if since then
+    local verdict, mark = owner_verdict(owner_present(channels[i]), since, now, grace_ms)
+    if mark ~= since then
+      redis.call('HSET', k.owners, owner, mark)
+      if mark == 0 then cleared = cleared + 1 else suspected = suspected + 1 end
+    end
+    if verdict == 'suspect' then
+      local left = mark + grace_ms - now
+      if wait < 0 or left < wait then wait = left end
+    elseif verdict == 'gone' then
+      if budget > 0 and take_back(owner) then
+        redis.call('HDEL', k.owners, owner)
+        gone = gone + 1
+      else
+        more = 1
+      end
+    end
+  end
+end
+
+-- Index entries of runs their owner no longer holds (finished, expired, taken back) are
+-- dropped a few per call, walking the index with a cursor kept in meta.
+local cursor = redis.call('HGET', k.meta, 'owned_gc') or ''
+local low = '-'
+if cursor ~= '' then low = '(' .. cursor end
+local entries = redis.call('ZRANGE', k.owned, low, '+', 'BYLEX', 'LIMIT', 0, GC_BATCH)
+for _, entry in ipairs(entries) do
+  local owner, run_id = owned_split(entry)
+  local run = run_id and run_load(k.runs, run_id)
+  if not run or run.s ~= RUN_RUNNING or run.o ~= owner then
+    redis.call('ZREM', k.owned, entry)
+  end
+end
+if #entries < GC_BATCH then
+  redis.call('HDEL', k.meta, 'owned_gc')
+else
+  redis.call('HSET', k.meta, 'owned_gc', entries[#entries])
+end
+
+if reclaimed > 0 then redis.call('HINCRBY', k.meta, 'stat:reclaimed_owner_gone', reclaimed) end
+if suspected > 0 then redis.call('HINCRBY', k.meta, 'stat:owners_suspected', suspected) end
+if cleared > 0 then redis.call('HINCRBY', k.meta, 'stat:suspicions_cleared', cleared) end
+if gone > 0 then redis.call('HINCRBY', k.meta, 'stat:owners_gone', gone) end
+if ready > 0 then redis.call('SPUBLISH', k.wake, '1') end
+return {ST_OK, reclaimed, wait, more}

@@ -1,0 +1,56 @@
+--[[ lib/owners
+  Owner liveness. An owner (a worker process) is present while its liveness channel -- a
+  sharded pub/sub channel in the queue's hash slot, passed to the script in KEYS -- has a
+  subscriber. A count of 0 is not proof of death (a connection blip, a failover), so an
+  owner seen absent is first suspected, and judged gone only once it stayed absent for a
+  grace period. Nothing is ever published on a liveness channel.
+]]
+
+-- Index entries of the runs handed to an owner: "<owner>\0<run_id>", score 0, so that
+-- one owner's entries form one lexicographic range.
+local OWNED_SEP = '\0'
+
+local function owned_entry(owner, run_id)
+  return owner .. OWNED_SEP .. run_id
+end
+
+-- Up to `limit` index entries of `owner` (run ids, with their entries).
+local function owned_range(owned_key, owner, limit)
+  return redis.call('ZRANGE', owned_key, '[' .. owner .. OWNED_SEP, '(' .. owner .. '\1',
+    'BYLEX', 'LIMIT', 0, limit)
+end
+
+-- Forget that `owner` holds `run_id` (the run finished, or went back to wait). A script
+-- that does not pass the index (owned_key nil) leaves it to the reclaim's clean-up.
+local function owned_drop(owned_key, owner, run_id)
+  if owned_key and owner then redis.call('ZREM', owned_key, owned_entry(owner, run_id)) end
+end
+
+-- Split an index entry into owner and run id.
+local function owned_split(entry)
+  local at = string.find(entry, OWNED_SEP, 1, true)
+  if not at then return nil, nil end
+  return string.sub(entry, 1, at - 1), string.sub(entry, at + 1)
+end
+
+-- Is `channel` named for `owner` (flo_redis.keys.owner_channel: "...:<owner>")? A
+-- caller pairing an owner with someone else's channel is refused, not believed.
+local function owner_channel_of(channel, owner)
+  local suffix = ':' .. owner
+  return #channel > #suffix and string.sub(channel, -#suffix) == suffix
+end
+
+-- Does the owner's liveness channel have a subscriber now?
+local function owner_present(channel)
+  local reply = redis.call('PUBSUB', 'SHARDNUMSUB', channel)
+  return tonumber(reply[2]) > 0
+end
+
+-- The verdict on an owner seen `present` (or not) at `now`, suspected since `since`
+-- (0: not suspected): 'alive', 'suspect' or 'gone', and the suspicion mark to keep.
+local function owner_verdict(present, since, now, grace_ms)
+  if present then return 'alive', 0 end
+  if since == 0 then since = now end
+  if now - since >= grace_ms then return 'gone', since end
+  return 'suspect', since
+end

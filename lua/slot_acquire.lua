@@ -1,0 +1,51 @@
+--[[ slot_acquire
+  Take one of an action's concurrency slots for an owner: the first slot that is free or
+  whose lease deadline has passed (that holder is replaced; counted as a deadline reclaim).
+  The slot gets a new fencing token, so nothing a previous holder sends applies after.
+  KEYS[1] def      HASH  the action's settings
+  KEYS[2] meta     HASH  counters (slot_token: slot fencing tokens; stat:* statistics)
+  KEYS[3] slots    HASH  slot index -> msgpack {o owner, t token, d deadline ms, sx suspect
+                         since ms} of its holder; once free {r token} (released)
+                         or {x token} (taken back)
+  ARGV[1] owner     the taking worker process's owner id
+  ARGV[2] capacity  number of slots (1..1000); 0: the action's max_concurrency
+  ARGV[3] lease_ms  the slot is taken back this long after acquire (1..86400000); 0: never
+  Returns {status, slot, token, deadline_ms}
+          status: OK | NO_ACTION | OUT_OF_RANGE; slot 0 when every slot is held
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/action.lua
+local k = {def = KEYS[1], meta = KEYS[2], slots = KEYS[3]}
+local owner = ARGV[1]
+local capacity = tonumber(ARGV[2])
+local lease_ms = tonumber(ARGV[3])
+local MAX_SLOTS = 1000
+local MAX_LEASE_MS = 86400000
+
+if owner == '' or not capacity or capacity < 0 or capacity > MAX_SLOTS
+    or not lease_ms or lease_ms < 0 or lease_ms > MAX_LEASE_MS then
+  return {ST_OUT_OF_RANGE}
+end
+local action = action_load(k.def)
+if not action then return {ST_NO_ACTION} end
+if capacity == 0 then capacity = math.min(action.max_concurrency, MAX_SLOTS) end
+if capacity < 1 then return {ST_OUT_OF_RANGE} end
+
+local now = now_ms()
+for slot = 1, capacity do
+  local raw = redis.call('HGET', k.slots, slot)
+  local holder = raw and cmsgpack.unpack(raw)
+  local free = not holder or not holder.o
+  local expired = not free and holder.d < now
+  if free or expired then
+    if expired then redis.call('HINCRBY', k.meta, 'stat:slot_reclaimed_deadline', 1) end
+    local deadline = NEVER_MS
+    if lease_ms > 0 then deadline = now + lease_ms end
+    local token = redis.call('HINCRBY', k.meta, 'slot_token', 1)
+    redis.call('HSET', k.slots, slot, cmsgpack.pack({o = owner, t = token, d = deadline}))
+    return {ST_OK, slot, token, deadline}
+  end
+end
+return {ST_OK, 0, 0, -1}
