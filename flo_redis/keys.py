@@ -209,6 +209,8 @@ class GroupKeys:
     dead: str  # STREAM  dead letters of this group
     polls: str  # HASH  poll id -> msgpack hand-out (replay of lost group_read replies)
     poll_times: str  # ZSET  poll id -> time ms
+    owners: str  # HASH  owner id -> ms since it is suspected gone (0: not suspected)
+    owned: str  # ZSET  "<owner>\0<entry id>": the deliveries each owner holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +236,8 @@ class StreamKeys:
             dead=f"{base}:dead",
             polls=f"{base}:polls",
             poll_times=f"{base}:poll-times",
+            owners=f"{base}:owners",
+            owned=f"{base}:owned",
         )
 
 

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("flo_redis.stream_worker")
 
 _MAX_DRAIN_PAGES = 1000
+# How often a StreamWorker looks for gone consumers' deliveries in its group.
+_REAP_INTERVAL_S = 0.25
 # asyncio.timeout (3.11+) runs a handler without a timer task of its own.
 _INLINE_TIMEOUT = sys.version_info >= (3, 11)
 
@@ -173,7 +175,13 @@ class StreamWorker(WorkerLifecycle):
             await self._join()
             if self.config.redeliver_pending_on_reconnect:
                 await self._drain_pending()
-            await self._poll_loop()
+            reaper = asyncio.create_task(self._reap_loop(), name="flo-stream-reaper")
+            try:
+                await self._poll_loop()
+            finally:
+                reaper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reaper
             await self._wait_handlers()
             await self._acks.close()
             with contextlib.suppress(Exception):
@@ -335,6 +343,15 @@ class StreamWorker(WorkerLifecycle):
         return await self.client.stream.group_ack_many(
             cfg.stream, cfg.group, items, consumer=cfg.consumer, partition=int(partition)
         )
+
+    async def _reap_loop(self) -> None:
+        """Give back, every so often, what gone consumers of the group were holding."""
+        cfg = self.config
+        while not await sleep_unless_stopped(self._stop, _REAP_INTERVAL_S):
+            try:
+                await self.client.stream.reclaim_gone_owners(cfg.stream, cfg.group)
+            except Exception as exc:
+                log.debug("stream reclaim failed (%s); trying again", exc)
 
     async def _wait_handlers(self) -> None:
         while self._tasks:

@@ -52,7 +52,15 @@ from ._stream_codec import (
 )
 from .codec import pack, text
 from .errors import ServerError, ValidationError, ValueTooLargeError
-from .keys import GroupKeys, StreamKeys, check_name, namespace_keys, stream_keys
+from .keys import (
+    GroupKeys,
+    StreamKeys,
+    check_name,
+    namespace_keys,
+    owner_channel,
+    stream_keys,
+)
+from .liveness import DEFAULT_GRACE_MS
 from .types import (
     PendingEntry,
     StreamAppendOptions,
@@ -76,6 +84,8 @@ if TYPE_CHECKING:
     from .client import FloClient
 
 DEFAULT_COUNT = 100
+RECLAIM_BATCH = 100  # index entries of gone owners one group_reclaim call handles
+MAX_OWNERS_PER_CALL = 100  # owners (and their channels, in KEYS) per group_reclaim call
 CLAIM_SCAN = 1000  # pending entries one group_claim call inspects at most
 TRIM_BATCH = 1000  # records one trim script call removes (or counts) at most
 DEFAULT_ACK_TIMEOUT_MS = 30_000
@@ -512,10 +522,23 @@ class StreamOperations:
 
         async def read_one(keys: StreamKeys, room: int) -> tuple[list[StreamRecord], int]:
             gk = keys.group(group)
+            # Subscribed before the first read in this slot: entries delivered here never
+            # look like a gone owner's.
+            await self._client.liveness.hold(keys.tag)
             reply = await _scripts.call(
                 self._client.redis,
                 "group_read",
-                [keys.log, gk.config, gk.due, gk.deliveries, gk.dead, gk.polls, gk.poll_times],
+                [
+                    keys.log,
+                    gk.config,
+                    gk.due,
+                    gk.deliveries,
+                    gk.dead,
+                    gk.polls,
+                    gk.poll_times,
+                    gk.owners,
+                    gk.owned,
+                ],
                 [group, consumer, owner, room, poll_id],
             )
             return deliveries(stream, reply, 2, keys.partition), int(reply[1])
@@ -652,7 +675,7 @@ class StreamOperations:
         reply = await _scripts.call(
             self._client.redis,
             "group_claim",
-            [keys.log, gk.config, gk.due, gk.deliveries, gk.dead],
+            [keys.log, gk.config, gk.due, gk.deliveries, gk.dead, gk.owners, gk.owned],
             [
                 group,
                 consumer,
@@ -725,7 +748,7 @@ class StreamOperations:
             reply = await _scripts.call(
                 self._client.redis,
                 "group_ack_many",
-                [keys.log, gk.config, gk.due, gk.deliveries],
+                [keys.log, gk.config, gk.due, gk.deliveries, gk.owners, gk.owned],
                 [group, consumer, pack(chunk)],
             )
             if int(reply[0]) == Status.NO_GROUP:
@@ -799,6 +822,7 @@ class StreamOperations:
         script_keys = [keys.log, gk.config, gk.due, gk.deliveries]
         if script == "group_nack":
             script_keys += [gk.dead, keys.wake]
+        script_keys += [gk.owners, gk.owned]
         token_arg = "" if token is None else str(token)
         for i in range(0, len(redis_ids), MAX_COUNT):
             chunk = redis_ids[i : i + MAX_COUNT]
@@ -824,6 +848,43 @@ class StreamOperations:
                 )
 
     # --- beyond flo: settings and dead letters --------------------------------------
+
+    async def reclaim_gone_owners(
+        self,
+        stream: str,
+        group: str,
+        *,
+        grace_ms: int = DEFAULT_GRACE_MS,
+        batch: int = RECLAIM_BATCH,
+        namespace: str | None = None,
+    ) -> int:
+        """Give back the deliveries of worker processes that are gone (their liveness
+        subscription absent past ``grace_ms``): each such entry is delivered again by the
+        next group_read, its delivery count raised. Suspects are marked for later; a
+        present owner's deliveries are never touched. Returns how many entries became
+        due. StreamWorkers call this periodically."""
+        reclaimed = 0
+        for keys in await self._partitions(stream, namespace):
+            gk = keys.group(group)
+            with _scripts.redis_errors("reclaim"):
+                raw = await self._client.redis.hkeys(gk.owners)
+            owners = sorted(o.decode() if isinstance(o, bytes) else str(o) for o in raw)
+            for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
+                chunk = owners[i : i + MAX_OWNERS_PER_CALL]
+                reply = await _scripts.call(
+                    self._client.redis,
+                    "group_reclaim",
+                    [keys.log, gk.config, gk.due, gk.deliveries, gk.owners, gk.owned, keys.wake]
+                    + [owner_channel(keys.tag, o) for o in chunk],
+                    [group, grace_ms, batch, pack(chunk)],
+                )
+                status = int(reply[0])
+                if status == Status.NO_GROUP:
+                    break
+                if status != Status.OK:
+                    raise refusal(status, "reclaim: grace_ms or batch out of range")
+                reclaimed += int(reply[1])
+        return reclaimed
 
     async def group_settings(
         self, stream: str, group: str, namespace: str | None = None

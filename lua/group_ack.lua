@@ -8,6 +8,8 @@
   KEYS[2] config      HASH    the group's settings
   KEYS[3] due         ZSET    entry id -> ms when it is to be delivered again
   KEYS[4] deliveries  HASH    entry id -> msgpack {o owner, c consumer, nk nacked}
+  KEYS[5] owners      HASH    owner id -> ms since it is suspected gone (0: not)
+  KEYS[6] owned       ZSET    "<owner>\0<entry id>": the deliveries each owner holds
   ARGV[1] group
   ARGV[2] consumer  '' or the acking consumer (checked only with a token)
   ARGV[3] token     '' (any consumer may ack) or the caller's delivery count
@@ -18,7 +20,7 @@
 --@include lib/status.lua
 --@include lib/stream.lua
 local k = {log = KEYS[1], config = KEYS[2]}
-local g = {due = KEYS[3], deliveries = KEYS[4]}
+local g = {due = KEYS[3], deliveries = KEYS[4], owners = KEYS[5], owned = KEYS[6]}
 local group = ARGV[1]
 local consumer = ARGV[2]
 local token = ARGV[3]

@@ -10,6 +10,8 @@
   KEYS[3] due         ZSET    entry id -> ms when it is to be delivered again
   KEYS[4] deliveries  HASH    entry id -> msgpack {o owner, c consumer, nk nacked}
   KEYS[5] dead        STREAM  the group's dead letters
+  KEYS[6] owners      HASH    owner id -> ms since it is suspected gone (0: not)
+  KEYS[7] owned       ZSET    "<owner>\0<entry id>": the deliveries each owner holds
   ARGV[1] group
   ARGV[2] consumer
   ARGV[3] owner        the claiming process's owner id
@@ -24,7 +26,8 @@
 --@include lib/clock.lua
 --@include lib/stream.lua
 local k = {log = KEYS[1], config = KEYS[2]}
-local g = {due = KEYS[3], deliveries = KEYS[4], dead = KEYS[5]}
+local g = {due = KEYS[3], deliveries = KEYS[4], dead = KEYS[5], owners = KEYS[6],
+  owned = KEYS[7]}
 local group = ARGV[1]
 local consumer = ARGV[2]
 local owner = ARGV[3]

@@ -10,6 +10,8 @@
   KEYS[4] deliveries  HASH     entry id -> msgpack {o owner, c consumer, nk nacked}
   KEYS[5] dead        STREAM   the group's dead letters
   KEYS[6] wake        CHANNEL  sharded channel announcing records to read
+  KEYS[7] owners      HASH    owner id -> ms since it is suspected gone (0: not)
+  KEYS[8] owned       ZSET    "<owner>\0<entry id>": the deliveries each owner holds
   ARGV[1] group
   ARGV[2] consumer  '' or the nacking consumer (checked only with a token)
   ARGV[3] token     '' (any consumer may nack) or the caller's delivery count
@@ -21,7 +23,8 @@
 --@include lib/clock.lua
 --@include lib/stream.lua
 local k = {log = KEYS[1], config = KEYS[2], wake = KEYS[6]}
-local g = {due = KEYS[3], deliveries = KEYS[4], dead = KEYS[5]}
+local g = {due = KEYS[3], deliveries = KEYS[4], dead = KEYS[5], owners = KEYS[7],
+  owned = KEYS[8]}
 local group = ARGV[1]
 local consumer = ARGV[2]
 local token = ARGV[3]

@@ -11,6 +11,8 @@
   KEYS[5] dead        STREAM  the group's dead letters
   KEYS[6] polls       HASH    poll id -> msgpack {ids, tokens} handed to that poll
   KEYS[7] poll_times  ZSET    poll id -> ms (memos are forgotten after two minutes)
+  KEYS[8] owners      HASH    owner id -> ms since it is suspected gone (0: not)
+  KEYS[9] owned       ZSET    "<owner>\0<entry id>": the deliveries each owner holds
   ARGV[1] group
   ARGV[2] consumer
   ARGV[3] owner     the reading process's owner id
@@ -23,7 +25,8 @@
 --@include lib/clock.lua
 --@include lib/stream.lua
 local k = {log = KEYS[1], config = KEYS[2]}
-local g = {due = KEYS[3], deliveries = KEYS[4], dead = KEYS[5]}
+local g = {due = KEYS[3], deliveries = KEYS[4], dead = KEYS[5], owners = KEYS[8],
+  owned = KEYS[9]}
 local polls = KEYS[6]
 local poll_times = KEYS[7]
 local group = ARGV[1]

@@ -18,6 +18,7 @@ from redis.crc import key_slot
 from flo_redis._scripts import SCRIPTS
 from flo_redis.keys import (
     ActionKeys,
+    StreamKeys,
     action_keys,
     namespace_keys,
     owner_channel,
@@ -35,6 +36,10 @@ OWNERS = ("host-1-abc", "host-2-def")
 VARIADIC: dict[str, Callable[[ActionKeys], list[str]]] = {
     "action_delete": lambda k: list(k.all_data_keys()),
     "action_reclaim": lambda k: [owner_channel(k.tag, o) for o in OWNERS],
+}
+
+STREAM_VARIADIC: dict[str, Callable[[StreamKeys], list[str]]] = {
+    "group_reclaim": lambda k: [owner_channel(k.tag, o) for o in OWNERS],
 }
 
 NAMES = [("shop", "resize"), ("t-1", "a:b:c"), ("ünï", "名前"), ("n" * 255, "x" * 255)]
@@ -67,15 +72,20 @@ def script_keys(script: str, namespace: str, name: str, partition: int = 0) -> l
                 pytest.fail(f"{script}: variadic KEYS this test cannot build; teach it")
             out += VARIADIC[script](keys)
         return out
+    if family in ("stream", "group"):
+        sk = stream_keys(namespace, name, partition)
+        gk = sk.group("billing")
+        out = [_field(sk if hasattr(sk, ALIASES.get(n, n)) else gk, script, n) for n in fixed]
+        if variadic:
+            if script not in STREAM_VARIADIC:
+                pytest.fail(f"{script}: variadic KEYS this test cannot build; teach it")
+            out += STREAM_VARIADIC[script](sk)
+        return out
     if variadic:
         pytest.fail(f"{script}: variadic KEYS this test cannot build; teach it")
     if family == "worker":
         ns = namespace_keys(namespace)
         return [_field(ns, script, n) for n in fixed]
-    if family in ("stream", "group"):
-        sk = stream_keys(namespace, name, partition)
-        gk = sk.group("billing")
-        return [_field(sk if hasattr(sk, ALIASES.get(n, n)) else gk, script, n) for n in fixed]
     pytest.fail(f"{script}: no key family for prefix {family!r}; teach this test")
 
 

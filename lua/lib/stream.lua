@@ -6,6 +6,7 @@
   (settings), due (entry id -> ms when it is to be delivered again), deliveries (entry id ->
   msgpack {o owner, c consumer, nk 1 once nacked}) and dead (dead-letter stream).
 ]]
+--@include lib/owners.lua
 local GROUP_ACK_TIMEOUT_MS = 30000
 local GROUP_MAX_DELIVER = 10
 local GROUP_DEAD_MAX_LEN = 10000
@@ -82,8 +83,14 @@ local function group_delivery(deliveries_key, id)
 end
 
 -- Record a delivery of `id` to consumer/owner and schedule its redelivery on ack timeout.
+-- The owner index (g.owned, g.owners; lib/owners.lua) follows the delivery's owner.
 local function group_track(g, id, consumer, owner, now, ack_timeout_ms)
+  owned_drop(g.owned, group_delivery(g.deliveries, id).o, id)
   redis.call('HSET', g.deliveries, id, cmsgpack.pack({o = owner, c = consumer}))
+  if g.owned and owner ~= '' then
+    redis.call('ZADD', g.owned, 0, owned_entry(owner, id))
+    redis.call('HSETNX', g.owners, owner, 0)
+  end
   if ack_timeout_ms > 0 then
     redis.call('ZADD', g.due, now + ack_timeout_ms, id)
   else
@@ -94,6 +101,9 @@ end
 -- Forget the bookkeeping of entries that left the pending list.
 local function group_untrack(g, ids)
   if #ids == 0 then return end
+  if g.owned then
+    for _, id in ipairs(ids) do owned_drop(g.owned, group_delivery(g.deliveries, id).o, id) end
+  end
   redis.call('ZREM', g.due, unpack(ids))
   redis.call('HDEL', g.deliveries, unpack(ids))
 end

@@ -1,0 +1,84 @@
+--[[ group_reclaim
+  Give back the deliveries of owners whose worker process is gone, in one consumer group.
+  For each named owner the subscriber count of its liveness channel decides, as for
+  actions (action_reclaim, lib/owners.lua): present clears a suspicion; absent is first
+  suspected, then judged gone once absent for grace_ms. Each entry whose current delivery
+  names a gone owner becomes due at once, so the next group_read delivers it again, its
+  delivery count (and so its token) raised; a frozen owner keeps its subscription, so only
+  the ack timeout applies to it. At most `batch` index entries of gone owners per call.
+  KEYS[1] log         STREAM  the records (the group lives here)
+  KEYS[2] config      HASH    the group's settings; stat:* fields count reclaims
+  KEYS[3] due         ZSET    entry id -> ms when it is to be delivered again
+  KEYS[4] deliveries  HASH    entry id -> msgpack {o owner, c consumer, nk nacked}
+  KEYS[5] owners      HASH    owner id -> ms since it is suspected gone (0: not)
+  KEYS[6] owned       ZSET    "<owner>\0<entry id>": the deliveries each owner holds
+  KEYS[7] wake        CHANNEL sharded channel announcing records to read
+  KEYS[8..n] the liveness channel of each owner named in ARGV[4], in the same order
+  ARGV[1] group
+  ARGV[2] grace_ms  how long an owner must stay absent before it is judged gone (>= 0)
+  ARGV[3] batch     at most this many index entries of gone owners (1..1000)
+  ARGV[4] owners    msgpack array of owner ids (at most 100)
+  Returns {status, reclaimed, wait_ms, more}
+          status: OK | NO_GROUP | OUT_OF_RANGE; reclaimed: entries made due again;
+          wait_ms: when the earliest suspect's grace ends (-1: none); more: 1 if the
+          batch ran out
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/stream.lua
+--@include lib/owners.lua
+local k = {log = KEYS[1], config = KEYS[2], wake = KEYS[7]}
+local g = {due = KEYS[3], deliveries = KEYS[4], owners = KEYS[5], owned = KEYS[6]}
+local channels = {}
+for i = 8, #KEYS do channels[#channels + 1] = KEYS[i] end
+local group = ARGV[1]
+local grace_ms = tonumber(ARGV[2])
+local batch = tonumber(ARGV[3])
+local owners = cmsgpack.unpack(ARGV[4])
+local MAX_OWNERS = 100
+
+if not grace_ms or grace_ms < 0 or not batch or batch < 1 or batch > 1000
+    or type(owners) ~= 'table' or #owners ~= #channels or #owners > MAX_OWNERS then
+  return {ST_OUT_OF_RANGE}
+end
+if not group_exists(k.log, k.config) then return {ST_NO_GROUP} end
+local now = now_ms()
+local reclaimed, budget, more, wait = 0, batch, 0, -1
+
+-- Make what `owner` holds due now, up to the budget; true once nothing of it is left.
+local function give_back(owner)
+  local entries = owned_range(g.owned, owner, budget)
+  for _, entry in ipairs(entries) do
+    budget = budget - 1
+    redis.call('ZREM', g.owned, entry)
+    local _, id = owned_split(entry)
+    if group_delivery(g.deliveries, id).o == owner and group_pending_entry(k.log, group, id) then
+      redis.call('ZADD', g.due, now, id)
+      reclaimed = reclaimed + 1
+    end
+  end
+  return #owned_range(g.owned, owner, 1) == 0
+end
+
+for i, owner in ipairs(owners) do
+  local since = tonumber(redis.call('HGET', g.owners, owner))
+  if since then
+    local verdict, mark = owner_verdict(owner_present(channels[i]), since, now, grace_ms)
+    if mark ~= since then redis.call('HSET', g.owners, owner, mark) end
+    if verdict == 'suspect' then
+      local left = mark + grace_ms - now
+      if wait < 0 or left < wait then wait = left end
+    elseif verdict == 'gone' then
+      if budget > 0 and give_back(owner) then
+        redis.call('HDEL', g.owners, owner)
+      else
+        more = 1
+      end
+    end
+  end
+end
+if reclaimed > 0 then
+  redis.call('HINCRBY', k.config, 'stat:reclaimed_owner_gone', reclaimed)
+  redis.call('SPUBLISH', k.wake, '1')
+end
+return {ST_OK, reclaimed, wait, more}
