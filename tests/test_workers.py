@@ -12,9 +12,11 @@ from flo_redis import (
     BlockTooLongError,
     FloClient,
     NotFoundError,
+    RunStatus,
     ServerError,
     ValidationError,
     WorkerAwaitOptions,
+    WorkerCompleteOptions,
     WorkerInfo,
     WorkerListOptions,
     WorkerRegisterOptions,
@@ -321,3 +323,30 @@ async def test_await_with_an_unregistered_worker_is_not_found(client: FloClient)
     await client.action.register("job")
     with pytest.raises(NotFoundError):
         await client.worker.await_task("ghost", ["job"], NOW)
+
+
+async def test_reports_are_not_delayed_behind_a_long_poll_of_the_same_client(
+    client: FloClient,
+) -> None:
+    await client.action.register("job")
+    await client.action.register("idle")
+    await client.worker.register("w", ["job", "idle"])
+    await client.action.invoke("job", b"x")
+    task = (await client.worker.await_task("w", ["job"], WorkerAwaitOptions(block_ms=0))).task
+    assert task is not None
+    # A long poll on the same client waits for an action nobody invokes ...
+    poll = asyncio.create_task(
+        client.worker.await_task("w", ["idle"], WorkerAwaitOptions(block_ms=30_000))
+    )
+    await asyncio.sleep(0.2)
+    # ... while the complete goes through at once (no connection is held by the poll).
+    await asyncio.wait_for(
+        client.worker.complete(
+            "w", "job", task.task_id, b"done", WorkerCompleteOptions(token=task.token)
+        ),
+        timeout=10,
+    )
+    assert not poll.done()
+    assert (await client.action.status(task.task_id)).status == RunStatus.COMPLETED
+    client.interrupt()
+    assert (await asyncio.wait_for(poll, 10)).task is None
