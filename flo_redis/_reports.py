@@ -26,11 +26,14 @@ async def send_report(
     send: Callable[[], Awaitable[object]],
     stopping: Callable[[], bool],
     log: logging.Logger,
+    *,
+    sent: int = 0,
 ) -> bool:
-    """Send one report; True once the store accepted it, False if refused or lost."""
+    """Send one report; True once the store accepted it, False if refused or lost.
+    ``sent`` counts sends the caller already made (lost to a connection error)."""
     loop = asyncio.get_running_loop()
     stop_deadline: float | None = None
-    for attempt in range(1, RESULT_SENDS + 1):
+    for attempt in range(sent + 1, RESULT_SENDS + 1):
         try:
             await send()
             return True

@@ -139,6 +139,8 @@ class ActionContext:
     _worker: ActionWorker = field(repr=False)
     _cancel_event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     token: int = 0
+    _deadline: float = field(default=0.0, repr=False)  # loop time the handler must end by
+    _timed_out: bool = field(default=False, repr=False)
 
     def input(self) -> bytes:
         return self.payload
@@ -222,6 +224,7 @@ class ActionWorker(WorkerLifecycle):
         self._running: dict[str, asyncio.Task[None]] = {}
         self._slot_free = asyncio.Event()
         self._load_delta = 0
+        self._inline: dict[str, ActionContext] = {}
         self._completed_delta = 0
         self._completes: Coalescer[CompleteItem] = Coalescer(
             self._complete_batch, "flo-complete-batches"
@@ -270,6 +273,7 @@ class ActionWorker(WorkerLifecycle):
             )
             heartbeat = asyncio.create_task(self._heartbeat_loop(), name="flo-heartbeat")
             counts = asyncio.create_task(self._counts_loop(), name="flo-counters")
+            watchdog = asyncio.create_task(self._watchdog(), name="flo-handler-timeouts")
             reaper = asyncio.create_task(
                 Reaper(client, sorted(self._handlers)).run(self._stop), name="flo-reaper"
             )
@@ -280,7 +284,7 @@ class ActionWorker(WorkerLifecycle):
                 with contextlib.suppress(Exception):
                     await self._flush_counts()
             finally:
-                for background in (heartbeat, counts, reaper):
+                for background in (heartbeat, counts, reaper, watchdog):
                     background.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await background
@@ -462,20 +466,25 @@ class ActionWorker(WorkerLifecycle):
         return _result_report(work.result())
 
     async def _run_inline(self, handler: ActionHandler, ctx: ActionContext) -> _Report:
-        """The handler in this task, under asyncio.timeout: no extra task per run (the
-        fast path when nothing else needs to cancel the handler)."""
-        deadline = asyncio.timeout(self.config.action_timeout)  # type: ignore[attr-defined,unused-ignore]
+        """The handler in this task, its ``action_timeout`` kept by the worker's one
+        watchdog: no extra task and no timer per run (the fast path when nothing else
+        needs to cancel the handler)."""
+        ctx._deadline = asyncio.get_running_loop().time() + self.config.action_timeout
+        self._inline[ctx.task_id] = ctx
         try:
-            async with deadline:
-                result = await handler(ctx)
-        except TimeoutError as exc:
-            if deadline.expired():
-                return _Report("fail", message="Action timed out", retry=False)
-            return _failure_report(exc)  # the handler's own TimeoutError: an ordinary failure
+            result = await handler(ctx)
         except asyncio.CancelledError:
-            raise
+            if not ctx._timed_out:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()  # type: ignore[attr-defined,unused-ignore]
+            return _Report("fail", message="Action timed out", retry=False)
         except Exception as exc:
             return _failure_report(exc)
+        finally:
+            ctx._deadline = 0.0
+            self._inline.pop(ctx.task_id, None)
         return _result_report(result)
 
     def _start_auto_touch(
@@ -530,10 +539,23 @@ class ActionWorker(WorkerLifecycle):
         worker = self.client.worker
         wid = self.config.worker_id
         send: Callable[[], Awaitable[object]]
+        sent = 0
         if report.kind == "none":
             return
         if report.kind == "complete":
             item = CompleteItem(ctx.task_id, report.data, report.outcome, ctx.token)
+            # The common case in one step; the resend rules only after a lost connection.
+            try:
+                refusal = await self._completes.submit(ctx.action_name, item)
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                log.info("complete of %s: connection lost (%s); sending again", ctx.task_id, exc)
+                sent = 1
+            else:
+                if refusal is not None:
+                    log.warning("complete of %s refused (%s); dropped", ctx.task_id, refusal)
+                return
 
             async def send() -> None:
                 refusal = await self._completes.submit(ctx.action_name, item)
@@ -557,7 +579,7 @@ class ActionWorker(WorkerLifecycle):
                 return self._release(ctx)
 
         what = f"{report.kind} of {ctx.task_id}"
-        await send_report(what, send, self._stop.is_set, log)
+        await send_report(what, send, self._stop.is_set, log, sent=sent)
 
     async def _complete_batch(
         self, action: str, items: Sequence[CompleteItem]
@@ -569,6 +591,20 @@ class ActionWorker(WorkerLifecycle):
         self._load_delta -= applied
         self._completed_delta += applied
         return answers
+
+    async def _watchdog(self) -> None:
+        """Cancel inline handlers running past ``action_timeout`` (one timer for all)."""
+        loop = asyncio.get_running_loop()
+        every = min(1.0, max(0.01, self.config.action_timeout / 10))
+        while True:
+            await asyncio.sleep(every)
+            now = loop.time()
+            for task_id, ctx in list(self._inline.items()):
+                if ctx._deadline and now >= ctx._deadline and not ctx._timed_out:
+                    ctx._timed_out = True
+                    task = self._running.get(task_id)
+                    if task is not None:
+                        task.cancel()
 
     async def _flush_counts(self) -> None:
         """Send the load and completed counters gathered since the last flush."""
