@@ -221,7 +221,8 @@ class ActionWorker(WorkerLifecycle):
         check_name("worker id", self.config.worker_id)
         self._handlers: dict[str, ActionHandler] = {}
         self._options: dict[str, ActionRegisterOptions] = {}
-        self._running: dict[str, asyncio.Task[None]] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}  # runs whose handler runs
+        self._tasks: set[asyncio.Task[None]] = set()  # every run: handler, then report
         self._slot_free = asyncio.Event()
         self._load_delta = 0
         self._inline: dict[str, ActionContext] = {}
@@ -390,23 +391,26 @@ class ActionWorker(WorkerLifecycle):
     def _spawn(self, run: Claimed) -> None:
         task = asyncio.create_task(self._execute(run), name=f"flo-run-{run.run_id}")
         self._running[run.run_id] = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-        def done(_: asyncio.Task[None]) -> None:
-            self._running.pop(run.run_id, None)
+    def _handler_done(self, run_id: str) -> None:
+        """The handler finished: its slot is free while its report is still on the way
+        (a pending report uses no handler capacity; ``current_load`` counts handlers)."""
+        if self._running.pop(run_id, None) is not None:
             self._slot_free.set()
 
-        task.add_done_callback(done)
-
     async def _wait_handlers(self) -> None:
-        while self._running:
-            await asyncio.gather(*list(self._running.values()), return_exceptions=True)
+        """Wait for every run: its handler and its report."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def _give_back_running(self) -> None:
         """The worker itself is being cancelled: cancel handlers; each gives its run back
-        without spending the attempt."""
+        without spending the attempt. Reports already on their way are still sent."""
         for task in list(self._running.values()):
             task.cancel()
-        await asyncio.gather(*list(self._running.values()), return_exceptions=True)
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     # --- one run -------------------------------------------------------------------
 
@@ -427,6 +431,8 @@ class ActionWorker(WorkerLifecycle):
             # Shutdown: hand the run back without counting the attempt.
             await self._deliver(ctx, _Report("release"))
             raise
+        finally:
+            self._handler_done(ctx.task_id)
         await self._deliver(ctx, report)
 
     async def _run_handler(self, ctx: ActionContext) -> _Report:
