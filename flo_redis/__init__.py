@@ -4,7 +4,7 @@ Change ``from flo import FloClient`` to ``from flo_redis import FloClient`` and 
 endpoint at your Redis (``redis://localhost:6379``); the worker API is flo-python 0.1.2's.
 """
 
-from .actions import ActionOperations, WorkerOperations
+from .actions import ActionOperations
 from .client import FloClient
 from .errors import (
     BadRequestError,
@@ -45,6 +45,7 @@ from .streams import (
     StreamGroupSettings,
     StreamOperations,
 )
+from .tasks import WorkerOperations
 from .types import (
     MAX_BLOCK_MS,
     ActionDeleteOptions,

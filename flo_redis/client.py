@@ -27,7 +27,7 @@ from redis.backoff import NoBackoff
 
 from ._scripts import RedisConn, redis_errors
 from ._wake import Waker
-from .actions import ActionOperations, WorkerOperations
+from .actions import ActionOperations
 from .errors import (
     ConnectionFailedError,
     InvalidEndpointError,
@@ -39,6 +39,7 @@ from .keys import check_namespace
 from .liveness import Liveness
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from .streams import StreamOperations
+from .tasks import WorkerOperations
 
 if TYPE_CHECKING:
     from .worker import ActionWorker, StreamHandler, StreamWorker

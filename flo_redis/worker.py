@@ -26,7 +26,6 @@ from ._lifecycle import WorkerLifecycle
 from ._reports import send_report
 from ._status import Status
 from ._wake import raise_if_cancelling
-from .actions import Claimed, CompleteItem
 from .errors import (
     BlockTooLongError,
     NonRetryableError,
@@ -46,6 +45,7 @@ from .stream_worker import (
     StreamWorker,
     StreamWorkerOptions,
 )
+from .tasks import Claimed, CompleteItem
 from .types import (
     DEFAULT_WORKER_BLOCK_MS,
     ActionRegisterOptions,

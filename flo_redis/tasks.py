@@ -1,0 +1,672 @@
+"""flo's ``client.worker``: the worker registry, polling for runs and reporting them.
+
+Every change of a run is one Lua script (``lua/action_claim.lua``, ``lua/run_*.lua``,
+``lua/worker_*.lua``); this module validates arguments before anything is sent, calls the
+scripts and turns their replies into flo's result classes and typed errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import _scripts
+from ._checks import (
+    MAX_LIST_LIMIT,
+    check_bytes,
+    check_count,
+    not_registered,
+    raise_run_refusal,
+    token_arg,
+)
+from ._status import Status, refusal
+from .codec import (
+    check_metadata,
+    pack,
+    text,
+    unpack_record,
+    worker_labels,
+)
+from .errors import (
+    BadRequestError,
+    ServerError,
+    ValidationError,
+    ValueTooLargeError,
+    validate_block_ms,
+)
+from .keys import (
+    ActionKeys,
+    NamespaceKeys,
+    action_keys,
+    action_of_run,
+    check_name,
+    namespace_keys,
+)
+from .types import (
+    DEFAULT_WORKER_BLOCK_MS,
+    Reason,
+    RunStatus,
+    TaskAssignment,
+    WorkerAwaitOptions,
+    WorkerAwaitResult,
+    WorkerCompleteOptions,
+    WorkerFailOptions,
+    WorkerInfo,
+    WorkerListOptions,
+    WorkerListResult,
+    WorkerRegisterOptions,
+    WorkerStatus,
+    WorkerTouchOptions,
+    WorkerType,
+)
+
+if TYPE_CHECKING:
+    from .client import FloClient
+
+MAX_TOUCH_EXTEND_MS = 3_600_000
+MAX_CURSOR_BYTES = 4096
+LABEL_SCAN = 200  # pending runs a claim inspects at most when routing by labels
+COMPLETE_BATCH = 1000  # runs per run_complete_many call
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A run handed to a worker by one claim."""
+
+    action: str
+    run_id: str
+    token: int
+    attempt: int
+    created_at_ms: int
+    payload: bytes
+
+    def assignment(self) -> TaskAssignment:
+        return TaskAssignment(
+            task_id=self.run_id,
+            task_type=self.action,
+            payload=self.payload,
+            created_at=self.created_at_ms,
+            attempt=self.attempt,
+            token=self.token,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteItem:
+    """One complete in a :meth:`WorkerOperations.complete_many` batch."""
+
+    task_id: str
+    result: bytes
+    outcome: str = "success"
+    token: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReply:
+    """What one claim script call answered: runs, and when to look again."""
+
+    runs: tuple[Claimed, ...]
+    next_due_ms: int  # when a delayed run is due or a lease expires; -1 if never
+    registered: bool
+
+
+class WorkerOperations:
+    """``client.worker``: the worker registry, polling for runs and reporting them."""
+
+    def __init__(self, client: FloClient) -> None:
+        self._client = client
+        self._labels_cache: dict[str, bytes] = {}
+        self._gate_ok: dict[tuple[str, str], tuple[float, bytes]] = {}
+        self._rotation = 0
+
+    def _ns(self, namespace: str | None) -> NamespaceKeys:
+        return namespace_keys(self._client.get_namespace(namespace))
+
+    async def register(
+        self,
+        worker_id: str,
+        task_types: builtins.list[str],
+        options: WorkerRegisterOptions | None = None,
+    ) -> None:
+        """Register a worker (ACTIVE), or replace its record: counters start at zero.
+        ``options.metadata`` is a JSON object whose keys are the worker's labels."""
+        opts = options or WorkerRegisterOptions()
+        check_name("worker id", worker_id)
+        for task_type in task_types:
+            check_name("task type", task_type)
+        check_count("concurrency", opts.concurrency, 0, 2**32 - 1)
+        check_metadata(opts.metadata)
+        ns = self._ns(opts.namespace)
+        record: dict[str, Any] = {
+            "wt": int(WorkerType.ACTION),
+            "mc": opts.concurrency,
+            "tt": builtins.list(task_types),
+        }
+        if opts.machine_id is not None:
+            record["mid"] = opts.machine_id
+        if opts.metadata is not None:
+            record["md"] = opts.metadata
+        await _scripts.call(
+            self._client.redis,
+            "worker_register",
+            [ns.workers, ns.worker_ids],
+            [worker_id, pack(record)],
+        )
+
+    async def heartbeat(
+        self, worker_id: str, current_load: int = 0, namespace: str | None = None
+    ) -> None:
+        """Record a heartbeat; :class:`NotFoundError` once the worker has been removed
+        (silent past the namespace's removal delay) — register again then."""
+        check_name("worker id", worker_id)
+        check_count("current_load", current_load, 0, 2**32 - 1)
+        ns = self._ns(namespace)
+        reply = await _scripts.call(
+            self._client.redis,
+            "worker_heartbeat",
+            [ns.config, ns.workers, ns.worker_ids],
+            [worker_id, current_load],
+        )
+        if int(reply[0]) != Status.OK:
+            raise self._unknown_worker(worker_id, ns)
+
+    async def await_task(
+        self,
+        worker_id: str,
+        task_types: builtins.list[str],
+        options: WorkerAwaitOptions | None = None,
+    ) -> WorkerAwaitResult:
+        """Take one run of any of ``task_types``, waiting up to ``block_ms`` (None: 30000,
+        0: answer now, at most 300000) for one to arrive. Refused with reason
+        ``WORKER_UNHEALTHY`` / ``WORKER_DRAINING`` for a silent or draining worker."""
+        opts = options or WorkerAwaitOptions()
+        runs = await self.await_tasks(worker_id, task_types, 1, opts)
+        return WorkerAwaitResult(task=runs[0].assignment() if runs else None)
+
+    async def await_tasks(
+        self,
+        worker_id: str,
+        task_types: Sequence[str],
+        max_tasks: int,
+        options: WorkerAwaitOptions | None = None,
+        *,
+        tally: bool = True,
+        health_ttl_s: float = 0.0,
+    ) -> builtins.list[Claimed]:
+        """Like :meth:`await_task`, but takes up to ``max_tasks`` runs in one go (one
+        script call per action queue): how a busy worker fills its free capacity.
+
+        ``tally=False`` leaves the worker's load counter to the caller (a worker that
+        batches its counter updates); ``health_ttl_s`` reuses a health check that passed
+        that recently instead of asking again (so a drain is seen within that time)."""
+        opts = options or WorkerAwaitOptions()
+        block_ms = DEFAULT_WORKER_BLOCK_MS if opts.block_ms is None else opts.block_ms
+        validate_block_ms(block_ms)
+        check_count("max_tasks", max_tasks, 1, 10_000)
+        check_name("worker id", worker_id)
+        if not task_types:
+            raise ValidationError("task_types must name at least one action")
+        ns_name = self._client.get_namespace(opts.namespace)
+        all_keys = [action_keys(ns_name, t) for t in task_types]
+        labels = await self._gate(worker_id, namespace_keys(ns_name), health_ttl_s)
+        poll_id = opts.poll_id or uuid.uuid4().hex
+        if block_ms == 0:
+            claimed, _ = await self._claim_round(all_keys, worker_id, labels, max_tasks, poll_id)
+            return await self._tally_claimed(worker_id, ns_name, claimed, tally)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + block_ms / 1000.0
+        async with self._client.waker.watching(k.wake for k in all_keys) as watch:
+            while True:
+                await watch.arm()
+                claimed, next_due = await self._claim_round(
+                    all_keys, worker_id, labels, max_tasks, poll_id
+                )
+                if claimed:
+                    return await self._tally_claimed(worker_id, ns_name, claimed, tally)
+                remaining = deadline - loop.time()
+                if remaining <= 0 or watch.interrupted:
+                    return []
+                if next_due >= 0:
+                    now_ms = await self._client.server_time_ms()
+                    remaining = min(remaining, max(next_due - now_ms, 1) / 1000.0)
+                await watch.wait(remaining)
+                if watch.interrupted:
+                    return []  # client.interrupt(): stop waiting, take nothing more
+                if loop.time() >= deadline:
+                    # One last look: work may have arrived with the deadline.
+                    claimed, _ = await self._claim_round(
+                        all_keys, worker_id, labels, max_tasks, poll_id
+                    )
+                    return await self._tally_claimed(worker_id, ns_name, claimed, tally)
+
+    async def touch(
+        self,
+        worker_id: str,
+        action_name: str,
+        task_id: str,
+        options: WorkerTouchOptions | None = None,
+    ) -> None:
+        """Extend the run's lease to ``extend_ms`` from now (at most one hour). Refused
+        with :class:`ConflictError` (``STALE_REPORT``) if the caller no longer holds it."""
+        opts = options or WorkerTouchOptions()
+        if (
+            isinstance(opts.extend_ms, bool)
+            or not isinstance(opts.extend_ms, int)
+            or not 1 <= opts.extend_ms <= MAX_TOUCH_EXTEND_MS
+        ):
+            err = BadRequestError(
+                f"extend_ms must be an int in [1, {MAX_TOUCH_EXTEND_MS}] (one hour), got "
+                f"{opts.extend_ms!r}; touch again later to hold a run longer"
+            )
+            err.reason = Reason.OUT_OF_RANGE
+            raise err
+        keys = self._run_keys(action_name, task_id, opts.namespace)
+        reply = await _scripts.call(
+            self._client.redis,
+            "run_touch",
+            [keys.runs, keys.leases, keys.meta],
+            [task_id, token_arg(opts.token), worker_id, opts.extend_ms],
+        )
+        self._check_report(int(reply[0]), reply, keys, task_id, worker_id, "touch")
+
+    async def complete(
+        self,
+        worker_id: str,
+        action_name: str,
+        task_id: str,
+        result: bytes,
+        options: WorkerCompleteOptions | None = None,
+    ) -> None:
+        """Complete the run with ``result``, for its current holder only. Resending an
+        identical complete that already succeeded answers success and changes nothing;
+        a complete from a holder whose lease was taken back is refused
+        (:class:`ConflictError`, ``STALE_REPORT``) and changes nothing."""
+        opts = options or WorkerCompleteOptions()
+        data = check_bytes("result", result, self._client.max_payload_bytes)
+        keys = self._run_keys(action_name, task_id, opts.namespace)
+        reply = await _scripts.call(
+            self._client.redis,
+            "run_complete",
+            [
+                keys.definition,
+                keys.meta,
+                keys.runs,
+                keys.inputs,
+                keys.leases,
+                keys.done,
+                keys.idempotency,
+                keys.owned,
+            ],
+            [task_id, token_arg(opts.token), worker_id, data, opts.outcome],
+        )
+        status = int(reply[0])
+        if status == Status.TOO_LARGE:
+            raise ValueTooLargeError(
+                f"result is {len(data)} bytes; action {action_name!r} accepts at most "
+                f"{int(reply[1])}"
+            )
+        self._check_report(status, reply, keys, task_id, worker_id, "complete")
+        if not int(reply[1]):
+            await self._tally(worker_id, keys.namespace, -1, 1, 0)
+
+    async def complete_many(
+        self,
+        worker_id: str,
+        action_name: str,
+        items: Sequence[CompleteItem],
+        namespace: str | None = None,
+        *,
+        tally: bool = True,
+    ) -> builtins.list[ServerError | None]:
+        """Complete several runs of one action in one call per 1000, each under exactly
+        :meth:`complete`'s rules and answered on its own: ``None`` where the complete took
+        effect (or was an identical resend), else the refusal it would have raised."""
+        keys = action_keys(self._client.get_namespace(namespace), action_name)
+        limit = self._client.max_payload_bytes
+        packed = []
+        for item in items:
+            self._run_keys(action_name, item.task_id, namespace)
+            data = check_bytes("result", item.result, limit)
+            packed.append([item.task_id, token_arg(item.token), data, item.outcome])
+        answers: builtins.list[ServerError | None] = []
+        applied = 0
+        for start in range(0, len(packed), COMPLETE_BATCH):
+            chunk = packed[start : start + COMPLETE_BATCH]
+            reply = await _scripts.call(
+                self._client.redis,
+                "run_complete_many",
+                [
+                    keys.definition,
+                    keys.meta,
+                    keys.runs,
+                    keys.inputs,
+                    keys.leases,
+                    keys.done,
+                    keys.idempotency,
+                    keys.owned,
+                ],
+                [worker_id, pack(chunk)],
+            )
+            if int(reply[0]) == Status.NO_ACTION:
+                raise not_registered(keys)
+            for i in range(len(chunk)):
+                run_id = str(chunk[i][0])
+                status, duplicate, detail = (int(v) for v in reply[1 + 3 * i : 4 + 3 * i])
+                if status == Status.OK:
+                    applied += 0 if duplicate else 1
+                    answers.append(None)
+                elif status == Status.TOO_LARGE:
+                    answers.append(
+                        refusal(status, f"result of {run_id!r} exceeds the action's {detail} bytes")
+                    )
+                else:
+                    try:
+                        self._check_report(
+                            status, [status, 0, detail], keys, run_id, worker_id, "complete"
+                        )
+                    except ServerError as exc:
+                        answers.append(exc)
+        if tally and applied:
+            await self._tally(worker_id, keys.namespace, -applied, applied, 0)
+        return answers
+
+    async def fail(
+        self,
+        worker_id: str,
+        action_name: str,
+        task_id: str,
+        error_message: str,
+        options: WorkerFailOptions | None = None,
+    ) -> None:
+        """Fail the run. With ``retry`` and attempts left it runs again (after the
+        action's backoff); otherwise it ends FAILED, kept with its error. Same holder
+        and resend rules as :meth:`complete`."""
+        opts = options or WorkerFailOptions()
+        if not isinstance(error_message, str):
+            raise ValidationError("error_message must be a str")
+        check_bytes("error_message", error_message.encode(), self._client.max_payload_bytes)
+        keys = self._run_keys(action_name, task_id, opts.namespace)
+        reply = await _scripts.call(
+            self._client.redis,
+            "run_fail",
+            [
+                keys.definition,
+                keys.meta,
+                keys.runs,
+                keys.inputs,
+                keys.pending,
+                keys.delayed,
+                keys.leases,
+                keys.failed,
+                keys.wake,
+                keys.owned,
+            ],
+            [task_id, token_arg(opts.token), worker_id, error_message, 1 if opts.retry else 0],
+        )
+        self._check_report(int(reply[0]), reply, keys, task_id, worker_id, "fail")
+        if not int(reply[1]):
+            await self._tally(worker_id, keys.namespace, -1, 0, 1)
+
+    async def list(self, options: WorkerListOptions | None = None) -> WorkerListResult:
+        """Registered workers in id order, ``limit`` (1..1024) a page after ``cursor``."""
+        opts = options or WorkerListOptions()
+        check_count("limit", opts.limit, 1, MAX_LIST_LIMIT)
+        if opts.cursor is not None and len(opts.cursor) > MAX_CURSOR_BYTES:
+            raise ValidationError(f"cursor is longer than {MAX_CURSOR_BYTES} bytes")
+        ns = self._ns(opts.namespace)
+        reply = await _scripts.call(
+            self._client.redis,
+            "worker_list",
+            [ns.config, ns.workers, ns.worker_ids],
+            [opts.cursor.decode() if opts.cursor else "", opts.limit],
+        )
+        more, last = int(reply[1]), bytes(reply[2])
+        workers: builtins.list[WorkerInfo] = []
+        for i in range(3, len(reply), 3):
+            rec = unpack_record(reply[i + 1])
+            workers.append(
+                WorkerInfo(
+                    worker_id=reply[i].decode(),
+                    worker_type=WorkerType(int(rec.get("wt", 0))),
+                    status=WorkerStatus(int(reply[i + 2])),
+                    current_load=int(rec.get("cl", 0)),
+                    max_concurrency=int(rec.get("mc", 0)),
+                    tasks_completed=int(rec.get("tc", 0)),
+                    tasks_failed=int(rec.get("tf", 0)),
+                    registered_at_ms=int(rec["ra"]),
+                    last_heartbeat_ms=int(rec["hb"]),
+                    machine_id=text(rec.get("mid")),
+                    metadata=text(rec.get("md")),
+                    task_types=[text(t) or "" for t in rec.get("tt", [])],
+                )
+            )
+        return WorkerListResult(workers=workers, cursor=last if more else None)
+
+    # --- beyond flo ----------------------------------------------------------------
+
+    async def drain(self, worker_id: str, namespace: str | None = None) -> None:
+        """Tell a worker to drain: its polls are refused (``WORKER_DRAINING``) while its
+        running runs may still report; an ActionWorker then stops by itself."""
+        ns = self._ns(namespace)
+        reply = await _scripts.call(self._client.redis, "worker_drain", [ns.workers], [worker_id])
+        if int(reply[0]) != Status.OK:
+            raise self._unknown_worker(worker_id, ns)
+
+    async def deregister(self, worker_id: str, namespace: str | None = None) -> None:
+        """Remove a worker's record; :class:`NotFoundError` if it is not registered."""
+        ns = self._ns(namespace)
+        reply = await _scripts.call(
+            self._client.redis, "worker_deregister", [ns.workers, ns.worker_ids], [worker_id]
+        )
+        if int(reply[0]) != Status.OK:
+            raise self._unknown_worker(worker_id, ns)
+
+    async def configure(
+        self,
+        *,
+        heartbeat_timeout_ms: int | None = None,
+        remove_after_ms: int | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Set the namespace's worker health settings, shared by every client: a worker
+        silent past ``heartbeat_timeout_ms`` (default 90000) is UNHEALTHY and refused work;
+        past ``remove_after_ms`` (default 300000) it is removed from the registry."""
+        ns = self._ns(namespace)
+        fields: dict[str, int] = {}
+        if heartbeat_timeout_ms is not None:
+            fields["heartbeat_timeout_ms"] = check_count(
+                "heartbeat_timeout_ms", heartbeat_timeout_ms, 100, 2**32 - 1
+            )
+        if remove_after_ms is not None:
+            fields["remove_after_ms"] = check_count(
+                "remove_after_ms", remove_after_ms, 100, 2**32 - 1
+            )
+        conn = self._client.redis
+        with _scripts.redis_errors("configure"):
+            current = await conn.hmget(ns.config, ["heartbeat_timeout_ms", "remove_after_ms"])
+            hb = fields.get("heartbeat_timeout_ms", int(current[0] or 90_000))
+            rm = fields.get("remove_after_ms", int(current[1] or 300_000))
+            if rm < hb:
+                raise ValidationError(
+                    f"remove_after_ms ({rm}) must not be shorter than heartbeat_timeout_ms "
+                    f"({hb}): a worker is first marked unhealthy, then removed"
+                )
+            if fields:
+                await conn.hset(ns.config, mapping=fields)  # type: ignore[arg-type]
+
+    # --- internals -----------------------------------------------------------------
+
+    def _run_keys(self, action_name: str, task_id: str, namespace: str | None) -> ActionKeys:
+        keys = action_keys(self._client.get_namespace(namespace), action_name)
+        if action_of_run(task_id) != action_name:
+            raise refusal(
+                Status.NOT_FOUND,
+                f"run {task_id!r} does not belong to action {action_name!r}",
+            )
+        return keys
+
+    @staticmethod
+    def _unknown_worker(worker_id: str, ns: NamespaceKeys) -> Exception:
+        return refusal(
+            Status.NOT_FOUND,
+            f"worker {worker_id!r} is not registered in namespace {ns.namespace!r} (or was "
+            "removed after missing its heartbeats); register it again",
+        )
+
+    def _check_report(
+        self,
+        status: int,
+        reply: Any,
+        keys: ActionKeys,
+        run_id: str,
+        worker_id: str,
+        what: str,
+    ) -> None:
+        if status == Status.STALE:
+            state = RunStatus(int(reply[-1])).name
+            raise refusal(
+                status,
+                f"{what} of run {run_id!r} by worker {worker_id!r} refused: the run is "
+                f"{state} and this worker's lease is no longer current (taken back, or "
+                "finished); drop the report",
+            )
+        if status == Status.OUT_OF_RANGE:
+            raise refusal(status, f"{what}: extend_ms must be at most {int(reply[1])}")
+        raise_run_refusal(status, keys, run_id)
+
+    async def _gate(self, worker_id: str, ns: NamespaceKeys, ttl_s: float = 0.0) -> bytes:
+        """Check the worker may take work now; its labels, packed for the claim."""
+        loop = asyncio.get_running_loop()
+        cached = self._gate_ok.get((ns.namespace, worker_id))
+        if ttl_s > 0 and cached is not None and loop.time() - cached[0] < ttl_s:
+            return cached[1]
+        reply = await _scripts.call(
+            self._client.redis,
+            "worker_poll",
+            [ns.config, ns.workers, ns.worker_ids],
+            [worker_id],
+        )
+        status = int(reply[0])
+        if status == Status.NOT_FOUND:
+            raise self._unknown_worker(worker_id, ns)
+        if status == Status.UNHEALTHY:
+            raise refusal(
+                status,
+                f"worker {worker_id!r} missed its heartbeats and is UNHEALTHY; send a "
+                "heartbeat, then poll again",
+            )
+        if status == Status.DRAINING:
+            raise refusal(
+                status,
+                f"worker {worker_id!r} is DRAINING: it takes no new work; finish running "
+                "runs and stop",
+            )
+        metadata = text(reply[1]) or ""
+        packed = self._labels_cache.get(metadata)
+        if packed is None:
+            labels = worker_labels(metadata)
+            packed = pack(labels) if labels else b""
+            self._labels_cache[metadata] = packed
+        self._gate_ok[(ns.namespace, worker_id)] = (loop.time(), packed)
+        return packed
+
+    async def _claim_round(
+        self,
+        all_keys: Sequence[ActionKeys],
+        worker_id: str,
+        labels: bytes,
+        max_tasks: int,
+        poll_id: str,
+    ) -> tuple[builtins.list[Claimed], int]:
+        """One claim per action queue, starting at a rotating queue so no action starves,
+        until ``max_tasks`` runs are held. Returns them and the earliest delayed run."""
+        claimed: builtins.list[Claimed] = []
+        next_due = -1
+        self._rotation = (self._rotation + 1) % len(all_keys)
+        order = [*all_keys[self._rotation :], *all_keys[: self._rotation]]
+        for keys in order:
+            if len(claimed) >= max_tasks:
+                break
+            reply = await self.claim(keys, worker_id, labels, max_tasks - len(claimed), poll_id)
+            claimed.extend(reply.runs)
+            if reply.next_due_ms >= 0 and (next_due < 0 or reply.next_due_ms < next_due):
+                next_due = reply.next_due_ms
+        return claimed, next_due
+
+    async def claim(
+        self, keys: ActionKeys, worker_id: str, labels: bytes, max_n: int, poll_id: str
+    ) -> ClaimReply:
+        """One claim script call on one action queue (no health gate, no waiting)."""
+        # Subscribed before the first claim in this slot: runs taken here never look
+        # like a gone owner's.
+        await self._client.liveness.hold(keys.tag)
+        reply = await _scripts.call(
+            self._client.redis,
+            "action_claim",
+            [
+                keys.definition,
+                keys.meta,
+                keys.runs,
+                keys.inputs,
+                keys.pending,
+                keys.delayed,
+                keys.leases,
+                keys.failed,
+                keys.polls,
+                keys.poll_times,
+                keys.owners,
+                keys.owned,
+            ],
+            [worker_id, self._client.owner_id, labels, max_n, poll_id, LABEL_SCAN],
+        )
+        if int(reply[0]) == Status.NO_ACTION:
+            return ClaimReply((), -1, False)
+        runs = tuple(
+            Claimed(
+                action=keys.action,
+                run_id=reply[i].decode(),
+                token=int(reply[i + 1]),
+                attempt=int(reply[i + 2]),
+                created_at_ms=int(reply[i + 3]),
+                payload=bytes(reply[i + 4]),
+            )
+            for i in range(3, 3 + 5 * int(reply[2]), 5)
+        )
+        return ClaimReply(runs, int(reply[1]), True)
+
+    async def _tally_claimed(
+        self, worker_id: str, namespace: str, claimed: builtins.list[Claimed], tally: bool
+    ) -> builtins.list[Claimed]:
+        if claimed and tally:
+            await self._tally(worker_id, namespace, len(claimed), 0, 0)
+        return claimed
+
+    async def tally(
+        self,
+        worker_id: str,
+        load: int = 0,
+        completed: int = 0,
+        failed: int = 0,
+        namespace: str | None = None,
+    ) -> None:
+        """Add to a worker's counters (load never below zero); for workers that batch
+        their counter updates (``tally=False`` on :meth:`await_tasks`/:meth:`complete_many`)."""
+        await self._tally(worker_id, self._client.get_namespace(namespace), load, completed, failed)
+
+    async def _tally(
+        self, worker_id: str, namespace: str, load: int, completed: int, failed: int
+    ) -> None:
+        ns = namespace_keys(namespace)
+        await _scripts.call(
+            self._client.redis,
+            "worker_tally",
+            [ns.workers],
+            [worker_id, load, completed, failed],
+        )
+
+
+__all__ = ["ClaimReply", "Claimed", "CompleteItem", "WorkerOperations"]
