@@ -249,12 +249,21 @@ class StreamWorker(WorkerLifecycle):
 
     async def _dispatch(self, record: StreamRecord) -> None:
         await self._semaphore.acquire()
-        task = asyncio.create_task(self._process(record), name=f"flo-record-{record.id}")
+        released = False
+
+        def release() -> None:
+            # The slot is free once the handler returns; the ack may still be on its way.
+            nonlocal released
+            if not released:
+                released = True
+                self._semaphore.release()
+
+        task = asyncio.create_task(self._process(record, release), name=f"flo-record-{record.id}")
         self._tasks.add(task)
 
         def done(t: asyncio.Task[None]) -> None:
             self._tasks.discard(t)
-            self._semaphore.release()
+            release()
 
         task.add_done_callback(done)
 
@@ -284,7 +293,7 @@ class StreamWorker(WorkerLifecycle):
             # part of the pending list); the cursor moves on either way.
             cursor = result.next_cursor
 
-    async def _process(self, record: StreamRecord) -> None:
+    async def _process(self, record: StreamRecord, release: Callable[[], None]) -> None:
         cfg = self.config
         ctx = StreamContext(
             record=record,
@@ -293,7 +302,10 @@ class StreamWorker(WorkerLifecycle):
             group=cfg.group,
             consumer=cfg.consumer,
         )
-        ok = await self._handle(ctx)
+        try:
+            ok = await self._handle(ctx)
+        finally:
+            release()
         token = record.delivery_count or None
         send: Callable[[], Awaitable[object]]
         if ok:
