@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 
+import pytest
 from polling import eventually
 from redis_server import RedisServer
 
@@ -115,3 +116,50 @@ async def test_a_complete_whose_reply_is_cut_is_resent_and_applied_once(
         assert infos[0].tasks_completed == 1 and infos[0].tasks_failed == 0
     finally:
         await proxy.stop()
+
+
+async def test_failed_polls_are_paced_while_redis_is_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flo_redis.tasks import WorkerOperations
+
+    server = RedisServer(appendonly=True, extra=("--appendfsync", "always")).start()
+    polls = 0
+    original = WorkerOperations.await_tasks
+
+    async def counting(self: WorkerOperations, *args: object, **kwargs: object) -> object:
+        nonlocal polls
+        polls += 1
+        return await original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(WorkerOperations, "await_tasks", counting)
+    try:
+        async with FloClient(server.url, namespace="pacing") as client:
+            worker = client.new_action_worker(block_ms=500)
+
+            @worker.action("job")
+            async def job(ctx: ActionContext) -> bytes:
+                return b""
+
+            task = asyncio.create_task(worker.start())
+            await eventually(lambda: asyncio.sleep(0, polls), lambda n: n >= 1)
+            server.stop()  # every poll now fails at once
+            before = polls
+            await asyncio.sleep(3.0)
+            failed = polls - before
+            server.start()
+            await client.reconnect(timeout=10)
+            status = await eventually(
+                lambda: client.action.invoke("job", b""), lambda r: bool(r.run_id), timeout=30
+            )
+            await eventually(
+                lambda: client.action.status(status.run_id),
+                lambda s: s.status == RunStatus.COMPLETED,
+                timeout=30,
+            )
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+        # 100 ms doubling to 5 s, jittered: a handful of tries in 3 s, never a hot loop.
+        assert 1 <= failed <= 30, failed
+    finally:
+        server.stop()
