@@ -79,7 +79,7 @@ class SlotOperations:
         if not 0 <= lease_ms <= MAX_SLOT_LEASE_MS:
             raise ValidationError(f"lease_ms must be in [0, {MAX_SLOT_LEASE_MS}], got {lease_ms}")
         keys = self._keys(action, namespace)
-        await getattr(self._client, "liveness").hold(keys.tag)  # noqa: B009
+        await self._client.liveness.hold(keys.tag)
         for attempt in range(2):
             reply = await _scripts.call(
                 self._client.redis,

@@ -53,9 +53,6 @@ from flo_redis.slots import SlotOperations
 from flo_redis.worker import ActionWorker
 
 HERE = Path(__file__).resolve().parent
-pytestmark = pytest.mark.skipif(
-    not hasattr(FloClient, "liveness"), reason="liveness is not wired into FloClient yet"
-)
 T = TypeVar("T")
 GONE = "owner gone: worker process died"
 
