@@ -24,7 +24,7 @@ import builtins
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import _scripts
 from ._partitions import (
@@ -134,6 +134,24 @@ class StreamDeadLetterOptions:
     start: StreamID | None = None
     count: int = DEFAULT_COUNT
     partition: int | None = None
+
+
+class _PerPartition(Protocol):
+    @property
+    def id(self) -> StreamID: ...
+
+    @property
+    def partition(self) -> int: ...
+
+
+P = TypeVar("P", bound=_PerPartition)
+
+
+def _merged(batches: Sequence[Sequence[P]], count: int) -> builtins.list[P]:
+    """The first ``count`` items of per-partition batches, in id order (then partition)."""
+    items = [item for batch in batches for item in batch]
+    items.sort(key=lambda item: (item.id.as_tuple(), item.partition))
+    return items[:count]
 
 
 def _dead_letter(entry_id: bytes, fields: dict[bytes, bytes], partition: int) -> DeadLetter:
@@ -598,11 +616,7 @@ class StreamOperations:
                 for i in range(2, 2 + 4 * n, 4)
             ]
 
-        batches = await asyncio.gather(*(pending_one(k) for k in parts))
-        merged = sorted(
-            (e for batch in batches for e in batch), key=lambda e: (e.id.as_tuple(), e.partition)
-        )
-        return merged[:count]
+        return _merged(await asyncio.gather(*(pending_one(k) for k in parts)), count)
 
     async def group_claim(
         self,
@@ -921,11 +935,7 @@ class StreamOperations:
                 )
             return [_dead_letter(i, fields, keys.partition) for i, fields in entries]
 
-        batches = await asyncio.gather(*(letters(k) for k in parts))
-        merged = sorted(
-            (d for batch in batches for d in batch), key=lambda d: (d.id.as_tuple(), d.partition)
-        )
-        return merged[:count]
+        return _merged(await asyncio.gather(*(letters(k) for k in parts)), count)
 
     async def replay_dead_letters(
         self,
