@@ -686,6 +686,9 @@ class StreamOperations:
     ) -> tuple[builtins.list[StreamRecord], StreamID | None]:
         """One claim page of one partition: its records and the next id (None: done)."""
         gk = keys.group(group)
+        # Claimed entries are recorded under this owner: hold its liveness channel first,
+        # or a reaper would judge the (live) claimer gone.
+        await self._client.liveness.hold(keys.tag)
         reply = await _scripts.call(
             self._client.redis,
             "group_claim",

@@ -20,7 +20,9 @@
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
   ARGV[4] max_n       how many runs the worker can take now (>= 1)
   ARGV[5] poll_id     '' or an id the caller reuses when it retries this poll
-  ARGV[6] scan        how many pending runs to inspect at most (label routing)
+  ARGV[6] scan        pending runs inspected per window (label routing); at most two
+                      windows: the head, and one at a cursor that moves past runs
+                      no worker asking took (meta field scan_at)
   Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, input) * n}
           status: OK | NO_ACTION; next_due_ms: when a delayed run becomes ready or a
           lease expires, whichever is first, or -1
@@ -93,26 +95,42 @@ local memo = {ids = {}, tokens = {}}
 if n > 0 then
   local deadline = NEVER_MS
   if action.timeout_ms > 0 then deadline = now + action.timeout_ms end
-  local candidates = redis.call('ZRANGE', k.pending, 0, scan - 1)
-  for _, run_id in ipairs(candidates) do
-    if out[3] >= n then break end
-    local run = run_load(k.runs, run_id)
-    if not run or run.s ~= RUN_PENDING then
-      redis.call('ZREM', k.pending, run_id)
-    elseif labels_match(run.lb, worker_labels) then
-      redis.call('ZREM', k.pending, run_id)
-      run.s = RUN_RUNNING
-      run.a = run.a + 1
-      run.t = redis.call('HINCRBY', k.meta, 'token', 1)
-      run.w = worker_id
-      run.o = owner
-      redis.call('ZADD', k.owned, 0, owned_entry(owner, run_id))
-      run.st = now
-      run_save(k.runs, run_id, run)
-      redis.call('ZADD', k.leases, deadline, run_id)
-      memo.ids[#memo.ids + 1] = run_id
-      memo.tokens[#memo.tokens + 1] = run.t
-      hand_out(run_id, run)
+  local function take(candidates)
+    for _, run_id in ipairs(candidates) do
+      if out[3] >= n then return end
+      local run = run_load(k.runs, run_id)
+      if not run or run.s ~= RUN_PENDING then
+        redis.call('ZREM', k.pending, run_id)
+      elseif labels_match(run.lb, worker_labels) then
+        redis.call('ZREM', k.pending, run_id)
+        run.s = RUN_RUNNING
+        run.a = run.a + 1
+        run.t = redis.call('HINCRBY', k.meta, 'token', 1)
+        run.w = worker_id
+        run.o = owner
+        redis.call('ZADD', k.owned, 0, owned_entry(owner, run_id))
+        run.st = now
+        run_save(k.runs, run_id, run)
+        redis.call('ZADD', k.leases, deadline, run_id)
+        memo.ids[#memo.ids + 1] = run_id
+        memo.tokens[#memo.tokens + 1] = run.t
+        hand_out(run_id, run)
+      end
+    end
+  end
+  -- The head of the queue first. When it is full of runs whose labels this worker lacks,
+  -- one more window further on, at a cursor that moves on each such call (wrapping), so
+  -- a run behind many others' runs is reached in bounded steps, never blocked for good.
+  local head = redis.call('ZRANGE', k.pending, 0, scan - 1)
+  take(head)
+  if out[3] < n and #head == scan then
+    local at = tonumber(redis.call('HGET', k.meta, 'scan_at')) or scan
+    local further = redis.call('ZRANGE', k.pending, at, at + scan - 1)
+    if #further == 0 then
+      redis.call('HSET', k.meta, 'scan_at', scan)
+    else
+      take(further)
+      redis.call('HSET', k.meta, 'scan_at', at + scan)
     end
   end
 end

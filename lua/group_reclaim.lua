@@ -41,6 +41,9 @@ if not grace_ms or grace_ms < 0 or not batch or batch < 1 or batch > 1000
     or type(owners) ~= 'table' or #owners ~= #channels or #owners > MAX_OWNERS then
   return {ST_OUT_OF_RANGE}
 end
+for i, owner in ipairs(owners) do
+  if not owner_channel_of(channels[i], owner) then return {ST_OUT_OF_RANGE} end
+end
 if not group_exists(k.log, k.config) then return {ST_NO_GROUP} end
 local now = now_ms()
 local reclaimed, budget, more, wait = 0, batch, 0, -1

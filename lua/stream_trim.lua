@@ -27,7 +27,9 @@ local batch = tonumber(ARGV[5])
 if redis.call('EXISTS', k.log) == 0 then return {ST_NOT_FOUND} end
 local cutoff = ''
 if mode == 'max_age' then
-  cutoff = (now_ms() - tonumber(bound) * 1000) .. '-0'
+  local cutoff_ms = now_ms() - tonumber(bound) * 1000
+  -- An age reaching before the epoch keeps everything ('0-0' trims nothing below it).
+  if cutoff_ms <= 0 then cutoff = '0-0' else cutoff = string.format('%d-0', cutoff_ms) end
   mode = 'below'
   bound = cutoff
 end

@@ -80,3 +80,22 @@ async def test_a_live_consumers_entries_are_never_given_back(client: FloClient) 
         await asyncio.sleep(0.1)
     pending = await client.stream.group_pending("s", "g")
     assert [(p.consumer, p.delivery_count) for p in pending] == [("alive", 1)] * 3
+
+
+async def test_a_claimer_holds_its_liveness_so_its_claims_are_not_reclaimed(
+    client: FloClient, redis_url: str
+) -> None:
+    from flo_redis import StreamID
+
+    for i in range(2):
+        await client.stream.append("s", f"{i}".encode())
+    await client.stream.group_read("s", "g", "c1")
+    # Another live process takes c1's entries over with group_claim only.
+    async with FloClient(redis_url, namespace=client.namespace) as other:
+        claimed = await other.stream.group_claim("s", "g", "c1", 0, StreamID(), 10)
+        assert len(claimed.records) == 2
+        await asyncio.sleep(0.05)
+        assert await client.stream.reclaim_gone_owners("s", "g", grace_ms=0) == 0
+        assert await client.stream.reclaim_gone_owners("s", "g", grace_ms=0) == 0
+    pending = await client.stream.group_pending("s", "g")
+    assert [p.delivery_count for p in pending] == [2, 2]

@@ -483,3 +483,17 @@ async def test_a_poll_id_whose_runs_are_finished_claims_afresh(client: FloClient
         "w1", ["job"], 1, WorkerAwaitOptions(block_ms=20_000, poll_id="poll-1")
     )
     assert [c.run_id for c in again] == [run_id]
+
+
+async def test_runs_behind_a_full_window_of_unmatched_labels_are_still_reached(
+    client: FloClient,
+) -> None:
+    from flo_redis.tasks import LABEL_SCAN
+
+    await client.action.register("mixed")
+    await client.worker.register("plain", ["mixed"])
+    gpu_only = ActionInvokeOptions(labels={"gpu": True})
+    await client.action.invoke_many("mixed", [b"gpu"] * (LABEL_SCAN + 1), gpu_only)
+    plain = (await client.action.invoke("mixed", b"plain")).run_id
+    got = await client.worker.await_task("plain", ["mixed"], WorkerAwaitOptions(block_ms=0))
+    assert got.task is not None and got.task.task_id == plain

@@ -302,3 +302,10 @@ def test_every_key_of_a_stream_and_its_groups_shares_one_hash_tag() -> None:
     assert len(set(tagged)) == len(tagged)
     other = stream_keys("ns", "orders", partition=1)
     assert "{ns:orders/1}" in other.log and other.log != keys.log
+
+
+async def test_trim_by_an_age_older_than_the_epoch_removes_nothing(client: FloClient) -> None:
+    await client.stream.append("s", b"x")
+    result = await client.stream.trim("s", StreamTrimOptions(max_age_seconds=10**10))
+    assert result.removed == 0
+    assert (await client.stream.info("s")).count == 1
