@@ -88,3 +88,25 @@ async def test_group_ack_many_answers_each_entry_on_its_own(client: FloClient) -
     assert [(p.id, p.delivery_count) for p in pending] == [(b.id, 2)]
     with pytest.raises(NotFoundError):
         await client.stream.group_ack_many("s", "nobody", [(a.id, None)])
+
+
+async def test_complete_many_refuses_a_result_over_the_actions_limit_alone(
+    client: FloClient,
+) -> None:
+    from flo_redis import BadRequestError
+
+    await client.action.register("tiny", options=ActionRegisterOptions(max_payload_bytes=4))
+    await client.worker.register("w", ["tiny"])
+    await client.action.invoke_many("tiny", [b"a", b"b"])
+    a, b = await client.worker.await_tasks("w", ["tiny"], 2, WorkerAwaitOptions(block_ms=0))
+    answers = await client.worker.complete_many(
+        "w",
+        "tiny",
+        [
+            CompleteItem(a.run_id, b"ok", token=a.token),
+            CompleteItem(b.run_id, b"too long", token=b.token),
+        ],
+    )
+    assert answers[0] is None
+    assert isinstance(answers[1], BadRequestError)
+    assert (await client.action.status(b.run_id)).status == RunStatus.RUNNING
