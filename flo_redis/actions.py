@@ -38,6 +38,7 @@ from .keys import (
     namespace_keys,
     run_id_prefix,
 )
+from .reclaim import LivenessStats, liveness_stats
 
 # The worker-side operations live in tasks.py; importable from here as well.
 from .tasks import Claimed, CompleteItem, WorkerOperations
@@ -310,6 +311,11 @@ class ActionOperations:
             for run_id, raw in zip(ids, raws, strict=True)
             if raw is not None
         ]
+
+    async def stats(self, name: str, namespace: str | None = None) -> LivenessStats:
+        """The queue's liveness counters (reclaims by cause, stale reports refused) and
+        what is held now (owners, suspects, concurrency slots). Read only."""
+        return await liveness_stats(self._client, name, namespace)
 
     async def reap(self, name: str, namespace: str | None = None) -> int:
         """Upkeep of one queue (expired leases, due delayed runs, retention), bounded;

@@ -36,8 +36,9 @@ from .errors import (
     ValidationError,
 )
 from .keys import check_namespace
-from .liveness import Liveness
+from .liveness import DEFAULT_GRACE_MS, Liveness
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from .slots import SlotOperations
 from .streams import StreamOperations
 from .tasks import WorkerOperations
 
@@ -146,6 +147,7 @@ class FloClient:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         owner_id: str | None = None,
         cluster: bool = False,
+        liveness_grace_ms: int = DEFAULT_GRACE_MS,
     ) -> None:
         self._endpoint = normalize_endpoint(endpoint, cluster=cluster)
         self._namespace = check_namespace(namespace)
@@ -160,6 +162,16 @@ class FloClient:
         self._retry = retry
         self._max_payload = max_payload_bytes
         self._owner = owner_id or f"{socket.gethostname()}-{secrets.token_hex(6)}"
+        if (
+            isinstance(liveness_grace_ms, bool)
+            or not isinstance(liveness_grace_ms, int)
+            or liveness_grace_ms < 0
+        ):
+            raise ValidationError(
+                f"liveness_grace_ms must be an int >= 0, got {liveness_grace_ms!r}"
+            )
+        # How long this client's workers let an owner stay absent before taking its work.
+        self.liveness_grace_ms = liveness_grace_ms
         self._redis: Redis | RedisCluster | None = None
         self._waker: Waker | None = None
         self._liveness: Liveness | None = None
@@ -167,6 +179,7 @@ class FloClient:
         self.action = ActionOperations(self)
         self.worker = WorkerOperations(self)
         self.stream = StreamOperations(self)
+        self.slots = SlotOperations(self)
 
     # --- flo's surface -------------------------------------------------------------
 
@@ -354,6 +367,7 @@ class FloClient:
             debug=self._debug,
             retry=self._retry,
             max_payload_bytes=self._max_payload,
+            liveness_grace_ms=self.liveness_grace_ms,
         )
 
     # --- for the operation groups --------------------------------------------------

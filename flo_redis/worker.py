@@ -276,7 +276,10 @@ class ActionWorker(WorkerLifecycle):
             counts = asyncio.create_task(self._counts_loop(), name="flo-counters")
             watchdog = asyncio.create_task(self._watchdog(), name="flo-handler-timeouts")
             reaper = asyncio.create_task(
-                Reaper(client, sorted(self._handlers)).run(self._stop), name="flo-reaper"
+                Reaper(client, sorted(self._handlers), grace_ms=client.liveness_grace_ms).run(
+                    self._stop
+                ),
+                name="flo-reaper",
             )
             try:
                 await self._poll_loop()

@@ -45,7 +45,7 @@ from flo_redis._scripts import SCRIPTS
 from flo_redis._status import Status
 from flo_redis.actions import Claimed
 from flo_redis.codec import pack
-from flo_redis.errors import ConflictError, NotConnectedError, NotFoundError
+from flo_redis.errors import ConflictError, NotConnectedError, NotFoundError, ValidationError
 from flo_redis.keys import action_keys, owner_channel
 from flo_redis.liveness import DEFAULT_GRACE_MS, Liveness, connection_name
 from flo_redis.reclaim import liveness_stats, reclaim_gone_owners, reclaim_owners
@@ -833,3 +833,22 @@ async def test_a_slot_move_does_not_make_a_live_owner_look_gone(
                 )
         finally:
             await holder.close()
+
+
+async def test_the_client_exposes_stats_slots_and_its_grace(
+    client: FloClient, redis_url: str, namespace: str
+) -> None:
+    assert client.liveness_grace_ms == DEFAULT_GRACE_MS
+    with pytest.raises(ValidationError):
+        FloClient(redis_url, liveness_grace_ms=-1)
+    quick = FloClient(redis_url, namespace=namespace, liveness_grace_ms=300)
+    assert quick.sibling().liveness_grace_ms == 300  # a worker's own client keeps it
+    await client.action.register(
+        "exposed", ActionType.USER, ActionRegisterOptions(max_concurrency=1)
+    )
+    slot = await client.slots.acquire("exposed")
+    assert slot is not None
+    stats = await client.action.stats("exposed")
+    assert (stats.slots_held, stats.reclaimed_owner_gone) == (1, 0)
+    await client.slots.release(slot)
+    assert (await client.action.stats("exposed")).slots_held == 0
