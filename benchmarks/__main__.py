@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ._common import RedisServer, machine_info, progress, summary
+from ._common import machine_info, private_redis, progress, summary
 from .compare import ORDER, run_compare
 from .workloads import SINGLE_SHOT, WORKLOADS, Settings
 
@@ -232,7 +232,7 @@ async def amain(args: argparse.Namespace) -> int:
         url = external
         progress(f"using REDIS_URL {url}")
     else:
-        server = RedisServer().start()
+        server = private_redis()
         url = server.url
         progress(f"started redis-server on {url}")
     try:
@@ -252,7 +252,7 @@ async def amain(args: argparse.Namespace) -> int:
         results["machine"]["loadavg_end"] = loadavg()
     finally:
         if server is not None:
-            server.stop()
+            server.discard()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print_table(results)

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from flo_redis.testing import RedisServer, RedisServerNotFound
 
 _T0 = time.monotonic()
 
@@ -23,66 +20,12 @@ def progress(message: str) -> None:
     print(f"[bench {time.monotonic() - _T0:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class RedisServer:
-    """A private redis-server on a free port, no persistence; stopped by :meth:`stop`."""
-
-    port: int = field(default_factory=free_port)
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="flo-bench-")))
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
-
-    def start(self) -> RedisServer:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise SystemExit(
-                "redis-server is not on the PATH: install it (apt-get install -y redis-server) "
-                "or set REDIS_URL to a Redis 7+"
-            )
-        args = [
-            binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(self.workdir),
-            "--logfile", str(self.workdir / "redis.log"),
-        ]  # fmt: skip
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                err = self.process.stderr.read().decode() if self.process.stderr else ""
-                raise SystemExit(f"redis-server exited at start: {err}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(64).startswith(b"+PONG"):
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.02)
-        raise SystemExit(f"redis-server on port {self.port} did not start in 10 s")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self.process = None
-        shutil.rmtree(self.workdir, ignore_errors=True)
+def private_redis() -> RedisServer:
+    """A private redis-server for the run (no persistence), or exit saying how to get one."""
+    try:
+        return RedisServer().start()
+    except RedisServerNotFound as exc:
+        raise SystemExit(f"{exc} (or set REDIS_URL)") from exc
 
 
 def with_db(url: str, db: int) -> str:

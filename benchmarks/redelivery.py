@@ -16,18 +16,16 @@ import asyncio
 import contextlib
 import os
 import random
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 
 from flo_redis import ActionContext, ActionRegisterOptions, ActionType, FloClient, RunStatus
 from flo_redis.liveness import DEFAULT_GRACE_MS
+from flo_redis.testing import RedisServer, RedisServerNotFound
 
 ACTION = "bench"
 TIMEOUT_MS = 300_000
@@ -84,26 +82,6 @@ async def trial(client: FloClient, url: str) -> float:
         proc.wait()
 
 
-def start_redis() -> tuple[str, subprocess.Popen[bytes]]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("redis-server is not on the PATH; pass --url")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    workdir = tempfile.mkdtemp(prefix="flo-bench-")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir],
-        stdout=subprocess.DEVNULL,
-    )
-    for _ in range(500):
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return f"redis://127.0.0.1:{port}", proc
-        time.sleep(0.02)
-    proc.kill()
-    sys.exit("redis-server did not start")
-
-
 async def bench(url: str, trials: int) -> None:
     async with FloClient(url, namespace=f"bench-{uuid.uuid4().hex[:8]}") as client:
         await client.action.register(
@@ -135,13 +113,16 @@ def main() -> None:
     server = None
     url = args.url
     if url is None:
-        url, server = start_redis()
+        try:
+            server = RedisServer().start()
+        except RedisServerNotFound as exc:
+            sys.exit(f"{exc}; or pass --url")
+        url = server.url
     try:
         asyncio.run(bench(url, args.trials))
     finally:
         if server is not None:
-            server.terminate()
-            server.wait()
+            server.discard()
 
 
 if __name__ == "__main__":

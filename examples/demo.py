@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from flo_redis.testing import RedisServer
 
 HERE = Path(__file__).resolve().parent
 REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
@@ -43,25 +43,6 @@ def redis_answers(url: str) -> bool:
         return False
 
 
-def start_private_redis() -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    workdir = tempfile.mkdtemp(prefix="flo-redis-demo-")
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", workdir],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"redis://127.0.0.1:{port}"
-    deadline = time.monotonic() + 10
-    while not redis_answers(url):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise SystemExit("demo: the private redis-server did not start")
-        time.sleep(0.05)
-    return proc, url
-
-
 def main() -> int:
     url, private = REDIS_URL, None
     if not redis_answers(url):
@@ -75,7 +56,8 @@ def main() -> int:
                 file=sys.stderr,
             )
             return 2
-        private, url = start_private_redis()
+        private = RedisServer().start()
+        url = private.url
         print(f"demo: no Redis at {REDIS_URL}; started a private redis-server at {url}")
     env = {**os.environ, "REDIS_URL": url, "FLO_NAMESPACE": f"demo-{os.getpid()}"}
     workers = [
@@ -97,8 +79,7 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
         if private is not None:
-            private.terminate()
-            private.wait(10)
+            private.discard()
 
 
 if __name__ == "__main__":
