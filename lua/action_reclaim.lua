@@ -55,12 +55,11 @@ end
 local action = action_load(k.def)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
-local reclaimed, ready, budget, more = 0, 0, batch, 0
-local wait = -1
-local suspected, cleared, gone = 0, 0, 0
+local reclaimed, ready, budget = 0, 0, batch
 
 -- Take back what `owner` holds, up to the budget; true once nothing of it is left.
 local function take_back(owner)
+  if budget <= 0 then return false end
   local entries = owned_range(k.owned, owner, budget)
   for _, entry in ipairs(entries) do
     budget = budget - 1
@@ -81,27 +80,7 @@ local function take_back(owner)
   return #owned_range(k.owned, owner, 1) == 0
 end
 
-for i, owner in ipairs(owners) do
-  local since = tonumber(redis.call('HGET', k.owners, owner))
-  if since then
-    local verdict, mark = owner_verdict(owner_present(channels[i]), since, now, grace_ms)
-    if mark ~= since then
-      redis.call('HSET', k.owners, owner, mark)
-      if mark == 0 then cleared = cleared + 1 else suspected = suspected + 1 end
-    end
-    if verdict == 'suspect' then
-      local left = mark + grace_ms - now
-      if wait < 0 or left < wait then wait = left end
-    elseif verdict == 'gone' then
-      if budget > 0 and take_back(owner) then
-        redis.call('HDEL', k.owners, owner)
-        gone = gone + 1
-      else
-        more = 1
-      end
-    end
-  end
-end
+local judged = owners_judge(k.owners, owners, channels, now, grace_ms, take_back)
 
 -- Index entries of runs their owner no longer holds (finished, expired, taken back) are
 -- dropped a few per call, walking the index with a cursor kept in meta.
@@ -123,8 +102,12 @@ else
 end
 
 if reclaimed > 0 then redis.call('HINCRBY', k.meta, 'stat:reclaimed_owner_gone', reclaimed) end
-if suspected > 0 then redis.call('HINCRBY', k.meta, 'stat:owners_suspected', suspected) end
-if cleared > 0 then redis.call('HINCRBY', k.meta, 'stat:suspicions_cleared', cleared) end
-if gone > 0 then redis.call('HINCRBY', k.meta, 'stat:owners_gone', gone) end
+if judged.suspected > 0 then
+  redis.call('HINCRBY', k.meta, 'stat:owners_suspected', judged.suspected)
+end
+if judged.cleared > 0 then
+  redis.call('HINCRBY', k.meta, 'stat:suspicions_cleared', judged.cleared)
+end
+if judged.gone > 0 then redis.call('HINCRBY', k.meta, 'stat:owners_gone', judged.gone) end
 if ready > 0 then redis.call('SPUBLISH', k.wake, '1') end
-return {ST_OK, reclaimed, wait, more}
+return {ST_OK, reclaimed, judged.wait, judged.more}

@@ -46,10 +46,11 @@ for i, owner in ipairs(owners) do
 end
 if not group_exists(k.log, k.config) then return {ST_NO_GROUP} end
 local now = now_ms()
-local reclaimed, budget, more, wait = 0, batch, 0, -1
+local reclaimed, budget = 0, batch
 
 -- Make what `owner` holds due now, up to the budget; true once nothing of it is left.
 local function give_back(owner)
+  if budget <= 0 then return false end
   local entries = owned_range(g.owned, owner, budget)
   for _, entry in ipairs(entries) do
     budget = budget - 1
@@ -63,25 +64,9 @@ local function give_back(owner)
   return #owned_range(g.owned, owner, 1) == 0
 end
 
-for i, owner in ipairs(owners) do
-  local since = tonumber(redis.call('HGET', g.owners, owner))
-  if since then
-    local verdict, mark = owner_verdict(owner_present(channels[i]), since, now, grace_ms)
-    if mark ~= since then redis.call('HSET', g.owners, owner, mark) end
-    if verdict == 'suspect' then
-      local left = mark + grace_ms - now
-      if wait < 0 or left < wait then wait = left end
-    elseif verdict == 'gone' then
-      if budget > 0 and give_back(owner) then
-        redis.call('HDEL', g.owners, owner)
-      else
-        more = 1
-      end
-    end
-  end
-end
+local judged = owners_judge(g.owners, owners, channels, now, grace_ms, give_back)
 if reclaimed > 0 then
   redis.call('HINCRBY', k.config, 'stat:reclaimed_owner_gone', reclaimed)
   redis.call('SPUBLISH', k.wake, '1')
 end
-return {ST_OK, reclaimed, wait, more}
+return {ST_OK, reclaimed, judged.wait, judged.more}

@@ -54,3 +54,35 @@ local function owner_verdict(present, since, now, grace_ms)
   if now - since >= grace_ms then return 'gone', since end
   return 'suspect', since
 end
+
+-- Judge each owner of `owners` (its liveness channel is channels[i]) at `now`, keeping
+-- the suspicion marks in `owners_key`, and give back what gone owners hold through
+-- take_back(owner), which answers true once nothing of that owner is left (false: its
+-- batch ran out). Owners not listed in `owners_key` are skipped. Returns a table:
+-- suspected, cleared, gone (counts), wait (ms until the earliest suspect's grace ends,
+-- -1: none) and more (1 when some gone owner still holds work).
+local function owners_judge(owners_key, owners, channels, now, grace_ms, take_back)
+  local r = {suspected = 0, cleared = 0, gone = 0, wait = -1, more = 0}
+  for i, owner in ipairs(owners) do
+    local since = tonumber(redis.call('HGET', owners_key, owner))
+    if since then
+      local verdict, mark = owner_verdict(owner_present(channels[i]), since, now, grace_ms)
+      if mark ~= since then
+        redis.call('HSET', owners_key, owner, mark)
+        if mark == 0 then r.cleared = r.cleared + 1 else r.suspected = r.suspected + 1 end
+      end
+      if verdict == 'suspect' then
+        local left = mark + grace_ms - now
+        if r.wait < 0 or left < r.wait then r.wait = left end
+      elseif verdict == 'gone' then
+        if take_back(owner) then
+          redis.call('HDEL', owners_key, owner)
+          r.gone = r.gone + 1
+        else
+          r.more = 1
+        end
+      end
+    end
+  end
+  return r
+end
