@@ -34,6 +34,7 @@
 --@include lib/action.lua
 --@include lib/labels.lua
 --@include lib/owners.lua
+--@include lib/polls.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12]}
@@ -43,7 +44,6 @@ local labels = ARGV[3]
 local max_n = tonumber(ARGV[4])
 local poll_id = ARGV[5]
 local scan = tonumber(ARGV[6])
-local POLL_MEMORY_MS = 120000
 local BATCH = 100
 
 local action = action_load(k.def)
@@ -64,22 +64,17 @@ end
 
 -- A retried poll: answer with what this poll id was handed, where still held by us.
 -- When none of it is held any more (finished, or taken back), claim afresh.
-if poll_id ~= '' then
-  local raw = redis.call('HGET', k.polls, poll_id)
-  local at = tonumber(redis.call('ZSCORE', k.poll_times, poll_id))
-  if raw and at and at >= now - POLL_MEMORY_MS then
-    local memo = cmsgpack.unpack(raw)
-    for i = 1, #memo.ids do
-      local run = run_load(k.runs, memo.ids[i])
-      if run and run.s == RUN_RUNNING and run.t == memo.tokens[i] and run.o == owner then
-        hand_out(memo.ids[i], run)
-      end
-    end
-    if out[3] > 0 then
-      out[2] = queue_next_event(k.delayed, k.leases)
-      return out
-    end
+local replayed = poll_replay(k.polls, k.poll_times, poll_id, now, function(run_id, token)
+  local run = run_load(k.runs, run_id)
+  if not (run and run.s == RUN_RUNNING and run.t == token and run.o == owner) then
+    return false
   end
+  hand_out(run_id, run)
+  return true
+end)
+if replayed > 0 then
+  out[2] = queue_next_event(k.delayed, k.leases)
+  return out
 end
 
 queue_expire(k, now, BATCH, action.backoff_ms, action.backoff_max_ms)
@@ -91,7 +86,7 @@ if action.max_concurrency > 0 then
   if free < n then n = free end
 end
 
-local memo = {ids = {}, tokens = {}}
+local memo = poll_memo()
 if n > 0 then
   local deadline = NEVER_MS
   if action.timeout_ms > 0 then deadline = now + action.timeout_ms end
@@ -112,8 +107,7 @@ if n > 0 then
         run.st = now
         run_save(k.runs, run_id, run)
         redis.call('ZADD', k.leases, deadline, run_id)
-        memo.ids[#memo.ids + 1] = run_id
-        memo.tokens[#memo.tokens + 1] = run.t
+        poll_memo_add(memo, run_id, run.t)
         hand_out(run_id, run)
       end
     end
@@ -139,15 +133,6 @@ if #memo.ids > 0 then
   -- The reclaim asks about every owner listed here (lib/owners.lua).
   redis.call('HSETNX', k.owners, owner, 0)
 end
-if poll_id ~= '' and #memo.ids > 0 then
-  redis.call('HSET', k.polls, poll_id, cmsgpack.pack(memo))
-  redis.call('ZADD', k.poll_times, now, poll_id)
-end
--- Forget poll memos older than POLL_MEMORY_MS, a batch per call.
-local old = redis.call('ZRANGE', k.poll_times, '-inf', now - POLL_MEMORY_MS, 'BYSCORE', 'LIMIT', 0, BATCH)
-if #old > 0 then
-  redis.call('HDEL', k.polls, unpack(old))
-  redis.call('ZREM', k.poll_times, unpack(old))
-end
+poll_remember(k.polls, k.poll_times, poll_id, memo, now)
 out[2] = queue_next_event(k.delayed, k.leases)
 return out

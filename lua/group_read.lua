@@ -24,6 +24,7 @@
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/stream.lua
+--@include lib/polls.lua
 local k = {log = KEYS[1], config = KEYS[2]}
 local g = {due = KEYS[3], deliveries = KEYS[4], dead = KEYS[5], owners = KEYS[8],
   owned = KEYS[9]}
@@ -34,8 +35,6 @@ local consumer = ARGV[2]
 local owner = ARGV[3]
 local count = tonumber(ARGV[4])
 local poll_id = ARGV[5]
-local POLL_MEMORY_MS = 120000
-local BATCH = 100
 
 local now = now_ms()
 local out = {ST_OK, -1, 0}
@@ -55,28 +54,24 @@ group_ensure(k.log, k.config, group, now)
 local ack_timeout_ms, max_deliver = group_settings(k.config)
 
 -- A retried poll: answer with what this poll id was handed, where still this delivery.
-if poll_id ~= '' then
-  local raw = redis.call('HGET', polls, poll_id)
-  local at = tonumber(redis.call('ZSCORE', poll_times, poll_id))
-  if raw and at and at >= now - POLL_MEMORY_MS then
-    local memo = cmsgpack.unpack(raw)
-    for i = 1, #memo.ids do
-      local p = group_pending_entry(k.log, group, memo.ids[i])
-      if p and p[2] == consumer and p[4] == memo.tokens[i] then
-        local fields = stream_entry(k.log, memo.ids[i])
-        if fields then hand_out(memo.ids[i], memo.tokens[i], fields) end
-      end
-    end
-    out[2] = wait_ms()
-    return out
-  end
+-- When none of it is still delivered to us (acked, or taken back), read afresh.
+local replayed = poll_replay(polls, poll_times, poll_id, now, function(id, token)
+  local p = group_pending_entry(k.log, group, id)
+  if not (p and p[2] == consumer and p[4] == token) then return false end
+  local fields = stream_entry(k.log, id)
+  if not fields then return false end
+  hand_out(id, token, fields)
+  return true
+end)
+if replayed > 0 then
+  out[2] = wait_ms()
+  return out
 end
 
-local memo = {ids = {}, tokens = {}}
+local memo = poll_memo()
 local function deliver(id, token, fields)
   hand_out(id, token, fields)
-  memo.ids[#memo.ids + 1] = id
-  memo.tokens[#memo.tokens + 1] = token
+  poll_memo_add(memo, id, token)
 end
 
 -- Entries due again: nacked ones and those past their ack timeout, oldest due first.
@@ -108,15 +103,6 @@ if room > 0 then
   end
 end
 
-if poll_id ~= '' and #memo.ids > 0 then
-  redis.call('HSET', polls, poll_id, cmsgpack.pack(memo))
-  redis.call('ZADD', poll_times, now, poll_id)
-end
--- Forget poll memos older than POLL_MEMORY_MS, a batch per call.
-local old = redis.call('ZRANGE', poll_times, '-inf', now - POLL_MEMORY_MS, 'BYSCORE', 'LIMIT', 0, BATCH)
-if #old > 0 then
-  redis.call('HDEL', polls, unpack(old))
-  redis.call('ZREM', poll_times, unpack(old))
-end
+poll_remember(polls, poll_times, poll_id, memo, now)
 out[2] = wait_ms()
 return out

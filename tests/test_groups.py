@@ -489,6 +489,19 @@ async def test_a_retried_poll_gets_the_same_entries(client: FloClient) -> None:
     assert pairs(await read(client, "c1", count=2, poll_id="poll-1")) == [(ids[1], 1)]
 
 
+async def test_a_poll_id_whose_entries_are_acked_reads_afresh(client: FloClient) -> None:
+    await join(client)
+    ids = await fill(client, 2)
+    [first] = await read(client, "c1", count=1, poll_id="poll-1")
+    await client.stream.group_ack("s", "g", [first.id])
+    assert pairs(await read(client, "c1", count=1, poll_id="poll-1")) == [(ids[1], 1)]
+    # A blocking read reusing the id is not stuck on the finished hand-out either.
+    await client.stream.group_ack("s", "g", [ids[1]])
+    [new] = await fill(client, 1)
+    again = await read(client, "c1", count=1, poll_id="poll-1", block_ms=20_000)
+    assert pairs(again) == [(new, 1)]
+
+
 # --- long polls --------------------------------------------------------------------------
 
 
