@@ -41,17 +41,10 @@ for i = 11, #KEYS do channels[#channels + 1] = KEYS[i] end
 local grace_ms = tonumber(ARGV[1])
 local batch = tonumber(ARGV[2])
 local owners = cmsgpack.unpack(ARGV[3])
-local MAX_OWNERS = 100
 local GC_BATCH = 20
 local GONE = 'owner gone: worker process died'
 
-if not grace_ms or grace_ms < 0 or not batch or batch < 1 or batch > 1000
-    or type(owners) ~= 'table' or #owners ~= #channels or #owners > MAX_OWNERS then
-  return {ST_OUT_OF_RANGE}
-end
-for i, owner in ipairs(owners) do
-  if not owner_channel_of(channels[i], owner) then return {ST_OUT_OF_RANGE} end
-end
+if reclaim_refused(grace_ms, batch, owners, channels) then return {ST_OUT_OF_RANGE} end
 local action = action_load(k.def)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()

@@ -31,7 +31,7 @@ local held = {}
 for _, item in ipairs(items) do
   local id, token = item[1], item[2]
   local p = group_pending_entry(k.log, group, id)
-  if p and token ~= '' and (p[4] ~= tonumber(token) or (consumer ~= '' and p[2] ~= consumer)) then
+  if p and group_stale(p, token, consumer) then
     out[#out + 1] = ST_STALE
     out[#out + 1] = p[4]
   else

@@ -35,7 +35,7 @@ local held = {}
 for _, id in ipairs(ids) do
   local p = group_pending_entry(k.log, group, id)
   if p then
-    if token ~= '' and (p[4] ~= tonumber(token) or (consumer ~= '' and p[2] ~= consumer)) then
+    if group_stale(p, token, consumer) then
       return {ST_STALE, 0, 0, id, p[4], p[2]}
     end
     held[#held + 1] = p

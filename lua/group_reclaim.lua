@@ -35,15 +35,8 @@ local group = ARGV[1]
 local grace_ms = tonumber(ARGV[2])
 local batch = tonumber(ARGV[3])
 local owners = cmsgpack.unpack(ARGV[4])
-local MAX_OWNERS = 100
 
-if not grace_ms or grace_ms < 0 or not batch or batch < 1 or batch > 1000
-    or type(owners) ~= 'table' or #owners ~= #channels or #owners > MAX_OWNERS then
-  return {ST_OUT_OF_RANGE}
-end
-for i, owner in ipairs(owners) do
-  if not owner_channel_of(channels[i], owner) then return {ST_OUT_OF_RANGE} end
-end
+if reclaim_refused(grace_ms, batch, owners, channels) then return {ST_OUT_OF_RANGE} end
 if not group_exists(k.log, k.config) then return {ST_NO_GROUP} end
 local now = now_ms()
 local reclaimed, budget = 0, batch

@@ -30,13 +30,7 @@ end
 local out = {ST_OK, #letters}
 for _, letter in ipairs(letters) do
   local payload, headers = stream_fields(letter[2])
-  local id
-  if headers == '' then
-    id = redis.call('XADD', k.log, '*', 'p', payload)
-  else
-    id = redis.call('XADD', k.log, '*', 'p', payload, 'h', headers)
-  end
-  redis.call('HINCRBY', k.meta, 'bytes', #payload + #headers)
+  local id = stream_add(k.log, k.meta, payload, headers)
   redis.call('XDEL', k.dead, letter[1])
   out[#out + 1] = letter[1]
   out[#out + 1] = id

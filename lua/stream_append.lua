@@ -8,16 +8,11 @@
   Returns {status, id}   status: OK
 ]]
 --@include lib/status.lua
+--@include lib/stream.lua
 local k = {log = KEYS[1], meta = KEYS[2], wake = KEYS[3]}
 local payload = ARGV[1]
 local headers = ARGV[2]
 
-local id
-if headers == '' then
-  id = redis.call('XADD', k.log, '*', 'p', payload)
-else
-  id = redis.call('XADD', k.log, '*', 'p', payload, 'h', headers)
-end
-redis.call('HINCRBY', k.meta, 'bytes', #payload + #headers)
+local id = stream_add(k.log, k.meta, payload, headers)
 redis.call('SPUBLISH', k.wake, '1')
 return {ST_OK, id}

@@ -9,6 +9,10 @@
 -- Index entries of the runs handed to an owner: "<owner>\0<run_id>", score 0, so that
 -- one owner's entries form one lexicographic range.
 local OWNED_SEP = '\0'
+-- A reclaim names at most this many owners (their channels ride in KEYS) and takes back
+-- at most this many index entries per call.
+local RECLAIM_MAX_OWNERS = 100
+local RECLAIM_MAX_BATCH = 1000
 
 local function owned_entry(owner, run_id)
   return owner .. OWNED_SEP .. run_id
@@ -38,6 +42,20 @@ end
 local function owner_channel_of(channel, owner)
   local suffix = ':' .. owner
   return #channel > #suffix and string.sub(channel, -#suffix) == suffix
+end
+
+-- Is a reclaim's request malformed? grace_ms >= 0, batch in 1..RECLAIM_MAX_BATCH, owners
+-- an array of at most RECLAIM_MAX_OWNERS ids, channels[i] the liveness channel named for
+-- owners[i]. A reclaim answers OUT_OF_RANGE, before any write, when this is true.
+local function reclaim_refused(grace_ms, batch, owners, channels)
+  if not grace_ms or grace_ms < 0 or not batch or batch < 1 or batch > RECLAIM_MAX_BATCH
+      or type(owners) ~= 'table' or #owners ~= #channels or #owners > RECLAIM_MAX_OWNERS then
+    return true
+  end
+  for i, owner in ipairs(owners) do
+    if not owner_channel_of(channels[i], owner) then return true end
+  end
+  return false
 end
 
 -- Does the owner's liveness channel have a subscriber now?

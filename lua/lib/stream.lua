@@ -24,6 +24,19 @@ local function stream_fields(fields)
   return payload, headers
 end
 
+-- Append a record (payload, headers: '' for none) to the stream and count its bytes in
+-- the stream's meta hash. Returns the new entry's id.
+local function stream_add(log_key, meta_key, payload, headers)
+  local id
+  if headers == '' then
+    id = redis.call('XADD', log_key, '*', 'p', payload)
+  else
+    id = redis.call('XADD', log_key, '*', 'p', payload, 'h', headers)
+  end
+  redis.call('HINCRBY', meta_key, 'bytes', #payload + #headers)
+  return id
+end
+
 -- Bytes a record holds (payload and headers), as counted in the stream's meta hash.
 local function stream_size(fields)
   local payload, headers = stream_fields(fields)
@@ -74,6 +87,14 @@ local function group_pending_entry(log_key, group, id)
   local found = redis.call('XPENDING', log_key, group, id, id, 1)
   if #found == 0 then return nil end
   return found[1]
+end
+
+-- Is a report about the pending entry p ({id, consumer, idle_ms, delivery_count}) stale?
+-- It names the delivery's token (its delivery count; '' for flo's token-less reports,
+-- never stale) and its consumer ('' for any): a report on an entry delivered again since,
+-- or to another consumer, is stale and changes nothing.
+local function group_stale(p, token, consumer)
+  return token ~= '' and (p[4] ~= tonumber(token) or (consumer ~= '' and p[2] ~= consumer))
 end
 
 local function group_delivery(deliveries_key, id)
