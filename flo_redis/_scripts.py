@@ -12,12 +12,21 @@ routes each call by its keys to the primary owning that slot, following ``MOVED`
 the node that ran it. A slot in the middle of a migration may answer ``TRYAGAIN`` until
 its keys have moved; redis-py retries for a while, then the call is refused as
 :class:`UnavailableError` (it did not run, so it is safe to repeat).
+
+Resending is decided here and nowhere else: a call refused *without running* (Redis
+``LOADING``, ``TRYAGAIN``, a cluster redirection redis-py gave up following — each
+raised with ``ran == Ran.NO``) is sent again as the client's :class:`RetryPolicy`
+allows (:func:`configure`); a call that may have run (a lost connection, a timeout, an
+answer of any kind) is never resent. With ``debug`` each call and its answer is logged
+on ``flo_redis.requests`` at DEBUG.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import weakref
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeAlias
@@ -28,13 +37,34 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from ._lua import LuaScript, load_all
-from .errors import InternalServerError, NotConnectedError, RequestTimeoutError, UnavailableError
+from .errors import (
+    InternalServerError,
+    NotConnectedError,
+    RequestTimeoutError,
+    ServerError,
+    UnavailableError,
+)
+from .retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_refused_unrun, retry_refused
 from .types import Ran, Reason, StatusCode
 
 RedisConn: TypeAlias = "Redis | RedisCluster"
 Arg: TypeAlias = "str | bytes | int"
 
 SCRIPTS: dict[str, LuaScript] = load_all()
+
+log = logging.getLogger("flo_redis.requests")
+
+# How calls on each connection pool are resent and logged (set by the client that made it).
+_SETTINGS: weakref.WeakKeyDictionary[Any, tuple[RetryPolicy, bool]] = weakref.WeakKeyDictionary()
+
+
+def configure(
+    conn: RedisConn, *, retry: RetryPolicy = DEFAULT_RETRY_POLICY, debug: bool = False
+) -> None:
+    """Resend calls on ``conn`` refused without running as ``retry`` allows, and log
+    every call when ``debug``. A connection never configured resends by the default
+    policy and logs nothing."""
+    _SETTINGS[conn] = (retry, debug)
 
 
 @contextlib.contextmanager
@@ -83,14 +113,50 @@ def _check_arity(script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) ->
 
 
 async def call(conn: RedisConn, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-    """Run script ``name`` atomically with ``keys`` and ``args``; return its raw reply."""
+    """Run script ``name`` atomically with ``keys`` and ``args``; return its raw reply.
+
+    A refusal that says the script did not run is resent per the connection's retry
+    policy (:func:`configure`); the last refusal is raised once the policy is used up."""
     script = SCRIPTS[name]
     _check_arity(script, keys, args)
-    with redis_errors(name):
+    policy, debug = _SETTINGS.get(conn, (DEFAULT_RETRY_POLICY, False))
+    if not debug:
+        return await retry_refused(lambda: _send(conn, script, keys, args), policy)
+
+    async def send_logged() -> Any:
+        log.debug("-> %s %s", name, keys[0] if keys else "")
+        try:
+            reply = await _send(conn, script, keys, args)
+        except Exception as exc:
+            log.debug("<- %s %s", name, _failure(exc))
+            raise
+        log.debug("<- %s %s", name, _reply_summary(reply))
+        return reply
+
+    return await retry_refused(send_logged, policy)
+
+
+async def _send(
+    conn: RedisConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]
+) -> Any:
+    with redis_errors(script.name):
         try:
             return await conn.evalsha(script.sha, len(keys), *keys, *args)
         except rex.NoScriptError:
             return await conn.eval(script.source, len(keys), *keys, *args)
+
+
+def _failure(exc: Exception) -> str:
+    if isinstance(exc, ServerError):
+        ran = ", not run" if exc.ran == Ran.NO else ""
+        return f"{exc.status_code.name}{ran}: {exc}"
+    return f"failed: {exc}"
+
+
+def _reply_summary(reply: Any) -> str:
+    if isinstance(reply, list) and reply and isinstance(reply[0], int):
+        return f"status {reply[0]}, {len(reply)} items"
+    return type(reply).__name__
 
 
 async def call_many(
@@ -115,12 +181,18 @@ async def call_many(
                 pipe.evalsha(SCRIPTS[name].sha, len(keys), *keys, *args)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
     for i, reply in enumerate(replies):
-        if isinstance(reply, rex.NoScriptError):
-            name, keys, args = calls[i]
-            replies[i] = await call(conn, name, keys, args)
-        elif isinstance(reply, Exception):
-            with redis_errors(calls[i][0]):
+        if not isinstance(reply, Exception):
+            continue
+        name, keys, args = calls[i]
+        try:
+            with redis_errors(name):
                 raise reply
+        except rex.NoScriptError:
+            replies[i] = await call(conn, name, keys, args)
+        except ServerError as exc:
+            if not is_refused_unrun(exc):
+                raise
+            replies[i] = await call(conn, name, keys, args)  # did not run: resent per policy
     return replies
 
 

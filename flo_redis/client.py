@@ -25,7 +25,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ._scripts import RedisConn, redis_errors
+from ._scripts import RedisConn, configure, redis_errors
 from ._wake import Waker
 from .actions import ActionOperations
 from .errors import (
@@ -157,9 +157,16 @@ class FloClient:
             raise ValidationError(
                 f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
             )
+        if not isinstance(retry, RetryPolicy):
+            raise ValidationError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
         self._timeout = timeout_ms / 1000.0
-        self._debug = debug
+        self._debug = bool(debug)
         self._retry = retry
+        if self._debug:
+            # As flo does: debug output goes to stderr unless logging is set up already.
+            logging.basicConfig(level=logging.DEBUG)
+            for name in ("flo_redis.client", "flo_redis.requests"):
+                logging.getLogger(name).setLevel(logging.DEBUG)
         self._max_payload = max_payload_bytes
         self._owner = owner_id or f"{socket.gethostname()}-{secrets.token_hex(6)}"
         if (
@@ -243,8 +250,11 @@ class FloClient:
             if _version_tuple(version) < MIN_REDIS:
                 await conn.aclose()
                 raise RedisVersionError(version)
+            configure(conn, retry=self._retry, debug=self._debug)
             self._redis = conn
             self._waker = Waker(conn)
+            if self._debug:
+                log.debug("Connected to %s (Redis %s)", _redact(self._endpoint), version)
             return self
 
     async def close(self) -> None:
@@ -260,6 +270,8 @@ class FloClient:
                 await waker.close()
             if conn is not None:
                 await conn.aclose()
+                if self._debug:
+                    log.debug("Disconnected from %s", _redact(self._endpoint))
 
     def interrupt(self) -> None:
         """Wake every long poll of this client now; they return empty. Never blocks."""
@@ -276,6 +288,8 @@ class FloClient:
         while True:
             try:
                 await self.connect()
+                if self._debug:
+                    log.debug("Reconnected to %s", _redact(self._endpoint))
                 return
             except RedisVersionError:
                 raise

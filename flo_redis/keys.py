@@ -17,8 +17,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from .errors import NamespaceTooLargeError, ValidationError
-from .types import MAX_NAMESPACE_SIZE
+from .errors import KeyTooLargeError, NamespaceTooLargeError, ValidationError, server_error
+from .types import MAX_KEY_SIZE, MAX_NAMESPACE_SIZE, Ran, Reason, StatusCode
 
 PREFIX = "flo"
 MAX_NAME_SIZE = 255
@@ -142,19 +142,33 @@ def run_id_prefix(action: str) -> str:
 
 
 def action_of_run(run_id: str) -> str:
-    """The action a run id belongs to; :class:`ValidationError` for a malformed id."""
-    if not isinstance(run_id, str) or ":" not in run_id:
-        raise ValidationError(
-            f"run id {run_id!r} is malformed; run ids look like '<action>:<number>' as "
-            "returned by invoke"
+    """The action a run id belongs to.
+
+    Run ids look like ``<action>:<number>``. An id of any other shape (``act-0-0``, an
+    empty string, a name no action can have) was never handed out, so it is answered as
+    flo answers every unknown run: :class:`NotFoundError`, before anything is sent. Only
+    what flo itself checks stays a :class:`ValidationError`: an id that is not a str, or
+    longer than ``MAX_KEY_SIZE`` bytes (:class:`KeyTooLargeError`)."""
+    if not isinstance(run_id, str):
+        raise ValidationError(f"run id must be a str, got {type(run_id).__name__}")
+    if len(run_id.encode()) > MAX_KEY_SIZE:
+        raise KeyTooLargeError(
+            f"run id is {len(run_id.encode())} bytes; the limit is {MAX_KEY_SIZE}"
         )
     action, _, seq = run_id.rpartition(":")
-    if not seq.isdigit() or not action:
-        raise ValidationError(
-            f"run id {run_id!r} is malformed; run ids look like '<action>:<number>' as "
-            "returned by invoke"
+    if not (seq.isascii() and seq.isdigit()) or not action or not _is_name(action):
+        raise server_error(
+            StatusCode.NOT_FOUND,
+            Reason.NOT_FOUND,
+            f"run {run_id!r} not found: no run has that id (run ids look like "
+            "'<action>:<number>', as returned by invoke)",
+            Ran.NO,
         )
     return action
+
+
+def _is_name(name: str) -> bool:
+    return len(name.encode()) <= MAX_NAME_SIZE and _FORBIDDEN.search(name) is None
 
 
 @dataclass(frozen=True, slots=True)

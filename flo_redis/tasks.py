@@ -505,7 +505,8 @@ class WorkerOperations:
         if action_of_run(task_id) != action_name:
             raise refusal(
                 Status.NOT_FOUND,
-                f"run {task_id!r} does not belong to action {action_name!r}",
+                f"run {task_id!r} not found in action {action_name!r}: it belongs to "
+                "another action",
             )
         return keys
 

@@ -1,7 +1,8 @@
 """A small asyncio TCP proxy for fault tests: sits between clients and Redis and can cut
 every connection, silence them (a partition), or let a request through and drop its reply
 (cutting that connection), so a test can make Redis run a command whose answer never
-arrives."""
+arrives, or answer requests itself with ``-LOADING`` as a Redis loading its data set does
+(the request never reaches Redis)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ class Proxy:
         self._links: set[_Link] = set()
         self._drop_after: bytes | None = None
         self.dropped_replies = 0
+        self._loading_marker: bytes | None = None
+        self._loading_left = 0
+        self.loading_answers = 0
+        self.forwarded: list[bytes] = []
         self.accepted = 0
         self.port = 0
 
@@ -72,6 +77,16 @@ class Proxy:
         dropped and that connection is cut: the command ran, its answer is lost."""
         self._drop_after = request_marker
 
+    def answer_loading(self, request_marker: bytes, times: int) -> None:
+        """The next ``times`` requests containing ``request_marker`` are answered
+        ``-LOADING`` by the proxy and never reach Redis (one request per read assumed)."""
+        self._loading_marker = request_marker
+        self._loading_left = times
+
+    def forwarded_count(self, request_marker: bytes) -> int:
+        """How many forwarded requests contained ``request_marker``."""
+        return sum(1 for data in self.forwarded if request_marker in data)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._upstream)
@@ -91,6 +106,14 @@ class Proxy:
     ) -> None:
         try:
             while data := await reader.read(65536):
+                loading = self._loading_marker
+                if loading is not None and self._loading_left > 0 and loading in data:
+                    self._loading_left -= 1
+                    self.loading_answers += 1
+                    link.client.write(b"-LOADING Redis is loading the dataset in memory\r\n")
+                    await link.client.drain()
+                    continue
+                self.forwarded.append(data)
                 marker = self._drop_after
                 if marker is not None and marker in data:
                     self._drop_after = None

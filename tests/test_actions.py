@@ -106,7 +106,7 @@ async def test_status_of_unknown_or_malformed_run(client: FloClient) -> None:
     with pytest.raises(NotFoundError):
         await client.action.status("never-registered:1")
     for bad in ("no-colon", "resize:abc", ":5", ""):
-        with pytest.raises(ValidationError):
+        with pytest.raises(NotFoundError):
             await client.action.status(bad)
 
 
