@@ -83,6 +83,10 @@ class Claimed:
     attempt: int
     created_at_ms: int
     payload: bytes
+    ready_at_ms: int = 0
+    """Server time the run became ready to claim (its created, due or retry time)."""
+    claimed_at_ms: int = 0
+    """Server time the run was handed out; minus ``ready_at_ms``, its pickup latency."""
 
     def assignment(self) -> TaskAssignment:
         return TaskAssignment(
@@ -381,10 +385,11 @@ class WorkerOperations:
         task_id: str,
         error_message: str,
         options: WorkerFailOptions | None = None,
-    ) -> None:
+    ) -> RunStatus:
         """Fail the run. With ``retry`` and attempts left it runs again (after the
         action's backoff); otherwise it ends FAILED, kept with its error. Same holder
-        and resend rules as :meth:`complete`."""
+        and resend rules as :meth:`complete`. Returns the run's status after: PENDING
+        when it waits for another attempt, FAILED when it ended."""
         opts = options or WorkerFailOptions()
         if not isinstance(error_message, str):
             raise ValidationError("error_message must be a str")
@@ -410,6 +415,7 @@ class WorkerOperations:
         self._check_report(int(reply[0]), reply, keys, task_id, worker_id, "fail")
         if not int(reply[1]):
             await self._tally(worker_id, keys.namespace, -1, 0, 1)
+        return RunStatus(int(reply[2]))
 
     async def list(self, options: WorkerListOptions | None = None) -> WorkerListResult:
         """Registered workers in id order, ``limit`` (1..1024) a page after ``cursor``."""
@@ -633,9 +639,11 @@ class WorkerOperations:
                 token=int(reply[i + 1]),
                 attempt=int(reply[i + 2]),
                 created_at_ms=int(reply[i + 3]),
-                payload=bytes(reply[i + 4]),
+                ready_at_ms=int(reply[i + 4]),
+                claimed_at_ms=int(reply[i + 5]),
+                payload=bytes(reply[i + 6]),
             )
-            for i in range(3, 3 + 5 * int(reply[2]), 5)
+            for i in range(3, 3 + 7 * int(reply[2]), 7)
         )
         return ClaimReply(runs, int(reply[1]), True)
 

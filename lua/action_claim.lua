@@ -23,9 +23,11 @@
   ARGV[6] scan        pending runs inspected per window (label routing); at most two
                       windows: the head, and one at a cursor that moves past runs
                       no worker asking took (meta field scan_at)
-  Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, input) * n}
+  Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
+          claimed_ms, input) * n}
           status: OK | NO_ACTION; next_due_ms: when a delayed run becomes ready or a
-          lease expires, whichever is first, or -1
+          lease expires, whichever is first, or -1; ready_ms: when the run became ready
+          to claim; claimed_ms: when it was handed out (claimed - ready = pickup latency)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -59,6 +61,8 @@ local function hand_out(run_id, run)
   out[#out + 1] = run.t
   out[#out + 1] = run.a
   out[#out + 1] = run.c
+  out[#out + 1] = run.rd or run.c
+  out[#out + 1] = run.st
   out[#out + 1] = redis.call('HGET', k.inputs, run_id) or ''
 end
 

@@ -42,7 +42,10 @@ end
 
 local now = now_ms()
 local run_id = id_prefix .. redis.call('HINCRBY', k.meta, 'seq', 1)
+local due = now + delay_ms
+if run_at_ms > due then due = run_at_ms end
 local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
+if due > now then run.rd = due end
 if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
 if idem_key ~= '' then
   run.ik = idem_key
@@ -51,8 +54,6 @@ end
 run_save(k.runs, run_id, run)
 redis.call('HSET', k.inputs, run_id, input)
 
-local due = now + delay_ms
-if run_at_ms > due then due = run_at_ms end
 if due > now then
   redis.call('ZADD', k.delayed, due, run_id)
 else

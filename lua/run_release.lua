@@ -15,6 +15,7 @@
   Returns {status, run_status}   status: OK | NOT_FOUND | NO_ACTION | STALE
 ]]
 --@include lib/status.lua
+--@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/owners.lua
@@ -35,6 +36,7 @@ run.a = math.max(run.a - 1, 0)
 run.st = nil
 owned_drop(k.owned, run.o, run_id)
 run.o = nil
+run.rd = now_ms()
 run_save(k.runs, run_id, run)
 queue_push(k.meta, k.pending, run_id)
 redis.call('SPUBLISH', k.wake, '1')

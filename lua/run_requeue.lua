@@ -10,6 +10,7 @@
   Returns {status, run_status}   status: OK | NOT_FOUND | NO_ACTION | CONFLICT (not failed)
 ]]
 --@include lib/status.lua
+--@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/action.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
@@ -29,6 +30,7 @@ run.mr = action.max_retries
 run.ct = nil
 run.st = nil
 run.lrk = nil
+run.rd = now_ms()
 run_save(k.runs, run_id, run)
 redis.call('ZREM', k.failed, run_id)
 local seq = redis.call('HINCRBY', k.meta, 'qseq', 1)

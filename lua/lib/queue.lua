@@ -18,6 +18,7 @@ local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
   owned_drop(k.owned, run.o, run_id)
   run.o = nil
   local delay = run_backoff_ms(backoff_base, backoff_cap, run.a)
+  run.rd = now + delay
   run_save(k.runs, run_id, run)
   if delay > 0 then
     redis.call('ZADD', k.delayed, now + delay, run_id)
