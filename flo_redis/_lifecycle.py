@@ -6,6 +6,8 @@ import asyncio
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
+from .observe import NO_OBSERVER, WorkerObserver
+
 if TYPE_CHECKING:
     from .client import FloClient
 
@@ -14,9 +16,11 @@ W = TypeVar("W", bound="WorkerLifecycle")
 
 class WorkerLifecycle:
     """A worker opens its own client (same endpoint, namespace and settings as the
-    parent's) when it starts and closes it when ``start()`` returns."""
+    parent's) when it starts and closes it when ``start()`` returns. ``observer`` is told
+    how the work goes (:mod:`flo_redis.observe`); set it before ``start()``."""
 
     def __init__(self, parent_client: FloClient) -> None:
+        self.observer: WorkerObserver = NO_OBSERVER
         self._parent = parent_client
         self._client: FloClient | None = None
         self._stop = asyncio.Event()

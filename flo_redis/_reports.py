@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from .errors import ServerError, is_connection_error
+from .observe import NO_OBSERVER, WorkerObserver
 
 RESULT_SENDS = 3
 STOP_RECONNECT_S = 2.0
@@ -28,16 +29,22 @@ async def send_report(
     log: logging.Logger,
     *,
     sent: int = 0,
+    report: str = "",
+    observer: WorkerObserver = NO_OBSERVER,
 ) -> bool:
     """Send one report; True once the store accepted it, False if refused or lost.
-    ``sent`` counts sends the caller already made (lost to a connection error)."""
+    ``sent`` counts sends the caller already made (lost to a connection error); the
+    ``observer`` hears of each resend and refusal of this ``report`` kind."""
     loop = asyncio.get_running_loop()
     stop_deadline: float | None = None
     for attempt in range(sent + 1, RESULT_SENDS + 1):
+        if attempt > 1:
+            observer.report_resent(report)
         try:
             await send()
             return True
         except ServerError as exc:
+            observer.report_refused(report)
             log.warning("%s refused (%s); dropped", what, exc)
             return False
         except Exception as exc:

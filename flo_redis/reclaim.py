@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -144,7 +144,8 @@ class Reaper:
     """A worker process's periodic reclaim over the action queues it serves: every
     ``interval_s`` (sooner when a suspect's grace is about to end) it takes back the runs
     of gone owners, and about once a second runs the queue upkeep (expired leases, due
-    delayed runs), so dead work comes back even when nobody invokes or polls."""
+    delayed runs), so dead work comes back even when nobody invokes or polls.
+    ``on_reclaimed(action, count)`` hears of every batch taken back."""
 
     def __init__(
         self,
@@ -154,6 +155,7 @@ class Reaper:
         interval_s: float = DEFAULT_REAP_INTERVAL_S,
         grace_ms: int = DEFAULT_GRACE_MS,
         upkeep_every_s: float = 1.0,
+        on_reclaimed: Callable[[str, int], None] | None = None,
     ) -> None:
         if not interval_s > 0:
             raise ValidationError(f"interval_s must be positive, got {interval_s}")
@@ -164,6 +166,7 @@ class Reaper:
         self._interval_s = interval_s
         self._grace_ms = grace_ms
         self._upkeep_every_s = upkeep_every_s
+        self._on_reclaimed = on_reclaimed
         self.reclaimed = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -188,6 +191,8 @@ class Reaper:
                     continue
                 if result.reclaimed:
                     self.reclaimed += result.reclaimed
+                    if self._on_reclaimed is not None:
+                        self._on_reclaimed(name, result.reclaimed)
                     log.info("took back %d run(s) of gone owners in %r", result.reclaimed, name)
                 if result.more:
                     pause = 0.0

@@ -249,6 +249,7 @@ class StreamWorker(WorkerLifecycle):
 
     async def _dispatch(self, record: StreamRecord) -> None:
         await self._semaphore.acquire()
+        self.observer.record_delivered(self.config.stream, self.config.group)
         released = False
 
         def release() -> None:
@@ -302,10 +303,14 @@ class StreamWorker(WorkerLifecycle):
             group=cfg.group,
             consumer=cfg.consumer,
         )
+        observer = self.observer
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         try:
             ok = await self._handle(ctx)
         finally:
             release()
+        observer.record_handled(cfg.stream, cfg.group, ok, loop.time() - began)
         token = record.delivery_count or None
         send: Callable[[], Awaitable[object]]
         if ok:
@@ -314,12 +319,13 @@ class StreamWorker(WorkerLifecycle):
                 refusal = await self._acks.submit(str(record.partition), (record.id, token))
                 if refusal is not None:
                     raise refusal
+                observer.record_settled(cfg.stream, cfg.group, True)
 
         else:
             stream = self.client.stream
 
-            def send() -> Awaitable[None]:
-                return stream.group_nack(
+            async def send() -> None:
+                await stream.group_nack(
                     cfg.stream,
                     cfg.group,
                     [record.id],
@@ -327,9 +333,11 @@ class StreamWorker(WorkerLifecycle):
                         consumer=cfg.consumer, token=token, partition=record.partition
                     ),
                 )
+                observer.record_settled(cfg.stream, cfg.group, False)
 
-        what = f"{'ack' if ok else 'nack'} of {cfg.stream}/{record.id.to_redis()}"
-        await send_report(what, send, self._stop.is_set, log)
+        kind = "ack" if ok else "nack"
+        what = f"{kind} of {cfg.stream}/{record.id.to_redis()}"
+        await send_report(what, send, self._stop.is_set, log, report=kind, observer=observer)
 
     async def _handle(self, ctx: StreamContext) -> bool:
         """Run the handler under ``message_timeout``; True if it returned."""
@@ -361,9 +369,12 @@ class StreamWorker(WorkerLifecycle):
         cfg = self.config
         while not await sleep_unless_stopped(self._stop, _REAP_INTERVAL_S):
             try:
-                await self.client.stream.reclaim_gone_owners(cfg.stream, cfg.group)
+                reclaimed = await self.client.stream.reclaim_gone_owners(cfg.stream, cfg.group)
             except Exception as exc:
                 log.debug("stream reclaim failed (%s); trying again", exc)
+                continue
+            if reclaimed:
+                self.observer.records_reclaimed(cfg.stream, cfg.group, reclaimed)
 
     async def _wait_handlers(self) -> None:
         while self._tasks:

@@ -51,6 +51,7 @@ from .types import (
     ActionRegisterOptions,
     ActionType,
     Reason,
+    RunStatus,
     StatusCode,
     WorkerAwaitOptions,
     WorkerFailOptions,
@@ -74,6 +75,8 @@ _HEALTH_TTL_S = 0.5
 # How often batched load / completed counters are sent.
 _COUNTS_INTERVAL_S = 0.2
 _TOUCH_FINAL = (StatusCode.CONFLICT, StatusCode.NOT_FOUND, StatusCode.BAD_REQUEST)
+# How a handler ended, as the observer hears it (report kind -> result).
+_HANDLER_RESULT = {"complete": "completed", "fail": "failed", "none": "lease_lost"}
 
 
 def _worker_block_ms(block_ms: object) -> int:
@@ -276,9 +279,12 @@ class ActionWorker(WorkerLifecycle):
             counts = asyncio.create_task(self._counts_loop(), name="flo-counters")
             watchdog = asyncio.create_task(self._watchdog(), name="flo-handler-timeouts")
             reaper = asyncio.create_task(
-                Reaper(client, sorted(self._handlers), grace_ms=client.liveness_grace_ms).run(
-                    self._stop
-                ),
+                Reaper(
+                    client,
+                    sorted(self._handlers),
+                    grace_ms=client.liveness_grace_ms,
+                    on_reclaimed=self.observer.runs_reclaimed,
+                ).run(self._stop),
                 name="flo-reaper",
             )
             try:
@@ -392,6 +398,7 @@ class ActionWorker(WorkerLifecycle):
                 self._spawn(run)
 
     def _spawn(self, run: Claimed) -> None:
+        self.observer.run_claimed(run.action, max(0, run.claimed_at_ms - run.ready_at_ms) / 1000)
         task = asyncio.create_task(self._execute(run), name=f"flo-run-{run.run_id}")
         self._running[run.run_id] = task
         self._tasks.add(task)
@@ -428,8 +435,14 @@ class ActionWorker(WorkerLifecycle):
             _worker=self,
             token=run.token,
         )
+        began = asyncio.get_running_loop().time()
         try:
             report = await self._run_handler(ctx)
+            self.observer.run_handled(
+                ctx.action_name,
+                _HANDLER_RESULT[report.kind],
+                asyncio.get_running_loop().time() - began,
+            )
         except asyncio.CancelledError:
             # Shutdown: hand the run back without counting the attempt.
             await self._deliver(ctx, _Report("release"))
@@ -547,6 +560,7 @@ class ActionWorker(WorkerLifecycle):
     async def _deliver(self, ctx: ActionContext, report: _Report) -> None:
         worker = self.client.worker
         wid = self.config.worker_id
+        observer = self.observer
         send: Callable[[], Awaitable[object]]
         sent = 0
         if report.kind == "none":
@@ -563,24 +577,29 @@ class ActionWorker(WorkerLifecycle):
                 sent = 1
             else:
                 if refusal is not None:
+                    observer.report_refused("complete")
                     log.warning("complete of %s refused (%s); dropped", ctx.task_id, refusal)
+                else:
+                    observer.run_completed(ctx.action_name, report.outcome)
                 return
 
             async def send() -> None:
                 refusal = await self._completes.submit(ctx.action_name, item)
                 if refusal is not None:
                     raise refusal
+                observer.run_completed(ctx.action_name, report.outcome)
 
         elif report.kind == "fail":
 
-            def send() -> Awaitable[None]:
-                return worker.fail(
+            async def send() -> None:
+                after = await worker.fail(
                     wid,
                     ctx.action_name,
                     ctx.task_id,
                     report.message,
                     WorkerFailOptions(retry=report.retry, token=ctx.token),
                 )
+                observer.run_failed(ctx.action_name, after == RunStatus.PENDING)
 
         else:
 
@@ -588,7 +607,9 @@ class ActionWorker(WorkerLifecycle):
                 return self._release(ctx)
 
         what = f"{report.kind} of {ctx.task_id}"
-        await send_report(what, send, self._stop.is_set, log, sent=sent)
+        await send_report(
+            what, send, self._stop.is_set, log, sent=sent, report=report.kind, observer=observer
+        )
 
     async def _complete_batch(
         self, action: str, items: Sequence[CompleteItem]
@@ -652,7 +673,10 @@ class ActionWorker(WorkerLifecycle):
             [ctx.task_id, str(ctx.token), self.config.worker_id],
         )
         if int(reply[0]) != Status.OK:
+            self.observer.report_refused("release")
             log.info("release of %s refused (%s)", ctx.task_id, Status(int(reply[0])).name)
+        else:
+            self.observer.run_released(ctx.action_name)
 
 
 def _result_report(result: object) -> _Report:

@@ -17,6 +17,7 @@ from flo_redis import (
     RunStatus,
     is_connection_error,
 )
+from flo_redis.observe import WorkerObserver
 from flo_redis.types import ActionRunStatus
 
 
@@ -83,6 +84,7 @@ async def test_a_complete_whose_reply_is_cut_is_resent_and_applied_once(
     try:
         async with FloClient(proxy.url, namespace=namespace) as client:
             worker = client.new_action_worker(block_ms=500)
+            worker.observer = heard = Heard()
             handled: collections.Counter[str] = collections.Counter()
 
             @worker.action("charge")
@@ -114,8 +116,24 @@ async def test_a_complete_whose_reply_is_cut_is_resent_and_applied_once(
         assert (final.output, final.attempt) == (b"charged 42", 1)
         assert handled == {run_id: 1}  # never run twice, never turned into a fail
         assert infos[0].tasks_completed == 1 and infos[0].tasks_failed == 0
+        # Observed as it happened: one resend, one completion (the duplicate answer to
+        # the resend is not a second one).
+        assert heard == {"resent complete": 1, "completed charge": 1}
     finally:
         await proxy.stop()
+
+
+class Heard(WorkerObserver, collections.Counter[str]):
+    """Counts the reports a worker's observer hears."""
+
+    def report_resent(self, report: str) -> None:
+        self[f"resent {report}"] += 1
+
+    def report_refused(self, report: str) -> None:
+        self[f"refused {report}"] += 1
+
+    def run_completed(self, action: str, outcome: str) -> None:
+        self[f"completed {action}"] += 1
 
 
 async def test_failed_polls_are_paced_while_redis_is_down(

@@ -1,0 +1,204 @@
+"""Prometheus metrics of a worker process: what its workers claimed, ran and reported.
+
+Needs the ``metrics`` extra (``pip install 'flo-redis[metrics]'``); nothing else in
+flo_redis imports this module. :class:`PrometheusObserver` is a
+:class:`~flo_redis.observe.WorkerObserver` that counts into counters and histograms,
+one observer for every worker of the process::
+
+    observer = PrometheusObserver()
+    worker.observer = observer
+    server = serve_metrics(9400)          # http://127.0.0.1:9400/metrics
+
+Names follow Prometheus conventions (``flo_redis_`` prefix, ``_total`` counters, seconds).
+Counters count what the store accepted (a resent report that the store answers as a
+duplicate counts once); the queue as a whole (what waits, per-minute throughput) is the
+exporter's, read from Redis rather than from one worker.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client.exposition import start_http_server
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "flo_redis.metrics needs the 'metrics' extra: pip install 'flo-redis[metrics]'"
+    ) from exc
+
+from .observe import WorkerObserver
+
+# From a millisecond hand-off up to a backlog of minutes.
+PICKUP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# From a millisecond handler up to the default action timeout (300 s).
+HANDLER_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class PrometheusObserver(WorkerObserver):
+    """Counts every worker event into metrics of ``registry`` (the process's default
+    registry unless given). Create one per registry and share it between workers: the
+    metrics are registered once, when it is created."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        reg = REGISTRY if registry is None else registry
+        run = ("action",)
+        rec = ("stream", "group")
+        self._runs_claimed = Counter(
+            "flo_redis_runs_claimed", "Runs handed to this process's workers.", run, registry=reg
+        )
+        self._runs_completed = Counter(
+            "flo_redis_runs_completed",
+            "Runs completed (the store accepted the complete), by named outcome.",
+            ("action", "outcome"),
+            registry=reg,
+        )
+        self._runs_failed = Counter(
+            "flo_redis_runs_failed", "Runs whose fail ended them FAILED.", run, registry=reg
+        )
+        self._runs_retried = Counter(
+            "flo_redis_runs_retried",
+            "Runs failed with attempts left: they wait for another attempt.",
+            run,
+            registry=reg,
+        )
+        self._runs_released = Counter(
+            "flo_redis_runs_released",
+            "Runs given back unfinished by a stopping worker (attempt not spent).",
+            run,
+            registry=reg,
+        )
+        self._runs_reclaimed = Counter(
+            "flo_redis_runs_reclaimed",
+            "Runs of gone worker processes taken back by this process's reaper.",
+            run,
+            registry=reg,
+        )
+        self._handler_duration = Histogram(
+            "flo_redis_handler_duration_seconds",
+            "Action handler run time, by result: completed, failed, lease_lost.",
+            ("action", "result"),
+            buckets=HANDLER_BUCKETS,
+            registry=reg,
+        )
+        self._pickup_latency = Histogram(
+            "flo_redis_pickup_latency_seconds",
+            "Time from a run becoming ready (created, due or retried) to its claim.",
+            run,
+            buckets=PICKUP_BUCKETS,
+            registry=reg,
+        )
+        self._records_delivered = Counter(
+            "flo_redis_stream_records_delivered",
+            "Stream records delivered to this process's consumers.",
+            rec,
+            registry=reg,
+        )
+        self._records_acked = Counter(
+            "flo_redis_stream_records_acked", "Stream records acked.", rec, registry=reg
+        )
+        self._records_nacked = Counter(
+            "flo_redis_stream_records_nacked",
+            "Stream records nacked (handler raised or timed out).",
+            rec,
+            registry=reg,
+        )
+        self._records_reclaimed = Counter(
+            "flo_redis_stream_records_reclaimed",
+            "Deliveries of gone consumers given back by this process's reaper.",
+            rec,
+            registry=reg,
+        )
+        self._stream_handler_duration = Histogram(
+            "flo_redis_stream_handler_duration_seconds",
+            "Stream handler run time, by result: acked, nacked.",
+            ("stream", "group", "result"),
+            buckets=HANDLER_BUCKETS,
+            registry=reg,
+        )
+        self._reports_resent = Counter(
+            "flo_redis_reports_resent",
+            "Reports sent again after a lost connection, by kind.",
+            ("report",),
+            registry=reg,
+        )
+        self._reports_refused = Counter(
+            "flo_redis_reports_refused",
+            "Reports the store refused (lease moved on, run gone), by kind.",
+            ("report",),
+            registry=reg,
+        )
+
+    def run_claimed(self, action: str, pickup_s: float) -> None:
+        self._runs_claimed.labels(action).inc()
+        self._pickup_latency.labels(action).observe(pickup_s)
+
+    def run_handled(self, action: str, result: str, duration_s: float) -> None:
+        self._handler_duration.labels(action, result).observe(duration_s)
+
+    def run_completed(self, action: str, outcome: str) -> None:
+        self._runs_completed.labels(action, outcome).inc()
+
+    def run_failed(self, action: str, retried: bool) -> None:
+        (self._runs_retried if retried else self._runs_failed).labels(action).inc()
+
+    def run_released(self, action: str) -> None:
+        self._runs_released.labels(action).inc()
+
+    def runs_reclaimed(self, action: str, count: int) -> None:
+        self._runs_reclaimed.labels(action).inc(count)
+
+    def record_delivered(self, stream: str, group: str) -> None:
+        self._records_delivered.labels(stream, group).inc()
+
+    def record_handled(self, stream: str, group: str, acked: bool, duration_s: float) -> None:
+        result = "acked" if acked else "nacked"
+        self._stream_handler_duration.labels(stream, group, result).observe(duration_s)
+
+    def record_settled(self, stream: str, group: str, acked: bool) -> None:
+        (self._records_acked if acked else self._records_nacked).labels(stream, group).inc()
+
+    def records_reclaimed(self, stream: str, group: str, count: int) -> None:
+        self._records_reclaimed.labels(stream, group).inc(count)
+
+    def report_resent(self, report: str) -> None:
+        self._reports_resent.labels(report).inc()
+
+    def report_refused(self, report: str) -> None:
+        self._reports_refused.labels(report).inc()
+
+
+@dataclass
+class MetricsServer:
+    """A running ``/metrics`` endpoint (a small HTTP server on its own thread, outside
+    the event loop: a scrape never waits for the workers, nor they for it)."""
+
+    host: str
+    port: int
+    _server: WSGIServer
+    _thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+def serve_metrics(
+    port: int, host: str = "127.0.0.1", registry: CollectorRegistry | None = None
+) -> MetricsServer:
+    """Serve ``registry`` (default: the process's) at ``http://host:port/metrics``.
+    Binds ``127.0.0.1`` unless told otherwise; port 0 picks a free port."""
+    reg = REGISTRY if registry is None else registry
+    server, thread = start_http_server(port, addr=host, registry=reg)
+    return MetricsServer(host, int(server.server_address[1]), server, thread)
+
+
+__all__ = ["MetricsServer", "PrometheusObserver", "serve_metrics"]
