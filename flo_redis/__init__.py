@@ -38,6 +38,7 @@ from .errors import (
     ValueTooLargeError,
     is_connection_error,
 )
+from .results import JsonSerializer, ResultEncodingError, ResultSerializer
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from .streams import (
     DeadLetter,
@@ -136,6 +137,7 @@ __all__ = [
     "InvalidChecksumError",
     "InvalidEndpointError",
     "InvalidMagicError",
+    "JsonSerializer",
     "KeyTooLargeError",
     "NamespaceTooLargeError",
     "NonRetryableError",
@@ -150,6 +152,8 @@ __all__ = [
     "Reason",
     "RedisVersionError",
     "RequestTimeoutError",
+    "ResultEncodingError",
+    "ResultSerializer",
     "RetryPolicy",
     "RunStatus",
     "ServerError",

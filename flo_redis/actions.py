@@ -79,6 +79,7 @@ def _run_status(run_id: str, rec: dict[str, Any]) -> ActionRunStatus:
         max_retries=int(rec.get("mr", 0)),
         outcome=text(rec.get("oc")),
         token=int(rec.get("t", 0)),
+        error_traceback=text(rec.get("tb")),
     )
 
 

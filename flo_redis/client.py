@@ -37,6 +37,7 @@ from .errors import (
 )
 from .keys import check_namespace
 from .liveness import DEFAULT_GRACE_MS, Liveness
+from .results import JSON, ResultSerializer
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from .slots import SlotOperations
 from .streams import StreamOperations
@@ -325,8 +326,10 @@ class FloClient:
         action_timeout: float = 300.0,
         block_ms: int = 30000,
         auto_touch: bool = False,
+        serializer: ResultSerializer = JSON,
     ) -> ActionWorker:
-        """An :class:`ActionWorker` on this client's endpoint and namespace."""
+        """An :class:`ActionWorker` on this client's endpoint and namespace; ``serializer``
+        encodes handler results that are not bytes."""
         from .worker import ActionWorker
 
         return ActionWorker(
@@ -336,6 +339,7 @@ class FloClient:
             action_timeout=action_timeout,
             block_ms=block_ms,
             auto_touch=auto_touch,
+            serializer=serializer,
         )
 
     def new_stream_worker(

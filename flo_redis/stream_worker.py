@@ -29,6 +29,7 @@ from ._reports import send_report
 from ._wake import raise_if_cancelling
 from .errors import ServerError, ValidationError, is_connection_error, validate_block_ms
 from .keys import check_name
+from .results import HandlerPool, check_handler, error_text
 from .retry import EmptyPollBackoff, is_refused_unrun, sleep_unless_stopped, worker_backoff
 from .types import (
     DEFAULT_WORKER_BLOCK_MS,
@@ -119,7 +120,8 @@ class StreamContext:
         return self.record.delivery_count
 
 
-StreamHandler = Callable[[StreamContext], Awaitable[None]]
+# An ``async def`` handler, or a plain function (run in the worker's thread pool).
+StreamHandler = Callable[[StreamContext], Awaitable[None]] | Callable[[StreamContext], None]
 StreamRecordHandler = StreamHandler
 
 
@@ -143,7 +145,7 @@ class StreamWorker(WorkerLifecycle):
         claim_min_idle_ms: int = 0,
     ) -> None:
         super().__init__(parent_client)
-        super().__init__(parent_client)
+        check_handler(f"stream {stream!r}", handler)
         self._handler = handler
         self.config = StreamWorkerOptions(
             stream=stream,
@@ -161,6 +163,7 @@ class StreamWorker(WorkerLifecycle):
         check_name("group name", group)
         check_name("consumer name", self.config.consumer)
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
+        self._pool = HandlerPool(self.config.concurrency, "flo-stream-handler")
         self._tasks: set[asyncio.Task[None]] = set()
         self._acks: Coalescer[tuple[StreamID, int | None]] = Coalescer(
             self._ack_batch, "flo-ack-batches"
@@ -189,6 +192,7 @@ class StreamWorker(WorkerLifecycle):
                     self.config.stream, self.config.group, self.config.consumer
                 )
         finally:
+            self._pool.close()
             await client.close()
             self._finished.set()
 
@@ -345,14 +349,27 @@ class StreamWorker(WorkerLifecycle):
         try:
             if _INLINE_TIMEOUT:
                 async with asyncio.timeout(timeout):  # type: ignore[attr-defined,unused-ignore]
-                    await self._handler(ctx)
+                    await self._pool.call(self._handler, ctx)
             else:
-                await asyncio.wait_for(self._handler(ctx), timeout)
-        except asyncio.TimeoutError:
-            log.warning("handler for %s timed out or raised TimeoutError; nacking", ctx.stream_id)
-            return False
+                await asyncio.wait_for(self._pool.call(self._handler, ctx), timeout)
         except Exception as exc:
-            log.warning("handler for %s failed (%s); nacking", ctx.stream_id, exc)
+            record = ctx.record
+            log.error(
+                "handler for %s/%s (delivery %d, consumer %s) failed: %s; nacking",
+                self.config.stream,
+                record.id.to_redis(),
+                record.delivery_count,
+                self.config.consumer,
+                _why(exc, timeout),
+                exc_info=exc,
+                extra={
+                    "stream": self.config.stream,
+                    "group": self.config.group,
+                    "entry_id": record.id.to_redis(),
+                    "attempt": record.delivery_count,
+                    "worker_id": self.config.worker_id,
+                },
+            )
             return False
         return True
 
@@ -379,3 +396,9 @@ class StreamWorker(WorkerLifecycle):
     async def _wait_handlers(self) -> None:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _why(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, asyncio.TimeoutError) and not str(exc):
+        return f"no return within message_timeout {timeout:g} s (or it raised TimeoutError)"
+    return error_text(exc)

@@ -394,6 +394,8 @@ class WorkerOperations:
         if not isinstance(error_message, str):
             raise ValidationError("error_message must be a str")
         check_bytes("error_message", error_message.encode(), self._client.max_payload_bytes)
+        if opts.traceback is not None:
+            check_bytes("traceback", opts.traceback.encode(), self._client.max_payload_bytes)
         keys = self._run_keys(action_name, task_id, opts.namespace)
         reply = await _scripts.call(
             self._client.redis,
@@ -410,7 +412,14 @@ class WorkerOperations:
                 keys.wake,
                 keys.owned,
             ],
-            [task_id, token_arg(opts.token), worker_id, error_message, 1 if opts.retry else 0],
+            [
+                task_id,
+                token_arg(opts.token),
+                worker_id,
+                error_message,
+                1 if opts.retry else 0,
+                opts.traceback or "",
+            ],
         )
         self._check_report(int(reply[0]), reply, keys, task_id, worker_id, "fail")
         if not int(reply[1]):

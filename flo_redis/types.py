@@ -575,8 +575,10 @@ class ActionRunStatus:
     ``worker_id`` is the worker holding (or that last held) the run.
 
     flo_redis adds ``max_retries`` (attempts in all the run may get),
-    ``outcome`` (the outcome a completed run reported) and ``token`` (the
-    fencing token of the latest hand-out)."""
+    ``outcome`` (the outcome a completed run reported), ``token`` (the
+    fencing token of the latest hand-out) and ``error_traceback`` (the
+    traceback of the handler's last failure, its last 8 KiB; the message,
+    ``"KeyError: 'image'"``, is in ``error_message``)."""
 
     run_id: str
     status: RunStatus
@@ -590,6 +592,7 @@ class ActionRunStatus:
     max_retries: int = 0
     outcome: str | None = None
     token: int = 0
+    error_traceback: str | None = None
 
 
 @dataclass
@@ -838,11 +841,13 @@ class WorkerFailOptions:
     """Options for fail; ``retry=False`` fails the run for good.
 
     ``token`` (flo_redis): the hand-out's fencing token; None is flo's
-    token-less fail, checked by worker id only."""
+    token-less fail, checked by worker id only. ``traceback`` (flo_redis):
+    kept with the run as its ``error_traceback``."""
 
     namespace: str | None = None
     retry: bool = True
     token: int | None = None
+    traceback: str | None = None
 
 
 @dataclass

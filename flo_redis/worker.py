@@ -37,6 +37,16 @@ from .errors import (
 )
 from .keys import action_keys, check_name
 from .reclaim import Reaper
+from .results import (
+    JSON,
+    HandlerPool,
+    ResultEncodingError,
+    ResultSerializer,
+    check_handler,
+    encode_result,
+    error_text,
+    error_traceback,
+)
 from .retry import EmptyPollBackoff, sleep_unless_stopped, worker_backoff
 from .stream_worker import (
     StreamContext,
@@ -174,16 +184,14 @@ class ActionContext:
             raise asyncio.CancelledError("run cancelled: its lease was lost")
 
     def result(self, outcome: str, value: Any = None) -> ActionResult:
-        if value is None:
-            data = b""
-        elif isinstance(value, bytes):
-            data = value
-        else:
-            data = json.dumps(value).encode()
+        """A result with a named outcome; ``value`` is encoded as a return value is (bytes
+        as they are, anything else by the worker's serializer), None gives no data."""
+        data = b"" if value is None else encode_result(value, self._worker._serializer)
         return ActionResult(outcome, data)
 
 
-ActionHandler = Callable[[ActionContext], Awaitable[Any]]
+# An ``async def`` handler, or a plain function (run in the worker's thread pool).
+ActionHandler = Callable[[ActionContext], Awaitable[Any]] | Callable[[ActionContext], Any]
 
 
 @dataclass
@@ -193,6 +201,7 @@ class _Report:
     outcome: str = "success"
     message: str = ""
     retry: bool = True
+    traceback: str = ""
 
 
 class _LeaseLost(Exception):
@@ -211,8 +220,8 @@ class ActionWorker(WorkerLifecycle):
         action_timeout: float = 300.0,
         block_ms: int = 30000,
         auto_touch: bool = False,
+        serializer: ResultSerializer = JSON,
     ) -> None:
-        super().__init__(parent_client)
         super().__init__(parent_client)
         self.config = ActionWorkerOptions(
             worker_id=worker_id or _generate_id(),
@@ -222,6 +231,8 @@ class ActionWorker(WorkerLifecycle):
             auto_touch=auto_touch,
         )
         check_name("worker id", self.config.worker_id)
+        self._serializer = serializer
+        self._pool = HandlerPool(self.config.concurrency, "flo-handler")
         self._handlers: dict[str, ActionHandler] = {}
         self._options: dict[str, ActionRegisterOptions] = {}
         self._running: dict[str, asyncio.Task[None]] = {}  # runs whose handler runs
@@ -251,8 +262,11 @@ class ActionWorker(WorkerLifecycle):
         self, name: str, handler: ActionHandler, options: ActionRegisterOptions | None = None
     ) -> None:
         """Register ``handler`` for ``name``; ValueError if the name already has one.
-        ``options.namespace`` is ignored: the worker's namespace is used."""
+        ``options.namespace`` is ignored: the worker's namespace is used. ``handler`` is
+        an ``async def`` function or a plain one (run in a bounded thread pool);
+        :class:`ValidationError` for anything that cannot be called."""
         check_name("action name", name)
+        check_handler(f"action {name!r}", handler)
         if name in self._handlers:
             raise ValueError(f"Action handler already registered: {name}")
         self._handlers[name] = handler
@@ -302,6 +316,7 @@ class ActionWorker(WorkerLifecycle):
             await self._give_back_running()
             raise
         finally:
+            self._pool.close()
             await client.close()
             self._finished.set()
 
@@ -457,7 +472,7 @@ class ActionWorker(WorkerLifecycle):
             return _Report("fail", message=f"No handler for: {ctx.action_name}", retry=True)
         if not self.config.auto_touch and _INLINE_TIMEOUT:
             return await self._run_inline(handler, ctx)
-        work: asyncio.Future[Any] = asyncio.ensure_future(handler(ctx))
+        work: asyncio.Future[Any] = asyncio.ensure_future(self._pool.call(handler, ctx))
         toucher = self._start_auto_touch(ctx, work)
         try:
             # asyncio.wait, not wait_for: the worker's own cancellation must never be
@@ -474,6 +489,7 @@ class ActionWorker(WorkerLifecycle):
                 with contextlib.suppress(asyncio.CancelledError):
                     await toucher
         if not work.done():
+            ctx._cancel_event.set()
             work.cancel()
             with contextlib.suppress(BaseException):
                 await work
@@ -484,8 +500,8 @@ class ActionWorker(WorkerLifecycle):
             return _Report("fail", message="Action cancelled", retry=True)
         exc = work.exception()
         if exc is not None:
-            return _failure_report(exc)
-        return _result_report(work.result())
+            return self._failure_report(ctx, exc)
+        return self._result_report(ctx, work.result())
 
     async def _run_inline(self, handler: ActionHandler, ctx: ActionContext) -> _Report:
         """The handler in this task, its ``action_timeout`` kept by the worker's one
@@ -494,7 +510,7 @@ class ActionWorker(WorkerLifecycle):
         ctx._deadline = asyncio.get_running_loop().time() + self.config.action_timeout
         self._inline[ctx.task_id] = ctx
         try:
-            result = await handler(ctx)
+            result = await self._pool.call(handler, ctx)
         except asyncio.CancelledError:
             if not ctx._timed_out:
                 raise
@@ -503,11 +519,41 @@ class ActionWorker(WorkerLifecycle):
                 current.uncancel()  # type: ignore[attr-defined,unused-ignore]
             return _Report("fail", message="Action timed out", retry=False)
         except Exception as exc:
-            return _failure_report(exc)
+            return self._failure_report(ctx, exc)
         finally:
             ctx._deadline = 0.0
             self._inline.pop(ctx.task_id, None)
-        return _result_report(result)
+        return self._result_report(ctx, result)
+
+    def _result_report(self, ctx: ActionContext, result: object) -> _Report:
+        if isinstance(result, ActionResult):
+            return _Report("complete", data=result.data, outcome=result.outcome)
+        try:
+            return _Report("complete", data=encode_result(result, self._serializer))
+        except ResultEncodingError as exc:
+            return self._failure_report(ctx, exc)
+
+    def _failure_report(self, ctx: ActionContext, exc: BaseException) -> _Report:
+        """Log the failure (ERROR, with its traceback) and say what the run keeps."""
+        message = error_text(exc)
+        retry = not isinstance(exc, NonRetryableError)
+        log.error(
+            "run %s of %r failed on attempt %d (worker %s)%s: %s",
+            ctx.task_id,
+            ctx.action_name,
+            ctx.attempt,
+            self.config.worker_id,
+            "" if retry else ", not retried",
+            message,
+            exc_info=exc,
+            extra={
+                "run_id": ctx.task_id,
+                "action": ctx.action_name,
+                "attempt": ctx.attempt,
+                "worker_id": self.config.worker_id,
+            },
+        )
+        return _Report("fail", message=message, retry=retry, traceback=error_traceback(exc))
 
     def _start_auto_touch(
         self, ctx: ActionContext, work: asyncio.Future[Any]
@@ -563,6 +609,8 @@ class ActionWorker(WorkerLifecycle):
         observer = self.observer
         send: Callable[[], Awaitable[object]]
         sent = 0
+        if report.kind in ("none", "release"):
+            self._load_delta -= 1  # the run leaves this worker without a complete or fail
         if report.kind == "none":
             return
         if report.kind == "complete":
@@ -597,7 +645,9 @@ class ActionWorker(WorkerLifecycle):
                     ctx.action_name,
                     ctx.task_id,
                     report.message,
-                    WorkerFailOptions(retry=report.retry, token=ctx.token),
+                    WorkerFailOptions(
+                        retry=report.retry, token=ctx.token, traceback=report.traceback or None
+                    ),
                 )
                 observer.run_failed(ctx.action_name, after == RunStatus.PENDING)
 
@@ -632,6 +682,7 @@ class ActionWorker(WorkerLifecycle):
             for task_id, ctx in list(self._inline.items()):
                 if ctx._deadline and now >= ctx._deadline and not ctx._timed_out:
                     ctx._timed_out = True
+                    ctx._cancel_event.set()
                     task = self._running.get(task_id)
                     if task is not None:
                         task.cancel()
@@ -677,21 +728,6 @@ class ActionWorker(WorkerLifecycle):
             log.info("release of %s refused (%s)", ctx.task_id, Status(int(reply[0])).name)
         else:
             self.observer.run_released(ctx.action_name)
-
-
-def _result_report(result: object) -> _Report:
-    if isinstance(result, ActionResult):
-        return _Report("complete", data=result.data, outcome=result.outcome)
-    if isinstance(result, dict):
-        return _Report("complete", data=json.dumps(result).encode())
-    if isinstance(result, bytes):
-        return _Report("complete", data=result)
-    return _Report("complete", data=b"")
-
-
-def _failure_report(exc: BaseException) -> _Report:
-    message = str(exc) or type(exc).__name__
-    return _Report("fail", message=message, retry=not isinstance(exc, NonRetryableError))
 
 
 def _in_namespace(opts: ActionRegisterOptions, namespace: str | None) -> ActionRegisterOptions:

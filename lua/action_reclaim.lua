@@ -62,6 +62,7 @@ local function take_back(owner)
     if run and run.s == RUN_RUNNING and run.o == owner then
       redis.call('ZREM', k.leases, run_id)
       run.err = GONE
+      run.tb = nil
       reclaimed = reclaimed + 1
       if run.a < run.mr then
         ready = ready + queue_retry(k, run_id, run, now, action.backoff_ms, action.backoff_max_ms)

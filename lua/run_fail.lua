@@ -17,6 +17,7 @@
   ARGV[3] worker_id
   ARGV[4] message    error message
   ARGV[5] retry      1 = re-queue while attempts remain, 0 = final
+  ARGV[6] traceback  the failure's traceback, kept with the run; '' = none
   Returns {status, duplicate, run_status}
           status: OK | NOT_FOUND | NO_ACTION | STALE; run_status: the run's status after
 ]]
@@ -33,6 +34,7 @@ local token = ARGV[2]
 local worker_id = ARGV[3]
 local message = ARGV[4]
 local retry = tonumber(ARGV[5])
+local traceback = ARGV[6]
 
 local action = action_load(k.def)
 if not action then return {ST_NO_ACTION} end
@@ -50,6 +52,7 @@ end
 local now = now_ms()
 redis.call('ZREM', k.leases, run_id)
 run.err = message
+if traceback ~= '' then run.tb = traceback else run.tb = nil end
 run.lrk = 'f'
 run.lrt = run.t
 run.lrw = worker_id

@@ -82,7 +82,7 @@ async def test_handler_results_become_completes(client: FloClient) -> None:
     assert (sa.status, sa.output, sa.attempt) == (RunStatus.COMPLETED, b"ABC", 1)
     assert sb.output == b'{"n": 2}'
     assert (sc.output, sc.outcome) == (b'{"ok": true}', "approved")
-    assert (sd.status, sd.output) == (RunStatus.COMPLETED, b"")
+    assert (sd.status, sd.output) == (RunStatus.COMPLETED, b"null")
     assert sa.worker_id == worker.config.worker_id
 
 
@@ -99,7 +99,7 @@ async def test_non_retryable_error_fails_for_good(client: FloClient) -> None:
     assert (status.status, status.attempt, status.error_message) == (
         RunStatus.FAILED,
         1,
-        "malformed order",
+        "NonRetryableError: malformed order",
     )
 
 
@@ -117,7 +117,7 @@ async def test_other_errors_are_retried_until_attempts_run_out(client: FloClient
         status = await finished(client, run_id)
     assert attempts == [1, 2, 3]
     assert (status.status, status.attempt) == (RunStatus.FAILED, 3)
-    assert status.error_message == "attempt 3 broke"
+    assert status.error_message == "RuntimeError: attempt 3 broke"
 
 
 async def test_a_retry_that_succeeds_completes(client: FloClient) -> None:

@@ -29,6 +29,7 @@ local function complete_run(k, action, now, run_id, token, worker_id, result, ou
   run.out = result
   run.oc = outcome
   run.err = nil
+  run.tb = nil
   owned_drop(k.owned, run.o, run_id)
   run.o = nil
   run.lrk = 'c'

@@ -49,6 +49,7 @@ local function queue_expire(k, now, limit, backoff_base, backoff_cap)
     if run and run.s == RUN_RUNNING then
       expired = expired + 1
       run.err = 'lease expired: no complete, fail or touch within the action timeout'
+      run.tb = nil
       if run.a < run.mr then
         ready = ready + queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
       else
