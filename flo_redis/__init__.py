@@ -36,6 +36,7 @@ from .errors import (
     UnexpectedEofError,
     ValidationError,
     ValueTooLargeError,
+    WaitTimeoutError,
     is_connection_error,
 )
 from .results import JsonSerializer, ResultEncodingError, ResultSerializer
@@ -188,6 +189,7 @@ __all__ = [
     "UnexpectedEofError",
     "ValidationError",
     "ValueTooLargeError",
+    "WaitTimeoutError",
     "WorkerAwaitOptions",
     "WorkerAwaitResult",
     "WorkerCompleteOptions",

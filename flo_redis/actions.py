@@ -7,9 +7,10 @@ replies into flo's result classes and typed errors.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import _scripts
 from ._checks import (
@@ -18,6 +19,16 @@ from ._checks import (
     check_count,
     not_registered,
     raise_run_refusal,
+)
+from ._runs import (
+    DEFAULT_WAIT_MS,
+    FINAL,
+    check_wait_ms,
+    invoke_reply,
+    invoke_request,
+    run_status,
+    status_reply,
+    wait_timed_out,
 )
 from ._status import Status, refusal
 from .codec import (
@@ -63,24 +74,6 @@ DEFAULT_RETENTION_MS = 24 * 3600 * 1000
 DEFAULT_RETENTION_COUNT = 10_000
 REAP_BATCH = 100
 INVOKE_BATCH = 1000  # runs per action_invoke_many call
-
-
-def _run_status(run_id: str, rec: dict[str, Any]) -> ActionRunStatus:
-    return ActionRunStatus(
-        run_id=run_id,
-        status=RunStatus(int(rec["s"])),
-        created_at_ms=int(rec["c"]),
-        attempt=int(rec.get("a", 0)),
-        started_at_ms=int(rec["st"]) if rec.get("st") is not None else None,
-        completed_at_ms=int(rec["ct"]) if rec.get("ct") is not None else None,
-        output=bytes(rec["out"]) if rec.get("out") is not None else None,
-        error_message=text(rec.get("err")),
-        worker_id=text(rec.get("w")),
-        max_retries=int(rec.get("mr", 0)),
-        outcome=text(rec.get("oc")),
-        token=int(rec.get("t", 0)),
-        error_traceback=text(rec.get("tb")),
-    )
 
 
 class ActionOperations:
@@ -131,39 +124,9 @@ class ActionOperations:
         is not registered, :class:`ValueTooLargeError` for an oversized input."""
         opts = options or ActionInvokeOptions()
         keys = self._keys(name, opts.namespace)
-        data = check_bytes("input_data", input_data, self._client.max_payload_bytes)
-        labels = pack(tag_labels(opts.labels)) if opts.labels else b""
-        reply = await _scripts.call(
-            self._client.redis,
-            "action_invoke",
-            [
-                keys.definition,
-                keys.meta,
-                keys.runs,
-                keys.inputs,
-                keys.pending,
-                keys.delayed,
-                keys.idempotency,
-                keys.wake,
-            ],
-            [
-                run_id_prefix(name),
-                data,
-                labels,
-                opts.delay_ms,
-                opts.run_at_ms or 0,
-                opts.idempotency_key or "",
-            ],
-        )
-        status = int(reply[0])
-        if status == Status.NO_ACTION:
-            raise not_registered(keys)
-        if status == Status.TOO_LARGE:
-            raise ValueTooLargeError(
-                f"input_data is {len(data)} bytes; action {name!r} accepts at most "
-                f"{int(reply[1])} (its max_payload_bytes)"
-            )
-        return ActionInvokeResult(run_id=text(reply[1]) or "")
+        names, args, size = invoke_request(keys, input_data, opts, self._client.max_payload_bytes)
+        reply = await _scripts.call(self._client.redis, "action_invoke", names, args)
+        return invoke_reply(reply, keys, size)
 
     async def invoke_many(
         self,
@@ -215,13 +178,31 @@ class ActionOperations:
         keys = self._keys(action_of_run(run_id), opts.namespace)
         with _scripts.redis_errors("status"):
             raw = await self._client.redis.hget(keys.runs, run_id)
-        if raw is None:
-            raise refusal(
-                Status.NOT_FOUND,
-                f"run {run_id!r} not found in namespace {keys.namespace!r} (never created, "
-                "deleted with its action, or past its retention)",
-            )
-        return _run_status(run_id, unpack_record(raw))
+        return status_reply(run_id, keys, raw)
+
+    async def wait(
+        self, run_id: str, timeout_ms: int = DEFAULT_WAIT_MS, namespace: str | None = None
+    ) -> ActionRunStatus:
+        """The run's status as soon as it ends (COMPLETED, FAILED, TIMED_OUT or
+        CANCELLED), woken by the script that ends it, not by polling.
+        :class:`WaitTimeoutError` (with the run's status then) once ``timeout_ms`` has
+        passed first; :class:`NotFoundError` for an unknown run."""
+        timeout_ms = check_wait_ms(timeout_ms)
+        keys = self._keys(action_of_run(run_id), namespace)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000.0
+        options = ActionStatusOptions(namespace=namespace)
+        async with self._client.waker.watching([keys.ended]) as watch:
+            while True:
+                # Subscribed before the read: an end published after it is never missed.
+                await watch.arm()
+                status = await self.status(run_id, options)
+                if status.status in FINAL:
+                    return status
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise wait_timed_out(status, timeout_ms)
+                await watch.wait(remaining)
 
     async def list(self, options: ActionListOptions | None = None) -> ActionListResult:
         """Registered actions in name order, ``limit`` a page, filtered by ``prefix``;
@@ -308,7 +289,7 @@ class ActionOperations:
             ids = [decoded(i) for i in await conn.zrange(keys.failed, 0, limit - 1)]
             raws = await conn.hmget(keys.runs, ids) if ids else []
         return [
-            _run_status(run_id, unpack_record(raw))
+            run_status(run_id, unpack_record(raw))
             for run_id, raw in zip(ids, raws, strict=True)
             if raw is not None
         ]
@@ -338,6 +319,7 @@ class ActionOperations:
                 keys.idempotency,
                 keys.wake,
                 keys.owned,
+                keys.ended,
             ],
             [REAP_BATCH],
         )

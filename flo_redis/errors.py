@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import redis.exceptions
 
-from .types import MAX_BLOCK_MS, Ran, Reason, StatusCode
+from .types import MAX_BLOCK_MS, ActionRunStatus, Ran, Reason, StatusCode
 
 __all__ = [
     "BadRequestError",
@@ -46,6 +46,7 @@ __all__ = [
     "UnexpectedEofError",
     "ValidationError",
     "ValueTooLargeError",
+    "WaitTimeoutError",
     "is_connection_error",
     "server_error",
     "validate_block_ms",
@@ -93,6 +94,16 @@ class RequestTimeoutError(FloError, asyncio.TimeoutError):
     """No answer came in time and the connection was dropped, so a late answer
     can't be read as the next one. Reconnect; whether the request ran is unknown.
     It is also an ``asyncio.TimeoutError``."""
+
+
+class WaitTimeoutError(FloError, TimeoutError):
+    """``action.wait`` reached its ``timeout_ms`` before the run ended. The run goes on;
+    ``status`` is what it was at the deadline. Wait again or read it later. It is also
+    a ``TimeoutError`` (and so an ``asyncio.TimeoutError`` on Python 3.11+)."""
+
+    def __init__(self, message: str, status: ActionRunStatus) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class RedisVersionError(ConnectionFailedError):

@@ -79,6 +79,7 @@ class ActionKeys:
     owned: str  # ZSET  "<owner>\0<run_id>" (score 0): the runs each owner was handed
     slots: str  # HASH  concurrency slot index -> msgpack holder {o, t, d, sx}
     wake: str  # sharded pub/sub channel announcing new work
+    ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
     def all_data_keys(self) -> tuple[str, ...]:
         return (
@@ -133,6 +134,7 @@ def _action_keys(namespace: str, action: str) -> ActionKeys:
         owned=f"{base}:owned",
         slots=f"{base}:slots",
         wake=f"{base}:wake",
+        ended=f"{base}:ended",
     )
 
 

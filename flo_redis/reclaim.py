@@ -68,6 +68,7 @@ def _reclaim_keys(keys: ActionKeys) -> list[str]:
         keys.owners,
         keys.owned,
         keys.wake,
+        keys.ended,
     ]
 
 

@@ -304,6 +304,7 @@ class WorkerOperations:
                 keys.done,
                 keys.idempotency,
                 keys.owned,
+                keys.ended,
             ],
             [task_id, token_arg(opts.token), worker_id, data, opts.outcome],
         )
@@ -352,6 +353,7 @@ class WorkerOperations:
                     keys.done,
                     keys.idempotency,
                     keys.owned,
+                    keys.ended,
                 ],
                 [worker_id, pack(chunk)],
             )
@@ -411,6 +413,7 @@ class WorkerOperations:
                 keys.failed,
                 keys.wake,
                 keys.owned,
+                keys.ended,
             ],
             [
                 task_id,
@@ -636,6 +639,7 @@ class WorkerOperations:
                 keys.poll_times,
                 keys.owners,
                 keys.owned,
+                keys.ended,
             ],
             [worker_id, self._client.owner_id, labels, max_n, poll_id, LABEL_SCAN],
         )

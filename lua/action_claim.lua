@@ -15,6 +15,7 @@
   KEYS[10] poll_times  ZSET  poll id -> time ms (memos are forgotten after two minutes)
   KEYS[11] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[12] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[13] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
@@ -39,7 +40,8 @@
 --@include lib/polls.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
-  polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12]}
+  polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
+  ended = KEYS[13]}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]

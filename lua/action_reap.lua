@@ -14,6 +14,7 @@
   KEYS[10] idem    HASH  idempotency key -> run_id
   KEYS[11] wake    CHANNEL  sharded channel announcing new work
   KEYS[12] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[13] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   ARGV[1] batch    at most this many items per step
   Returns {status, ready, next_due_ms}   status: OK | NO_ACTION
 ]]
@@ -24,7 +25,8 @@
 --@include lib/action.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
-  done = KEYS[9], idem = KEYS[10], wake = KEYS[11], owned = KEYS[12]}
+  done = KEYS[9], idem = KEYS[10], wake = KEYS[11], owned = KEYS[12],
+  ended = KEYS[13]}
 local batch = tonumber(ARGV[1])
 
 local action = action_load(k.def)

@@ -18,7 +18,8 @@
   KEYS[8] owners   HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[9] owned    ZSET  "<owner>\0<run_id>" (score 0): the runs handed to each owner
   KEYS[10] wake    CHANNEL  sharded channel announcing new work
-  KEYS[11..n] the liveness channel of each owner named in ARGV[3], in the same order
+  KEYS[11] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
+  KEYS[12..n] the liveness channel of each owner named in ARGV[3], in the same order
   ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone (>= 0)
   ARGV[2] batch     at most this many index entries of gone owners (1..1000)
   ARGV[3] owners    msgpack array of owner ids (at most 100)
@@ -35,9 +36,9 @@
 --@include lib/owners.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   delayed = KEYS[5], leases = KEYS[6], failed = KEYS[7], owners = KEYS[8], owned = KEYS[9],
-  wake = KEYS[10]}
+  wake = KEYS[10], ended = KEYS[11]}
 local channels = {}
-for i = 11, #KEYS do channels[#channels + 1] = KEYS[i] end
+for i = 12, #KEYS do channels[#channels + 1] = KEYS[i] end
 local grace_ms = tonumber(ARGV[1])
 local batch = tonumber(ARGV[2])
 local owners = cmsgpack.unpack(ARGV[3])

@@ -9,6 +9,7 @@
   KEYS[6] done     ZSET  run_id -> finished ms (completed runs kept for retention)
   KEYS[7] idem     HASH  idempotency key -> run_id
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
   ARGV[3] worker_id
@@ -24,7 +25,8 @@
 --@include lib/action.lua
 --@include lib/complete.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  leases = KEYS[5], done = KEYS[6], idem = KEYS[7], owned = KEYS[8]}
+  leases = KEYS[5], done = KEYS[6], idem = KEYS[7], owned = KEYS[8],
+  ended = KEYS[9]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]

@@ -12,6 +12,7 @@
   KEYS[8] failed   ZSET  run_id -> finished ms
   KEYS[9] wake     CHANNEL  sharded channel announcing new work
   KEYS[10] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[11] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
   ARGV[3] worker_id
@@ -28,7 +29,7 @@
 --@include lib/action.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8], wake = KEYS[9],
-  owned = KEYS[10]}
+  owned = KEYS[10], ended = KEYS[11]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]

@@ -266,7 +266,7 @@ async def test_liveness_blip_within_the_grace_keeps_the_leases(
             script = SCRIPTS["action_reclaim"]
             fixed = [
                 keys.definition, keys.meta, keys.runs, keys.pending, keys.delayed,
-                keys.leases, keys.failed, keys.owners, keys.owned, keys.wake,
+                keys.leases, keys.failed, keys.owners, keys.owned, keys.wake, keys.ended,
             ]  # fmt: skip
             async with raw.pipeline(transaction=False) as pipe:
                 pipe.execute_command("CLIENT", "KILL", "ID", live_conn["id"])
@@ -624,7 +624,7 @@ async def test_reclaim_refuses_bad_arguments_and_unknown_actions(client: FloClie
     keys = action_keys(client.namespace, "args")
     fixed = [
         keys.definition, keys.meta, keys.runs, keys.pending, keys.delayed,
-        keys.leases, keys.failed, keys.owners, keys.owned, keys.wake,
+        keys.leases, keys.failed, keys.owners, keys.owned, keys.wake, keys.ended,
     ]  # fmt: skip
     reply = await _scripts.call(
         client.redis,

@@ -262,8 +262,9 @@ def test_all_keys_of_one_queue_share_a_slot(namespace: str, action: str) -> None
     names = [getattr(keys, f.name) for f in dataclasses.fields(ActionKeys)]
     names = [n for n in names if n not in (keys.namespace, keys.action, keys.tag)]
     assert len(names) >= 13
-    # delete removes every data key but the counters (run ids are never reused)
-    assert set(names) - set(keys.all_data_keys()) == {keys.meta, keys.wake}
+    # delete removes every data key but the counters (run ids are never reused); the
+    # channels hold no data
+    assert set(names) - set(keys.all_data_keys()) == {keys.meta, keys.wake, keys.ended}
     assert all(keys.tag in n for n in names)
     assert {key_slot(n.encode()) for n in names} == {key_slot(keys.tag[1:-1].encode())}
     ns = namespace_keys(namespace)

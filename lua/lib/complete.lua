@@ -5,6 +5,7 @@
 --@include lib/status.lua
 --@include lib/run.lua
 --@include lib/owners.lua
+--@include lib/ended.lua
 
 -- Complete `run_id` with `result` if the caller (token, or worker id when token is '')
 -- holds it. An identical resend of a complete that already took effect answers OK with
@@ -39,5 +40,6 @@ local function complete_run(k, action, now, run_id, token, worker_id, result, ou
   redis.call('ZREM', k.leases, run_id)
   redis.call('HDEL', k.inputs, run_id)
   redis.call('ZADD', k.done, now, run_id)
+  run_ended(k.ended, run_id)
   return ST_OK, 0, run.s
 end

@@ -4,6 +4,7 @@
 ]]
 --@include lib/run.lua
 --@include lib/owners.lua
+--@include lib/ended.lua
 
 local function queue_push(meta_key, pending_key, run_id)
   local seq = redis.call('HINCRBY', meta_key, 'qseq', 1)
@@ -28,7 +29,8 @@ local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
   return 1
 end
 
--- End a run for good as FAILED / TIMED_OUT: kept in `failed` (listable, re-queueable).
+-- End a run for good as FAILED / TIMED_OUT: kept in `failed` (listable, re-queueable);
+-- waiters on `k.ended` are told.
 local function queue_bury(k, run_id, run, now, status)
   run.s = status
   run.ct = now
@@ -36,6 +38,7 @@ local function queue_bury(k, run_id, run, now, status)
   run.o = nil
   run_save(k.runs, run_id, run)
   redis.call('ZADD', k.failed, now, run_id)
+  run_ended(k.ended, run_id)
 end
 
 -- Take back up to `limit` runs whose lease deadline has passed. A run with attempts left

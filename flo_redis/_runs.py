@@ -1,0 +1,120 @@
+"""Invoke, status and wait as requests and replies, shared by the asyncio client
+(``client.action``) and the blocking one (:mod:`flo_redis.sync`): each side only sends.
+
+A request is the script name with its KEYS and ARGV, or the hash field to read; a reply is
+turned into flo's result classes or the typed error here, once for both clients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._checks import check_bytes, not_registered
+from ._scripts import Arg
+from ._status import Status, refusal
+from .codec import pack, tag_labels, text, unpack_record
+from .errors import ValidationError, ValueTooLargeError, WaitTimeoutError
+from .keys import ActionKeys, run_id_prefix
+from .types import ActionInvokeOptions, ActionInvokeResult, ActionRunStatus, RunStatus
+
+# A run in one of these states changes no more (unless re-queued).
+FINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED})
+DEFAULT_WAIT_MS = 30_000
+
+
+def invoke_request(
+    keys: ActionKeys, input_data: object, opts: ActionInvokeOptions, limit: int
+) -> tuple[list[str], list[Arg], int]:
+    """The KEYS and ARGV of ``action_invoke`` and the input's size; the input is checked
+    before anything is sent."""
+    data = check_bytes("input_data", input_data, limit)
+    labels = pack(tag_labels(opts.labels)) if opts.labels else b""
+    return (
+        [
+            keys.definition,
+            keys.meta,
+            keys.runs,
+            keys.inputs,
+            keys.pending,
+            keys.delayed,
+            keys.idempotency,
+            keys.wake,
+        ],
+        [
+            run_id_prefix(keys.action),
+            data,
+            labels,
+            opts.delay_ms,
+            opts.run_at_ms or 0,
+            opts.idempotency_key or "",
+        ],
+        len(data),
+    )
+
+
+def invoke_reply(reply: Any, keys: ActionKeys, size: int) -> ActionInvokeResult:
+    status = int(reply[0])
+    if status == Status.NO_ACTION:
+        raise not_registered(keys)
+    if status == Status.TOO_LARGE:
+        raise ValueTooLargeError(
+            f"input_data is {size} bytes; action {keys.action!r} accepts at most "
+            f"{int(reply[1])} (its max_payload_bytes)"
+        )
+    return ActionInvokeResult(run_id=text(reply[1]) or "")
+
+
+def run_status(run_id: str, rec: dict[str, Any]) -> ActionRunStatus:
+    """A run record (``lib/run.lua``) as flo's ``ActionRunStatus``."""
+    return ActionRunStatus(
+        run_id=run_id,
+        status=RunStatus(int(rec["s"])),
+        created_at_ms=int(rec["c"]),
+        attempt=int(rec.get("a", 0)),
+        started_at_ms=int(rec["st"]) if rec.get("st") is not None else None,
+        completed_at_ms=int(rec["ct"]) if rec.get("ct") is not None else None,
+        output=bytes(rec["out"]) if rec.get("out") is not None else None,
+        error_message=text(rec.get("err")),
+        worker_id=text(rec.get("w")),
+        max_retries=int(rec.get("mr", 0)),
+        outcome=text(rec.get("oc")),
+        token=int(rec.get("t", 0)),
+        error_traceback=text(rec.get("tb")),
+    )
+
+
+def status_reply(run_id: str, keys: ActionKeys, raw: Any) -> ActionRunStatus:
+    """The run's status from its stored record; :class:`NotFoundError` when there is none."""
+    if raw is None:
+        raise refusal(
+            Status.NOT_FOUND,
+            f"run {run_id!r} not found in namespace {keys.namespace!r} (never created, "
+            "deleted with its action, or past its retention)",
+        )
+    return run_status(run_id, unpack_record(raw))
+
+
+def check_wait_ms(timeout_ms: object) -> int:
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
+        raise ValidationError(f"timeout_ms must be an int >= 0, got {timeout_ms!r}")
+    return timeout_ms
+
+
+def wait_timed_out(status: ActionRunStatus, timeout_ms: int) -> WaitTimeoutError:
+    return WaitTimeoutError(
+        f"run {status.run_id!r} did not end within {timeout_ms} ms (it is "
+        f"{status.status.name}); wait again, or read it later with status()",
+        status,
+    )
+
+
+__all__ = [
+    "DEFAULT_WAIT_MS",
+    "FINAL",
+    "check_wait_ms",
+    "invoke_reply",
+    "invoke_request",
+    "run_status",
+    "status_reply",
+    "wait_timed_out",
+]
