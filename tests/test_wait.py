@@ -52,7 +52,8 @@ async def test_wait_returns_when_the_run_fails_for_good(client: FloClient) -> No
 
 
 async def test_wait_returns_when_the_lease_of_the_last_attempt_expires(client: FloClient) -> None:
-    await client.action.register("slow", options=ActionRegisterOptions(timeout_ms=200, max_retries=1))
+    once = ActionRegisterOptions(timeout_ms=200, max_retries=1)
+    await client.action.register("slow", options=once)
     run_id = (await client.action.invoke("slow", b"")).run_id
     await take(client, "slow")
     waiter = asyncio.create_task(client.action.wait(run_id, timeout_ms=60_000))
