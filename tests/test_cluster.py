@@ -254,6 +254,29 @@ async def test_a_group_read_wakes_for_an_append_on_any_node(
     assert [r.partition for r in plain] == [1]
 
 
+async def test_a_one_off_listener_on_three_nodes_subscribes_and_releases(
+    cclient: FloClient, craw: ClusterClient
+) -> None:
+    names = await names_on_distinct_nodes(craw, cclient.namespace, 3)
+    channels = [f"{action_keys(cclient.namespace, n).tag}:test:done" for n in names]
+
+    async def subscribers(channel: str) -> int:
+        node = craw.get_node_from_key(channel)
+        reply = await craw.execute_command("PUBSUB", "SHARDNUMSUB", channel, target_nodes=node)
+        return int(reply[1])
+
+    async with cclient.waker.listening(channels, release=True) as listener:
+        await listener.arm()
+        assert [await subscribers(c) for c in channels] == [1, 1, 1]
+        for i, channel in enumerate(channels):
+            await listener.arm()
+            await craw.execute_command("SPUBLISH", channel, str(i).encode())
+            assert await listener.wait(15)
+            assert listener.message == str(i).encode()
+    for channel in channels:
+        await eventually(lambda c=channel: subscribers(c), lambda n: n == 0)
+
+
 async def test_a_stream_worker_on_three_partitions(cclient: FloClient, craw: ClusterClient) -> None:
     stream = await spread_stream(craw, cclient.namespace, 3)
     await cclient.stream.create(stream, partitions=3)

@@ -1,0 +1,542 @@
+"""Sharded pub/sub subscriptions: per-node connections, confirmed and kept standing.
+
+Two mechanisms ride sharded channels (``SSUBSCRIBE``), each on a :class:`Subscriber` of
+its own: wake-ups (:mod:`flo_redis._wake`) and liveness (:mod:`flo_redis.liveness`).
+What the channels mean, and what the scripts do with them, is in ``lua/README.md``
+("Liveness"); this module is only the subscribing.
+
+A subscriber routes each channel to the primary that owns its hash slot (a single server
+is one route) and holds, per node, a pub/sub connection of its own (made with the
+client's settings) and a reader task. It sends one ``SSUBSCRIBE`` per slot — a cluster
+refuses one naming channels of several slots — and counts a channel as subscribed only
+once Redis confirmed it. A subscription is lost when its connection drops, when Redis
+unsubscribes it (its slot moved: resharding, failover), or when the subscribe was
+redirected (``MOVED``/``TRYAGAIN`` on a stale slot map); the slot map is then reloaded
+and the channel subscribed again where its slot lives now.
+
+The two users differ only in the constructor's named parameters:
+
+- ``deliver``: wake-ups deliver each message to the listeners of its channel; liveness
+  expects none (nothing is ever published on a liveness channel).
+- ``keep``: liveness subscribes again whatever was lost at once, in the background
+  (nobody else asks for it, and a live owner must be back within the reclaim grace);
+  wake-ups subscribe again when a listener next arms, and a loss wakes the listeners of
+  the lost channels so that is at once.
+- ``retry_pauses``: how subscribing again backs off while it fails.
+- ``ping_every_s``: liveness ``PING``s a connection gone quiet, because a partition
+  sends no reset and a silently dead connection would hide a live owner; wake-ups need
+  not (a poller that misses a wake-up still wakes at its deadline).
+- ``client_name``: liveness names its connections (``CLIENT LIST`` shows them).
+
+Never give both mechanisms one subscriber: a frozen process whose liveness connection
+filled with wake-ups would be disconnected by Redis for its output buffer — a false
+death.
+
+Waiting for one message — e.g. for a script to publish that a run ended — is a
+:class:`Listener` on a message-delivering subscriber (the client's ``waker``). Subscribe
+(``arm``) *before* reading the state the message is about, so a message published in
+between is never missed; ``release=True`` unsubscribes the channel when its last
+listener leaves (one-off channels; a queue's wake channel stays subscribed)::
+
+    async with subscriber.listening([channel], release=True) as listener:
+        while True:
+            await listener.arm()  # forget what was heard; subscribed and confirmed
+            state = await read_state()
+            if state is finished:
+                return state
+            remaining = deadline - loop.time()
+            if remaining <= 0 or not await listener.wait(remaining):
+                return None  # deadline
+            # woken: a message (listener.message holds its payload) or a lost
+            # subscription (arm subscribes again); read the state again
+
+A wake-up may be spurious (a subscription was lost and is made again), so the state
+read after it, not the message, decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any
+
+import redis.exceptions as rex
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+
+from .errors import NotConnectedError
+
+SUBSCRIBE_TIMEOUT_S = 5.0
+
+
+def raise_if_cancelling() -> None:
+    """Re-raise a cancellation that a library swallowed.
+
+    ``asyncio.wait_for`` on Python 3.11 (used inside redis-py for socket writes) can
+    drop a cancellation that arrives as its inner call completes; the task then stays
+    marked as cancelling. Long-running loops call this before they wait again, so a
+    cancelled worker never keeps polling.
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError()
+
+
+class Listener:
+    """Interest in a set of channels of a message-delivering :class:`Subscriber`:
+    :meth:`wait` returns on a message, a lost subscription, or the deadline."""
+
+    def __init__(self, subscriber: Subscriber, channels: list[str]) -> None:
+        self._subscriber = subscriber
+        self.channels = channels
+        self._event = asyncio.Event()
+        self.message: bytes | None = None
+        """The payload of the last message heard since :meth:`arm` (None: none)."""
+
+    async def arm(self) -> None:
+        """Forget what was heard so far and make sure the subscriptions stand (after a
+        lost connection or a moved slot they are made again); call before each look at
+        the state the messages are about. :class:`NotConnectedError` when Redis cannot
+        be reached or does not confirm within 5 s."""
+        self._event.clear()
+        self.message = None
+        await self._subscriber.ensure(self.channels)
+
+    def fire(self, message: bytes | None = None) -> None:
+        if message is not None:
+            self.message = message
+        self._event.set()
+
+    async def wait(self, timeout_s: float) -> bool:
+        """True if woken before ``timeout_s`` passed (spurious wake-ups are possible)."""
+        raise_if_cancelling()
+        if timeout_s <= 0 or self._event.is_set():
+            return self._event.is_set()
+        # asyncio.wait, not wait_for: a cancellation arriving with the wake-up must
+        # never be swallowed.
+        waiter = asyncio.ensure_future(self._event.wait())
+        try:
+            done, _ = await asyncio.wait({waiter}, timeout=timeout_s)
+        finally:
+            waiter.cancel()
+        return bool(done)
+
+
+class _Route:
+    """The subscriptions held on one Redis node: a connection and the task reading it."""
+
+    def __init__(self, name: str, redis: Redis) -> None:
+        self.name = name
+        self.redis = redis
+        self.pubsub: PubSub = redis.pubsub()
+        self.reader: asyncio.Task[None] | None = None
+        self.channels: set[str] = set()  # subscribed, or subscription sent
+        self.leaving: Counter[str] = Counter()  # our own SUNSUBSCRIBEs not answered yet
+
+    async def close(self) -> None:
+        if self.reader is not None and self.reader is not asyncio.current_task():
+            self.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.reader
+        with contextlib.suppress(Exception):
+            await self.pubsub.aclose()  # type: ignore[no-untyped-call]
+        with contextlib.suppress(Exception):
+            await self.redis.aclose()
+
+
+class Subscriber:
+    """One mechanism's sharded subscriptions, on connections of its own."""
+
+    def __init__(
+        self,
+        connection: Callable[[], Redis | RedisCluster],
+        *,
+        purpose: str,
+        log: logging.Logger,
+        deliver: bool,
+        keep: bool,
+        retry_pauses: Sequence[float],
+        ping_every_s: float | None = None,
+        client_name: str | None = None,
+    ) -> None:
+        """``connection`` returns the client's current connection: the subscriber's own
+        connections are made with its settings (address, credentials, TLS, timeouts) on
+        first use. ``purpose`` names tasks and log lines. The other parameters are the
+        differences between the mechanisms (module docstring)."""
+        self._connection = connection
+        self._purpose = purpose
+        self._log = log
+        self._deliver = deliver
+        self._keep = keep
+        self._retry_pauses = tuple(retry_pauses)
+        self._ping_every_s = ping_every_s
+        self._client_name = client_name
+        self._routes: dict[str, _Route] = {}
+        self._state: dict[str, asyncio.Future[None]] = {}  # pending, or done: confirmed
+        self._route_of: dict[str, str] = {}
+        self._wanted: set[str] = set()  # with keep: made again whenever lost
+        self._listeners: dict[str, set[Listener]] = {}
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self._refresh: asyncio.Task[None] | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+
+    @property
+    def wanted(self) -> frozenset[str]:
+        """The channels kept standing (with ``keep``): held, or being subscribed again."""
+        return frozenset(self._wanted)
+
+    def confirmed(self, channel: str) -> bool:
+        """Whether Redis confirmed the subscription to ``channel`` and it still stands."""
+        state = self._state.get(channel)
+        return state is not None and state.done() and not state.cancelled()
+
+    def reopen(self) -> None:
+        """Take subscriptions again after :meth:`close`."""
+        self._closed = False
+
+    # --- listening -------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def listening(
+        self, channels: Iterable[str], *, release: bool = False
+    ) -> AsyncIterator[Listener]:
+        """A :class:`Listener` on ``channels`` (subscribed by its first ``arm``); with
+        ``release`` a channel is unsubscribed when its last listener leaves."""
+        listener = Listener(self, list(dict.fromkeys(channels)))
+        async with self.attached(listener, release=release):
+            yield listener
+
+    @contextlib.asynccontextmanager
+    async def attached(self, listener: Listener, *, release: bool = False) -> AsyncIterator[None]:
+        """Deliver the messages of ``listener.channels`` to ``listener`` while inside."""
+        if not self._deliver:
+            raise TypeError(f"{self._purpose} subscriptions carry no messages to listen to")
+        for name in listener.channels:
+            self._listeners.setdefault(name, set()).add(listener)
+        try:
+            yield
+        finally:
+            idle = []
+            for name in listener.channels:
+                listeners = self._listeners.get(name)
+                if listeners is not None:
+                    listeners.discard(listener)
+                    if not listeners:
+                        del self._listeners[name]
+                        idle.append(name)
+            if release and idle and not self._closed:
+                await self._unsubscribe(idle)
+
+    def fire_all(self) -> None:
+        """Wake every listener now."""
+        for listeners in self._listeners.values():
+            for listener in listeners:
+                listener.fire()
+
+    # --- subscribing -----------------------------------------------------------------
+
+    async def ensure(self, channels: Sequence[str]) -> None:
+        """Return once every channel of ``channels`` is confirmed subscribed on the node
+        that owns it. :class:`NotConnectedError` at once when Redis cannot be reached,
+        or when the confirmation takes longer than 5 s (with ``keep`` the channels are
+        then still made again in the background)."""
+        if all(self.confirmed(n) for n in channels):
+            return
+        if self._closed:
+            raise NotConnectedError("the client is closed")
+        if self._keep:
+            self._wanted.update(channels)
+            if self._keeper is None or self._keeper.done():
+                self._keeper = asyncio.create_task(
+                    self._keep_standing(), name=f"flo-redis-{self._purpose}-keeper"
+                )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SUBSCRIBE_TIMEOUT_S
+        attempt = 0
+        while True:
+            if self._closed:
+                raise NotConnectedError("the client is closed")
+            await self._subscribe_missing(channels)
+            pending = [
+                s for n in channels if (s := self._state.get(n)) is not None and not s.done()
+            ]
+            remaining = deadline - loop.time()
+            if pending and remaining > 0:
+                await asyncio.wait(pending, timeout=remaining)
+            if all(self.confirmed(n) for n in channels):
+                return
+            if loop.time() >= deadline:
+                raise NotConnectedError(
+                    f"{self._purpose} subscription to {channels[0]!r} not confirmed within "
+                    f"{SUBSCRIBE_TIMEOUT_S:g} s"
+                )
+            await self._refreshed()
+            await asyncio.sleep(self._pause(attempt))
+            attempt += 1
+
+    def _pause(self, attempt: int) -> float:
+        return self._retry_pauses[min(attempt, len(self._retry_pauses) - 1)]
+
+    async def _subscribe_missing(self, channels: Iterable[str]) -> None:
+        """Subscribe every channel of ``channels`` neither confirmed nor pending, each on
+        the node owning its slot."""
+        async with self._lock:
+            missing = sorted({n for n in channels if n not in self._state})
+            if not missing:
+                return
+            loop = asyncio.get_running_loop()
+            groups: dict[tuple[str, int], list[str]] = defaultdict(list)
+            for name in missing:
+                route = self._route_for(name)
+                # A cluster refuses one SSUBSCRIBE naming channels of several slots.
+                groups[(route.name, key_slot(name.encode()))].append(name)
+            for (route_name, _), group in groups.items():
+                route = self._routes[route_name]
+                for name in group:
+                    self._state[name] = loop.create_future()
+                    self._route_of[name] = route_name
+                    route.channels.add(name)
+                try:
+                    await route.pubsub.ssubscribe(*group)
+                except BaseException as exc:
+                    for name in group:
+                        self._forget(name)
+                    if isinstance(exc, rex.RedisError | OSError):
+                        await self._drop(route, f"subscribing failed ({exc})")
+                        raise NotConnectedError(
+                            f"{self._purpose} subscription failed: {exc}"
+                        ) from exc
+                    raise
+                if route.reader is None or route.reader.done():
+                    route.reader = asyncio.create_task(
+                        self._read(route),
+                        name=f"flo-redis-{self._purpose}-reader-{route_name or 'redis'}",
+                    )
+
+    async def _unsubscribe(self, channels: list[str]) -> None:
+        """Unsubscribe ``channels`` that nobody listens to (any more)."""
+        async with self._lock:
+            groups: dict[tuple[str, int], list[str]] = defaultdict(list)
+            for name in channels:
+                route_name = self._route_of.get(name)
+                if name in self._listeners or name in self._wanted or route_name is None:
+                    continue
+                self._forget(name)
+                groups[(route_name, key_slot(name.encode()))].append(name)
+            for (route_name, _), group in groups.items():
+                route = self._routes.get(route_name)
+                if route is None:
+                    continue
+                route.leaving.update(group)
+                try:
+                    await route.pubsub.sunsubscribe(*group)
+                except (rex.RedisError, OSError) as exc:
+                    await self._drop(route, f"unsubscribing failed ({exc})")
+
+    def _route_for(self, channel: str) -> _Route:
+        """The route of the node owning ``channel`` (its connection made on first use)."""
+        conn = self._connection()
+        cls: type[Any]
+        if isinstance(conn, RedisCluster):
+            node = conn.get_node_from_key(channel)
+            if node is None:
+                raise NotConnectedError(f"no cluster node owns {self._purpose} channel {channel!r}")
+            name, cls, kwargs = node.name, node.connection_class, node.connection_kwargs
+        else:
+            main = conn.connection_pool
+            name, cls, kwargs = "", main.connection_class, main.connection_kwargs
+        route = self._routes.get(name)
+        if route is None:
+            settings = dict(kwargs)
+            if self._client_name is not None:
+                settings["client_name"] = self._client_name
+            route = _Route(
+                name, Redis(connection_pool=ConnectionPool(connection_class=cls, **settings))
+            )
+            self._routes[name] = route
+        return route
+
+    def _forget(self, name: str) -> None:
+        """``name`` is no longer subscribed (nor pending)."""
+        state = self._state.pop(name, None)
+        if state is not None and not state.done():
+            state.cancel()
+        route_name = self._route_of.pop(name, None)
+        route = self._routes.get(route_name) if route_name is not None else None
+        if route is not None:
+            route.channels.discard(name)
+        if self._keep:
+            self._kick.set()
+
+    def _lost(self, names: Iterable[str]) -> None:
+        """Subscriptions Redis no longer holds: forget them, wake their listeners (who
+        subscribe again when they arm), and reload the slot map."""
+        for name in list(names):
+            self._forget(name)
+            for listener in self._listeners.get(name, ()):
+                listener.fire()
+        self._refresh_slots()
+
+    async def _keep_standing(self) -> None:
+        """With ``keep``: subscribe again whatever was lost, at once, then backing off
+        while it fails."""
+        failures = 0
+        while not self._closed:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), 1.0)
+            self._kick.clear()
+            if self._closed or all(c in self._state for c in self._wanted):
+                continue
+            await asyncio.sleep(self._pause(failures))
+            try:
+                await self._refreshed()
+                await self._subscribe_missing(self._wanted)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                if failures == 1 or failures % 40 == 0:  # not 4 lines a second while down
+                    self._log.warning("%s: subscribing again failed (%s)", self._purpose, exc)
+                self._refresh_slots()  # the slot map may be what is stale
+                self._kick.set()
+
+    async def _refreshed(self) -> None:
+        """Wait for a slot-map reload asked for after a loss, if one is running."""
+        task = self._refresh
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
+    def _refresh_slots(self) -> None:
+        """Reload the cluster's slot map (once, in the background)."""
+        if self._closed:
+            return
+        try:
+            cluster = self._connection()
+        except NotConnectedError:
+            return
+        if not isinstance(cluster, RedisCluster):
+            return
+        if self._refresh is not None and not self._refresh.done():
+            return
+
+        async def refresh() -> None:
+            try:
+                await cluster.nodes_manager.initialize()
+            except Exception as exc:  # the next subscribe fails and says why
+                self._log.debug("reloading the cluster slot map failed (%s)", exc)
+
+        self._refresh = asyncio.create_task(refresh(), name=f"flo-redis-{self._purpose}-slots")
+
+    # --- reading ---------------------------------------------------------------------
+
+    async def _read(self, route: _Route) -> None:
+        loop = asyncio.get_running_loop()
+        pubsub = route.pubsub
+        ping = self._ping_every_s
+        heard_at = loop.time()
+        pinged_at: float | None = None
+        while not self._closed and self._routes.get(route.name) is route:
+            try:
+                if ping is not None:
+                    now = loop.time()
+                    if pinged_at is not None and now - pinged_at > ping:
+                        raise rex.TimeoutError(f"no answer to PING in {ping:g} s")
+                    if pinged_at is None and now - heard_at >= ping:
+                        await pubsub.ping()
+                        pinged_at = now
+                message = await pubsub.get_message(timeout=min(1.0, ping or 1.0))
+            except asyncio.CancelledError:
+                raise
+            except rex.ResponseError as exc:
+                # MOVED / ASK / TRYAGAIN for a subscribe sent on a stale slot map:
+                # subscribe again where the slot lives now.
+                self._log.info(
+                    "%s subscription on %s redirected (%s)", self._purpose, route.name, exc
+                )
+                self._lost(n for n in route.channels if not self.confirmed(n))
+                continue
+            except Exception as exc:
+                await self._drop(route, f"{self._purpose} connection lost ({exc})")
+                return
+            if message is not None:
+                heard_at, pinged_at = loop.time(), None
+                self._dispatch(route, message)
+
+    def _dispatch(self, route: _Route, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        channel = message.get("channel")
+        name = channel.decode() if isinstance(channel, bytes) else str(channel)
+        if kind == "smessage":
+            if not self._deliver:
+                self._log.warning("unexpected message on %s channel %s", self._purpose, name)
+                return
+            data = message.get("data")
+            for listener in self._listeners.get(name, ()):
+                listener.fire(data if isinstance(data, bytes) else None)
+        elif kind == "ssubscribe":
+            state = self._state.get(name)
+            if state is not None and not state.done() and self._route_of.get(name) == route.name:
+                state.set_result(None)
+        elif kind == "sunsubscribe":
+            if route.leaving[name] > 0:  # the answer to our own unsubscribe
+                route.leaving[name] -= 1
+                if not route.leaving[name]:
+                    del route.leaving[name]
+                return
+            if self._route_of.get(name) != route.name:
+                return
+            # The server dropped the subscription (the slot moved): take it again.
+            self._log.warning(
+                "%s channel %s unsubscribed by %s (slot moved); subscribing again",
+                self._purpose,
+                name,
+                route.name or "redis",
+            )
+            with contextlib.suppress(Exception):
+                route.pubsub.shard_channels.pop(channel, None)
+            self._lost([name])
+
+    async def _drop(self, route: _Route, why: str) -> None:
+        """Forget a node's connection and its subscriptions, which are made again (by the
+        keeper, or by listeners woken to arm again)."""
+        if self._routes.get(route.name) is not route:
+            return
+        if not self._closed:
+            self._log.warning("%s; subscribing again", why)
+        del self._routes[route.name]
+        self._lost(n for n in list(route.channels) if self._route_of.get(n) == route.name)
+        route.channels.clear()
+        await route.close()
+
+    async def close(self) -> None:
+        """Drop every subscription and connection; :meth:`ensure` then refuses."""
+        self._closed = True
+        self._wanted.clear()
+        self.fire_all()
+        for task in (self._keeper, self._refresh):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._keeper = self._refresh = None
+        routes, self._routes = list(self._routes.values()), {}
+        for state in self._state.values():
+            if not state.done():
+                state.cancel()
+        self._state.clear()
+        self._route_of.clear()
+        for route in routes:
+            await route.close()
+
+
+__all__ = ["SUBSCRIBE_TIMEOUT_S", "Listener", "Subscriber", "raise_if_cancelling"]

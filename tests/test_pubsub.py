@@ -1,0 +1,108 @@
+"""The sharded pub/sub base (flo_redis._pubsub) as its users rely on it: a one-off wait
+for a message, channels released or kept, a lost connection, and liveness kept apart
+from wake-ups. Cluster routing is covered in test_cluster.py."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from polling import eventually
+from proxy import Proxy
+
+from flo_redis import FloClient
+from flo_redis.keys import action_keys, owner_channel
+from flo_redis.liveness import connection_name
+
+
+async def subscribers(raw: aioredis.Redis, channel: str) -> int:
+    reply = await raw.execute_command("PUBSUB", "SHARDNUMSUB", channel)
+    return int(reply[1])
+
+
+def run_channel(namespace: str, run: str) -> str:
+    return f"{{{namespace}}}:test:done:{run}"
+
+
+async def test_a_listener_hears_a_message_published_after_it_armed(
+    client: FloClient, raw: aioredis.Redis, namespace: str
+) -> None:
+    channel = run_channel(namespace, "r1")
+    async with client.waker.listening([channel], release=True) as listener:
+        await listener.arm()
+        assert await subscribers(raw, channel) == 1  # confirmed before arm returns
+        assert not await listener.wait(0.01)
+        await raw.execute_command("SPUBLISH", channel, b"finished")
+        assert await listener.wait(15)
+        assert listener.message == b"finished"
+        await listener.arm()  # forgets what was heard
+        assert listener.message is None
+
+
+async def test_a_released_channel_is_unsubscribed_when_its_last_listener_leaves(
+    client: FloClient, raw: aioredis.Redis, namespace: str
+) -> None:
+    channel = run_channel(namespace, "r2")
+    async with client.waker.listening([channel], release=True) as first:
+        await first.arm()
+        async with client.waker.listening([channel], release=True) as second:
+            await second.arm()
+        assert await subscribers(raw, channel) == 1  # the first still listens
+        await raw.execute_command("SPUBLISH", channel, b"1")
+        assert await first.wait(15)
+    await eventually(lambda: subscribers(raw, channel), lambda n: n == 0)
+    # Listening again right away subscribes again and hears again.
+    for payload in (b"2", b"3"):
+        async with client.waker.listening([channel], release=True) as again:
+            await again.arm()
+            await raw.execute_command("SPUBLISH", channel, payload)
+            assert await again.wait(15)
+            assert again.message == payload
+    await eventually(lambda: subscribers(raw, channel), lambda n: n == 0)
+
+
+async def test_a_wake_channel_stays_subscribed_between_polls(
+    client: FloClient, raw: aioredis.Redis, namespace: str
+) -> None:
+    wake = action_keys(namespace, "kept").wake
+    async with client.waker.watching([wake]) as watch:
+        await watch.arm()
+    assert await subscribers(raw, wake) == 1
+    await client.close()
+    await eventually(lambda: subscribers(raw, wake), lambda n: n == 0)
+
+
+async def test_a_lost_connection_wakes_listeners_and_arm_subscribes_again(
+    redis_url: str, raw: aioredis.Redis, namespace: str
+) -> None:
+    parts = urlsplit(redis_url)
+    proxy = await Proxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
+    channel = run_channel(namespace, "r3")
+    try:
+        async with (
+            FloClient(proxy.url, namespace=namespace) as client,
+            client.waker.listening([channel], release=True) as listener,
+        ):
+            await listener.arm()
+            proxy.cut_all()
+            assert await listener.wait(15)  # woken by the loss, not by a message
+            assert listener.message is None
+            await listener.arm()
+            assert await subscribers(raw, channel) == 1
+            await raw.execute_command("SPUBLISH", channel, b"after")
+            assert await listener.wait(15)
+            assert listener.message == b"after"
+    finally:
+        await proxy.stop()
+
+
+async def test_liveness_never_listens_and_never_shares_the_wake_connection(
+    client: FloClient, raw: aioredis.Redis, namespace: str
+) -> None:
+    keys = action_keys(namespace, "apart")
+    await client.liveness.hold(keys.tag)
+    async with client.waker.watching([keys.wake]) as watch:
+        await watch.arm()
+        live = [c for c in await raw.client_list() if c["name"] == connection_name(client.owner_id)]
+        assert [int(c["ssub"]) for c in live] == [1]  # its owner channel, nothing else
+        assert await subscribers(raw, owner_channel(keys.tag, client.owner_id)) == 1
