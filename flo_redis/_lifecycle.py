@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
@@ -24,6 +25,7 @@ class WorkerLifecycle:
         self._parent = parent_client
         self._client: FloClient | None = None
         self._stop = asyncio.Event()
+        self._abort = asyncio.Event()
         self._finished = asyncio.Event()
         self._started = False
 
@@ -40,11 +42,45 @@ class WorkerLifecycle:
         self._finished.clear()
         return self._client
 
+    def use_client(self, client: FloClient) -> None:
+        """Work on ``client``'s endpoint, namespace and settings instead of those of the
+        client it was made with; before :meth:`start`."""
+        if self._started:
+            raise RuntimeError("the worker is already started")
+        self._parent = client
+
     def stop(self) -> None:
         """Stop taking work; running handlers finish and their reports are sent."""
         self._stop.set()
         if self._client is not None:
             self._client.interrupt()
+
+    def abort(self) -> None:
+        """Stop now: running handlers are cancelled and their work is given back without
+        spending an attempt; ``start()`` returns once that is sent. For the end of a
+        bounded shutdown: call :meth:`stop` first and this when the time is up."""
+        self._abort.set()
+        self.stop()
+
+    async def _wait_tasks(
+        self,
+        tasks: set[asyncio.Task[None]],
+        handlers: Callable[[], Iterable[asyncio.Task[None]]],
+    ) -> None:
+        """Wait until ``tasks`` (each one handler, then its report) is empty; once
+        :meth:`abort` is called, cancel those ``handlers()`` names as still in their
+        handler (each gives its work back) and wait for the rest."""
+        while tasks:
+            if self._abort.is_set():
+                for task in handlers():
+                    task.cancel()
+                await asyncio.gather(*list(tasks), return_exceptions=True)
+                continue
+            abort = asyncio.ensure_future(self._abort.wait())
+            try:
+                await asyncio.wait({*tasks, abort}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                abort.cancel()
 
     async def close(self) -> None:
         """Stop, wait for running handlers and their reports, close the connections."""

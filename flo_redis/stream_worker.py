@@ -172,6 +172,8 @@ class StreamWorker(WorkerLifecycle):
     async def start(self) -> None:
         """Join the group and process records until :meth:`stop`; returns once running
         handlers finished, their acks were sent and the consumer left the group."""
+        # Made here, so a concurrency set on the config before start takes effect.
+        self._semaphore = asyncio.Semaphore(self.config.concurrency)
         client = self._open_client()
         try:
             await client.connect()
@@ -394,8 +396,10 @@ class StreamWorker(WorkerLifecycle):
                 self.observer.records_reclaimed(cfg.stream, cfg.group, reclaimed)
 
     async def _wait_handlers(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        """Wait for every record's handler and ack. After :meth:`abort`, they are
+        cancelled: their entries stay pending and are given back to the group once this
+        process is gone (a delivery counts, as for any redelivery)."""
+        await self._wait_tasks(self._tasks, lambda: list(self._tasks))
 
 
 def _why(exc: BaseException, timeout: float) -> str:

@@ -426,9 +426,9 @@ class ActionWorker(WorkerLifecycle):
             self._slot_free.set()
 
     async def _wait_handlers(self) -> None:
-        """Wait for every run: its handler and its report."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        """Wait for every run: its handler and its report. After :meth:`abort`, running
+        handlers are cancelled and give their runs back without spending the attempt."""
+        await self._wait_tasks(self._tasks, lambda: list(self._running.values()))
 
     async def _give_back_running(self) -> None:
         """The worker itself is being cancelled: cancel handlers; each gives its run back
