@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 import redis.asyncio as aioredis
+from cli_command import Command
 from redis_server import RedisCluster, RedisServer, discard_all
 
 from flo_redis import FloClient
@@ -83,3 +84,17 @@ def cluster_nodes(cluster_url: str) -> RedisCluster:
         pytest.skip("FLO_REDIS_TEST_CLUSTER_URL names an external cluster")
     return _CLUSTERS[0]
 
+
+@pytest.fixture
+def command(redis_url: str) -> Iterator[Callable[..., Command]]:
+    """Start ``flo-redis ARGS`` (env added to the test's own); killed after the test."""
+    started: list[Command] = []
+
+    def run(*args: str, env: dict[str, str] | None = None) -> Command:
+        cmd = Command(list(args), {"CLI_APP_URL": redis_url, **(env or {})})
+        started.append(cmd)
+        return cmd
+
+    yield run
+    for cmd in started:
+        cmd.close()

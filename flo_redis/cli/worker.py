@@ -1,0 +1,285 @@
+"""``flo-redis worker MODULE:ATTR ...``: run workers until a signal, then stop cleanly.
+
+First SIGTERM/SIGINT: stop claiming, let running handlers finish and send their results,
+exit 0. At ``--shutdown-timeout`` or on a second signal: cancel running handlers and give
+their runs back without spending the attempt, then exit. ``--processes N`` runs N such
+processes under a supervisor (flo_redis.cli._supervisor) that restarts any that die.
+
+Extensions add options and things to run beside the workers (a metrics server ...) with
+:func:`add_sidecar`; a sidecar runs in each process that runs workers, until they stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from ..client import FloClient
+from ..client import _redact as redact
+from ..errors import FloError
+from ..worker import ActionWorker
+from . import _supervisor, _targets
+from ._logging import LOG_FORMATS, LOG_LEVELS, setup_logging
+
+log = logging.getLogger("flo_redis.cli")
+
+DEFAULT_URL = "redis://localhost:6379"
+# After the handlers were cancelled, how long they get to give their runs back.
+ABORT_GRACE_S = 5.0
+# Exit code when handlers ignored their cancellation (0: stopped cleanly; 1: failed).
+EXIT_HUNG = 2
+# How often a supervised process checks that its supervisor is still there.
+_PARENT_CHECK_S = 1.0
+
+
+@dataclass
+class WorkerProcess:
+    """What a sidecar sees of the process it runs beside: the command's client and
+    options (``params``, extensions' own included), the workers, ``index`` (0, or the
+    process's number under ``--processes``) and ``stopping`` (set at the first signal)."""
+
+    client: FloClient
+    workers: list[_targets.Worker]
+    params: dict[str, Any]
+    index: int = 0
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+Sidecar = Callable[[WorkerProcess], Coroutine[Any, Any, None]]
+_SIDECARS: list[Sidecar] = []
+
+
+class _Shutdown:
+    """Signals to steps: the first stops the workers, the timeout or a second one
+    aborts them (handlers cancelled, runs given back). Each step is logged once."""
+
+    def __init__(self, workers: Sequence[_targets.Worker], timeout: float) -> None:
+        self.workers = workers
+        self.timeout = timeout
+        self.stopping = asyncio.Event()
+        self.aborting = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def signal(self, name: str) -> None:
+        if not self.stopping.is_set():
+            self.stop(f"{name} received")
+        elif not self.aborting.is_set():
+            self.abort(f"{name} received again")
+
+    def stop(self, why: str) -> None:
+        if self.stopping.is_set():
+            return
+        log.info(
+            "%s: stopping; running handlers may finish within %g s "
+            "(send the signal again to give their runs back now)",
+            why,
+            self.timeout,
+        )
+        self.stopping.set()
+        for worker in self.workers:
+            worker.stop()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.timeout, self.abort, "shutdown timeout reached")
+
+    def abort(self, why: str) -> None:
+        if self.aborting.is_set():
+            return
+        self.aborting.set()
+        if self._timer is not None:
+            self._timer.cancel()
+        log.warning(
+            "%s: cancelling running handlers; their runs go back to the queue "
+            "without spending an attempt",
+            why,
+        )
+        for worker in self.workers:
+            worker.abort()
+
+
+async def _watch_parent(parent: int, shutdown: _Shutdown) -> None:
+    """Stop when the supervisor that started this process is gone."""
+    while True:
+        await asyncio.sleep(_PARENT_CHECK_S)
+        if os.getppid() != parent:
+            shutdown.stop("supervisor gone")
+            return
+
+
+async def _deregister(worker: _targets.Worker, client: FloClient) -> None:
+    """A worker that stopped cleanly leaves the registry (a health probe, or an
+    operator listing workers, then sees it gone rather than silent)."""
+    if isinstance(worker, ActionWorker):
+        with contextlib.suppress(Exception):
+            await client.worker.deregister(worker.config.worker_id)
+
+
+async def serve(found: Sequence[tuple[str, object]], params: dict[str, Any]) -> int:
+    """Run the workers ``found`` (target, object) names until they stop; the exit code."""
+    client = FloClient(params["url"], namespace=params["namespace"])
+    try:
+        await client.connect()
+    except FloError as exc:
+        log.error("%s", exc)
+        return 1
+    try:
+        workers = [await _targets.build(spec, obj, client) for spec, obj in found]
+        if params["concurrency"] is not None:
+            for worker in workers:
+                worker.config.concurrency = params["concurrency"]
+        return await _run(workers, client, params)
+    finally:
+        await client.close()
+
+
+async def _run(workers: list[_targets.Worker], client: FloClient, params: dict[str, Any]) -> int:
+    loop = asyncio.get_running_loop()
+    shutdown = _Shutdown(workers, params["shutdown_timeout"])
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, shutdown.signal, sig.name)
+    process = WorkerProcess(
+        client,
+        workers,
+        params,
+        index=int(os.environ.get(_supervisor.INDEX_ENV, "0")),
+        stopping=shutdown.stopping,
+    )
+    helpers = [asyncio.create_task(s(process), name="flo-sidecar") for s in _SIDECARS]
+    parent = os.environ.get(_supervisor.PARENT_ENV)
+    if parent:
+        helpers.append(asyncio.create_task(_watch_parent(int(parent), shutdown)))
+    running: dict[asyncio.Future[Any], _targets.Worker] = {
+        asyncio.create_task(w.start(), name="flo-worker"): w for w in workers
+    }
+    log.info(
+        "running %d worker(s) on %s, namespace %r; stop with SIGTERM or Ctrl-C",
+        len(workers),
+        redact(params["url"]),
+        client.namespace,
+    )
+    code = 0
+    pending = set(running)
+    aborting: asyncio.Future[Any] = asyncio.ensure_future(shutdown.aborting.wait())
+    try:
+        while pending:
+            if shutdown.aborting.is_set():
+                done, pending = await asyncio.wait(pending, timeout=ABORT_GRACE_S)
+                if pending:  # a handler ignores its cancellation
+                    log.error(
+                        "handlers still running %g s after they were cancelled; exiting "
+                        "without them (their runs come back once this process is gone)",
+                        ABORT_GRACE_S,
+                    )
+                    # Not through asyncio.run's clean-up, which would wait for them.
+                    logging.shutdown()
+                    os._exit(EXIT_HUNG)
+            else:
+                done, pending = await asyncio.wait(
+                    {*pending, aborting}, return_when=asyncio.FIRST_COMPLETED
+                )
+                done.discard(aborting)
+                pending.discard(aborting)
+            for task in done:
+                if task.exception() is not None:
+                    log.error("a worker failed", exc_info=task.exception())
+                    code = 1
+                    shutdown.stop("a worker failed")
+                else:
+                    await _deregister(running[task], client)
+    finally:
+        aborting.cancel()
+        for helper in helpers:
+            helper.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+    log.info("stopped")
+    return code
+
+
+def add_sidecar(sidecar: Sidecar, *options: click.Option) -> None:
+    """Run ``sidecar(process)`` beside the workers of every worker process (cancelled
+    once they stopped), and add ``options`` to the command (read them from
+    ``process.params``)."""
+    _SIDECARS.append(sidecar)
+    worker_command.params[-1:-1] = options  # before the TARGET argument
+
+
+@click.command("worker")
+@click.option(
+    "--url",
+    envvar=["FLO_REDIS_URL", "REDIS_URL"],
+    default=DEFAULT_URL,
+    show_default=True,
+    help="Redis URL (env FLO_REDIS_URL, then REDIS_URL).",
+)
+@click.option(
+    "--namespace",
+    envvar="FLO_REDIS_NAMESPACE",
+    default="default",
+    show_default=True,
+    help="Namespace the workers work in (env FLO_REDIS_NAMESPACE).",
+)
+@click.option(
+    "--concurrency",
+    envvar="FLO_REDIS_CONCURRENCY",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Handlers each worker runs at once; default: the worker's own setting "
+    "(env FLO_REDIS_CONCURRENCY).",
+)
+@click.option(
+    "--log-level",
+    envvar="FLO_REDIS_LOG_LEVEL",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="env FLO_REDIS_LOG_LEVEL",
+)
+@click.option(
+    "--log-format",
+    envvar="FLO_REDIS_LOG_FORMAT",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    show_default=True,
+    help="text lines, or one JSON object per line (env FLO_REDIS_LOG_FORMAT).",
+)
+@click.option(
+    "--shutdown-timeout",
+    envvar="FLO_REDIS_SHUTDOWN_TIMEOUT",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds running handlers get to finish after the first signal; then they are "
+    "cancelled and their runs given back (env FLO_REDIS_SHUTDOWN_TIMEOUT).",
+)
+@click.option(
+    "--processes",
+    envvar="FLO_REDIS_PROCESSES",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes to run under a supervisor that restarts any that die "
+    "(env FLO_REDIS_PROCESSES).",
+)
+@click.argument("targets", metavar="MODULE:ATTR...", nargs=-1, required=True)
+@click.pass_context
+def worker_command(ctx: click.Context, /, targets: tuple[str, ...], **params: Any) -> None:
+    """Run the workers MODULE:ATTR names: an ActionWorker, a StreamWorker, or a function
+    (plain or async) that builds one from a FloClient. Several run in one process."""
+    setup_logging(params["log_level"], params["log_format"])
+    if params["processes"] > 1:
+        args = _supervisor.child_args(ctx, processes_param="processes")
+        sys.exit(_supervisor.Supervisor(args, params["processes"], params).run())
+    found = [(spec, _targets.load(spec)) for spec in targets]  # before anything connects
+    sys.exit(asyncio.run(serve(found, params)))
+
+
+def register(group: click.Group) -> None:
+    group.add_command(worker_command)

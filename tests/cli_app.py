@@ -1,0 +1,60 @@
+"""Worker targets for the ``flo-redis worker`` command tests (imported by the command).
+
+Action ``hold``: the handler records its process id under ``<namespace>:pid:<run id>``,
+then waits until the key ``<namespace>:gate`` exists and returns the process id.
+Action ``stubborn``: the handler ignores cancellation and never returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+
+import redis.asyncio as aioredis
+
+from flo_redis import ActionContext, ActionRegisterOptions, ActionWorker, FloClient
+
+# The command moves a worker made at import onto its own --url and --namespace.
+module_worker = FloClient("redis://127.0.0.1:1", namespace="unused").new_action_worker()
+not_a_worker = 42
+
+
+async def hold(ctx: ActionContext) -> bytes:
+    url = os.environ["CLI_APP_URL"]
+    raw = aioredis.Redis.from_url(url)
+    try:
+        await raw.set(f"{ctx.namespace}:pid:{ctx.task_id}", os.getpid())
+        while not await raw.exists(f"{ctx.namespace}:gate"):  # noqa: ASYNC110 - a Redis key
+            await asyncio.sleep(0.02)
+    finally:
+        await raw.aclose()
+    return str(os.getpid()).encode()
+
+
+async def stubborn(ctx: ActionContext) -> bytes:
+    while True:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+
+
+def _actions(worker: ActionWorker) -> ActionWorker:
+    worker.register_action("hold", hold, ActionRegisterOptions(timeout_ms=120_000))
+    worker.register_action("stubborn", stubborn, ActionRegisterOptions(timeout_ms=120_000))
+    return worker
+
+
+_actions(module_worker)
+
+
+def build(client: FloClient) -> ActionWorker:
+    return _actions(client.new_action_worker(concurrency=4, block_ms=1000))
+
+
+async def build_async(client: FloClient) -> ActionWorker:
+    await client.server_time_ms()  # the client is connected when this is called
+    return _actions(client.new_action_worker(concurrency=4, block_ms=1000))
+
+
+def build_nothing(client: FloClient) -> str:
+    return "not a worker"

@@ -1,0 +1,63 @@
+"""Running ``flo-redis`` as users do: ``python -m flo_redis.cli ARGS`` in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+# Options the tests set themselves; a developer's environment must not leak in.
+_OWN_ENV = (
+    "FLO_REDIS_URL",
+    "REDIS_URL",
+    "FLO_REDIS_NAMESPACE",
+    "FLO_REDIS_CONCURRENCY",
+    "FLO_REDIS_LOG_LEVEL",
+    "FLO_REDIS_LOG_FORMAT",
+    "FLO_REDIS_SHUTDOWN_TIMEOUT",
+    "FLO_REDIS_PROCESSES",
+)
+
+
+class Command:
+    """``python -m flo_redis.cli ARGS`` in the tests folder, its output kept."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.out = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        base = {k: v for k, v in os.environ.items() if k not in _OWN_ENV}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flo_redis.cli", *args],
+            cwd=TESTS,
+            env={**base, **env},
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        self.out.seek(0)
+        return self.out.read().decode()
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running after {timeout} s:\n{self.output()}") from None
+
+    def exits(self, code: int, timeout: float = 60) -> bool:
+        """Whether it exits with ``code``; its output is printed for a failing test."""
+        got = self.wait(timeout)
+        print(self.output())
+        return got == code
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.out.close()
