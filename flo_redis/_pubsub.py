@@ -1,57 +1,47 @@
 """Sharded pub/sub subscriptions: per-node connections, confirmed and kept standing.
 
-Two mechanisms ride sharded channels (``SSUBSCRIBE``), each on a :class:`Subscriber` of
-its own: wake-ups (:mod:`flo_redis._wake`) and liveness (:mod:`flo_redis.liveness`).
-What the channels mean, and what the scripts do with them, is in ``lua/README.md``
-("Liveness"); this module is only the subscribing.
+Wake-ups (:mod:`flo_redis._wake`) and liveness (:mod:`flo_redis.liveness`) each hold their
+sharded channels (``SSUBSCRIBE``) through a :class:`Subscriber` of their own; what the
+channels mean to the scripts is in ``lua/README.md`` ("Liveness"). A subscriber routes a
+channel to the primary owning its hash slot, with one connection of its own (the
+client's settings) and one reader task per node; sends one ``SSUBSCRIBE`` per slot (a
+cluster refuses several slots in one); and counts a channel as subscribed once Redis
+confirmed it. A subscription lost — connection dropped, slot moved (Redis unsubscribes
+it), subscribe redirected (``MOVED``/``TRYAGAIN``) — is made again where the slot lives
+now, after reloading the slot map. The users' real differences are named parameters:
 
-A subscriber routes each channel to the primary that owns its hash slot (a single server
-is one route) and holds, per node, a pub/sub connection of its own (made with the
-client's settings) and a reader task. It sends one ``SSUBSCRIBE`` per slot — a cluster
-refuses one naming channels of several slots — and counts a channel as subscribed only
-once Redis confirmed it. A subscription is lost when its connection drops, when Redis
-unsubscribes it (its slot moved: resharding, failover), or when the subscribe was
-redirected (``MOVED``/``TRYAGAIN`` on a stale slot map); the slot map is then reloaded
-and the channel subscribed again where its slot lives now.
-
-The two users differ only in the constructor's named parameters:
-
-- ``deliver``: wake-ups deliver each message to the listeners of its channel; liveness
+- ``deliver``: wake-ups hand each message to the listeners of its channel; liveness
   expects none (nothing is ever published on a liveness channel).
-- ``keep``: liveness subscribes again whatever was lost at once, in the background
-  (nobody else asks for it, and a live owner must be back within the reclaim grace);
-  wake-ups subscribe again when a listener next arms, and a loss wakes the listeners of
-  the lost channels so that is at once.
+- ``keep``: liveness subscribes again at once, in the background (nobody else asks, and
+  a live owner must be back within the reclaim grace); wake-ups subscribe again when a
+  listener next arms, and a loss wakes the lost channels' listeners so that is at once.
 - ``retry_pauses``: how subscribing again backs off while it fails.
-- ``ping_every_s``: liveness ``PING``s a connection gone quiet, because a partition
-  sends no reset and a silently dead connection would hide a live owner; wake-ups need
-  not (a poller that misses a wake-up still wakes at its deadline).
+- ``ping_every_s``: liveness ``PING``s a quiet connection (a partition sends no reset,
+  and a silently dead connection would hide a live owner); a poller that misses a
+  wake-up still wakes at its deadline, so wake-ups do not.
 - ``client_name``: liveness names its connections (``CLIENT LIST`` shows them).
 
-Never give both mechanisms one subscriber: a frozen process whose liveness connection
-filled with wake-ups would be disconnected by Redis for its output buffer — a false
-death.
+Never give both one subscriber: a frozen process whose liveness connection filled with
+wake-ups would be disconnected by Redis for its output buffer — a false death.
 
-Waiting for one message — e.g. for a script to publish that a run ended — is a
-:class:`Listener` on a message-delivering subscriber (the client's ``waker``). Subscribe
-(``arm``) *before* reading the state the message is about, so a message published in
-between is never missed; ``release=True`` unsubscribes the channel when its last
-listener leaves (one-off channels; a queue's wake channel stays subscribed)::
+Waiting for one message (e.g. a script publishing that a run ended) is a
+:class:`Listener` on the client's ``waker``. Arm it *before* reading the state the
+message is about, so a message published in between is never missed; ``release=True``
+unsubscribes the channel when its last listener leaves (one-off channels; a queue's wake
+channel stays subscribed for the next poll)::
 
-    async with subscriber.listening([channel], release=True) as listener:
+    async with waker.listening([channel], release=True) as listener:
         while True:
             await listener.arm()  # forget what was heard; subscribed and confirmed
-            state = await read_state()
-            if state is finished:
+            if (state := await read_state()) is finished:
                 return state
             remaining = deadline - loop.time()
             if remaining <= 0 or not await listener.wait(remaining):
                 return None  # deadline
-            # woken: a message (listener.message holds its payload) or a lost
-            # subscription (arm subscribes again); read the state again
+            # woken by a message (payload: listener.message) or by a lost
+            # subscription (the next arm makes it again): read the state again
 
-A wake-up may be spurious (a subscription was lost and is made again), so the state
-read after it, not the message, decides.
+A wake-up may be spurious, so the state read after it, not the message, decides.
 """
 
 from __future__ import annotations
@@ -69,63 +59,10 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
+from ._listener import Listener
 from .errors import NotConnectedError
 
 SUBSCRIBE_TIMEOUT_S = 5.0
-
-
-def raise_if_cancelling() -> None:
-    """Re-raise a cancellation that a library swallowed.
-
-    ``asyncio.wait_for`` on Python 3.11 (used inside redis-py for socket writes) can
-    drop a cancellation that arrives as its inner call completes; the task then stays
-    marked as cancelling. Long-running loops call this before they wait again, so a
-    cancelled worker never keeps polling.
-    """
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    if cancelling is not None and cancelling():
-        raise asyncio.CancelledError()
-
-
-class Listener:
-    """Interest in a set of channels of a message-delivering :class:`Subscriber`:
-    :meth:`wait` returns on a message, a lost subscription, or the deadline."""
-
-    def __init__(self, subscriber: Subscriber, channels: list[str]) -> None:
-        self._subscriber = subscriber
-        self.channels = channels
-        self._event = asyncio.Event()
-        self.message: bytes | None = None
-        """The payload of the last message heard since :meth:`arm` (None: none)."""
-
-    async def arm(self) -> None:
-        """Forget what was heard so far and make sure the subscriptions stand (after a
-        lost connection or a moved slot they are made again); call before each look at
-        the state the messages are about. :class:`NotConnectedError` when Redis cannot
-        be reached or does not confirm within 5 s."""
-        self._event.clear()
-        self.message = None
-        await self._subscriber.ensure(self.channels)
-
-    def fire(self, message: bytes | None = None) -> None:
-        if message is not None:
-            self.message = message
-        self._event.set()
-
-    async def wait(self, timeout_s: float) -> bool:
-        """True if woken before ``timeout_s`` passed (spurious wake-ups are possible)."""
-        raise_if_cancelling()
-        if timeout_s <= 0 or self._event.is_set():
-            return self._event.is_set()
-        # asyncio.wait, not wait_for: a cancellation arriving with the wake-up must
-        # never be swallowed.
-        waiter = asyncio.ensure_future(self._event.wait())
-        try:
-            done, _ = await asyncio.wait({waiter}, timeout=timeout_s)
-        finally:
-            waiter.cancel()
-        return bool(done)
 
 
 class _Route:
@@ -210,7 +147,7 @@ class Subscriber:
     ) -> AsyncIterator[Listener]:
         """A :class:`Listener` on ``channels`` (subscribed by its first ``arm``); with
         ``release`` a channel is unsubscribed when its last listener leaves."""
-        listener = Listener(self, list(dict.fromkeys(channels)))
+        listener = Listener(self.ensure, list(dict.fromkeys(channels)))
         async with self.attached(listener, release=release):
             yield listener
 
@@ -496,12 +433,8 @@ class Subscriber:
             if self._route_of.get(name) != route.name:
                 return
             # The server dropped the subscription (the slot moved): take it again.
-            self._log.warning(
-                "%s channel %s unsubscribed by %s (slot moved); subscribing again",
-                self._purpose,
-                name,
-                route.name or "redis",
-            )
+            why = f"{self._purpose} channel {name} unsubscribed by {route.name or 'redis'}"
+            self._log.warning("%s (slot moved); subscribing again", why)
             with contextlib.suppress(Exception):
                 route.pubsub.shard_channels.pop(channel, None)
             self._lost([name])
@@ -539,4 +472,4 @@ class Subscriber:
             await route.close()
 
 
-__all__ = ["SUBSCRIBE_TIMEOUT_S", "Listener", "Subscriber", "raise_if_cancelling"]
+__all__ = ["SUBSCRIBE_TIMEOUT_S", "Listener", "Subscriber"]

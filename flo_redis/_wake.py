@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator, Iterable
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from ._pubsub import Listener, Subscriber, raise_if_cancelling
+from ._listener import Listener, raise_if_cancelling
+from ._pubsub import Subscriber
 
 log = logging.getLogger("flo_redis.wake")
 
@@ -31,7 +32,7 @@ class Watch(Listener):
     """Interest in a set of wake channels; ``wait`` returns on a wake-up or the deadline."""
 
     def __init__(self, waker: Waker, channels: list[str]) -> None:
-        super().__init__(waker, channels)
+        super().__init__(waker.ensure, channels)
         self._waker = waker
         self._generation = waker.generation
 
