@@ -4,6 +4,7 @@ Change ``from flo import FloClient`` to ``from flo_redis import FloClient`` and 
 endpoint at your Redis (``redis://localhost:6379``); the worker API is flo-python 0.1.2's.
 """
 
+from .action_ops import ActionCounts, BulkResult, RunPage, RunState
 from .actions import ActionOperations
 from .client import FloClient
 from .errors import (
@@ -111,6 +112,7 @@ __all__ = [
     "DEFAULT_RETRY_POLICY",
     "MAX_BLOCK_MS",
     "ActionContext",
+    "ActionCounts",
     "ActionDeleteOptions",
     "ActionInfo",
     "ActionInvokeOptions",
@@ -127,6 +129,7 @@ __all__ = [
     "ActionWorkerOptions",
     "BadRequestError",
     "BlockTooLongError",
+    "BulkResult",
     "ConflictError",
     "ConnectionFailedError",
     "DeadLetter",
@@ -156,6 +159,8 @@ __all__ = [
     "ResultEncodingError",
     "ResultSerializer",
     "RetryPolicy",
+    "RunPage",
+    "RunState",
     "RunStatus",
     "ServerError",
     "StatusCode",

@@ -64,8 +64,9 @@ def invoke_reply(reply: Any, keys: ActionKeys, size: int) -> ActionInvokeResult:
     return ActionInvokeResult(run_id=text(reply[1]) or "")
 
 
-def run_status(run_id: str, rec: dict[str, Any]) -> ActionRunStatus:
-    """A run record (``lib/run.lua``) as flo's ``ActionRunStatus``."""
+def run_status(run_id: str, rec: dict[str, Any], due_at_ms: int | None = None) -> ActionRunStatus:
+    """A run record (``lib/run.lua``) as flo's ``ActionRunStatus``; ``due_at_ms`` is the
+    run's score in the delayed set, for a delayed run."""
     return ActionRunStatus(
         run_id=run_id,
         status=RunStatus(int(rec["s"])),
@@ -80,18 +81,22 @@ def run_status(run_id: str, rec: dict[str, Any]) -> ActionRunStatus:
         outcome=text(rec.get("oc")),
         token=int(rec.get("t", 0)),
         error_traceback=text(rec.get("tb")),
+        due_at_ms=due_at_ms,
     )
 
 
-def status_reply(run_id: str, keys: ActionKeys, raw: Any) -> ActionRunStatus:
-    """The run's status from its stored record; :class:`NotFoundError` when there is none."""
+def status_reply(run_id: str, keys: ActionKeys, raw: Any, due: Any = None) -> ActionRunStatus:
+    """The run's status from its stored record and its score in the delayed set (None
+    when it is not there); :class:`NotFoundError` when there is no record."""
     if raw is None:
         raise refusal(
             Status.NOT_FOUND,
             f"run {run_id!r} not found in namespace {keys.namespace!r} (never created, "
             "deleted with its action, or past its retention)",
         )
-    return run_status(run_id, unpack_record(raw))
+    rec = unpack_record(raw)
+    waiting = due is not None and int(rec["s"]) == RunStatus.PENDING
+    return run_status(run_id, rec, int(float(due)) if waiting else None)
 
 
 def check_wait_ms(timeout_ms: object) -> int:

@@ -31,6 +31,7 @@ from ._runs import (
     wait_timed_out,
 )
 from ._status import Status, refusal
+from .action_ops import ActionInspection
 from .codec import (
     decoded,
     pack,
@@ -76,8 +77,9 @@ REAP_BATCH = 100
 INVOKE_BATCH = 1000  # runs per action_invoke_many call
 
 
-class ActionOperations:
-    """``client.action``: register actions, invoke them, read runs."""
+class ActionOperations(ActionInspection):
+    """``client.action``: register actions, invoke them, read runs; counts, runs by state
+    and bulk steering come from :class:`ActionInspection`."""
 
     def __init__(self, client: FloClient) -> None:
         self._client = client
@@ -177,8 +179,11 @@ class ActionOperations:
         opts = options or ActionStatusOptions()
         keys = self._keys(action_of_run(run_id), opts.namespace)
         with _scripts.redis_errors("status"):
-            raw = await self._client.redis.hget(keys.runs, run_id)
-        return status_reply(run_id, keys, raw)
+            async with self._client.redis.pipeline(transaction=False) as pipe:
+                pipe.hget(keys.runs, run_id)
+                pipe.zscore(keys.delayed, run_id)
+                raw, due = await pipe.execute()
+        return status_reply(run_id, keys, raw, due)
 
     async def wait(
         self, run_id: str, timeout_ms: int = DEFAULT_WAIT_MS, namespace: str | None = None
@@ -253,7 +258,9 @@ class ActionOperations:
         conn = self._client.redis
         with _scripts.redis_errors("delete"):
             await conn.zrem(namespace_keys(keys.namespace).actions, name)
-        reply = await _scripts.call(conn, "action_delete", list(keys.all_data_keys()), [])
+        # meta stays (run ids are never reused); the data keys go.
+        delete_keys = [keys.meta, *keys.all_data_keys()]
+        reply = await _scripts.call(conn, "action_delete", delete_keys, [])
         if not int(reply[1]):
             raise not_registered(keys)
 

@@ -576,9 +576,12 @@ class ActionRunStatus:
 
     flo_redis adds ``max_retries`` (attempts in all the run may get),
     ``outcome`` (the outcome a completed run reported), ``token`` (the
-    fencing token of the latest hand-out) and ``error_traceback`` (the
+    fencing token of the latest hand-out), ``error_traceback`` (the
     traceback of the handler's last failure, its last 8 KiB; the message,
-    ``"KeyError: 'image'"``, is in ``error_message``)."""
+    ``"KeyError: 'image'"``, is in ``error_message``) and ``due_at_ms``: for a
+    PENDING run that waits for its time (a delay, or the backoff before a
+    retry), when it becomes ready; None for a run that is ready or not
+    waiting."""
 
     run_id: str
     status: RunStatus
@@ -593,6 +596,7 @@ class ActionRunStatus:
     outcome: str | None = None
     token: int = 0
     error_traceback: str | None = None
+    due_at_ms: int | None = None
 
 
 @dataclass

@@ -41,6 +41,7 @@ local status, duplicate, detail = complete_run(k, action, now, run_id, token, wo
   result, outcome)
 if status == ST_TOO_LARGE then return {ST_TOO_LARGE, detail, RUN_RUNNING} end
 if status == ST_OK and duplicate == 0 then
+  tally_ended(k.meta, now, 'c', 1)
   queue_retain(k, k.done, now, action.retention_ms, action.retention_count, RETAIN_BATCH)
 end
 if status == ST_NOT_FOUND then return {ST_NOT_FOUND} end

@@ -44,6 +44,7 @@ for _, item in ipairs(items) do
   if status == ST_OK and duplicate == 0 then applied = applied + 1 end
 end
 if applied > 0 then
+  tally_ended(k.meta, now, 'c', applied)
   -- Trim at least as many kept runs as this call finished, so retention keeps pace.
   queue_retain(k, k.done, now, action.retention_ms, action.retention_count,
     RETAIN_BATCH + applied)

@@ -12,6 +12,7 @@
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/run.lua
+--@include lib/queue.lua
 --@include lib/action.lua
 local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   failed = KEYS[5], wake = KEYS[6]}
@@ -24,16 +25,8 @@ if not run then return {ST_NOT_FOUND} end
 if run.s ~= RUN_FAILED and run.s ~= RUN_TIMED_OUT and run.s ~= RUN_CANCELLED then
   return {ST_CONFLICT, run.s}
 end
-run.s = RUN_PENDING
-run.a = 0
-run.mr = action.max_retries
-run.ct = nil
-run.st = nil
-run.lrk = nil
-run.rd = now_ms()
-run_save(k.runs, run_id, run)
+queue_unbury(k, run_id, run, action.max_retries, now_ms())
 redis.call('ZREM', k.failed, run_id)
-local seq = redis.call('HINCRBY', k.meta, 'qseq', 1)
-redis.call('ZADD', k.pending, seq, run_id)
+queue_push(k.meta, k.pending, run_id)
 redis.call('SPUBLISH', k.wake, '1')
 return {ST_OK, run.s}

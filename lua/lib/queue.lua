@@ -5,6 +5,7 @@
 --@include lib/run.lua
 --@include lib/owners.lua
 --@include lib/ended.lua
+--@include lib/tally.lua
 
 local function queue_push(meta_key, pending_key, run_id)
   local seq = redis.call('HINCRBY', meta_key, 'qseq', 1)
@@ -39,6 +40,22 @@ local function queue_bury(k, run_id, run, now, status)
   run_save(k.runs, run_id, run)
   redis.call('ZADD', k.failed, now, run_id)
   run_ended(k.ended, run_id)
+  if status == RUN_TIMED_OUT then redis.call('HINCRBY', k.meta, TALLY_TIMED_OUT, 1) end
+  tally_ended(k.meta, now, 'f', 1)
+end
+
+-- Give a buried run (FAILED, TIMED_OUT or CANCELLED) a fresh set of attempts: its record
+-- reads PENDING again, ready since `now`. The caller moves it from `failed` to `pending`.
+local function queue_unbury(k, run_id, run, max_retries, now)
+  if run.s == RUN_TIMED_OUT then redis.call('HINCRBY', k.meta, TALLY_TIMED_OUT, -1) end
+  run.s = RUN_PENDING
+  run.a = 0
+  run.mr = max_retries
+  run.ct = nil
+  run.st = nil
+  run.lrk = nil
+  run.rd = now
+  run_save(k.runs, run_id, run)
 end
 
 -- Take back up to `limit` runs whose lease deadline has passed. A run with attempts left

@@ -1,0 +1,287 @@
+"""Seeing and steering an action's queue: exact counts, runs by state, bulk requeue/purge.
+
+Every figure comes from one read-only script over the queue's own sets and counters
+(``lua/action_counts.lua``, ``lua/action_runs.lua``), so each call is O(1) or bounded by
+its page, never a scan. Bulk steering runs in batches, each one script call touching at
+most ``batch`` runs, so no call holds Redis for long whatever the backlog; a bulk call
+acts on the runs that were in the state when it started and ends even while workers keep
+failing or finishing runs.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import _scripts
+from ._runs import run_status
+from ._checks import MAX_LIST_LIMIT, check_count, not_registered
+from ._status import Status, refusal
+from .codec import decoded, text, unpack_record
+from .errors import ValidationError
+from .keys import ActionKeys, action_keys
+from .types import ActionRunStatus, RunStatus
+
+if TYPE_CHECKING:
+    from .client import FloClient
+
+MINUTES = 60  # per-minute buckets kept (lib/tally.lua)
+MAX_BATCH = 1000
+DEFAULT_BATCH = 500
+
+
+class RunState(str, enum.Enum):
+    """Where a run is in its action's queue (the sets ``runs``/``purge`` page through).
+
+    ``PENDING`` runs are ready to be claimed, ``DELAYED`` ones wait for their due time
+    (their status reads ``PENDING`` with ``due_at_ms`` set), ``RUNNING`` ones are leased,
+    ``COMPLETED`` ones are kept for the action's retention and ``FAILED`` holds FAILED,
+    TIMED_OUT and CANCELLED runs until they are re-queued or purged."""
+
+    PENDING = "pending"
+    DELAYED = "delayed"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+NEWEST_FIRST = (RunState.COMPLETED, RunState.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionCounts:
+    """How many runs an action holds in each state, read atomically at ``at_ms``.
+
+    ``failed`` counts FAILED and CANCELLED runs, ``timed_out`` those that ended TIMED_OUT
+    (both are kept until re-queued or purged); ``completed`` counts the completed runs
+    still kept (retention). ``completed_per_minute`` / ``failed_per_minute`` count runs
+    that ended in each of the last 60 minutes, oldest first, the last being the current
+    minute (``failed`` there includes timed out). ``next_due_ms`` is when the earliest
+    delayed run becomes ready (None without delayed runs)."""
+
+    action: str
+    namespace: str
+    at_ms: int
+    pending: int
+    delayed: int
+    running: int
+    completed: int
+    failed: int
+    timed_out: int
+    next_due_ms: int | None
+    completed_per_minute: tuple[int, ...]
+    failed_per_minute: tuple[int, ...]
+
+    @property
+    def waiting(self) -> int:
+        """Runs not started yet: pending plus delayed."""
+        return self.pending + self.delayed
+
+    @property
+    def completed_last_hour(self) -> int:
+        return sum(self.completed_per_minute)
+
+    @property
+    def failed_last_hour(self) -> int:
+        return sum(self.failed_per_minute)
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of runs in one state; pass ``cursor`` back for the next (None: the last)."""
+
+    action: str
+    state: RunState
+    runs: tuple[ActionRunStatus, ...]
+    cursor: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """What a bulk requeue or purge did: how many runs it moved, in how many script calls."""
+
+    action: str
+    state: RunState
+    count: int
+    calls: int
+
+
+def state_arg(state: RunState | str) -> RunState:
+    """``state`` as a :class:`RunState`; :class:`ValidationError` naming the choices."""
+    try:
+        return RunState(state)
+    except ValueError:
+        choices = ", ".join(s.value for s in RunState)
+        raise ValidationError(f"state {state!r} is not one of: {choices}") from None
+
+
+def _cursor_arg(cursor: bytes | None) -> tuple[str, str]:
+    if cursor is None:
+        return "", ""
+    if not isinstance(cursor, bytes) or len(cursor) > 4096:
+        raise ValidationError("cursor must be the bytes a previous page returned")
+    score, sep, run_id = cursor.decode(errors="replace").partition(" ")
+    try:
+        float(score)
+    except ValueError:
+        score = ""
+    if not sep or not score or not run_id:
+        raise ValidationError(
+            f"cursor {cursor!r} is malformed; pass back the cursor a previous page returned"
+        )
+    return score, run_id
+
+
+class ActionInspection:
+    """The operator half of ``client.action``: counts, runs by state, bulk steering."""
+
+    _client: FloClient
+
+    def _queue(self, name: str, namespace: str | None) -> ActionKeys:
+        return action_keys(self._client.get_namespace(namespace), name)
+
+    async def counts(self, name: str, namespace: str | None = None) -> ActionCounts:
+        """Exact counts of ``name``'s runs by state and per minute over the last hour, read
+        in one atomic, read-only script call. :class:`NotFoundError` if not registered."""
+        keys = self._queue(name, namespace)
+        reply = await _scripts.call(
+            self._client.redis,
+            "action_counts",
+            [
+                keys.definition,
+                keys.meta,
+                keys.pending,
+                keys.delayed,
+                keys.leases,
+                keys.done,
+                keys.failed,
+            ],
+            [],
+        )
+        if int(reply[0]) != Status.OK:
+            raise not_registered(keys)
+        n = [int(x) for x in reply[1:]]
+        return ActionCounts(
+            action=name,
+            namespace=keys.namespace,
+            at_ms=n[0],
+            pending=n[1],
+            delayed=n[2],
+            running=n[3],
+            completed=n[4],
+            failed=n[5],
+            timed_out=n[6],
+            next_due_ms=None if n[7] < 0 else n[7],
+            completed_per_minute=tuple(n[8 : 8 + MINUTES]),
+            failed_per_minute=tuple(n[8 + MINUTES : 8 + 2 * MINUTES]),
+        )
+
+    async def runs(
+        self,
+        name: str,
+        state: RunState | str = RunState.PENDING,
+        limit: int = 100,
+        cursor: bytes | None = None,
+        namespace: str | None = None,
+    ) -> RunPage:
+        """One page (``limit`` 1..1024) of ``name``'s runs in ``state``: pending runs in
+        queue order, delayed ones by due time (``due_at_ms`` set), running ones by lease
+        deadline, completed and failed ones newest first. Pass the page's ``cursor`` back
+        for the next; paging stays in order while runs come and go."""
+        st = state_arg(state)
+        check_count("limit", limit, 1, MAX_LIST_LIMIT)
+        after_score, after_id = _cursor_arg(cursor)
+        keys = self._queue(name, namespace)
+        reply = await _scripts.call(
+            self._client.redis,
+            "action_runs",
+            [keys.runs, keys.pending, keys.delayed, keys.leases, keys.done, keys.failed],
+            [st.value, after_score, after_id, min(limit, MAX_BATCH)],
+        )
+        if int(reply[0]) != Status.OK:
+            raise refusal(int(reply[0]), f"runs: state {st.value!r} or limit refused")
+        more, n = int(reply[1]), int(reply[2])
+        found: builtins.list[ActionRunStatus] = []
+        last = b""
+        for i in range(3, 3 + 3 * n, 3):
+            run_id, score, raw = decoded(reply[i]), decoded(reply[i + 1]), reply[i + 2]
+            last = f"{score} {run_id}".encode()
+            if raw:
+                due = int(float(score)) if st is RunState.DELAYED else None
+                found.append(run_status(run_id, unpack_record(raw), due))
+        return RunPage(name, st, tuple(found), last if more and last else None)
+
+    async def requeue_failed(
+        self, name: str, batch: int = DEFAULT_BATCH, namespace: str | None = None
+    ) -> BulkResult:
+        """Re-queue every FAILED, TIMED_OUT and CANCELLED run of ``name`` (each with a
+        fresh set of attempts, oldest first), ``batch`` (1..1000) runs per script call.
+        Acts on the runs that had failed when it started; a run that fails again while it
+        works is left failed. :class:`NotFoundError` if not registered."""
+        check_count("batch", batch, 1, MAX_BATCH)
+        keys = self._queue(name, namespace)
+        script_keys = [keys.definition, keys.meta, keys.runs, keys.pending, keys.failed, keys.wake]
+        return await self._in_batches(
+            keys, RunState.FAILED, "action_requeue_failed", script_keys, [], batch
+        )
+
+    async def purge(
+        self,
+        name: str,
+        state: RunState | str,
+        batch: int = DEFAULT_BATCH,
+        namespace: str | None = None,
+    ) -> BulkResult:
+        """Delete every run of ``name`` in ``state`` (pending, delayed, completed or
+        failed) with its input, ``batch`` (1..1000) runs per script call. Acts on the
+        runs in the state when it started; runs that arrive later stay. Running runs are
+        refused with :class:`ValidationError` (their workers hold them: let them finish,
+        or delete the action). :class:`NotFoundError` if not registered."""
+        st = state_arg(state)
+        if st is RunState.RUNNING:
+            raise ValidationError(
+                "running runs cannot be purged: their workers hold them; wait for them to "
+                "finish (or fail) and purge those, or delete the action"
+            )
+        check_count("batch", batch, 1, MAX_BATCH)
+        keys = self._queue(name, namespace)
+        script_keys = [
+            keys.definition,
+            keys.meta,
+            keys.runs,
+            keys.inputs,
+            keys.pending,
+            keys.delayed,
+            keys.done,
+            keys.failed,
+            keys.idempotency,
+        ]
+        return await self._in_batches(keys, st, "action_purge", script_keys, [st.value], batch)
+
+    async def _in_batches(
+        self,
+        keys: ActionKeys,
+        state: RunState,
+        script: str,
+        script_keys: builtins.list[str],
+        args: builtins.list[_scripts.Arg],
+        batch: int,
+    ) -> BulkResult:
+        upto = ""
+        count = calls = 0
+        while True:
+            reply = await _scripts.call(
+                self._client.redis, script, script_keys, [*args, upto, batch]
+            )
+            calls += 1
+            status = int(reply[0])
+            if status == Status.NO_ACTION:
+                raise not_registered(keys)
+            if status != Status.OK:
+                raise refusal(status, f"{script}: batch or bound refused")
+            count += int(reply[1])
+            upto = decoded(reply[3])
+            if int(reply[2]) == 0:
+                return BulkResult(keys.action, state, count, calls)

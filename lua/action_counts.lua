@@ -1,0 +1,51 @@
+--[[ action_counts
+  How many runs an action holds in each state, and how many ended in each minute of the
+  last hour (lib/tally.lua). Read only; a handful of O(1) reads plus the 60 buckets.
+  KEYS[1] def      HASH  the action's settings
+  KEYS[2] meta     HASH  counters (lib/tally.lua)
+  KEYS[3] pending  ZSET  runs ready to be claimed
+  KEYS[4] delayed  ZSET  runs waiting for their due time (delay or retry backoff)
+  KEYS[5] leases   ZSET  running runs
+  KEYS[6] done     ZSET  completed runs kept for retention
+  KEYS[7] failed   ZSET  FAILED, TIMED_OUT and CANCELLED runs
+  Returns {status, now_ms, pending, delayed, running, completed, failed, timed_out,
+          next_due_ms, completed * 60, failed * 60}   status: OK | NO_ACTION;
+          failed excludes timed_out; next_due_ms is -1 without delayed runs; the per-minute
+          counts run oldest first, the last being the current minute
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/tally.lua
+local k = {def = KEYS[1], meta = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
+  leases = KEYS[5], done = KEYS[6], failed = KEYS[7]}
+
+if redis.call('EXISTS', k.def) == 0 then return {ST_NO_ACTION} end
+local now = now_ms()
+local buried = redis.call('ZCARD', k.failed)
+local timed_out = tonumber(redis.call('HGET', k.meta, TALLY_TIMED_OUT)) or 0
+local next_due = -1
+local first = redis.call('ZRANGE', k.delayed, 0, 0, 'WITHSCORES')
+if #first > 0 then next_due = tonumber(first[2]) end
+local out = {ST_OK, now, redis.call('ZCARD', k.pending), redis.call('ZCARD', k.delayed),
+  redis.call('ZCARD', k.leases), redis.call('ZCARD', k.done), buried - timed_out, timed_out,
+  next_due}
+
+local minute = math.floor(now / 60000)
+local fields = {}
+for m = minute - TALLY_SLOTS + 1, minute do
+  local at = 'm' .. (m % TALLY_SLOTS)
+  fields[#fields + 1] = at
+  fields[#fields + 1] = at .. 'c'
+  fields[#fields + 1] = at .. 'f'
+end
+local v = redis.call('HMGET', k.meta, unpack(fields))
+local completed, failed = {}, {}
+for i = 0, TALLY_SLOTS - 1 do
+  local m = minute - TALLY_SLOTS + 1 + i
+  local fresh = tonumber(v[3 * i + 1]) == m
+  completed[#completed + 1] = fresh and (tonumber(v[3 * i + 2]) or 0) or 0
+  failed[#failed + 1] = fresh and (tonumber(v[3 * i + 3]) or 0) or 0
+end
+for _, n in ipairs(completed) do out[#out + 1] = n end
+for _, n in ipairs(failed) do out[#out + 1] = n end
+return out

@@ -1,0 +1,54 @@
+--[[ action_purge
+  Delete up to `batch` of an action's runs in one state (pending, delayed, completed or
+  failed), oldest first, with their inputs and idempotency keys. Called repeatedly with
+  the `upto` of the first call, it deletes every run that was in the state when the first
+  call ran (its score at or below the highest score then), and none added later with a
+  higher score, so the loop ends. Running runs are never purged (their workers hold them).
+  KEYS[1] def      HASH  the action's settings
+  KEYS[2] meta     HASH  counters (lib/tally.lua)
+  KEYS[3] runs     HASH  run_id -> msgpack record
+  KEYS[4] inputs   HASH  run_id -> input bytes
+  KEYS[5] pending  ZSET  run_id -> queue order
+  KEYS[6] delayed  ZSET  run_id -> due ms
+  KEYS[7] done     ZSET  run_id -> finished ms
+  KEYS[8] failed   ZSET  run_id -> finished ms
+  KEYS[9] idem     HASH  idempotency key -> run_id
+  ARGV[1] state    pending | delayed | completed | failed
+  ARGV[2] upto     delete runs scored at or below this; '' = the highest score now
+  ARGV[3] batch    1 .. 1000
+  Returns {status, purged, remaining, upto}   status: OK | NO_ACTION | OUT_OF_RANGE;
+          remaining: runs of the state left at or below upto
+]]
+--@include lib/status.lua
+--@include lib/run.lua
+--@include lib/queue.lua
+--@include lib/action.lua
+--@include lib/states.lua
+local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  pending = KEYS[5], delayed = KEYS[6], done = KEYS[7], failed = KEYS[8], idem = KEYS[9]}
+local state = ARGV[1]
+local upto = ARGV[2]
+local batch = tonumber(ARGV[3])
+
+local set = state ~= 'running' and state_set(k, state)
+if not set or not batch or batch < 1 or batch > 1000
+    or (upto ~= '' and not tonumber(upto)) then
+  return {ST_OUT_OF_RANGE}
+end
+if redis.call('EXISTS', k.def) == 0 then return {ST_NO_ACTION} end
+if upto == '' then
+  local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
+  if #last == 0 then return {ST_OK, 0, 0, '-inf'} end
+  upto = last[2]
+end
+
+local ids = redis.call('ZRANGE', set, '-inf', upto, 'BYSCORE', 'LIMIT', 0, batch)
+local timed_out = 0
+for _, run_id in ipairs(ids) do
+  local run = run_load(k.runs, run_id)
+  if run and run.s == RUN_TIMED_OUT and set == k.failed then timed_out = timed_out + 1 end
+  queue_forget(k, run_id)
+end
+if #ids > 0 then redis.call('ZREM', set, unpack(ids)) end
+if timed_out > 0 then redis.call('HINCRBY', k.meta, TALLY_TIMED_OUT, -timed_out) end
+return {ST_OK, #ids, redis.call('ZCOUNT', set, '-inf', upto), upto}

@@ -1,0 +1,51 @@
+--[[ action_requeue_failed
+  Re-queue up to `batch` of an action's FAILED, TIMED_OUT and CANCELLED runs, oldest
+  first, each for a fresh set of attempts (as run_requeue). Called repeatedly with the
+  `upto` of the first call, it re-queues every run that had failed when the first call
+  ran, and never one that failed again since, so the loop ends.
+  KEYS[1] def      HASH  the action's settings
+  KEYS[2] meta     HASH  counters (qseq: queue order)
+  KEYS[3] runs     HASH  run_id -> msgpack record
+  KEYS[4] pending  ZSET  run_id -> queue order
+  KEYS[5] failed   ZSET  run_id -> finished ms
+  KEYS[6] wake     CHANNEL  sharded channel announcing new work
+  ARGV[1] upto     re-queue runs that failed at or before this ms; '' = the newest now
+  ARGV[2] batch    1 .. 1000
+  Returns {status, requeued, remaining, upto}   status: OK | NO_ACTION | OUT_OF_RANGE;
+          remaining: failed runs left at or before upto
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/queue.lua
+--@include lib/action.lua
+local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
+  failed = KEYS[5], wake = KEYS[6]}
+local upto = ARGV[1]
+local batch = tonumber(ARGV[2])
+
+if not batch or batch < 1 or batch > 1000 or (upto ~= '' and not tonumber(upto)) then
+  return {ST_OUT_OF_RANGE}
+end
+local action = action_load(k.def)
+if not action then return {ST_NO_ACTION} end
+if upto == '' then
+  local last = redis.call('ZRANGE', k.failed, -1, -1, 'WITHSCORES')
+  if #last == 0 then return {ST_OK, 0, 0, '-inf'} end
+  upto = last[2]
+end
+
+local ids = redis.call('ZRANGE', k.failed, '-inf', upto, 'BYSCORE', 'LIMIT', 0, batch)
+local now = now_ms()
+for _, run_id in ipairs(ids) do
+  local run = run_load(k.runs, run_id)
+  if run then
+    queue_unbury(k, run_id, run, action.max_retries, now)
+    queue_push(k.meta, k.pending, run_id)
+  end
+end
+if #ids > 0 then
+  redis.call('ZREM', k.failed, unpack(ids))
+  redis.call('SPUBLISH', k.wake, '1')
+end
+return {ST_OK, #ids, redis.call('ZCOUNT', k.failed, '-inf', upto), upto}

@@ -1,0 +1,75 @@
+--[[ action_runs
+  One page of an action's runs in one state, with their records. Waiting runs come in the
+  order they will be taken (pending: queue order; delayed: due time; running: lease
+  deadline), finished ones newest first. Read only; at most `limit` runs per call.
+  KEYS[1] runs     HASH  run_id -> msgpack record
+  KEYS[2] pending  ZSET  run_id -> queue order
+  KEYS[3] delayed  ZSET  run_id -> due ms
+  KEYS[4] leases   ZSET  run_id -> lease deadline ms
+  KEYS[5] done     ZSET  run_id -> finished ms
+  KEYS[6] failed   ZSET  run_id -> finished ms
+  ARGV[1] state        pending | delayed | running | completed | failed
+  ARGV[2] after_score  the cursor's score, or '' for the first page
+  ARGV[3] after_id     the cursor's run id (the last run of the previous page)
+  ARGV[4] limit        1 .. 1000
+  Returns {status, more, n, (run_id, score, record) * n}   status: OK | OUT_OF_RANGE;
+          more: 1 when runs follow the last one; score: the run's score in its set
+]]
+--@include lib/status.lua
+--@include lib/states.lua
+local k = {runs = KEYS[1], pending = KEYS[2], delayed = KEYS[3], leases = KEYS[4],
+  done = KEYS[5], failed = KEYS[6]}
+local state = ARGV[1]
+local after_score = ARGV[2]
+local after_id = ARGV[3]
+local limit = tonumber(ARGV[4])
+
+local set = state_set(k, state)
+if not set or not limit or limit < 1 or limit > 1000
+    or (after_score ~= '' and not tonumber(after_score)) then
+  return {ST_OUT_OF_RANGE}
+end
+local newest_first = state == 'completed' or state == 'failed'
+
+-- Where the page starts: just past the cursor's run while it is still in the set with the
+-- same score; else at the first run ordered after (score, id).
+local start = 0
+local skip_ties = false
+if after_score ~= '' then
+  local score = redis.call('ZSCORE', set, after_id)
+  if score and tonumber(score) == tonumber(after_score) then
+    local rank
+    if newest_first then rank = redis.call('ZREVRANK', set, after_id)
+    else rank = redis.call('ZRANK', set, after_id) end
+    start = rank + 1
+  elseif newest_first then
+    start = redis.call('ZCOUNT', set, '(' .. after_score, '+inf')
+    skip_ties = true
+  else
+    start = redis.call('ZCOUNT', set, '-inf', '(' .. after_score)
+    skip_ties = true
+  end
+end
+
+local page
+if newest_first then
+  page = redis.call('ZRANGE', set, start, start + limit, 'REV', 'WITHSCORES')
+else
+  page = redis.call('ZRANGE', set, start, start + limit, 'WITHSCORES')
+end
+local out = {ST_OK, 0, 0}
+for i = 1, #page, 2 do
+  local run_id, score = page[i], page[i + 1]
+  local tie = skip_ties and tonumber(score) == tonumber(after_score)
+  local passed = tie and ((newest_first and run_id >= after_id)
+    or (not newest_first and run_id <= after_id))
+  if not passed then
+    if out[3] == limit then break end
+    out[3] = out[3] + 1
+    out[#out + 1] = run_id
+    out[#out + 1] = score
+    out[#out + 1] = redis.call('HGET', k.runs, run_id) or ''
+  end
+end
+if #page / 2 > limit then out[2] = 1 end
+return out

@@ -1,0 +1,34 @@
+--[[ lib/tally
+  Counters kept for operators (read by action_counts), in the queue's meta hash:
+  - runs that ended per minute over the last hour: a ring of 60 one-minute buckets, field
+    `m<slot>` holds the bucket's minute (ms / 60000), `m<slot>c` completed and `m<slot>f`
+    failed (FAILED or TIMED_OUT) runs of that minute. A bucket is reset when its slot
+    comes round again, so the ring never holds more than 180 fields, and a bucket older
+    than an hour is never read;
+  - `n:timed_out`: how many runs in the failed set are TIMED_OUT.
+]]
+local TALLY_SLOTS = 60
+local TALLY_TIMED_OUT = 'n:timed_out'
+
+-- Count `n` runs that ended at `now` as `kind` ('c' completed, 'f' failed).
+local function tally_ended(meta_key, now, kind, n)
+  if n <= 0 then return end
+  local minute = math.floor(now / 60000)
+  local at = 'm' .. (minute % TALLY_SLOTS)
+  if tonumber(redis.call('HGET', meta_key, at)) ~= minute then
+    redis.call('HSET', meta_key, at, minute, at .. 'c', 0, at .. 'f', 0)
+  end
+  redis.call('HINCRBY', meta_key, at .. kind, n)
+end
+
+-- Every counter field, for forgetting them with the action.
+local function tally_fields()
+  local fields = {TALLY_TIMED_OUT}
+  for slot = 0, TALLY_SLOTS - 1 do
+    local at = 'm' .. slot
+    fields[#fields + 1] = at
+    fields[#fields + 1] = at .. 'c'
+    fields[#fields + 1] = at .. 'f'
+  end
+  return fields
+end
