@@ -13,16 +13,16 @@ from __future__ import annotations
 import builtins
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import _scripts
-from ._runs import run_status
 from ._checks import MAX_LIST_LIMIT, check_count, not_registered
+from ._runs import run_status
 from ._status import Status, refusal
-from .codec import decoded, text, unpack_record
+from .codec import decoded, unpack_record
 from .errors import ValidationError
 from .keys import ActionKeys, action_keys
-from .types import ActionRunStatus, RunStatus
+from .types import ActionRunStatus
 
 if TYPE_CHECKING:
     from .client import FloClient
