@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from .client import FloClient
 
 MINUTES = 60  # per-minute buckets kept (lib/tally.lua)
-MAX_BATCH = 1000
-DEFAULT_BATCH = 500
+MAX_BATCH = 500  # runs per bulk script call: about 10 ms of Redis time at most
+DEFAULT_BATCH = 100
 
 
 class RunState(str, enum.Enum):
@@ -198,7 +198,7 @@ class ActionInspection:
             self._client.redis,
             "action_runs",
             [keys.runs, keys.pending, keys.delayed, keys.leases, keys.done, keys.failed],
-            [st.value, after_score, after_id, min(limit, MAX_BATCH)],
+            [st.value, after_score, after_id, limit],
         )
         if int(reply[0]) != Status.OK:
             raise refusal(int(reply[0]), f"runs: state {st.value!r} or limit refused")
@@ -217,7 +217,7 @@ class ActionInspection:
         self, name: str, batch: int = DEFAULT_BATCH, namespace: str | None = None
     ) -> BulkResult:
         """Re-queue every FAILED, TIMED_OUT and CANCELLED run of ``name`` (each with a
-        fresh set of attempts, oldest first), ``batch`` (1..1000) runs per script call.
+        fresh set of attempts, oldest first), ``batch`` (1..500) runs per script call.
         Acts on the runs that had failed when it started; a run that fails again while it
         works is left failed. :class:`NotFoundError` if not registered."""
         check_count("batch", batch, 1, MAX_BATCH)
@@ -235,7 +235,7 @@ class ActionInspection:
         namespace: str | None = None,
     ) -> BulkResult:
         """Delete every run of ``name`` in ``state`` (pending, delayed, completed or
-        failed) with its input, ``batch`` (1..1000) runs per script call. Acts on the
+        failed) with its input, ``batch`` (1..500) runs per script call. Acts on the
         runs in the state when it started; runs that arrive later stay. Running runs are
         refused with :class:`ValidationError` (their workers hold them: let them finish,
         or delete the action). :class:`NotFoundError` if not registered."""

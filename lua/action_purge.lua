@@ -15,7 +15,7 @@
   KEYS[9] idem     HASH  idempotency key -> run_id
   ARGV[1] state    pending | delayed | completed | failed
   ARGV[2] upto     delete runs scored at or below this; '' = the highest score now
-  ARGV[3] batch    1 .. 1000
+  ARGV[3] batch    1 .. 500
   Returns {status, purged, remaining, upto}   status: OK | NO_ACTION | OUT_OF_RANGE;
           remaining: runs of the state left at or below upto
 ]]
@@ -31,7 +31,7 @@ local upto = ARGV[2]
 local batch = tonumber(ARGV[3])
 
 local set = state ~= 'running' and state_set(k, state)
-if not set or not batch or batch < 1 or batch > 1000
+if not set or not batch or batch < 1 or batch > 500
     or (upto ~= '' and not tonumber(upto)) then
   return {ST_OUT_OF_RANGE}
 end

@@ -10,7 +10,7 @@
   KEYS[5] failed   ZSET  run_id -> finished ms
   KEYS[6] wake     CHANNEL  sharded channel announcing new work
   ARGV[1] upto     re-queue runs that failed at or before this ms; '' = the newest now
-  ARGV[2] batch    1 .. 1000
+  ARGV[2] batch    1 .. 500
   Returns {status, requeued, remaining, upto}   status: OK | NO_ACTION | OUT_OF_RANGE;
           remaining: failed runs left at or before upto
 ]]
@@ -24,7 +24,7 @@ local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
 local upto = ARGV[1]
 local batch = tonumber(ARGV[2])
 
-if not batch or batch < 1 or batch > 1000 or (upto ~= '' and not tonumber(upto)) then
+if not batch or batch < 1 or batch > 500 or (upto ~= '' and not tonumber(upto)) then
   return {ST_OUT_OF_RANGE}
 end
 local action = action_load(k.def)
@@ -37,15 +37,23 @@ end
 
 local ids = redis.call('ZRANGE', k.failed, '-inf', upto, 'BYSCORE', 'LIMIT', 0, batch)
 local now = now_ms()
-for _, run_id in ipairs(ids) do
-  local run = run_load(k.runs, run_id)
-  if run then
-    queue_unbury(k, run_id, run, action.max_retries, now)
-    queue_push(k.meta, k.pending, run_id)
-  end
-end
 if #ids > 0 then
+  -- Queue order for the whole batch in one step, in the order they failed.
+  local seq = redis.call('HINCRBY', k.meta, 'qseq', #ids) - #ids
+  local queued = {}
+  for _, run_id in ipairs(ids) do
+    local run = run_load(k.runs, run_id)
+    if run then
+      queue_unbury(k, run_id, run, action.max_retries, now)
+      seq = seq + 1
+      queued[#queued + 1] = seq
+      queued[#queued + 1] = run_id
+    end
+  end
   redis.call('ZREM', k.failed, unpack(ids))
-  redis.call('SPUBLISH', k.wake, '1')
+  if #queued > 0 then
+    redis.call('ZADD', k.pending, unpack(queued))
+    redis.call('SPUBLISH', k.wake, '1')
+  end
 end
 return {ST_OK, #ids, redis.call('ZCOUNT', k.failed, '-inf', upto), upto}

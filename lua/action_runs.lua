@@ -11,7 +11,7 @@
   ARGV[1] state        pending | delayed | running | completed | failed
   ARGV[2] after_score  the cursor's score, or '' for the first page
   ARGV[3] after_id     the cursor's run id (the last run of the previous page)
-  ARGV[4] limit        1 .. 1000
+  ARGV[4] limit        1 .. 1024
   Returns {status, more, n, (run_id, score, record) * n}   status: OK | OUT_OF_RANGE;
           more: 1 when runs follow the last one; score: the run's score in its set
 ]]
@@ -25,7 +25,7 @@ local after_id = ARGV[3]
 local limit = tonumber(ARGV[4])
 
 local set = state_set(k, state)
-if not set or not limit or limit < 1 or limit > 1000
+if not set or not limit or limit < 1 or limit > 1024
     or (after_score ~= '' and not tonumber(after_score)) then
   return {ST_OUT_OF_RANGE}
 end

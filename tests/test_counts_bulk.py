@@ -39,9 +39,10 @@ async def bulk(slowlog_url: str) -> AsyncIterator[tuple[FloClient, aioredis.Redi
             await conn.aclose()
 
 
-async def slow_calls(conn: aioredis.Redis) -> list[object]:
-    entries: list[object] = await conn.slowlog_get(128)
-    return entries
+async def slow_calls(conn: aioredis.Redis) -> list[tuple[int, str]]:
+    """(duration in µs, command) of every call SLOWLOG holds: those over 50 ms."""
+    entries = await conn.slowlog_get(128)
+    return [(int(e["duration"]), e["command"][:60].decode(errors="replace")) for e in entries]
 
 
 async def test_requeue_and_purge_50k_runs_in_short_script_calls(
