@@ -32,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TypeAlias
 
 import redis.exceptions as rex
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
@@ -157,6 +158,17 @@ def _reply_summary(reply: Any) -> str:
     if isinstance(reply, list) and reply and isinstance(reply[0], int):
         return f"status {reply[0]}, {len(reply)} items"
     return type(reply).__name__
+
+
+def call_sync(conn: SyncRedis, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    """:func:`call` for redis-py's blocking client (``flo_redis.sync``)."""
+    script = SCRIPTS[name]
+    _check_arity(script, keys, args)
+    with redis_errors(name):
+        try:
+            return conn.evalsha(script.sha, len(keys), *keys, *args)
+        except rex.NoScriptError:
+            return conn.eval(script.source, len(keys), *keys, *args)
 
 
 async def call_many(

@@ -1,0 +1,170 @@
+"""A blocking client for code that is not asyncio: Django or Flask views, scripts, shells.
+
+``SyncFloClient`` invokes actions, reads runs and waits for them to end with redis-py's
+synchronous client, sending exactly the requests ``FloClient`` sends (the same Lua
+scripts and key names, built and decoded by the same code in ``_runs.py``). It is safe
+to share between threads (redis-py's pool hands each call its own connection)::
+
+    from flo_redis.sync import SyncFloClient
+
+    flo = SyncFloClient("redis://localhost:6379", namespace="shop")
+    run = flo.action.invoke("resize", b'{"image": "a.jpg"}')
+    status = flo.action.wait(run.run_id, timeout_ms=10_000)
+
+Workers stay asyncio (``FloClient``); this client takes no work. A Redis Cluster URL is
+refused here for now: use ``FloClient`` there.
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ._runs import (
+    DEFAULT_WAIT_MS,
+    FINAL,
+    check_wait_ms,
+    invoke_reply,
+    invoke_request,
+    status_reply,
+    wait_timed_out,
+)
+from ._scripts import call_sync, redis_errors
+from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
+from .errors import ValidationError
+from .keys import ActionKeys, action_keys, action_of_run, check_namespace
+from .types import (
+    ActionInvokeOptions,
+    ActionInvokeResult,
+    ActionRunStatus,
+    ActionStatusOptions,
+)
+
+
+class SyncActionOperations:
+    """``flo.action`` of a :class:`SyncFloClient`: invoke, status, wait."""
+
+    def __init__(self, client: SyncFloClient) -> None:
+        self._client = client
+
+    def _keys(self, name: str, namespace: str | None) -> ActionKeys:
+        ns = self._client.namespace if namespace is None else check_namespace(namespace)
+        return action_keys(ns, name)
+
+    def invoke(
+        self, name: str, input_data: bytes, options: ActionInvokeOptions | None = None
+    ) -> ActionInvokeResult:
+        """Create a run of ``name``, as ``FloClient.action.invoke`` does."""
+        opts = options or ActionInvokeOptions()
+        keys = self._keys(name, opts.namespace)
+        names, args, size = invoke_request(keys, input_data, opts, self._client.max_payload_bytes)
+        reply = call_sync(self._client.redis, "action_invoke", names, args)
+        return invoke_reply(reply, keys, size)
+
+    def status(self, run_id: str, options: ActionStatusOptions | None = None) -> ActionRunStatus:
+        """The run's current state; :class:`NotFoundError` for an unknown run."""
+        opts = options or ActionStatusOptions()
+        keys = self._keys(action_of_run(run_id), opts.namespace)
+        with redis_errors("status"):
+            raw = self._client.redis.hget(keys.runs, run_id)
+        return status_reply(run_id, keys, raw)
+
+    def wait(
+        self, run_id: str, timeout_ms: int = DEFAULT_WAIT_MS, namespace: str | None = None
+    ) -> ActionRunStatus:
+        """Block until the run ends and return its status, woken by the script that ends
+        it; :class:`WaitTimeoutError` once ``timeout_ms`` has passed first. Holds one
+        connection of the pool while it waits."""
+        timeout_ms = check_wait_ms(timeout_ms)
+        keys = self._keys(action_of_run(run_id), namespace)
+        options = ActionStatusOptions(namespace=namespace)
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        expected = run_id.encode()
+        pubsub = self._client.redis.pubsub()  # type: ignore[no-untyped-call]
+        try:
+            with redis_errors("wait"):
+                pubsub.ssubscribe(keys.ended)
+                # Subscribed before the read: an end published after it is never missed.
+                _next(pubsub, max(deadline - time.monotonic(), 0.0), "ssubscribe")
+            while True:
+                status = self.status(run_id, options)
+                if status.status in FINAL:
+                    return status
+                while True:  # until a message names this run, or the deadline
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise wait_timed_out(status, timeout_ms)
+                    with redis_errors("wait"):
+                        message = _next(pubsub, remaining, "smessage")
+                    if message is not None and message.get("data") == expected:
+                        break
+        finally:
+            pubsub.close()
+
+
+def _next(pubsub: Any, timeout: float, kind: str) -> dict[str, Any] | None:
+    """The next message of ``kind`` within ``timeout`` seconds, or None."""
+    end = time.monotonic() + timeout
+    while True:
+        message = pubsub.get_message(timeout=max(end - time.monotonic(), 0.0))
+        if message is not None and message.get("type") == kind:
+            return message  # type: ignore[no-any-return]
+        if time.monotonic() >= end:
+            return None
+
+
+class SyncFloClient:
+    """A blocking flo-redis client for producers: ``action.invoke``, ``action.status``,
+    ``action.wait``. Connections are made on first use; :meth:`close` (or ``with``)
+    releases them."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        namespace: str = "default",
+        timeout_ms: int = 5000,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        url = normalize_endpoint(endpoint)
+        if is_cluster_endpoint(url):
+            raise ValidationError(
+                "flo_redis.sync does not reach a Redis Cluster; use the asyncio FloClient"
+            )
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
+            raise ValidationError(f"timeout_ms must be a positive int, got {timeout_ms!r}")
+        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
+            raise ValidationError(f"max_payload_bytes must be an int, got {max_payload_bytes!r}")
+        self.namespace = check_namespace(namespace)
+        self.max_payload_bytes = max_payload_bytes
+        kwargs: dict[str, Any] = {
+            "socket_timeout": timeout_ms / 1000.0,
+            "socket_connect_timeout": timeout_ms / 1000.0,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        if not url.startswith("unix://"):
+            kwargs["socket_keepalive"] = True
+        self.redis: redis.Redis = redis.Redis.from_url(url, **kwargs)
+        self.action = SyncActionOperations(self)
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def __enter__(self) -> SyncFloClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+__all__ = ["SyncActionOperations", "SyncFloClient"]

@@ -1,0 +1,99 @@
+"""flo_redis.sync: the blocking client invokes, reads and waits with the same scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from flo_redis import (
+    ActionContext,
+    ActionInvokeOptions,
+    FloClient,
+    NotFoundError,
+    RunStatus,
+    ValidationError,
+    WaitTimeoutError,
+    WorkerFailOptions,
+)
+from flo_redis.sync import SyncFloClient
+
+
+@pytest.fixture
+def flo(redis_url: str, namespace: str) -> Iterator[SyncFloClient]:
+    with SyncFloClient(redis_url, namespace=namespace) as flo:
+        yield flo
+
+
+async def test_invoke_and_wait_from_blocking_code(client: FloClient, flo: SyncFloClient) -> None:
+    worker = client.new_action_worker(block_ms=500)
+
+    @worker.action("resize")
+    async def resize(ctx: ActionContext) -> dict[str, object]:
+        return {"image": ctx.json()["image"], "done": True}
+
+    task = asyncio.create_task(worker.start())
+    try:
+        await client.action.register("resize")
+
+        def view() -> tuple[str, RunStatus, bytes | None]:
+            # What a Django or Flask view does, in its own thread.
+            run = flo.action.invoke("resize", b'{"image": "a.jpg"}')
+            status = flo.action.wait(run.run_id, timeout_ms=30_000)
+            return run.run_id, status.status, status.output
+
+        run_id, state, output = await asyncio.to_thread(view)
+        assert (state, output) == (RunStatus.COMPLETED, b'{"image": "a.jpg", "done": true}')
+        # The blocking client reads exactly what the asyncio one reads.
+        assert await asyncio.to_thread(flo.action.status, run_id) == await client.action.status(
+            run_id
+        )
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_a_blocking_wait_is_woken_by_the_end(client: FloClient, flo: SyncFloClient) -> None:
+    await client.action.register("job")
+    run_id = (await client.action.invoke("job", b"")).run_id
+    waiting = threading.Event()
+
+    def wait() -> RunStatus:
+        waiting.set()
+        return flo.action.wait(run_id, timeout_ms=60_000).status
+
+    waiter = asyncio.ensure_future(asyncio.to_thread(wait))
+    await asyncio.to_thread(waiting.wait, 10)
+    await asyncio.sleep(0.2)
+    await client.worker.register("w1", ["job"])
+    [run] = await client.worker.await_tasks("w1", ["job"], 1)
+    await client.worker.fail("w1", "job", run.run_id, "no", WorkerFailOptions(retry=False))
+    assert await asyncio.wait_for(waiter, 30) == RunStatus.FAILED
+
+
+def test_a_blocking_wait_times_out_with_a_typed_error(redis_url: str, namespace: str) -> None:
+    with SyncFloClient(redis_url, namespace=namespace) as flo:
+        asyncio.run(_register(redis_url, namespace, "job"))
+        run_id = flo.action.invoke("job", b"", ActionInvokeOptions(delay_ms=60_000)).run_id
+        with pytest.raises(WaitTimeoutError) as info:
+            flo.action.wait(run_id, timeout_ms=200)
+        assert info.value.status.status == RunStatus.PENDING
+
+
+def test_the_blocking_client_refuses_like_the_asyncio_one(redis_url: str, namespace: str) -> None:
+    with SyncFloClient(redis_url, namespace=namespace) as flo:
+        with pytest.raises(NotFoundError, match="action 'nope' is not registered"):
+            flo.action.invoke("nope", b"")
+        with pytest.raises(NotFoundError):
+            flo.action.status("nope:1")
+        with pytest.raises(ValidationError, match="input_data must be bytes"):
+            flo.action.invoke("nope", "text")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="Redis Cluster"):
+        SyncFloClient("redis+cluster://127.0.0.1:7001")
+
+
+async def _register(url: str, namespace: str, name: str) -> None:
+    async with FloClient(url, namespace=namespace) as client:
+        await client.action.register(name)
