@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -31,6 +32,17 @@ def redis_url() -> Iterator[str]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop any server a test left running and remove every server's data folder."""
     discard_all()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_tmp_paths(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Remove this run's own tmp_path folder when it ends (only this run's: other runs
+    on the same machine keep theirs), unless --basetemp named one to keep."""
+    yield
+    if request.config.option.basetemp is None:
+        shutil.rmtree(tmp_path_factory.getbasetemp(), ignore_errors=True)
 
 
 @pytest.fixture
