@@ -1,4 +1,4 @@
-"""The wheel ships what the package needs at run time: the Lua sources and py.typed."""
+"""The wheel ships what the package needs at run time: Lua, py.typed, dashboard files."""
 
 from __future__ import annotations
 
@@ -77,3 +77,12 @@ def test_the_installed_package_finds_its_lua_through_importlib(wheel: Path, tmp_
     )
     assert run.returncode == 0, run.stderr
     assert int(run.stdout) == len(SCRIPTS)
+
+
+def test_the_wheel_ships_the_dashboards_templates_and_stylesheet(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    folder = ROOT / "flo_redis" / "dashboard"
+    expected = {f"flo_redis/dashboard/templates/{p.name}" for p in folder.glob("templates/*")}
+    expected |= {f"flo_redis/dashboard/static/{p.name}" for p in folder.glob("static/*")}
+    assert "flo_redis/dashboard/static/style.css" in expected
+    assert expected <= names, sorted(expected - names)

@@ -1,0 +1,65 @@
+"""A web dashboard to see and steer one namespace's queues (``flo-redis dashboard``).
+
+Needs the ``dashboard`` extra (``pip install 'flo-redis[dashboard]'``). Safe by default:
+it binds 127.0.0.1 and is read-only; started with a write token it accepts changes
+(requeue, drain, replay) from a browser that logged in with that token, through
+CSRF-checked forms. Every value on a page is HTML-escaped.
+
+In a program (the command does the same)::
+
+    running = await start_dashboard(client, port=8080, token=None)
+    ...
+    await running.close()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+try:
+    from aiohttp import web
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the flo-redis dashboard needs the 'dashboard' extra: pip install 'flo-redis[dashboard]'"
+    ) from exc
+
+from ..client import FloClient
+from .app import create_app
+from .guard import Guard
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+@dataclass
+class RunningDashboard:
+    """A dashboard serving at ``url`` until :meth:`close`."""
+
+    url: str
+    _runner: web.AppRunner
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+
+
+async def start_dashboard(
+    client: FloClient,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    token: str | None = None,
+) -> RunningDashboard:
+    """Serve the dashboard of ``client``'s namespace at ``http://host:port/`` (port 0:
+    a free one). With ``token`` (16 characters or more) it accepts changes from a browser
+    that logged in with it; without, it is read-only. ``client`` must stay connected."""
+    app = create_app(client, Guard(token))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    shown = f"[{host}]" if ":" in host else host
+    return RunningDashboard(f"http://{shown}:{bound}/", runner)
+
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "RunningDashboard", "create_app", "start_dashboard"]

@@ -1,0 +1,295 @@
+"""The dashboard's web application: pages rendered on the server, forms for changes.
+
+Pages are plain HTML from Jinja2 templates with autoescaping on for every value, styled
+by one stylesheet shipped in the package; there is no JavaScript at all, so the
+Content-Security-Policy forbids scripts outright. Changes are POSTed forms that the
+:class:`~flo_redis.dashboard.guard.Guard` checks (write access, session, CSRF, origin)
+before anything is sent to Redis.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Awaitable, Callable, Mapping
+from importlib import resources
+from typing import Any
+
+import jinja2
+from aiohttp import web
+
+from ..client import FloClient
+from ..errors import ConflictError, FloError, NotFoundError, ValidationError
+from ..keys import action_of_run
+from ..types import StreamID
+from . import data
+from .guard import Guard, Refused, local_path
+from .sparkline import sparkline
+
+CLIENT: web.AppKey[FloClient] = web.AppKey("client", FloClient)
+GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
+TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+
+# What a finished change says on the page it returns to (never text from the request).
+DONE = {
+    "requeued": "Run re-queued: it waits for a worker again.",
+    "drained": "Worker told to drain: it takes no new work and stops when its runs finish.",
+    "replayed": "Dead letters appended to the stream again.",
+    "login": "Logged in: changes are allowed from this browser.",
+    "logout": "Logged out.",
+}
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+_STATUS_OF = ((NotFoundError, 404), (ValidationError, 400), (ConflictError, 409))
+TEXT_PREVIEW = 4096  # bytes of a payload or result shown on a page
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_app(client: FloClient, guard: Guard) -> web.Application:
+    """The dashboard for ``client``'s namespace. The client must be connected while the
+    app serves; the caller owns it."""
+    app = web.Application(middlewares=[_guarded_pages])
+    app[CLIENT] = client
+    app[GUARD] = guard
+    app[TEMPLATES] = _templates()
+    app.router.add_get("/", overview)
+    app.router.add_get("/action", action)
+    app.router.add_get("/run", run)
+    app.router.add_get("/workers", workers)
+    app.router.add_get("/streams", streams)
+    app.router.add_get("/group", group)
+    app.router.add_get("/login", login_form)
+    app.router.add_post("/login", login)
+    app.router.add_post("/logout", logout)
+    app.router.add_post("/run/requeue", requeue_run)
+    app.router.add_post("/worker/drain", drain_worker)
+    app.router.add_post("/group/replay", replay)
+    app.router.add_get("/static/style.css", stylesheet)
+    return app
+
+
+def _templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("flo_redis.dashboard", "templates"),
+        autoescape=True,  # every value is escaped, in every template, whatever its name
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["when"] = _when
+    env.filters["ago"] = _ago
+    env.filters["preview"] = _preview
+    env.filters["sid"] = lambda sid: sid.to_redis() if isinstance(sid, StreamID) else str(sid)
+    env.globals["sparkline"] = sparkline
+    return env
+
+
+# --- middleware ------------------------------------------------------------------------
+
+
+@web.middleware
+async def _guarded_pages(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Security headers on every answer; library errors and refusals as pages."""
+    try:
+        response = await handler(request)
+    except Refused as exc:
+        response = await _page(request, "refused.html", {"why": exc.why, "login": exc.login}, 403)
+    except FloError as exc:
+        status = next((code for kind, code in _STATUS_OF if isinstance(exc, kind)), 502)
+        response = await _page(request, "error.html", {"error": str(exc)}, status)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = await _page(request, "error.html", {"error": exc.reason}, exc.status)
+    response.headers.update(HEADERS)
+    return response
+
+
+async def _page(
+    request: web.Request, template: str, context: Mapping[str, Any], status: int = 200
+) -> web.Response:
+    app = request.app
+    client = app[CLIENT]
+    try:
+        now_ms = await client.server_time_ms()
+    except FloError:
+        now_ms = int(datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000)
+    refresh = request.query.get("refresh", "")
+    kept = {k: v for k, v in request.query.items() if k not in ("done", "refresh")}
+    here = request.rel_url.with_query(kept)
+    html = (
+        app[TEMPLATES]
+        .get_template(template)
+        .render(
+            access=app[GUARD].access(request),
+            namespace=client.namespace,
+            now_ms=now_ms,
+            done=DONE.get(request.query.get("done", ""), ""),
+            refresh=int(refresh) if refresh in ("2", "5", "10", "30") else 0,
+            here=str(here),
+            refreshing=str(here.update_query(refresh=5)),
+            **context,
+        )
+    )
+    return web.Response(text=html, content_type="text/html", status=status)
+
+
+def _required(request: web.Request, name: str) -> str:
+    value = request.query.get(name, "")
+    if not value:
+        raise ValidationError(f"the page needs ?{name}=...")
+    return value
+
+
+# --- pages -----------------------------------------------------------------------------
+
+
+async def overview(request: web.Request) -> web.StreamResponse:
+    page = await data.overview(request.app[CLIENT])
+    return await _page(request, "overview.html", {"page": page})
+
+
+async def action(request: web.Request) -> web.StreamResponse:
+    name = _required(request, "name")
+    page = await data.action_page(request.app[CLIENT], name)
+    if page.info is None:
+        raise NotFoundError(f"action {name!r} is not registered in this namespace")
+    return await _page(request, "action.html", {"page": page})
+
+
+async def run(request: web.Request) -> web.StreamResponse:
+    status = await request.app[CLIENT].action.status(_required(request, "id"))
+    context = {
+        "run": status,
+        "action_name": action_of_run(status.run_id),
+        "requeueable": status.status in data.REQUEUEABLE,
+    }
+    return await _page(request, "run.html", context)
+
+
+async def workers(request: web.Request) -> web.StreamResponse:
+    found = await data.list_workers(request.app[CLIENT])
+    return await _page(
+        request, "workers.html", {"workers": found, "summary": data.summarize(found)}
+    )
+
+
+async def streams(request: web.Request) -> web.StreamResponse:
+    return await _page(request, "streams.html", {})
+
+
+async def group(request: web.Request) -> web.StreamResponse:
+    page = await data.group_page(
+        request.app[CLIENT], _required(request, "stream"), _required(request, "group")
+    )
+    return await _page(request, "group.html", {"page": page})
+
+
+async def login_form(request: web.Request) -> web.StreamResponse:
+    return await _page(request, "login.html", {"next": local_path(request.query.get("next", ""))})
+
+
+async def stylesheet(request: web.Request) -> web.StreamResponse:
+    css = resources.files("flo_redis.dashboard").joinpath("static/style.css").read_text()
+    return web.Response(text=css, content_type="text/css")
+
+
+# --- changes ---------------------------------------------------------------------------
+
+
+async def _form(request: web.Request) -> Mapping[str, str]:
+    """The POSTed form, once the guard allowed the change."""
+    form = await request.post()
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    request.app[GUARD].check_change(request, fields.get("csrf", ""))
+    return fields
+
+
+def _back(fields: Mapping[str, str], done: str, default: str = "/") -> web.HTTPSeeOther:
+    target = local_path(fields.get("next", ""), default)
+    joiner = "&" if "?" in target else "?"
+    return web.HTTPSeeOther(f"{target}{joiner}done={done}")
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    token = form.get("token")
+    target = local_path(str(form.get("next", "")))
+    response = web.HTTPSeeOther(f"{target}{'&' if '?' in target else '?'}done=login")
+    request.app[GUARD].log_in(token if isinstance(token, str) else "", response)
+    raise response
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    await _form(request)
+    response = web.HTTPSeeOther("/?done=logout")
+    Guard.log_out(response)
+    raise response
+
+
+async def requeue_run(request: web.Request) -> web.StreamResponse:
+    fields = await _form(request)
+    run_id = fields.get("id", "")
+    await request.app[CLIENT].action.requeue(run_id)
+    raise _back(fields, "requeued")
+
+
+async def drain_worker(request: web.Request) -> web.StreamResponse:
+    fields = await _form(request)
+    await request.app[CLIENT].worker.drain(fields.get("id", ""))
+    raise _back(fields, "drained", "/workers")
+
+
+async def replay(request: web.Request) -> web.StreamResponse:
+    fields = await _form(request)
+    stream, group_name = fields.get("stream", ""), fields.get("group", "")
+    letter = fields.get("id", "")
+    if letter:
+        partition, _, sid = letter.partition("/")
+        try:
+            ids, part = [StreamID.from_redis(sid)], int(partition)
+        except ValueError:
+            raise ValidationError(f"dead letter {letter!r} is not '<partition>/<id>'") from None
+        await request.app[CLIENT].stream.replay_dead_letters(
+            stream, group_name, ids=ids, partition=part
+        )
+    else:
+        await request.app[CLIENT].stream.replay_dead_letters(stream, group_name)
+    raise _back(fields, "replayed")
+
+
+# --- filters ---------------------------------------------------------------------------
+
+
+def _when(ms: int | None) -> str:
+    if not ms:
+        return "—"
+    at = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _ago(ms: int | None, now_ms: int) -> str:
+    if not ms:
+        return "—"
+    seconds = max(0, (now_ms - ms) // 1000)
+    if seconds < 90:
+        return f"{seconds} s ago"
+    if seconds < 5400:
+        return f"{seconds // 60} min ago"
+    if seconds < 172800:
+        return f"{seconds // 3600} h ago"
+    return f"{seconds // 86400} d ago"
+
+
+def _preview(raw: bytes | None) -> str:
+    if raw is None:
+        return "—"
+    text = raw[:TEXT_PREVIEW].decode("utf-8", errors="replace")
+    more = len(raw) - TEXT_PREVIEW
+    return text + (f"… ({more} more bytes)" if more > 0 else "")

@@ -1,0 +1,116 @@
+"""Who may change anything through the dashboard: write access, sessions and CSRF.
+
+A dashboard is read-only unless it was started with a token. With one, an operator logs
+in by typing the token once; the browser then holds a session cookie (HttpOnly,
+SameSite=Strict) and every form carries a CSRF token derived from that session. Both are
+HMACs under a secret drawn when the dashboard starts, so nothing is stored and a restart
+logs everybody out. A change is made only for a POST whose session and CSRF token are
+valid and whose ``Origin`` (when the browser sends one) is the dashboard itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+SESSION_COOKIE = "flo_dashboard_session"
+
+
+class Refused(Exception):
+    """A change the guard does not allow; ``why`` is shown to the operator."""
+
+    def __init__(self, why: str, *, login: bool = False) -> None:
+        super().__init__(why)
+        self.why = why
+        self.login = login
+
+
+@dataclass(frozen=True)
+class Access:
+    """What one request may do, for the page to show: ``writable`` (the dashboard
+    accepts changes at all), ``session`` (this browser logged in) and the ``csrf``
+    value its forms must carry."""
+
+    writable: bool
+    session: bool
+    csrf: str
+
+
+class Guard:
+    """Holds the write token (None: read-only) and the secret of this run."""
+
+    def __init__(self, token: str | None) -> None:
+        if token is not None and len(token) < 16:
+            raise ValueError("the write token must be at least 16 characters")
+        self._token = token
+        self._secret = secrets.token_bytes(32)
+
+    @property
+    def writable(self) -> bool:
+        return self._token is not None
+
+    def _mac(self, purpose: str, nonce: str) -> str:
+        msg = f"{purpose}:{nonce}".encode()
+        return hmac.new(self._secret, msg, hashlib.sha256).hexdigest()
+
+    def _nonce(self, request: web.Request) -> str | None:
+        """The nonce of this browser's valid session cookie, else None."""
+        if not self.writable:
+            return None
+        nonce, _, mac = request.cookies.get(SESSION_COOKIE, "").partition(".")
+        if nonce and hmac.compare_digest(mac, self._mac("session", nonce)):
+            return nonce
+        return None
+
+    def access(self, request: web.Request) -> Access:
+        nonce = self._nonce(request)
+        csrf = self._mac("csrf", nonce) if nonce else ""
+        return Access(self.writable, nonce is not None, csrf)
+
+    def log_in(self, token: str, response: web.StreamResponse) -> None:
+        """Start a session on ``response`` if ``token`` is the write token."""
+        if self._token is None:
+            raise Refused("this dashboard is read-only: start it with --write to make changes")
+        if not hmac.compare_digest(token.encode(), self._token.encode()):
+            raise Refused("that is not this dashboard's token", login=True)
+        nonce = secrets.token_hex(16)
+        response.set_cookie(
+            SESSION_COOKIE,
+            f"{nonce}.{self._mac('session', nonce)}",
+            httponly=True,
+            samesite="Strict",
+            path="/",
+        )
+
+    @staticmethod
+    def log_out(response: web.StreamResponse) -> None:
+        response.del_cookie(SESSION_COOKIE, path="/")
+
+    def check_change(self, request: web.Request, csrf: str) -> None:
+        """Raise :class:`Refused` unless this POST may change something."""
+        if not self.writable:
+            raise Refused("this dashboard is read-only: start it with --write to make changes")
+        origin = request.headers.get("Origin")
+        if origin is not None and urlsplit(origin).netloc != request.host:
+            raise Refused("the form was sent from another site")
+        nonce = self._nonce(request)
+        if nonce is None:
+            raise Refused("changes need the dashboard's token: log in first", login=True)
+        if not hmac.compare_digest(csrf.encode(), self._mac("csrf", nonce).encode()):
+            raise Refused("the form is stale or forged (CSRF check failed): reload the page")
+
+
+def local_path(target: str, default: str = "/") -> str:
+    """``target`` if it is a path on this site (for redirects after a form), else
+    ``default``: never another host, scheme or a protocol-relative ``//`` URL."""
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+        return default
+    if "\\" in target:
+        return default
+    return target

@@ -1,0 +1,277 @@
+"""The dashboard over HTTP against real Redis: pages, escaping, and who may change what
+(read-only by default, the write token, sessions, CSRF, origin). The browser test is
+test_dashboard_browser.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from html.parser import HTMLParser
+from urllib.parse import urlencode
+
+import aiohttp
+import pytest
+
+from flo_redis import ActionRegisterOptions, FloClient, RunStatus, WorkerStatus
+from flo_redis.dashboard import RunningDashboard, start_dashboard
+from flo_redis.dashboard.guard import local_path
+from flo_redis.streams import StreamDeadLetterOptions
+from flo_redis.types import StreamGroupJoinOptions, StreamGroupNackOptions, WorkerRegisterOptions
+
+TOKEN = "a-long-enough-write-token"
+EVIL = "<img src=x onerror=alert(1)>&\"'"
+
+
+def parsed(body: str) -> tuple[set[str], str]:
+    """The element names in a page and its text, as a browser reads them."""
+
+    class Reader(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tags: set[str] = set()
+            self.text: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            self.tags.add(tag)
+
+        def handle_data(self, data: str) -> None:
+            self.text.append(data)
+
+    reader = Reader()
+    reader.feed(body)
+    return reader.tags, "".join(reader.text)
+
+
+async def failed_run(client: FloClient, action: str, error: str) -> str:
+    """A run of ``action`` that failed for good with ``error``."""
+    await client.action.register(action, options=ActionRegisterOptions(max_retries=1))
+    await client.worker.register("w1", [action], WorkerRegisterOptions())
+    run_id = (await client.action.invoke(action, b"{}")).run_id
+    [claimed] = await client.worker.await_tasks("w1", [action], 1)
+    await client.worker.fail("w1", action, claimed.run_id, error)
+    assert (await client.action.status(run_id)).status == RunStatus.FAILED
+    return run_id
+
+
+@pytest.fixture
+async def read_only(client: FloClient) -> AsyncIterator[RunningDashboard]:
+    running = await start_dashboard(client, port=0)
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+@pytest.fixture
+async def writable(client: FloClient) -> AsyncIterator[RunningDashboard]:
+    running = await start_dashboard(client, port=0, token=TOKEN)
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[aiohttp.ClientSession]:
+    # unsafe: keep cookies of an IP host (127.0.0.1), as a browser does.
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+        yield session
+
+
+async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
+    async with session.get(url) as response:
+        return response.status, await response.text()
+
+
+async def post(
+    session: aiohttp.ClientSession, url: str, form: dict[str, str], **headers: str
+) -> tuple[int, str]:
+    async with session.post(url, data=form, headers=headers, allow_redirects=True) as response:
+        return response.status, await response.text()
+
+
+async def log_in(session: aiohttp.ClientSession, dash: RunningDashboard) -> str:
+    """Log in with the token; the CSRF value the dashboard's forms now carry."""
+    status, body = await post(session, dash.url + "login", {"token": TOKEN, "next": "/"})
+    assert status == 200 and "write access" in body
+    match = re.search(r'name="csrf" value="([0-9a-f]{64})"', body)
+    assert match, body
+    return match.group(1)
+
+
+async def test_pages_show_the_namespace_and_escape_every_value(
+    client: FloClient, read_only: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    run_id = await failed_run(client, f"pay{EVIL}", f"KeyError: {EVIL}")
+    status, body = await get(browser, read_only.url)
+    assert status == 200
+    tags, text = parsed(body)
+    assert "img" not in tags  # nothing the user wrote became markup...
+    assert f"pay{EVIL}" in text  # ...the name shows as the text it is
+    assert f"KeyError: {EVIL}" in text  # and so does the failed run's error
+    for page in (
+        "action?" + urlencode({"name": f"pay{EVIL}"}),
+        "run?" + urlencode({"id": run_id}),
+        "workers?" + urlencode({"w": EVIL}),
+    ):
+        status, body = await get(browser, read_only.url + page)
+        assert status == 200, (page, body)
+        tags, text = parsed(body)
+        assert "img" not in tags and f"pay{EVIL}" in text, page
+
+
+async def test_answers_carry_a_strict_content_security_policy(
+    read_only: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    async with browser.get(read_only.url) as response:
+        csp = response.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in csp and "script-src" not in csp  # no script runs
+        assert response.headers["X-Frame-Options"] == "DENY"
+    async with browser.get(read_only.url + "static/style.css") as response:
+        assert response.status == 200 and response.content_type == "text/css"
+
+
+async def test_a_read_only_dashboard_offers_no_changes_and_refuses_them(
+    client: FloClient, read_only: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    run_id = await failed_run(client, "pay", "card declined")
+    _, body = await get(browser, read_only.url)
+    assert "card declined" in body and "read-only" in body
+    assert "/run/requeue" not in body  # no form to press
+    status, body = await post(browser, read_only.url + "run/requeue", {"id": run_id})
+    assert status == 403 and "read-only" in body
+    status, body = await post(browser, read_only.url + "login", {"token": TOKEN})
+    assert status == 403
+    assert (await client.action.status(run_id)).status == RunStatus.FAILED
+
+
+async def test_changes_need_the_token_a_session_and_the_forms_csrf(
+    client: FloClient, writable: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    run_id = await failed_run(client, "pay", "card declined")
+    url = writable.url + "run/requeue"
+    # Without logging in: refused, and the page says how to get access.
+    status, body = await post(browser, url, {"id": run_id, "csrf": "0" * 64})
+    assert status == 403 and "log in" in body
+    # A wrong token logs nobody in.
+    status, body = await post(browser, writable.url + "login", {"token": "not-the-token-at-all"})
+    assert status == 403 and "not this dashboard" in body
+    csrf = await log_in(browser, writable)
+    # Logged in, but without the form's CSRF value, or from another site: refused.
+    status, body = await post(browser, url, {"id": run_id})
+    assert status == 403 and "CSRF" in body
+    status, body = await post(
+        browser, url, {"id": run_id, "csrf": csrf}, Origin="http://evil.example"
+    )
+    assert status == 403 and "another site" in body
+    assert (await client.action.status(run_id)).status == RunStatus.FAILED
+    # The real form: re-queued, back on the page it came from, with a note.
+    status, body = await post(browser, url, {"id": run_id, "csrf": csrf, "next": "/"})
+    assert status == 200 and "Run re-queued" in body
+    assert (await client.action.status(run_id)).status == RunStatus.PENDING
+    # Logged out: refused again.
+    await post(browser, writable.url + "logout", {"csrf": csrf})
+    status, _ = await post(browser, url, {"id": run_id, "csrf": csrf})
+    assert status == 403
+
+
+async def test_a_library_refusal_is_shown_not_a_crash(
+    client: FloClient, writable: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    csrf = await log_in(browser, writable)
+    await client.action.register("pay")
+    run_id = (await client.action.invoke("pay", b"")).run_id
+    status, body = await post(browser, writable.url + "run/requeue", {"id": run_id, "csrf": csrf})
+    assert status == 409 and "not failed" in body  # a pending run cannot be re-queued
+    status, body = await get(browser, writable.url + "action?name=nope")
+    assert status == 404 and "not registered" in body
+    status, body = await get(browser, writable.url + "run?id=pay:999999")
+    assert status == 404
+
+
+async def test_drain_a_worker(
+    client: FloClient, writable: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    await client.worker.register("w<1>", ["pay"], WorkerRegisterOptions())
+    csrf = await log_in(browser, writable)
+    status, body = await get(browser, writable.url + "workers")
+    assert status == 200 and "w&lt;1&gt;" in body and "Drain" in body
+    status, body = await post(
+        browser, writable.url + "worker/drain", {"id": "w<1>", "csrf": csrf, "next": "/workers"}
+    )
+    assert status == 200 and "DRAINING" in body
+    [info] = (await client.worker.list()).workers
+    assert info.status == WorkerStatus.DRAINING
+
+
+async def test_a_group_page_shows_dead_letters_and_replays_them(
+    client: FloClient, writable: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    await client.stream.group_join("events", "billing", "c1", StreamGroupJoinOptions(max_deliver=1))
+    await client.stream.append("events", b"poison <pill>")
+    [record] = (await client.stream.group_read("events", "billing", "c1")).records
+    await client.stream.group_nack(
+        "events", "billing", [record.id], StreamGroupNackOptions(consumer="c1")
+    )
+    assert len(await client.stream.dead_letters("events", "billing")) == 1
+    csrf = await log_in(browser, writable)
+    page = writable.url + "group?stream=events&group=billing"
+    status, body = await get(browser, page)
+    assert status == 200 and "poison &lt;pill&gt;" in body and "Replay" in body
+    status, body = await post(
+        browser,
+        writable.url + "group/replay",
+        {
+            "stream": "events",
+            "group": "billing",
+            "csrf": csrf,
+            "next": "/group?stream=events&group=billing",
+        },
+    )
+    assert status == 200 and "appended to the stream again" in body
+    left = await client.stream.dead_letters("events", "billing", StreamDeadLetterOptions())
+    assert left == []
+
+
+def test_redirects_after_a_form_stay_on_the_dashboard() -> None:
+    assert local_path("/action?name=x") == "/action?name=x"
+    for target in ("//evil.example/", "https://evil.example/", "javascript:alert(1)", "", "x"):
+        assert local_path(target) == "/"
+    assert local_path("/\\evil.example") == "/"
+
+
+async def test_the_command_serves_until_interrupted(redis_url: str, namespace: str) -> None:
+    """``flo-redis dashboard`` through its real entry point: it says where it listens,
+    serves the overview, and stops on Ctrl-C."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "flo_redis.cli",
+        "dashboard",
+        "--url",
+        redis_url,
+        "--namespace",
+        namespace,
+        "--port",
+        "0",
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        match = re.search(r"at (http://127\.0\.0\.1:\d+/) \(read-only\)", line)
+        assert match, line
+        async with aiohttp.ClientSession() as session:
+            status, body = await get(session, match.group(1))
+        assert status == 200 and namespace in body
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

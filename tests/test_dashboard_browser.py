@@ -1,0 +1,174 @@
+"""The dashboard in a real browser: headless Chromium (Debian's ``chromium``) driven by
+Playwright, against real Redis and a real worker.
+
+An operator opens the overview and sees a failed run with its error; pressing Requeue
+without the token is refused; after logging in with it, Requeue puts the run back and the
+worker completes it; a name with HTML in it shows as text. The screenshots it takes are
+the README's: ``FLO_REDIS_SCREENSHOTS=docs pytest tests/test_dashboard_browser.py``
+writes them to docs/ (elsewhere they go to the test's temporary folder).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from polling import eventually
+
+from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
+from flo_redis.dashboard import RunningDashboard, start_dashboard
+
+playwright_api = pytest.importorskip("playwright.async_api")
+
+CHROMIUM = os.environ.get("FLO_REDIS_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TOKEN = "browser-test-write-token"
+HTML_NAME = "<b>bold</b>&co"
+
+
+@pytest.fixture
+async def chromium() -> AsyncIterator[object]:
+    if not shutil.which(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    async with playwright_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("FLO_REDIS_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@contextlib.asynccontextmanager
+async def dashboard(client: FloClient) -> AsyncIterator[RunningDashboard]:
+    running = await start_dashboard(client, port=0, token=TOKEN)
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+async def test_an_operator_requeues_a_failed_run_and_a_worker_completes_it(
+    client: FloClient, chromium: object, shots: Path
+) -> None:
+    declined = True
+    worker = client.new_action_worker(block_ms=500)
+
+    @worker.action("charge-card", ActionRegisterOptions(max_retries=1))
+    async def charge(ctx: ActionContext) -> bytes:
+        if declined:
+            raise RuntimeError("card declined: insufficient funds")
+        return b'{"charged": true}'
+
+    @worker.action(HTML_NAME)
+    async def bold(ctx: ActionContext) -> bytes:
+        return b""
+
+    await client.action.register("charge-card", options=ActionRegisterOptions(max_retries=1))
+    await client.action.register(HTML_NAME)
+    for _ in range(3):
+        await client.action.invoke(HTML_NAME, b"")
+    task = asyncio.create_task(worker.start())
+    try:
+        run_id = (await client.action.invoke("charge-card", b'{"amount": 42}')).run_id
+        await eventually(
+            lambda: client.action.status(run_id), lambda s: s.status == RunStatus.FAILED
+        )
+        async with dashboard(client) as dash:
+            await refused_without_token(chromium, dash, run_id, shots)
+            # The operator's requeue succeeds only once the card is accepted.
+            declined = False
+            await requeue_with_token(chromium, dash, run_id, shots)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def refused_without_token(
+    chromium: object, dash: RunningDashboard, run_id: str, shots: Path
+) -> None:
+    """Without the token: see the failure, press Requeue, be refused."""
+    context = await chromium.new_context(viewport={"width": 1280, "height": 760})  # type: ignore[attr-defined]
+    page = await context.new_page()
+    await page.goto(dash.url)
+    row = page.locator("tr", has=page.get_by_text(run_id))
+    message = row.locator(".message")
+    await message.filter(has_text="card declined: insufficient funds").wait_for()
+    # The HTML in a name is shown as text; the page holds no <b> element of it.
+    await page.get_by_text(HTML_NAME, exact=True).wait_for()
+    assert await page.locator("td b").count() == 0
+    await page.screenshot(path=str(shots / "dashboard-overview.png"), full_page=True)
+
+    await page.get_by_role("link", name="charge-card", exact=True).click()
+    await page.get_by_role("heading", name="Action charge-card").wait_for()
+    # The handler's traceback is kept with the run, folded under its error.
+    await page.get_by_text("traceback", exact=True).click()
+    await (
+        page.locator("details pre").filter(has_text='raise RuntimeError("card declined').wait_for()
+    )
+    await page.screenshot(path=str(shots / "dashboard-action.png"), full_page=True)
+
+    await (
+        page.locator("tr", has=page.get_by_text(run_id))
+        .get_by_role("button", name="Requeue")
+        .click()
+    )
+    await page.get_by_role("heading", name="Refused").wait_for()
+    assert "log in" in await page.get_by_role("alert").inner_text()
+    await context.close()
+
+
+async def requeue_with_token(
+    chromium: object, dash: RunningDashboard, run_id: str, shots: Path
+) -> None:
+    """Log in with the token, press Requeue, watch the run complete."""
+    context = await chromium.new_context(viewport={"width": 1280, "height": 760})  # type: ignore[attr-defined]
+    page = await context.new_page()
+    await page.goto(dash.url + "login")
+    await page.get_by_label("token").fill(TOKEN)
+    await page.get_by_role("button", name="Log in").click()
+    await page.get_by_text("write access").wait_for()
+
+    await (
+        page.locator("tr", has=page.get_by_text(run_id))
+        .get_by_role("button", name="Requeue")
+        .click()
+    )
+    await page.get_by_role("status").filter(has_text="Run re-queued").wait_for()
+    await page.goto(dash.url + "run?" + urlencode({"id": run_id}))
+
+    async def status() -> str:
+        await page.reload()
+        return await page.locator("h1 .status").inner_text()
+
+    assert await eventually(status, lambda s: s == "COMPLETED", interval=0.2) == "COMPLETED"
+    assert "charged" in await page.locator("pre").last.inner_text()
+    await page.screenshot(path=str(shots / "dashboard-run.png"), full_page=True)
+
+    await page.get_by_role("link", name="Workers").click()
+    await page.get_by_role("heading", name="Workers").wait_for()
+    await page.screenshot(path=str(shots / "dashboard-workers.png"), full_page=True)
+    await context.close()
