@@ -45,11 +45,15 @@ class LuaScript:
     name: str
     source: str
     sha: str
-    keys: tuple[str, ...]
+    keys: tuple[str, ...]  # the fixed KEYS, by header name
     argv: tuple[str, ...]
-    variadic_keys: bool
+    keys_tail: str | None  # the name of a "KEYS[i..n] name" tail, if the script has one
     returns: str
     variadic_argv: bool = False  # the last ARGV entry is "ARGV[i..n]": i and beyond
+
+    @property
+    def variadic_keys(self) -> bool:
+        return self.keys_tail is not None
 
 
 def lua_root() -> Traversable:
@@ -93,8 +97,9 @@ def flatten(root: Traversable, rel: str) -> str:
     return expand(rel, ())
 
 
-def parse_header(name: str, text: str) -> tuple[tuple[str, ...], tuple[str, ...], bool, str]:
-    """(KEYS names, ARGV names, variadic keys?, returns line) from a script's header."""
+def parse_header(name: str, text: str) -> tuple[tuple[str, ...], tuple[str, ...], str | None, str]:
+    """(fixed KEYS names, ARGV names, KEYS tail name or None, returns line) from a
+    script's header. A tail is declared ``KEYS[i..n] name``: keys i and beyond."""
     match = _HEADER.match(text)
     if match is None:
         raise LuaSourceError(f"{name}.lua has no header contract (--[[ {name} ... ]])")
@@ -103,18 +108,21 @@ def parse_header(name: str, text: str) -> tuple[tuple[str, ...], tuple[str, ...]
     body = match.group(2)
     keys: list[str] = []
     argv: list[str] = []
-    variadic = False
+    tail: str | None = None
     for kind, index, label in _SLOT.findall(body):
         target = keys if kind == "KEYS" else argv
+        if tail is not None and kind == "KEYS":
+            raise LuaSourceError(f"{name}.lua header: KEYS[{index}] follows the KEYS tail")
         if int(index) != len(target) + 1:
             raise LuaSourceError(f"{name}.lua header: {kind}[{index}] is out of order")
-        target.append(label)
         if kind == "KEYS" and re.search(rf"KEYS\[{index}\.\.", body):
-            variadic = True
+            tail = label
+        else:
+            target.append(label)
     returns = next((line.strip() for line in body.splitlines() if "Returns" in line), "")
     if not returns:
         raise LuaSourceError(f"{name}.lua header does not say what it returns")
-    return tuple(keys), tuple(argv), variadic, returns
+    return tuple(keys), tuple(argv), tail, returns
 
 
 def load_all(root: Traversable | None = None) -> dict[str, LuaScript]:
@@ -126,10 +134,10 @@ def load_all(root: Traversable | None = None) -> dict[str, LuaScript]:
             continue
         name = entry.name[: -len(".lua")]
         text = entry.read_text(encoding="utf-8")
-        keys, argv, variadic, returns = parse_header(name, text)
+        keys, argv, tail, returns = parse_header(name, text)
         source = flatten(base, entry.name)
         sha = hashlib.sha1(source.encode()).hexdigest()
         scripts[name] = LuaScript(
-            name, source, sha, keys, argv, variadic, returns, bool(_VARIADIC_ARGV.search(text))
+            name, source, sha, keys, argv, tail, returns, bool(_VARIADIC_ARGV.search(text))
         )
     return scripts

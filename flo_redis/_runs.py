@@ -1,8 +1,9 @@
 """Invoke, status and wait as requests and replies, shared by the asyncio client
 (``client.action``) and the blocking one (:mod:`flo_redis.sync`): each side only sends.
 
-A request is the script name with its KEYS and ARGV, or the hash field to read; a reply is
-turned into flo's result classes or the typed error here, once for both clients.
+A request is a script's ARGV (its KEYS come from the gateway), or the hash field to read;
+a reply is turned into flo's result classes or the typed error here, once for both
+clients.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._checks import check_bytes, not_registered
+from ._replies import Invoked
 from ._scripts import Arg
 from ._status import Status, refusal
 from .codec import pack, tag_labels, text, unpack_record
@@ -24,22 +26,12 @@ DEFAULT_WAIT_MS = 30_000
 
 def invoke_request(
     keys: ActionKeys, input_data: object, opts: ActionInvokeOptions, limit: int
-) -> tuple[list[str], list[Arg], int]:
-    """The KEYS and ARGV of ``action_invoke`` and the input's size; the input is checked
-    before anything is sent."""
+) -> tuple[list[Arg], int]:
+    """The ARGV of ``action_invoke`` and the input's size; the input is checked before
+    anything is sent."""
     data = check_bytes("input_data", input_data, limit)
     labels = pack(tag_labels(opts.labels)) if opts.labels else b""
     return (
-        [
-            keys.definition,
-            keys.meta,
-            keys.runs,
-            keys.inputs,
-            keys.pending,
-            keys.delayed,
-            keys.idempotency,
-            keys.wake,
-        ],
         [
             run_id_prefix(keys.action),
             data,
@@ -52,16 +44,15 @@ def invoke_request(
     )
 
 
-def invoke_reply(reply: Any, keys: ActionKeys, size: int) -> ActionInvokeResult:
-    status = int(reply[0])
-    if status == Status.NO_ACTION:
+def invoke_reply(reply: Invoked, keys: ActionKeys, size: int) -> ActionInvokeResult:
+    if reply.status == Status.NO_ACTION:
         raise not_registered(keys)
-    if status == Status.TOO_LARGE:
+    if reply.status == Status.TOO_LARGE:
         raise ValueTooLargeError(
             f"input_data is {size} bytes; action {keys.action!r} accepts at most "
-            f"{int(reply[1])} (its max_payload_bytes)"
+            f"{reply.limit} (its max_payload_bytes)"
         )
-    return ActionInvokeResult(run_id=text(reply[1]) or "")
+    return ActionInvokeResult(run_id=reply.run_id)
 
 
 def run_status(run_id: str, rec: dict[str, Any], due_at_ms: int | None = None) -> ActionRunStatus:

@@ -1,4 +1,5 @@
-"""The only place scripts are sent to Redis.
+"""The only place scripts are sent to Redis (:func:`run`, :func:`run_sync`); the typed
+gateway in front of it is :mod:`flo_redis._gateway`.
 
 Scripts are called by SHA (``EVALSHA``); a server that does not know the SHA (restart,
 ``SCRIPT FLUSH``, a new cluster node) answers ``NOSCRIPT`` and the call is repeated once
@@ -23,11 +24,9 @@ on ``flo_redis.requests`` at DEBUG.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import weakref
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeAlias
 
@@ -35,7 +34,6 @@ import redis.exceptions as rex
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.crc import key_slot
 
 from ._lua import LuaScript, load_all
 from .errors import (
@@ -45,7 +43,7 @@ from .errors import (
     ServerError,
     UnavailableError,
 )
-from .retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_refused_unrun, retry_refused
+from .retry import DEFAULT_RETRY_POLICY, RetryPolicy, retry_refused
 from .types import Ran, Reason, StatusCode
 
 RedisConn: TypeAlias = "Redis | RedisCluster"
@@ -99,30 +97,17 @@ def redis_errors(what: str) -> Iterator[None]:
         raise InternalServerError(f"{what}: Redis refused the command: {exc}") from exc
 
 
-def _check_arity(script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> None:
-    keys_ok = (
-        len(keys) >= len(script.keys) if script.variadic_keys else len(keys) == len(script.keys)
-    )
-    args_ok = (
-        len(args) >= len(script.argv) if script.variadic_argv else len(args) == len(script.argv)
-    )
-    if not (keys_ok and args_ok):
-        raise TypeError(
-            f"{script.name} takes {len(script.keys)} keys and {len(script.argv)} args, "
-            f"got {len(keys)} and {len(args)}"
-        )
+async def run(conn: RedisConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    """Run ``script`` atomically with ``keys`` and ``args``; return its raw reply.
 
-
-async def call(conn: RedisConn, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-    """Run script ``name`` atomically with ``keys`` and ``args``; return its raw reply.
-
-    A refusal that says the script did not run is resent per the connection's retry
-    policy (:func:`configure`); the last refusal is raised once the policy is used up."""
-    script = SCRIPTS[name]
-    _check_arity(script, keys, args)
+    With :func:`run_sync`, the one place a script is sent: the typed gateway
+    (:mod:`flo_redis._gateway`) builds the call, this sends it. A refusal that says the
+    script did not run is resent per the connection's retry policy (:func:`configure`);
+    the last refusal is raised once the policy is used up."""
     policy, debug = _SETTINGS.get(conn, (DEFAULT_RETRY_POLICY, False))
     if not debug:
         return await retry_refused(lambda: _send(conn, script, keys, args), policy)
+    name = script.name
 
     async def send_logged() -> Any:
         log.debug("-> %s %s", name, keys[0] if keys else "")
@@ -135,6 +120,15 @@ async def call(conn: RedisConn, name: str, keys: Sequence[str], args: Sequence[A
         return reply
 
     return await retry_refused(send_logged, policy)
+
+
+def run_sync(conn: SyncRedis, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    """:func:`run` for redis-py's blocking client (``flo_redis.sync``)."""
+    with redis_errors(script.name):
+        try:
+            return conn.evalsha(script.sha, len(keys), *keys, *args)
+        except rex.NoScriptError:
+            return conn.eval(script.source, len(keys), *keys, *args)
 
 
 async def _send(
@@ -158,68 +152,3 @@ def _reply_summary(reply: Any) -> str:
     if isinstance(reply, list) and reply and isinstance(reply[0], int):
         return f"status {reply[0]}, {len(reply)} items"
     return type(reply).__name__
-
-
-def call_sync(conn: SyncRedis, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-    """:func:`call` for redis-py's blocking client (``flo_redis.sync``)."""
-    script = SCRIPTS[name]
-    _check_arity(script, keys, args)
-    with redis_errors(name):
-        try:
-            return conn.evalsha(script.sha, len(keys), *keys, *args)
-        except rex.NoScriptError:
-            return conn.eval(script.source, len(keys), *keys, *args)
-
-
-async def call_many(
-    conn: RedisConn, calls: Sequence[tuple[str, Sequence[str], Sequence[Arg]]]
-) -> list[Any]:
-    """Run several scripts, each atomically; replies come back in order.
-
-    On a standalone Redis they go in one round trip (a pipeline); an entry is the
-    exception a single call would have raised turned into a value only for ``NOSCRIPT``,
-    which is retried for that entry alone (a script that answered NOSCRIPT did not run,
-    so nothing runs twice). On a cluster (where redis-py refuses ``EVALSHA`` in
-    pipelines) the calls of one hash slot run one after another, in order, and the
-    slots run concurrently.
-    """
-    for name, keys, args in calls:
-        _check_arity(SCRIPTS[name], keys, args)
-    if isinstance(conn, RedisCluster):
-        return await _call_many_cluster(conn, calls)
-    with redis_errors("pipeline"):
-        async with conn.pipeline(transaction=False) as pipe:
-            for name, keys, args in calls:
-                pipe.evalsha(SCRIPTS[name].sha, len(keys), *keys, *args)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-    for i, reply in enumerate(replies):
-        if not isinstance(reply, Exception):
-            continue
-        name, keys, args = calls[i]
-        try:
-            with redis_errors(name):
-                raise reply
-        except rex.NoScriptError:
-            replies[i] = await call(conn, name, keys, args)
-        except ServerError as exc:
-            if not is_refused_unrun(exc):
-                raise
-            replies[i] = await call(conn, name, keys, args)  # did not run: resent per policy
-    return replies
-
-
-async def _call_many_cluster(
-    conn: RedisCluster, calls: Sequence[tuple[str, Sequence[str], Sequence[Arg]]]
-) -> list[Any]:
-    by_slot: dict[int, list[int]] = defaultdict(list)
-    for i, (_, keys, _) in enumerate(calls):
-        by_slot[key_slot(keys[0].encode()) if keys else -1].append(i)
-    replies: list[Any] = [None] * len(calls)
-
-    async def run(indexes: list[int]) -> None:
-        for i in indexes:
-            name, keys, args = calls[i]
-            replies[i] = await call(conn, name, keys, args)
-
-    await asyncio.gather(*(run(indexes) for indexes in by_slot.values()))
-    return replies

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import msgpack
 
@@ -73,43 +72,6 @@ def decode_headers(raw: bytes) -> dict[str, str] | None:
 
 def sid(raw: bytes | str) -> StreamID:
     return StreamID.from_redis(raw)
-
-
-def records(stream: str, reply: Sequence[Any], at: int, partition: int = 0) -> list[StreamRecord]:
-    """Records of a ``(id, payload, headers) * n`` reply whose count is at ``reply[at]``."""
-    n = int(reply[at])
-    out: list[StreamRecord] = []
-    for i in range(at + 1, at + 1 + 3 * n, 3):
-        out.append(
-            StreamRecord(
-                id=sid(reply[i]),
-                stream=stream,
-                payload=bytes(reply[i + 1]),
-                headers=decode_headers(reply[i + 2]),
-                partition=partition,
-            )
-        )
-    return out
-
-
-def deliveries(
-    stream: str, reply: Sequence[Any], at: int, partition: int = 0
-) -> list[StreamRecord]:
-    """Records of an ``(id, token, payload, headers) * n`` reply, count at ``reply[at]``."""
-    n = int(reply[at])
-    out: list[StreamRecord] = []
-    for i in range(at + 1, at + 1 + 4 * n, 4):
-        out.append(
-            StreamRecord(
-                id=sid(reply[i]),
-                stream=stream,
-                payload=bytes(reply[i + 2]),
-                headers=decode_headers(reply[i + 3]),
-                delivery_count=int(reply[i + 1]),
-                partition=partition,
-            )
-        )
-    return out
 
 
 def positive_arg(what: str, value: object) -> int:

@@ -15,11 +15,19 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import _scripts
 from ._checks import MAX_LIST_LIMIT, check_count, not_registered
+from ._gateway import (
+    ACTION_COUNTS,
+    ACTION_PURGE,
+    ACTION_REQUEUE_FAILED,
+    ACTION_RUNS,
+    Script,
+)
+from ._replies import BulkStep
 from ._runs import run_status
+from ._scripts import Arg
 from ._status import Status, refusal
-from .codec import decoded, unpack_record
+from .codec import unpack_record
 from .errors import ValidationError
 from .keys import ActionKeys, action_keys
 from .types import ActionRunStatus
@@ -146,36 +154,22 @@ class ActionInspection:
         """Exact counts of ``name``'s runs by state and per minute over the last hour, read
         in one atomic, read-only script call. :class:`NotFoundError` if not registered."""
         keys = self._queue(name, namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "action_counts",
-            [
-                keys.definition,
-                keys.meta,
-                keys.pending,
-                keys.delayed,
-                keys.leases,
-                keys.done,
-                keys.failed,
-            ],
-            [],
-        )
-        if int(reply[0]) != Status.OK:
+        reply = await ACTION_COUNTS(self._client, keys)
+        if reply.status != Status.OK:
             raise not_registered(keys)
-        n = [int(x) for x in reply[1:]]
         return ActionCounts(
             action=name,
             namespace=keys.namespace,
-            at_ms=n[0],
-            pending=n[1],
-            delayed=n[2],
-            running=n[3],
-            completed=n[4],
-            failed=n[5],
-            timed_out=n[6],
-            next_due_ms=None if n[7] < 0 else n[7],
-            completed_per_minute=tuple(n[8 : 8 + MINUTES]),
-            failed_per_minute=tuple(n[8 + MINUTES : 8 + 2 * MINUTES]),
+            at_ms=reply.at_ms,
+            pending=reply.pending,
+            delayed=reply.delayed,
+            running=reply.running,
+            completed=reply.completed,
+            failed=reply.failed,
+            timed_out=reply.timed_out,
+            next_due_ms=None if reply.next_due_ms < 0 else reply.next_due_ms,
+            completed_per_minute=reply.completed_per_minute[:MINUTES],
+            failed_per_minute=reply.failed_per_minute[:MINUTES],
         )
 
     async def runs(
@@ -194,19 +188,14 @@ class ActionInspection:
         check_count("limit", limit, 1, MAX_LIST_LIMIT)
         after_score, after_id = _cursor_arg(cursor)
         keys = self._queue(name, namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "action_runs",
-            [keys.runs, keys.pending, keys.delayed, keys.leases, keys.done, keys.failed],
-            [st.value, after_score, after_id, limit],
-        )
-        if int(reply[0]) != Status.OK:
-            raise refusal(int(reply[0]), f"runs: state {st.value!r} or limit refused")
-        more, n = int(reply[1]), int(reply[2])
+        reply = await ACTION_RUNS(self._client, keys, [st.value, after_score, after_id, limit])
+        if reply.status != Status.OK:
+            raise refusal(reply.status, f"runs: state {st.value!r} or limit refused")
+        more = reply.more
         found: builtins.list[ActionRunStatus] = []
         last = b""
-        for i in range(3, 3 + 3 * n, 3):
-            run_id, score, raw = decoded(reply[i]), decoded(reply[i + 1]), reply[i + 2]
+        for row in reply.rows:
+            run_id, score, raw = row.run_id, row.score, row.record
             last = f"{score} {run_id}".encode()
             if raw:
                 due = int(float(score)) if st is RunState.DELAYED else None
@@ -222,10 +211,7 @@ class ActionInspection:
         works is left failed. :class:`NotFoundError` if not registered."""
         check_count("batch", batch, 1, MAX_BATCH)
         keys = self._queue(name, namespace)
-        script_keys = [keys.definition, keys.meta, keys.runs, keys.pending, keys.failed, keys.wake]
-        return await self._in_batches(
-            keys, RunState.FAILED, "action_requeue_failed", script_keys, [], batch
-        )
+        return await self._in_batches(keys, RunState.FAILED, ACTION_REQUEUE_FAILED, [], batch)
 
     async def purge(
         self,
@@ -247,41 +233,27 @@ class ActionInspection:
             )
         check_count("batch", batch, 1, MAX_BATCH)
         keys = self._queue(name, namespace)
-        script_keys = [
-            keys.definition,
-            keys.meta,
-            keys.runs,
-            keys.inputs,
-            keys.pending,
-            keys.delayed,
-            keys.done,
-            keys.failed,
-            keys.idempotency,
-        ]
-        return await self._in_batches(keys, st, "action_purge", script_keys, [st.value], batch)
+        return await self._in_batches(keys, st, ACTION_PURGE, [st.value], batch)
 
     async def _in_batches(
         self,
         keys: ActionKeys,
         state: RunState,
-        script: str,
-        script_keys: builtins.list[str],
-        args: builtins.list[_scripts.Arg],
+        script: Script[BulkStep],
+        args: builtins.list[Arg],
         batch: int,
     ) -> BulkResult:
         upto = ""
         count = calls = 0
         while True:
-            reply = await _scripts.call(
-                self._client.redis, script, script_keys, [*args, upto, batch]
-            )
+            reply = await script(self._client, keys, [*args, upto, batch])
             calls += 1
-            status = int(reply[0])
+            status = reply.status
             if status == Status.NO_ACTION:
                 raise not_registered(keys)
             if status != Status.OK:
-                raise refusal(status, f"{script}: batch or bound refused")
-            count += int(reply[1])
-            upto = decoded(reply[3])
-            if int(reply[2]) == 0:
+                raise refusal(status, f"{script.name}: batch or bound refused")
+            count += reply.count
+            upto = reply.upto
+            if reply.remaining == 0:
                 return BulkResult(keys.action, state, count, calls)

@@ -20,6 +20,14 @@ from ._checks import (
     not_registered,
     raise_run_refusal,
 )
+from ._gateway import (
+    ACTION_DELETE,
+    ACTION_INVOKE,
+    ACTION_INVOKE_MANY,
+    ACTION_REAP,
+    ACTION_REGISTER,
+    RUN_REQUEUE,
+)
 from ._runs import (
     DEFAULT_WAIT_MS,
     FINAL,
@@ -115,7 +123,7 @@ class ActionOperations(ActionInspection):
         if opts.description is not None:
             settings["description"] = opts.description
         conn = self._client.redis
-        await _scripts.call(conn, "action_register", [keys.definition], [pack(settings)])
+        await ACTION_REGISTER(self._client, keys, [pack(settings)])
         with _scripts.redis_errors("register"):
             await conn.zadd(namespace_keys(keys.namespace).actions, {name: 0})
 
@@ -126,9 +134,8 @@ class ActionOperations(ActionInspection):
         is not registered, :class:`ValueTooLargeError` for an oversized input."""
         opts = options or ActionInvokeOptions()
         keys = self._keys(name, opts.namespace)
-        names, args, size = invoke_request(keys, input_data, opts, self._client.max_payload_bytes)
-        reply = await _scripts.call(self._client.redis, "action_invoke", names, args)
-        return invoke_reply(reply, keys, size)
+        args, size = invoke_request(keys, input_data, opts, self._client.max_payload_bytes)
+        return invoke_reply(await ACTION_INVOKE(self._client, keys, args), keys, size)
 
     async def invoke_many(
         self,
@@ -153,22 +160,16 @@ class ActionOperations(ActionInspection):
         results: builtins.list[ActionInvokeResult] = []
         for start in range(0, len(data), INVOKE_BATCH):
             chunk = data[start : start + INVOKE_BATCH]
-            reply = await _scripts.call(
-                self._client.redis,
-                "action_invoke_many",
-                [keys.definition, keys.meta, keys.runs, keys.inputs, keys.pending, keys.wake],
-                [prefix, labels, *chunk],
-            )
-            status = int(reply[0])
-            if status == Status.NO_ACTION:
+            reply = await ACTION_INVOKE_MANY(self._client, keys, [prefix, labels, *chunk])
+            if reply.status == Status.NO_ACTION:
                 raise not_registered(keys)
-            if status == Status.TOO_LARGE:
-                index = start + int(reply[2])
+            if reply.status == Status.TOO_LARGE:
+                index = start + reply.index
                 raise ValueTooLargeError(
                     f"inputs[{index}] is {len(data[index])} bytes; action {name!r} accepts at "
-                    f"most {int(reply[1])} (its max_payload_bytes); runs before it were created"
+                    f"most {reply.first_seq} (its max_payload_bytes); runs before it were created"
                 )
-            first = int(reply[1])
+            first = reply.first_seq
             results.extend(ActionInvokeResult(f"{prefix}{first + i}") for i in range(len(chunk)))
         return results
 
@@ -259,9 +260,8 @@ class ActionOperations(ActionInspection):
         with _scripts.redis_errors("delete"):
             await conn.zrem(namespace_keys(keys.namespace).actions, name)
         # meta stays (run ids are never reused); the data keys go.
-        delete_keys = [keys.meta, *keys.all_data_keys()]
-        reply = await _scripts.call(conn, "action_delete", delete_keys, [])
-        if not int(reply[1]):
+        reply = await ACTION_DELETE(self._client, keys, tail=keys.all_data_keys())
+        if not reply.flag:
             raise not_registered(keys)
 
     # --- beyond flo ----------------------------------------------------------------
@@ -270,17 +270,12 @@ class ActionOperations(ActionInspection):
         """Give a FAILED / TIMED_OUT run a fresh set of attempts. :class:`ConflictError`
         if the run is not failed, :class:`NotFoundError` if unknown."""
         keys = self._keys(action_of_run(run_id), namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "run_requeue",
-            [keys.definition, keys.meta, keys.runs, keys.pending, keys.failed, keys.wake],
-            [run_id],
-        )
-        status = int(reply[0])
+        reply = await RUN_REQUEUE(self._client, keys, [run_id])
+        status = reply.status
         if status == Status.CONFLICT:
             raise refusal(
                 status,
-                f"run {run_id!r} is {RunStatus(int(reply[1])).name}, not failed; only "
+                f"run {run_id!r} is {RunStatus(reply.value).name}, not failed; only "
                 "FAILED, TIMED_OUT or CANCELLED runs can be re-queued",
             )
         raise_run_refusal(status, keys, run_id)
@@ -310,29 +305,10 @@ class ActionOperations(ActionInspection):
         """Upkeep of one queue (expired leases, due delayed runs, retention), bounded;
         returns how many runs became ready. Workers call this periodically."""
         keys = self._keys(name, namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "action_reap",
-            [
-                keys.definition,
-                keys.meta,
-                keys.runs,
-                keys.inputs,
-                keys.pending,
-                keys.delayed,
-                keys.leases,
-                keys.failed,
-                keys.done,
-                keys.idempotency,
-                keys.wake,
-                keys.owned,
-                keys.ended,
-            ],
-            [REAP_BATCH],
-        )
-        if int(reply[0]) != Status.OK:
+        reply = await ACTION_REAP(self._client, keys, [REAP_BATCH])
+        if reply.status != Status.OK:
             raise not_registered(keys)
-        return int(reply[1])
+        return reply.ready
 
 
 __all__ = ["ActionOperations", "Claimed", "CompleteItem", "WorkerOperations"]

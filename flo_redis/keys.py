@@ -212,6 +212,17 @@ def owner_channel(tag: str, owner: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerChannel:
+    """One owner's liveness channel in one queue's slot, as a script key."""
+
+    channel: str  # CHANNEL  subscribed by the owner, never published to
+
+    @classmethod
+    def of(cls, tag: str, owner: str) -> OwnerChannel:
+        return cls(owner_channel(tag, owner))
+
+
+@dataclass(frozen=True, slots=True)
 class GroupKeys:
     """Keys of one consumer group of one stream partition; same hash slot as the stream.
 

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _scripts
+from ._gateway import ACTION_RECLAIM
 from ._status import Status, refusal
 from ._wake import raise_if_cancelling
 from .codec import pack, unpack_record
 from .errors import ValidationError
-from .keys import ActionKeys, action_keys, owner_channel
+from .keys import action_keys, owner_channel
 from .liveness import DEFAULT_GRACE_MS
 
 if TYPE_CHECKING:
@@ -56,22 +57,6 @@ class ReclaimResult:
     """True when the batch ran out before everything of the gone owners was taken back."""
 
 
-def _reclaim_keys(keys: ActionKeys) -> list[str]:
-    return [
-        keys.definition,
-        keys.meta,
-        keys.runs,
-        keys.pending,
-        keys.delayed,
-        keys.leases,
-        keys.failed,
-        keys.owners,
-        keys.owned,
-        keys.wake,
-        keys.ended,
-    ]
-
-
 async def reclaim_owners(
     client: FloClient,
     name: str,
@@ -90,13 +75,13 @@ async def reclaim_owners(
     if len(owners) > MAX_OWNERS_PER_CALL:
         raise ValidationError(f"at most {MAX_OWNERS_PER_CALL} owners per reclaim call")
     keys = action_keys(client.get_namespace(namespace), name)
-    reply = await _scripts.call(
-        client.redis,
-        "action_reclaim",
-        _reclaim_keys(keys) + [owner_channel(keys.tag, o) for o in owners],
+    reply = await ACTION_RECLAIM(
+        client,
+        keys,
         [grace_ms, batch, pack(list(owners))],
+        tail=[owner_channel(keys.tag, o) for o in owners],
     )
-    status = int(reply[0])
+    status = reply.status
     if status == Status.NO_ACTION:
         raise refusal(
             status,
@@ -104,7 +89,7 @@ async def reclaim_owners(
         )
     if status != Status.OK:
         raise refusal(status, f"reclaim in action {name!r}: grace_ms or batch out of range")
-    return ReclaimResult(int(reply[1]), int(reply[2]), bool(int(reply[3])))
+    return ReclaimResult(reply.reclaimed, reply.wait_ms, reply.more)
 
 
 async def reclaim_gone_owners(

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _scripts
+from ._gateway import SLOT_ACQUIRE, SLOT_RECLAIM, SLOT_RELEASE
 from ._status import Status, refusal
 from .codec import unpack_record
 from .errors import ServerError, ValidationError
-from .keys import ActionKeys, action_keys, owner_channel
+from .keys import ActionKeys, OwnerChannel, action_keys
 from .liveness import DEFAULT_GRACE_MS
 
 if TYPE_CHECKING:
@@ -79,15 +80,11 @@ class SlotOperations:
         if not 0 <= lease_ms <= MAX_SLOT_LEASE_MS:
             raise ValidationError(f"lease_ms must be in [0, {MAX_SLOT_LEASE_MS}], got {lease_ms}")
         keys = self._keys(action, namespace)
-        await self._client.liveness.hold(keys.tag)
         for attempt in range(2):
-            reply = await _scripts.call(
-                self._client.redis,
-                "slot_acquire",
-                [keys.definition, keys.meta, keys.slots],
-                [self._client.owner_id, capacity, lease_ms],
+            reply = await SLOT_ACQUIRE(
+                self._client, keys, [self._client.owner_id, capacity, lease_ms]
             )
-            status = int(reply[0])
+            status = reply.status
             if status == Status.NO_ACTION:
                 raise refusal(
                     status,
@@ -99,14 +96,14 @@ class SlotOperations:
                     status,
                     f"action {action!r} has no max_concurrency; pass capacity to acquire",
                 )
-            if int(reply[1]) > 0:
+            if reply.slot > 0:
                 return Slot(
                     action=action,
                     namespace=keys.namespace,
-                    index=int(reply[1]),
+                    index=reply.slot,
                     owner=self._client.owner_id,
-                    token=int(reply[2]),
-                    deadline_ms=int(reply[3]),
+                    token=reply.token,
+                    deadline_ms=reply.deadline_ms,
                 )
             if attempt == 0 and not await self.reclaim_gone(action, namespace=namespace):
                 return None
@@ -118,13 +115,10 @@ class SlotOperations:
         owner holds it now (the slot was reclaimed and given to a replacement) or the
         token is not current. Resending a release that took effect is answered OK."""
         keys = self._keys(slot.action, slot.namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "slot_release",
-            [keys.meta, keys.slots],
-            [slot.index, self._client.owner_id, slot.token],
+        reply = await SLOT_RELEASE(
+            self._client, keys, [slot.index, self._client.owner_id, slot.token]
         )
-        status = int(reply[0])
+        status = reply.status
         if status == Status.OK:
             return
         what = f"release of slot {slot.index} of action {slot.action!r} by {slot.owner!r}"
@@ -153,15 +147,14 @@ class SlotOperations:
         (``WRONG_OWNER``) or the holder is alive (``OWNER_ALIVE``); :class:`NotFoundError`
         when the slot is not held."""
         keys = self._keys(action, namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "slot_reclaim",
-            [keys.meta, keys.slots, owner_channel(keys.tag, expected_owner)],
+        reply = await SLOT_RECLAIM(
+            self._client,
+            (keys, OwnerChannel.of(keys.tag, expected_owner)),
             [index, expected_owner, grace_ms],
         )
-        status = int(reply[0])
+        status = reply.status
         if status == Status.OK:
-            return bool(int(reply[1]))
+            return bool(reply.reclaimed)
         what = f"reclaim of slot {index} of action {action!r} from {expected_owner!r}"
         if status == Status.WRONG_OWNER:
             raise refusal(status, f"{what} refused: another owner holds it")

@@ -27,6 +27,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import _scripts
+from ._gateway import (
+    GROUP_ACK,
+    GROUP_ACK_MANY,
+    GROUP_CLAIM,
+    GROUP_JOIN,
+    GROUP_LEAVE,
+    GROUP_NACK,
+    GROUP_PENDING,
+    GROUP_READ,
+    GROUP_RECLAIM,
+    GROUP_REPLAY,
+    STREAM_APPEND,
+    STREAM_CREATE,
+    STREAM_INFO,
+    STREAM_READ,
+    STREAM_TRIM,
+    Script,
+)
 from ._partitions import (
     PartitionCounts,
     decode_cursor,
@@ -35,18 +53,17 @@ from ._partitions import (
     partition_of_key,
     partitions_arg,
 )
+from ._replies import Settled
 from ._status import Status, refusal
 from ._stream_codec import (
     MAX_COUNT,
     block_ms_arg,
     count_arg,
     decode_headers,
-    deliveries,
     headers_arg,
     ids_arg,
     merge,
     positive_arg,
-    records,
     sid,
     stream_id_arg,
 )
@@ -218,11 +235,9 @@ class StreamOperations:
         without one. A stream never created has one partition."""
         count = partitions_arg(partitions)
         keys = self._keys(stream, namespace)
-        reply = await _scripts.call(
-            self._client.redis, "stream_create", [keys.log, keys.meta], [count]
-        )
-        recorded = int(reply[1])
-        if int(reply[0]) == Status.CONFLICT:
+        reply = await STREAM_CREATE(self._client, keys, [count])
+        recorded = reply.value
+        if reply.status == Status.CONFLICT:
             raise refusal(
                 Status.CONFLICT,
                 f"stream {stream!r} in namespace {keys.namespace!r} already has {recorded} "
@@ -308,13 +323,8 @@ class StreamOperations:
             else:
                 partition = self._next_turn(first.namespace, stream) % count
         keys = first if partition == 0 else stream_keys(first.namespace, stream, partition)
-        reply = await _scripts.call(
-            self._client.redis,
-            "stream_append",
-            [keys.log, keys.meta, keys.wake],
-            [data, headers],
-        )
-        return StreamAppendResult(id=sid(reply[1]), partition=partition)
+        reply = await STREAM_APPEND(self._client, keys, [data, headers])
+        return StreamAppendResult(id=reply.id, partition=partition)
 
     async def read(
         self,
@@ -339,8 +349,7 @@ class StreamOperations:
         args: builtins.list[_scripts.Arg] = [start, end, count, "1" if opts.tail else "0"]
 
         async def read_one(keys: StreamKeys) -> builtins.list[StreamRecord]:
-            reply = await _scripts.call(self._client.redis, "stream_read", [keys.log], args)
-            return records(stream, reply, 1, keys.partition)
+            return (await STREAM_READ(self._client, keys, args)).records
 
         async def attempt() -> tuple[builtins.list[StreamRecord], int]:
             if len(parts) == 1:
@@ -361,15 +370,13 @@ class StreamOperations:
         the highest last id). A missing stream answers as empty."""
         opts = options or StreamInfoOptions()
         parts = await self._partitions(stream, opts.namespace)
-        replies = await asyncio.gather(
-            *(_scripts.call(self._client.redis, "stream_info", [k.log, k.meta], []) for k in parts)
-        )
-        held = [r for r in replies if int(r[1]) > 0]
+        replies = await asyncio.gather(*(STREAM_INFO(self._client, k) for k in parts))
+        held = [r for r in replies if r.count > 0]
         return StreamInfo(
-            count=sum(int(r[1]) for r in replies),
-            bytes_size=sum(int(r[2]) for r in replies),
-            first_id=min((sid(r[3]) for r in held), default=StreamID()),
-            last_id=max((sid(r[4]) for r in held), default=StreamID()),
+            count=sum(r.count for r in replies),
+            bytes_size=sum(r.bytes_size for r in replies),
+            first_id=min((r.first_id for r in held), default=StreamID()),
+            last_id=max((r.last_id for r in held), default=StreamID()),
             partition_count=len(parts),
         )
 
@@ -432,22 +439,17 @@ class StreamOperations:
         dry = "1" if dry_run else "0"
         removed, after = 0, ""
         while True:
-            reply = await _scripts.call(
-                self._client.redis,
-                "stream_trim",
-                [keys.log, keys.meta],
-                [mode, bound, dry, after, TRIM_BATCH],
-            )
-            if int(reply[0]) == Status.NOT_FOUND:
+            reply = await STREAM_TRIM(self._client, keys, [mode, bound, dry, after, TRIM_BATCH])
+            if reply.status == Status.NOT_FOUND:
                 return None
-            removed += int(reply[1])
-            if reply[4]:
-                mode, bound = "below", text(reply[4]) or ""
-            length, added = int(reply[5]), int(reply[6])
-            if not int(reply[2]):
+            removed += reply.removed
+            if reply.cutoff:
+                mode, bound = "below", reply.cutoff
+            length, added = reply.length, reply.entries_added
+            if not reply.more:
                 break
             if dry_run:
-                after = text(reply[3]) or ""
+                after = reply.last_id
         left = length - removed if dry_run else length
         return removed, left, added
 
@@ -475,14 +477,7 @@ class StreamOperations:
             "" if opts.ack_timeout_ms is None else opts.ack_timeout_ms,
             "" if opts.max_deliver is None else opts.max_deliver,
         ]
-        await asyncio.gather(
-            *(
-                _scripts.call(
-                    self._client.redis, "group_join", [k.log, k.group(group).config], args
-                )
-                for k in parts
-            )
-        )
+        await asyncio.gather(*(GROUP_JOIN(self._client, (k, k.group(group)), args) for k in parts))
 
     async def group_leave(
         self,
@@ -499,15 +494,7 @@ class StreamOperations:
         check_name("consumer", consumer)
         parts = await self._partitions(stream, opts.namespace)
         await asyncio.gather(
-            *(
-                _scripts.call(
-                    self._client.redis,
-                    "group_leave",
-                    [k.log, k.group(group).config],
-                    [group, consumer],
-                )
-                for k in parts
-            )
+            *(GROUP_LEAVE(self._client, (k, k.group(group)), [group, consumer]) for k in parts)
         )
 
     async def group_read(
@@ -539,27 +526,10 @@ class StreamOperations:
         poll_id = opts.poll_id or ""
 
         async def read_one(keys: StreamKeys, room: int) -> tuple[list[StreamRecord], int]:
-            gk = keys.group(group)
-            # Subscribed before the first read in this slot: entries delivered here never
-            # look like a gone owner's.
-            await self._client.liveness.hold(keys.tag)
-            reply = await _scripts.call(
-                self._client.redis,
-                "group_read",
-                [
-                    keys.log,
-                    gk.config,
-                    gk.due,
-                    gk.deliveries,
-                    gk.dead,
-                    gk.polls,
-                    gk.poll_times,
-                    gk.owners,
-                    gk.owned,
-                ],
-                [group, consumer, owner, room, poll_id],
+            reply = await GROUP_READ(
+                self._client, (keys, keys.group(group)), [group, consumer, owner, room, poll_id]
             )
-            return deliveries(stream, reply, 2, keys.partition), int(reply[1])
+            return reply.records, reply.wait_ms
 
         async def attempt() -> tuple[builtins.list[StreamRecord], int]:
             if len(parts) == 1:
@@ -598,22 +568,18 @@ class StreamOperations:
         parts = await self._partitions(stream, opts.namespace, opts.partition)
 
         async def pending_one(keys: StreamKeys) -> builtins.list[PendingEntry]:
-            reply = await _scripts.call(
-                self._client.redis,
-                "group_pending",
-                [keys.log, keys.group(group).config],
-                [group, consumer, "-", count],
+            reply = await GROUP_PENDING(
+                self._client, (keys, keys.group(group)), [group, consumer, "-", count]
             )
-            n = int(reply[1])
             return [
                 PendingEntry(
-                    id=sid(reply[i]),
-                    consumer=text(reply[i + 1]) or "",
-                    delivery_count=int(reply[i + 3]),
-                    idle_ms=int(reply[i + 2]),
+                    id=row.id,
+                    consumer=row.consumer,
+                    delivery_count=row.delivery_count,
+                    idle_ms=row.idle_ms,
                     partition=keys.partition,
                 )
-                for i in range(2, 2 + 4 * n, 4)
+                for row in reply.rows
             ]
 
         return _merged(await asyncio.gather(*(pending_one(k) for k in parts)), count)
@@ -685,14 +651,9 @@ class StreamOperations:
         take: int,
     ) -> tuple[builtins.list[StreamRecord], StreamID | None]:
         """One claim page of one partition: its records and the next id (None: done)."""
-        gk = keys.group(group)
-        # Claimed entries are recorded under this owner: hold its liveness channel first,
-        # or a reaper would judge the (live) claimer gone.
-        await self._client.liveness.hold(keys.tag)
-        reply = await _scripts.call(
-            self._client.redis,
-            "group_claim",
-            [keys.log, gk.config, gk.due, gk.deliveries, gk.dead, gk.owners, gk.owned],
+        reply = await GROUP_CLAIM(
+            self._client,
+            (keys, keys.group(group)),
             [
                 group,
                 consumer,
@@ -703,8 +664,7 @@ class StreamOperations:
                 CLAIM_SCAN,
             ],
         )
-        got = deliveries(stream, reply, 3, keys.partition)
-        return got, None if int(reply[1]) else sid(reply[2])
+        return reply.records, reply.next_id
 
     async def group_ack(
         self,
@@ -724,7 +684,7 @@ class StreamOperations:
             return
         opts = options or StreamGroupAckOptions()
         await self._settle(
-            "group_ack",
+            GROUP_ACK,
             stream,
             group,
             ids,
@@ -762,20 +722,15 @@ class StreamOperations:
         answers: builtins.list[ServerError | None] = []
         for start in range(0, len(packed), MAX_COUNT):
             chunk = packed[start : start + MAX_COUNT]
-            reply = await _scripts.call(
-                self._client.redis,
-                "group_ack_many",
-                [keys.log, gk.config, gk.due, gk.deliveries, gk.owners, gk.owned],
-                [group, consumer, pack(chunk)],
-            )
-            if int(reply[0]) == Status.NO_GROUP:
+            reply = await GROUP_ACK_MANY(self._client, (keys, gk), [group, consumer, pack(chunk)])
+            if reply.status == Status.NO_GROUP:
                 raise refusal(
                     Status.NO_GROUP,
                     f"group {group!r} of stream {stream!r} not found in namespace "
                     f"{keys.namespace!r}; join it first (group_join)",
                 )
-            for n, (entry_id, token) in enumerate(chunk):
-                status, current = int(reply[1 + 2 * n]), int(reply[2 + 2 * n])
+            for (entry_id, token), item in zip(chunk, reply.items, strict=True):
+                status, current = item.status, item.current_count
                 answers.append(
                     None
                     if status == Status.OK
@@ -804,7 +759,7 @@ class StreamOperations:
             return
         opts = options or StreamGroupNackOptions()
         await self._settle(
-            "group_nack",
+            GROUP_NACK,
             stream,
             group,
             ids,
@@ -816,7 +771,7 @@ class StreamOperations:
 
     async def _settle(
         self,
-        script: str,
+        script: Script[Settled],
         stream: str,
         group: str,
         ids: Sequence[StreamID],
@@ -836,17 +791,13 @@ class StreamOperations:
         ):
             raise ValidationError(f"token must be an int >= 1 (a delivery count), got {token!r}")
         redis_ids = ids_arg(ids)
-        script_keys = [keys.log, gk.config, gk.due, gk.deliveries]
-        if script == "group_nack":
-            script_keys += [gk.dead, keys.wake]
-        script_keys += [gk.owners, gk.owned]
         token_arg = "" if token is None else str(token)
         for i in range(0, len(redis_ids), MAX_COUNT):
             chunk = redis_ids[i : i + MAX_COUNT]
-            reply = await _scripts.call(
-                self._client.redis, script, script_keys, [group, consumer, token_arg, pack(chunk)]
+            reply = await script(
+                self._client, (keys, gk), [group, consumer, token_arg, pack(chunk)]
             )
-            status = int(reply[0])
+            status = reply.status
             if status == Status.NO_GROUP:
                 raise refusal(
                     status,
@@ -854,13 +805,12 @@ class StreamOperations:
                     f"{keys.namespace!r}; join it first (group_join)",
                 )
             if status == Status.STALE:
-                verb = "ack" if script == "group_ack" else "nack"
-                at = -3
+                verb = "ack" if script is GROUP_ACK else "nack"
                 raise refusal(
                     status,
-                    f"entry {text(reply[at])} of stream {stream!r} (group {group!r}) was "
+                    f"entry {reply.stale_id} of stream {stream!r} (group {group!r}) was "
                     f"delivered again since delivery {token} (now delivery "
-                    f"{int(reply[at + 1])}, held by {text(reply[at + 2])!r}); the {verb} was "
+                    f"{reply.current_count}, held by {reply.holder!r}); the {verb} was "
                     "refused and changed nothing",
                 )
 
@@ -888,19 +838,18 @@ class StreamOperations:
             owners = sorted(o.decode() if isinstance(o, bytes) else str(o) for o in raw)
             for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
                 chunk = owners[i : i + MAX_OWNERS_PER_CALL]
-                reply = await _scripts.call(
-                    self._client.redis,
-                    "group_reclaim",
-                    [keys.log, gk.config, gk.due, gk.deliveries, gk.owners, gk.owned, keys.wake]
-                    + [owner_channel(keys.tag, o) for o in chunk],
+                reply = await GROUP_RECLAIM(
+                    self._client,
+                    (keys, gk),
                     [group, grace_ms, batch, pack(chunk)],
+                    tail=[owner_channel(keys.tag, o) for o in chunk],
                 )
-                status = int(reply[0])
+                status = reply.status
                 if status == Status.NO_GROUP:
                     break
                 if status != Status.OK:
                     raise refusal(status, "reclaim: grace_ms or batch out of range")
-                reclaimed += int(reply[1])
+                reclaimed += reply.reclaimed
         return reclaimed
 
     async def group_settings(
@@ -971,12 +920,8 @@ class StreamOperations:
         for keys in parts:
             if len(replayed) >= take:
                 break
-            reply = await _scripts.call(
-                self._client.redis,
-                "group_replay",
-                [keys.log, keys.meta, keys.group(group).dead, keys.wake],
-                [named, take - len(replayed)],
+            reply = await GROUP_REPLAY(
+                self._client, (keys, keys.group(group)), [named, take - len(replayed)]
             )
-            n = int(reply[1])
-            replayed += [sid(reply[i + 1]) for i in range(2, 2 + 2 * n, 2)]
+            replayed += reply.new_ids
         return replayed

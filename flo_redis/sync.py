@@ -25,6 +25,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ._gateway import ACTION_INVOKE
 from ._runs import (
     DEFAULT_WAIT_MS,
     FINAL,
@@ -34,7 +35,7 @@ from ._runs import (
     status_reply,
     wait_timed_out,
 )
-from ._scripts import call_sync, redis_errors
+from ._scripts import redis_errors
 from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
 from .errors import ValidationError
 from .keys import ActionKeys, action_keys, action_of_run, check_namespace
@@ -62,8 +63,8 @@ class SyncActionOperations:
         """Create a run of ``name``, as ``FloClient.action.invoke`` does."""
         opts = options or ActionInvokeOptions()
         keys = self._keys(name, opts.namespace)
-        names, args, size = invoke_request(keys, input_data, opts, self._client.max_payload_bytes)
-        reply = call_sync(self._client.redis, "action_invoke", names, args)
+        args, size = invoke_request(keys, input_data, opts, self._client.max_payload_bytes)
+        reply = ACTION_INVOKE.call_sync(self._client.redis, keys, args)
         return invoke_reply(reply, keys, size)
 
     def status(self, run_id: str, options: ActionStatusOptions | None = None) -> ActionRunStatus:

@@ -23,6 +23,22 @@ from ._checks import (
     raise_run_refusal,
     token_arg,
 )
+from ._gateway import (
+    ACTION_CLAIM,
+    RUN_COMPLETE,
+    RUN_COMPLETE_MANY,
+    RUN_FAIL,
+    RUN_RELEASE,
+    RUN_TOUCH,
+    WORKER_DEREGISTER,
+    WORKER_DRAIN,
+    WORKER_HEARTBEAT,
+    WORKER_LIST,
+    WORKER_POLL,
+    WORKER_REGISTER,
+    WORKER_TALLY,
+)
+from ._replies import Claimed, ClaimReply, Reported
 from ._status import Status, refusal
 from .codec import (
     check_metadata,
@@ -50,7 +66,6 @@ from .types import (
     DEFAULT_WORKER_BLOCK_MS,
     Reason,
     RunStatus,
-    TaskAssignment,
     WorkerAwaitOptions,
     WorkerAwaitResult,
     WorkerCompleteOptions,
@@ -74,32 +89,6 @@ COMPLETE_BATCH = 1000  # runs per run_complete_many call
 
 
 @dataclass(frozen=True, slots=True)
-class Claimed:
-    """A run handed to a worker by one claim."""
-
-    action: str
-    run_id: str
-    token: int
-    attempt: int
-    created_at_ms: int
-    payload: bytes
-    ready_at_ms: int = 0
-    """Server time the run became ready to claim (its created, due or retry time)."""
-    claimed_at_ms: int = 0
-    """Server time the run was handed out; minus ``ready_at_ms``, its pickup latency."""
-
-    def assignment(self) -> TaskAssignment:
-        return TaskAssignment(
-            task_id=self.run_id,
-            task_type=self.action,
-            payload=self.payload,
-            created_at=self.created_at_ms,
-            attempt=self.attempt,
-            token=self.token,
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class CompleteItem:
     """One complete in a :meth:`WorkerOperations.complete_many` batch."""
 
@@ -107,15 +96,6 @@ class CompleteItem:
     result: bytes
     outcome: str = "success"
     token: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimReply:
-    """What one claim script call answered: runs, and when to look again."""
-
-    runs: tuple[Claimed, ...]
-    next_due_ms: int  # when a delayed run is due or a lease expires; -1 if never
-    registered: bool
 
 
 class WorkerOperations:
@@ -154,12 +134,7 @@ class WorkerOperations:
             record["mid"] = opts.machine_id
         if opts.metadata is not None:
             record["md"] = opts.metadata
-        await _scripts.call(
-            self._client.redis,
-            "worker_register",
-            [ns.workers, ns.worker_ids],
-            [worker_id, pack(record)],
-        )
+        await WORKER_REGISTER(self._client, ns, [worker_id, pack(record)])
 
     async def heartbeat(
         self, worker_id: str, current_load: int = 0, namespace: str | None = None
@@ -169,13 +144,8 @@ class WorkerOperations:
         check_name("worker id", worker_id)
         check_count("current_load", current_load, 0, 2**32 - 1)
         ns = self._ns(namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "worker_heartbeat",
-            [ns.config, ns.workers, ns.worker_ids],
-            [worker_id, current_load],
-        )
-        if int(reply[0]) != Status.OK:
+        reply = await WORKER_HEARTBEAT(self._client, ns, [worker_id, current_load])
+        if reply.status != Status.OK:
             raise self._unknown_worker(worker_id, ns)
 
     async def await_task(
@@ -269,13 +239,10 @@ class WorkerOperations:
             err.reason = Reason.OUT_OF_RANGE
             raise err
         keys = self._run_keys(action_name, task_id, opts.namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "run_touch",
-            [keys.runs, keys.leases, keys.meta],
-            [task_id, token_arg(opts.token), worker_id, opts.extend_ms],
+        reply = await RUN_TOUCH(
+            self._client, keys, [task_id, token_arg(opts.token), worker_id, opts.extend_ms]
         )
-        self._check_report(int(reply[0]), reply, keys, task_id, worker_id, "touch")
+        self._check_report(reply, keys, task_id, worker_id, "touch")
 
     async def complete(
         self,
@@ -292,30 +259,15 @@ class WorkerOperations:
         opts = options or WorkerCompleteOptions()
         data = check_bytes("result", result, self._client.max_payload_bytes)
         keys = self._run_keys(action_name, task_id, opts.namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "run_complete",
-            [
-                keys.definition,
-                keys.meta,
-                keys.runs,
-                keys.inputs,
-                keys.leases,
-                keys.done,
-                keys.idempotency,
-                keys.owned,
-                keys.ended,
-            ],
-            [task_id, token_arg(opts.token), worker_id, data, opts.outcome],
+        reply = await RUN_COMPLETE(
+            self._client, keys, [task_id, token_arg(opts.token), worker_id, data, opts.outcome]
         )
-        status = int(reply[0])
-        if status == Status.TOO_LARGE:
+        if reply.status == Status.TOO_LARGE:
             raise ValueTooLargeError(
-                f"result is {len(data)} bytes; action {action_name!r} accepts at most "
-                f"{int(reply[1])}"
+                f"result is {len(data)} bytes; action {action_name!r} accepts at most {reply.limit}"
             )
-        self._check_report(status, reply, keys, task_id, worker_id, "complete")
-        if not int(reply[1]):
+        self._check_report(reply, keys, task_id, worker_id, "complete")
+        if not reply.duplicate:
             await self._tally(worker_id, keys.namespace, -1, 1, 0)
 
     async def complete_many(
@@ -341,38 +293,30 @@ class WorkerOperations:
         applied = 0
         for start in range(0, len(packed), COMPLETE_BATCH):
             chunk = packed[start : start + COMPLETE_BATCH]
-            reply = await _scripts.call(
-                self._client.redis,
-                "run_complete_many",
-                [
-                    keys.definition,
-                    keys.meta,
-                    keys.runs,
-                    keys.inputs,
-                    keys.leases,
-                    keys.done,
-                    keys.idempotency,
-                    keys.owned,
-                    keys.ended,
-                ],
-                [worker_id, pack(chunk)],
-            )
-            if int(reply[0]) == Status.NO_ACTION:
+            reply = await RUN_COMPLETE_MANY(self._client, keys, [worker_id, pack(chunk)])
+            if reply.status == Status.NO_ACTION:
                 raise not_registered(keys)
-            for i in range(len(chunk)):
-                run_id = str(chunk[i][0])
-                status, duplicate, detail = (int(v) for v in reply[1 + 3 * i : 4 + 3 * i])
+            for sent, answer in zip(chunk, reply.items, strict=True):
+                run_id = str(sent[0])
+                status = answer.status
                 if status == Status.OK:
-                    applied += 0 if duplicate else 1
+                    applied += 0 if answer.duplicate else 1
                     answers.append(None)
                 elif status == Status.TOO_LARGE:
                     answers.append(
-                        refusal(status, f"result of {run_id!r} exceeds the action's {detail} bytes")
+                        refusal(
+                            status,
+                            f"result of {run_id!r} exceeds the action's {answer.detail} bytes",
+                        )
                     )
                 else:
                     try:
                         self._check_report(
-                            status, [status, 0, detail], keys, run_id, worker_id, "complete"
+                            Reported(status, False, answer.detail, -1),
+                            keys,
+                            run_id,
+                            worker_id,
+                            "complete",
                         )
                     except ServerError as exc:
                         answers.append(exc)
@@ -399,22 +343,9 @@ class WorkerOperations:
         if opts.traceback is not None:
             check_bytes("traceback", opts.traceback.encode(), self._client.max_payload_bytes)
         keys = self._run_keys(action_name, task_id, opts.namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "run_fail",
-            [
-                keys.definition,
-                keys.meta,
-                keys.runs,
-                keys.inputs,
-                keys.pending,
-                keys.delayed,
-                keys.leases,
-                keys.failed,
-                keys.wake,
-                keys.owned,
-                keys.ended,
-            ],
+        reply = await RUN_FAIL(
+            self._client,
+            keys,
             [
                 task_id,
                 token_arg(opts.token),
@@ -424,10 +355,10 @@ class WorkerOperations:
                 opts.traceback or "",
             ],
         )
-        self._check_report(int(reply[0]), reply, keys, task_id, worker_id, "fail")
-        if not int(reply[1]):
+        self._check_report(reply, keys, task_id, worker_id, "fail")
+        if not reply.duplicate:
             await self._tally(worker_id, keys.namespace, -1, 0, 1)
-        return RunStatus(int(reply[2]))
+        return RunStatus(reply.run_status)
 
     async def list(self, options: WorkerListOptions | None = None) -> WorkerListResult:
         """Registered workers in id order, ``limit`` (1..1024) a page after ``cursor``."""
@@ -436,21 +367,17 @@ class WorkerOperations:
         if opts.cursor is not None and len(opts.cursor) > MAX_CURSOR_BYTES:
             raise ValidationError(f"cursor is longer than {MAX_CURSOR_BYTES} bytes")
         ns = self._ns(opts.namespace)
-        reply = await _scripts.call(
-            self._client.redis,
-            "worker_list",
-            [ns.config, ns.workers, ns.worker_ids],
-            [opts.cursor.decode() if opts.cursor else "", opts.limit],
+        page = await WORKER_LIST(
+            self._client, ns, [opts.cursor.decode() if opts.cursor else "", opts.limit]
         )
-        more, last = int(reply[1]), bytes(reply[2])
         workers: builtins.list[WorkerInfo] = []
-        for i in range(3, len(reply), 3):
-            rec = unpack_record(reply[i + 1])
+        for row in page.rows:
+            rec = unpack_record(row.record)
             workers.append(
                 WorkerInfo(
-                    worker_id=reply[i].decode(),
+                    worker_id=row.worker_id,
                     worker_type=WorkerType(int(rec.get("wt", 0))),
-                    status=WorkerStatus(int(reply[i + 2])),
+                    status=WorkerStatus(row.worker_status),
                     current_load=int(rec.get("cl", 0)),
                     max_concurrency=int(rec.get("mc", 0)),
                     tasks_completed=int(rec.get("tc", 0)),
@@ -462,7 +389,7 @@ class WorkerOperations:
                     task_types=[text(t) or "" for t in rec.get("tt", [])],
                 )
             )
-        return WorkerListResult(workers=workers, cursor=last if more else None)
+        return WorkerListResult(workers=workers, cursor=page.last_id if page.more else None)
 
     # --- beyond flo ----------------------------------------------------------------
 
@@ -470,18 +397,33 @@ class WorkerOperations:
         """Tell a worker to drain: its polls are refused (``WORKER_DRAINING``) while its
         running runs may still report; an ActionWorker then stops by itself."""
         ns = self._ns(namespace)
-        reply = await _scripts.call(self._client.redis, "worker_drain", [ns.workers], [worker_id])
-        if int(reply[0]) != Status.OK:
+        reply = await WORKER_DRAIN(self._client, ns, [worker_id])
+        if reply.status != Status.OK:
             raise self._unknown_worker(worker_id, ns)
 
     async def deregister(self, worker_id: str, namespace: str | None = None) -> None:
         """Remove a worker's record; :class:`NotFoundError` if it is not registered."""
         ns = self._ns(namespace)
-        reply = await _scripts.call(
-            self._client.redis, "worker_deregister", [ns.workers, ns.worker_ids], [worker_id]
-        )
-        if int(reply[0]) != Status.OK:
+        reply = await WORKER_DEREGISTER(self._client, ns, [worker_id])
+        if reply.status != Status.OK:
             raise self._unknown_worker(worker_id, ns)
+
+    async def release(
+        self,
+        worker_id: str,
+        action_name: str,
+        task_id: str,
+        token: int | None,
+        namespace: str | None = None,
+    ) -> None:
+        """Give a held run back to its queue as it was, not counted as an attempt (a
+        worker that stops before running it). Refused with :class:`ConflictError`
+        (``STALE_REPORT``) if the caller no longer holds it; changes nothing then."""
+        keys = self._run_keys(action_name, task_id, namespace)
+        reply = await RUN_RELEASE(
+            self._client, keys, [task_id, "" if token is None else str(token), worker_id]
+        )
+        self._check_report(reply, keys, task_id, worker_id, "release")
 
     async def configure(
         self,
@@ -538,15 +480,15 @@ class WorkerOperations:
 
     def _check_report(
         self,
-        status: int,
-        reply: Any,
+        reply: Reported,
         keys: ActionKeys,
         run_id: str,
         worker_id: str,
         what: str,
     ) -> None:
+        status = reply.status
         if status == Status.STALE:
-            state = RunStatus(int(reply[-1])).name
+            state = RunStatus(reply.run_status).name
             raise refusal(
                 status,
                 f"{what} of run {run_id!r} by worker {worker_id!r} refused: the run is "
@@ -554,7 +496,7 @@ class WorkerOperations:
                 "finished); drop the report",
             )
         if status == Status.OUT_OF_RANGE:
-            raise refusal(status, f"{what}: extend_ms must be at most {int(reply[1])}")
+            raise refusal(status, f"{what}: extend_ms must be at most {reply.limit}")
         raise_run_refusal(status, keys, run_id)
 
     async def _gate(self, worker_id: str, ns: NamespaceKeys, ttl_s: float = 0.0) -> bytes:
@@ -563,13 +505,8 @@ class WorkerOperations:
         cached = self._gate_ok.get((ns.namespace, worker_id))
         if ttl_s > 0 and cached is not None and loop.time() - cached[0] < ttl_s:
             return cached[1]
-        reply = await _scripts.call(
-            self._client.redis,
-            "worker_poll",
-            [ns.config, ns.workers, ns.worker_ids],
-            [worker_id],
-        )
-        status = int(reply[0])
+        reply = await WORKER_POLL(self._client, ns, [worker_id])
+        status = reply.status
         if status == Status.NOT_FOUND:
             raise self._unknown_worker(worker_id, ns)
         if status == Status.UNHEALTHY:
@@ -584,7 +521,7 @@ class WorkerOperations:
                 f"worker {worker_id!r} is DRAINING: it takes no new work; finish running "
                 "runs and stop",
             )
-        metadata = text(reply[1]) or ""
+        metadata = reply.metadata
         packed = self._labels_cache.get(metadata)
         if packed is None:
             labels = worker_labels(metadata)
@@ -620,45 +557,11 @@ class WorkerOperations:
         self, keys: ActionKeys, worker_id: str, labels: bytes, max_n: int, poll_id: str
     ) -> ClaimReply:
         """One claim script call on one action queue (no health gate, no waiting)."""
-        # Subscribed before the first claim in this slot: runs taken here never look
-        # like a gone owner's.
-        await self._client.liveness.hold(keys.tag)
-        reply = await _scripts.call(
-            self._client.redis,
-            "action_claim",
-            [
-                keys.definition,
-                keys.meta,
-                keys.runs,
-                keys.inputs,
-                keys.pending,
-                keys.delayed,
-                keys.leases,
-                keys.failed,
-                keys.polls,
-                keys.poll_times,
-                keys.owners,
-                keys.owned,
-                keys.ended,
-            ],
+        return await ACTION_CLAIM(
+            self._client,
+            keys,
             [worker_id, self._client.owner_id, labels, max_n, poll_id, LABEL_SCAN],
         )
-        if int(reply[0]) == Status.NO_ACTION:
-            return ClaimReply((), -1, False)
-        runs = tuple(
-            Claimed(
-                action=keys.action,
-                run_id=reply[i].decode(),
-                token=int(reply[i + 1]),
-                attempt=int(reply[i + 2]),
-                created_at_ms=int(reply[i + 3]),
-                ready_at_ms=int(reply[i + 4]),
-                claimed_at_ms=int(reply[i + 5]),
-                payload=bytes(reply[i + 6]),
-            )
-            for i in range(3, 3 + 7 * int(reply[2]), 7)
-        )
-        return ClaimReply(runs, int(reply[1]), True)
 
     async def _tally_claimed(
         self, worker_id: str, namespace: str, claimed: builtins.list[Claimed], tally: bool
@@ -683,12 +586,7 @@ class WorkerOperations:
         self, worker_id: str, namespace: str, load: int, completed: int, failed: int
     ) -> None:
         ns = namespace_keys(namespace)
-        await _scripts.call(
-            self._client.redis,
-            "worker_tally",
-            [ns.workers],
-            [worker_id, load, completed, failed],
-        )
+        await WORKER_TALLY(self._client, ns, [worker_id, load, completed, failed])
 
 
 __all__ = ["ClaimReply", "Claimed", "CompleteItem", "WorkerOperations"]

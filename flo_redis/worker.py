@@ -20,11 +20,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import _scripts
 from ._batch import Coalescer
 from ._lifecycle import WorkerLifecycle
 from ._reports import send_report
-from ._status import Status
 from ._wake import raise_if_cancelling
 from .errors import (
     BlockTooLongError,
@@ -35,7 +33,7 @@ from .errors import (
     is_connection_error,
     validate_block_ms,
 )
-from .keys import action_keys, check_name
+from .keys import check_name
 from .reclaim import Reaper
 from .results import (
     JSON,
@@ -708,24 +706,13 @@ class ActionWorker(WorkerLifecycle):
                 log.debug("counter update failed (%s); retrying later", exc)
 
     async def _release(self, ctx: ActionContext) -> None:
-        keys = action_keys(self.client.namespace, ctx.action_name)
-        reply = await _scripts.call(
-            self.client.redis,
-            "run_release",
-            [
-                keys.definition,
-                keys.meta,
-                keys.runs,
-                keys.pending,
-                keys.leases,
-                keys.wake,
-                keys.owned,
-            ],
-            [ctx.task_id, str(ctx.token), self.config.worker_id],
-        )
-        if int(reply[0]) != Status.OK:
+        try:
+            await self.client.worker.release(
+                self.config.worker_id, ctx.action_name, ctx.task_id, ctx.token
+            )
+        except ServerError as exc:
             self.observer.report_refused("release")
-            log.info("release of %s refused (%s)", ctx.task_id, Status(int(reply[0])).name)
+            log.info("release of %s refused (%s)", ctx.task_id, exc)
         else:
             self.observer.run_released(ctx.action_name)
 

@@ -3,7 +3,7 @@
   fencing token. First (bounded) it takes back expired leases and promotes due delayed runs.
   A retried poll (same poll id) gets back what that poll was handed and still holds, not
   new runs.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (token: fencing tokens, qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
@@ -38,7 +38,7 @@
 --@include lib/labels.lua
 --@include lib/owners.lua
 --@include lib/polls.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
   ended = KEYS[13]}
@@ -50,7 +50,7 @@ local poll_id = ARGV[5]
 local scan = tonumber(ARGV[6])
 local BATCH = 100
 
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
 local out = {ST_OK, -1, 0}

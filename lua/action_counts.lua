@@ -1,7 +1,7 @@
 --[[ action_counts
   How many runs an action holds in each state, and how many ended in each minute of the
   last hour (lib/tally.lua). Read only; a handful of O(1) reads plus the 60 buckets.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (lib/tally.lua)
   KEYS[3] pending  ZSET  runs ready to be claimed
   KEYS[4] delayed  ZSET  runs waiting for their due time (delay or retry backoff)
@@ -16,10 +16,10 @@
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/tally.lua
-local k = {def = KEYS[1], meta = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
+local k = {definition = KEYS[1], meta = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
   leases = KEYS[5], done = KEYS[6], failed = KEYS[7]}
 
-if redis.call('EXISTS', k.def) == 0 then return {ST_NO_ACTION} end
+if redis.call('EXISTS', k.definition) == 0 then return {ST_NO_ACTION} end
 local now = now_ms()
 local buried = redis.call('ZCARD', k.failed)
 local timed_out = tonumber(redis.call('HGET', k.meta, TALLY_TIMED_OUT)) or 0

@@ -1,12 +1,12 @@
 --[[ action_invoke
   Create a run of a registered action: ready now, or delayed until a time.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (seq: run ids, qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
   KEYS[5] pending  ZSET  run_id -> queue order
   KEYS[6] delayed  ZSET  run_id -> due ms
-  KEYS[7] idem     HASH  idempotency key -> run_id
+  KEYS[7] idempotency HASH  idempotency key -> run_id
   KEYS[8] wake     CHANNEL  sharded channel announcing new work
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] input       payload bytes
@@ -21,8 +21,8 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  pending = KEYS[5], delayed = KEYS[6], idem = KEYS[7], wake = KEYS[8]}
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8]}
 local id_prefix = ARGV[1]
 local input = ARGV[2]
 local labels = ARGV[3]
@@ -30,13 +30,13 @@ local delay_ms = tonumber(ARGV[4])
 local run_at_ms = tonumber(ARGV[5])
 local idem_key = ARGV[6]
 
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 if action.max_payload >= 0 and #input > action.max_payload then
   return {ST_TOO_LARGE, action.max_payload}
 end
 if idem_key ~= '' then
-  local existing = redis.call('HGET', k.idem, idem_key)
+  local existing = redis.call('HGET', k.idempotency, idem_key)
   if existing then return {ST_OK, existing, 1} end
 end
 
@@ -49,7 +49,7 @@ if due > now then run.rd = due end
 if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
 if idem_key ~= '' then
   run.ik = idem_key
-  redis.call('HSET', k.idem, idem_key, run_id)
+  redis.call('HSET', k.idempotency, idem_key, run_id)
 end
 run_save(k.runs, run_id, run)
 redis.call('HSET', k.inputs, run_id, input)

@@ -1,7 +1,7 @@
 --[[ action_invoke_many
   Create several runs of a registered action in one call, all ready now, with the same
   labels. The runs are queued in the order given.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (seq: run ids, qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
@@ -17,7 +17,7 @@
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/action.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], wake = KEYS[6]}
 local id_prefix = ARGV[1]
 local labels = ARGV[2]
@@ -26,7 +26,7 @@ local MAX_RUNS = 1000
 
 local n = #ARGV - FIRST_INPUT + 1
 if n < 1 or n > MAX_RUNS then return {ST_OUT_OF_RANGE, MAX_RUNS, n} end
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 if action.max_payload >= 0 then
   for i = FIRST_INPUT, #ARGV do

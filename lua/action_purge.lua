@@ -4,7 +4,7 @@
   the `upto` of the first call, it deletes every run that was in the state when the first
   call ran (its score at or below the highest score then), and none added later with a
   higher score, so the loop ends. Running runs are never purged (their workers hold them).
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (lib/tally.lua)
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
@@ -12,7 +12,7 @@
   KEYS[6] delayed  ZSET  run_id -> due ms
   KEYS[7] done     ZSET  run_id -> finished ms
   KEYS[8] failed   ZSET  run_id -> finished ms
-  KEYS[9] idem     HASH  idempotency key -> run_id
+  KEYS[9] idempotency HASH  idempotency key -> run_id
   ARGV[1] state    pending | delayed | completed | failed
   ARGV[2] upto     delete runs scored at or below this; '' = the highest score now
   ARGV[3] batch    1 .. 500
@@ -24,8 +24,8 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/states.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  pending = KEYS[5], delayed = KEYS[6], done = KEYS[7], failed = KEYS[8], idem = KEYS[9]}
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  pending = KEYS[5], delayed = KEYS[6], done = KEYS[7], failed = KEYS[8], idempotency = KEYS[9]}
 local state = ARGV[1]
 local upto = ARGV[2]
 local batch = tonumber(ARGV[3])
@@ -35,7 +35,7 @@ if not set or not batch or batch < 1 or batch > 500
     or (upto ~= '' and not tonumber(upto)) then
   return {ST_OUT_OF_RANGE}
 end
-if redis.call('EXISTS', k.def) == 0 then return {ST_NO_ACTION} end
+if redis.call('EXISTS', k.definition) == 0 then return {ST_NO_ACTION} end
 if upto == '' then
   local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
   if #last == 0 then return {ST_OK, 0, 0, '-inf'} end

@@ -2,7 +2,7 @@
   Periodic upkeep of one action queue, so expired leases and due delayed runs move even
   when nobody polls: takes back expired leases, promotes due delayed runs and trims kept
   completed runs, each bounded by a batch.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
@@ -11,7 +11,7 @@
   KEYS[7] leases   ZSET  run_id -> lease deadline ms
   KEYS[8] failed   ZSET  run_id -> finished ms
   KEYS[9] done     ZSET  run_id -> finished ms
-  KEYS[10] idem    HASH  idempotency key -> run_id
+  KEYS[10] idempotency HASH  idempotency key -> run_id
   KEYS[11] wake    CHANNEL  sharded channel announcing new work
   KEYS[12] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[13] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
@@ -23,13 +23,13 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
-  done = KEYS[9], idem = KEYS[10], wake = KEYS[11], owned = KEYS[12],
+  done = KEYS[9], idempotency = KEYS[10], wake = KEYS[11], owned = KEYS[12],
   ended = KEYS[13]}
 local batch = tonumber(ARGV[1])
 
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
 local ready = queue_expire(k, now, batch, action.backoff_ms, action.backoff_max_ms)

@@ -8,7 +8,7 @@
   'owner gone: worker process died'. A frozen owner keeps its subscription, so only its
   lease deadlines apply to it. Also drops a few index entries of runs no longer held.
   At most `batch` index entries of gone owners per call.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters; stat:* fields are the queue's liveness statistics
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] pending  ZSET  run_id -> queue order
@@ -19,7 +19,8 @@
   KEYS[9] owned    ZSET  "<owner>\0<run_id>" (score 0): the runs handed to each owner
   KEYS[10] wake    CHANNEL  sharded channel announcing new work
   KEYS[11] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
-  KEYS[12..n] the liveness channel of each owner named in ARGV[3], in the same order
+  KEYS[12..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
+                        in the same order
   ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone (>= 0)
   ARGV[2] batch     at most this many index entries of gone owners (1..1000)
   ARGV[3] owners    msgpack array of owner ids (at most 100)
@@ -34,7 +35,7 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/owners.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   delayed = KEYS[5], leases = KEYS[6], failed = KEYS[7], owners = KEYS[8], owned = KEYS[9],
   wake = KEYS[10], ended = KEYS[11]}
 local channels = {}
@@ -46,7 +47,7 @@ local GC_BATCH = 20
 local GONE = 'owner gone: worker process died'
 
 if reclaim_refused(grace_ms, batch, owners, channels) then return {ST_OUT_OF_RANGE} end
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
 local reclaimed, ready, budget = 0, 0, batch

@@ -3,7 +3,7 @@
   first, each for a fresh set of attempts (as run_requeue). Called repeatedly with the
   `upto` of the first call, it re-queues every run that had failed when the first call
   ran, and never one that failed again since, so the loop ends.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] pending  ZSET  run_id -> queue order
@@ -19,7 +19,7 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   failed = KEYS[5], wake = KEYS[6]}
 local upto = ARGV[1]
 local batch = tonumber(ARGV[2])
@@ -27,7 +27,7 @@ local batch = tonumber(ARGV[2])
 if not batch or batch < 1 or batch > 500 or (upto ~= '' and not tonumber(upto)) then
   return {ST_OUT_OF_RANGE}
 end
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 if upto == '' then
   local last = redis.call('ZRANGE', k.failed, -1, -1, 'WITHSCORES')

@@ -13,7 +13,8 @@
   KEYS[5] owners      HASH    owner id -> ms since it is suspected gone (0: not)
   KEYS[6] owned       ZSET    "<owner>\0<entry id>": the deliveries each owner holds
   KEYS[7] wake        CHANNEL sharded channel announcing records to read
-  KEYS[8..n] the liveness channel of each owner named in ARGV[4], in the same order
+  KEYS[8..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[4],
+                        in the same order
   ARGV[1] group
   ARGV[2] grace_ms  how long an owner must stay absent before it is judged gone (>= 0)
   ARGV[3] batch     at most this many index entries of gone owners (1..1000)

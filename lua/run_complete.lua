@@ -1,13 +1,13 @@
 --[[ run_complete
   Complete a running run, for its current holder only. An identical resend of a complete
   that already succeeded is answered OK and changes nothing.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
   KEYS[5] leases   ZSET  run_id -> lease deadline ms
   KEYS[6] done     ZSET  run_id -> finished ms (completed runs kept for retention)
-  KEYS[7] idem     HASH  idempotency key -> run_id
+  KEYS[7] idempotency HASH  idempotency key -> run_id
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   ARGV[1] run_id
@@ -24,8 +24,8 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/complete.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  leases = KEYS[5], done = KEYS[6], idem = KEYS[7], owned = KEYS[8],
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
   ended = KEYS[9]}
 local run_id = ARGV[1]
 local token = ARGV[2]
@@ -34,7 +34,7 @@ local result = ARGV[4]
 local outcome = ARGV[5]
 local RETAIN_BATCH = 100
 
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
 local status, duplicate, detail = complete_run(k, action, now, run_id, token, worker_id,

@@ -1,13 +1,13 @@
 --[[ run_complete_many
   Complete several running runs of one action in one call, each under exactly the rules
   of run_complete (holder only, identical resends answered OK), each answered on its own.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
   KEYS[5] leases   ZSET  run_id -> lease deadline ms
   KEYS[6] done     ZSET  run_id -> finished ms (completed runs kept for retention)
-  KEYS[7] idem     HASH  idempotency key -> run_id
+  KEYS[7] idempotency HASH  idempotency key -> run_id
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   ARGV[1] worker_id
@@ -21,8 +21,8 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/complete.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  leases = KEYS[5], done = KEYS[6], idem = KEYS[7], owned = KEYS[8],
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
   ended = KEYS[9]}
 local worker_id = ARGV[1]
 local items = cmsgpack.unpack(ARGV[2])
@@ -30,7 +30,7 @@ local RETAIN_BATCH = 100
 local MAX_ITEMS = 1000
 
 if #items > MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
 local out = {ST_OK}

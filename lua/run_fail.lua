@@ -2,7 +2,7 @@
   Fail a running run, for its current holder only. With retry and attempts left the run
   waits for its next attempt (after the action's backoff); otherwise it ends FAILED, kept
   in the failed set with its error. An identical resend is answered OK and changes nothing.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
@@ -27,7 +27,7 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8], wake = KEYS[9],
   owned = KEYS[10], ended = KEYS[11]}
 local run_id = ARGV[1]
@@ -37,7 +37,7 @@ local message = ARGV[4]
 local retry = tonumber(ARGV[5])
 local traceback = ARGV[6]
 
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local run = run_load(k.runs, run_id)
 if not run then return {ST_NOT_FOUND} end

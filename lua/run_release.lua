@@ -2,7 +2,7 @@
   Give a running run back without spending its attempt: the holder is shutting down and
   did not run the handler to the end. The run waits again at the back of the queue; the
   next hand-out gets a new fencing token, so nothing from this holder applies after.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] pending  ZSET  run_id -> queue order
@@ -20,13 +20,13 @@
 --@include lib/queue.lua
 --@include lib/owners.lua
 --@include lib/action.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   leases = KEYS[5], wake = KEYS[6], owned = KEYS[7]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
 
-if not action_load(k.def) then return {ST_NO_ACTION} end
+if not action_load(k.definition) then return {ST_NO_ACTION} end
 local run = run_load(k.runs, run_id)
 if not run then return {ST_NOT_FOUND} end
 if not run_is_holder(run, token, worker_id) then return {ST_STALE, run.s} end

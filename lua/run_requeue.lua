@@ -1,6 +1,6 @@
 --[[ run_requeue
   Put a FAILED, TIMED_OUT or CANCELLED run back in the queue for a fresh set of attempts.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] pending  ZSET  run_id -> queue order
@@ -14,11 +14,11 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
-local k = {def = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   failed = KEYS[5], wake = KEYS[6]}
 local run_id = ARGV[1]
 
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local run = run_load(k.runs, run_id)
 if not run then return {ST_NOT_FOUND} end

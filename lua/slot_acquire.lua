@@ -2,7 +2,7 @@
   Take one of an action's concurrency slots for an owner: the first slot that is free or
   whose lease deadline has passed (that holder is replaced; counted as a deadline reclaim).
   The slot gets a new fencing token, so nothing a previous holder sends applies after.
-  KEYS[1] def      HASH  the action's settings
+  KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (slot_token: slot fencing tokens; stat:* statistics)
   KEYS[3] slots    HASH  slot index -> msgpack {o owner, t token, d deadline ms, sx suspect
                          since ms} of its holder; once free {r token} (released)
@@ -17,7 +17,7 @@
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/action.lua
-local k = {def = KEYS[1], meta = KEYS[2], slots = KEYS[3]}
+local k = {definition = KEYS[1], meta = KEYS[2], slots = KEYS[3]}
 local owner = ARGV[1]
 local capacity = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
@@ -28,7 +28,7 @@ if owner == '' or not capacity or capacity < 0 or capacity > MAX_SLOTS
     or not lease_ms or lease_ms < 0 or lease_ms > MAX_LEASE_MS then
   return {ST_OUT_OF_RANGE}
 end
-local action = action_load(k.def)
+local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 if capacity == 0 then capacity = math.min(action.max_concurrency, MAX_SLOTS) end
 if capacity < 1 then return {ST_OUT_OF_RANGE} end

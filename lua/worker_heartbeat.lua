@@ -4,7 +4,7 @@
   removed, and its heartbeat answers NOT_FOUND: it must register again.
   KEYS[1] config   HASH  namespace settings
   KEYS[2] workers  HASH  worker_id -> msgpack record
-  KEYS[3] ids      ZSET  worker ids
+  KEYS[3] worker_ids ZSET  worker ids
   ARGV[1] worker_id
   ARGV[2] current_load
   Returns {status, worker_status}   status: OK | NOT_FOUND
@@ -14,7 +14,7 @@
 --@include lib/workers.lua
 local config_key = KEYS[1]
 local workers_key = KEYS[2]
-local ids_key = KEYS[3]
+local worker_ids_key = KEYS[3]
 local worker_id = ARGV[1]
 local current_load = tonumber(ARGV[2])
 
@@ -23,7 +23,7 @@ if not rec then return {ST_NOT_FOUND} end
 local now = now_ms()
 local hb_timeout, remove_after = workers_settings(config_key)
 if worker_status(rec, now, hb_timeout, remove_after) == WORKER_REMOVED then
-  worker_remove(workers_key, ids_key, worker_id)
+  worker_remove(workers_key, worker_ids_key, worker_id)
   return {ST_NOT_FOUND}
 end
 rec.hb = now

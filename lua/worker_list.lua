@@ -3,7 +3,7 @@
   silent past the removal delay met on the page are removed and left out.
   KEYS[1] config   HASH  namespace settings
   KEYS[2] workers  HASH  worker_id -> msgpack record
-  KEYS[3] ids      ZSET  worker ids
+  KEYS[3] worker_ids ZSET  worker ids
   ARGV[1] after    list ids strictly after this one ('' = from the start)
   ARGV[2] limit    1 .. 1024
   Returns {status, more, last_id, (worker_id, record, worker_status) * n}
@@ -14,13 +14,13 @@
 --@include lib/workers.lua
 local config_key = KEYS[1]
 local workers_key = KEYS[2]
-local ids_key = KEYS[3]
+local worker_ids_key = KEYS[3]
 local after = ARGV[1]
 local limit = tonumber(ARGV[2])
 
 local low = '-'
 if after ~= '' then low = '(' .. after end
-local ids = redis.call('ZRANGE', ids_key, low, '+', 'BYLEX', 'LIMIT', 0, limit + 1)
+local ids = redis.call('ZRANGE', worker_ids_key, low, '+', 'BYLEX', 'LIMIT', 0, limit + 1)
 local more = 0
 if #ids > limit then
   more = 1
@@ -34,7 +34,7 @@ for _, worker_id in ipairs(ids) do
   local status = WORKER_REMOVED
   if rec then status = worker_status(rec, now, hb_timeout, remove_after) end
   if status == WORKER_REMOVED then
-    worker_remove(workers_key, ids_key, worker_id)
+    worker_remove(workers_key, worker_ids_key, worker_id)
   else
     out[#out + 1] = worker_id
     out[#out + 1] = redis.call('HGET', workers_key, worker_id)

@@ -2,7 +2,7 @@
   The gate in front of every poll: may this worker take work now?
   KEYS[1] config   HASH  namespace settings
   KEYS[2] workers  HASH  worker_id -> msgpack record
-  KEYS[3] ids      ZSET  worker ids
+  KEYS[3] worker_ids ZSET  worker ids
   ARGV[1] worker_id
   Returns {status, metadata}
           status: OK | NOT_FOUND (not registered or removed) | UNHEALTHY | DRAINING
@@ -12,7 +12,7 @@
 --@include lib/workers.lua
 local config_key = KEYS[1]
 local workers_key = KEYS[2]
-local ids_key = KEYS[3]
+local worker_ids_key = KEYS[3]
 local worker_id = ARGV[1]
 
 local rec = worker_load(workers_key, worker_id)
@@ -20,7 +20,7 @@ if not rec then return {ST_NOT_FOUND} end
 local hb_timeout, remove_after = workers_settings(config_key)
 local status = worker_status(rec, now_ms(), hb_timeout, remove_after)
 if status == WORKER_REMOVED then
-  worker_remove(workers_key, ids_key, worker_id)
+  worker_remove(workers_key, worker_ids_key, worker_id)
   return {ST_NOT_FOUND}
 end
 if status == WORKER_DRAINING then return {ST_DRAINING} end

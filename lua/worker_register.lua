@@ -1,7 +1,7 @@
 --[[ worker_register
   Register a worker, or replace its record (counters start again at zero).
   KEYS[1] workers  HASH  worker_id -> msgpack record
-  KEYS[2] ids      ZSET  worker ids, for paging in id order
+  KEYS[2] worker_ids ZSET  worker ids, for paging in id order
   ARGV[1] worker_id
   ARGV[2] rec      the worker's record, msgpack map: wt, mc, mid, md, tt (lib/workers.lua)
   Returns {status}   status: OK
@@ -10,7 +10,7 @@
 --@include lib/clock.lua
 --@include lib/workers.lua
 local workers_key = KEYS[1]
-local ids_key = KEYS[2]
+local worker_ids_key = KEYS[2]
 local worker_id = ARGV[1]
 local rec = cmsgpack.unpack(ARGV[2])
 
@@ -22,5 +22,5 @@ rec.tf = 0
 rec.ra = now
 rec.hb = now
 worker_save(workers_key, worker_id, rec)
-redis.call('ZADD', ids_key, 0, worker_id)
+redis.call('ZADD', worker_ids_key, 0, worker_id)
 return {ST_OK}

@@ -39,8 +39,8 @@ from flo_redis import (
     WorkerAwaitOptions,
     WorkerCompleteOptions,
     WorkerFailOptions,
-    _scripts,
 )
+from flo_redis._gateway import ACTION_RECLAIM
 from flo_redis._scripts import SCRIPTS
 from flo_redis._status import Status
 from flo_redis.actions import Claimed
@@ -263,18 +263,13 @@ async def test_liveness_blip_within_the_grace_keeps_the_leases(
         async with in_process_worker(client, action, timeout_ms, seen):
             # Cut the liveness connection and, before the worker can resubscribe, run a
             # reclaim: the owner is seen absent and becomes a suspect.
-            script = SCRIPTS["action_reclaim"]
-            fixed = [
-                keys.definition, keys.meta, keys.runs, keys.pending, keys.delayed,
-                keys.leases, keys.failed, keys.owners, keys.owned, keys.wake, keys.ended,
-            ]  # fmt: skip
+            script_keys = ACTION_RECLAIM.keys(keys, tail=[channel])
             async with raw.pipeline(transaction=False) as pipe:
                 pipe.execute_command("CLIENT", "KILL", "ID", live_conn["id"])
                 pipe.eval(
-                    script.source,
-                    len(fixed) + 1,
-                    *fixed,
-                    channel,
+                    ACTION_RECLAIM.lua.source,
+                    len(script_keys),
+                    *script_keys,
                     DEFAULT_GRACE_MS,
                     100,
                     pack([owner]),
@@ -622,17 +617,10 @@ async def test_reclaim_refuses_bad_arguments_and_unknown_actions(client: FloClie
         await reclaim_owners(client, "args", ["someone"], grace_ms=-1)
     # An owner paired with another owner's channel is refused, not believed.
     keys = action_keys(client.namespace, "args")
-    fixed = [
-        keys.definition, keys.meta, keys.runs, keys.pending, keys.delayed,
-        keys.leases, keys.failed, keys.owners, keys.owned, keys.wake, keys.ended,
-    ]  # fmt: skip
-    reply = await _scripts.call(
-        client.redis,
-        "action_reclaim",
-        [*fixed, owner_channel(keys.tag, "other")],
-        [0, 10, pack(["someone"])],
+    reply = await ACTION_RECLAIM(
+        client, keys, [0, 10, pack(["someone"])], tail=[owner_channel(keys.tag, "other")]
     )
-    assert int(reply[0]) == Status.OUT_OF_RANGE
+    assert reply.status == Status.OUT_OF_RANGE
 
 
 # --- concurrency slots ---------------------------------------------------------------------

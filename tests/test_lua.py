@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 from pathlib import Path
@@ -11,18 +10,15 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-import flo_redis
 from flo_redis import ActionRegisterOptions, FloClient, RunStatus, WorkerAwaitOptions
+from flo_redis._gateway import ACTION_CLAIM, ACTION_DELETE, ALL, RUN_TOUCH, Script
 from flo_redis._lua import _HEADER, LuaSourceError, flatten, load_all
 from flo_redis._scripts import SCRIPTS
 from flo_redis._status import Status
-from flo_redis.keys import ActionKeys, NamespaceKeys, action_keys, namespace_keys
+from flo_redis.keys import ActionKeys, action_keys, namespace_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"
-PACKAGE = Path(flo_redis.__file__).resolve().parent
-# ActionKeys / NamespaceKeys fields whose header name is shorter.
-HEADER_NAME = {"definition": "def", "idempotency": "idem", "worker_ids": "ids"}
 
 
 def body_of(name: str) -> str:
@@ -57,16 +53,16 @@ def test_header_names_every_key_and_arg_as_the_script_does(name: str) -> None:
     assert script.returns.startswith("Returns {status"), script.returns
     body = body_of(name)
     for kind, header in (("KEYS", script.keys), ("ARGV", script.argv)):
-        if kind == "KEYS" and script.variadic_keys:
-            continue
         if kind == "ARGV" and script.variadic_argv:
             header = header[:-1]  # the tail ARGV[i..n] is read in a loop
         named = named_slots(body, kind)
         in_code = {i: (n.removesuffix("_key") if kind == "KEYS" else n) for i, n in named.items()}
         assert in_code == dict(enumerate(header, 1)), f"{name}: {kind} header vs code"
         # Named once at the top, never indexed again deeper in the body.
-        refs = re.findall(rf"{kind}\[(\d+)\]", body)
-        assert sorted(int(r) for r in refs) == list(range(1, len(header) + 1)), name
+        refs = [int(r) for r in re.findall(rf"{kind}\[(\d+)\]", body)]
+        if kind == "KEYS" and script.variadic_keys:
+            refs = [r for r in refs if r <= len(header)]  # the tail is the script's own
+        assert sorted(refs) == list(range(1, len(header) + 1)), name
 
 
 def test_status_codes_match_python() -> None:
@@ -84,68 +80,40 @@ def test_helpers_define_only_locals(path: Path) -> None:
     assert not re.search(r"KEYS|ARGV", code), f"{path.name} reads KEYS/ARGV itself"
 
 
-def call_sites() -> list[tuple[str, str, ast.expr, ast.expr]]:
-    """Every ``_scripts.call(conn, "name", keys, args)`` in the package."""
-    sites = []
-    for module in sorted(PACKAGE.glob("*.py")):
-        tree = ast.parse(module.read_text())
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call) or len(node.args) != 4:
-                continue
-            func = node.func
-            if not (
-                isinstance(func, ast.Attribute)
-                and func.attr == "call"
-                and isinstance(func.value, ast.Name)
-                and func.value.id == "_scripts"
-            ):
-                continue
-            name = node.args[1]
-            if not isinstance(name, ast.Constant):
-                continue  # chosen at run time; _check_arity still guards the call
-            sites.append((f"{module.name}:{node.lineno}", name.value, node.args[2], node.args[3]))
-    return sites
+def test_every_script_has_one_gateway_object() -> None:
+    assert set(ALL) == set(SCRIPTS)
+    for name, script in ALL.items():
+        assert script.lua is SCRIPTS[name]
 
 
-def test_call_sites_pass_what_the_headers_declare() -> None:
-    key_fields = {f.name for f in dataclasses.fields(ActionKeys)} | {
-        f.name for f in dataclasses.fields(NamespaceKeys)
-    }
-    sites = call_sites()
-    families = ("action_", "run_", "worker_")
-    named_in_code = {
-        node.value
-        for module in PACKAGE.glob("*.py")
-        for node in ast.walk(ast.parse(module.read_text()))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-    }
-    unused = {n for n in SCRIPTS if n.startswith(families)} - named_in_code
-    assert unused == set(), "scripts no Python code calls"
-    for where, name, keys, args in sites:
-        assert name in SCRIPTS, f"{where}: no script {name!r}"
-        script = SCRIPTS[name]
-        if isinstance(keys, ast.List):
-            assert not script.variadic_keys, where
-            assert len(keys.elts) == len(script.keys), f"{where}: {name} KEYS count"
-            if name.startswith(families) and all(
-                isinstance(e, ast.Attribute) and e.attr in key_fields for e in keys.elts
-            ):
-                passed = [HEADER_NAME.get(e.attr, e.attr) for e in keys.elts]  # type: ignore[attr-defined]
-                assert passed == list(script.keys), f"{where}: {name} KEYS order"
-                bases = {ast.dump(e.value) for e in keys.elts}  # type: ignore[attr-defined]
-                assert len(bases) == 1, f"{where}: {name} mixes key families"
-        if isinstance(args, ast.List) and not script.variadic_argv:
-            assert len(args.elts) == len(script.argv), f"{where}: {name} ARGV count"
+def test_every_header_key_is_a_field_of_the_scripts_key_classes() -> None:
+    # The gateway matches header names to key-class fields when it is declared; a
+    # header naming a key none of its classes has is refused there.
+    with pytest.raises(LuaSourceError, match="no field of ActionKeys"):
+        Script("group_read", ActionKeys, lambda raw, _: raw)
+    assert ACTION_CLAIM.keys(action_keys("shop", "resize"))[0] == (
+        action_keys("shop", "resize").definition
+    )
 
 
-def test_wrong_arity_is_refused_before_sending() -> None:
-    from flo_redis._scripts import _check_arity
+def test_a_variadic_tail_is_declared_in_the_header() -> None:
+    assert SCRIPTS["action_reclaim"].keys_tail == "channels"
+    assert SCRIPTS["group_reclaim"].keys_tail == "channels"
+    assert SCRIPTS["action_delete"].keys_tail == "data_keys"
+    assert SCRIPTS["run_touch"].keys_tail is None
+    with pytest.raises(LuaSourceError, match="KEYS tail"):
+        Script("action_reclaim", ActionKeys, lambda raw, _: raw)
 
+
+async def test_wrong_arity_is_refused_before_sending(client: FloClient) -> None:
+    keys = action_keys(client.namespace, "resize")
     with pytest.raises(TypeError):
-        _check_arity(SCRIPTS["run_touch"], ["a"], ["1", "", "w", 1])
+        await RUN_TOUCH(client, keys, ["1", "", "w"])
     with pytest.raises(TypeError):
-        _check_arity(SCRIPTS["run_touch"], ["a", "b"], ["1"])
-    _check_arity(SCRIPTS["action_delete"], ["a", "b", "c"], [])
+        await RUN_TOUCH(client, keys, ["1"])
+    with pytest.raises(TypeError):
+        await RUN_TOUCH(client, keys, ["1", "", "w", 1], tail=["x"])
+    assert ACTION_DELETE.keys(keys, tail=["a", "b"]) == [keys.meta, "a", "b"]
 
 
 # --- the loader -------------------------------------------------------------------

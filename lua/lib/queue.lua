@@ -113,7 +113,7 @@ end
 -- Forget a finished run entirely (retention).
 local function queue_forget(k, run_id)
   local run = run_load(k.runs, run_id)
-  if run and run.ik then redis.call('HDEL', k.idem, run.ik) end
+  if run and run.ik then redis.call('HDEL', k.idempotency, run.ik) end
   redis.call('HDEL', k.runs, run_id)
   redis.call('HDEL', k.inputs, run_id)
 end

@@ -1,0 +1,192 @@
+"""The script gateway: every Lua script as one typed, callable object.
+
+A :class:`Script` is declared once, here, with the key classes of :mod:`flo_redis.keys`
+its KEYS come from and the parser of its reply shape (:mod:`flo_redis._replies`). At
+import, each header KEYS name is matched to a field of those classes — a header naming
+a key no class has fails loudly — so a call passes key objects, never a list:
+
+    reply = await ACTION_CLAIM(session, keys, [worker_id, owner, labels, n, poll, scan])
+
+builds KEYS by header name, checks the ARGV count, holds the owner's liveness channel
+first for scripts that record an owner (so work taken is never judged a gone owner's),
+sends the script through :func:`flo_redis._scripts.run` and answers the parsed reply. A
+header's variadic tail (``KEYS[i..n] name``) is declared here too and passed as ``tail=``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from operator import attrgetter
+from typing import Any, Generic, Protocol, TypeVar
+
+from redis import Redis as SyncRedis
+
+from . import _replies as r
+from ._lua import LuaSourceError
+from ._scripts import SCRIPTS, Arg, RedisConn, run, run_sync
+from .keys import ActionKeys, GroupKeys, NamespaceKeys, OwnerChannel, StreamKeys
+
+R = TypeVar("R")
+
+
+class _Holder(Protocol):
+    async def hold(self, tag: str) -> None: ...
+
+
+class Session(Protocol):
+    """What a script call needs: the connection, and liveness for owner-recording scripts."""
+
+    @property
+    def redis(self) -> RedisConn: ...
+
+    @property
+    def liveness(self) -> _Holder: ...
+
+
+class Script(Generic[R]):
+    """One Lua script: KEYS by header name from key objects, a typed reply."""
+
+    __slots__ = ("_argc", "_parse", "_plan", "_single", "lua", "name", "records_owner")
+
+    def __init__(
+        self,
+        name: str,
+        key_types: type | tuple[type, ...],
+        parse: Callable[[Any, Any], R],
+        *,
+        records_owner: bool = False,
+        tail: str | None = None,
+    ) -> None:
+        self.lua = SCRIPTS[name]
+        if self.lua.keys_tail != tail:
+            raise LuaSourceError(
+                f"{name}.lua: its header declares the KEYS tail {self.lua.keys_tail!r}, "
+                f"the gateway expects {tail!r} (write it as 'KEYS[i..n] {tail}')"
+            )
+        self.name = name
+        self.records_owner = records_owner
+        self._parse = parse
+        types = key_types if isinstance(key_types, tuple) else (key_types,)
+        plan: list[tuple[int, str]] = []
+        for key in self.lua.keys:
+            owner = next(
+                (i for i, t in enumerate(types) if key in {f.name for f in dataclasses.fields(t)}),
+                None,
+            )
+            if owner is None:
+                names = ", ".join(t.__name__ for t in types)
+                raise LuaSourceError(f"{name}.lua: KEYS entry {key!r} is no field of {names}")
+            plan.append((owner, key))
+        self._plan = tuple(plan)
+        # One key class (the common case): one C-level attrgetter builds the whole list.
+        self._single: Callable[[Any], Any] | None = None
+        if len(types) == 1 and plan:
+            getter = attrgetter(*(key for _, key in plan))
+            self._single = getter if len(plan) > 1 else (lambda src: (getter(src),))
+        self._argc = len(self.lua.argv)
+
+    def keys(self, source: Any, tail: Sequence[str] = ()) -> list[str]:
+        """The KEYS list for ``source`` (a key object, or a tuple of them in the
+        declared order) and the variadic ``tail``."""
+        if self._single is not None:
+            keys = list(self._single(source))
+        else:
+            sources = source if type(source) is tuple else (source,)
+            keys = [getattr(sources[i], key) for i, key in self._plan]
+        if tail:
+            if self.lua.keys_tail is None:
+                raise TypeError(f"{self.name} takes no KEYS tail")
+            keys.extend(tail)
+        return keys
+
+    async def __call__(
+        self,
+        session: Session,
+        source: Any,
+        args: Sequence[Arg] = (),
+        *,
+        tail: Sequence[str] = (),
+    ) -> R:
+        keys = self.keys(source, tail)
+        self._check_args(args)
+        primary = source[0] if type(source) is tuple else source
+        if self.records_owner:
+            await session.liveness.hold(primary.tag)
+        return self._parse(await run(session.redis, self.lua, keys, args), primary)
+
+    def call_sync(
+        self, conn: SyncRedis, source: Any, args: Sequence[Arg] = (), *, tail: Sequence[str] = ()
+    ) -> R:
+        """The same call on redis-py's blocking client (``flo_redis.sync``); refused for
+        scripts that record an owner (a blocking client holds no liveness)."""
+        if self.records_owner:
+            raise TypeError(f"{self.name} records an owner; call it from FloClient")
+        keys = self.keys(source, tail)
+        self._check_args(args)
+        primary = source[0] if type(source) is tuple else source
+        return self._parse(run_sync(conn, self.lua, keys, args), primary)
+
+    def _check_args(self, args: Sequence[Arg]) -> None:
+        argc = len(args)
+        if argc != self._argc and not (self.lua.variadic_argv and argc >= self._argc):
+            raise TypeError(f"{self.name} takes {self._argc} args, got {argc}")
+
+
+A = ActionKeys
+G = (StreamKeys, GroupKeys)
+N = NamespaceKeys
+S = StreamKeys
+
+# Action queues and runs.
+ACTION_REGISTER = Script("action_register", A, r.done)
+ACTION_INVOKE = Script("action_invoke", A, r.invoked)
+ACTION_INVOKE_MANY = Script("action_invoke_many", A, r.invoked_many)
+ACTION_DELETE = Script("action_delete", A, r.flag, tail="data_keys")
+ACTION_CLAIM = Script("action_claim", A, r.claim_reply, records_owner=True)
+ACTION_REAP = Script("action_reap", A, r.reaped)
+ACTION_RECLAIM = Script("action_reclaim", A, r.reclaimed, tail="channels")
+ACTION_COUNTS = Script("action_counts", A, r.counts)
+ACTION_RUNS = Script("action_runs", A, r.run_rows)
+ACTION_REQUEUE_FAILED = Script("action_requeue_failed", A, r.bulk_step)
+ACTION_PURGE = Script("action_purge", A, r.bulk_step)
+RUN_TOUCH = Script("run_touch", A, r.reported)
+RUN_COMPLETE = Script("run_complete", A, r.reported)
+RUN_COMPLETE_MANY = Script("run_complete_many", A, r.reported_many)
+RUN_FAIL = Script("run_fail", A, r.reported)
+RUN_RELEASE = Script("run_release", A, r.reported)
+RUN_REQUEUE = Script("run_requeue", A, r.number)
+SLOT_ACQUIRE = Script("slot_acquire", A, r.slot_taken, records_owner=True)
+SLOT_RELEASE = Script("slot_release", A, r.number)
+SLOT_RECLAIM = Script("slot_reclaim", (ActionKeys, OwnerChannel), r.reclaimed)
+
+# The worker registry.
+WORKER_REGISTER = Script("worker_register", N, r.done)
+WORKER_HEARTBEAT = Script("worker_heartbeat", N, r.number)
+WORKER_POLL = Script("worker_poll", N, r.worker_gate)
+WORKER_TALLY = Script("worker_tally", N, r.done)
+WORKER_DRAIN = Script("worker_drain", N, r.done)
+WORKER_DEREGISTER = Script("worker_deregister", N, r.done)
+WORKER_LIST = Script("worker_list", N, r.worker_page)
+
+# Streams.
+STREAM_CREATE = Script("stream_create", S, r.number)
+STREAM_APPEND = Script("stream_append", S, r.appended)
+STREAM_READ = Script("stream_read", S, r.stream_records)
+STREAM_INFO = Script("stream_info", S, r.stream_stats)
+STREAM_TRIM = Script("stream_trim", S, r.trimmed)
+
+# Consumer groups (a stream partition's keys, then the group's).
+GROUP_JOIN = Script("group_join", G, r.flag)
+GROUP_LEAVE = Script("group_leave", G, r.flag)
+GROUP_READ = Script("group_read", G, r.delivered, records_owner=True)
+GROUP_CLAIM = Script("group_claim", G, r.claimed_page, records_owner=True)
+GROUP_PENDING = Script("group_pending", G, r.pending)
+GROUP_ACK = Script("group_ack", G, r.settled)
+GROUP_ACK_MANY = Script("group_ack_many", G, r.settled_many)
+GROUP_NACK = Script("group_nack", G, r.settled)
+GROUP_RECLAIM = Script("group_reclaim", G, r.reclaimed, tail="channels")
+GROUP_REPLAY = Script("group_replay", G, r.replayed)
+
+ALL: dict[str, Script[Any]] = {s.name: s for s in globals().values() if isinstance(s, Script)}
+"""Every declared script by name (a test holds this equal to the files in ``lua/``)."""

@@ -1,0 +1,565 @@
+"""The scripts' replies, read once: one frozen dataclass and one parser per reply shape.
+
+Every script answers a flat ``{status, ...}`` array (its header's ``Returns`` line). The
+parsers here are the only code that reads such an array by position; everything above
+the gateway (:mod:`flo_redis._gateway`) sees named fields. A parser takes the raw reply
+and the script's first key object (some rows carry its action, stream or partition).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._status import Status
+from ._stream_codec import decode_headers, sid
+from .codec import text
+from .types import StreamID, StreamRecord, TaskAssignment
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A run handed to a worker by one claim."""
+
+    action: str
+    run_id: str
+    token: int
+    attempt: int
+    created_at_ms: int
+    payload: bytes
+    ready_at_ms: int = 0
+    """Server time the run became ready to claim (its created, due or retry time)."""
+    claimed_at_ms: int = 0
+    """Server time the run was handed out; minus ``ready_at_ms``, its pickup latency."""
+
+    def assignment(self) -> TaskAssignment:
+        return TaskAssignment(
+            task_id=self.run_id,
+            task_type=self.action,
+            payload=self.payload,
+            created_at=self.created_at_ms,
+            attempt=self.attempt,
+            token=self.token,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReply:
+    """What one claim script call answered: runs, and when to look again."""
+
+    runs: tuple[Claimed, ...]
+    next_due_ms: int  # when a delayed run is due or a lease expires; -1 if never
+    registered: bool
+
+
+def claim_reply(reply: Any, keys: Any) -> ClaimReply:
+    """``{status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
+    claimed_ms, input) * n}``."""
+    if int(reply[0]) != Status.OK:
+        return ClaimReply((), -1, False)
+    action = keys.action
+    runs = tuple(
+        Claimed(
+            action=action,
+            run_id=reply[i].decode(),
+            token=int(reply[i + 1]),
+            attempt=int(reply[i + 2]),
+            created_at_ms=int(reply[i + 3]),
+            ready_at_ms=int(reply[i + 4]),
+            claimed_at_ms=int(reply[i + 5]),
+            payload=bytes(reply[i + 6]),
+        )
+        for i in range(3, 3 + 7 * int(reply[2]), 7)
+    )
+    return ClaimReply(runs, int(reply[1]), True)
+
+
+# --- fixed shapes: a status and a few values -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """``{status}``."""
+
+    status: int
+
+
+def done(reply: Any, _keys: object) -> Done:
+    return Done(int(reply[0]))
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """``{status, flag}``: existed, created, left, reclaimed ... as a bool."""
+
+    status: int
+    flag: bool
+
+
+def flag(reply: Any, _keys: object) -> Flag:
+    return Flag(int(reply[0]), bool(int(reply[1])) if len(reply) > 1 else False)
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    """``{status, n}``: a run status, a partition count, a worker status, a limit."""
+
+    status: int
+    value: int
+
+
+def number(reply: Any, _keys: object) -> Number:
+    return Number(int(reply[0]), int(reply[1]) if len(reply) > 1 else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Invoked:
+    """``action_invoke``: the run id, or on TOO_LARGE the action's payload limit."""
+
+    status: int
+    run_id: str
+    limit: int
+
+
+def invoked(reply: Any, _keys: object) -> Invoked:
+    status = int(reply[0])
+    if status == Status.TOO_LARGE:  # the limit where the run id would be
+        return Invoked(status, "", int(reply[1]))
+    return Invoked(status, text(reply[1]) or "" if len(reply) > 1 else "", -1)
+
+
+@dataclass(frozen=True, slots=True)
+class InvokedMany:
+    """``action_invoke_many``: the first run sequence; on TOO_LARGE the limit and the
+    index of the first oversized input."""
+
+    status: int
+    first_seq: int
+    index: int
+
+
+def invoked_many(reply: Any, _keys: object) -> InvokedMany:
+    return InvokedMany(
+        int(reply[0]),
+        int(reply[1]) if len(reply) > 1 else 0,
+        int(reply[2]) if len(reply) > 2 else 0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """A run report (``run_complete``, ``run_fail``, ``run_touch``, ``run_release``):
+    whether it was an identical resend, the reply's last value (the run's status; a
+    touch's new deadline) and, on TOO_LARGE / OUT_OF_RANGE, the limit passed."""
+
+    status: int
+    duplicate: bool
+    run_status: int
+    limit: int
+
+
+def reported(reply: Any, _keys: object) -> Reported:
+    status = int(reply[0])
+    if len(reply) < 2:
+        return Reported(status, False, 0, -1)
+    if status in (Status.TOO_LARGE, Status.OUT_OF_RANGE):
+        return Reported(status, False, int(reply[-1]), int(reply[1]))
+    return Reported(status, len(reply) > 2 and bool(int(reply[1])), int(reply[-1]), -1)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemReport:
+    """One item of ``run_complete_many``: its status, resend flag and detail (the run's
+    status, or on TOO_LARGE the limit)."""
+
+    status: int
+    duplicate: bool
+    detail: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedMany:
+    status: int
+    items: tuple[ItemReport, ...]
+
+
+def reported_many(reply: Any, _keys: object) -> ReportedMany:
+    items = tuple(
+        ItemReport(int(reply[i]), bool(int(reply[i + 1])), int(reply[i + 2]))
+        for i in range(1, len(reply) - 2, 3)
+    )
+    return ReportedMany(int(reply[0]), items)
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    status: int
+    ready: int
+    next_due_ms: int
+
+
+def reaped(reply: Any, _keys: object) -> Reaped:
+    if len(reply) < 3:
+        return Reaped(int(reply[0]), 0, -1)
+    return Reaped(int(reply[0]), int(reply[1]), int(reply[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """``action_reclaim`` / ``group_reclaim`` / ``slot_reclaim``."""
+
+    status: int
+    reclaimed: int
+    wait_ms: int
+    more: bool
+
+
+def reclaimed(reply: Any, _keys: object) -> Reclaimed:
+    values = [int(v) for v in reply] + [0, -1, 0]
+    return Reclaimed(values[0], values[1], values[2], bool(values[3]))
+
+
+@dataclass(frozen=True, slots=True)
+class SlotTaken:
+    """``slot_acquire``: slot 0 when every slot is held."""
+
+    status: int
+    slot: int
+    token: int
+    deadline_ms: int
+
+
+def slot_taken(reply: Any, _keys: object) -> SlotTaken:
+    values = [int(v) for v in reply] + [0, 0, 0]
+    return SlotTaken(values[0], values[1], values[2], values[3])
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerGate:
+    """``worker_poll``: the worker's metadata (its labels) when it may take work."""
+
+    status: int
+    metadata: str
+
+
+def worker_gate(reply: Any, _keys: object) -> WorkerGate:
+    return WorkerGate(int(reply[0]), (text(reply[1]) or "") if len(reply) > 1 else "")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    worker_id: str
+    record: bytes
+    worker_status: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPage:
+    """``worker_list``: a page of workers, and the last id if there are more."""
+
+    status: int
+    more: bool
+    last_id: bytes
+    rows: tuple[WorkerRow, ...]
+
+
+def worker_page(reply: Any, _keys: object) -> WorkerPage:
+    rows = tuple(
+        WorkerRow(reply[i].decode(), reply[i + 1], int(reply[i + 2]))
+        for i in range(3, len(reply), 3)
+    )
+    return WorkerPage(int(reply[0]), bool(int(reply[1])), bytes(reply[2]), rows)
+
+
+# --- streams and groups --------------------------------------------------------------
+
+
+def records(stream: str, reply: Any, at: int, partition: int = 0) -> list[StreamRecord]:
+    """Records of a ``(id, payload, headers) * n`` reply whose count is at ``reply[at]``."""
+    n = int(reply[at])
+    out: list[StreamRecord] = []
+    for i in range(at + 1, at + 1 + 3 * n, 3):
+        out.append(
+            StreamRecord(
+                id=sid(reply[i]),
+                stream=stream,
+                payload=bytes(reply[i + 1]),
+                headers=decode_headers(reply[i + 2]),
+                partition=partition,
+            )
+        )
+    return out
+
+
+def deliveries(stream: str, reply: Any, at: int, partition: int = 0) -> list[StreamRecord]:
+    """Records of an ``(id, token, payload, headers) * n`` reply, count at ``reply[at]``."""
+    n = int(reply[at])
+    out: list[StreamRecord] = []
+    for i in range(at + 1, at + 1 + 4 * n, 4):
+        out.append(
+            StreamRecord(
+                id=sid(reply[i]),
+                stream=stream,
+                payload=bytes(reply[i + 2]),
+                headers=decode_headers(reply[i + 3]),
+                delivery_count=int(reply[i + 1]),
+                partition=partition,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    status: int
+    id: StreamID
+
+
+def appended(reply: Any, _keys: object) -> Appended:
+    return Appended(int(reply[0]), sid(reply[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """``stream_read``: records of the key object's stream and partition."""
+
+    status: int
+    records: list[StreamRecord]
+
+
+def stream_records(reply: Any, keys: Any) -> Records:
+    return Records(int(reply[0]), records(keys.stream, reply, 1, keys.partition))
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """``group_read``: entries handed out, and ms until one falls due (-1: none)."""
+
+    status: int
+    wait_ms: int
+    records: list[StreamRecord]
+
+
+def delivered(reply: Any, keys: Any) -> Delivered:
+    return Delivered(
+        int(reply[0]), int(reply[1]), deliveries(keys.stream, reply, 2, keys.partition)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedPage:
+    """``group_claim``: entries taken, and the next id to scan from unless done."""
+
+    status: int
+    done: bool
+    next_id: StreamID | None
+    records: list[StreamRecord]
+
+
+def claimed_page(reply: Any, keys: Any) -> ClaimedPage:
+    finished = bool(int(reply[1]))
+    return ClaimedPage(
+        int(reply[0]),
+        finished,
+        None if finished else sid(reply[2]),
+        deliveries(keys.stream, reply, 3, keys.partition),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStats:
+    """``stream_info``: one partition's record count, bytes and first/last id."""
+
+    status: int
+    count: int
+    bytes_size: int
+    first_id: StreamID
+    last_id: StreamID
+    entries_added: int
+
+
+def stream_stats(reply: Any, _keys: object) -> StreamStats:
+    return StreamStats(
+        int(reply[0]),
+        int(reply[1]),
+        int(reply[2]),
+        sid(reply[3]),
+        sid(reply[4]),
+        int(reply[5]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Trimmed:
+    """``stream_trim``: one bounded step."""
+
+    status: int
+    removed: int
+    more: bool
+    last_id: str
+    cutoff: str
+    length: int
+    entries_added: int
+
+
+def trimmed(reply: Any, _keys: object) -> Trimmed:
+    if len(reply) < 7:
+        return Trimmed(int(reply[0]), 0, False, "", "", 0, 0)
+    return Trimmed(
+        int(reply[0]),
+        int(reply[1]),
+        bool(int(reply[2])),
+        text(reply[3]) or "",
+        text(reply[4]) or "" if reply[4] else "",
+        int(reply[5]),
+        int(reply[6]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """``group_ack`` / ``group_nack``: on STALE, the entry refused, its current delivery
+    count and holder."""
+
+    status: int
+    stale_id: str
+    current_count: int
+    holder: str
+
+
+def settled(reply: Any, _keys: object) -> Settled:
+    status = int(reply[0])
+    if status != Status.STALE or len(reply) < 4:
+        return Settled(status, "", 0, "")
+    return Settled(status, text(reply[-3]) or "", int(reply[-2]), text(reply[-1]) or "")
+
+
+@dataclass(frozen=True, slots=True)
+class ItemSettled:
+    status: int
+    current_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SettledMany:
+    status: int
+    items: tuple[ItemSettled, ...]
+
+
+def settled_many(reply: Any, _keys: object) -> SettledMany:
+    items = tuple(
+        ItemSettled(int(reply[i]), int(reply[i + 1])) for i in range(1, len(reply) - 1, 2)
+    )
+    return SettledMany(int(reply[0]), items)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRow:
+    id: StreamID
+    consumer: str
+    idle_ms: int
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    status: int
+    rows: tuple[PendingRow, ...]
+
+
+def pending(reply: Any, _keys: object) -> Pending:
+    n = int(reply[1])
+    rows = tuple(
+        PendingRow(sid(reply[i]), text(reply[i + 1]) or "", int(reply[i + 2]), int(reply[i + 3]))
+        for i in range(2, 2 + 4 * n, 4)
+    )
+    return Pending(int(reply[0]), rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """``group_replay``: the new record id of each dead letter replayed."""
+
+    status: int
+    new_ids: tuple[StreamID, ...]
+
+
+def replayed(reply: Any, _keys: object) -> Replayed:
+    n = int(reply[1])
+    return Replayed(int(reply[0]), tuple(sid(reply[i + 1]) for i in range(2, 2 + 2 * n, 2)))
+
+
+# --- operator reads and bulk steering ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """``action_counts``: runs by state at ``at_ms``, and per-minute tallies (oldest
+    first) of completed and failed runs."""
+
+    status: int
+    at_ms: int
+    pending: int
+    delayed: int
+    running: int
+    completed: int
+    failed: int
+    timed_out: int
+    next_due_ms: int
+    completed_per_minute: tuple[int, ...]
+    failed_per_minute: tuple[int, ...]
+
+
+def counts(reply: Any, _keys: object) -> Counts:
+    n = [int(x) for x in reply]
+    if n[0] != Status.OK or len(n) < 9:
+        return Counts(n[0], 0, 0, 0, 0, 0, 0, 0, -1, (), ())
+    minutes = n[9:]
+    half = len(minutes) // 2
+    return Counts(
+        n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7], n[8],
+        tuple(minutes[:half]), tuple(minutes[half:]),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    run_id: str
+    score: str
+    record: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRows:
+    """``action_runs``: a page of runs with their scores and records."""
+
+    status: int
+    more: bool
+    rows: tuple[RunRow, ...]
+
+
+def run_rows(reply: Any, _keys: object) -> RunRows:
+    if int(reply[0]) != Status.OK:
+        return RunRows(int(reply[0]), False, ())
+    n = int(reply[2])
+    rows = tuple(
+        RunRow(text(reply[i]) or "", text(reply[i + 1]) or "", reply[i + 2] or None)
+        for i in range(3, 3 + 3 * n, 3)
+    )
+    return RunRows(Status.OK, bool(int(reply[1])), rows)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkStep:
+    """``action_requeue_failed`` / ``action_purge``: one bounded step."""
+
+    status: int
+    count: int
+    remaining: int
+    upto: str
+
+
+def bulk_step(reply: Any, _keys: object) -> BulkStep:
+    if len(reply) < 4:
+        return BulkStep(int(reply[0]), 0, 0, "")
+    return BulkStep(int(reply[0]), int(reply[1]), int(reply[2]), text(reply[3]) or "")
