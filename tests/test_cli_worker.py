@@ -111,7 +111,7 @@ async def test_a_handler_that_ignores_cancellation_does_not_hold_the_exit(
     run = await client.action.invoke("stubborn", b"")
     await _status(client, run.run_id, RunStatus.RUNNING)
     cmd.signal(signal.SIGTERM)
-    assert cmd.exits(2)
+    assert cmd.exits(3)
     assert "still running 5 s after they were cancelled" in cmd.output()
 
 

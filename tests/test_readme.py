@@ -10,8 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from flo_redis.testing import RedisServer
+from redis_server import RedisServer
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 PROMISE = re.compile(r"^\s*print\(.*\)\s+# (.+)$", re.MULTILINE)

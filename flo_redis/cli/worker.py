@@ -35,8 +35,9 @@ log = logging.getLogger("flo_redis.cli")
 DEFAULT_URL = "redis://localhost:6379"
 # After the handlers were cancelled, how long they get to give their runs back.
 ABORT_GRACE_S = 5.0
-# Exit code when handlers ignored their cancellation (0: stopped cleanly; 1: failed).
-EXIT_HUNG = 2
+# Exit code when handlers ignored their cancellation (0: stopped cleanly; 1: failed;
+# 2: click's usage errors).
+EXIT_HUNG = 3
 # How often a supervised process checks that its supervisor is still there.
 _PARENT_CHECK_S = 1.0
 
