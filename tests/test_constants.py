@@ -1,0 +1,176 @@
+"""Every constant mirrored between lua/ and flo_redis/ holds one value on both sides.
+
+The Lua values are parsed from the sources (each top-level ``local NAME = <number or
+'string'>`` of a script or a lib/ helper); the Python values are imported. Each Lua
+constant is either paired here with its Python mirror or listed as the scripts' own,
+with the reason, so a new constant cannot go unplaced and a changed one cannot drift.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import IntEnum
+from pathlib import Path
+
+import pytest
+
+from flo_redis import (
+    FloClient,
+    RunStatus,
+    ValidationError,
+    WorkerStatus,
+    _stream_codec,
+    actions,
+    reclaim,
+    slots,
+    streams,
+    tasks,
+)
+from flo_redis._status import Status
+
+LUA = Path(__file__).resolve().parent.parent / "lua"
+_CONSTANT = re.compile(r"^local ([A-Z][A-Z0-9_]*) = (-?\d+|'[^']*')", re.MULTILINE)
+
+
+def lua_constants() -> dict[tuple[str, str], int | str]:
+    """(file relative to lua/, NAME) -> value."""
+    found: dict[tuple[str, str], int | str] = {}
+    for path in sorted(LUA.rglob("*.lua")):
+        for name, raw in _CONSTANT.findall(path.read_text()):
+            value: int | str = raw[1:-1] if raw.startswith("'") else int(raw)
+            found[(str(path.relative_to(LUA)), name)] = value
+    return found
+
+
+LUA_CONSTANTS = lua_constants()
+
+# (Lua file, Lua name) -> [(Python value, where it lives)]: one setting on both sides.
+EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
+    ("lib/stream.lua", "GROUP_ACK_TIMEOUT_MS"): [
+        (streams.DEFAULT_ACK_TIMEOUT_MS, "streams.DEFAULT_ACK_TIMEOUT_MS"),
+    ],
+    ("lib/stream.lua", "GROUP_MAX_DELIVER"): [
+        (streams.DEFAULT_MAX_DELIVER, "streams.DEFAULT_MAX_DELIVER"),
+    ],
+    ("lib/owners.lua", "RECLAIM_MAX_OWNERS"): [
+        (reclaim.MAX_OWNERS_PER_CALL, "reclaim.MAX_OWNERS_PER_CALL"),
+        (streams.MAX_OWNERS_PER_CALL, "streams.MAX_OWNERS_PER_CALL"),
+    ],
+    ("action_invoke_many.lua", "MAX_RUNS"): [(actions.INVOKE_BATCH, "actions.INVOKE_BATCH")],
+    ("run_complete_many.lua", "MAX_ITEMS"): [(tasks.COMPLETE_BATCH, "tasks.COMPLETE_BATCH")],
+    ("group_ack_many.lua", "MAX_ITEMS"): [(_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT")],
+    ("run_touch.lua", "MAX_EXTEND_MS"): [
+        (tasks.MAX_TOUCH_EXTEND_MS, "tasks.MAX_TOUCH_EXTEND_MS"),
+    ],
+    ("slot_acquire.lua", "MAX_SLOTS"): [(slots.MAX_SLOTS, "slots.MAX_SLOTS")],
+    ("slot_acquire.lua", "MAX_LEASE_MS"): [(slots.MAX_SLOT_LEASE_MS, "slots.MAX_SLOT_LEASE_MS")],
+}
+
+# Python batch sizes of a script that accepts up to a maximum: (Lua max) -> Python values.
+WITHIN: dict[tuple[str, str], list[tuple[int, str]]] = {
+    ("lib/owners.lua", "RECLAIM_MAX_BATCH"): [
+        (reclaim.RECLAIM_BATCH, "reclaim.RECLAIM_BATCH"),
+        (streams.RECLAIM_BATCH, "streams.RECLAIM_BATCH"),
+    ],
+}
+
+# Lua constant prefixes mirrored member by member by a Python IntEnum.
+ENUMS: dict[tuple[str, str], type[IntEnum]] = {
+    ("lib/status.lua", "ST_"): Status,
+    ("lib/run.lua", "RUN_"): RunStatus,
+    ("lib/workers.lua", "WORKER_"): WorkerStatus,
+}
+
+# Values the scripts apply when a setting was never stored; Python's own fallback is
+# checked by behaviour (test_worker_health_defaults_match_the_scripts).
+BEHAVIOUR = {
+    ("lib/workers.lua", "DEFAULT_HEARTBEAT_TIMEOUT_MS"),
+    ("lib/workers.lua", "DEFAULT_REMOVE_AFTER_MS"),
+}
+
+# The scripts' own: no Python mirror, and why.
+LUA_ONLY: dict[tuple[str, str], str] = {
+    ("action_claim.lua", "BATCH"): "expired leases and due runs handled per claim",
+    ("action_invoke_many.lua", "FIRST_INPUT"): "ARGV index of the first input",
+    ("action_reclaim.lua", "GC_BATCH"): "owner-index entries checked per reclaim",
+    ("action_reclaim.lua", "GONE"): "error text recorded on the run; Python shows it as is",
+    ("run_complete.lua", "RETAIN_BATCH"): "finished runs dropped per call",
+    ("run_complete_many.lua", "RETAIN_BATCH"): "finished runs dropped per call",
+    ("lib/owners.lua", "OWNED_SEP"): "separator inside the owner index",
+    ("lib/polls.lua", "POLL_MEMORY_MS"): "Python only documents it ('two minutes')",
+    ("lib/polls.lua", "POLL_FORGET_BATCH"): "old poll memos dropped per claim",
+    ("lib/run.lua", "NEVER_MS"): "the lease deadline of runs without a timeout",
+    ("lib/stream.lua", "GROUP_DEAD_MAX_LEN"): "the dead-letter stream's approximate cap",
+    ("lib/workers.lua", "WORKER_REMOVED"): "a removed worker is never listed",
+}
+
+
+def enum_members(prefix: tuple[str, str]) -> dict[str, int | str]:
+    file, start = prefix
+    return {
+        name.removeprefix(start): value
+        for (f, name), value in LUA_CONSTANTS.items()
+        if f == file and name.startswith(start)
+    }
+
+
+def test_the_sources_have_constants_to_compare() -> None:
+    assert len(LUA_CONSTANTS) >= 40
+    assert LUA_CONSTANTS[("lib/status.lua", "ST_STALE")] == 3
+
+
+def test_every_lua_constant_is_paired_or_said_to_be_the_scripts_own() -> None:
+    placed = set(EQUAL) | set(WITHIN) | BEHAVIOUR | set(LUA_ONLY)
+    placed |= {
+        (f, n) for (f, n) in LUA_CONSTANTS for (ef, p) in ENUMS if f == ef and n.startswith(p)
+    }
+    assert set(LUA_CONSTANTS) - placed == set(), "place each new Lua constant in this file"
+    assert placed - set(LUA_CONSTANTS) == set(), "constants this file names are gone from lua/"
+
+
+@pytest.mark.parametrize("key", sorted(EQUAL), ids=lambda k: f"{k[0]}:{k[1]}")
+def test_a_mirrored_setting_is_equal(key: tuple[str, str]) -> None:
+    for python, where in EQUAL[key]:
+        assert LUA_CONSTANTS[key] == python, f"{key[0]} {key[1]} != {where}"
+
+
+@pytest.mark.parametrize("key", sorted(WITHIN), ids=lambda k: f"{k[0]}:{k[1]}")
+def test_python_batches_stay_within_what_the_scripts_accept(key: tuple[str, str]) -> None:
+    limit = LUA_CONSTANTS[key]
+    assert isinstance(limit, int)
+    for value, where in WITHIN[key]:
+        assert 1 <= value <= limit, f"{where} = {value} exceeds {key[0]} {key[1]} = {limit}"
+
+
+@pytest.mark.parametrize("prefix", sorted(ENUMS), ids=lambda p: p[0])
+def test_lua_codes_match_their_python_enum(prefix: tuple[str, str]) -> None:
+    lua = enum_members(prefix)
+    python = {m.name: m.value for m in ENUMS[prefix]}
+    only_lua = {("lib/workers.lua", "WORKER_"): {"REMOVED"}}.get(prefix, set())
+    # IDLE is Python's reading of an active worker holding nothing; no script writes it.
+    only_python = {("lib/workers.lua", "WORKER_"): {"IDLE"}}.get(prefix, set())
+    assert {k: v for k, v in lua.items() if k not in only_lua} == {
+        k: v for k, v in python.items() if k not in only_python
+    }
+
+
+def test_the_liveness_counters_python_reads_are_the_ones_the_scripts_write() -> None:
+    written = {
+        m for path in LUA.rglob("*.lua") for m in re.findall(r"'stat:(\w+)'", path.read_text())
+    }
+    assert written == set(reclaim._STAT_FIELDS)
+
+
+async def test_worker_health_defaults_match_the_scripts(client: FloClient) -> None:
+    """``configure`` refuses remove_after_ms < heartbeat_timeout_ms, taking the unset one
+    from its own default: where the refusal starts shows that default."""
+    heartbeat = LUA_CONSTANTS[("lib/workers.lua", "DEFAULT_HEARTBEAT_TIMEOUT_MS")]
+    remove = LUA_CONSTANTS[("lib/workers.lua", "DEFAULT_REMOVE_AFTER_MS")]
+    assert isinstance(heartbeat, int) and isinstance(remove, int)
+    ns = client.namespace
+    with pytest.raises(ValidationError):
+        await client.worker.configure(remove_after_ms=heartbeat - 1, namespace=f"{ns}-a")
+    await client.worker.configure(remove_after_ms=heartbeat, namespace=f"{ns}-a")
+    with pytest.raises(ValidationError):
+        await client.worker.configure(heartbeat_timeout_ms=remove + 1, namespace=f"{ns}-b")
+    await client.worker.configure(heartbeat_timeout_ms=remove, namespace=f"{ns}-b")
