@@ -29,9 +29,10 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
 local state = ARGV[1]
 local upto = ARGV[2]
 local batch = tonumber(ARGV[3])
+local MAX_BATCH = 500
 
 local set = state ~= 'running' and state_set(k, state)
-if not set or not batch or batch < 1 or batch > 500
+if not set or not batch or batch < 1 or batch > MAX_BATCH
     or (upto ~= '' and not tonumber(upto)) then
   return {ST_OUT_OF_RANGE}
 end

@@ -23,8 +23,9 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[
   failed = KEYS[5], wake = KEYS[6]}
 local upto = ARGV[1]
 local batch = tonumber(ARGV[2])
+local MAX_BATCH = 500
 
-if not batch or batch < 1 or batch > 500 or (upto ~= '' and not tonumber(upto)) then
+if not batch or batch < 1 or batch > MAX_BATCH or (upto ~= '' and not tonumber(upto)) then
   return {ST_OUT_OF_RANGE}
 end
 local action = action_load(k.definition)

@@ -20,6 +20,7 @@ from flo_redis import (
     ValidationError,
     WorkerStatus,
     _stream_codec,
+    action_ops,
     actions,
     reclaim,
     slots,
@@ -62,6 +63,8 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ("run_touch.lua", "MAX_EXTEND_MS"): [
         (tasks.MAX_TOUCH_EXTEND_MS, "tasks.MAX_TOUCH_EXTEND_MS"),
     ],
+    ("action_purge.lua", "MAX_BATCH"): [(action_ops.MAX_BATCH, "action_ops.MAX_BATCH")],
+    ("action_requeue_failed.lua", "MAX_BATCH"): [(action_ops.MAX_BATCH, "action_ops.MAX_BATCH")],
     ("slot_acquire.lua", "MAX_SLOTS"): [(slots.MAX_SLOTS, "slots.MAX_SLOTS")],
     ("slot_acquire.lua", "MAX_LEASE_MS"): [(slots.MAX_SLOT_LEASE_MS, "slots.MAX_SLOT_LEASE_MS")],
 }
@@ -102,6 +105,8 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/run.lua", "NEVER_MS"): "the lease deadline of runs without a timeout",
     ("lib/stream.lua", "GROUP_DEAD_MAX_LEN"): "the dead-letter stream's approximate cap",
     ("lib/workers.lua", "WORKER_REMOVED"): "a removed worker is never listed",
+    ("lib/tally.lua", "TALLY_SLOTS"): "one-minute buckets kept: the counts cover an hour",
+    ("lib/tally.lua", "TALLY_TIMED_OUT"): "a meta field action_counts reads itself",
 }
 
 
