@@ -1,11 +1,18 @@
 """Delivering a worker's reports (complete, fail, ack, nack): resent, never converted.
 
-A report lost to a dropped connection is sent again, identically, at most
-:data:`RESULT_SENDS` times in all; the scripts answer an identical resend of a report that
-already took effect as success, so a resend never applies twice. A report the store
-refused (stale lease, unknown run) is logged and dropped: resending it would be refused
-too, and turning it into another report (a complete into a fail, an ack into a nack)
-would be wrong. While the worker stops, resends get :data:`STOP_RECONNECT_S` in all.
+A report is fenced by its token, so sending it again is always safe: the scripts answer
+an identical resend of a report that already took effect as success, and refuse one whose
+lease was taken back. So a report lost to a dropped connection (a restart, a failover, a
+network blackout) is sent again, identically, until the store answers it, refuses it, or
+the lease it belongs to has surely ended (after that a resend could only be refused, and
+the run is handed out again anyway). The pause between sends starts at
+:data:`RESEND_FIRST_S` and doubles up to :data:`RESEND_MAX_S`.
+
+A report the store refused (stale lease, unknown run) is logged and dropped: resending it
+would be refused too, and turning it into another report (a complete into a fail, an ack
+into a nack) would be wrong. Once the worker stops, resends get :data:`STOP_RESEND_S` more
+in all; then the report is given up and the run comes back to the queue through liveness
+(the stopped process's owner channel empties) or its lease deadline.
 """
 
 from __future__ import annotations
@@ -16,10 +23,14 @@ from collections.abc import Awaitable, Callable
 
 from .errors import ServerError, is_connection_error
 from .observe import NO_OBSERVER, WorkerObserver
+from .retry import Backoff
 
-RESULT_SENDS = 3
-STOP_RECONNECT_S = 2.0
-_RESEND_PAUSE_S = (0.1, 0.5)
+#: The first pause before a report is sent again...
+RESEND_FIRST_S = 0.1
+#: ...doubling (with jitter) up to this.
+RESEND_MAX_S = 1.0
+#: How long a stopping worker keeps resending before it gives a report up.
+STOP_RESEND_S = 2.0
 
 
 async def send_report(
@@ -31,15 +42,28 @@ async def send_report(
     sent: int = 0,
     report: str = "",
     observer: WorkerObserver = NO_OBSERVER,
+    lease_end: Callable[[], float | None] = lambda: None,
 ) -> bool:
-    """Send one report; True once the store accepted it, False if refused or lost.
-    ``sent`` counts sends the caller already made (lost to a connection error); the
+    """Send one report; True once the store accepted it, False if refused or given up.
+
+    ``sent`` counts sends the caller already made (lost to a connection error). Lost
+    sends are repeated until the store answers, or until ``lease_end()`` (an
+    event-loop time by which the report's lease has surely ended; None: not known)
+    has passed, or until :data:`STOP_RESEND_S` after ``stopping()`` became true. The
     ``observer`` hears of each resend and refusal of this ``report`` kind."""
     loop = asyncio.get_running_loop()
+    backoff = Backoff(RESEND_FIRST_S, RESEND_MAX_S)
     stop_deadline: float | None = None
-    for attempt in range(sent + 1, RESULT_SENDS + 1):
-        if attempt > 1:
+    attempt = sent
+    while True:
+        if attempt:
+            pause = _pause_before_resend(loop.time(), backoff, lease_end(), stop_deadline)
+            if pause is None:
+                log.error("%s given up after %d sends: its lease has ended", what, attempt)
+                return False
+            await asyncio.sleep(pause)
             observer.report_resent(report)
+        attempt += 1
         try:
             await send()
             return True
@@ -50,17 +74,23 @@ async def send_report(
         except Exception as exc:
             if not is_connection_error(exc):
                 raise
-            if attempt == RESULT_SENDS:
-                log.error("%s lost after %d sends (%s)", what, RESULT_SENDS, exc)
-                return False
-            pause = _RESEND_PAUSE_S[min(attempt - 1, len(_RESEND_PAUSE_S) - 1)]
             if stopping():
                 if stop_deadline is None:
-                    stop_deadline = loop.time() + STOP_RECONNECT_S
-                pause = min(pause, stop_deadline - loop.time())
-                if pause <= 0:
-                    log.error("%s lost while stopping (%s)", what, exc)
+                    stop_deadline = loop.time() + STOP_RESEND_S
+                if loop.time() >= stop_deadline:
+                    log.error("%s given up while stopping (%s)", what, exc)
                     return False
             log.info("%s: connection lost (%s); sending again", what, exc)
-            await asyncio.sleep(pause)
-    return False
+
+
+def _pause_before_resend(
+    now: float, backoff: Backoff, lease_end: float | None, stop_deadline: float | None
+) -> float | None:
+    """The pause before the next send, or None when no send can matter any more."""
+    if lease_end is not None and now >= lease_end:
+        return None
+    pause = backoff.next()
+    for end in (lease_end, stop_deadline):
+        if end is not None:
+            pause = min(pause, max(end - now, 0.0))
+    return pause

@@ -285,11 +285,18 @@ class WorkerOperations:
         keys = action_keys(self._client.get_namespace(namespace), action_name)
         limit = self._client.max_payload_bytes
         packed = []
-        for item in items:
+        # A result over the client's limit is answered on its own, never sent; its
+        # neighbours go ahead.
+        early: dict[int, ServerError] = {}
+        for index, item in enumerate(items):
             self._run_keys(action_name, item.task_id, namespace)
-            data = check_bytes("result", item.result, limit)
+            try:
+                data = check_bytes("result", item.result, limit)
+            except ValueTooLargeError as exc:
+                early[index] = refusal(Status.TOO_LARGE, f"result of {item.task_id!r}: {exc}")
+                continue
             packed.append([item.task_id, token_arg(item.token), data, item.outcome])
-        answers: builtins.list[ServerError | None] = []
+        replies: builtins.list[ServerError | None] = []
         applied = 0
         for start in range(0, len(packed), COMPLETE_BATCH):
             chunk = packed[start : start + COMPLETE_BATCH]
@@ -301,12 +308,15 @@ class WorkerOperations:
                 status = answer.status
                 if status == Status.OK:
                     applied += 0 if answer.duplicate else 1
-                    answers.append(None)
+                    replies.append(None)
                 elif status == Status.TOO_LARGE:
-                    answers.append(
+                    replies.append(
                         refusal(
                             status,
-                            f"result of {run_id!r} exceeds the action's {answer.detail} bytes",
+                            f"result of {run_id!r} is {len(sent[2])} bytes; action "
+                            f"{action_name!r} accepts at most {answer.detail} (raise the "
+                            "action's max_payload_bytes or store large results elsewhere and "
+                            "return a reference)",
                         )
                     )
                 else:
@@ -319,10 +329,11 @@ class WorkerOperations:
                             "complete",
                         )
                     except ServerError as exc:
-                        answers.append(exc)
+                        replies.append(exc)
         if tally and applied:
             await self._tally(worker_id, keys.namespace, -applied, applied, 0)
-        return answers
+        answers = iter(replies)
+        return [early[i] if i in early else next(answers) for i in range(len(items))]
 
     async def fail(
         self,

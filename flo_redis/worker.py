@@ -152,6 +152,8 @@ class ActionContext:
     token: int = 0
     _deadline: float = field(default=0.0, repr=False)  # loop time the handler must end by
     _timed_out: bool = field(default=False, repr=False)
+    # Loop time by which the run's lease has surely ended (None: it never ends).
+    _lease_end: float | None = field(default=None, repr=False)
 
     def input(self) -> bytes:
         return self.payload
@@ -449,6 +451,10 @@ class ActionWorker(WorkerLifecycle):
             token=run.token,
         )
         began = asyncio.get_running_loop().time()
+        # The claim ran before its reply arrived, so the lease ends by now + its length.
+        timeout_ms = self._options[run.action].timeout_ms if run.action in self._options else 0
+        if timeout_ms > 0:
+            ctx._lease_end = began + timeout_ms / 1000.0
         try:
             report = await self._run_handler(ctx)
             self.observer.run_handled(
@@ -600,6 +606,12 @@ class ActionWorker(WorkerLifecycle):
                 log.warning("lease of %s lost (%s); cancelling its handler", ctx.task_id, exc)
                 raise _LeaseLost(str(exc)) from exc
             raise
+        finally:
+            # Answered or not, a touch that may have run moved the lease's end to at
+            # most now + extend_ms (the script ran before this moment).
+            if ctx._lease_end is not None and 0 < extend_ms <= _MAX_TOUCH_EXTEND_MS:
+                end = asyncio.get_running_loop().time() + extend_ms / 1000.0
+                ctx._lease_end = max(ctx._lease_end, end)
 
     async def _deliver(self, ctx: ActionContext, report: _Report) -> None:
         worker = self.client.worker
@@ -611,6 +623,7 @@ class ActionWorker(WorkerLifecycle):
             self._load_delta -= 1  # the run leaves this worker without a complete or fail
         if report.kind == "none":
             return
+        oversized: list[ServerError] = []
         if report.kind == "complete":
             item = CompleteItem(ctx.task_id, report.data, report.outcome, ctx.token)
             # The common case in one step; the resend rules only after a lost connection.
@@ -622,7 +635,9 @@ class ActionWorker(WorkerLifecycle):
                 log.info("complete of %s: connection lost (%s); sending again", ctx.task_id, exc)
                 sent = 1
             else:
-                if refusal is not None:
+                if refusal is not None and refusal.reason == Reason.FIELD_TOO_LONG:
+                    await self._deliver(ctx, _oversized_report(refusal))
+                elif refusal is not None:
                     observer.report_refused("complete")
                     log.warning("complete of %s refused (%s); dropped", ctx.task_id, refusal)
                 else:
@@ -631,9 +646,12 @@ class ActionWorker(WorkerLifecycle):
 
             async def send() -> None:
                 refusal = await self._completes.submit(ctx.action_name, item)
-                if refusal is not None:
+                if refusal is not None and refusal.reason == Reason.FIELD_TOO_LONG:
+                    oversized.append(refusal)  # answered: the run is failed below
+                elif refusal is not None:
                     raise refusal
-                observer.run_completed(ctx.action_name, report.outcome)
+                else:
+                    observer.run_completed(ctx.action_name, report.outcome)
 
         elif report.kind == "fail":
 
@@ -656,8 +674,17 @@ class ActionWorker(WorkerLifecycle):
 
         what = f"{report.kind} of {ctx.task_id}"
         await send_report(
-            what, send, self._stop.is_set, log, sent=sent, report=report.kind, observer=observer
+            what,
+            send,
+            self._stop.is_set,
+            log,
+            sent=sent,
+            report=report.kind,
+            observer=observer,
+            lease_end=lambda: ctx._lease_end,
         )
+        if oversized:
+            await self._deliver(ctx, _oversized_report(oversized[0]))
 
     async def _complete_batch(
         self, action: str, items: Sequence[CompleteItem]
@@ -715,6 +742,12 @@ class ActionWorker(WorkerLifecycle):
             log.info("release of %s refused (%s)", ctx.task_id, exc)
         else:
             self.observer.run_released(ctx.action_name)
+
+
+def _oversized_report(refusal: ServerError) -> _Report:
+    """A result the store will never accept fails its run at once, for good: running
+    the handler again would most likely produce the same result."""
+    return _Report("fail", message=f"result refused: {refusal}", retry=False)
 
 
 def _in_namespace(opts: ActionRegisterOptions, namespace: str | None) -> ActionRegisterOptions:

@@ -40,6 +40,7 @@ class Proxy:
         self.forwarded: list[bytes] = []
         self.accepted = 0
         self.port = 0
+        self.refusing = False
 
     @property
     def url(self) -> str:
@@ -66,6 +67,16 @@ class Proxy:
         for link in list(self._links):
             link.close()
 
+    def blackout(self) -> None:
+        """Cut every connection and refuse new ones (each is closed at once) until
+        :meth:`restore`: Redis is unreachable, as during a restart or a network outage."""
+        self.refusing = True
+        self.cut_all()
+
+    def restore(self) -> None:
+        """End a :meth:`blackout`: new connections reach Redis again."""
+        self.refusing = False
+
     def stall_all(self) -> None:
         """Silence every current connection, as a network partition would: bytes are
         swallowed in both directions and nobody is told (new connections still work)."""
@@ -88,6 +99,9 @@ class Proxy:
         return sum(1 for data in self.forwarded if request_marker in data)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            writer.close()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._upstream)
         except OSError:

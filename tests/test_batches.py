@@ -110,3 +110,30 @@ async def test_complete_many_refuses_a_result_over_the_actions_limit_alone(
     assert answers[0] is None
     assert isinstance(answers[1], BadRequestError)
     assert (await client.action.status(b.run_id)).status == RunStatus.RUNNING
+
+
+async def test_complete_many_refuses_a_result_over_the_clients_limit_alone(
+    redis_url: str, namespace: str
+) -> None:
+    from flo_redis import BadRequestError, Reason
+
+    async with FloClient(redis_url, namespace=namespace, max_payload_bytes=8) as client:
+        await client.action.register("job")
+        await client.worker.register("w", ["job"])
+        await client.action.invoke_many("job", [b"a", b"b", b"c"])
+        a, b, c = await client.worker.await_tasks("w", ["job"], 3, WorkerAwaitOptions(block_ms=0))
+        answers = await client.worker.complete_many(
+            "w",
+            "job",
+            [
+                CompleteItem(a.run_id, b"ok", token=a.token),
+                CompleteItem(b.run_id, b"far too long", token=b.token),
+                CompleteItem(c.run_id, b"ok", token=c.token),
+            ],
+        )
+        assert answers[0] is None and answers[2] is None
+        assert isinstance(answers[1], BadRequestError)
+        assert answers[1].reason == Reason.FIELD_TOO_LONG
+        assert "12 bytes" in str(answers[1])
+        assert (await client.action.status(b.run_id)).status == RunStatus.RUNNING
+        assert (await client.action.status(c.run_id)).status == RunStatus.COMPLETED
