@@ -53,17 +53,26 @@ SCRIPTS: dict[str, LuaScript] = load_all()
 
 log = logging.getLogger("flo_redis.requests")
 
-# How calls on each connection pool are resent and logged (set by the client that made it).
-_SETTINGS: weakref.WeakKeyDictionary[Any, tuple[RetryPolicy, bool]] = weakref.WeakKeyDictionary()
+# How calls on each connection pool are resent, logged and limited (set by its client).
+_SETTINGS: weakref.WeakKeyDictionary[Any, tuple[RetryPolicy, bool, asyncio.Semaphore | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def configure(
-    conn: RedisConn, *, retry: RetryPolicy = DEFAULT_RETRY_POLICY, debug: bool = False
+    conn: RedisConn,
+    *,
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+    debug: bool = False,
+    max_in_flight: int = 0,
 ) -> None:
-    """Resend calls on ``conn`` refused without running as ``retry`` allows, and log
-    every call when ``debug``. A connection never configured resends by the default
-    policy and logs nothing."""
-    _SETTINGS[conn] = (retry, debug)
+    """Resend calls on ``conn`` refused without running as ``retry`` allows, log every
+    call when ``debug``, and with ``max_in_flight`` let at most that many script calls
+    be in flight at once (the others wait their turn): for a pool that raises at its
+    limit instead of waiting (redis-py's cluster pools). A connection never configured
+    resends by the default policy, logs nothing and limits nothing."""
+    gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
+    _SETTINGS[conn] = (retry, debug, gate)
 
 
 @contextlib.contextmanager
@@ -104,15 +113,15 @@ async def run(conn: RedisConn, script: LuaScript, keys: Sequence[str], args: Seq
     (:mod:`flo_redis._gateway`) builds the call, this sends it. A refusal that says the
     script did not run is resent per the connection's retry policy (:func:`configure`);
     the last refusal is raised once the policy is used up."""
-    policy, debug = _SETTINGS.get(conn, (DEFAULT_RETRY_POLICY, False))
+    policy, debug, gate = _SETTINGS.get(conn, (DEFAULT_RETRY_POLICY, False, None))
     if not debug:
-        return await retry_refused(lambda: _send(conn, script, keys, args), policy)
+        return await retry_refused(lambda: _send(conn, script, keys, args, gate), policy)
     name = script.name
 
     async def send_logged() -> Any:
         log.debug("-> %s %s", name, keys[0] if keys else "")
         try:
-            reply = await _send(conn, script, keys, args)
+            reply = await _send(conn, script, keys, args, gate)
         except Exception as exc:
             log.debug("<- %s %s", name, _failure(exc))
             raise
@@ -132,6 +141,17 @@ def run_sync(conn: SyncRedis, script: LuaScript, keys: Sequence[str], args: Sequ
 
 
 async def _send(
+    conn: RedisConn,
+    script: LuaScript,
+    keys: Sequence[str],
+    args: Sequence[Arg],
+    gate: asyncio.Semaphore | None,
+) -> Any:
+    async with gate or contextlib.nullcontext():
+        return await _send_now(conn, script, keys, args)
+
+
+async def _send_now(
     conn: RedisConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]
 ) -> Any:
     with redis_errors(script.name):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import redis.exceptions as rex
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -35,7 +35,7 @@ from .errors import (
     RedisVersionError,
     ValidationError,
 )
-from .keys import check_namespace
+from .keys import check_name, check_namespace
 from .liveness import DEFAULT_GRACE_MS, Liveness
 from .results import JSON, ResultSerializer
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -49,6 +49,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("flo_redis.client")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+#: Commands one client has in flight at most (one connection each); more wait their turn.
+DEFAULT_MAX_CONNECTIONS = 100
+# On a cluster, each node's pool has this many connections more than the commands in
+# flight, for the few commands sent outside the script path (TIME, INFO, HSET).
+_CLUSTER_SPARE_CONNECTIONS = 8
 MIN_REDIS = (7, 0)
 _SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 _CLUSTER_SUFFIX = "+cluster"
@@ -98,11 +103,18 @@ def connect_redis(
     *,
     timeout_s: float,
     client_name: str | None = None,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> Redis | RedisCluster:
     """A redis-py client for a normalized ``endpoint``: a :class:`RedisCluster` for a
     ``+cluster`` URL, else a plain :class:`Redis`. No retries (flo-redis decides what may
     be resent), ``timeout_s`` on every socket operation, TCP keepalive on TCP. Connections
-    are made on first use; a cluster must be ``await``-ed ``initialize()``-d."""
+    are made on first use; a cluster must be ``await``-ed ``initialize()``-d.
+
+    At most ``max_connections`` connections are open to one server (to each node of a
+    cluster); a command that finds them all busy waits for one to come free (up to
+    ``timeout_s``) instead of failing — redis-py's own pool would raise "Too many
+    connections". On a cluster the wait happens in :mod:`._scripts` (:func:`configure`),
+    redis-py's cluster pool having no waiting mode."""
     kwargs: dict[str, Any] = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,
@@ -117,8 +129,12 @@ def connect_redis(
     if is_cluster_endpoint(endpoint):
         scheme = urlsplit(endpoint).scheme
         url = scheme[: -len(_CLUSTER_SUFFIX)] + endpoint[len(scheme) :]
-        return RedisCluster.from_url(url, **kwargs)
-    return Redis.from_url(endpoint, **kwargs)
+        spare = max_connections + _CLUSTER_SPARE_CONNECTIONS
+        return RedisCluster.from_url(url, max_connections=spare, **kwargs)
+    pool = BlockingConnectionPool.from_url(
+        endpoint, max_connections=max_connections, timeout=timeout_s, **kwargs
+    )
+    return Redis.from_pool(pool)
 
 
 def _redact(url: str) -> str:
@@ -134,7 +150,10 @@ class FloClient:
     ``timeout_ms`` bounds every command; long polls wait on wake-up subscriptions, never
     on a blocking command, so reports sent by the same client are never delayed behind a
     poll. ``max_payload_bytes`` is the largest input or result accepted before anything
-    is sent (actions can set a lower limit when registered).
+    is sent (actions can set a lower limit when registered). ``max_connections`` caps the
+    commands in flight at once (one connection each, per server or cluster node): more
+    concurrent calls wait their turn for a connection (up to ``timeout_ms``) rather than
+    fail. Wake-ups and liveness have connections of their own, outside this cap.
     """
 
     def __init__(
@@ -149,15 +168,29 @@ class FloClient:
         owner_id: str | None = None,
         cluster: bool = False,
         liveness_grace_ms: int = DEFAULT_GRACE_MS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self._endpoint = normalize_endpoint(endpoint, cluster=cluster)
         self._namespace = check_namespace(namespace)
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
             raise ValidationError(f"timeout_ms must be a positive int, got {timeout_ms!r}")
-        if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
+        if (
+            isinstance(max_payload_bytes, bool)
+            or not isinstance(max_payload_bytes, int)
+            or max_payload_bytes <= 0
+        ):
             raise ValidationError(
                 f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
             )
+        if (
+            isinstance(max_connections, bool)
+            or not isinstance(max_connections, int)
+            or not 1 <= max_connections <= 10_000
+        ):
+            raise ValidationError(
+                f"max_connections must be an int in [1, 10000], got {max_connections!r}"
+            )
+        self._max_connections = max_connections
         if not isinstance(retry, RetryPolicy):
             raise ValidationError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
         self._timeout = timeout_ms / 1000.0
@@ -169,6 +202,8 @@ class FloClient:
             for name in ("flo_redis.client", "flo_redis.requests"):
                 logging.getLogger(name).setLevel(logging.DEBUG)
         self._max_payload = max_payload_bytes
+        if owner_id is not None:
+            check_name("owner id", owner_id)  # it names the owner's liveness channel
         self._owner = owner_id or f"{socket.gethostname()}-{secrets.token_hex(6)}"
         if (
             isinstance(liveness_grace_ms, bool)
@@ -227,7 +262,9 @@ class FloClient:
         async with self._connect_lock:
             if self._redis is not None:
                 return self
-            conn = connect_redis(self._endpoint, timeout_s=self._timeout)
+            conn = connect_redis(
+                self._endpoint, timeout_s=self._timeout, max_connections=self._max_connections
+            )
             try:
                 version = await _server_version(conn)
             except rex.AuthenticationError as exc:
@@ -251,7 +288,12 @@ class FloClient:
             if _version_tuple(version) < MIN_REDIS:
                 await conn.aclose()
                 raise RedisVersionError(version)
-            configure(conn, retry=self._retry, debug=self._debug)
+            configure(
+                conn,
+                retry=self._retry,
+                debug=self._debug,
+                max_in_flight=self._max_connections if isinstance(conn, RedisCluster) else 0,
+            )
             self._redis = conn
             self._waker = Waker(conn)
             if self._debug:
@@ -386,6 +428,7 @@ class FloClient:
             retry=self._retry,
             max_payload_bytes=self._max_payload,
             liveness_grace_ms=self.liveness_grace_ms,
+            max_connections=self._max_connections,
         )
 
     # --- for the operation groups --------------------------------------------------
