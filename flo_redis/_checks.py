@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from ._status import Status, refusal
 from .errors import ValidationError, ValueTooLargeError
-from .keys import ActionKeys
+from .keys import ActionKeys, check_name
 
 MAX_LIST_LIMIT = 1024
+
+Options = TypeVar("Options")
+
+
+def check_options(value: object, cls: type[Options]) -> Options:
+    """``value`` if it is a ``cls`` (flo's option dataclass for the call), ``cls()`` for
+    None; anything else is refused before anything is sent."""
+    if value is None:
+        return cls()
+    if not isinstance(value, cls):
+        raise ValidationError(
+            f"options must be a {cls.__name__} or None, got {type(value).__name__}"
+        )
+    return value
 
 
 def check_bytes(what: str, value: object, limit: int) -> bytes:
@@ -25,6 +41,60 @@ def check_count(what: str, value: object, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValidationError(f"{what} must be an int in [{low}, {high}], got {value!r}")
     return value
+
+
+def check_text(what: str, value: object, *, optional: bool = False, limit: int = 65536) -> str:
+    """A str of at most ``limit`` UTF-8 bytes (None passes when ``optional``)."""
+    if value is None and optional:
+        return ""
+    if not isinstance(value, str):
+        raise ValidationError(f"{what} must be a str, got {type(value).__name__}")
+    if len(value.encode("utf-8", "surrogatepass")) > limit:
+        raise ValidationError(f"{what} is longer than {limit} bytes")
+    return value
+
+
+def check_names(what: str, values: object) -> list[str]:
+    """A list (or tuple) of names, each checked as :func:`keys.check_name` does; a bare
+    str is refused rather than read as a list of its characters."""
+    if isinstance(values, str | bytes) or not isinstance(values, list | tuple):
+        raise ValidationError(f"{what} must be a list of str, got {type(values).__name__}")
+    return [check_name(what.rstrip("s"), v) for v in values]
+
+
+def check_seconds(what: str, value: object, high: float = 86_400.0 * 365) -> float:
+    """A duration in seconds: an int or float, finite, above 0 and at most ``high``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= high  # NaN fails this too
+    ):
+        raise ValidationError(f"{what} must be a number of seconds in (0, {high:g}], got {value!r}")
+    return float(value)
+
+
+def check_optional_name(kind: str, value: object) -> str:
+    """A name that may be absent: '' for None or '', else checked as a name."""
+    if value is None or value == "":
+        return ""
+    return check_name(kind, value)  # type: ignore[arg-type]
+
+
+def check_cursor(value: object, limit: int = 1024) -> str:
+    """A page cursor (the bytes a listing returned) as the str the scripts take; ''
+    for None."""
+    if value is None:
+        return ""
+    if not isinstance(value, bytes | bytearray):
+        raise ValidationError(
+            f"cursor must be the bytes a previous page returned, got {type(value).__name__}"
+        )
+    if len(value) > limit:
+        raise ValidationError(f"cursor is longer than {limit} bytes")
+    try:
+        return bytes(value).decode()
+    except UnicodeDecodeError as exc:
+        raise ValidationError("cursor is not one a previous page returned") from exc
 
 
 def token_arg(token: int | None) -> str:

@@ -24,6 +24,7 @@ on ``flo_redis.requests`` at DEBUG.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import weakref
@@ -42,6 +43,7 @@ from .errors import (
     RequestTimeoutError,
     ServerError,
     UnavailableError,
+    ValidationError,
 )
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy, retry_refused
 from .types import Ran, Reason, StatusCode
@@ -102,6 +104,9 @@ def redis_errors(what: str) -> Iterator[None]:
         raise UnavailableError(f"{what}: the Redis Cluster did not serve it ({exc})") from exc
     except rex.NoScriptError:
         raise
+    except rex.DataError as exc:
+        # A value redis-py cannot send: refused before anything reached Redis.
+        raise ValidationError(f"{what}: {exc}") from exc
     except rex.ResponseError as exc:
         raise InternalServerError(f"{what}: Redis refused the command: {exc}") from exc
 

@@ -17,6 +17,9 @@ from ._checks import (
     MAX_LIST_LIMIT,
     check_bytes,
     check_count,
+    check_cursor,
+    check_options,
+    check_text,
     not_registered,
     raise_run_refusal,
 )
@@ -52,6 +55,7 @@ from .errors import (
     ValueTooLargeError,
 )
 from .keys import (
+    MAX_NAME_SIZE,
     ActionKeys,
     action_keys,
     action_of_run,
@@ -102,8 +106,15 @@ class ActionOperations(ActionInspection):
         options: ActionRegisterOptions | None = None,
     ) -> None:
         """Register ``name`` or replace its settings; the last registration wins."""
-        opts = options or ActionRegisterOptions()
+        opts = check_options(options, ActionRegisterOptions)
         keys = self._keys(name, opts.namespace)
+        if isinstance(action_type, bool) or action_type not in tuple(ActionType):
+            raise ValidationError(
+                f"action_type must be an ActionType ({', '.join(t.name for t in ActionType)}), "
+                f"got {action_type!r}"
+            )
+        check_text("owner", opts.owner, optional=True, limit=MAX_NAME_SIZE)
+        check_text("description", opts.description, optional=True)
         max_payload = self._client.max_payload_bytes
         if opts.max_payload_bytes is not None:
             max_payload = min(max_payload, opts.max_payload_bytes)
@@ -132,7 +143,7 @@ class ActionOperations(ActionInspection):
     ) -> ActionInvokeResult:
         """Create a run of ``name`` with ``input_data``; :class:`NotFoundError` if the action
         is not registered, :class:`ValueTooLargeError` for an oversized input."""
-        opts = options or ActionInvokeOptions()
+        opts = check_options(options, ActionInvokeOptions)
         keys = self._keys(name, opts.namespace)
         args, size = invoke_request(keys, input_data, opts, self._client.max_payload_bytes)
         return invoke_reply(await ACTION_INVOKE(self._client, keys, args), keys, size)
@@ -147,7 +158,7 @@ class ActionOperations(ActionInspection):
         ready now and in the order given; each call is atomic. Labels apply to every run;
         ``delay_ms``, ``run_at_ms`` and ``idempotency_key`` are refused here (use
         :meth:`invoke`). Every input is checked before anything is sent."""
-        opts = options or ActionInvokeOptions()
+        opts = check_options(options, ActionInvokeOptions)
         if opts.delay_ms or opts.run_at_ms is not None or opts.idempotency_key is not None:
             raise ValidationError(
                 "invoke_many takes no delay_ms, run_at_ms or idempotency_key; use invoke"
@@ -157,6 +168,8 @@ class ActionOperations(ActionInspection):
         data = [check_bytes(f"inputs[{i}]", x, limit) for i, x in enumerate(inputs)]
         labels = pack(tag_labels(opts.labels)) if opts.labels else b""
         prefix = run_id_prefix(name)
+        if len(data) > INVOKE_BATCH:
+            await self._check_inputs_fit(keys, data)
         results: builtins.list[ActionInvokeResult] = []
         for start in range(0, len(data), INVOKE_BATCH):
             chunk = data[start : start + INVOKE_BATCH]
@@ -167,17 +180,32 @@ class ActionOperations(ActionInspection):
                 index = start + reply.index
                 raise ValueTooLargeError(
                     f"inputs[{index}] is {len(data[index])} bytes; action {name!r} accepts at "
-                    f"most {reply.first_seq} (its max_payload_bytes); runs before it were created"
+                    f"most {reply.first_seq} (its max_payload_bytes); runs before it were created "
+                    "(the action's limit changed during the call)"
                 )
             first = reply.first_seq
             results.extend(ActionInvokeResult(f"{prefix}{first + i}") for i in range(len(chunk)))
         return results
 
+    async def _check_inputs_fit(self, keys: ActionKeys, data: Sequence[bytes]) -> None:
+        """Before the first of several calls: every input within the action's own limit,
+        so no later call is refused after earlier ones created runs."""
+        with _scripts.redis_errors("invoke_many"):
+            limit = await self._client.redis.hget(keys.definition, "max_payload")
+        if limit is None:
+            raise not_registered(keys)
+        for index, item in enumerate(data):
+            if 0 <= int(limit) < len(item):
+                raise ValueTooLargeError(
+                    f"inputs[{index}] is {len(item)} bytes; action {keys.action!r} accepts "
+                    f"at most {int(limit)} (its max_payload_bytes); nothing was created"
+                )
+
     async def status(
         self, run_id: str, options: ActionStatusOptions | None = None
     ) -> ActionRunStatus:
         """The run's current state; :class:`NotFoundError` for an unknown (or expired) run."""
-        opts = options or ActionStatusOptions()
+        opts = check_options(options, ActionStatusOptions)
         keys = self._keys(action_of_run(run_id), opts.namespace)
         with _scripts.redis_errors("status"):
             async with self._client.redis.pipeline(transaction=False) as pipe:
@@ -213,17 +241,18 @@ class ActionOperations(ActionInspection):
     async def list(self, options: ActionListOptions | None = None) -> ActionListResult:
         """Registered actions in name order, ``limit`` a page, filtered by ``prefix``;
         pass the result's ``cursor`` back in ``options.cursor`` for the next page."""
-        opts = options or ActionListOptions()
+        opts = check_options(options, ActionListOptions)
         limit = check_count("limit", opts.limit, 1, MAX_LIST_LIMIT)
         ns = self._client.get_namespace(opts.namespace)
         index = namespace_keys(ns).actions
-        prefix = opts.prefix or ""
+        prefix = check_text("prefix", opts.prefix, optional=True, limit=MAX_NAME_SIZE)
         low = f"[{prefix}" if prefix else "-"
-        if opts.cursor:
-            cursor = opts.cursor.decode()
-            if not prefix or cursor >= prefix:
-                low = f"({cursor}"
-        high = f"[{prefix}\U0010ffff" if prefix else "+"
+        cursor = check_cursor(opts.cursor)
+        if cursor and (not prefix or cursor >= prefix):
+            low = f"({cursor}"
+        # UTF-8 never holds the byte 0xFF: every name starting with the prefix sorts
+        # below prefix + 0xFF, whatever characters follow.
+        high = b"(" + prefix.encode() + b"\xff" if prefix else b"+"
         conn = self._client.redis
         with _scripts.redis_errors("list"):
             names = [
@@ -254,7 +283,7 @@ class ActionOperations(ActionInspection):
 
     async def delete(self, name: str, options: ActionDeleteOptions | None = None) -> None:
         """Delete the action with all its runs; :class:`NotFoundError` if not registered."""
-        opts = options or ActionDeleteOptions()
+        opts = check_options(options, ActionDeleteOptions)
         keys = self._keys(name, opts.namespace)
         conn = self._client.redis
         with _scripts.redis_errors("delete"):

@@ -32,6 +32,10 @@ def _check(kind: str, name: object, *, allow_colon: bool = True) -> str:
     if not name:
         raise ValidationError(f"{kind} must not be empty")
     limit = MAX_NAMESPACE_SIZE if kind == "namespace" else MAX_NAME_SIZE
+    try:
+        name.encode()
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{kind} {name[:40]!r} is not valid Unicode ({exc.reason})") from exc
     if len(name.encode()) > limit:
         error = NamespaceTooLargeError if kind == "namespace" else ValidationError
         raise error(f"{kind} {name[:40]!r}... is {len(name.encode())} bytes; the limit is {limit}")

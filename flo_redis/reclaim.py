@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _scripts
+from ._checks import check_count, check_names
 from ._gateway import ACTION_RECLAIM
 from ._status import Status, refusal
 from ._wake import raise_if_cancelling
@@ -39,6 +40,8 @@ log = logging.getLogger("flo_redis.reclaim")
 DEFAULT_REAP_INTERVAL_S = 0.25
 """How often a worker's reaper looks for gone owners in each queue it serves."""
 RECLAIM_BATCH = 100
+#: The most index entries one reclaim call may take back (the script's bound).
+RECLAIM_BATCH_MAX = 1000
 """At most this many runs of gone owners are looked at per reclaim script call."""
 MAX_OWNERS_PER_CALL = 100
 """Owners (and their channels, in KEYS) named in one reclaim script call."""
@@ -70,6 +73,9 @@ async def reclaim_owners(
     action ``name``'s queue. Takes back only runs whose recorded owner is exactly one of
     ``owners`` and whose liveness channel stayed without a subscriber for ``grace_ms``;
     a present owner's runs are never touched, whatever the caller asks."""
+    check_count("grace_ms", grace_ms, 0, 2**32 - 1)
+    check_count("batch", batch, 1, RECLAIM_BATCH_MAX)
+    owners = check_names("owners", owners)
     if not owners:
         return ReclaimResult(0, -1, False)
     if len(owners) > MAX_OWNERS_PER_CALL:
@@ -105,6 +111,8 @@ async def reclaim_gone_owners(
 
     The owner list read first is only a hint of whom to ask about: each script call
     checks every owner and every run again, atomically."""
+    check_count("grace_ms", grace_ms, 0, 2**32 - 1)
+    check_count("batch", batch, 1, RECLAIM_BATCH_MAX)
     keys = action_keys(client.get_namespace(namespace), name)
     with _scripts.redis_errors("reclaim"):
         raw = await client.redis.hkeys(keys.owners)

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _scripts
+from ._checks import check_count
 from ._gateway import SLOT_ACQUIRE, SLOT_RECLAIM, SLOT_RELEASE
 from ._status import Status, refusal
 from .codec import unpack_record
 from .errors import ServerError, ValidationError
-from .keys import ActionKeys, OwnerChannel, action_keys
+from .keys import ActionKeys, OwnerChannel, action_keys, check_name
 from .liveness import DEFAULT_GRACE_MS
 
 if TYPE_CHECKING:
@@ -114,6 +115,10 @@ class SlotOperations:
         still its exact holder under the same token: :class:`ConflictError` when another
         owner holds it now (the slot was reclaimed and given to a replacement) or the
         token is not current. Resending a release that took effect is answered OK."""
+        if not isinstance(slot, Slot):
+            raise ValidationError(f"slot must be a Slot from acquire, got {type(slot).__name__}")
+        check_count("slot.index", slot.index, 1, MAX_SLOTS)
+        check_count("slot.token", slot.token, 1, 2**53)
         keys = self._keys(slot.action, slot.namespace)
         reply = await SLOT_RELEASE(
             self._client, keys, [slot.index, self._client.owner_id, slot.token]
@@ -146,6 +151,9 @@ class SlotOperations:
         grace). Refused with :class:`ConflictError` when another owner holds the slot
         (``WRONG_OWNER``) or the holder is alive (``OWNER_ALIVE``); :class:`NotFoundError`
         when the slot is not held."""
+        check_count("index", index, 1, MAX_SLOTS)
+        check_name("expected_owner", expected_owner)
+        check_count("grace_ms", grace_ms, 0, 2**32 - 1)
         keys = self._keys(action, namespace)
         reply = await SLOT_RECLAIM(
             self._client,
@@ -192,6 +200,7 @@ class SlotOperations:
     ) -> int:
         """Take back every slot whose holder is gone (or whose lease ran out); holders
         seen absent for the first time are only suspected. Returns how many were freed."""
+        check_count("grace_ms", grace_ms, 0, 2**32 - 1)
         freed = 0
         for slot in await self.holders(action, namespace):
             if slot.owner == self._client.owner_id:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._batch import Coalescer
+from ._checks import check_seconds
 from ._lifecycle import WorkerLifecycle
 from ._reports import send_report
 from ._wake import raise_if_cancelling
@@ -79,8 +80,11 @@ class StreamWorkerOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValidationError(f"{name} must be an int of at least 1, got {value!r}")
-        if not self.message_timeout > 0:
-            raise ValidationError(f"message_timeout must be positive, got {self.message_timeout}")
+        check_seconds("message_timeout", self.message_timeout)
+        if isinstance(self.claim_min_idle_ms, bool) or not isinstance(self.claim_min_idle_ms, int):
+            raise ValidationError(
+                f"claim_min_idle_ms must be an int, got {self.claim_min_idle_ms!r}"
+            )
 
 
 @dataclass

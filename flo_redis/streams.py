@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import _scripts
+from ._checks import check_optional_name, check_options
 from ._gateway import (
     GROUP_ACK,
     GROUP_ACK_MANY,
@@ -300,7 +301,7 @@ class StreamOperations:
         ``partition_key`` go to the same partition (in order); records without one are
         spread round-robin. :class:`ValueTooLargeError` for a payload over the client's
         ``max_payload_bytes``."""
-        opts = options or StreamAppendOptions()
+        opts = check_options(options, StreamAppendOptions)
         first = self._keys(stream, opts.namespace)
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise ValidationError(f"payload must be bytes, got {type(payload).__name__}")
@@ -336,7 +337,7 @@ class StreamOperations:
         ``count`` of them (still oldest first). With ``block_ms`` > 0 and nothing to read,
         waits up to that long for an append. A missing stream reads as empty. A partitioned
         stream is read in every partition (or only ``partition``), merged in id order."""
-        opts = options or StreamReadOptions()
+        opts = check_options(options, StreamReadOptions)
         parts = await self._partitions(stream, opts.namespace, opts.partition)
         count = count_arg("count", opts.count, DEFAULT_COUNT)
         block_ms = block_ms_arg(opts.block_ms)
@@ -368,7 +369,7 @@ class StreamOperations:
         """Record count, bytes held (payloads and headers), first and last id (MIN when
         empty) and partition count; of all partitions together (the lowest first id and
         the highest last id). A missing stream answers as empty."""
-        opts = options or StreamInfoOptions()
+        opts = check_options(options, StreamInfoOptions)
         parts = await self._partitions(stream, opts.namespace)
         replies = await asyncio.gather(*(STREAM_INFO(self._client, k) for k in parts))
         held = [r for r in replies if r.count > 0]
@@ -393,7 +394,7 @@ class StreamOperations:
         record left. :class:`NotFoundError` for a missing stream. A partitioned stream is
         trimmed in every partition by the same bound (``max_len`` keeps the newest n of
         each partition)."""
-        opts = options or StreamTrimOptions()
+        opts = check_options(options, StreamTrimOptions)
         parts = await self._partitions(stream, opts.namespace)
         set_bounds = [
             name
@@ -466,7 +467,7 @@ class StreamOperations:
         beginning of the stream, so it reads every record still held) and the stream too;
         on every partition of a partitioned stream. ``ack_timeout_ms`` / ``max_deliver``
         given in the options are applied to the group."""
-        opts = options or StreamGroupJoinOptions()
+        opts = check_options(options, StreamGroupJoinOptions)
         check_name("group name", group)
         check_name("consumer", consumer)
         opts.__post_init__()
@@ -489,7 +490,7 @@ class StreamOperations:
         """Remove ``consumer`` from ``group`` (on every partition). A consumer still holding
         pending entries is kept until they are settled, so none is lost. A missing group
         is not an error."""
-        opts = options or StreamGroupJoinOptions()
+        opts = check_options(options, StreamGroupJoinOptions)
         check_name("group name", group)
         check_name("consumer", consumer)
         parts = await self._partitions(stream, opts.namespace)
@@ -514,7 +515,7 @@ class StreamOperations:
         that poll was handed instead of new ones. A partitioned stream is read from
         every partition (or only ``partition``), one script call each, starting at a
         different partition each call so that none is starved."""
-        opts = options or StreamGroupReadOptions()
+        opts = check_options(options, StreamGroupReadOptions)
         check_name("group name", group)
         check_name("consumer", consumer)
         count = count_arg("count", opts.count, DEFAULT_COUNT)
@@ -560,7 +561,7 @@ class StreamOperations:
         ``count`` (default and maximum 1000): the whole group's, or with ``consumer`` only
         that consumer's; of every partition (or only ``partition``), merged in id order.
         A missing stream or group has none."""
-        opts = options or StreamGroupReadOptions()
+        opts = check_options(options, StreamGroupReadOptions)
         check_name("group name", group)
         if consumer:
             check_name("consumer", consumer)
@@ -605,7 +606,7 @@ class StreamOperations:
         to partition 0, later ones from their start); its ``next_cursor`` then names the
         partition too, so pass it back unchanged. With ``partition`` only that one is
         scanned, with plain ids."""
-        opts = options or StreamGroupReadOptions()
+        opts = check_options(options, StreamGroupReadOptions)
         check_name("group name", group)
         check_name("consumer", consumer)
         if isinstance(min_idle_ms, bool) or not isinstance(min_idle_ms, int) or min_idle_ms < 0:
@@ -682,7 +683,7 @@ class StreamOperations:
         partitioned). :class:`NotFoundError` if the stream or group does not exist."""
         if not ids:
             return
-        opts = options or StreamGroupAckOptions()
+        opts = check_options(options, StreamGroupAckOptions)
         await self._settle(
             GROUP_ACK,
             stream,
@@ -711,8 +712,7 @@ class StreamOperations:
         if partition != 0:
             (keys,) = await self._partitions(stream, namespace, partition)
         gk = keys.group(group)
-        if consumer:
-            check_name("consumer", consumer)
+        consumer = check_optional_name("consumer", consumer)
         packed = [
             [i, "" if t is None else str(t)]
             for i, t in zip(
@@ -757,7 +757,7 @@ class StreamOperations:
         exist."""
         if not ids:
             return
-        opts = options or StreamGroupNackOptions()
+        opts = check_options(options, StreamGroupNackOptions)
         await self._settle(
             GROUP_NACK,
             stream,
@@ -784,8 +784,7 @@ class StreamOperations:
         if partition != 0:
             (keys,) = await self._partitions(stream, namespace, partition)
         gk = keys.group(group)
-        if consumer:
-            check_name("consumer", consumer)
+        consumer = check_optional_name("consumer", consumer)
         if token is not None and (
             isinstance(token, bool) or not isinstance(token, int) or token < 1
         ):
@@ -874,7 +873,7 @@ class StreamOperations:
         """The group's dead letters, oldest first, from ``start`` (inclusive), at most
         ``count``; of every partition (or only ``partition``). Dead letters are kept up to
         about 10000 per group and partition (oldest dropped)."""
-        opts = options or StreamDeadLetterOptions()
+        opts = check_options(options, StreamDeadLetterOptions)
         check_name("group name", group)
         count = count_arg("count", opts.count, DEFAULT_COUNT)
         start = "-" if opts.start is None else stream_id_arg("start", opts.start).to_redis()

@@ -19,6 +19,10 @@ from ._checks import (
     MAX_LIST_LIMIT,
     check_bytes,
     check_count,
+    check_cursor,
+    check_names,
+    check_options,
+    check_text,
     not_registered,
     raise_run_refusal,
     token_arg,
@@ -55,6 +59,7 @@ from .errors import (
     validate_block_ms,
 )
 from .keys import (
+    MAX_NAME_SIZE,
     ActionKeys,
     NamespaceKeys,
     action_keys,
@@ -98,6 +103,10 @@ class CompleteItem:
     token: int | None = None
 
 
+# Counter changes a tally may carry (each way): far beyond any real batch.
+MAX_TALLY = 2**32 - 1
+
+
 class WorkerOperations:
     """``client.worker``: the worker registry, polling for runs and reporting them."""
 
@@ -118,12 +127,12 @@ class WorkerOperations:
     ) -> None:
         """Register a worker (ACTIVE), or replace its record: counters start at zero.
         ``options.metadata`` is a JSON object whose keys are the worker's labels."""
-        opts = options or WorkerRegisterOptions()
+        opts = check_options(options, WorkerRegisterOptions)
         check_name("worker id", worker_id)
-        for task_type in task_types:
-            check_name("task type", task_type)
+        task_types = check_names("task types", task_types)
         check_count("concurrency", opts.concurrency, 0, 2**32 - 1)
         check_metadata(opts.metadata)
+        check_text("machine_id", opts.machine_id, optional=True, limit=MAX_NAME_SIZE)
         ns = self._ns(opts.namespace)
         record: dict[str, Any] = {
             "wt": int(WorkerType.ACTION),
@@ -157,7 +166,7 @@ class WorkerOperations:
         """Take one run of any of ``task_types``, waiting up to ``block_ms`` (None: 30000,
         0: answer now, at most 300000) for one to arrive. Refused with reason
         ``WORKER_UNHEALTHY`` / ``WORKER_DRAINING`` for a silent or draining worker."""
-        opts = options or WorkerAwaitOptions()
+        opts = check_options(options, WorkerAwaitOptions)
         runs = await self.await_tasks(worker_id, task_types, 1, opts)
         return WorkerAwaitResult(task=runs[0].assignment() if runs else None)
 
@@ -177,7 +186,7 @@ class WorkerOperations:
         ``tally=False`` leaves the worker's load counter to the caller (a worker that
         batches its counter updates); ``health_ttl_s`` reuses a health check that passed
         that recently instead of asking again (so a drain is seen within that time)."""
-        opts = options or WorkerAwaitOptions()
+        opts = check_options(options, WorkerAwaitOptions)
         block_ms = DEFAULT_WORKER_BLOCK_MS if opts.block_ms is None else opts.block_ms
         validate_block_ms(block_ms)
         check_count("max_tasks", max_tasks, 1, 10_000)
@@ -226,7 +235,8 @@ class WorkerOperations:
     ) -> None:
         """Extend the run's lease to ``extend_ms`` from now (at most one hour). Refused
         with :class:`ConflictError` (``STALE_REPORT``) if the caller no longer holds it."""
-        opts = options or WorkerTouchOptions()
+        opts = check_options(options, WorkerTouchOptions)
+        check_name("worker id", worker_id)
         if (
             isinstance(opts.extend_ms, bool)
             or not isinstance(opts.extend_ms, int)
@@ -256,7 +266,9 @@ class WorkerOperations:
         identical complete that already succeeded answers success and changes nothing;
         a complete from a holder whose lease was taken back is refused
         (:class:`ConflictError`, ``STALE_REPORT``) and changes nothing."""
-        opts = options or WorkerCompleteOptions()
+        opts = check_options(options, WorkerCompleteOptions)
+        check_name("worker id", worker_id)
+        check_text("outcome", opts.outcome, limit=MAX_NAME_SIZE)
         data = check_bytes("result", result, self._client.max_payload_bytes)
         keys = self._run_keys(action_name, task_id, opts.namespace)
         reply = await RUN_COMPLETE(
@@ -283,13 +295,17 @@ class WorkerOperations:
         :meth:`complete`'s rules and answered on its own: ``None`` where the complete took
         effect (or was an identical resend), else the refusal it would have raised."""
         keys = action_keys(self._client.get_namespace(namespace), action_name)
+        check_name("worker id", worker_id)
         limit = self._client.max_payload_bytes
         packed = []
         # A result over the client's limit is answered on its own, never sent; its
         # neighbours go ahead.
         early: dict[int, ServerError] = {}
         for index, item in enumerate(items):
+            if not isinstance(item, CompleteItem):
+                raise ValidationError(f"items[{index}] must be a CompleteItem")
             self._run_keys(action_name, item.task_id, namespace)
+            check_text(f"items[{index}].outcome", item.outcome, limit=MAX_NAME_SIZE)
             try:
                 data = check_bytes("result", item.result, limit)
             except ValueTooLargeError as exc:
@@ -347,12 +363,10 @@ class WorkerOperations:
         action's backoff); otherwise it ends FAILED, kept with its error. Same holder
         and resend rules as :meth:`complete`. Returns the run's status after: PENDING
         when it waits for another attempt, FAILED when it ended."""
-        opts = options or WorkerFailOptions()
-        if not isinstance(error_message, str):
-            raise ValidationError("error_message must be a str")
-        check_bytes("error_message", error_message.encode(), self._client.max_payload_bytes)
-        if opts.traceback is not None:
-            check_bytes("traceback", opts.traceback.encode(), self._client.max_payload_bytes)
+        opts = check_options(options, WorkerFailOptions)
+        check_name("worker id", worker_id)
+        check_text("error_message", error_message, limit=self._client.max_payload_bytes)
+        check_text("traceback", opts.traceback, optional=True, limit=self._client.max_payload_bytes)
         keys = self._run_keys(action_name, task_id, opts.namespace)
         reply = await RUN_FAIL(
             self._client,
@@ -373,14 +387,11 @@ class WorkerOperations:
 
     async def list(self, options: WorkerListOptions | None = None) -> WorkerListResult:
         """Registered workers in id order, ``limit`` (1..1024) a page after ``cursor``."""
-        opts = options or WorkerListOptions()
+        opts = check_options(options, WorkerListOptions)
         check_count("limit", opts.limit, 1, MAX_LIST_LIMIT)
-        if opts.cursor is not None and len(opts.cursor) > MAX_CURSOR_BYTES:
-            raise ValidationError(f"cursor is longer than {MAX_CURSOR_BYTES} bytes")
+        cursor = check_cursor(opts.cursor, MAX_CURSOR_BYTES)
         ns = self._ns(opts.namespace)
-        page = await WORKER_LIST(
-            self._client, ns, [opts.cursor.decode() if opts.cursor else "", opts.limit]
-        )
+        page = await WORKER_LIST(self._client, ns, [cursor, opts.limit])
         workers: builtins.list[WorkerInfo] = []
         for row in page.rows:
             rec = unpack_record(row.record)
@@ -407,6 +418,7 @@ class WorkerOperations:
     async def drain(self, worker_id: str, namespace: str | None = None) -> None:
         """Tell a worker to drain: its polls are refused (``WORKER_DRAINING``) while its
         running runs may still report; an ActionWorker then stops by itself."""
+        check_name("worker id", worker_id)
         ns = self._ns(namespace)
         reply = await WORKER_DRAIN(self._client, ns, [worker_id])
         if reply.status != Status.OK:
@@ -414,6 +426,7 @@ class WorkerOperations:
 
     async def deregister(self, worker_id: str, namespace: str | None = None) -> None:
         """Remove a worker's record; :class:`NotFoundError` if it is not registered."""
+        check_name("worker id", worker_id)
         ns = self._ns(namespace)
         reply = await WORKER_DEREGISTER(self._client, ns, [worker_id])
         if reply.status != Status.OK:
@@ -591,6 +604,9 @@ class WorkerOperations:
     ) -> None:
         """Add to a worker's counters (load never below zero); for workers that batch
         their counter updates (``tally=False`` on :meth:`await_tasks`/:meth:`complete_many`)."""
+        check_name("worker id", worker_id)
+        for what, value in (("load", load), ("completed", completed), ("failed", failed)):
+            check_count(what, value, -MAX_TALLY, MAX_TALLY)
         await self._tally(worker_id, self._client.get_namespace(namespace), load, completed, failed)
 
     async def _tally(

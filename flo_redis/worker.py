@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._batch import Coalescer
+from ._checks import check_seconds
 from ._lifecycle import WorkerLifecycle
 from ._reports import send_report
 from ._wake import raise_if_cancelling
@@ -130,8 +131,7 @@ class ActionWorkerOptions:
             raise ValidationError(f"concurrency must be an int, got {self.concurrency!r}")
         if self.concurrency < 1:
             raise ValidationError(f"concurrency must be at least 1, got {self.concurrency}")
-        if not self.action_timeout > 0:
-            raise ValidationError(f"action_timeout must be positive, got {self.action_timeout}")
+        check_seconds("action_timeout", self.action_timeout)
 
 
 @dataclass
