@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ from ._gateway import ACTION_RECLAIM
 from ._status import Status, refusal
 from ._wake import raise_if_cancelling
 from .codec import pack, unpack_record
-from .errors import ValidationError
+from .errors import NotFoundError, ValidationError
 from .keys import action_keys, owner_channel
 from .liveness import DEFAULT_GRACE_MS
 
@@ -139,7 +139,9 @@ class Reaper:
     ``interval_s`` (sooner when a suspect's grace is about to end) it takes back the runs
     of gone owners, and about once a second runs the queue upkeep (expired leases, due
     delayed runs), so dead work comes back even when nobody invokes or polls.
-    ``on_reclaimed(action, count)`` hears of every batch taken back."""
+    ``on_reclaimed(action, count)`` hears of every batch taken back, and
+    ``on_unregistered(action)`` is awaited when the upkeep finds an action no longer
+    registered (its Redis was flushed or restarted empty), so its owner can restore it."""
 
     def __init__(
         self,
@@ -150,6 +152,7 @@ class Reaper:
         grace_ms: int = DEFAULT_GRACE_MS,
         upkeep_every_s: float = 1.0,
         on_reclaimed: Callable[[str, int], None] | None = None,
+        on_unregistered: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         if not interval_s > 0:
             raise ValidationError(f"interval_s must be positive, got {interval_s}")
@@ -161,6 +164,7 @@ class Reaper:
         self._grace_ms = grace_ms
         self._upkeep_every_s = upkeep_every_s
         self._on_reclaimed = on_reclaimed
+        self._on_unregistered = on_unregistered
         self.reclaimed = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -198,8 +202,7 @@ class Reaper:
             elif loop.time() >= next_upkeep:
                 next_upkeep = loop.time() + self._upkeep_every_s
                 for name in self._actions:
-                    with contextlib.suppress(Exception):
-                        await self._client.action.reap(name)
+                    await self._upkeep(name)
             if pause > 0:
                 waiter = asyncio.ensure_future(stop.wait())
                 try:
@@ -208,6 +211,16 @@ class Reaper:
                     waiter.cancel()
             else:
                 await asyncio.sleep(0)
+
+    async def _upkeep(self, name: str) -> None:
+        try:
+            await self._client.action.reap(name)
+        except NotFoundError:
+            if self._on_unregistered is not None:
+                with contextlib.suppress(Exception):
+                    await self._on_unregistered(name)
+        except Exception as exc:
+            log.debug("upkeep of %r failed (%s); trying again", name, exc)
 
 
 # --- statistics ----------------------------------------------------------------------

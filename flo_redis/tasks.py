@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -179,13 +179,16 @@ class WorkerOperations:
         *,
         tally: bool = True,
         health_ttl_s: float = 0.0,
+        on_unregistered: Callable[[str], Awaitable[None]] | None = None,
     ) -> builtins.list[Claimed]:
         """Like :meth:`await_task`, but takes up to ``max_tasks`` runs in one go (one
         script call per action queue): how a busy worker fills its free capacity.
 
         ``tally=False`` leaves the worker's load counter to the caller (a worker that
         batches its counter updates); ``health_ttl_s`` reuses a health check that passed
-        that recently instead of asking again (so a drain is seen within that time)."""
+        that recently instead of asking again (so a drain is seen within that time);
+        ``on_unregistered(action)`` is awaited for each action found not registered
+        (gone with a flushed or restarted Redis) before the poll goes on."""
         opts = check_options(options, WorkerAwaitOptions)
         block_ms = DEFAULT_WORKER_BLOCK_MS if opts.block_ms is None else opts.block_ms
         validate_block_ms(block_ms)
@@ -198,7 +201,9 @@ class WorkerOperations:
         labels = await self._gate(worker_id, namespace_keys(ns_name), health_ttl_s)
         poll_id = opts.poll_id or uuid.uuid4().hex
         if block_ms == 0:
-            claimed, _ = await self._claim_round(all_keys, worker_id, labels, max_tasks, poll_id)
+            claimed, _ = await self._claim_round(
+                all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
+            )
             return await self._tally_claimed(worker_id, ns_name, claimed, tally)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000.0
@@ -206,7 +211,7 @@ class WorkerOperations:
             while True:
                 await watch.arm()
                 claimed, next_due = await self._claim_round(
-                    all_keys, worker_id, labels, max_tasks, poll_id
+                    all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
                 )
                 if claimed:
                     return await self._tally_claimed(worker_id, ns_name, claimed, tally)
@@ -222,7 +227,7 @@ class WorkerOperations:
                 if loop.time() >= deadline:
                     # One last look: work may have arrived with the deadline.
                     claimed, _ = await self._claim_round(
-                        all_keys, worker_id, labels, max_tasks, poll_id
+                        all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
                     )
                     return await self._tally_claimed(worker_id, ns_name, claimed, tally)
 
@@ -561,6 +566,7 @@ class WorkerOperations:
         labels: bytes,
         max_tasks: int,
         poll_id: str,
+        on_unregistered: Callable[[str], Awaitable[None]] | None = None,
     ) -> tuple[builtins.list[Claimed], int]:
         """One claim per action queue, starting at a rotating queue so no action starves,
         until ``max_tasks`` runs are held. Returns them and the earliest delayed run."""
@@ -572,6 +578,8 @@ class WorkerOperations:
             if len(claimed) >= max_tasks:
                 break
             reply = await self.claim(keys, worker_id, labels, max_tasks - len(claimed), poll_id)
+            if not reply.registered and on_unregistered is not None:
+                await on_unregistered(keys.action)
             claimed.extend(reply.runs)
             if reply.next_due_ms >= 0 and (next_due < 0 or reply.next_due_ms < next_due):
                 next_due = reply.next_due_ms

@@ -298,6 +298,7 @@ class ActionWorker(WorkerLifecycle):
                     sorted(self._handlers),
                     grace_ms=client.liveness_grace_ms,
                     on_reclaimed=self.observer.runs_reclaimed,
+                    on_unregistered=self._restore_action,
                 ).run(self._stop),
                 name="flo-reaper",
             )
@@ -326,6 +327,14 @@ class ActionWorker(WorkerLifecycle):
         for name, opts in self._options.items():
             await self.client.action.register(name, ActionType.USER, _in_namespace(opts, None))
         await self._register_worker()
+
+    async def _restore_action(self, name: str) -> None:
+        """This worker's action was found not registered (its Redis lost its data):
+        register it again with this worker's options, so invokes are accepted again."""
+        log.warning("action %r is not registered (Redis lost its data?); registering again", name)
+        await self.client.action.register(
+            name, ActionType.USER, _in_namespace(self._options[name], None)
+        )
 
     async def _register_worker(self) -> None:
         await self.client.worker.register(
@@ -378,6 +387,7 @@ class ActionWorker(WorkerLifecycle):
                     WorkerAwaitOptions(block_ms=self.config.block_ms, poll_id=poll_id),
                     tally=False,
                     health_ttl_s=_HEALTH_TTL_S,
+                    on_unregistered=self._restore_action,
                 )
             except ServerError as exc:
                 if exc.reason == Reason.WORKER_DRAINING:
