@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -199,7 +198,8 @@ class WorkerOperations:
         ns_name = self._client.get_namespace(opts.namespace)
         all_keys = [action_keys(ns_name, t) for t in task_types]
         labels = await self._gate(worker_id, namespace_keys(ns_name), health_ttl_s)
-        poll_id = opts.poll_id or uuid.uuid4().hex
+        # Without a poll id the caller cannot retry this poll, so no replay memo is kept.
+        poll_id = opts.poll_id or ""
         if block_ms == 0:
             claimed, _ = await self._claim_round(
                 all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered

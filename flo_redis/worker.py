@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import secrets
@@ -367,6 +368,9 @@ class ActionWorker(WorkerLifecycle):
         empty = EmptyPollBackoff(self.config.block_ms, self._stop)
         failures = 0
         poll_id: str | None = None
+        # "<poller>#<n>": a new n tells the claim script the reply to poll n - 1 arrived,
+        # so it keeps one replay memo per poller rather than one per claim.
+        poller, polls = secrets.token_hex(6), itertools.count()
         while not self._stop.is_set():
             raise_if_cancelling()
             free = self.config.concurrency - len(self._running)
@@ -377,7 +381,7 @@ class ActionWorker(WorkerLifecycle):
                 # next claim fills several at once.
                 await asyncio.sleep(0)
                 continue
-            poll_id = poll_id or secrets.token_hex(8)
+            poll_id = poll_id or f"{poller}#{next(polls)}"
             began = loop.time()
             try:
                 claimed = await self.client.worker.await_tasks(

@@ -611,9 +611,9 @@ async def test_reclaim_refuses_bad_arguments_and_unknown_actions(client: FloClie
     with pytest.raises(NotFoundError):
         await reclaim_owners(client, "nope", ["someone"])
     await client.action.register("args", ActionType.USER)
-    from flo_redis.errors import BadRequestError
+    from flo_redis.errors import ValidationError
 
-    with pytest.raises(BadRequestError):
+    with pytest.raises(ValidationError):  # refused before anything is sent
         await reclaim_owners(client, "args", ["someone"], grace_ms=-1)
     # An owner paired with another owner's channel is refused, not believed.
     keys = action_keys(client.namespace, "args")

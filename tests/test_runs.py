@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from polling import eventually
 
 from flo_redis import (
@@ -465,6 +466,47 @@ async def test_a_retried_poll_id_gets_the_same_runs_back(client: FloClient) -> N
     )
     assert len(other) == 2
     assert not {c.run_id for c in other} & {c.run_id for c in first}
+
+
+async def test_a_pollers_memo_is_replaced_by_its_next_poll(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    from flo_redis.keys import action_keys
+
+    await setup(client)
+    await client.action.invoke_many("job", [b"x"] * 30)
+    polls = action_keys(client.namespace, "job").polls
+    held = []
+    for n in range(10):  # one poller, ten polls, each reply received
+        opts = WorkerAwaitOptions(block_ms=0, poll_id=f"poller-a#{n}")
+        held.append(await client.worker.await_tasks("w1", ["job"], 2, opts))
+    assert await raw.hlen(polls) == 1  # memos grow with pollers, not with claims
+    # The latest poll, retried as if its reply was lost, gets the same runs back...
+    latest = WorkerAwaitOptions(block_ms=0, poll_id="poller-a#9")
+    again = await client.worker.await_tasks("w1", ["job"], 2, latest)
+    assert [(c.run_id, c.token) for c in again] == [(c.run_id, c.token) for c in held[9]]
+    # ...an earlier one (its reply arrived: the poller moved on) claims afresh.
+    early = WorkerAwaitOptions(block_ms=0, poll_id="poller-a#3")
+    fresh = await client.worker.await_tasks("w1", ["job"], 2, early)
+    assert not {c.run_id for c in fresh} & {c.run_id for batch in held for c in batch}
+    # An empty poll of the poller drops its memo.
+    await client.action.delete("job")
+    await setup(client)
+    await client.action.invoke("job", b"x")
+    await client.worker.await_tasks("w1", ["job"], 1, WorkerAwaitOptions(block_ms=0, poll_id="p#1"))
+    assert await raw.hlen(polls) == 1
+    await client.worker.await_tasks("w1", ["job"], 1, WorkerAwaitOptions(block_ms=0, poll_id="p#2"))
+    assert await raw.hlen(polls) == 0
+
+
+async def test_a_poll_without_an_id_keeps_no_memo(client: FloClient, raw: aioredis.Redis) -> None:
+    from flo_redis.keys import action_keys
+
+    await setup(client)
+    await client.action.invoke_many("job", [b"x"] * 5)
+    for _ in range(5):
+        await client.worker.await_task("w1", ["job"], WorkerAwaitOptions(block_ms=0))
+    assert await raw.hlen(action_keys(client.namespace, "job").polls) == 0
 
 
 async def test_a_poll_id_whose_runs_are_finished_claims_afresh(client: FloClient) -> None:

@@ -1,11 +1,20 @@
 --[[ lib/polls
   Poll memos: what a claim handed to a poll id, so that a poll retried after its reply was
   lost gets the same items back instead of new ones (lua/README.md: "Lost replies" under Streams). A memo
-  is msgpack {ids, tokens} in the caller's `polls` hash, its time in `poll_times`; memos
-  older than POLL_MEMORY_MS are forgotten, a batch per claim.
+  is msgpack {p = poll id, ids, tokens} in the caller's `polls` hash, its time in
+  `poll_times`; memos older than POLL_MEMORY_MS are forgotten, a batch per claim.
+  A poll id "<poller>#<n>" names the n-th poll of one poller, which starts poll n + 1
+  only once the reply to poll n arrived: its memo is kept under "<poller>" and replaced
+  (or dropped, when nothing was handed) by the poller's next poll. So memos grow with
+  the pollers alive, not with the claims made. Any other poll id keeps a memo of its own.
 ]]
 local POLL_MEMORY_MS = 120000
 local POLL_FORGET_BATCH = 100
+
+-- The field a poll's memo is kept under: its poller for "<poller>#<n>", else the id.
+local function poll_field(poll_id)
+  return string.match(poll_id, '^(.+)#[^#]*$') or poll_id
+end
 
 local function poll_memo()
   return {ids = {}, tokens = {}}
@@ -23,10 +32,12 @@ end
 -- poll is still a poll, never answered empty while there is work.
 local function poll_replay(polls_key, times_key, poll_id, now, replay_one)
   if poll_id == '' then return 0 end
-  local raw = redis.call('HGET', polls_key, poll_id)
-  local at = tonumber(redis.call('ZSCORE', times_key, poll_id))
+  local field = poll_field(poll_id)
+  local raw = redis.call('HGET', polls_key, field)
+  local at = tonumber(redis.call('ZSCORE', times_key, field))
   if not raw or not at or at < now - POLL_MEMORY_MS then return 0 end
   local memo = cmsgpack.unpack(raw)
+  if memo.p ~= poll_id then return 0 end  -- an earlier poll of the same poller
   local n = 0
   for i = 1, #memo.ids do
     if replay_one(memo.ids[i], memo.tokens[i]) then n = n + 1 end
@@ -34,12 +45,17 @@ local function poll_replay(polls_key, times_key, poll_id, now, replay_one)
   return n
 end
 
--- Remember what `poll_id` was handed (nothing for an empty memo or no poll id), then
--- forget a batch of memos older than POLL_MEMORY_MS.
+-- Remember what `poll_id` was handed (nothing for an empty memo or no poll id; an empty
+-- poll of a poller drops the memo of its poll before), then forget a batch of memos
+-- older than POLL_MEMORY_MS.
 local function poll_remember(polls_key, times_key, poll_id, memo, now)
+  local field = poll_field(poll_id)
   if poll_id ~= '' and #memo.ids > 0 then
-    redis.call('HSET', polls_key, poll_id, cmsgpack.pack(memo))
-    redis.call('ZADD', times_key, now, poll_id)
+    memo.p = poll_id
+    redis.call('HSET', polls_key, field, cmsgpack.pack(memo))
+    redis.call('ZADD', times_key, now, field)
+  elseif field ~= poll_id then
+    if redis.call('HDEL', polls_key, field) > 0 then redis.call('ZREM', times_key, field) end
   end
   local old = redis.call('ZRANGE', times_key, '-inf', now - POLL_MEMORY_MS, 'BYSCORE',
     'LIMIT', 0, POLL_FORGET_BATCH)
