@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -37,13 +36,10 @@ from flo_redis import (
     FloClient,
     RunStatus,
     WorkerAwaitOptions,
-    WorkerCompleteOptions,
-    WorkerFailOptions,
 )
 from flo_redis._gateway import ACTION_RECLAIM
 from flo_redis._scripts import SCRIPTS
 from flo_redis._status import Status
-from flo_redis.actions import Claimed
 from flo_redis.codec import pack
 from flo_redis.errors import ConflictError, NotConnectedError, NotFoundError, ValidationError
 from flo_redis.keys import action_keys, owner_channel
@@ -519,92 +515,6 @@ async def test_reclaim_is_bounded_by_its_batch(
             break
     assert steps == [2, 2, 1]
     assert (await liveness_stats(client, action)).owners == 0
-
-
-async def test_random_histories_keep_the_owner_index_and_never_take_live_work(
-    client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
-) -> None:
-    """Seeded random claims, completes, fails, deaths and reclaims by several owners:
-    every running run is in its owner's index, a reclaim takes exactly the runs of
-    gone owners, and a taken-back holder's late complete is refused."""
-    rng = random.Random(4)
-    action = "random"
-    keys = action_keys(namespace, action)
-    await client.action.register(action, ActionType.USER, ActionRegisterOptions(max_retries=50))
-    live: list[FloClient] = []
-    dead: set[str] = set()
-    held: dict[str, tuple[FloClient, Claimed]] = {}
-    taken: list[tuple[FloClient, Claimed]] = []  # runs taken back from a dead holder
-    ops = ["invoke", "invoke", "claim", "claim", "complete", "fail", "late", "die", "reclaim"]
-
-    async def new_owner() -> None:
-        owner = FloClient(redis_url, namespace=namespace)
-        await owner.connect()
-        await owner.worker.register(f"w-{owner.owner_id}", [action])
-        live.append(owner)
-
-    async def records() -> dict[str, dict[str, object]]:
-        raw_runs = await raw.hgetall(keys.runs)
-        return {k.decode(): msgpack.unpackb(v, raw=False) for k, v in raw_runs.items()}
-
-    for _ in range(3):
-        await new_owner()
-    try:
-        for _ in range(150):
-            op = rng.choice(ops)
-            if op == "invoke":
-                await client.action.invoke(action, b"x")
-            elif op == "claim":
-                owner = rng.choice(live)
-                n = rng.randint(1, 3)
-                opts = WorkerAwaitOptions(block_ms=0)
-                for run in await owner.worker.await_tasks(f"w-{owner.owner_id}", [action], n, opts):
-                    held[run.run_id] = (owner, run)
-            elif op in ("complete", "fail") and held:
-                owner, run = held.pop(rng.choice(sorted(held)))
-                wid = f"w-{owner.owner_id}"
-                if op == "complete":
-                    complete = WorkerCompleteOptions(token=run.token)
-                    await client.worker.complete(wid, action, run.run_id, b"ok", complete)
-                else:
-                    fail = WorkerFailOptions(token=run.token)
-                    await client.worker.fail(wid, action, run.run_id, "boom", fail)
-            elif op == "late" and taken:
-                owner, run = taken.pop(rng.randrange(len(taken)))
-                with pytest.raises(ConflictError):
-                    await client.worker.complete(
-                        f"w-{owner.owner_id}",
-                        action,
-                        run.run_id,
-                        b"late",
-                        WorkerCompleteOptions(token=run.token),
-                    )
-            elif op == "die" and len(live) > 1:
-                owner = live.pop(rng.randrange(len(live)))
-                await dies(owner, raw, action)
-                dead.add(owner.owner_id)
-                await new_owner()
-            elif op == "reclaim":
-                before = await records()
-                expected = sum(
-                    1 for r in before.values() if r["s"] == RunStatus.RUNNING and r.get("o") in dead
-                )
-                result = await reclaim_gone_owners(client, action, grace_ms=0)
-                assert result.reclaimed == expected
-                for run_id, (owner, _) in list(held.items()):
-                    if owner.owner_id in dead:
-                        taken.append(held.pop(run_id))
-            # Every running run is in its owner's index.
-            entries = set(await raw.zrange(keys.owned, 0, -1))
-            for run_id, rec in (await records()).items():
-                if rec["s"] == RunStatus.RUNNING:
-                    assert f"{rec['o']}\0{run_id}".encode() in entries
-        stats = await liveness_stats(client, action)
-        assert stats.reclaimed_owner_gone >= 1
-        assert stats.stale_refused >= 1
-    finally:
-        for owner in live:
-            await owner.close()
 
 
 async def test_reclaim_refuses_bad_arguments_and_unknown_actions(client: FloClient) -> None:

@@ -1,0 +1,333 @@
+"""A model that proves it: random histories of an action queue, against real Redis, each
+step checked against a pure Python model of what the queue must hold.
+
+Steps: invoke (now or delayed), claim by one of several owner processes, complete, fail
+(retried or final), touch, a lease running out, time passing for delayed runs, an owner
+process dying and its runs being reclaimed, a failed run re-queued, and late reports from
+holders whose lease was taken back. After every step, for every run: the status and the
+attempt count equal the model's; a running run has exactly the model's holder (owner and
+token) and is in that owner's index; no run is lost. Every stale report is refused and
+changes nothing; a resent complete is answered as success and changes nothing.
+
+Time is advanced the way the scripts read it — against Redis's clock: to let a lease run
+out or a delayed run fall due, the test moves that one deadline into the past in the
+queue's own sorted set (``leases`` / ``delayed``), then lets the queue's upkeep run, as
+the clock passing that deadline would.
+
+``FLO_MODEL_EXAMPLES`` sets how many histories to try (default 25; e.g. 500 for a long
+run), ``FLO_MODEL_STEPS`` how many steps each (default 50).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from flo_redis import (
+    ActionInvokeOptions,
+    ActionRegisterOptions,
+    ConflictError,
+    FloClient,
+    RunStatus,
+    WorkerAwaitOptions,
+    WorkerCompleteOptions,
+    WorkerFailOptions,
+    WorkerTouchOptions,
+)
+from flo_redis.keys import action_keys, owner_channel
+from flo_redis.reclaim import reclaim_gone_owners
+
+T = TypeVar("T")
+EXAMPLES = int(os.environ.get("FLO_MODEL_EXAMPLES", "25"))
+STEPS = int(os.environ.get("FLO_MODEL_STEPS", "50"))
+ACTION = "job"
+MAX_ATTEMPTS = 2
+HOUR_MS = 3_600_000
+NOW = WorkerAwaitOptions(block_ms=0)
+ENDED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT)
+
+
+@dataclass
+class Run:
+    """The model of one run."""
+
+    status: RunStatus = RunStatus.PENDING
+    attempt: int = 0
+    delayed: bool = False
+    holder: tuple[int, int] | None = None  # (owner index, token) while RUNNING
+    token: int = 0
+
+
+@dataclass
+class Handout:
+    run_id: str
+    owner: int
+    token: int
+
+
+@dataclass
+class Model:
+    runs: dict[str, Run] = field(default_factory=dict)
+    stale: list[Handout] = field(default_factory=list)  # taken back before they reported
+    completed: list[Handout] = field(default_factory=list)  # reported a complete
+
+    def held(self) -> list[Handout]:
+        return [
+            Handout(run_id, run.holder[0], run.holder[1])
+            for run_id, run in sorted(self.runs.items())
+            if run.holder is not None
+        ]
+
+    def take_back(self, run_id: str) -> None:
+        """The lease is gone without a report: the attempt counts."""
+        run = self.runs[run_id]
+        assert run.holder is not None
+        self.stale.append(Handout(run_id, *run.holder))
+        run.holder = None
+        run.status = RunStatus.PENDING if run.attempt < MAX_ATTEMPTS else RunStatus.FAILED
+
+
+class QueueMachine(RuleBasedStateMachine):
+    def __init__(self, redis_url: str) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.url = redis_url
+        self.namespace = f"model-{os.urandom(5).hex()}"
+        self.keys = action_keys(self.namespace, ACTION)
+        self.model = Model()
+        self.owners: list[FloClient | None] = []
+        self.raw = aioredis.Redis.from_url(redis_url)
+        self.client = FloClient(redis_url, namespace=self.namespace)
+        self.run(self.client.connect())
+        options = ActionRegisterOptions(timeout_ms=HOUR_MS, max_retries=MAX_ATTEMPTS)
+        self.run(self.client.action.register(ACTION, options=options))
+        for _ in range(3):
+            self.run(self._new_owner())
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def teardown(self) -> None:
+        async def close() -> None:
+            for owner in self.owners:
+                if owner is not None:
+                    await owner.close()
+            await self.client.action.delete(ACTION)
+            await self.client.close()
+            await self.raw.aclose()
+
+        self.run(close())
+        self.loop.close()
+
+    async def _new_owner(self) -> None:
+        owner = FloClient(self.url, namespace=self.namespace)
+        await owner.connect()
+        self.owners.append(owner)
+        await owner.worker.register(self._worker(len(self.owners) - 1), [ACTION])
+
+    @staticmethod
+    def _worker(index: int) -> str:
+        return f"w{index}"
+
+    def _owner(self, index: int) -> FloClient:
+        owner = self.owners[index]
+        assert owner is not None
+        return owner
+
+    def _live(self) -> list[int]:
+        return [i for i, o in enumerate(self.owners) if o is not None]
+
+    # --- steps ---------------------------------------------------------------------
+
+    @rule(delayed=st.booleans())
+    def invoke(self, delayed: bool) -> None:
+        opts = ActionInvokeOptions(delay_ms=HOUR_MS) if delayed else None
+        run_id = self.run(self.client.action.invoke(ACTION, b"x", opts)).run_id
+        assert run_id not in self.model.runs
+        self.model.runs[run_id] = Run(delayed=delayed)
+
+    @rule(data=st.data(), n=st.integers(1, 3))
+    def claim(self, data: st.DataObject, n: int) -> None:
+        index = data.draw(st.sampled_from(self._live()))
+        owner = self._owner(index)
+        got = self.run(owner.worker.await_tasks(self._worker(index), [ACTION], n, NOW))
+        ready = {
+            run_id
+            for run_id, run in self.model.runs.items()
+            if run.status == RunStatus.PENDING and not run.delayed
+        }
+        assert len(got) == min(n, len(ready))
+        for claimed in got:
+            assert claimed.run_id in ready
+            run = self.model.runs[claimed.run_id]
+            assert claimed.token > run.token  # every hand-out gets a new, higher token
+            run.status, run.attempt, run.token = RunStatus.RUNNING, run.attempt + 1, claimed.token
+            run.holder = (index, claimed.token)
+            assert claimed.attempt == run.attempt
+
+    @precondition(lambda self: self.model.held())
+    @rule(data=st.data())
+    def complete(self, data: st.DataObject) -> None:
+        h = data.draw(st.sampled_from(self.model.held()))
+        owner = self._owner(h.owner)
+        opts = WorkerCompleteOptions(token=h.token)
+        self.run(owner.worker.complete(self._worker(h.owner), ACTION, h.run_id, b"ok", opts))
+        run = self.model.runs[h.run_id]
+        run.status, run.holder = RunStatus.COMPLETED, None
+        self.model.completed.append(h)
+
+    @precondition(lambda self: self.model.held())
+    @rule(data=st.data(), retry=st.booleans())
+    def fail(self, data: st.DataObject, retry: bool) -> None:
+        h = data.draw(st.sampled_from(self.model.held()))
+        owner = self._owner(h.owner)
+        opts = WorkerFailOptions(retry=retry, token=h.token)
+        after = self.run(owner.worker.fail(self._worker(h.owner), ACTION, h.run_id, "e", opts))
+        run = self.model.runs[h.run_id]
+        run.holder = None
+        run.status = RunStatus.PENDING if retry and run.attempt < MAX_ATTEMPTS else RunStatus.FAILED
+        assert after == run.status
+
+    @precondition(lambda self: self.model.held())
+    @rule(data=st.data())
+    def touch(self, data: st.DataObject) -> None:
+        h = data.draw(st.sampled_from(self.model.held()))
+        opts = WorkerTouchOptions(extend_ms=HOUR_MS, token=h.token)
+        owner = self._owner(h.owner)
+        self.run(owner.worker.touch(self._worker(h.owner), ACTION, h.run_id, opts))
+
+    @precondition(lambda self: self.model.held())
+    @rule(data=st.data())
+    def lease_runs_out(self, data: st.DataObject) -> None:
+        h = data.draw(st.sampled_from(self.model.held()))
+        self.run(self.raw.zadd(self.keys.leases, {h.run_id: 1}, xx=True))
+        self.run(self.client.action.reap(ACTION))
+        self.model.take_back(h.run_id)
+        if self.model.runs[h.run_id].status == RunStatus.FAILED:
+            self.model.runs[h.run_id].status = RunStatus.TIMED_OUT
+
+    @precondition(lambda self: any(r.delayed for r in self.model.runs.values()))
+    @rule()
+    def delayed_runs_fall_due(self) -> None:
+        due = {run_id: 1 for run_id, run in self.model.runs.items() if run.delayed}
+        self.run(self.raw.zadd(self.keys.delayed, due, xx=True))
+        self.run(self.client.action.reap(ACTION))
+        for run_id in due:
+            self.model.runs[run_id].delayed = False
+
+    @precondition(lambda self: len(self._live()) > 1)
+    @rule(data=st.data())
+    def owner_dies(self, data: st.DataObject) -> None:
+        index = data.draw(st.sampled_from(self._live()))
+        owner = self._owner(index)
+        self.owners[index] = None
+        channel = owner_channel(self.keys.tag, owner.owner_id)
+
+        async def die_and_reclaim() -> int:
+            await owner.close()  # as a killed process loses its connections
+            for _ in range(500):
+                counts = await self.raw.execute_command("PUBSUB", "SHARDNUMSUB", channel)
+                if int(counts[1]) == 0:
+                    break
+                await asyncio.sleep(0.01)
+            await self._new_owner()
+            result = await reclaim_gone_owners(self.client, ACTION, grace_ms=0)
+            return result.reclaimed
+
+        reclaimed = self.run(die_and_reclaim())
+        held = [h for h in self.model.held() if h.owner == index]
+        assert reclaimed == len(held)
+        for h in held:
+            self.model.take_back(h.run_id)
+
+    @precondition(
+        lambda self: any(
+            r.status in (RunStatus.FAILED, RunStatus.TIMED_OUT) for r in self.model.runs.values()
+        )
+    )
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:
+        ended = sorted(
+            run_id
+            for run_id, run in self.model.runs.items()
+            if run.status in (RunStatus.FAILED, RunStatus.TIMED_OUT)
+        )
+        run_id = data.draw(st.sampled_from(ended))
+        self.run(self.client.action.requeue(run_id))
+        run = self.model.runs[run_id]
+        run.status, run.attempt = RunStatus.PENDING, 0
+
+    @precondition(lambda self: self.model.stale)
+    @rule(data=st.data(), kind=st.sampled_from(["complete", "fail", "touch"]))
+    def late_report_is_refused(self, data: st.DataObject, kind: str) -> None:
+        h = data.draw(st.sampled_from(self.model.stale))
+        worker = self.client.worker  # the owner may be gone; its report arrives anyway
+        wid = self._worker(h.owner)
+        if kind == "complete":
+            call = worker.complete(
+                wid, ACTION, h.run_id, b"late", WorkerCompleteOptions(token=h.token)
+            )
+        elif kind == "fail":
+            call = worker.fail(wid, ACTION, h.run_id, "late", WorkerFailOptions(token=h.token))
+        else:
+            call = worker.touch(wid, ACTION, h.run_id, WorkerTouchOptions(token=h.token))
+        try:
+            self.run(call)
+        except ConflictError:
+            pass
+        else:
+            raise AssertionError(f"a late {kind} of {h} was accepted")
+
+    @precondition(lambda self: self.model.completed)
+    @rule(data=st.data())
+    def resent_complete_is_answered_and_changes_nothing(self, data: st.DataObject) -> None:
+        h = data.draw(st.sampled_from(self.model.completed))
+        opts = WorkerCompleteOptions(token=h.token)
+        self.run(self.client.worker.complete(self._worker(h.owner), ACTION, h.run_id, b"ok", opts))
+
+    # --- what must hold after every step -------------------------------------------
+
+    @invariant()
+    def redis_holds_what_the_model_holds(self) -> None:
+        async def read() -> tuple[list[Any], set[bytes]]:
+            statuses = [await self.client.action.status(r) for r in sorted(self.model.runs)]
+            return statuses, set(await self.raw.zrange(self.keys.owned, 0, -1))
+
+        statuses, owned = self.run(read())  # NotFoundError here: a run was lost
+        for status in statuses:
+            want = self.model.runs[status.run_id]
+            assert (status.status, status.attempt) == (want.status, want.attempt), status
+            if want.status == RunStatus.RUNNING:
+                assert want.holder is not None
+                assert status.token == want.holder[1]  # one holder: the model's
+                owner_id = self._owner(want.holder[0]).owner_id
+                assert f"{owner_id}\0{status.run_id}".encode() in owned
+        running = sum(1 for r in self.model.runs.values() if r.status == RunStatus.RUNNING)
+        assert len(owned) == running  # the owner index holds running runs only
+
+
+def test_the_action_queue_follows_its_model(redis_url: str) -> None:
+    run_state_machine_as_test(
+        lambda: QueueMachine(redis_url),
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        ),
+    )
