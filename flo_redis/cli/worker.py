@@ -154,6 +154,14 @@ async def _run(workers: list[_targets.Worker], client: FloClient, params: dict[s
         stopping=shutdown.stopping,
     )
     helpers = [asyncio.create_task(s(process), name="flo-sidecar") for s in _SIDECARS]
+
+    def sidecar_done(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s", task.exception())
+            shutdown.stop("a sidecar failed")
+
+    for helper in helpers:
+        helper.add_done_callback(sidecar_done)
     parent = os.environ.get(_supervisor.PARENT_ENV)
     if parent:
         helpers.append(asyncio.create_task(_watch_parent(int(parent), shutdown)))
@@ -199,15 +207,17 @@ async def _run(workers: list[_targets.Worker], client: FloClient, params: dict[s
         aborting.cancel()
         for helper in helpers:
             helper.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)
+        outcomes = await asyncio.gather(*helpers, return_exceptions=True)
+    if any(isinstance(o, Exception) for o in outcomes):
+        code = 1
     log.info("stopped")
     return code
 
 
 def add_sidecar(sidecar: Sidecar, *options: click.Option) -> None:
     """Run ``sidecar(process)`` beside the workers of every worker process (cancelled
-    once they stopped), and add ``options`` to the command (read them from
-    ``process.params``)."""
+    once they stopped; one that fails stops them, and the process exits 1), and add
+    ``options`` to the command (read them from ``process.params``)."""
     _SIDECARS.append(sidecar)
     worker_command.params[-1:-1] = options  # before the TARGET argument
 
