@@ -16,9 +16,16 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 
-from flo_redis import ActionRegisterOptions, FloClient, RunStatus, WorkerStatus
+from flo_redis import (
+    ActionInvokeOptions,
+    ActionRegisterOptions,
+    FloClient,
+    RunStatus,
+    WorkerStatus,
+)
 from flo_redis.dashboard import RunningDashboard, start_dashboard
 from flo_redis.dashboard.guard import local_path
+from flo_redis.dashboard.sparkline import sparkline
 from flo_redis.streams import StreamDeadLetterOptions
 from flo_redis.types import StreamGroupJoinOptions, StreamGroupNackOptions, WorkerRegisterOptions
 
@@ -275,3 +282,61 @@ async def test_the_command_serves_until_interrupted(redis_url: str, namespace: s
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+def words(text: str) -> str:
+    return " ".join(text.split())
+
+
+async def test_counts_and_runs_by_state(
+    client: FloClient, read_only: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    await failed_run(client, "pay", "declined")  # 1 failed
+    for _ in range(3):
+        await client.action.invoke("pay", b"")  # 3 pending
+    await client.action.invoke("pay", b"", ActionInvokeOptions(delay_ms=3_600_000))
+    _, body = await get(browser, read_only.url)
+    _, text = parsed(body)
+    assert "pay 3 1 0 0 1 0" in words(text)  # pending delayed running completed failed t/o
+    _, body = await get(browser, read_only.url + "action?name=pay")
+    _, text = parsed(body)
+    assert "pending 3 delayed 1 running 0 completed 0 failed 1" in words(text)
+    assert "declined" in text  # failed runs first when there are any
+    _, body = await get(browser, read_only.url + "action?name=pay&state=delayed")
+    _, text = parsed(body)
+    assert "in 59 min" in text or "in 60 min" in text  # when the delayed run is due
+    status, body = await get(browser, read_only.url + "action?name=pay&state=bogus")
+    assert status == 400 and "not one of" in body
+
+
+async def test_requeue_every_failed_run_and_purge_a_state(
+    client: FloClient, writable: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    for i in range(3):
+        await failed_run(client, "pay", f"declined {i}")
+    csrf = await log_in(browser, writable)
+    status, body = await post(
+        browser,
+        writable.url + "action/requeue-failed",
+        {"name": "pay", "csrf": csrf, "next": "/action?name=pay"},
+    )
+    assert status == 200 and "3 failed runs re-queued." in body
+    counts = await client.action.counts("pay")
+    assert (counts.pending, counts.failed) == (3, 0)
+    purge = {"name": "pay", "state": "pending", "csrf": csrf, "next": "/action?name=pay"}
+    status, body = await post(browser, writable.url + "action/purge", purge)
+    assert status == 400 and "confirm" in body  # not without the box ticked
+    assert (await client.action.counts("pay")).pending == 3
+    status, body = await post(browser, writable.url + "action/purge", {**purge, "confirm": "yes"})
+    assert status == 200 and "3 runs purged." in body
+    assert (await client.action.counts("pay")).pending == 0
+
+
+def test_a_sparkline_draws_every_series_on_one_scale() -> None:
+    line = sparkline([0, 2, 4], [1, 0, 0])
+    assert line.totals == (6, 1) and line.peak == 4
+    completed = [tuple(map(float, xy.split(","))) for xy in line.lines[0].split()]
+    failed = [tuple(map(float, xy.split(","))) for xy in line.lines[1].split()]
+    assert [x for x, _ in completed] == [x for x, _ in failed]  # same minutes
+    assert completed[2][1] < failed[0][1] < completed[0][1]  # 4 above 1 above 0
+    assert sparkline([0, 0], [0, 0]).lines[0] == sparkline([0, 0], [0, 0]).lines[1]

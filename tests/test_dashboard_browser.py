@@ -89,14 +89,14 @@ async def test_an_operator_requeues_a_failed_run_and_a_worker_completes_it(
 
     await client.action.register("charge-card", options=ActionRegisterOptions(max_retries=1))
     await client.action.register(HTML_NAME)
-    for _ in range(3):
-        await client.action.invoke(HTML_NAME, b"")
+    await client.action.invoke_many(HTML_NAME, [b""] * 25)
     task = asyncio.create_task(worker.start())
     try:
         run_id = (await client.action.invoke("charge-card", b'{"amount": 42}')).run_id
         await eventually(
             lambda: client.action.status(run_id), lambda s: s.status == RunStatus.FAILED
         )
+        await eventually(lambda: client.action.counts(HTML_NAME), lambda c: c.completed == 25)
         async with dashboard(client) as dash:
             await refused_without_token(chromium, dash, run_id, shots)
             # The operator's requeue succeeds only once the card is accepted.
@@ -120,6 +120,10 @@ async def refused_without_token(
     # The HTML in a name is shown as text; the page holds no <b> element of it.
     await page.get_by_text(HTML_NAME, exact=True).wait_for()
     assert await page.locator("td b").count() == 0
+    # Counts per state, and the last hour's throughput drawn for each action.
+    html_row = page.locator("tr", has=page.get_by_role("link", name=HTML_NAME, exact=True))
+    assert "25" in await html_row.locator("td").nth(4).inner_text()  # completed
+    await html_row.get_by_role("img", name="last hour: 25 completed, 0 failed").wait_for()
     await page.screenshot(path=str(shots / "dashboard-overview.png"), full_page=True)
 
     await page.get_by_role("link", name="charge-card", exact=True).click()

@@ -32,6 +32,8 @@ TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Envir
 # What a finished change says on the page it returns to (never text from the request).
 DONE = {
     "requeued": "Run re-queued: it waits for a worker again.",
+    "requeued_all": "{n} failed runs re-queued.",
+    "purged": "{n} runs purged.",
     "drained": "Worker told to drain: it takes no new work and stops when its runs finish.",
     "replayed": "Dead letters appended to the stream again.",
     "login": "Logged in: changes are allowed from this browser.",
@@ -70,6 +72,8 @@ def create_app(client: FloClient, guard: Guard) -> web.Application:
     app.router.add_post("/login", login)
     app.router.add_post("/logout", logout)
     app.router.add_post("/run/requeue", requeue_run)
+    app.router.add_post("/action/requeue-failed", requeue_failed)
+    app.router.add_post("/action/purge", purge)
     app.router.add_post("/worker/drain", drain_worker)
     app.router.add_post("/group/replay", replay)
     app.router.add_get("/static/style.css", stylesheet)
@@ -130,7 +134,7 @@ async def _page(
             access=app[GUARD].access(request),
             namespace=client.namespace,
             now_ms=now_ms,
-            done=DONE.get(request.query.get("done", ""), ""),
+            done=_done(request),
             refresh=int(refresh) if refresh in ("2", "5", "10", "30") else 0,
             here=str(here),
             refreshing=str(here.update_query(refresh=5)),
@@ -138,6 +142,13 @@ async def _page(
         )
     )
     return web.Response(text=html, content_type="text/html", status=status)
+
+
+def _done(request: web.Request) -> str:
+    """The note of a finished change; its only input besides the kind is a count."""
+    note = DONE.get(request.query.get("done", ""), "")
+    count = request.query.get("n", "")
+    return note.format(n=int(count) if count.isdigit() else "The")
 
 
 def _required(request: web.Request, name: str) -> str:
@@ -157,7 +168,13 @@ async def overview(request: web.Request) -> web.StreamResponse:
 
 async def action(request: web.Request) -> web.StreamResponse:
     name = _required(request, "name")
-    page = await data.action_page(request.app[CLIENT], name)
+    cursor = request.query.get("cursor")
+    page = await data.action_page(
+        request.app[CLIENT],
+        name,
+        request.query.get("state") or None,
+        cursor.encode() if cursor else None,
+    )
     if page.info is None:
         raise NotFoundError(f"action {name!r} is not registered in this namespace")
     return await _page(request, "action.html", {"page": page})
@@ -211,10 +228,13 @@ async def _form(request: web.Request) -> Mapping[str, str]:
     return fields
 
 
-def _back(fields: Mapping[str, str], done: str, default: str = "/") -> web.HTTPSeeOther:
+def _back(
+    fields: Mapping[str, str], done: str, default: str = "/", count: int | None = None
+) -> web.HTTPSeeOther:
     target = local_path(fields.get("next", ""), default)
     joiner = "&" if "?" in target else "?"
-    return web.HTTPSeeOther(f"{target}{joiner}done={done}")
+    counted = "" if count is None else f"&n={count}"
+    return web.HTTPSeeOther(f"{target}{joiner}done={done}{counted}")
 
 
 async def login(request: web.Request) -> web.StreamResponse:
@@ -238,6 +258,20 @@ async def requeue_run(request: web.Request) -> web.StreamResponse:
     run_id = fields.get("id", "")
     await request.app[CLIENT].action.requeue(run_id)
     raise _back(fields, "requeued")
+
+
+async def requeue_failed(request: web.Request) -> web.StreamResponse:
+    fields = await _form(request)
+    result = await request.app[CLIENT].action.requeue_failed(fields.get("name", ""))
+    raise _back(fields, "requeued_all", count=result.count)
+
+
+async def purge(request: web.Request) -> web.StreamResponse:
+    fields = await _form(request)
+    if fields.get("confirm") != "yes":
+        raise ValidationError("tick the box to confirm: a purge deletes the runs for good")
+    result = await request.app[CLIENT].action.purge(fields.get("name", ""), fields.get("state", ""))
+    raise _back(fields, "purged", count=result.count)
 
 
 async def drain_worker(request: web.Request) -> web.StreamResponse:
@@ -275,16 +309,19 @@ def _when(ms: int | None) -> str:
 
 
 def _ago(ms: int | None, now_ms: int) -> str:
+    """How long ago ``ms`` was ("12 s ago"), or how soon it comes ("in 3 min")."""
     if not ms:
         return "—"
-    seconds = max(0, (now_ms - ms) // 1000)
+    seconds = abs(now_ms - ms) // 1000
     if seconds < 90:
-        return f"{seconds} s ago"
-    if seconds < 5400:
-        return f"{seconds // 60} min ago"
-    if seconds < 172800:
-        return f"{seconds // 3600} h ago"
-    return f"{seconds // 86400} d ago"
+        span = f"{seconds} s"
+    elif seconds < 5400:
+        span = f"{seconds // 60} min"
+    elif seconds < 172800:
+        span = f"{seconds // 3600} h"
+    else:
+        span = f"{seconds // 86400} d"
+    return f"in {span}" if ms > now_ms else f"{span} ago"
 
 
 def _preview(raw: bytes | None) -> str:

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..action_ops import ActionCounts, RunPage, RunState
 from ..client import FloClient
 from ..reclaim import LivenessStats
 from ..streams import DeadLetter, StreamDeadLetterOptions
@@ -31,7 +32,7 @@ from ..types import (
 
 MAX_ACTIONS = 500
 MAX_WORKERS = 1000
-FAILED_SHOWN = 100  # failed runs listed on an action page
+RUNS_SHOWN = 50  # runs a page of an action's runs lists
 RECENT_FAILURES = 10  # failed runs on the overview
 GROUP_ROWS = 100  # pending entries / dead letters listed for a group
 REQUEUEABLE = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED)
@@ -40,7 +41,7 @@ REQUEUEABLE = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED)
 @dataclass(frozen=True)
 class ActionRow:
     info: ActionInfo
-    failed: int  # failed runs kept (at most FAILED_SHOWN are counted)
+    counts: ActionCounts
     workers: int  # registered workers serving it
 
 
@@ -63,7 +64,8 @@ class Overview:
 @dataclass(frozen=True)
 class ActionPage:
     info: ActionInfo | None
-    failed: list[ActionRunStatus]
+    counts: ActionCounts
+    runs: RunPage
     stats: LivenessStats
     workers: list[WorkerInfo]
 
@@ -117,33 +119,41 @@ def summarize(workers: Sequence[WorkerInfo]) -> WorkerSummary:
 
 
 async def overview(client: FloClient) -> Overview:
+    """Every action with its counts, the workers, and the newest failed runs."""
     actions, more = await list_actions(client)
     workers = await list_workers(client)
-    failed = await asyncio.gather(
-        *(client.action.failed(a.name, limit=FAILED_SHOWN) for a in actions)
-    )
+    counts = await asyncio.gather(*(client.action.counts(a.name) for a in actions))
     rows = [
-        ActionRow(a, len(f), sum(1 for w in workers if a.name in w.task_types))
-        for a, f in zip(actions, failed, strict=True)
+        ActionRow(a, c, sum(1 for w in workers if a.name in w.task_types))
+        for a, c in zip(actions, counts, strict=True)
     ]
+    failing = [r.info.name for r in rows if r.counts.failed + r.counts.timed_out]
+    pages = await asyncio.gather(
+        *(client.action.runs(n, RunState.FAILED, limit=RECENT_FAILURES) for n in failing)
+    )
     failures = sorted(
-        (run for runs in failed for run in runs),
+        (run for page in pages for run in page.runs),
         key=lambda r: r.completed_at_ms or 0,
         reverse=True,
     )[:RECENT_FAILURES]
     return Overview(rows, more, failures, summarize(workers))
 
 
-async def action_page(client: FloClient, name: str) -> ActionPage:
-    """One action's settings, failed runs and liveness counters; NotFoundError if it is
-    not registered."""
+async def action_page(
+    client: FloClient, name: str, state: str | None, cursor: bytes | None
+) -> ActionPage:
+    """One action: its settings, counts, a page of its runs in ``state`` (by default
+    failed ones if there are any, else pending ones), liveness counters and workers.
+    NotFoundError if it is not registered."""
+    counts = await client.action.counts(name)
+    if state is None:
+        state = RunState.FAILED if counts.failed + counts.timed_out else RunState.PENDING
+    runs = await client.action.runs(name, state, limit=RUNS_SHOWN, cursor=cursor)
     stats = await client.action.stats(name)
-    failed = await client.action.failed(name, limit=FAILED_SHOWN)
     actions = await client.action.list(ActionListOptions(prefix=name, limit=1))
     info = next((a for a in actions.actions if a.name == name), None)
     workers = [w for w in await list_workers(client) if name in w.task_types]
-    failed.sort(key=lambda r: r.completed_at_ms or 0, reverse=True)
-    return ActionPage(info, failed, stats, workers)
+    return ActionPage(info, counts, runs, stats, workers)
 
 
 async def group_page(client: FloClient, stream: str, group: str) -> GroupPage:

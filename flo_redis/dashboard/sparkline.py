@@ -1,4 +1,4 @@
-"""A throughput sparkline: per-minute counts as the points of an inline SVG polyline.
+"""A throughput sparkline: per-minute counts as the points of inline SVG polylines.
 
 No script and no image request: the page carries the drawing itself, so it shows under
 the dashboard's strict Content-Security-Policy and without network access.
@@ -16,26 +16,27 @@ _PAD = 2
 
 @dataclass(frozen=True)
 class Sparkline:
-    """``points`` for ``<polyline points=...>`` in a WIDTH x HEIGHT box (y grows
-    downwards), the ``total`` and ``peak`` it draws, for the label beside it."""
+    """One ``<polyline points=...>`` value per series in a WIDTH x HEIGHT box (y grows
+    downwards), all on one scale; each series' ``totals`` and the ``peak`` minute."""
 
-    points: str
-    total: int
+    lines: tuple[str, ...]
+    totals: tuple[int, ...]
     peak: int
     width: int = WIDTH
     height: int = HEIGHT
 
 
-def sparkline(values: Sequence[int]) -> Sparkline:
-    """Scale ``values`` (oldest first) to the box; all zeros draw a flat baseline."""
-    if not values:
-        values = [0]
-    peak = max(values)
+def sparkline(*series: Sequence[int]) -> Sparkline:
+    """Scale every series (oldest first) to the box by the highest value of any; all
+    zeros draw a flat baseline."""
+    peak = max((max(s) for s in series if s), default=0)
     span = HEIGHT - 2 * _PAD
-    step = (WIDTH - 2 * _PAD) / max(len(values) - 1, 1)
-    coords = []
-    for i, v in enumerate(values):
-        x = _PAD + i * step
-        y = HEIGHT - _PAD - (span * v / peak if peak > 0 else 0)
-        coords.append(f"{x:.1f},{y:.1f}")
-    return Sparkline(" ".join(coords), sum(values), peak)
+    lines = []
+    for values in series:
+        step = (WIDTH - 2 * _PAD) / max(len(values) - 1, 1)
+        coords = (
+            f"{_PAD + i * step:.1f},{HEIGHT - _PAD - (span * v / peak if peak else 0):.1f}"
+            for i, v in enumerate(values or [0])
+        )
+        lines.append(" ".join(coords))
+    return Sparkline(tuple(lines), tuple(sum(s) for s in series), peak)
