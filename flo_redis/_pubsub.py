@@ -2,11 +2,11 @@
 
 Wake-ups (:mod:`flo_redis._wake`) and liveness (:mod:`flo_redis.liveness`) each hold their
 sharded channels (``SSUBSCRIBE``) through a :class:`Subscriber` of their own; what the
-channels mean to the scripts is in ``lua/README.md`` ("Liveness"). A subscriber routes a
-channel to the primary owning its hash slot, with one connection of its own (the
-client's settings) and one reader task per node; sends one ``SSUBSCRIBE`` per slot (a
-cluster refuses several slots in one); and counts a channel as subscribed once Redis
-confirmed it. A subscription lost — connection dropped, slot moved (Redis unsubscribes
+channels mean to the scripts is in ``lua/README.md`` ("Wake-ups", "Liveness"). A
+subscriber routes a channel to the primary owning its hash slot, with one connection of
+its own (the client's settings) and one reader task per node; sends one ``SSUBSCRIBE``
+per slot (a cluster refuses several slots in one); and counts a channel as subscribed
+once Redis confirmed it. A subscription lost — connection dropped, slot moved (Redis unsubscribes
 it), subscribe redirected (``MOVED``/``TRYAGAIN``) — is made again where the slot lives
 now, after reloading the slot map. The users' real differences are named parameters:
 

@@ -1,12 +1,10 @@
-"""Wake-ups: idle pollers sleep until a script announces work, not on a polling interval.
+"""Wake-ups: the poller's side of ``lua/README.md`` ("Wake-ups").
 
-Scripts that make work available ``SPUBLISH`` on the queue's wake channel (which ones,
-and when: ``lua/README.md``). A poller *first* arms its :class:`Watch` — the wake
-subscriptions stand, confirmed — *then* runs its claim, then sleeps: a wake-up published
-between "nothing to claim" and "start waiting" is never missed. The subscribing (one
-connection per node, moved slots, lost connections) is :mod:`flo_redis._pubsub`'s; a
-waker is its message-delivering kind, and any one-off wait for a message (e.g. for a
-run to end) listens on the client's waker too, never on the liveness connection.
+A poller arms its :class:`Watch` (its wake subscriptions stand, confirmed), *then* runs
+its claim, then sleeps on the watch until a wake-up or its deadline. The subscribing is
+:mod:`flo_redis._pubsub`'s; a :class:`Waker` is its message-delivering kind, and a
+one-off wait for a message (``client.action.wait``) listens on the client's waker too,
+never on the liveness connection.
 """
 
 from __future__ import annotations

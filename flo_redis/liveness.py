@@ -1,17 +1,9 @@
-"""Owner liveness: how Redis can tell that a worker process is gone.
+"""Owner liveness: this process's owner channels, held so Redis can tell when it is gone.
 
-Each client that takes work is an *owner* (``client.owner_id``) and keeps a dedicated
-pub/sub connection, :class:`Liveness`, that only holds sharded subscriptions
-(``SSUBSCRIBE``) to its owner channel in every hash slot it takes work in — subscribed
-before its first claim there — and never receives a message. When the process dies,
-Redis drops the connection and the channel's subscriber count falls to 0; the reclaim
-scripts (:mod:`flo_redis.reclaim`) read that count with ``PUBSUB SHARDNUMSUB``.
-
-On Redis Cluster a channel is subscribed on the primary that owns its slot: one
-liveness connection per node, each named ``flo-live:<owner>`` (``CLIENT LIST``).
-Nothing is ever published on a liveness channel, and wake-ups ride another connection:
-a frozen process whose liveness connection filled with messages would be disconnected
-by Redis for its output buffer — a false death.
+What it is for and how the scripts judge an owner: README ("When a worker process dies")
+and ``lua/README.md`` ("Liveness"). This module holds the subscriptions
+(:class:`Liveness`, through :mod:`flo_redis._pubsub`); :mod:`flo_redis.reclaim` runs the
+scripts that read them.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Reclaim: a dead worker process's runs come back in about a second.
 
-The reclaim script (``action_reclaim``) combines the exact owner recorded on each run
-with ``PUBSUB SHARDNUMSUB`` of that owner's liveness channel (:mod:`flo_redis.liveness`):
-an owner without a subscriber is first *suspected*, and only if it is still absent after
-a grace period (default :data:`DEFAULT_GRACE_MS`) are its runs taken back, each counting
-the attempt it spent. A live process whose liveness connection blips subscribes again
-within the grace and keeps everything; a frozen process keeps its connection, so only its
-lease deadlines apply to it.
-
+How the reclaim scripts judge an owner (present, suspected, gone after the grace,
+:data:`DEFAULT_GRACE_MS`) is in ``lua/README.md`` ("Liveness"); this module calls them.
 :class:`Reaper` runs the reclaim periodically in every worker process, so dead work comes
 back even when nothing new is invoked or polled. :func:`liveness_stats` reads the
 counters the scripts keep: reclaims by cause, stale reports refused, slot occupancy.
