@@ -3,6 +3,9 @@
 Action ``hold``: the handler records its process id under ``<namespace>:pid:<run id>``,
 then waits until the key ``<namespace>:gate`` exists and returns the process id.
 Action ``stubborn``: the handler ignores cancellation and never returns.
+``build_stream``: a StreamWorker adding each payload of stream ``events`` to the set
+``<namespace>:seen``.
+Action ``blocking``: a plain ``def`` handler that blocks its thread for an hour.
 """
 
 from __future__ import annotations
@@ -10,10 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 
 import redis.asyncio as aioredis
 
-from flo_redis import ActionContext, ActionRegisterOptions, ActionWorker, FloClient
+from flo_redis import (
+    ActionContext,
+    ActionRegisterOptions,
+    ActionWorker,
+    FloClient,
+    StreamContext,
+    StreamWorker,
+)
 
 # The command moves a worker made at import onto its own --url and --namespace.
 module_worker = FloClient("redis://127.0.0.1:1", namespace="unused").new_action_worker()
@@ -38,8 +49,14 @@ async def stubborn(ctx: ActionContext) -> bytes:
             await asyncio.sleep(3600)
 
 
+def blocking(ctx: ActionContext) -> bytes:
+    time.sleep(3600)  # a plain def handler, stuck in its thread
+    return b""
+
+
 def _actions(worker: ActionWorker) -> ActionWorker:
     worker.register_action("hold", hold, ActionRegisterOptions(timeout_ms=120_000))
+    worker.register_action("blocking", blocking, ActionRegisterOptions(timeout_ms=120_000))
     worker.register_action("stubborn", stubborn, ActionRegisterOptions(timeout_ms=120_000))
     return worker
 
@@ -54,6 +71,17 @@ def build(client: FloClient) -> ActionWorker:
 async def build_async(client: FloClient) -> ActionWorker:
     await client.server_time_ms()  # the client is connected when this is called
     return _actions(client.new_action_worker(concurrency=4, block_ms=1000))
+
+
+def build_stream(client: FloClient) -> StreamWorker:
+    async def handle(ctx: StreamContext) -> None:
+        raw = aioredis.Redis.from_url(os.environ["CLI_APP_URL"])
+        try:
+            await raw.sadd(f"{ctx.namespace}:seen", ctx.payload)
+        finally:
+            await raw.aclose()
+
+    return client.new_stream_worker(stream="events", group="g", handler=handle, block_ms=1000)
 
 
 def build_nothing(client: FloClient) -> str:

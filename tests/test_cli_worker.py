@@ -115,6 +115,20 @@ async def test_a_handler_that_ignores_cancellation_does_not_hold_the_exit(
     assert "still running 5 s after they were cancelled" in cmd.output()
 
 
+async def test_a_plain_def_handler_stuck_in_its_thread_is_given_back_and_left_behind(
+    command, client: FloClient, redis_url: str, namespace: str
+) -> None:
+    cmd = command(*_worker(redis_url, namespace, "--shutdown-timeout", "0.5"), "cli_app:build")
+    await _workers(client, 1)
+    run = await client.action.invoke("blocking", b"")
+    await _status(client, run.run_id, RunStatus.RUNNING)
+    cmd.signal(signal.SIGTERM)
+    assert cmd.exits(0)
+    status = await client.action.status(run.run_id)
+    assert (status.status, status.attempt) == (RunStatus.PENDING, 0)
+    assert "a handler thread is still running; exiting without it" in cmd.output()
+
+
 async def test_processes_restarts_a_killed_child_and_its_runs_come_back(
     command, client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
@@ -159,6 +173,17 @@ async def test_targets_a_worker_or_a_function_that_builds_one(
     await _workers(client, 1)
     run = await client.action.invoke("hold", b"")
     await _status(client, run.run_id, RunStatus.COMPLETED)
+    cmd.signal(signal.SIGTERM)
+    assert cmd.exits(0)
+
+
+async def test_a_stream_worker_target(
+    command, client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
+) -> None:
+    for i in range(3):
+        await client.stream.append("events", f"e{i}".encode())
+    cmd = command(*_worker(redis_url, namespace), "cli_app:build_stream")
+    await eventually(lambda: raw.scard(f"{namespace}:seen"), lambda n: n == 3, timeout=30)
     cmd.signal(signal.SIGTERM)
     assert cmd.exits(0)
 

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -289,7 +290,14 @@ def worker_command(ctx: click.Context, /, targets: tuple[str, ...], **params: An
         args = _supervisor.child_args(ctx, processes_param="processes")
         sys.exit(_supervisor.Supervisor(args, params["processes"], params).run())
     found = [(spec, _targets.load(spec)) for spec in targets]  # before anything connects
-    sys.exit(asyncio.run(serve(found, params)))
+    code = asyncio.run(serve(found, params))
+    if any(t.is_alive() for t in threading.enumerate() if t is not threading.main_thread()):
+        # A plain ``def`` handler still blocked in its thread after its run was given
+        # back: the interpreter would wait for it at exit.
+        log.warning("a handler thread is still running; exiting without it")
+        logging.shutdown()
+        os._exit(code)
+    sys.exit(code)
 
 
 def register(group: click.Group) -> None:
