@@ -14,6 +14,9 @@ if TYPE_CHECKING:
 
 W = TypeVar("W", bound="WorkerLifecycle")
 
+# After abort(), how often handlers that are still running are cancelled again.
+_RECANCEL_S = 0.2
+
 
 class WorkerLifecycle:
     """A worker opens its own client (same endpoint, namespace and settings as the
@@ -72,9 +75,11 @@ class WorkerLifecycle:
         handler (each gives its work back) and wait for the rest."""
         while tasks:
             if self._abort.is_set():
+                # Again and again: a handler can swallow a cancellation and run on (some
+                # client libraries do, in a command that was under way).
                 for task in handlers():
                     task.cancel()
-                await asyncio.gather(*list(tasks), return_exceptions=True)
+                await asyncio.wait(set(tasks), timeout=_RECANCEL_S)
                 continue
             abort = asyncio.ensure_future(self._abort.wait())
             try:

@@ -477,7 +477,9 @@ class ActionWorker(WorkerLifecycle):
                 asyncio.get_running_loop().time() - began,
             )
         except asyncio.CancelledError:
-            # Shutdown: hand the run back without counting the attempt.
+            # Shutdown: hand the run back without counting the attempt. The handler is
+            # over, so an abort that cancels again does not cancel the release.
+            self._handler_done(ctx.task_id)
             await self._deliver(ctx, _Report("release"))
             raise
         finally:

