@@ -50,16 +50,11 @@ if reclaim_refused(grace_ms, batch, owners, channels) then return {ST_OUT_OF_RAN
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
-local reclaimed, ready, budget = 0, 0, batch
+local reclaimed, ready, budget = 0, 0, {left = batch}
 
 -- Take back what `owner` holds, up to the budget; true once nothing of it is left.
 local function take_back(owner)
-  if budget <= 0 then return false end
-  local entries = owned_range(k.owned, owner, budget)
-  for _, entry in ipairs(entries) do
-    budget = budget - 1
-    redis.call('ZREM', k.owned, entry)
-    local _, run_id = owned_split(entry)
+  return owned_take_back(k.owned, owner, budget, function(run_id)
     local run = run_load(k.runs, run_id)
     if run and run.s == RUN_RUNNING and run.o == owner then
       redis.call('ZREM', k.leases, run_id)
@@ -72,8 +67,7 @@ local function take_back(owner)
         queue_bury(k, run_id, run, now, RUN_FAILED)
       end
     end
-  end
-  return #owned_range(k.owned, owner, 1) == 0
+  end)
 end
 
 local judged = owners_judge(k.owners, owners, channels, now, grace_ms, take_back)

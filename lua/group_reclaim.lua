@@ -40,22 +40,16 @@ local owners = cmsgpack.unpack(ARGV[4])
 if reclaim_refused(grace_ms, batch, owners, channels) then return {ST_OUT_OF_RANGE} end
 if not group_exists(k.log, k.config) then return {ST_NO_GROUP} end
 local now = now_ms()
-local reclaimed, budget = 0, batch
+local reclaimed, budget = 0, {left = batch}
 
 -- Make what `owner` holds due now, up to the budget; true once nothing of it is left.
 local function give_back(owner)
-  if budget <= 0 then return false end
-  local entries = owned_range(g.owned, owner, budget)
-  for _, entry in ipairs(entries) do
-    budget = budget - 1
-    redis.call('ZREM', g.owned, entry)
-    local _, id = owned_split(entry)
+  return owned_take_back(g.owned, owner, budget, function(id)
     if group_delivery(g.deliveries, id).o == owner and group_pending_entry(k.log, group, id) then
       redis.call('ZADD', g.due, now, id)
       reclaimed = reclaimed + 1
     end
-  end
-  return #owned_range(g.owned, owner, 1) == 0
+  end)
 end
 
 local judged = owners_judge(g.owners, owners, channels, now, grace_ms, give_back)

@@ -37,6 +37,21 @@ local function owned_split(entry)
   return string.sub(entry, 1, at - 1), string.sub(entry, at + 1)
 end
 
+-- Take back what `owner` holds: each of its index entries in `owned_key` is removed and
+-- passed to give_back_one(id), at most budget.left entries in all (budget is shared by
+-- the owners of one call). True once nothing of the owner is left -- the take_back that
+-- owners_judge expects; false when the budget ran out first.
+local function owned_take_back(owned_key, owner, budget, give_back_one)
+  if budget.left <= 0 then return false end
+  for _, entry in ipairs(owned_range(owned_key, owner, budget.left)) do
+    budget.left = budget.left - 1
+    redis.call('ZREM', owned_key, entry)
+    local _, id = owned_split(entry)
+    give_back_one(id)
+  end
+  return #owned_range(owned_key, owner, 1) == 0
+end
+
 -- Is `channel` named for `owner` (flo_redis.keys.owner_channel: "...:<owner>")? A
 -- caller pairing an owner with someone else's channel is refused, not believed.
 local function owner_channel_of(channel, owner)
