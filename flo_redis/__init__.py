@@ -1,4 +1,4 @@
-"""flo-redis: Flo-style action and stream workers on an existing Redis.
+"""flo-redis: Flo-style action and stream workers and queues on an existing Redis.
 
 Change ``from flo import FloClient`` to ``from flo_redis import FloClient`` and point the
 endpoint at your Redis (``redis://localhost:6379``); the worker API is flo-python 0.1.2's.
@@ -40,6 +40,7 @@ from .errors import (
     WaitTimeoutError,
     is_connection_error,
 )
+from .queue import QueueOperations
 from .results import JsonSerializer, ResultEncodingError, ResultSerializer
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from .streams import (
@@ -51,6 +52,7 @@ from .streams import (
 from .tasks import WorkerOperations
 from .types import (
     MAX_BLOCK_MS,
+    AckOptions,
     ActionDeleteOptions,
     ActionInfo,
     ActionInvokeOptions,
@@ -61,6 +63,14 @@ from .types import (
     ActionRunStatus,
     ActionStatusOptions,
     ActionType,
+    DequeueOptions,
+    DequeueResult,
+    DlqListOptions,
+    DlqRequeueOptions,
+    EnqueueOptions,
+    Message,
+    NackOptions,
+    PeekOptions,
     PendingEntry,
     Ran,
     Reason,
@@ -111,6 +121,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_RETRY_POLICY",
     "MAX_BLOCK_MS",
+    "AckOptions",
     "ActionContext",
     "ActionCounts",
     "ActionDeleteOptions",
@@ -133,6 +144,11 @@ __all__ = [
     "ConflictError",
     "ConnectionFailedError",
     "DeadLetter",
+    "DequeueOptions",
+    "DequeueResult",
+    "DlqListOptions",
+    "DlqRequeueOptions",
+    "EnqueueOptions",
     "FloClient",
     "FloError",
     "GenericServerError",
@@ -143,14 +159,18 @@ __all__ = [
     "InvalidMagicError",
     "JsonSerializer",
     "KeyTooLargeError",
+    "Message",
+    "NackOptions",
     "NamespaceTooLargeError",
     "NonRetryableError",
     "NotConnectedError",
     "NotFoundError",
     "OverloadedError",
     "PayloadTooLargeError",
+    "PeekOptions",
     "PendingEntry",
     "ProtocolError",
+    "QueueOperations",
     "Ran",
     "RateLimitedError",
     "Reason",

@@ -22,10 +22,11 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from redis import Redis as SyncRedis
 
+from . import _queue_replies as q
 from . import _replies as r
 from ._lua import LuaSourceError
 from ._scripts import SCRIPTS, Arg, RedisConn, run, run_sync
-from .keys import ActionKeys, GroupKeys, NamespaceKeys, OwnerChannel, StreamKeys
+from .keys import ActionKeys, GroupKeys, NamespaceKeys, OwnerChannel, QueueKeys, StreamKeys
 
 R = TypeVar("R")
 
@@ -137,6 +138,7 @@ A = ActionKeys
 G = (StreamKeys, GroupKeys)
 N = NamespaceKeys
 S = StreamKeys
+Q = QueueKeys
 
 # Action queues and runs.
 ACTION_REGISTER = Script("action_register", A, r.done)
@@ -187,6 +189,16 @@ GROUP_ACK_MANY = Script("group_ack_many", G, r.settled_many)
 GROUP_NACK = Script("group_nack", G, r.settled)
 GROUP_RECLAIM = Script("group_reclaim", G, r.reclaimed, tail="channels")
 GROUP_REPLAY = Script("group_replay", G, r.replayed)
+
+# Plain queues (client.queue).
+QUEUE_ENQUEUE = Script("queue_enqueue", Q, r.number)
+QUEUE_DEQUEUE = Script("queue_dequeue", Q, q.taken, records_owner=True)
+QUEUE_ACK = Script("queue_ack", Q, q.per_seq)
+QUEUE_NACK = Script("queue_nack", Q, q.per_seq)
+QUEUE_PEEK = Script("queue_peek", Q, q.listed)
+QUEUE_DLQ_LIST = Script("queue_dlq_list", Q, q.listed)
+QUEUE_DLQ_REQUEUE = Script("queue_dlq_requeue", Q, q.per_seq)
+QUEUE_RECLAIM = Script("queue_reclaim", Q, r.reclaimed, tail="channels")
 
 ALL: dict[str, Script[Any]] = {s.name: s for s in globals().values() if isinstance(s, Script)}
 """Every declared script by name (a test holds this equal to the files in ``lua/``)."""

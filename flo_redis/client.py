@@ -5,7 +5,7 @@ password) or flo's bare ``host:port``; a Redis Cluster is reached with
 ``redis+cluster://host:port`` (``rediss+cluster://`` for TLS) or ``cluster=True``, naming
 any one node (the others are discovered). Every state change is one Lua script; this class
 holds the connection pool, the wake-up subscriptions and the namespace, and hands out the
-operation groups ``action``, ``worker`` and ``stream``.
+operation groups ``action``, ``worker``, ``stream`` and ``queue``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from .errors import (
 )
 from .keys import check_name, check_namespace
 from .liveness import DEFAULT_GRACE_MS, Liveness
+from .queue import QueueOperations
 from .results import JSON, ResultSerializer
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from .slots import SlotOperations
@@ -222,6 +223,7 @@ class FloClient:
         self.action = ActionOperations(self)
         self.worker = WorkerOperations(self)
         self.stream = StreamOperations(self)
+        self.queue = QueueOperations(self)
         self.slots = SlotOperations(self)
 
     # --- flo's surface -------------------------------------------------------------

@@ -296,3 +296,45 @@ def stream_keys(namespace: str, stream: str, partition: int = 0) -> StreamKeys:
         meta=f"{base}:meta",
         wake=f"{base}:wake",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Keys of one plain queue (``client.queue``); all in one hash slot. Field names are
+    the names the ``queue_*`` scripts give their KEYS."""
+
+    namespace: str
+    queue: str
+    tag: str
+    meta: str  # HASH  seq: the last sequence number; stat:* counters
+    msgs: str  # HASH  seq -> msgpack record {p, t, d, m, o, x} (lua/lib/message.lua)
+    bodies: str  # HASH  seq -> payload bytes
+    ready: str  # ZSET  seq -> priority * 2^45 + seq (lowest first)
+    leases: str  # ZSET  seq -> visibility deadline ms (delivered, not yet acked)
+    dead: str  # ZSET  seq -> ms it was dead-lettered
+    owners: str  # HASH  owner id -> ms since it is suspected gone (0: not suspected)
+    owned: str  # ZSET  "<owner>\0<seq>" (score 0): the deliveries each owner holds
+    wake: str  # sharded pub/sub channel announcing messages to take
+
+
+def queue_keys(namespace: str, queue: str) -> QueueKeys:
+    """The keys of ``queue`` in ``namespace`` (validated names): tag ``{<namespace>:<queue>}``
+    under the prefix ``flo:q:``, apart from actions and streams of the same name."""
+    check_namespace(namespace)
+    check_name("queue name", queue)
+    tag = f"{{{namespace}:{queue}}}"
+    base = f"{PREFIX}:q:{tag}"
+    return QueueKeys(
+        namespace=namespace,
+        queue=queue,
+        tag=tag,
+        meta=f"{base}:meta",
+        msgs=f"{base}:msgs",
+        bodies=f"{base}:bodies",
+        ready=f"{base}:ready",
+        leases=f"{base}:leases",
+        dead=f"{base}:dead",
+        owners=f"{base}:owners",
+        owned=f"{base}:owned",
+        wake=f"{base}:wake",
+    )

@@ -1,4 +1,4 @@
-"""Enums, limits, option and result classes of the action, worker and stream API.
+"""Enums, limits, option and result classes of the action, worker, stream and queue API.
 
 Every class here has the public shape of its namesake in flo-python 0.1.2: the
 same field names, order, types and defaults, and the same mutability (all plain,
@@ -17,12 +17,25 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar
 
+from ._queue_types import (  # flo defines the queue's types in flo.types too
+    AckOptions,
+    DequeueOptions,
+    DequeueResult,
+    DlqListOptions,
+    DlqRequeueOptions,
+    EnqueueOptions,
+    Message,
+    NackOptions,
+    PeekOptions,
+)
+
 __all__ = [
     "DEFAULT_WORKER_BLOCK_MS",
     "MAX_BLOCK_MS",
     "MAX_KEY_SIZE",
     "MAX_NAMESPACE_SIZE",
     "MAX_VALUE_SIZE",
+    "AckOptions",
     "ActionDeleteOptions",
     "ActionInfo",
     "ActionInvokeOptions",
@@ -33,6 +46,14 @@ __all__ = [
     "ActionRunStatus",
     "ActionStatusOptions",
     "ActionType",
+    "DequeueOptions",
+    "DequeueResult",
+    "DlqListOptions",
+    "DlqRequeueOptions",
+    "EnqueueOptions",
+    "Message",
+    "NackOptions",
+    "PeekOptions",
     "PendingEntry",
     "Ran",
     "Reason",

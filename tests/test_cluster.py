@@ -1,5 +1,6 @@
 """The same code on a real local 3-master Redis Cluster: actions in different slots, a
-worker serving queues on three nodes, partitioned streams, wake-ups, ``NOSCRIPT`` after
+worker serving queues on three nodes, partitioned streams, plain queues (client.queue)
+on three nodes, wake-ups, ``NOSCRIPT`` after
 ``SCRIPT FLUSH`` on every node, and a queue's slot moved to another node mid-run."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from redis_server import RedisCluster
 from flo_redis import (
     ActionContext,
     ActionWorker,
+    DequeueOptions,
+    EnqueueOptions,
     FloClient,
     RunStatus,
     StreamAppendOptions,
@@ -28,7 +31,7 @@ from flo_redis import (
     StreamWorker,
     WorkerAwaitOptions,
 )
-from flo_redis.keys import action_keys, stream_keys
+from flo_redis.keys import action_keys, queue_keys, stream_keys
 
 pytestmark = pytest.mark.cluster
 
@@ -141,6 +144,42 @@ async def test_an_await_returns_promptly_after_an_invoke(
         # Woken by the wake-up, not by the 20 s deadline.
         assert loop.time() - began < 10
         await cclient.worker.complete("w1", name, run_id, b"")
+
+
+async def test_plain_queues_on_three_nodes(cclient: FloClient, craw: ClusterClient) -> None:
+    """client.queue on every node: priorities, a blocking dequeue woken by an enqueue,
+    nack and redelivery, ack, dead letters and requeue, liveness reclaim."""
+    found: dict[str, str] = {}
+    for i in range(1000):
+        node = await node_of(craw, queue_keys(cclient.namespace, f"q{i}").msgs)
+        found.setdefault(node, f"q{i}")
+        if len(found) == 3:
+            break
+    assert len(found) == 3
+    q = cclient.queue
+    for name in found.values():
+        low = await q.enqueue(name, b"low", EnqueueOptions(priority=9))
+        high = await q.enqueue(name, b"high")
+        got = (await q.dequeue(name, 5)).messages
+        assert [(m.seq, m.payload) for m in got] == [(high, b"high"), (low, b"low")]
+        await q.nack(name, [low])
+        await q.ack(name, [high])
+        waiting = asyncio.create_task(q.dequeue(name, 5, DequeueOptions(block_ms=60_000)))
+        again = (await asyncio.wait_for(waiting, 30)).messages
+        assert [(m.seq, m.delivery_count) for m in again] == [(low, 2)]
+        waiting = asyncio.create_task(
+            q.dequeue(name, 1, DequeueOptions(block_ms=60_000, max_deliveries=1))
+        )
+        await asyncio.sleep(0.2)  # parked on the wake channel
+        fresh = await q.enqueue(name, b"fresh")
+        (msg,) = (await asyncio.wait_for(waiting, 30)).messages  # woken long before 60 s
+        assert msg.seq == fresh
+        await q.nack(name, [fresh])  # its only delivery: dead-lettered
+        assert [m.seq for m in (await q.dlq_list(name)).messages] == [fresh]
+        await q.dlq_requeue(name, [fresh])
+        assert [m.seq for m in (await q.peek(name, 5)).messages] == [fresh]
+        assert (await q.reclaim_gone_owners(name)).reclaimed == 0
+        await q.ack(name, [low])
 
 
 async def test_one_action_worker_serves_queues_on_three_nodes(

@@ -22,6 +22,7 @@ from flo_redis import (
     _stream_codec,
     action_ops,
     actions,
+    queue,
     reclaim,
     slots,
     streams,
@@ -67,6 +68,12 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ("action_requeue_failed.lua", "MAX_BATCH"): [(action_ops.MAX_BATCH, "action_ops.MAX_BATCH")],
     ("slot_acquire.lua", "MAX_SLOTS"): [(slots.MAX_SLOTS, "slots.MAX_SLOTS")],
     ("slot_acquire.lua", "MAX_LEASE_MS"): [(slots.MAX_SLOT_LEASE_MS, "slots.MAX_SLOT_LEASE_MS")],
+    ("lib/message.lua", "MSG_MAX_COUNT"): [(queue.MAX_COUNT, "queue.MAX_COUNT")],
+    ("lib/message.lua", "MSG_MAX_VISIBILITY_MS"): [
+        (queue.MAX_VISIBILITY_MS, "queue.MAX_VISIBILITY_MS"),
+    ],
+    ("lib/message.lua", "MSG_MAX_DELIVERIES"): [(queue.MAX_DELIVERIES, "queue.MAX_DELIVERIES")],
+    ("lib/message.lua", "MSG_SEQ_SPAN"): [(queue.MAX_SEQ + 1, "queue.MAX_SEQ + 1")],
 }
 
 # Python batch sizes of a script that accepts up to a maximum: (Lua max) -> Python values.
@@ -107,6 +114,7 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/workers.lua", "WORKER_REMOVED"): "a removed worker is never listed",
     ("lib/tally.lua", "TALLY_SLOTS"): "one-minute buckets kept: the counts cover an hour",
     ("lib/tally.lua", "TALLY_TIMED_OUT"): "a meta field action_counts reads itself",
+    ("queue_dequeue.lua", "EXPIRE_BATCH"): "expired deliveries taken back per dequeue",
 }
 
 

@@ -21,6 +21,7 @@ from flo_redis.keys import (
     action_keys,
     namespace_keys,
     owner_channel,
+    queue_keys,
     stream_keys,
 )
 
@@ -46,6 +47,9 @@ def script_keys(script: str, namespace: str, name: str, partition: int = 0) -> l
         tag = sk.tag
         source = sk if family == "stream" else (sk, sk.group("billing"))
         tails = {}
+    elif family == "queue":
+        qk = queue_keys(namespace, name)
+        tag, source, tails = qk.tag, qk, {}
     elif family == "worker":
         source = namespace_keys(namespace)
         tag, tails = "", {}

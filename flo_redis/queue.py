@@ -1,0 +1,336 @@
+"""``client.queue``: flo's queue API with at-least-once delivery.
+
+flo-python 0.1.2's queue is at-most-once (dequeue acknowledges as it hands out). Here,
+with flo's signatures and result types, a dequeued message is *delivered*: invisible to
+other consumers until it is acked (removed), nacked (ready again at once) or its
+visibility timeout passes (ready again) — or until its consumer's process is gone, which
+Redis tells through owner liveness (:mod:`flo_redis.liveness`) within about a second.
+Each delivery raises the message's ``delivery_count``, which is also its fencing token;
+past ``max_deliveries`` a message goes to the dead-letter queue, where ``dlq_list`` shows
+it and ``dlq_requeue`` gives it back. Priorities are strict (0 first, 255 last), FIFO
+within one. Every transition is one script (``lua/queue_*.lua``) on the queue's single
+hash slot; a blocking dequeue sleeps on the queue's wake channel, not on a timer.
+
+Ack and nack are answered for the client that dequeued the message (its owner id): a
+message since delivered again, or never delivered to this client, is refused as stale
+(:class:`ConflictError`) and nothing changes. Dead consumers' messages are taken back by
+the dequeues of the queue's other consumers (every 250 ms while messages are out), so a
+queue nobody dequeues from keeps them until someone does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from . import _scripts
+from ._checks import check_bytes, check_count
+from ._gateway import (
+    QUEUE_ACK,
+    QUEUE_DEQUEUE,
+    QUEUE_DLQ_LIST,
+    QUEUE_DLQ_REQUEUE,
+    QUEUE_ENQUEUE,
+    QUEUE_NACK,
+    QUEUE_PEEK,
+    QUEUE_RECLAIM,
+    Script,
+)
+from ._queue_replies import Listed, PerSeq
+from ._queue_types import (
+    AckOptions,
+    DequeueOptions,
+    DequeueResult,
+    DlqListOptions,
+    DlqRequeueOptions,
+    EnqueueOptions,
+    Message,
+    NackOptions,
+    PeekOptions,
+)
+from ._status import Status, refusal
+from .codec import pack
+from .errors import ValidationError, validate_block_ms
+from .keys import QueueKeys, owner_channel, queue_keys
+from .reclaim import MAX_OWNERS_PER_CALL, RECLAIM_BATCH, ReclaimResult
+
+if TYPE_CHECKING:
+    from .client import FloClient
+
+__all__ = ["QueueOperations"]
+
+MAX_COUNT = 1000
+"""Most messages one dequeue, peek, ack, nack or requeue script call handles."""
+MAX_VISIBILITY_MS = 12 * 3600 * 1000
+MAX_DELIVERIES = 1000
+MAX_SEQ = 2**45 - 1
+"""Sequence numbers stay below 2^45 (they share a sorted-set score with the priority)."""
+RECLAIM_EVERY_S = 0.25
+"""How often a client's dequeues look for gone consumers while messages are out."""
+
+
+class QueueOperations:
+    """flo's ``client.queue``: enqueue, dequeue, ack, nack, dlq_list, dlq_requeue, peek."""
+
+    def __init__(self, client: FloClient) -> None:
+        self._client = client
+        self._reclaim_due: dict[str, float] = {}
+
+    def _keys(self, queue: str, namespace: str | None) -> QueueKeys:
+        return queue_keys(self._client.get_namespace(namespace), queue)
+
+    async def enqueue(
+        self, queue: str, payload: bytes, options: EnqueueOptions | None = None
+    ) -> int:
+        """Add ``payload`` to ``queue``; returns its sequence number. ``priority`` 0-255,
+        lower is taken first; FIFO within one priority. Wakes blocked dequeues."""
+        opts = options or EnqueueOptions()
+        keys = self._keys(queue, opts.namespace)
+        priority = check_count("priority", opts.priority, 0, 255)
+        data = check_bytes("payload", payload, self._client.max_payload_bytes)
+        reply = await QUEUE_ENQUEUE(self._client, keys, [priority, data])
+        _check_status(reply.status, "enqueue")
+        return reply.value
+
+    async def dequeue(
+        self, queue: str, count: int, options: DequeueOptions | None = None
+    ) -> DequeueResult:
+        """Deliver up to ``count`` messages (1..1000), lowest priority first, waiting up
+        to ``block_ms`` for the first one (None or 0: answer now). Each stays invisible to
+        other consumers for ``visibility_timeout_ms`` unless acked or nacked first."""
+        opts = options or DequeueOptions()
+        keys = self._keys(queue, opts.namespace)
+        check_count("count", count, 1, MAX_COUNT)
+        block_ms = 0 if opts.block_ms is None else opts.block_ms
+        validate_block_ms(block_ms)
+        visibility = check_count(
+            "visibility_timeout_ms", opts.visibility_timeout_ms, 1, MAX_VISIBILITY_MS
+        )
+        limit = check_count("max_deliveries", opts.max_deliveries, 1, MAX_DELIVERIES)
+        args: list[_scripts.Arg] = [self._client.owner_id, count, visibility, limit]
+        if block_ms == 0:
+            await self._reclaim_if_due(keys)
+            messages, _ = await self._take(keys, args)
+            return DequeueResult(messages)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + block_ms / 1000.0
+        async with self._client.waker.watching([keys.wake]) as watch:
+            while True:
+                await watch.arm()
+                until_reclaim = await self._reclaim_if_due(keys)
+                messages, next_deadline_s = await self._take(keys, args)
+                remaining = deadline - loop.time()
+                if messages or remaining <= 0 or watch.interrupted:
+                    return DequeueResult(messages)
+                if next_deadline_s is not None:
+                    # Messages are out: one may come back by its deadline, or from a
+                    # consumer found gone.
+                    remaining = min(remaining, next_deadline_s, until_reclaim)
+                await watch.wait(remaining)
+                if watch.interrupted:
+                    return DequeueResult([])
+
+    async def ack(self, queue: str, seqs: list[int], options: AckOptions | None = None) -> None:
+        """Remove delivered messages for good. Acking a message acked before changes
+        nothing; one not delivered to this client now (or delivered again since the
+        token in ``options.tokens``) is refused with :class:`ConflictError` after the
+        others took effect; a seq never handed out is :class:`NotFoundError`."""
+        opts = options or AckOptions()
+        await self._report(QUEUE_ACK, "ack", queue, seqs, opts.tokens, opts.namespace)
+
+    async def nack(self, queue: str, seqs: list[int], options: NackOptions | None = None) -> None:
+        """Give delivered messages back: each is ready again at once (or dead-lettered
+        past its ``max_deliveries``). Refusals as for :meth:`ack`."""
+        opts = options or NackOptions()
+        await self._report(QUEUE_NACK, "nack", queue, seqs, opts.tokens, opts.namespace)
+
+    async def dlq_list(self, queue: str, options: DlqListOptions | None = None) -> DequeueResult:
+        """The dead letters, oldest first (at most ``options.limit``); changes nothing."""
+        opts = options or DlqListOptions()
+        keys = self._keys(queue, opts.namespace)
+        limit = check_count("limit", opts.limit, 1, MAX_COUNT)
+        return DequeueResult(_listed(await QUEUE_DLQ_LIST(self._client, keys, [limit])))
+
+    async def dlq_requeue(
+        self, queue: str, seqs: list[int], options: DlqRequeueOptions | None = None
+    ) -> None:
+        """Move dead letters back to the queue with a fresh delivery count, in their
+        priority's FIFO place. A seq that is not a dead letter is :class:`NotFoundError`
+        (raised after the others were requeued)."""
+        if not seqs:
+            return
+        opts = options or DlqRequeueOptions()
+        keys = self._keys(queue, opts.namespace)
+        wanted = _seqs_arg(seqs, queue)
+        missing: builtins.list[int] = []
+        for i in range(0, len(wanted), MAX_COUNT):
+            chunk = wanted[i : i + MAX_COUNT]
+            reply = _per_seq(await QUEUE_DLQ_REQUEUE(self._client, keys, [pack(chunk)]), chunk)
+            missing += [s for s, st in zip(chunk, reply, strict=True) if st != Status.OK]
+        if missing:
+            raise refusal(
+                Status.NOT_FOUND,
+                f"seq(s) {missing} of queue {queue!r} are not dead letters (never handed out, "
+                "acked, or already requeued); list them with dlq_list",
+            )
+
+    async def peek(
+        self, queue: str, count: int, options: PeekOptions | None = None
+    ) -> DequeueResult:
+        """Up to ``count`` ready messages in delivery order, without taking them."""
+        opts = options or PeekOptions()
+        keys = self._keys(queue, opts.namespace)
+        check_count("count", count, 1, MAX_COUNT)
+        return DequeueResult(_listed(await QUEUE_PEEK(self._client, keys, [count])))
+
+    # --- beyond flo ----------------------------------------------------------------
+
+    async def reclaim_gone_owners(self, queue: str, namespace: str | None = None) -> ReclaimResult:
+        """Take back the messages of consumers whose process is gone (absent from their
+        liveness channel for the client's ``liveness_grace_ms``); suspects are marked.
+        Dequeues do this themselves; this is for an operator or a test."""
+        keys = self._keys(queue, namespace)
+        with _scripts.redis_errors("queue reclaim"):
+            raw = await self._client.redis.hkeys(keys.owners)
+        owners = sorted(o.decode() if isinstance(o, bytes) else str(o) for o in raw)
+        reclaimed, wait_ms, more = 0, -1, False
+        for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
+            chunk = owners[i : i + MAX_OWNERS_PER_CALL]
+            reply = await QUEUE_RECLAIM(
+                self._client,
+                keys,
+                [self._client.liveness_grace_ms, RECLAIM_BATCH, pack(chunk)],
+                tail=[owner_channel(keys.tag, o) for o in chunk],
+            )
+            _check_status(reply.status, "reclaim")
+            reclaimed += reply.reclaimed
+            more = more or reply.more
+            if reply.wait_ms >= 0 and (wait_ms < 0 or reply.wait_ms < wait_ms):
+                wait_ms = reply.wait_ms
+        return ReclaimResult(reclaimed, wait_ms, more)
+
+    # --- internals -----------------------------------------------------------------
+
+    async def _reclaim_if_due(self, keys: QueueKeys) -> float:
+        """Look for gone consumers if this client has not for RECLAIM_EVERY_S (sooner
+        when a suspect's grace ends); returns the seconds until the next look is due."""
+        now = asyncio.get_running_loop().time()
+        due = self._reclaim_due.get(keys.tag, 0.0)
+        if now < due:
+            return due - now
+        due = now + RECLAIM_EVERY_S
+        self._reclaim_due[keys.tag] = due
+        result = await self.reclaim_gone_owners(keys.queue, keys.namespace)
+        if result.more:
+            due = now
+        elif result.wait_ms >= 0:
+            due = min(due, now + result.wait_ms / 1000.0 + 0.005)
+        self._reclaim_due[keys.tag] = due
+        return max(due - now, 0.0)
+
+    async def _take(
+        self, keys: QueueKeys, args: Sequence[_scripts.Arg]
+    ) -> tuple[builtins.list[Message], float | None]:
+        """One dequeue script call: the messages, and the seconds until the earliest
+        visibility deadline still running (None: no message is out)."""
+        reply = await QUEUE_DEQUEUE(self._client, keys, args)  # holds liveness first
+        _check_status(reply.status, "dequeue")
+        messages = list(reply.messages)
+        if reply.next_deadline_ms < 0:
+            return messages, None
+        return messages, max(reply.next_deadline_ms - reply.now_ms, 1) / 1000.0
+
+    async def _report(
+        self,
+        script: Script[PerSeq],
+        verb: str,
+        queue: str,
+        seqs: Sequence[int],
+        tokens: Mapping[int, int] | None,
+        namespace: str | None,
+    ) -> None:
+        if not seqs:
+            return  # as flo: nothing to send
+        keys = self._keys(queue, namespace)
+        wanted = _seqs_arg(seqs, queue)
+        fences = _tokens_arg(wanted, tokens)
+        stale: builtins.list[int] = []
+        unknown: builtins.list[int] = []
+        for i in range(0, len(wanted), MAX_COUNT):
+            chunk = wanted[i : i + MAX_COUNT]
+            args: list[_scripts.Arg] = [
+                self._client.owner_id,
+                pack(chunk),
+                pack(fences[i : i + MAX_COUNT]),
+            ]
+            for seq, st in zip(
+                chunk, _per_seq(await script(self._client, keys, args), chunk), strict=True
+            ):
+                if st == Status.STALE:
+                    stale.append(seq)
+                elif st == Status.NOT_FOUND:
+                    unknown.append(seq)
+        if unknown:
+            raise refusal(
+                Status.NOT_FOUND,
+                f"{verb}: seq(s) {unknown} of queue {queue!r} not found (never handed out)",
+            )
+        if stale:
+            raise refusal(
+                Status.STALE,
+                f"{verb} of seq(s) {stale} of queue {queue!r} refused: not delivered to this "
+                "client now (delivered again since, given back, or never dequeued here); "
+                "those changed nothing",
+            )
+
+
+def _check_status(status: int, what: str) -> None:
+    if status != Status.OK:
+        raise refusal(status, f"queue {what}: an argument is out of range")
+
+
+def _listed(reply: Listed) -> builtins.list[Message]:
+    _check_status(reply.status, "listing")
+    return list(reply.messages)
+
+
+def _per_seq(reply: PerSeq, sent: Sequence[int]) -> tuple[int, ...]:
+    _check_status(reply.status, "report")
+    if len(reply.statuses) != len(sent):
+        raise refusal(Status.OUT_OF_RANGE, "queue script answered a different number of seqs")
+    return reply.statuses
+
+
+def _seqs_arg(seqs: object, queue: str) -> builtins.list[int]:
+    """Validated sequence numbers: a list of ints (ValidationError otherwise); an int no
+    message of any queue can have is unknown (NotFoundError), before anything is sent."""
+    if isinstance(seqs, str | bytes) or not isinstance(seqs, Sequence):
+        raise ValidationError(f"seqs must be a list of int, got {type(seqs).__name__}")
+    out = []
+    for i, seq in enumerate(seqs):
+        if isinstance(seq, bool) or not isinstance(seq, int):
+            raise ValidationError(f"seqs[{i}] must be an int, got {type(seq).__name__}")
+        if not 1 <= seq <= MAX_SEQ:
+            raise refusal(
+                Status.NOT_FOUND,
+                f"seq {seq} of queue {queue!r} not found: sequence numbers start at 1, as "
+                "returned by enqueue",
+            )
+        out.append(seq)
+    return out
+
+
+def _tokens_arg(seqs: Sequence[int], tokens: Mapping[int, int] | None) -> builtins.list[int]:
+    if tokens is None:
+        return [0] * len(seqs)
+    if not isinstance(tokens, Mapping):
+        raise ValidationError(f"tokens must map seq to delivery_count, got {tokens!r}")
+    out = []
+    for seq in seqs:
+        token = tokens.get(seq, 0)
+        if token != 0:
+            check_count(f"tokens[{seq}]", token, 1, MAX_DELIVERIES)
+        out.append(token)
+    return out

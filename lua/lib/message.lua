@@ -1,0 +1,124 @@
+--[[ lib/message
+  Messages of a plain queue (client.queue): a msgpack record per message in `msgs`
+  (p priority, t enqueued ms, d deliveries so far, m delivery limit of the current
+  delivery, o owner holding it, x ms it was dead-lettered), its payload in `bodies`, and
+  the message's place: `ready` (priority, then FIFO), `leases` (delivered, invisible until
+  the deadline) or `dead`. Helpers take the keys they touch from the caller's KEYS table.
+]]
+--@include lib/status.lua
+--@include lib/owners.lua
+
+-- Sequence numbers stay below 2^45, so priority * 2^45 + seq is exact in a double:
+-- lower priority first, then enqueue order.
+local MSG_SEQ_SPAN = 35184372088832
+-- Most messages one call delivers, lists or settles; the longest visibility timeout; the
+-- highest delivery limit a dequeue may set.
+local MSG_MAX_COUNT = 1000
+local MSG_MAX_VISIBILITY_MS = 43200000
+local MSG_MAX_DELIVERIES = 1000
+
+local function msg_load(msgs_key, seq)
+  local raw = redis.call('HGET', msgs_key, seq)
+  if not raw then return nil end
+  return cmsgpack.unpack(raw)
+end
+
+local function msg_save(msgs_key, seq, m)
+  redis.call('HSET', msgs_key, seq, cmsgpack.pack(m))
+end
+
+-- Make a message ready to be delivered, in its priority's FIFO place.
+local function msg_make_ready(k, seq, m)
+  m.o = nil
+  msg_save(k.msgs, seq, m)
+  redis.call('ZADD', k.ready, m.p * MSG_SEQ_SPAN + tonumber(seq), seq)
+end
+
+-- A delivery ended without an ack (nack, visibility timeout, owner gone): the message is
+-- ready again, or dead-lettered once it has been delivered its limit of times.
+-- Returns 1 when it became ready, 0 when it went to the dead letters.
+local function msg_release(k, seq, m, now)
+  redis.call('ZREM', k.leases, seq)
+  owned_drop(k.owned, m.o, seq)
+  if m.d >= m.m then
+    m.o = nil
+    m.x = now
+    msg_save(k.msgs, seq, m)
+    redis.call('ZADD', k.dead, now, seq)
+    return 0
+  end
+  msg_make_ready(k, seq, m)
+  return 1
+end
+
+-- Take back up to `limit` deliveries whose visibility deadline has passed.
+-- Returns how many became ready again.
+local function msg_expire(k, now, limit)
+  local seqs = redis.call('ZRANGE', k.leases, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+  local ready, expired = 0, 0
+  for _, seq in ipairs(seqs) do
+    local m = msg_load(k.msgs, seq)
+    if m then
+      expired = expired + 1
+      ready = ready + msg_release(k, seq, m, now)
+    else
+      redis.call('ZREM', k.leases, seq)
+    end
+  end
+  if expired > 0 then redis.call('HINCRBY', k.meta, 'stat:reclaimed_deadline', expired) end
+  return ready
+end
+
+-- Is `m` delivered to `owner` now, as delivery `token` (0: any delivery of that owner)?
+local function msg_held_by(k, seq, m, owner, token)
+  if m.o ~= owner or not redis.call('ZSCORE', k.leases, seq) then return false end
+  return token == 0 or m.d == token
+end
+
+-- The reply entries of one message: seq, payload, enqueued ms, deliveries, priority.
+local function msg_reply(out, bodies_key, seq, m)
+  out[#out + 1] = tonumber(seq)
+  out[#out + 1] = redis.call('HGET', bodies_key, seq) or ''
+  out[#out + 1] = m.t
+  out[#out + 1] = m.d
+  out[#out + 1] = m.p
+end
+
+-- The per-seq answer for a report (ack / nack) on a message that is not held as asked:
+-- unknown (never handed out, or already acked) vs delivered elsewhere / not delivered.
+local function msg_unheld_status(meta_key, seq, m)
+  if m then return ST_STALE end
+  local n = tonumber(seq)
+  local last = tonumber(redis.call('HGET', meta_key, 'seq') or '0')
+  if n and n >= 1 and n <= last and n == math.floor(n) then return ST_OK end
+  return ST_NOT_FOUND
+end
+
+-- Parse a msgpack array of sequence numbers and one of tokens (same length, 0: none).
+-- Returns seqs, tokens or nil when malformed or longer than `limit`.
+local function msg_parse_reports(packed_seqs, packed_tokens, limit)
+  local ok, seqs = pcall(cmsgpack.unpack, packed_seqs)
+  local ok2, tokens = pcall(cmsgpack.unpack, packed_tokens)
+  if not ok or not ok2 or type(seqs) ~= 'table' or type(tokens) ~= 'table'
+      or #seqs ~= #tokens or #seqs > limit then
+    return nil
+  end
+  for i = 1, #seqs do
+    if type(seqs[i]) ~= 'number' or type(tokens[i]) ~= 'number' then return nil end
+    seqs[i] = string.format('%d', seqs[i])
+  end
+  return seqs, tokens
+end
+
+-- The reply of a listing: {OK, n, messages...} for up to `count` seqs of `set_key`.
+local function msg_list(msgs_key, bodies_key, set_key, count)
+  local out = {ST_OK, 0}
+  for _, seq in ipairs(redis.call('ZRANGE', set_key, 0, count - 1)) do
+    local m = msg_load(msgs_key, seq)
+    if m then
+      msg_reply(out, bodies_key, seq, m)
+      out[2] = out[2] + 1
+    end
+  end
+  return out
+end

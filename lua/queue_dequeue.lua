@@ -1,0 +1,67 @@
+--[[ queue_dequeue
+  Deliver up to `count` ready messages to `owner`: lowest priority first, FIFO within
+  one. Each delivery raises the message's delivery count (its fencing token), records the
+  owner, and hides the message until now + visibility_ms; it comes back when nacked, when
+  that deadline passes without an ack, or when its owner's process is gone
+  (queue_reclaim). First takes back up to 100 deliveries whose deadline has passed.
+  KEYS[1] meta    HASH  seq counter; stat:* counters
+  KEYS[2] msgs    HASH  seq -> msgpack record (lib/message.lua)
+  KEYS[3] bodies  HASH  seq -> payload bytes
+  KEYS[4] ready   ZSET  seq -> priority * 2^45 + seq
+  KEYS[5] leases  ZSET  seq -> visibility deadline ms
+  KEYS[6] dead    ZSET  seq -> ms it was dead-lettered
+  KEYS[7] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[8] owned   ZSET  "<owner>\0<seq>" (score 0): the deliveries each owner holds
+  KEYS[9] wake    CHANNEL  sharded channel announcing messages to take
+  ARGV[1] owner           the consumer process (its liveness channel is held)
+  ARGV[2] count           1 .. 1000
+  ARGV[3] visibility_ms   1 .. 43200000
+  ARGV[4] max_deliveries  1 .. 1000: past this many deliveries a message is dead-lettered
+  Returns {status, now_ms, next_deadline_ms, n, seq_1, payload_1, enqueued_at_1,
+           delivery_count_1, priority_1, ...}
+          status: OK | OUT_OF_RANGE; next_deadline_ms: the earliest visibility deadline
+          still running (-1: none)
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/message.lua
+local k = {meta = KEYS[1], msgs = KEYS[2], bodies = KEYS[3], ready = KEYS[4],
+  leases = KEYS[5], dead = KEYS[6], owners = KEYS[7], owned = KEYS[8], wake = KEYS[9]}
+local owner = ARGV[1]
+local count = tonumber(ARGV[2])
+local visibility_ms = tonumber(ARGV[3])
+local max_deliveries = tonumber(ARGV[4])
+local EXPIRE_BATCH = 100
+
+if owner == '' or not count or count < 1 or count > MSG_MAX_COUNT
+    or not visibility_ms or visibility_ms < 1 or visibility_ms > MSG_MAX_VISIBILITY_MS
+    or not max_deliveries or max_deliveries < 1 or max_deliveries > MSG_MAX_DELIVERIES then
+  return {ST_OUT_OF_RANGE, 0, -1, 0}
+end
+local now = now_ms()
+local back = msg_expire(k, now, EXPIRE_BATCH)
+
+local seqs = redis.call('ZRANGE', k.ready, 0, count - 1)
+local out = {ST_OK, now, -1, 0}
+local taken = 0
+for _, seq in ipairs(seqs) do
+  redis.call('ZREM', k.ready, seq)
+  local m = msg_load(k.msgs, seq)
+  if m then
+    m.d = m.d + 1
+    m.m = max_deliveries
+    m.o = owner
+    msg_save(k.msgs, seq, m)
+    redis.call('ZADD', k.leases, now + visibility_ms, seq)
+    redis.call('ZADD', k.owned, 0, owned_entry(owner, seq))
+    msg_reply(out, k.bodies, seq, m)
+    taken = taken + 1
+  end
+end
+if taken > 0 then redis.call('HSETNX', k.owners, owner, 0) end
+out[4] = taken
+local first = redis.call('ZRANGE', k.leases, 0, 0, 'WITHSCORES')
+if #first > 0 then out[3] = tonumber(first[2]) end
+-- Deliveries taken back above that this call did not take: wake the other consumers.
+if back > 0 and redis.call('ZCARD', k.ready) > 0 then redis.call('SPUBLISH', k.wake, '1') end
+return out

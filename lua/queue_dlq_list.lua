@@ -1,0 +1,18 @@
+--[[ queue_dlq_list
+  List up to `count` dead letters, oldest first, without changing them. Writes nothing.
+  KEYS[1] msgs    HASH  seq -> msgpack record (lib/message.lua)
+  KEYS[2] bodies  HASH  seq -> payload bytes
+  KEYS[3] dead    ZSET  seq -> ms it was dead-lettered
+  ARGV[1] count   1 .. 1000
+  Returns {status, n, seq_1, payload_1, enqueued_at_1, delivery_count_1, priority_1, ...}
+          status: OK | OUT_OF_RANGE
+]]
+--@include lib/status.lua
+--@include lib/message.lua
+local msgs_key = KEYS[1]
+local bodies_key = KEYS[2]
+local dead_key = KEYS[3]
+local count = tonumber(ARGV[1])
+
+if not count or count < 1 or count > MSG_MAX_COUNT then return {ST_OUT_OF_RANGE, 0} end
+return msg_list(msgs_key, bodies_key, dead_key, count)
