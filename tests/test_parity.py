@@ -1,4 +1,5 @@
-"""flo_redis has the public shape of flo-python 0.1.2's action, worker and stream API.
+"""flo_redis has the public shape of flo-python 0.1.2's action, worker, stream and queue
+API, under the same module paths.
 
 Every name below is looked up in ``flo`` (the reference SDK) and in flo_redis,
 and the two are compared:
@@ -15,6 +16,12 @@ and the two are compared:
 * constants: equal values.
 
 A name flo_redis doesn't have yet fails with a message saying where it is expected.
+
+Module paths: every module a flo user imports (``flo.client``, ``flo.worker``, ...) exists
+as ``flo_redis.<same name>`` and holds every public name flo defines there — the same
+object flo_redis exports elsewhere — except the names of what flo-redis leaves out on
+purpose (OUT_OF_SCOPE, each with its reason), so renaming the package in imports is the
+whole migration.
 """
 
 from __future__ import annotations
@@ -99,6 +106,18 @@ STREAM_API: list[Api] = [
     *_apis("flo.streams", "flo_redis.streams", "StreamOperations"),
 ]
 
+QUEUE_API: list[Api] = [
+    *_apis(
+        "flo.types",
+        "flo_redis.types",
+        """
+        Message DequeueResult EnqueueOptions DequeueOptions AckOptions NackOptions
+        DlqListOptions DlqRequeueOptions PeekOptions
+        """,
+    ),
+    *_apis("flo.queue", "flo_redis.queue", "QueueOperations"),
+]
+
 WORKER_CLASSES: list[Api] = _apis(
     "flo.worker",
     "flo_redis.worker",
@@ -108,7 +127,7 @@ WORKER_CLASSES: list[Api] = _apis(
     """,
 )
 
-ALL_API = ACTION_WORKER_API + STREAM_API + WORKER_CLASSES
+ALL_API = ACTION_WORKER_API + STREAM_API + QUEUE_API + WORKER_CLASSES
 
 # The members of plain classes to compare (dataclass fields are compared anyway).
 MEMBERS: dict[str, list[str]] = {
@@ -149,6 +168,7 @@ MEMBERS: dict[str, list[str]] = {
         "group_ack",
         "group_nack",
     ],
+    "QueueOperations": ["enqueue", "dequeue", "ack", "nack", "dlq_list", "dlq_requeue", "peek"],
     "ActionWorker": [
         "__init__",
         "action",
@@ -481,6 +501,12 @@ def test_stream_api_matches_flo(api: Api) -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("api", _params(QUEUE_API))
+def test_queue_api_matches_flo(api: Api) -> None:
+    problems = compare(api)
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("api", _params(WORKER_CLASSES))
 def test_worker_classes_match_flo(api: Api) -> None:
     problems = compare(api)
@@ -515,3 +541,99 @@ def test_action_result_holds_outcome_and_data() -> None:
     api = next(api for api in WORKER_CLASSES if api.name == "ActionResult")
     result = our_object(api)("approved", b"{}")
     assert (result.outcome, result.data) == ("approved", b"{}")
+
+
+# -----------------------------------------------------------------------------
+# Module paths: renaming the package in imports is the whole migration
+# -----------------------------------------------------------------------------
+
+MODULE_PATHS = ["client", "worker", "actions", "streams", "exceptions", "retry", "types", "queue"]
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+_WIRE = "flo's binary wire protocol, which flo-redis does not speak (it speaks RESP to Redis)"
+_KV = "client.kv is out of scope (README: Migrating from flo)"
+OUT_OF_SCOPE: dict[str, str] = {
+    **dict.fromkeys(
+        _words("HEADER_SIZE MAGIC VERSION TABLE_HASH OpCode OptionTag raise_for_status"), _WIRE
+    ),
+    **dict.fromkeys(
+        _words("""
+        Condition DeleteOptions GetOptions GetResult GetJsonResult HistoryOptions IncrResult
+        KVBeginResult KVCommitResult KVExistsOptions KVExpireOptions KVIncrOptions
+        KVJsonOptions KVMGetOptions MGetEntry PutOptions PutResult ScanOptions ScanResult
+        VersionEntry WaitFor MAX_KV_VALUE_SIZE MAX_WAIT_MS
+        """),
+        _KV,
+    ),
+}
+_OUT_OF_SCOPE_PREFIXES = {
+    "Workflow": "client.workflow is out of scope (README: Migrating from flo)",
+    "Processing": "client.processing is out of scope (README: Migrating from flo)",
+}
+
+
+def flo_public_names(module_name: str) -> list[str]:
+    """The names a user imports from flo's ``module_name``: the classes and functions it
+    defines, and its upper-case constants."""
+    module = importlib.import_module(f"flo.{module_name}")
+    names = []
+    for name, obj in vars(module).items():
+        if name.startswith("_") or inspect.ismodule(obj) or isinstance(obj, typing.TypeVar):
+            continue
+        if name == "TYPE_CHECKING":
+            continue
+        defined_here = getattr(obj, "__module__", None) == module.__name__
+        constant = name.isupper() and isinstance(obj, int | str | float)
+        if defined_here or constant:
+            names.append(name)
+    return sorted(names)
+
+
+def _out_of_scope(name: str) -> str | None:
+    if name in OUT_OF_SCOPE:
+        return OUT_OF_SCOPE[name]
+    for prefix, reason in _OUT_OF_SCOPE_PREFIXES.items():
+        if name.startswith(prefix):
+            return reason
+    return None
+
+
+@pytest.mark.parametrize("module_name", MODULE_PATHS)
+def test_every_flo_module_path_exists_with_its_public_names(module_name: str) -> None:
+    ours = importlib.import_module(f"flo_redis.{module_name}")
+    top = importlib.import_module("flo_redis")
+    missing, different = [], []
+    for name in flo_public_names(module_name):
+        if _out_of_scope(name):
+            continue
+        if not hasattr(ours, name):
+            missing.append(name)
+        elif hasattr(top, name) and getattr(top, name) is not getattr(ours, name):
+            different.append(name)
+    assert not missing, f"flo_redis.{module_name} lacks flo's {missing}"
+    assert not different, f"flo_redis.{module_name}.{different} are not flo_redis's exports"
+
+
+def test_the_module_path_lists_cover_flos_user_modules() -> None:
+    """Every flo module left out of MODULE_PATHS is wire protocol (wire, kv_body) or an
+    out-of-scope area (kv, kv_txn, workflows, processing)."""
+    left_out = {"kv", "kv_body", "kv_txn", "workflows", "processing", "wire"}
+    flo_modules = {m.name for m in __import__("pkgutil").iter_modules(flo.__path__)}
+    assert flo_modules == set(MODULE_PATHS) | left_out
+
+
+def test_the_clients_operation_groups_are_flos() -> None:
+    """``client.queue`` (and the other groups flo-redis serves) are there, of flo's type
+    names, before connecting, as on flo's client."""
+    from flo_redis import FloClient
+
+    ref = flo.FloClient("localhost:9000")
+    ours = FloClient("redis://localhost:6379")
+    for group in ("queue", "stream", "action", "worker"):
+        assert type(getattr(ours, group)).__name__ == type(getattr(ref, group)).__name__
+    for group in ("kv", "workflow", "processing"):
+        assert hasattr(ref, group) and not hasattr(ours, group), group
