@@ -59,8 +59,9 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
+from . import _outage
 from ._listener import Listener
-from .errors import NotConnectedError
+from .errors import NotConnectedError, is_connection_error
 
 SUBSCRIBE_TIMEOUT_S = 5.0
 
@@ -129,6 +130,13 @@ class Subscriber:
     def wanted(self) -> frozenset[str]:
         """The channels kept standing (with ``keep``): held, or being subscribed again."""
         return frozenset(self._wanted)
+
+    def _where(self) -> str:
+        """The address of the Redis behind these subscriptions, for outage reports."""
+        try:
+            return _outage.address(self._connection())
+        except NotConnectedError:
+            return _outage.address(None)
 
     def confirmed(self, channel: str) -> bool:
         """Whether Redis confirmed the subscription to ``channel`` and it still stands."""
@@ -247,7 +255,7 @@ class Subscriber:
                     for name in group:
                         self._forget(name)
                     if isinstance(exc, rex.RedisError | OSError):
-                        await self._drop(route, f"subscribing failed ({exc})")
+                        await self._drop(route, f"{self._purpose} subscribing", exc)
                         raise NotConnectedError(
                             f"{self._purpose} subscription failed: {exc}"
                         ) from exc
@@ -276,7 +284,7 @@ class Subscriber:
                 try:
                     await route.pubsub.sunsubscribe(*group)
                 except (rex.RedisError, OSError) as exc:
-                    await self._drop(route, f"unsubscribing failed ({exc})")
+                    await self._drop(route, f"{self._purpose} unsubscribing", exc)
 
     def _route_for(self, channel: str) -> _Route:
         """The route of the node owning ``channel`` (its connection made on first use)."""
@@ -341,7 +349,9 @@ class Subscriber:
                 raise
             except Exception as exc:
                 failures += 1
-                if failures == 1 or failures % 40 == 0:  # not 4 lines a second while down
+                if is_connection_error(exc):
+                    _outage.failed(self._log, self._where(), f"{self._purpose} subscription", exc)
+                elif failures == 1 or failures % 40 == 0:  # not 4 lines a second
                     self._log.warning("%s: subscribing again failed (%s)", self._purpose, exc)
                 self._refresh_slots()  # the slot map may be what is stale
                 self._kick.set()
@@ -403,7 +413,7 @@ class Subscriber:
                 self._lost(n for n in route.channels if not self.confirmed(n))
                 continue
             except Exception as exc:
-                await self._drop(route, f"{self._purpose} connection lost ({exc})")
+                await self._drop(route, f"{self._purpose} connection", exc)
                 return
             if message is not None:
                 heard_at, pinged_at = loop.time(), None
@@ -424,6 +434,7 @@ class Subscriber:
             state = self._state.get(name)
             if state is not None and not state.done() and self._route_of.get(name) == route.name:
                 state.set_result(None)
+                _outage.reached(self._log, self._where())
         elif kind == "sunsubscribe":
             if route.leaving[name] > 0:  # the answer to our own unsubscribe
                 route.leaving[name] -= 1
@@ -439,13 +450,16 @@ class Subscriber:
                 route.pubsub.shard_channels.pop(channel, None)
             self._lost([name])
 
-    async def _drop(self, route: _Route, why: str) -> None:
+    async def _drop(self, route: _Route, what: str, cause: BaseException) -> None:
         """Forget a node's connection and its subscriptions, which are made again (by the
         keeper, or by listeners woken to arm again)."""
         if self._routes.get(route.name) is not route:
             return
         if not self._closed:
-            self._log.warning("%s; subscribing again", why)
+            if is_connection_error(cause):
+                _outage.failed(self._log, self._where(), what, cause)
+            else:
+                self._log.warning("%s failed (%s); subscribing again", what, cause)
         del self._routes[route.name]
         self._lost(n for n in list(route.channels) if self._route_of.get(n) == route.name)
         route.channels.clear()

@@ -226,17 +226,19 @@ class ActionOperations(ActionInspection):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0
         options = ActionStatusOptions(namespace=namespace)
-        async with self._client.waker.watching([keys.ended]) as watch:
+        # The channel is held only while someone waits on it (release=True): the scripts
+        # publish ends only then.
+        async with self._client.waker.listening([keys.ended], release=True) as listener:
             while True:
                 # Subscribed before the read: an end published after it is never missed.
-                await watch.arm()
+                await listener.arm()
                 status = await self.status(run_id, options)
                 if status.status in FINAL:
                     return status
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise wait_timed_out(status, timeout_ms)
-                await watch.wait(remaining)
+                await listener.wait(remaining)
 
     async def list(self, options: ActionListOptions | None = None) -> ActionListResult:
         """Registered actions in name order, ``limit`` a page, filtered by ``prefix``;

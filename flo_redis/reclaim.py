@@ -16,13 +16,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import _scripts
+from . import _outage, _scripts
 from ._checks import check_count, check_names
 from ._gateway import ACTION_RECLAIM
 from ._status import Status, refusal
 from ._wake import raise_if_cancelling
 from .codec import pack, unpack_record
-from .errors import NotFoundError, ValidationError
+from .errors import NotFoundError, ValidationError, is_connection_error
 from .keys import action_keys, owner_channel
 from .liveness import DEFAULT_GRACE_MS
 
@@ -178,7 +178,9 @@ class Reaper:
                     raise
                 except Exception as exc:
                     failed = True
-                    if failures == 0:
+                    if is_connection_error(exc):
+                        _outage.failed(log, _outage.address(self._client.redis), "reclaim", exc)
+                    elif failures == 0:
                         log.warning("reclaim in %r failed (%s); trying again", name, exc)
                     continue
                 if result.reclaimed:

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import _outage
 from ._batch import Coalescer
 from ._checks import check_seconds
 from ._lifecycle import WorkerLifecycle
@@ -246,12 +247,16 @@ class StreamWorker(WorkerLifecycle):
                 if not (is_connection_error(exc) or isinstance(exc, ServerError)):
                     raise
                 failures += 1
-                log.warning("group read failed (%s); retrying", exc)
+                if is_connection_error(exc):
+                    _outage.failed(log, _outage.address(self.client.redis), "group read", exc)
+                else:
+                    log.warning("group read failed (%s); retrying", exc)
                 await sleep_unless_stopped(self._stop, worker_backoff(failures))
                 if is_connection_error(exc) and cfg.redeliver_pending_on_reconnect:
                     await self._drain_pending()
                 continue  # same poll id: a read whose reply was lost is replayed
             if failures:
+                _outage.reached(log, _outage.address(self.client.redis))
                 failures = 0
             poll_id = None
             if not result.records:

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import _outage
 from ._batch import Coalescer
 from ._checks import check_seconds
 from ._lifecycle import WorkerLifecycle
@@ -358,7 +359,10 @@ class ActionWorker(WorkerLifecycle):
             try:
                 await self._heartbeat()
             except Exception as exc:
-                log.warning("heartbeat of %s failed: %s", self.config.worker_id, exc)
+                if is_connection_error(exc):
+                    _outage.failed(log, _outage.address(self.client.redis), "heartbeat", exc)
+                else:
+                    log.warning("heartbeat of %s failed: %s", self.config.worker_id, exc)
 
     # --- polling -------------------------------------------------------------------
 
@@ -413,9 +417,11 @@ class ActionWorker(WorkerLifecycle):
                 if not is_connection_error(exc):
                     raise
                 failures += 1
-                log.warning("poll failed (%s); retrying the same poll", exc)
+                _outage.failed(log, _outage.address(self.client.redis), "poll", exc)
                 await sleep_unless_stopped(self._stop, worker_backoff(failures))
                 continue  # same poll id: a claim whose reply was lost is replayed
+            if failures:
+                _outage.reached(log, _outage.address(self.client.redis))
             failures = 0
             poll_id = None
             if not claimed:

@@ -1,0 +1,102 @@
+"""Redis going away, told once: one warning per cause, one line when it is back.
+
+While Redis is unreachable every poller, reaper, subscription and report of a process
+fails, each several times a second. They all report here instead of logging: the first
+failure with a given cause (``Connection refused``, ``Connection closed by server``, a
+timeout ...) is one WARNING, repeats are DEBUG, and the first success afterwards is one
+INFO line saying how long it lasted and how many calls failed. Outages are kept per
+Redis address, so a process talking to two servers tells each one's story.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+# Parts of a message that change between two failures of one cause.
+_NOISE = re.compile(r"\b\d+(\.\d+)?\s*(ms|s)\b|0x[0-9a-f]+")
+
+
+@dataclass
+class _Outage:
+    since: float
+    failures: int = 0
+    causes: list[str] = field(default_factory=list)
+
+
+_lock = threading.Lock()
+_outages: dict[str, _Outage] = {}
+
+
+def address(conn: Redis | RedisCluster | None) -> str:
+    """A short name of the server ``conn`` talks to (``host:port``, a socket path, or
+    the cluster's first startup node)."""
+    if conn is None:
+        return "redis"
+    if isinstance(conn, RedisCluster):
+        nodes = conn.nodes_manager.startup_nodes
+        return f"cluster {next(iter(nodes), '?')}"
+    kwargs = conn.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def cause_of(exc: BaseException) -> str:
+    """What went wrong, without the wrappers' wording: the innermost message."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = str(exc) or type(exc).__name__
+    return _NOISE.sub("#", text)
+
+
+def failed(log: logging.Logger, where: str, what: str, exc: BaseException) -> None:
+    """``what`` (a poll, a reclaim, a subscription ...) failed to reach Redis at
+    ``where``: a WARNING for a new cause, DEBUG for a known one."""
+    cause = cause_of(exc)
+    with _lock:
+        outage = _outages.get(where)
+        if outage is None:
+            outage = _outages[where] = _Outage(time.monotonic())
+        outage.failures += 1
+        new = cause not in outage.causes
+        if new:
+            outage.causes.append(cause)
+    if new:
+        log.warning(
+            "Redis at %s unreachable (%s: %s); retrying quietly until it is back",
+            where,
+            what,
+            exc,
+        )
+    else:
+        log.debug("%s failed again (%s)", what, exc)
+
+
+def reached(log: logging.Logger, where: str) -> None:
+    """A call to Redis at ``where`` succeeded: if it was down, say once that it is back."""
+    if where not in _outages:  # the common case: no lock
+        return
+    with _lock:
+        outage = _outages.pop(where, None)
+    if outage is not None:
+        log.info(
+            "Redis at %s reachable again after %.1f s (%d failed calls)",
+            where,
+            time.monotonic() - outage.since,
+            outage.failures,
+        )
+
+
+def down(where: str) -> bool:
+    """Whether a failure to reach ``where`` was reported and no success since."""
+    return where in _outages
+
+
+__all__ = ["address", "cause_of", "down", "failed", "reached"]

@@ -1,0 +1,59 @@
+"""Redis going away: told once per cause, and once when it is back; typed errors."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from polling import eventually
+
+from flo_redis import ActionContext, FloClient, RunStatus
+from flo_redis.testing import RedisServer
+
+
+async def test_a_six_second_outage_is_a_few_lines_not_one_per_poll(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = RedisServer(appendonly=True, extra=("--appendfsync", "always")).start()
+    try:
+        async with FloClient(server.url, namespace="outage") as client:
+            worker = client.new_action_worker(block_ms=500)
+
+            @worker.action("job")
+            async def job(ctx: ActionContext) -> bytes:
+                return b"ok"
+
+            await client.action.register("job")
+            task = asyncio.create_task(worker.start())
+            first = (await client.action.invoke("job", b"")).run_id
+            await client.action.wait(first, timeout_ms=30_000)
+            with caplog.at_level(logging.DEBUG, logger="flo_redis"):
+                caplog.clear()
+                server.stop()
+                await asyncio.sleep(6.0)  # the outage itself, not a guess at a deadline
+                server.start()
+                await eventually(
+                    lambda: asyncio.sleep(0, caplog.records),
+                    lambda rs: any("reachable again" in r.getMessage() for r in rs),
+                    timeout=30,
+                )
+                # The worker works again.
+                await client.reconnect(timeout=10)
+                run_id = (await client.action.invoke("job", b"")).run_id
+                status = await client.action.wait(run_id, timeout_ms=30_000)
+                assert status.status == RunStatus.COMPLETED
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+        records = [r for r in caplog.records if r.name.startswith("flo_redis")]
+        warnings = [r for r in records if r.levelno >= logging.WARNING]
+        back = [r for r in records if "reachable again" in r.getMessage()]
+        debug = [r for r in records if r.levelno == logging.DEBUG]
+        # Dozens of failed calls, told as one warning per cause (the connection closed,
+        # then refused) and one line when Redis is back.
+        assert 1 <= len(warnings) <= 4, [r.getMessage() for r in warnings]
+        assert all("unreachable" in r.getMessage() for r in warnings)
+        assert len(back) == 1 and back[0].levelno == logging.INFO
+        assert len(debug) >= 5  # the repeats are still there for whoever asks
+    finally:
+        server.discard()
