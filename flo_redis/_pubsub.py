@@ -60,8 +60,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from . import _outage
+from ._denied import denied, is_denied
 from ._listener import Listener
-from .errors import NotConnectedError, is_connection_error
+from .errors import NotConnectedError, PermissionDeniedError, is_connection_error
 
 SUBSCRIBE_TIMEOUT_S = 5.0
 
@@ -125,6 +126,8 @@ class Subscriber:
         self._refresh: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
+        self._denied: dict[str, PermissionDeniedError] = {}  # refused by the ACL
+        self._refusal: PermissionDeniedError | None = None
 
     @property
     def wanted(self) -> frozenset[str]:
@@ -137,6 +140,12 @@ class Subscriber:
             return _outage.address(self._connection())
         except NotConnectedError:
             return _outage.address(None)
+
+    @property
+    def refusal(self) -> PermissionDeniedError | None:
+        """What Redis's ACL refused on these connections outside a subscribe (a
+        keep-alive PING), if anything; :meth:`ensure` raises it."""
+        return self._refusal
 
     def confirmed(self, channel: str) -> bool:
         """Whether Redis confirmed the subscription to ``channel`` and it still stands."""
@@ -193,6 +202,8 @@ class Subscriber:
         that owns it. :class:`NotConnectedError` at once when Redis cannot be reached,
         or when the confirmation takes longer than 5 s (with ``keep`` the channels are
         then still made again in the background)."""
+        if self._refusal is not None:
+            raise self._refusal
         if all(self.confirmed(n) for n in channels):
             return
         if self._closed:
@@ -216,6 +227,10 @@ class Subscriber:
             remaining = deadline - loop.time()
             if pending and remaining > 0:
                 await asyncio.wait(pending, timeout=remaining)
+            for name in channels:
+                refusal = self._denied.pop(name, None)
+                if refusal is not None:
+                    raise refusal
             if all(self.confirmed(n) for n in channels):
                 return
             if loop.time() >= deadline:
@@ -254,6 +269,8 @@ class Subscriber:
                 except BaseException as exc:
                     for name in group:
                         self._forget(name)
+                    if is_denied(exc):  # e.g. CLIENT SETNAME refused on connecting
+                        raise denied(f"{self._purpose} subscription", exc) from exc
                     if isinstance(exc, rex.RedisError | OSError):
                         await self._drop(route, f"{self._purpose} subscribing", exc)
                         raise NotConnectedError(
@@ -405,6 +422,19 @@ class Subscriber:
             except asyncio.CancelledError:
                 raise
             except rex.ResponseError as exc:
+                if is_denied(exc):
+                    # Refused by the ACL: an SSUBSCRIBE is told to whoever waits for it;
+                    # anything else (a keep-alive PING) to every later ensure().
+                    refused = [n for n in route.channels if not self.confirmed(n)]
+                    for name in refused:
+                        self._denied[name] = denied(
+                            f"{self._purpose} subscription (SSUBSCRIBE {name})", exc
+                        )
+                    if not refused and self._refusal is None:
+                        self._refusal = denied(f"{self._purpose} connection", exc)
+                        self._log.error("%s", self._refusal)
+                    self._lost(refused)
+                    continue
                 # MOVED / ASK / TRYAGAIN for a subscribe sent on a stale slot map:
                 # subscribe again where the slot lives now.
                 self._log.info(

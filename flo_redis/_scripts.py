@@ -36,10 +36,12 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from ._denied import denied, is_denied
 from ._lua import LuaScript, load_all
 from .errors import (
     InternalServerError,
     NotConnectedError,
+    ProtocolError,
     RequestTimeoutError,
     ServerError,
     UnavailableError,
@@ -108,7 +110,13 @@ def redis_errors(what: str) -> Iterator[None]:
         # A value redis-py cannot send: refused before anything reached Redis.
         raise ValidationError(f"{what}: {exc}") from exc
     except rex.ResponseError as exc:
+        if is_denied(exc):
+            raise denied(what, exc, SCRIPTS) from exc
         raise InternalServerError(f"{what}: Redis refused the command: {exc}") from exc
+    except rex.RedisError as exc:
+        # What answered is not speaking Redis's protocol (an HTTP server at the URL, a
+        # TLS port spoken to in plain text ...), or redis-py refused a value.
+        raise ProtocolError(f"{what}: unexpected answer from the server ({exc})") from exc
 
 
 async def run(conn: RedisConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:

@@ -25,6 +25,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from ._denied import denied, is_denied
 from ._scripts import RedisConn, configure, redis_errors
 from ._wake import Waker
 from .actions import ActionOperations
@@ -286,6 +287,14 @@ class FloClient:
                     f"cannot reach Redis at {_redact(self._endpoint)} ({exc}). Start one with "
                     "`docker compose up -d` in the flo-redis checkout, or install and run "
                     "`redis-server`, or point the endpoint at your Redis."
+                ) from exc
+            except rex.RedisError as exc:
+                await conn.aclose()
+                if is_denied(exc):
+                    raise denied("connect (INFO server: the server's version)", exc) from exc
+                raise ConnectionFailedError(
+                    f"what answers at {_redact(self._endpoint)} is not a Redis server "
+                    f"({type(exc).__name__}: {exc}); check the host and port in the URL"
                 ) from exc
             if _version_tuple(version) < MIN_REDIS:
                 await conn.aclose()

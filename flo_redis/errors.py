@@ -35,6 +35,7 @@ __all__ = [
     "NotFoundError",
     "OverloadedError",
     "PayloadTooLargeError",
+    "PermissionDeniedError",
     "ProtocolError",
     "RateLimitedError",
     "RedisVersionError",
@@ -249,6 +250,17 @@ class UnauthorizedError(ServerError):
 
     def __init__(self, message: str = "Unauthorized") -> None:
         super().__init__(message, StatusCode.UNAUTHORIZED)
+
+
+class PermissionDeniedError(UnauthorizedError):
+    """Redis's ACL refused a command, a key or a channel to this user (``NOPERM``).
+    ``right`` names what to grant (``+evalsha``, ``channel access &flo:*`` ...); the
+    rights a worker and a producer need are in the README, section "Redis ACL"."""
+
+    def __init__(self, message: str, right: str = "") -> None:
+        super().__init__(message)
+        self.right = right
+        self.ran = Ran.NO
 
 
 class OverloadedError(ServerError):

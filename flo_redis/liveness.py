@@ -85,8 +85,11 @@ class Liveness:
         """Subscribe to this owner's channel in the hash slot of ``tag`` and wait until
         Redis confirms it; cheap once held. Called before the first claim in a slot, so
         work taken there never looks like a gone owner's. :class:`NotConnectedError` if
-        Redis cannot be reached (the subscription is then retried in the background)."""
+        Redis cannot be reached (the subscription is then retried in the background),
+        :class:`PermissionDeniedError` if Redis's ACL refuses what liveness needs."""
         channel = owner_channel(tag, self._owner)
+        if self._subscriptions.refusal is not None:
+            raise self._subscriptions.refusal  # e.g. its keep-alive PING refused by the ACL
         if self._subscriptions.confirmed(channel):
             return
         self._subscriptions.reopen()  # after close(): holding again takes it back

@@ -22,7 +22,7 @@ from ._gateway import ACTION_RECLAIM
 from ._status import Status, refusal
 from ._wake import raise_if_cancelling
 from .codec import pack, unpack_record
-from .errors import NotFoundError, ValidationError, is_connection_error
+from .errors import NotFoundError, PermissionDeniedError, ValidationError, is_connection_error
 from .keys import action_keys, owner_channel
 from .liveness import DEFAULT_GRACE_MS
 
@@ -175,6 +175,9 @@ class Reaper:
                 try:
                     result = await reclaim_gone_owners(self._client, name, grace_ms=self._grace_ms)
                 except asyncio.CancelledError:
+                    raise
+                except PermissionDeniedError as exc:
+                    log.error("reclaim in %r refused: %s", name, exc)
                     raise
                 except Exception as exc:
                     failed = True

@@ -31,6 +31,7 @@ from .errors import (
     BlockTooLongError,
     NonRetryableError,
     NotFoundError,
+    PermissionDeniedError,
     ServerError,
     ValidationError,
     is_connection_error,
@@ -234,6 +235,7 @@ class ActionWorker(WorkerLifecycle):
         )
         check_name("worker id", self.config.worker_id)
         self._serializer = serializer
+        self._refused: PermissionDeniedError | None = None
         self._pool = HandlerPool(self.config.concurrency, "flo-handler")
         self._handlers: dict[str, ActionHandler] = {}
         self._options: dict[str, ActionRegisterOptions] = {}
@@ -278,7 +280,9 @@ class ActionWorker(WorkerLifecycle):
 
     async def start(self) -> None:
         """Register and work until :meth:`stop` (or a drain); returns once running
-        handlers have finished and their results were sent."""
+        handlers have finished and their results were sent. Raises
+        :class:`PermissionDeniedError` (after that same shutdown) when Redis's ACL refuses
+        what a worker needs."""
         if not self._handlers:
             raise ValueError("No action handlers registered")
         client = self._open_client()
@@ -304,6 +308,7 @@ class ActionWorker(WorkerLifecycle):
                 ).run(self._stop),
                 name="flo-reaper",
             )
+            reaper.add_done_callback(self._reaper_ended)
             try:
                 await self._poll_loop()
                 await self._wait_handlers()
@@ -322,6 +327,22 @@ class ActionWorker(WorkerLifecycle):
             self._pool.close()
             await client.close()
             self._finished.set()
+        if self._refused is not None:
+            raise self._refused
+
+    def _reaper_ended(self, task: asyncio.Task[None]) -> None:
+        """A reaper refused by the ACL stops the worker (start() raises the refusal)."""
+        if task.cancelled() or not isinstance(task.exception(), PermissionDeniedError):
+            return
+        self._refuse(task.exception())  # type: ignore[arg-type]
+
+    def _refuse(self, refusal: PermissionDeniedError) -> None:
+        """Redis's ACL refuses what a worker needs: retrying cannot help until the ACL
+        changes. Finish what runs, stop, and raise it from start()."""
+        if self._refused is None:
+            log.error("worker %s stops: %s", self.config.worker_id, refusal)
+            self._refused = refusal
+        self.stop()
 
     # --- registration with the store -----------------------------------------------
 
@@ -398,6 +419,9 @@ class ActionWorker(WorkerLifecycle):
                     on_unregistered=self._restore_action,
                 )
             except ServerError as exc:
+                if isinstance(exc, PermissionDeniedError):
+                    self._refuse(exc)
+                    return
                 if exc.reason == Reason.WORKER_DRAINING:
                     log.info("worker %s is draining; stopping", self.config.worker_id)
                     return
@@ -678,15 +702,19 @@ class ActionWorker(WorkerLifecycle):
         elif report.kind == "fail":
 
             async def send() -> None:
-                after = await worker.fail(
-                    wid,
-                    ctx.action_name,
-                    ctx.task_id,
-                    report.message,
-                    WorkerFailOptions(
-                        retry=report.retry, token=ctx.token, traceback=report.traceback or None
-                    ),
-                )
+                try:
+                    after = await worker.fail(
+                        wid,
+                        ctx.action_name,
+                        ctx.task_id,
+                        report.message,
+                        WorkerFailOptions(
+                            retry=report.retry, token=ctx.token, traceback=report.traceback or None
+                        ),
+                    )
+                except PermissionDeniedError as exc:
+                    self._refuse(exc)
+                    raise
                 observer.run_failed(ctx.action_name, after == RunStatus.PENDING)
 
         else:

@@ -8,7 +8,8 @@ import logging
 import pytest
 from polling import eventually
 
-from flo_redis import ActionContext, FloClient, RunStatus
+from flo_redis import ActionContext, ConnectionFailedError, FloClient, FloError, RunStatus
+from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
 
 
@@ -57,3 +58,23 @@ async def test_a_six_second_outage_is_a_few_lines_not_one_per_poll(
         assert len(debug) >= 5  # the repeats are still there for whoever asks
     finally:
         server.discard()
+
+
+async def test_an_http_server_at_the_url_is_a_typed_error() -> None:
+    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(http, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(ConnectionFailedError, match="is not a Redis server"):
+            async with FloClient(f"redis://127.0.0.1:{port}"):
+                pass
+        with SyncFloClient(f"redis://127.0.0.1:{port}") as flo, pytest.raises(FloError):
+            await asyncio.to_thread(flo.action.status, "resize:1")
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
+from polling import eventually
 
 from flo_redis import (
     ActionRegisterOptions,
@@ -102,3 +103,19 @@ async def test_ends_are_published_only_while_someone_waits(
         assert message is not None and message["data"] == run_id.encode()
     finally:
         await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+async def test_a_finished_wait_leaves_the_channel_so_ends_are_no_longer_published(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    await client.action.register("resize")
+    channel = action_keys(client.namespace, "resize").ended
+    run_id = (await client.action.invoke("resize", b"")).run_id
+    with pytest.raises(WaitTimeoutError):
+        await client.action.wait(run_id, timeout_ms=100)
+
+    async def listeners() -> int:
+        [_, count] = await raw.execute_command("PUBSUB", "SHARDNUMSUB", channel)
+        return int(count)
+
+    assert await eventually(listeners, lambda n: n == 0) == 0

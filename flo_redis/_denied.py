@@ -1,0 +1,78 @@
+"""Redis ACL refusals (``NOPERM``) as :class:`UnauthorizedError`, naming the command and
+the right the user lacks.
+
+Redis says which command it refused when the command came from the client, but only the
+script and line when it came from inside a script; that line is found in the script's
+flattened source, so the message names the command either way. The rights a worker and a
+producer need are in the README, section "Redis ACL".
+"""
+
+from __future__ import annotations
+
+import re
+
+import redis.exceptions as rex
+
+from ._lua import LuaScript
+from .errors import PermissionDeniedError
+
+KEY_PATTERN = "~flo:*"
+CHANNEL_PATTERN = "&flo:*"
+
+_COMMAND = re.compile(r"permissions to run the '([\w|]+)' command")
+_SCRIPT_LINE = re.compile(r"script: ([0-9a-f]{40}), on @user_script:(\d+)")
+_CALL = re.compile(r"redis\.p?call\(\s*'(\w+)'(?:,\s*'(\w+)')?")
+_MARKERS = ("NOPERM", "no permissions", "can't run this command", "can't publish to the channel")
+
+
+def is_denied(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing something to this ACL user."""
+    if isinstance(exc, rex.NoPermissionError):
+        return True
+    return isinstance(exc, rex.ResponseError) and any(m in str(exc) for m in _MARKERS)
+
+
+def _command_in_script(text: str, scripts: dict[str, LuaScript]) -> str | None:
+    found = _SCRIPT_LINE.search(text)
+    if found is None:
+        return None
+    sha, line = found.group(1), int(found.group(2))
+    for script in scripts.values():
+        if script.sha == sha:
+            lines = script.source.splitlines()
+            call = _CALL.search(lines[line - 1]) if 0 < line <= len(lines) else None
+            if call is None:
+                return None
+            sub = call.group(2)
+            # PUBSUB SHARDNUMSUB is granted as +pubsub|shardnumsub; XINFO STREAM etc. too.
+            name = call.group(1).lower()
+            return (
+                f"{name}|{sub.lower()}" if sub and name in ("pubsub", "xinfo", "xgroup") else name
+            )
+    return None
+
+
+def denied(
+    what: str, exc: BaseException, scripts: dict[str, LuaScript] | None = None
+) -> PermissionDeniedError:
+    """The typed error for ``exc``, a refusal of ``what`` by Redis's ACL."""
+    text = str(exc)
+    command: str | None = None
+    if "access one of the keys" in text or "access a key" in text:
+        right = f"key access {KEY_PATTERN}"
+    elif "channel" in text:
+        right = f"channel access {CHANNEL_PATTERN}"
+    else:
+        found = _COMMAND.search(text)
+        command = found.group(1).lower() if found else None
+        if command is None and scripts is not None:
+            command = _command_in_script(text, scripts)
+        right = f"+{command}" if command else "the command"
+    return PermissionDeniedError(
+        f"{what}: Redis refused it to this user (NOPERM: {text}); the user needs {right}. "
+        "The rights a worker and a producer need are in the README, section 'Redis ACL'",
+        right,
+    )
+
+
+__all__ = ["CHANNEL_PATTERN", "KEY_PATTERN", "denied", "is_denied"]
