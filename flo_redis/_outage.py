@@ -14,10 +14,13 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+
+from .errors import NotConnectedError, is_connection_error
 
 # Parts of a message that change between two failures of one cause.
 _NOISE = re.compile(r"\b\d+(\.\d+)?\s*(ms|s)\b|0x[0-9a-f]+")
@@ -34,9 +37,18 @@ _lock = threading.Lock()
 _outages: dict[str, _Outage] = {}
 
 
-def address(conn: Redis | RedisCluster | None) -> str:
-    """A short name of the server ``conn`` talks to (``host:port``, a socket path, or
-    the cluster's first startup node)."""
+Conn = Redis | RedisCluster
+Server = str | Conn | Callable[[], Conn] | None
+
+
+def address(conn: Conn | Callable[[], Conn] | None) -> str:
+    """A short name of the server ``conn`` (or what it returns) talks to: ``host:port``,
+    a socket path, or the cluster's first startup node."""
+    if callable(conn) and not isinstance(conn, Redis | RedisCluster):
+        try:
+            conn = conn()
+        except NotConnectedError:
+            conn = None
     if conn is None:
         return "redis"
     if isinstance(conn, RedisCluster):
@@ -56,9 +68,14 @@ def cause_of(exc: BaseException) -> str:
     return _NOISE.sub("#", text)
 
 
-def failed(log: logging.Logger, where: str, what: str, exc: BaseException) -> None:
-    """``what`` (a poll, a reclaim, a subscription ...) failed to reach Redis at
-    ``where``: a WARNING for a new cause, DEBUG for a known one."""
+def failed(log: logging.Logger, server: Server, what: str, exc: BaseException) -> None:
+    """``what`` (a poll, a reclaim, a subscription ...) failed to reach ``server`` (an
+    address, or a connection as :func:`address` takes): a WARNING for a new cause,
+    DEBUG for a known one. An error that is not a connection failure is a WARNING."""
+    if not is_connection_error(exc):  # not an outage: every time, as it is
+        log.warning("%s failed (%s); trying again", what, exc)
+        return
+    where = server if isinstance(server, str) else address(server)
     cause = cause_of(exc)
     with _lock:
         outage = _outages.get(where)
@@ -79,10 +96,11 @@ def failed(log: logging.Logger, where: str, what: str, exc: BaseException) -> No
         log.debug("%s failed again (%s)", what, exc)
 
 
-def reached(log: logging.Logger, where: str) -> None:
-    """A call to Redis at ``where`` succeeded: if it was down, say once that it is back."""
-    if where not in _outages:  # the common case: no lock
+def reached(log: logging.Logger, server: Server) -> None:
+    """A call to ``server`` succeeded: if it was down, say once that it is back."""
+    if not _outages:  # the common case: no lock, no address
         return
+    where = server if isinstance(server, str) else address(server)
     with _lock:
         outage = _outages.pop(where, None)
     if outage is not None:

@@ -126,26 +126,13 @@ class Subscriber:
         self._refresh: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
-        self._denied: dict[str, PermissionDeniedError] = {}  # refused by the ACL
-        self._refusal: PermissionDeniedError | None = None
+        self._denied: dict[str, PermissionDeniedError] = {}  # SSUBSCRIBEs the ACL refused
+        self.refusal: PermissionDeniedError | None = None  # e.g. a PING; ensure() raises it
 
     @property
     def wanted(self) -> frozenset[str]:
         """The channels kept standing (with ``keep``): held, or being subscribed again."""
         return frozenset(self._wanted)
-
-    def _where(self) -> str:
-        """The address of the Redis behind these subscriptions, for outage reports."""
-        try:
-            return _outage.address(self._connection())
-        except NotConnectedError:
-            return _outage.address(None)
-
-    @property
-    def refusal(self) -> PermissionDeniedError | None:
-        """What Redis's ACL refused on these connections outside a subscribe (a
-        keep-alive PING), if anything; :meth:`ensure` raises it."""
-        return self._refusal
 
     def confirmed(self, channel: str) -> bool:
         """Whether Redis confirmed the subscription to ``channel`` and it still stands."""
@@ -202,8 +189,8 @@ class Subscriber:
         that owns it. :class:`NotConnectedError` at once when Redis cannot be reached,
         or when the confirmation takes longer than 5 s (with ``keep`` the channels are
         then still made again in the background)."""
-        if self._refusal is not None:
-            raise self._refusal
+        if self.refusal is not None:
+            raise self.refusal
         if all(self.confirmed(n) for n in channels):
             return
         if self._closed:
@@ -227,10 +214,8 @@ class Subscriber:
             remaining = deadline - loop.time()
             if pending and remaining > 0:
                 await asyncio.wait(pending, timeout=remaining)
-            for name in channels:
-                refusal = self._denied.pop(name, None)
-                if refusal is not None:
-                    raise refusal
+            if refusal := next((self._denied.pop(n) for n in channels if n in self._denied), None):
+                raise refusal
             if all(self.confirmed(n) for n in channels):
                 return
             if loop.time() >= deadline:
@@ -367,7 +352,7 @@ class Subscriber:
             except Exception as exc:
                 failures += 1
                 if is_connection_error(exc):
-                    _outage.failed(self._log, self._where(), f"{self._purpose} subscription", exc)
+                    _outage.failed(self._log, self._connection, self._purpose, exc)
                 elif failures == 1 or failures % 40 == 0:  # not 4 lines a second
                     self._log.warning("%s: subscribing again failed (%s)", self._purpose, exc)
                 self._refresh_slots()  # the slot map may be what is stale
@@ -423,16 +408,14 @@ class Subscriber:
                 raise
             except rex.ResponseError as exc:
                 if is_denied(exc):
-                    # Refused by the ACL: an SSUBSCRIBE is told to whoever waits for it;
+                    # An SSUBSCRIBE refused by the ACL is told to whoever waits for it;
                     # anything else (a keep-alive PING) to every later ensure().
                     refused = [n for n in route.channels if not self.confirmed(n)]
                     for name in refused:
-                        self._denied[name] = denied(
-                            f"{self._purpose} subscription (SSUBSCRIBE {name})", exc
-                        )
-                    if not refused and self._refusal is None:
-                        self._refusal = denied(f"{self._purpose} connection", exc)
-                        self._log.error("%s", self._refusal)
+                        self._denied[name] = denied(f"SSUBSCRIBE {name}", exc)
+                    if not refused and self.refusal is None:
+                        self.refusal = denied(f"{self._purpose} connection", exc)
+                        self._log.error("%s", self.refusal)
                     self._lost(refused)
                     continue
                 # MOVED / ASK / TRYAGAIN for a subscribe sent on a stale slot map:
@@ -464,7 +447,7 @@ class Subscriber:
             state = self._state.get(name)
             if state is not None and not state.done() and self._route_of.get(name) == route.name:
                 state.set_result(None)
-                _outage.reached(self._log, self._where())
+                _outage.reached(self._log, self._connection)
         elif kind == "sunsubscribe":
             if route.leaving[name] > 0:  # the answer to our own unsubscribe
                 route.leaving[name] -= 1
@@ -486,10 +469,7 @@ class Subscriber:
         if self._routes.get(route.name) is not route:
             return
         if not self._closed:
-            if is_connection_error(cause):
-                _outage.failed(self._log, self._where(), what, cause)
-            else:
-                self._log.warning("%s failed (%s); subscribing again", what, cause)
+            _outage.failed(self._log, self._connection, what, cause)
         del self._routes[route.name]
         self._lost(n for n in list(route.channels) if self._route_of.get(n) == route.name)
         route.channels.clear()

@@ -182,7 +182,7 @@ class Reaper:
                 except Exception as exc:
                     failed = True
                     if is_connection_error(exc):
-                        _outage.failed(log, _outage.address(self._client.redis), "reclaim", exc)
+                        _outage.failed(log, self._client.redis, "reclaim", exc)
                     elif failures == 0:
                         log.warning("reclaim in %r failed (%s); trying again", name, exc)
                     continue

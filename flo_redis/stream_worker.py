@@ -248,7 +248,7 @@ class StreamWorker(WorkerLifecycle):
                     raise
                 failures += 1
                 if is_connection_error(exc):
-                    _outage.failed(log, _outage.address(self.client.redis), "group read", exc)
+                    _outage.failed(log, self.client.redis, "group read", exc)
                 else:
                     log.warning("group read failed (%s); retrying", exc)
                 await sleep_unless_stopped(self._stop, worker_backoff(failures))
@@ -256,7 +256,7 @@ class StreamWorker(WorkerLifecycle):
                     await self._drain_pending()
                 continue  # same poll id: a read whose reply was lost is replayed
             if failures:
-                _outage.reached(log, _outage.address(self.client.redis))
+                _outage.reached(log, self.client.redis)
                 failures = 0
             poll_id = None
             if not result.records:

@@ -381,7 +381,7 @@ class ActionWorker(WorkerLifecycle):
                 await self._heartbeat()
             except Exception as exc:
                 if is_connection_error(exc):
-                    _outage.failed(log, _outage.address(self.client.redis), "heartbeat", exc)
+                    _outage.failed(log, self.client.redis, "heartbeat", exc)
                 else:
                     log.warning("heartbeat of %s failed: %s", self.config.worker_id, exc)
 
@@ -441,11 +441,11 @@ class ActionWorker(WorkerLifecycle):
                 if not is_connection_error(exc):
                     raise
                 failures += 1
-                _outage.failed(log, _outage.address(self.client.redis), "poll", exc)
+                _outage.failed(log, self.client.redis, "poll", exc)
                 await sleep_unless_stopped(self._stop, worker_backoff(failures))
                 continue  # same poll id: a claim whose reply was lost is replayed
             if failures:
-                _outage.reached(log, _outage.address(self.client.redis))
+                _outage.reached(log, self.client.redis)
             failures = 0
             poll_id = None
             if not claimed:
