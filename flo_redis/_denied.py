@@ -22,14 +22,16 @@ CHANNEL_PATTERN = "&flo:*"
 _COMMAND = re.compile(r"permissions to run the '([\w|]+)' command")
 _SCRIPT_LINE = re.compile(r"script: ([0-9a-f]{40}), on @user_script:(\d+)")
 _CALL = re.compile(r"redis\.p?call\(\s*'(\w+)'(?:,\s*'(\w+)')?")
-_MARKERS = ("NOPERM", "no permissions", "can't run this command", "can't publish to the channel")
+# Redis says NOPERM; Valkey, from a script, "ACL failure in script: No permissions ...".
+_MARKERS = ("noperm", "no permissions", "can't run this command", "can't publish to the channel")
 
 
 def is_denied(exc: BaseException) -> bool:
     """Whether ``exc`` is Redis refusing something to this ACL user."""
     if isinstance(exc, rex.NoPermissionError):
         return True
-    return isinstance(exc, rex.ResponseError) and any(m in str(exc) for m in _MARKERS)
+    text = str(exc).lower()
+    return isinstance(exc, rex.ResponseError) and any(m in text for m in _MARKERS)
 
 
 def _command_in_script(text: str, scripts: dict[str, LuaScript]) -> str | None:
@@ -58,9 +60,10 @@ def denied(
     """The typed error for ``exc``, a refusal of ``what`` by Redis's ACL."""
     text = str(exc)
     command: str | None = None
-    if "access one of the keys" in text or "access a key" in text:
+    lowered = text.lower()
+    if "access one of the keys" in lowered or "access a key" in lowered:
         right = f"key access {KEY_PATTERN}"
-    elif "channel" in text:
+    elif "channel" in lowered:
         right = f"channel access {CHANNEL_PATTERN}"
     else:
         found = _COMMAND.search(text)
