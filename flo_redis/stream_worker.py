@@ -30,7 +30,13 @@ from ._checks import check_seconds
 from ._lifecycle import WorkerLifecycle
 from ._reports import send_report
 from ._wake import raise_if_cancelling
-from .errors import ServerError, ValidationError, is_connection_error, validate_block_ms
+from .errors import (
+    PermissionDeniedError,
+    ServerError,
+    ValidationError,
+    is_connection_error,
+    validate_block_ms,
+)
 from .keys import check_name
 from .results import HandlerPool, check_handler, error_text
 from .retry import EmptyPollBackoff, is_refused_unrun, sleep_unless_stopped, worker_backoff
@@ -170,6 +176,7 @@ class StreamWorker(WorkerLifecycle):
         check_name("consumer name", self.config.consumer)
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
         self._pool = HandlerPool(self.config.concurrency, "flo-stream-handler")
+        self._refused: PermissionDeniedError | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._acks: Coalescer[tuple[StreamID, int | None]] = Coalescer(
             self._ack_batch, "flo-ack-batches"
@@ -203,6 +210,8 @@ class StreamWorker(WorkerLifecycle):
             self._pool.close()
             await client.close()
             self._finished.set()
+        if self._refused is not None:
+            raise self._refused
 
     # --- internals -----------------------------------------------------------------
 
@@ -215,10 +224,12 @@ class StreamWorker(WorkerLifecycle):
                 )
                 return
             except Exception as exc:
+                if isinstance(exc, PermissionDeniedError):
+                    raise  # retrying cannot help until the ACL changes
                 if not (is_refused_unrun(exc) or is_connection_error(exc)):
                     raise
                 failures += 1
-                log.warning("joining group %s failed (%s); retrying", self.config.group, exc)
+                _outage.failed(log, self.client.redis, f"joining group {self.config.group}", exc)
                 await sleep_unless_stopped(self._stop, worker_backoff(failures))
 
     async def _poll_loop(self) -> None:
@@ -246,11 +257,13 @@ class StreamWorker(WorkerLifecycle):
             except Exception as exc:
                 if not (is_connection_error(exc) or isinstance(exc, ServerError)):
                     raise
+                if isinstance(exc, PermissionDeniedError):
+                    # Retrying cannot help until the ACL changes: finish, raise it.
+                    log.error("stream worker %s stops: %s", cfg.worker_id, exc)
+                    self._refused = exc
+                    return
                 failures += 1
-                if is_connection_error(exc):
-                    _outage.failed(log, self.client.redis, "group read", exc)
-                else:
-                    log.warning("group read failed (%s); retrying", exc)
+                _outage.failed(log, self.client.redis, "group read", exc)
                 await sleep_unless_stopped(self._stop, worker_backoff(failures))
                 if is_connection_error(exc) and cfg.redeliver_pending_on_reconnect:
                     await self._drain_pending()

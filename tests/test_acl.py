@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from polling import eventually
 
 from flo_redis import (
     ActionContext,
@@ -19,6 +20,7 @@ from flo_redis import (
     FloClient,
     PermissionDeniedError,
     RunStatus,
+    StreamContext,
 )
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
@@ -143,3 +145,43 @@ async def test_a_producer_lacking_a_right_is_told_which(server: RedisServer, rig
     with pytest.raises(PermissionDeniedError) as info:
         await work_and_wait(server.url, user_url(server, rights), f"acl-p-{uuid.uuid4().hex[:6]}")
     expect_named(info.value, right)
+
+
+async def test_the_documented_rights_run_streams_too(server: RedisServer) -> None:
+    worker_url = user_url(server, documented("flo-worker"))
+    producer_url = user_url(server, documented("flo-producer"))
+    seen: list[bytes] = []
+
+    async def handle(ctx: StreamContext) -> None:
+        seen.append(ctx.payload)
+
+    async with (
+        FloClient(worker_url, namespace="acl-s") as wclient,
+        FloClient(producer_url, namespace="acl-s") as pclient,
+    ):
+        for i in range(3):
+            await pclient.stream.append("orders", f"order-{i}".encode())
+        worker = wclient.new_stream_worker(
+            stream="orders", group="billing", handler=handle, block_ms=500
+        )
+        task = asyncio.create_task(worker.start())
+        try:
+            await eventually(lambda: asyncio.sleep(0, len(seen)), lambda n: n == 3)
+            await eventually(
+                lambda: wclient.stream.group_pending("orders", "billing"), lambda p: p == []
+            )
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+    assert sorted(seen) == [b"order-0", b"order-1", b"order-2"]
+
+
+async def test_a_stream_worker_lacking_a_right_is_told_which(server: RedisServer) -> None:
+    rights = [r for r in documented("flo-worker") if r != "+evalsha"]
+    async with FloClient(user_url(server, rights), namespace="acl-s2") as client:
+        worker = client.new_stream_worker(
+            stream="orders", group="billing", handler=lambda ctx: None, block_ms=500
+        )
+        with pytest.raises(PermissionDeniedError) as info:
+            await asyncio.wait_for(worker.start(), 30)
+    assert info.value.right == "+evalsha"
