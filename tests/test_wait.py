@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 import redis.asyncio as aioredis
@@ -119,3 +120,23 @@ async def test_a_finished_wait_leaves_the_channel_so_ends_are_no_longer_publishe
         return int(count)
 
     assert await eventually(listeners, lambda n: n == 0) == 0
+
+
+async def test_wait_on_a_cluster_is_woken_on_the_node_of_each_queue(cluster_url: str) -> None:
+    async with FloClient(cluster_url, namespace=f"c-{uuid.uuid4().hex[:10]}") as client:
+        names = [f"job-{i}" for i in range(6)]  # queues spread over the nodes
+        runs = {}
+        for name in names:
+            await client.action.register(name)
+            runs[name] = (await client.action.invoke(name, b"")).run_id
+        waiters = [
+            asyncio.create_task(client.action.wait(runs[n], timeout_ms=60_000)) for n in names
+        ]
+        await asyncio.sleep(0.2)
+        await client.worker.register("w1", names)
+        for run in await client.worker.await_tasks("w1", names, len(names)):
+            await client.worker.complete("w1", run.action, run.run_id, run.action.encode())
+        done = await asyncio.wait_for(asyncio.gather(*waiters), 30)
+    assert [(s.status, s.output) for s in done] == [
+        (RunStatus.COMPLETED, n.encode()) for n in names
+    ]
