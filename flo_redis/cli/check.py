@@ -15,7 +15,7 @@ import click
 from ..client import FloClient
 from ..errors import FloError
 from ..types import WorkerInfo, WorkerListOptions, WorkerStatus
-from .worker import DEFAULT_URL
+from ._options import namespace_option, url_option
 
 # Action workers heartbeat every 30 s: 60 s means two missed in a row.
 DEFAULT_MAX_AGE_S = 60.0
@@ -73,14 +73,8 @@ async def probe(
 
 
 @click.command("check")
-@click.option(
-    "--url",
-    envvar=["FLO_REDIS_URL", "REDIS_URL"],
-    default=DEFAULT_URL,
-    show_default=True,
-    help="Redis URL (env FLO_REDIS_URL, then REDIS_URL).",
-)
-@click.option("--namespace", envvar="FLO_REDIS_NAMESPACE", default="default", show_default=True)
+@url_option
+@namespace_option("the workers are registered in")
 @click.option("--worker", "worker_id", metavar="ID", help="The worker to check.")
 @click.option("--action", metavar="NAME", help="Check every worker registered for NAME.")
 @click.option(

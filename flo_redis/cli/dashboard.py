@@ -18,6 +18,7 @@ import click
 
 from ..client import FloClient
 from ..errors import FloError
+from ._options import namespace_option, url_option
 
 TOKEN_ENV = "FLO_REDIS_DASHBOARD_TOKEN"
 
@@ -53,20 +54,8 @@ async def _serve(url: str, namespace: str, host: str, port: int, token: str | No
 
 
 @click.command("dashboard")
-@click.option(
-    "--url",
-    envvar=["FLO_REDIS_URL", "REDIS_URL"],
-    default="redis://localhost:6379",
-    show_default=True,
-    help="Redis URL (env FLO_REDIS_URL, then REDIS_URL).",
-)
-@click.option(
-    "--namespace",
-    envvar="FLO_REDIS_NAMESPACE",
-    default="default",
-    show_default=True,
-    help="Namespace to show (env FLO_REDIS_NAMESPACE).",
-)
+@url_option
+@namespace_option("to show")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port."

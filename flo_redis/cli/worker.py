@@ -30,10 +30,10 @@ from ..errors import FloError
 from ..worker import ActionWorker
 from . import _supervisor, _targets
 from ._logging import LOG_FORMATS, LOG_LEVELS, setup_logging
+from ._options import namespace_option, url_option
 
 log = logging.getLogger("flo_redis.cli")
 
-DEFAULT_URL = "redis://localhost:6379"
 # After the handlers were cancelled, how long they get to give their runs back.
 ABORT_GRACE_S = 5.0
 # Exit code when handlers ignored their cancellation (0: stopped cleanly; 1: failed;
@@ -224,20 +224,8 @@ def add_sidecar(sidecar: Sidecar, *options: click.Option) -> None:
 
 
 @click.command("worker")
-@click.option(
-    "--url",
-    envvar=["FLO_REDIS_URL", "REDIS_URL"],
-    default=DEFAULT_URL,
-    show_default=True,
-    help="Redis URL (env FLO_REDIS_URL, then REDIS_URL).",
-)
-@click.option(
-    "--namespace",
-    envvar="FLO_REDIS_NAMESPACE",
-    default="default",
-    show_default=True,
-    help="Namespace the workers work in (env FLO_REDIS_NAMESPACE).",
-)
+@url_option
+@namespace_option("the workers work in")
 @click.option(
     "--concurrency",
     envvar="FLO_REDIS_CONCURRENCY",
