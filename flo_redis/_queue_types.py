@@ -50,12 +50,16 @@ class DequeueOptions:
     300000). ``visibility_timeout_ms``: how long each delivered message stays invisible
     before it is delivered again unless acked or nacked (1 .. 12 h).
     ``max_deliveries``: a message nacked, expired or taken back from a dead consumer after
-    this many deliveries goes to the dead-letter queue instead (1 .. 1000)."""
+    this many deliveries goes to the dead-letter queue instead (1 .. 1000).
+    ``poll_id``: reuse one when sending a dequeue again after its reply was lost: within
+    two minutes it is answered with the messages that poll was handed and still holds
+    (None: a fresh id per call, which dequeue itself reuses when it resends)."""
 
     namespace: str | None = None
     block_ms: int | None = None
     visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
     max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    poll_id: str | None = None
 
 
 @dataclass

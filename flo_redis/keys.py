@@ -315,6 +315,8 @@ class QueueKeys:
     owners: str  # HASH  owner id -> ms since it is suspected gone (0: not suspected)
     owned: str  # ZSET  "<owner>\0<seq>" (score 0): the deliveries each owner holds
     wake: str  # sharded pub/sub channel announcing messages to take
+    polls: str  # HASH  poll id -> msgpack hand-out (replay of lost dequeue replies)
+    poll_times: str  # ZSET  poll id -> time ms
 
 
 def queue_keys(namespace: str, queue: str) -> QueueKeys:
@@ -337,4 +339,6 @@ def queue_keys(namespace: str, queue: str) -> QueueKeys:
         owners=f"{base}:owners",
         owned=f"{base}:owned",
         wake=f"{base}:wake",
+        polls=f"{base}:polls",
+        poll_times=f"{base}:poll-times",
     )

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -52,8 +54,8 @@ from ._queue_types import (
 )
 from ._status import Status, refusal
 from .codec import pack
-from .errors import ValidationError, validate_block_ms
-from .keys import QueueKeys, owner_channel, queue_keys
+from .errors import ValidationError, is_connection_error, validate_block_ms
+from .keys import QueueKeys, check_name, owner_channel, queue_keys
 from .reclaim import MAX_OWNERS_PER_CALL, RECLAIM_BATCH, ReclaimResult
 
 if TYPE_CHECKING:
@@ -61,12 +63,16 @@ if TYPE_CHECKING:
 
 __all__ = ["QueueOperations"]
 
+log = logging.getLogger("flo_redis.queue")
+
 MAX_COUNT = 1000
 """Most messages one dequeue, peek, ack, nack or requeue script call handles."""
 MAX_VISIBILITY_MS = 12 * 3600 * 1000
 MAX_DELIVERIES = 1000
 MAX_SEQ = 2**45 - 1
 """Sequence numbers stay below 2^45 (they share a sorted-set score with the priority)."""
+_LOST_REPLY_PAUSES_S = (0.05, 0.25)
+"""Pauses before the second and third send of a dequeue whose reply was lost."""
 RECLAIM_EVERY_S = 0.25
 """How often a client's dequeues look for gone consumers while messages are out."""
 
@@ -109,7 +115,8 @@ class QueueOperations:
             "visibility_timeout_ms", opts.visibility_timeout_ms, 1, MAX_VISIBILITY_MS
         )
         limit = check_count("max_deliveries", opts.max_deliveries, 1, MAX_DELIVERIES)
-        args: list[_scripts.Arg] = [self._client.owner_id, count, visibility, limit]
+        poll_id = uuid.uuid4().hex if opts.poll_id is None else check_name("poll id", opts.poll_id)
+        args: list[_scripts.Arg] = [self._client.owner_id, count, visibility, limit, poll_id]
         if block_ms == 0:
             await self._reclaim_if_due(keys)
             messages, _ = await self._take(keys, args)
@@ -233,9 +240,19 @@ class QueueOperations:
     async def _take(
         self, keys: QueueKeys, args: Sequence[_scripts.Arg]
     ) -> tuple[builtins.list[Message], float | None]:
-        """One dequeue script call: the messages, and the seconds until the earliest
-        visibility deadline still running (None: no message is out)."""
-        reply = await QUEUE_DEQUEUE(self._client, keys, args)  # holds liveness first
+        """One dequeue: the messages, and the seconds until the earliest visibility
+        deadline still running (None: no message is out). A call whose reply was lost
+        (the connection dropped) is sent again with the same poll id, which the script
+        answers with what it handed that poll: nothing is taken twice or stranded."""
+        for pause in (*_LOST_REPLY_PAUSES_S, None):
+            try:
+                reply = await QUEUE_DEQUEUE(self._client, keys, args)  # holds liveness first
+                break
+            except Exception as exc:
+                if pause is None or not is_connection_error(exc):
+                    raise
+                log.info("dequeue from %r: reply lost (%s); asking again", keys.queue, exc)
+                await asyncio.sleep(pause)
         _check_status(reply.status, "dequeue")
         messages = list(reply.messages)
         if reply.next_deadline_ms < 0:

@@ -3,7 +3,10 @@
   one. Each delivery raises the message's delivery count (its fencing token), records the
   owner, and hides the message until now + visibility_ms; it comes back when nacked, when
   that deadline passes without an ack, or when its owner's process is gone
-  (queue_reclaim). First takes back up to 100 deliveries whose deadline has passed.
+  (queue_reclaim). First takes back up to 100 deliveries whose deadline has passed. A
+  retried poll (same poll_id, within two minutes; lib/polls.lua) is answered with what
+  that poll was handed and still holds as that delivery, so a reply lost on the way
+  strands nothing; when none of it is still held, it takes afresh.
   KEYS[1] meta    HASH  seq counter; stat:* counters
   KEYS[2] msgs    HASH  seq -> msgpack record (lib/message.lua)
   KEYS[3] bodies  HASH  seq -> payload bytes
@@ -13,10 +16,13 @@
   KEYS[7] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[8] owned   ZSET  "<owner>\0<seq>" (score 0): the deliveries each owner holds
   KEYS[9] wake    CHANNEL  sharded channel announcing messages to take
+  KEYS[10] polls       HASH  poll id -> msgpack {ids, tokens} handed to that poll
+  KEYS[11] poll_times  ZSET  poll id -> ms (memos are forgotten after two minutes)
   ARGV[1] owner           the consumer process (its liveness channel is held)
   ARGV[2] count           1 .. 1000
   ARGV[3] visibility_ms   1 .. 43200000
   ARGV[4] max_deliveries  1 .. 1000: past this many deliveries a message is dead-lettered
+  ARGV[5] poll_id         '' or an id the caller reuses when it retries this poll
   Returns {status, now_ms, next_deadline_ms, n, seq_1, payload_1, enqueued_at_1,
            delivery_count_1, priority_1, ...}
           status: OK | OUT_OF_RANGE; next_deadline_ms: the earliest visibility deadline
@@ -25,12 +31,16 @@
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/message.lua
+--@include lib/polls.lua
 local k = {meta = KEYS[1], msgs = KEYS[2], bodies = KEYS[3], ready = KEYS[4],
   leases = KEYS[5], dead = KEYS[6], owners = KEYS[7], owned = KEYS[8], wake = KEYS[9]}
+local polls = KEYS[10]
+local poll_times = KEYS[11]
 local owner = ARGV[1]
 local count = tonumber(ARGV[2])
 local visibility_ms = tonumber(ARGV[3])
 local max_deliveries = tonumber(ARGV[4])
+local poll_id = ARGV[5]
 local EXPIRE_BATCH = 100
 
 if owner == '' or not count or count < 1 or count > MSG_MAX_COUNT
@@ -41,23 +51,37 @@ end
 local now = now_ms()
 local back = msg_expire(k, now, EXPIRE_BATCH)
 
-local seqs = redis.call('ZRANGE', k.ready, 0, count - 1)
 local out = {ST_OK, now, -1, 0}
 local taken = 0
-for _, seq in ipairs(seqs) do
-  redis.call('ZREM', k.ready, seq)
+
+-- A retried poll: what it was handed and still holds, as that same delivery.
+local replayed = poll_replay(polls, poll_times, poll_id, now, function(seq, token)
   local m = msg_load(k.msgs, seq)
-  if m then
-    m.d = m.d + 1
-    m.m = max_deliveries
-    m.o = owner
-    msg_save(k.msgs, seq, m)
-    redis.call('ZADD', k.leases, now + visibility_ms, seq)
-    redis.call('ZADD', k.owned, 0, owned_entry(owner, seq))
-    msg_reply(out, k.bodies, seq, m)
-    taken = taken + 1
+  if not (m and msg_held_by(k, seq, m, owner, token)) then return false end
+  msg_reply(out, k.bodies, seq, m)
+  return true
+end)
+taken = replayed
+
+local memo = poll_memo()
+if replayed == 0 then
+  for _, seq in ipairs(redis.call('ZRANGE', k.ready, 0, count - 1)) do
+    redis.call('ZREM', k.ready, seq)
+    local m = msg_load(k.msgs, seq)
+    if m then
+      m.d = m.d + 1
+      m.m = max_deliveries
+      m.o = owner
+      msg_save(k.msgs, seq, m)
+      redis.call('ZADD', k.leases, now + visibility_ms, seq)
+      redis.call('ZADD', k.owned, 0, owned_entry(owner, seq))
+      msg_reply(out, k.bodies, seq, m)
+      poll_memo_add(memo, seq, m.d)
+      taken = taken + 1
+    end
   end
 end
+poll_remember(polls, poll_times, poll_id, memo, now)
 if taken > 0 then redis.call('HSETNX', k.owners, owner, 0) end
 out[4] = taken
 local first = redis.call('ZRANGE', k.leases, 0, 0, 'WITHSCORES')

@@ -14,10 +14,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
 from polling import eventually
+from proxy import Proxy
 
 from flo_redis import (
     AckOptions,
@@ -35,6 +37,7 @@ from flo_redis import (
     ValidationError,
     ValueTooLargeError,
 )
+from flo_redis._scripts import SCRIPTS
 from flo_redis.keys import owner_channel, queue_keys
 from flo_redis.liveness import DEFAULT_GRACE_MS as GRACE
 
@@ -109,6 +112,47 @@ async def test_a_blocking_dequeue_is_woken_by_enqueue(
 async def test_a_blocking_dequeue_with_nothing_returns_empty(client: FloClient) -> None:
     got = await client.queue.dequeue(Q, 1, DequeueOptions(block_ms=50))
     assert got.messages == []
+
+
+# --- lost replies ---------------------------------------------------------------------
+
+
+async def test_a_dequeue_whose_reply_is_lost_is_answered_again_not_stranded(
+    redis_url: str, raw: aioredis.Redis, namespace: str
+) -> None:
+    parts = urlsplit(redis_url)
+    proxy = await Proxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
+    try:
+        async with FloClient(proxy.url, namespace=namespace) as client:
+            sent = [await client.queue.enqueue(Q, b"%d" % i) for i in range(3)]
+            sha = SCRIPTS["queue_dequeue"].sha.encode()
+            await raw.script_load(SCRIPTS["queue_dequeue"].source)
+            proxy.drop_reply_after(sha)
+            got = (await client.queue.dequeue(Q, 2)).messages
+            assert proxy.dropped_replies == 1 and proxy.forwarded_count(sha) == 2
+            # The resend was answered with what the lost reply carried, as that delivery.
+            assert [(m.seq, m.delivery_count) for m in got] == [(sent[0], 1), (sent[1], 1)]
+            assert await raw.zcard(queue_keys(namespace, Q).leases) == 2
+            rest = (await client.queue.dequeue(Q, 5)).messages
+            assert seqs(rest) == [sent[2]]
+    finally:
+        await proxy.stop()
+
+
+async def test_a_poll_id_reused_gets_what_that_poll_still_holds(client: FloClient) -> None:
+    first = await client.queue.enqueue(Q, b"a")
+    second = await client.queue.enqueue(Q, b"b")
+    poll = DequeueOptions(poll_id="poll-1")
+    taken = (await client.queue.dequeue(Q, 1, poll)).messages
+    again = (await client.queue.dequeue(Q, 1, poll)).messages
+    assert (
+        [(m.seq, m.delivery_count) for m in again]
+        == [(first, 1)]
+        == [(m.seq, m.delivery_count) for m in taken]
+    )
+    assert seqs((await client.queue.dequeue(Q, 5)).messages) == [second]
+    await client.queue.ack(Q, [first])
+    assert (await client.queue.dequeue(Q, 1, poll)).messages == []  # nothing held: afresh
 
 
 # --- ack, nack, visibility timeout ------------------------------------------------------
@@ -313,6 +357,7 @@ async def test_bad_input_is_refused_before_anything_is_written(
         (ValidationError, q.dequeue(Q, 1, DequeueOptions(block_ms=-1))),
         (ValidationError, q.dequeue(Q, 1, DequeueOptions(visibility_timeout_ms=0))),
         (ValidationError, q.dequeue(Q, 1, DequeueOptions(max_deliveries=0))),
+        (ValidationError, q.dequeue(Q, 1, DequeueOptions(poll_id="a{b}"))),
         (ValidationError, q.peek(Q, 0)),
         (ValidationError, q.ack(Q, "1")),  # type: ignore[arg-type]
         (ValidationError, q.ack(Q, [1.0])),  # type: ignore[list-item]
