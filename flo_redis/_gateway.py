@@ -20,12 +20,10 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
-from redis import Redis as SyncRedis
-
 from . import _queue_replies as q
 from . import _replies as r
 from ._lua import LuaSourceError
-from ._scripts import SCRIPTS, Arg, RedisConn, run, run_sync
+from ._scripts import SCRIPTS, Arg, RedisConn, SyncConn, run, run_sync
 from .keys import ActionKeys, GroupKeys, NamespaceKeys, OwnerChannel, QueueKeys, StreamKeys
 
 R = TypeVar("R")
@@ -117,7 +115,7 @@ class Script(Generic[R]):
         return self._parse(await run(session.redis, self.lua, keys, args), primary)
 
     def call_sync(
-        self, conn: SyncRedis, source: Any, args: Sequence[Arg] = (), *, tail: Sequence[str] = ()
+        self, conn: SyncConn, source: Any, args: Sequence[Arg] = (), *, tail: Sequence[str] = ()
     ) -> R:
         """The same call on redis-py's blocking client (``flo_redis.sync``); refused for
         scripts that record an owner (a blocking client holds no liveness)."""

@@ -35,6 +35,7 @@ import redis.exceptions as rex
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.cluster import RedisCluster as SyncRedisCluster
 
 from ._denied import denied, is_denied
 from ._lua import LuaScript, load_all
@@ -51,6 +52,7 @@ from .retry import DEFAULT_RETRY_POLICY, RetryPolicy, retry_refused
 from .types import Ran, Reason, StatusCode
 
 RedisConn: TypeAlias = "Redis | RedisCluster"
+SyncConn: TypeAlias = "SyncRedis | SyncRedisCluster"  # flo_redis.sync
 Arg: TypeAlias = "str | bytes | int"
 
 SCRIPTS: dict[str, LuaScript] = load_all()
@@ -144,7 +146,7 @@ async def run(conn: RedisConn, script: LuaScript, keys: Sequence[str], args: Seq
     return await retry_refused(send_logged, policy)
 
 
-def run_sync(conn: SyncRedis, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+def run_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
     """:func:`run` for redis-py's blocking client (``flo_redis.sync``)."""
     with redis_errors(script.name):
         try:

@@ -11,8 +11,8 @@ to share between threads (redis-py's pool hands each call its own connection)::
     run = flo.action.invoke("resize", b'{"image": "a.jpg"}')
     status = flo.action.wait(run.run_id, timeout_ms=10_000)
 
-Workers stay asyncio (``FloClient``); this client takes no work. A Redis Cluster URL is
-refused here for now: use ``FloClient`` there.
+Workers stay asyncio (``FloClient``); this client takes no work. A ``redis+cluster://``
+URL reaches a Redis Cluster, as ``FloClient``'s does.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
 from ._gateway import ACTION_INVOKE
@@ -109,10 +110,12 @@ class SyncActionOperations:
 
 
 def _next(pubsub: Any, timeout: float, kind: str) -> dict[str, Any] | None:
-    """The next message of ``kind`` within ``timeout`` seconds, or None."""
+    """The next message of ``kind`` within ``timeout`` seconds, or None (on a cluster
+    the shard channel's messages come from the node owning its slot)."""
     end = time.monotonic() + timeout
+    read = pubsub.get_sharded_message if isinstance(pubsub, ClusterPubSub) else pubsub.get_message
     while True:
-        message = pubsub.get_message(timeout=max(end - time.monotonic(), 0.0))
+        message = read(timeout=max(end - time.monotonic(), 0.0))
         if message is not None and message.get("type") == kind:
             return message  # type: ignore[no-any-return]
         if time.monotonic() >= end:
@@ -133,10 +136,6 @@ class SyncFloClient:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         url = normalize_endpoint(endpoint)
-        if is_cluster_endpoint(url):
-            raise ValidationError(
-                "flo_redis.sync does not reach a Redis Cluster; use the asyncio FloClient"
-            )
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
             raise ValidationError(f"timeout_ms must be a positive int, got {timeout_ms!r}")
         if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
@@ -150,7 +149,13 @@ class SyncFloClient:
         }
         if not url.startswith("unix://"):
             kwargs["socket_keepalive"] = True
-        self.redis: redis.Redis = redis.Redis.from_url(url, **kwargs)
+        self.redis: redis.Redis | RedisCluster
+        if is_cluster_endpoint(url):
+            scheme = url.split("://", 1)[0]
+            plain = scheme.removesuffix("+cluster") + url[len(scheme) :]
+            self.redis = RedisCluster.from_url(plain, **kwargs)
+        else:
+            self.redis = redis.Redis.from_url(url, **kwargs)
         self.action = SyncActionOperations(self)
 
     def close(self) -> None:

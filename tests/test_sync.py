@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -90,10 +91,30 @@ def test_the_blocking_client_refuses_like_the_asyncio_one(redis_url: str, namesp
             flo.action.status("nope:1")
         with pytest.raises(ValidationError, match="input_data must be bytes"):
             flo.action.invoke("nope", "text")  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match="Redis Cluster"):
-        SyncFloClient("redis+cluster://127.0.0.1:7001")
 
 
 async def _register(url: str, namespace: str, name: str) -> None:
     async with FloClient(url, namespace=namespace) as client:
         await client.action.register(name)
+
+
+async def test_the_blocking_client_on_a_cluster(cluster_url: str) -> None:
+    namespace = f"c-{uuid.uuid4().hex[:10]}"
+    names = [f"job-{i}" for i in range(4)]  # queues spread over the nodes
+    async with FloClient(cluster_url, namespace=namespace) as client:
+        for name in names:
+            await client.action.register(name)
+        with SyncFloClient(cluster_url, namespace=namespace) as flo:
+            runs = [await asyncio.to_thread(flo.action.invoke, n, b"x") for n in names]
+            waiters = [
+                asyncio.ensure_future(asyncio.to_thread(flo.action.wait, r.run_id, 60_000))
+                for r in runs
+            ]
+            await asyncio.sleep(0.5)
+            await client.worker.register("w1", names)
+            for run in await client.worker.await_tasks("w1", names, len(names)):
+                await client.worker.complete("w1", run.action, run.run_id, run.action.encode())
+            done = await asyncio.wait_for(asyncio.gather(*waiters), 30)
+    assert [(s.status, s.output) for s in done] == [
+        (RunStatus.COMPLETED, n.encode()) for n in names
+    ]
