@@ -84,5 +84,9 @@ def build_stream(client: FloClient) -> StreamWorker:
     return client.new_stream_worker(stream="events", group="g", handler=handle, block_ms=1000)
 
 
+def build_broken(client: FloClient) -> ActionWorker:
+    raise RuntimeError("this worker cannot start")
+
+
 def build_nothing(client: FloClient) -> str:
     return "not a worker"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import pytest
 import redis.asyncio as aioredis
@@ -160,6 +161,23 @@ async def test_processes_restarts_a_killed_child_and_its_runs_come_back(
     out = cmd.output()
     assert "exited with signal SIGKILL; restarting it" in out
     assert out.count("SIGTERM received: stopping 2 worker processes") == 1
+
+
+def test_a_crash_looping_process_is_restarted_after_doubling_pauses(
+    command, redis_url: str
+) -> None:
+    cmd = command("worker", "--url", redis_url, "--processes", "2", "cli_app:build_broken")
+    deadline = time.monotonic() + 60
+    while "process 1 (pid" not in cmd.output() or "in 2.0 s" not in cmd.output():
+        assert time.monotonic() < deadline, cmd.output()
+        time.sleep(0.1)
+    cmd.signal(signal.SIGTERM)
+    cmd.wait()
+    out = cmd.output()
+    assert "cli_app:build_broken could not build its worker" in out
+    assert "RuntimeError: this worker cannot start" in out  # with its traceback
+    for pause in ("0.5", "1.0", "2.0"):
+        assert f"exited with code 1; restarting it in {pause} s" in out
 
 
 @pytest.mark.parametrize(

@@ -133,7 +133,15 @@ async def serve(found: Sequence[tuple[str, object]], params: dict[str, Any]) -> 
         log.error("%s", exc)
         return 1
     try:
-        workers = [await _targets.build(spec, obj, client) for spec, obj in found]
+        workers = []
+        for spec, obj in found:
+            try:
+                workers.append(await _targets.build(spec, obj, client))
+            except click.ClickException:
+                raise
+            except Exception:
+                log.error("%s could not build its worker", spec, exc_info=True)
+                return 1
         if params["concurrency"] is not None:
             for worker in workers:
                 worker.config.concurrency = params["concurrency"]
