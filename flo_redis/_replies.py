@@ -506,18 +506,20 @@ class Counts:
     failed: int
     timed_out: int
     next_due_ms: int
+    completed_total: int
+    failed_total: int
     completed_per_minute: tuple[int, ...]
     failed_per_minute: tuple[int, ...]
 
 
 def counts(reply: Any, _keys: object) -> Counts:
     n = [int(x) for x in reply]
-    if n[0] != Status.OK or len(n) < 9:
-        return Counts(n[0], 0, 0, 0, 0, 0, 0, 0, -1, (), ())
-    minutes = n[9:]
+    if n[0] != Status.OK or len(n) < 11:
+        return Counts(n[0], 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, (), ())
+    minutes = n[11:]
     half = len(minutes) // 2
     return Counts(
-        n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7], n[8],
+        n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7], n[8], n[9], n[10],
         tuple(minutes[:half]), tuple(minutes[half:]),
     )  # fmt: skip
 

@@ -67,7 +67,9 @@ class ActionCounts:
     still kept (retention). ``completed_per_minute`` / ``failed_per_minute`` count runs
     that ended in each of the last 60 minutes, oldest first, the last being the current
     minute (``failed`` there includes timed out). ``next_due_ms`` is when the earliest
-    delayed run becomes ready (None without delayed runs)."""
+    delayed run becomes ready (None without delayed runs). ``completed_total`` /
+    ``failed_total`` count every run that ended so since the action was registered
+    (a deleted action starts again from 0)."""
 
     action: str
     namespace: str
@@ -79,6 +81,8 @@ class ActionCounts:
     failed: int
     timed_out: int
     next_due_ms: int | None
+    completed_total: int
+    failed_total: int
     completed_per_minute: tuple[int, ...]
     failed_per_minute: tuple[int, ...]
 
@@ -168,6 +172,8 @@ class ActionInspection:
             failed=reply.failed,
             timed_out=reply.timed_out,
             next_due_ms=None if reply.next_due_ms < 0 else reply.next_due_ms,
+            completed_total=reply.completed_total,
+            failed_total=reply.failed_total,
             completed_per_minute=reply.completed_per_minute[:MINUTES],
             failed_per_minute=reply.failed_per_minute[:MINUTES],
         )

@@ -50,6 +50,7 @@ from .codec import (
     text,
     unpack_record,
 )
+from .discovery import remember
 from .errors import (
     ValidationError,
     ValueTooLargeError,
@@ -135,8 +136,7 @@ class ActionOperations(ActionInspection):
             settings["description"] = opts.description
         conn = self._client.redis
         await ACTION_REGISTER(self._client, keys, [pack(settings)])
-        with _scripts.redis_errors("register"):
-            await conn.zadd(namespace_keys(keys.namespace).actions, {name: 0})
+        await remember(conn, keys.namespace, namespace_keys(keys.namespace).actions, name)
 
     async def invoke(
         self, name: str, input_data: bytes, options: ActionInvokeOptions | None = None

@@ -25,6 +25,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from . import discovery
 from ._denied import denied, is_denied
 from ._scripts import RedisConn, configure, redis_errors
 from ._wake import Waker
@@ -460,6 +461,11 @@ class FloClient:
     @property
     def max_payload_bytes(self) -> int:
         return self._max_payload
+
+    async def namespaces(self) -> tuple[str, ...]:
+        """Every namespace that registered an action or a worker, or made a stream, in
+        name order (from the namespace registry; never a scan)."""
+        return await discovery.namespaces(self)
 
     async def server_time_ms(self) -> int:
         """Redis's clock, in ms (deadlines are always computed from it)."""

@@ -210,6 +210,11 @@ def _namespace_keys(namespace: str) -> NamespaceKeys:
     )
 
 
+def namespaces_key() -> str:
+    """The registry of namespaces (ZSET of names, score 0): its own hash slot."""
+    return f"{PREFIX}:namespaces"
+
+
 def owner_channel(tag: str, owner: str) -> str:
     """The liveness channel of ``owner`` in the slot of ``tag`` (never published to)."""
     return f"{PREFIX}:live:{tag}:{owner}"

@@ -69,6 +69,7 @@ from ._stream_codec import (
     stream_id_arg,
 )
 from .codec import pack, text
+from .discovery import remember
 from .errors import ServerError, ValidationError, ValueTooLargeError
 from .keys import (
     GroupKeys,
@@ -79,6 +80,7 @@ from .keys import (
     stream_keys,
 )
 from .liveness import DEFAULT_GRACE_MS
+from .stream_ops import StreamInspection
 from .types import (
     PendingEntry,
     StreamAppendOptions,
@@ -192,8 +194,10 @@ def _dead_letter(entry_id: bytes, fields: dict[bytes, bytes], partition: int) ->
 # -----------------------------------------------------------------------------
 
 
-class StreamOperations:
-    """``client.stream``: append-only streams and consumer groups on Redis Streams."""
+class StreamOperations(StreamInspection):
+    """``client.stream``: append-only streams and consumer groups on Redis Streams; the
+    namespace's streams and each group's lag and dead letters come from
+    :class:`StreamInspection`."""
 
     def __init__(self, client: FloClient) -> None:
         self._client = client
@@ -245,8 +249,9 @@ class StreamOperations:
                 f"partition(s); the count is fixed when a stream is first created or used",
             )
         self._counts.remember(keys.namespace, stream, recorded)
-        with _scripts.redis_errors("create"):
-            await self._client.redis.zadd(namespace_keys(keys.namespace).streams, {stream: 0})
+        await remember(
+            self._client.redis, keys.namespace, namespace_keys(keys.namespace).streams, stream
+        )
         return recorded
 
     async def partitions(self, stream: str, namespace: str | None = None) -> int:
@@ -479,6 +484,8 @@ class StreamOperations:
             "" if opts.max_deliver is None else opts.max_deliver,
         ]
         await asyncio.gather(*(GROUP_JOIN(self._client, (k, k.group(group)), args) for k in parts))
+        ns = parts[0].namespace
+        await remember(self._client.redis, ns, namespace_keys(ns).streams, stream)
 
     async def group_leave(
         self,

@@ -50,6 +50,7 @@ from .codec import (
     unpack_record,
     worker_labels,
 )
+from .discovery import remember
 from .errors import (
     BadRequestError,
     ServerError,
@@ -143,6 +144,7 @@ class WorkerOperations:
         if opts.metadata is not None:
             record["md"] = opts.metadata
         await WORKER_REGISTER(self._client, ns, [worker_id, pack(record)])
+        await remember(self._client.redis, ns.namespace)
 
     async def heartbeat(
         self, worker_id: str, current_load: int = 0, namespace: str | None = None

@@ -9,7 +9,8 @@
   KEYS[6] done     ZSET  completed runs kept for retention
   KEYS[7] failed   ZSET  FAILED, TIMED_OUT and CANCELLED runs
   Returns {status, now_ms, pending, delayed, running, completed, failed, timed_out,
-          next_due_ms, completed * 60, failed * 60}   status: OK | NO_ACTION;
+          next_due_ms, completed_total, failed_total, completed * 60, failed * 60}
+          status: OK | NO_ACTION; the totals count runs ended since registration;
           failed excludes timed_out; next_due_ms is -1 without delayed runs; the per-minute
           counts run oldest first, the last being the current minute
 ]]
@@ -26,9 +27,10 @@ local timed_out = tonumber(redis.call('HGET', k.meta, TALLY_TIMED_OUT)) or 0
 local next_due = -1
 local first = redis.call('ZRANGE', k.delayed, 0, 0, 'WITHSCORES')
 if #first > 0 then next_due = tonumber(first[2]) end
+local totals = redis.call('HMGET', k.meta, TALLY_TOTAL.c, TALLY_TOTAL.f)
 local out = {ST_OK, now, redis.call('ZCARD', k.pending), redis.call('ZCARD', k.delayed),
   redis.call('ZCARD', k.leases), redis.call('ZCARD', k.done), buried - timed_out, timed_out,
-  next_due}
+  next_due, tonumber(totals[1]) or 0, tonumber(totals[2]) or 0}
 
 local minute = math.floor(now / 60000)
 local fields = {}

@@ -5,10 +5,12 @@
     failed (FAILED or TIMED_OUT) runs of that minute. A bucket is reset when its slot
     comes round again, so the ring never holds more than 180 fields, and a bucket older
     than an hour is never read;
-  - `n:timed_out`: how many runs in the failed set are TIMED_OUT.
+  - `n:timed_out`: how many runs in the failed set are TIMED_OUT;
+  - `n:completed`, `n:failed`: runs that ended so, in all (counters for Prometheus).
 ]]
 local TALLY_SLOTS = 60
 local TALLY_TIMED_OUT = 'n:timed_out'
+local TALLY_TOTAL = {c = 'n:completed', f = 'n:failed'}
 
 -- Count `n` runs that ended at `now` as `kind` ('c' completed, 'f' failed).
 local function tally_ended(meta_key, now, kind, n)
@@ -19,11 +21,12 @@ local function tally_ended(meta_key, now, kind, n)
     redis.call('HSET', meta_key, at, minute, at .. 'c', 0, at .. 'f', 0)
   end
   redis.call('HINCRBY', meta_key, at .. kind, n)
+  redis.call('HINCRBY', meta_key, TALLY_TOTAL[kind], n)
 end
 
 -- Every counter field, for forgetting them with the action.
 local function tally_fields()
-  local fields = {TALLY_TIMED_OUT}
+  local fields = {TALLY_TIMED_OUT, TALLY_TOTAL.c, TALLY_TOTAL.f}
   for slot = 0, TALLY_SLOTS - 1 do
     local at = 'm' .. slot
     fields[#fields + 1] = at

@@ -1,0 +1,121 @@
+"""What exists: the namespaces, actions and streams a Redis holds, from the registries,
+and one consistent overview of a namespace for operators (CLI, exporter, dashboard).
+
+The registries are sorted sets written where things are made: the namespace registry
+(``keys.namespaces_key``) when an action or worker is registered or a stream is created
+or joined, a namespace's action and stream registries (``keys.namespace_keys``) likewise.
+The namespace registry has its own hash slot, so on Redis Cluster it cannot be written by
+the same script as the thing registered; it is written right after it, like the action
+registry. Reading them never scans the key space.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import _scripts
+from .action_ops import ActionCounts
+from .codec import decoded
+from .errors import NotFoundError
+from .keys import namespace_keys, namespaces_key
+from .stream_ops import GroupCounts
+from .types import WorkerInfo, WorkerListOptions
+
+if TYPE_CHECKING:
+    from ._scripts import RedisConn
+    from .client import FloClient
+
+PAGE = 1000  # registry entries read per command
+
+
+async def remember(
+    conn: RedisConn, namespace: str, index: str | None = None, name: str | None = None
+) -> None:
+    """Record ``namespace`` in the namespace registry and, when given, ``name`` in the
+    namespace's registry ``index`` (idempotent; two keys in two slots, so two commands)."""
+    with _scripts.redis_errors("registry"):
+        if index is not None and name is not None:
+            await conn.zadd(index, {name: 0})
+        await conn.zadd(namespaces_key(), {namespace: 0})
+
+
+async def _names(conn: RedisConn, key: str) -> tuple[str, ...]:
+    names: list[str] = []
+    low = "-"
+    while True:
+        with _scripts.redis_errors("registry"):
+            page = await conn.zrange(key, low, "+", bylex=True, offset=0, num=PAGE)
+        names += [decoded(n) for n in page]
+        if len(page) < PAGE:
+            return tuple(names)
+        low = f"({names[-1]}"
+
+
+async def namespaces(client: FloClient) -> tuple[str, ...]:
+    """Every namespace that has registered an action or worker or made a stream, in name
+    order."""
+    return await _names(client.redis, namespaces_key())
+
+
+async def action_names(client: FloClient, namespace: str | None = None) -> tuple[str, ...]:
+    """The registered actions of the namespace, in name order."""
+    return await _names(client.redis, namespace_keys(client.get_namespace(namespace)).actions)
+
+
+async def stream_names(client: FloClient, namespace: str | None = None) -> tuple[str, ...]:
+    """The streams of the namespace (created, or joined by a group), in name order."""
+    return await _names(client.redis, namespace_keys(client.get_namespace(namespace)).streams)
+
+
+async def all_workers(client: FloClient, namespace: str | None = None) -> tuple[WorkerInfo, ...]:
+    """Every registered worker of the namespace, in id order."""
+    ns = client.get_namespace(namespace)
+    workers: list[WorkerInfo] = []
+    cursor: bytes | None = None
+    while True:
+        page = await client.worker.list(WorkerListOptions(namespace=ns, limit=1024, cursor=cursor))
+        workers += page.workers
+        if page.cursor is None:
+            return tuple(workers)
+        cursor = page.cursor
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """A namespace at a glance: every action's counts, every worker, every stream group."""
+
+    namespace: str
+    at_ms: int  # server time when it was read
+    actions: tuple[ActionCounts, ...]
+    workers: tuple[WorkerInfo, ...]
+    groups: tuple[GroupCounts, ...]
+
+
+async def overview(client: FloClient, namespace: str | None = None) -> Overview:
+    """Counts of every action, the workers and every stream group of the namespace.
+    An action deleted while this reads is left out."""
+    ns = client.get_namespace(namespace)
+
+    async def counts(name: str) -> ActionCounts | None:
+        try:
+            return await client.action.counts(name, namespace=ns)
+        except NotFoundError:
+            return None
+
+    at_ms, actions, streams, workers = await asyncio.gather(
+        client.server_time_ms(),
+        action_names(client, ns),
+        stream_names(client, ns),
+        all_workers(client, ns),
+    )
+    found = await asyncio.gather(*(counts(a) for a in actions))
+    groups = await asyncio.gather(*(client.stream.groups(s, namespace=ns) for s in streams))
+    return Overview(
+        namespace=ns,
+        at_ms=at_ms,
+        actions=tuple(c for c in found if c is not None),
+        workers=workers,
+        groups=tuple(g for per_stream in groups for g in per_stream),
+    )
