@@ -17,7 +17,17 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 # Modules that each define ``register(group)``; listed once so the command's shape is
 # readable here, and each subcommand family stays in its own room.
-_COMMAND_MODULES: tuple[str, ...] = ("worker", "worker_metrics", "check", "dashboard")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "worker",
+    "worker_metrics",
+    "check",
+    "dashboard",
+    "status",
+    "runs",
+    "workers",
+    "streams",
+    "invoke",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

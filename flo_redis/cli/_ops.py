@@ -1,0 +1,108 @@
+"""What the operator commands share: connection options, running a coroutine with a
+client, ``--json`` output, confirmation of destructive steps, rich tables."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import json
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..client import FloClient
+from ..errors import FloError
+from ._options import namespace_option, url_option
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def connection_options(command: F) -> F:
+    """``--url`` and ``--namespace`` (:mod:`._options`), as every subcommand takes them."""
+    return url_option(namespace_option("to look at and steer")(command))
+
+
+def json_option(command: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(command)
+
+
+def yes_option(command: F) -> F:
+    return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(command)
+
+
+def with_client(url: str, namespace: str, work: Callable[[FloClient], Awaitable[T]]) -> T:
+    """Run ``work`` with a connected client; flo's errors become a one-line message and
+    exit status 1."""
+
+    async def main() -> T:
+        async with FloClient(url, namespace=namespace) as client:
+            return await work(client)
+
+    try:
+        return asyncio.run(main())
+    except FloError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+def confirm(yes: bool, question: str) -> None:
+    """Ask before a destructive step unless ``--yes``; abort (exit 1) on no."""
+    if not yes:
+        click.confirm(question, abort=True)
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: dataclasses as objects, bytes as text when they
+    are UTF-8 (else hex), enums by name."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.name if not isinstance(value, str) else value.value
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return value.hex()
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(plain(value), indent=2, sort_keys=False))
+
+
+def console() -> Console:
+    return Console(file=sys.stdout, soft_wrap=False)
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:
+    """A rich table; numbers right-aligned."""
+    out = Table(title=title, title_justify="left", expand=False)
+    materialized = [[("" if v is None else str(v)) for v in row] for row in rows]
+    for i, name in enumerate(columns):
+        numeric = bool(materialized) and all(
+            r[i].lstrip("-").isdigit() for r in materialized if r[i]
+        )
+        out.add_column(name, justify="right" if numeric else "left")
+    for row in materialized:
+        out.add_row(*row)
+    return out
+
+
+def age(ms: int | None, now_ms: int) -> str:
+    """How long ago ``ms`` was, for people: '3s', '4m', '2h'."""
+    if not ms:
+        return "-"
+    seconds = max(now_ms - ms, 0) // 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -1,0 +1,78 @@
+"""``flo-redis invoke ACTION --data JSON [--wait]``: create a run from the shell."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..client import FloClient
+from ..errors import WaitTimeoutError
+from ..types import ActionInvokeOptions, ActionRunStatus, RunStatus
+from ._ops import connection_options, json_option, print_json, with_client
+
+
+def register(group: click.Group) -> None:
+    group.add_command(invoke)
+
+
+@click.command("invoke")
+@connection_options
+@json_option
+@click.argument("action")
+@click.option("--data", default="null", show_default=True, help="The input, as JSON text.")
+@click.option("--delay-ms", type=click.IntRange(0), default=0, help="Run no earlier than this.")
+@click.option("--idempotency-key", default=None, help="Invoke at most once per key.")
+@click.option("--wait", is_flag=True, help="Wait until the run finishes; print its result.")
+@click.option("--timeout", type=click.FloatRange(0), default=60.0, show_default=True,
+              help="Seconds --wait waits at most.")  # fmt: skip
+def invoke(
+    url: str,
+    namespace: str,
+    as_json: bool,
+    action: str,
+    data: str,
+    delay_ms: int,
+    idempotency_key: str | None,
+    wait: bool,
+    timeout: float,
+) -> None:
+    """Create a run of ACTION with --data as its input (UTF-8 JSON) and print its id;
+    with --wait, wait for it to finish and print its output (exit 1 if it failed, 2 if
+    it had not finished by --timeout)."""
+    try:
+        json.loads(data)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--data") from exc
+    opts = ActionInvokeOptions(delay_ms=delay_ms, idempotency_key=idempotency_key)
+
+    async def run(client: FloClient) -> tuple[str, ActionRunStatus | None]:
+        run_id = (await client.action.invoke(action, data.encode(), opts)).run_id
+        if not wait:
+            return run_id, None
+        try:
+            return run_id, await client.action.wait(run_id, timeout_ms=int(timeout * 1000))
+        except WaitTimeoutError:
+            return run_id, None
+
+    run_id, finished = with_client(url, namespace, run)
+    if not wait:
+        if as_json:
+            print_json({"run_id": run_id})
+        else:
+            click.echo(run_id)
+        return
+    if finished is None:
+        if as_json:
+            print_json({"run_id": run_id, "status": None})
+        else:
+            click.echo(f"{run_id}: not finished after {timeout:g} s", err=True)
+        raise SystemExit(2)
+    if as_json:
+        print_json(finished)
+    elif finished.status == RunStatus.COMPLETED:
+        click.echo((finished.output or b"").decode(errors="replace"))
+    else:
+        click.echo(f"{run_id}: {finished.status.name}: {finished.error_message}", err=True)
+    if finished.status != RunStatus.COMPLETED:
+        raise SystemExit(1)

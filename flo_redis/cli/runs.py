@@ -1,0 +1,174 @@
+"""``flo-redis runs list|show|requeue|purge``: one action's runs by state."""
+
+from __future__ import annotations
+
+import click
+
+from ..action_ops import RunPage, RunState
+from ..client import FloClient
+from ..types import ActionRunStatus
+from ._ops import (
+    age,
+    confirm,
+    connection_options,
+    console,
+    json_option,
+    print_json,
+    table,
+    with_client,
+    yes_option,
+)
+
+STATES = click.Choice([s.value for s in RunState])
+
+
+def register(group: click.Group) -> None:
+    group.add_command(runs)
+
+
+def _short(text: str | None, width: int = 60) -> str:
+    line = (text or "").splitlines()[0] if text else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+@click.group("runs")
+def runs() -> None:
+    """List, show, re-queue and purge runs."""
+
+
+@runs.command("list")
+@connection_options
+@json_option
+@click.argument("action")
+@click.option("--state", type=STATES, default="pending", show_default=True)
+@click.option("--limit", type=click.IntRange(1, 1024), default=20, show_default=True)
+@click.option("--cursor", default=None, help="Continue after a previous page.")
+def list_runs(
+    url: str,
+    namespace: str,
+    as_json: bool,
+    action: str,
+    state: str,
+    limit: int,
+    cursor: str | None,
+) -> None:
+    """A page of ACTION's runs in one state: waiting runs in the order they will be taken,
+    finished ones newest first."""
+
+    async def read(client: FloClient) -> tuple[int, RunPage]:
+        page = await client.action.runs(
+            action, state, limit=limit, cursor=cursor.encode() if cursor else None
+        )
+        return await client.server_time_ms(), page
+
+    now_ms, page = with_client(url, namespace, read)
+    if as_json:
+        print_json(page)
+        return
+    when = "due in" if page.state is RunState.DELAYED else "finished"
+    console().print(
+        table(
+            f"{state} runs of {action!r}",
+            ["run", "status", "attempt", "created", when, "worker", "error"],
+            [
+                (
+                    r.run_id,
+                    r.status.name,
+                    f"{r.attempt}/{r.max_retries}",
+                    age(r.created_at_ms, now_ms) + " ago",
+                    _when(r, now_ms),
+                    r.worker_id,
+                    _short(r.error_message),
+                )
+                for r in page.runs
+            ],
+        )
+    )
+    if page.cursor is not None:
+        click.echo(f"more: --cursor '{page.cursor.decode()}'")
+
+
+def _when(run: ActionRunStatus, now_ms: int) -> str:
+    if run.due_at_ms is not None:
+        return age(now_ms, run.due_at_ms) if run.due_at_ms > now_ms else "now"
+    if run.completed_at_ms is not None:
+        return age(run.completed_at_ms, now_ms) + " ago"
+    return ""
+
+
+@runs.command("show")
+@connection_options
+@json_option
+@click.argument("run_id")
+def show(url: str, namespace: str, as_json: bool, run_id: str) -> None:
+    """Everything known about RUN_ID: status, attempts, times, output or error."""
+    run = with_client(url, namespace, lambda c: c.action.status(run_id))
+    if as_json:
+        print_json(run)
+        return
+    output = run.output.decode(errors="replace") if run.output is not None else None
+    rows = [
+        ("run", run.run_id),
+        ("status", run.status.name),
+        ("attempt", f"{run.attempt} of {run.max_retries}"),
+        ("created at (ms)", run.created_at_ms),
+        ("started at (ms)", run.started_at_ms),
+        ("finished at (ms)", run.completed_at_ms),
+        ("due at (ms)", run.due_at_ms),
+        ("worker", run.worker_id),
+        ("outcome", run.outcome),
+        ("output", output),
+        ("error", run.error_message),
+    ]
+    console().print(table(f"run {run_id}", ["field", "value"], [r for r in rows if r[1]]))
+
+
+@runs.command("requeue")
+@connection_options
+@yes_option
+@click.argument("action")
+@click.argument("run_ids", nargs=-1)
+def requeue(url: str, namespace: str, yes: bool, action: str, run_ids: tuple[str, ...]) -> None:
+    """Give failed runs of ACTION a fresh set of attempts: the RUN_IDS named, or every
+    failed (and timed out) run when none is named."""
+
+    async def run(client: FloClient) -> str:
+        if run_ids:
+            for run_id in run_ids:
+                await client.action.requeue(run_id)
+            return f"re-queued {len(run_ids)} run(s) of {action}"
+        counts = await client.action.counts(action)
+        failed = counts.failed + counts.timed_out
+        if failed == 0:
+            return f"no failed runs of {action}"
+        confirm(yes, f"Re-queue all {failed} failed runs of {action!r}?")
+        done = await client.action.requeue_failed(action)
+        return f"re-queued {done.count} run(s) of {action} in {done.calls} call(s)"
+
+    click.echo(with_client(url, namespace, run))
+
+
+@runs.command("purge")
+@connection_options
+@yes_option
+@click.argument("action")
+@click.option("--state", type=click.Choice(["pending", "delayed", "completed", "failed"]),
+              required=True)  # fmt: skip
+def purge(url: str, namespace: str, yes: bool, action: str, state: str) -> None:
+    """Delete every run of ACTION in one state, with its input."""
+
+    async def run(client: FloClient) -> str:
+        counts = await client.action.counts(action)
+        n = {
+            "pending": counts.pending,
+            "delayed": counts.delayed,
+            "completed": counts.completed,
+            "failed": counts.failed + counts.timed_out,
+        }[state]
+        if n == 0:
+            return f"no {state} runs of {action}"
+        confirm(yes, f"Delete all {n} {state} runs of {action!r}? This cannot be undone.")
+        done = await client.action.purge(action, state)
+        return f"purged {done.count} {state} run(s) of {action} in {done.calls} call(s)"
+
+    click.echo(with_client(url, namespace, run))
