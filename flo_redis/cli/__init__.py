@@ -27,6 +27,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "workers",
     "streams",
     "invoke",
+    "exporter",
 )
 
 
