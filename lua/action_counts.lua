@@ -23,7 +23,7 @@ local k = {definition = KEYS[1], meta = KEYS[2], pending = KEYS[3], delayed = KE
 if redis.call('EXISTS', k.definition) == 0 then return {ST_NO_ACTION} end
 local now = now_ms()
 local buried = redis.call('ZCARD', k.failed)
-local timed_out = tonumber(redis.call('HGET', k.meta, TALLY_TIMED_OUT)) or 0
+local timed_out = math.min(tonumber(redis.call('HGET', k.meta, TALLY_TIMED_OUT)) or 0, buried)
 local next_due = -1
 local first = redis.call('ZRANGE', k.delayed, 0, 0, 'WITHSCORES')
 if #first > 0 then next_due = tonumber(first[2]) end

@@ -51,5 +51,5 @@ for _, run_id in ipairs(ids) do
   queue_forget(k, run_id)
 end
 if #ids > 0 then redis.call('ZREM', set, unpack(ids)) end
-if timed_out > 0 then redis.call('HINCRBY', k.meta, TALLY_TIMED_OUT, -timed_out) end
+tally_untimed(k.meta, timed_out)
 return {ST_OK, #ids, redis.call('ZCOUNT', set, '-inf', upto), upto}

@@ -19,6 +19,7 @@ from flo_redis import (
     WorkerFailOptions,
 )
 from flo_redis.action_ops import ActionCounts, RunState
+from flo_redis.keys import action_keys
 
 NOW = WorkerAwaitOptions(block_ms=0)
 
@@ -208,3 +209,19 @@ async def test_counts_touch_only_the_queue_keys(client: FloClient, raw: aioredis
     after = await raw.info("commandstats")
     for command in ("cmdstat_scan", "cmdstat_keys"):
         assert before.get(command) == after.get(command)
+
+
+async def test_runs_buried_before_the_timed_out_count_never_make_it_negative(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    h = await history(client)
+    await raw.hdel(action_keys(client.namespace, "job").meta, "n:timed_out")  # an older store
+    c = await client.action.counts("job")
+    assert (c.failed, c.timed_out) == (3, 0)
+    await client.action.requeue(h["expired"])
+    await client.action.requeue(h["failed"][0])
+    c = await client.action.counts("job")
+    assert (c.failed, c.timed_out) == (1, 0)
+    assert (await client.action.purge("job", "failed")).count == 1
+    c = await client.action.counts("job")
+    assert (c.failed, c.timed_out) == (0, 0)

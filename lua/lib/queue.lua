@@ -47,7 +47,7 @@ end
 -- Give a buried run (FAILED, TIMED_OUT or CANCELLED) a fresh set of attempts: its record
 -- reads PENDING again, ready since `now`. The caller moves it from `failed` to `pending`.
 local function queue_unbury(k, run_id, run, max_retries, now)
-  if run.s == RUN_TIMED_OUT then redis.call('HINCRBY', k.meta, TALLY_TIMED_OUT, -1) end
+  if run.s == RUN_TIMED_OUT then tally_untimed(k.meta, 1) end
   run.s = RUN_PENDING
   run.a = 0
   run.mr = max_retries

@@ -24,6 +24,15 @@ local function tally_ended(meta_key, now, kind, n)
   redis.call('HINCRBY', meta_key, TALLY_TOTAL[kind], n)
 end
 
+-- `n` TIMED_OUT runs left the failed set (re-queued or purged). Runs buried before this
+-- counter existed were never counted, so it never goes below zero.
+local function tally_untimed(meta_key, n)
+  local left = tonumber(redis.call('HGET', meta_key, TALLY_TIMED_OUT)) or 0
+  if left <= 0 or n <= 0 then return end
+  if n > left then n = left end
+  redis.call('HINCRBY', meta_key, TALLY_TIMED_OUT, -n)
+end
+
 -- Every counter field, for forgetting them with the action.
 local function tally_fields()
   local fields = {TALLY_TIMED_OUT, TALLY_TOTAL.c, TALLY_TOTAL.f}
