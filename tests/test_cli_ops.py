@@ -142,6 +142,8 @@ def test_requeue_asks_first_and_does_nothing_on_no(
 def test_requeue_named_runs_and_purge(
     redis_url: str, namespace: str, world: dict[str, Any]
 ) -> None:
+    stranger = cli(redis_url, namespace, "runs", "requeue", "job", "other:1")
+    assert stranger.exit_code == 2 and "not runs of 'job'" in stranger.output
     one = cli(redis_url, namespace, "runs", "requeue", "job", world["expired"])
     assert one.exit_code == 0, one.output
     status = with_client(redis_url, namespace, lambda c: c.action.status(world["expired"]))

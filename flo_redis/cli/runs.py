@@ -6,6 +6,8 @@ import click
 
 from ..action_ops import RunPage, RunState
 from ..client import FloClient
+from ..errors import ValidationError
+from ..keys import action_of_run
 from ..types import ActionRunStatus
 from ._ops import (
     age,
@@ -131,6 +133,15 @@ def show(url: str, namespace: str, as_json: bool, run_id: str) -> None:
 def requeue(url: str, namespace: str, yes: bool, action: str, run_ids: tuple[str, ...]) -> None:
     """Give failed runs of ACTION a fresh set of attempts: the RUN_IDS named, or every
     failed (and timed out) run when none is named."""
+
+    try:
+        strangers = [r for r in run_ids if action_of_run(r) != action]
+    except ValidationError as exc:
+        raise click.BadParameter(str(exc), param_hint="RUN_IDS") from exc
+    if strangers:
+        raise click.BadParameter(
+            f"{', '.join(strangers)} not runs of {action!r}", param_hint="RUN_IDS"
+        )
 
     async def run(client: FloClient) -> str:
         if run_ids:
