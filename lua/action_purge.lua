@@ -44,12 +44,6 @@ if upto == '' then
 end
 
 local ids = redis.call('ZRANGE', set, '-inf', upto, 'BYSCORE', 'LIMIT', 0, batch)
-local timed_out = 0
-for _, run_id in ipairs(ids) do
-  local run = run_load(k.runs, run_id)
-  if run and run.s == RUN_TIMED_OUT and set == k.failed then timed_out = timed_out + 1 end
-  queue_forget(k, run_id)
-end
-if #ids > 0 then redis.call('ZREM', set, unpack(ids)) end
-tally_untimed(k.meta, timed_out)
+local timed_out = queue_forget(k, set, ids)
+if set == k.failed then tally_untimed(k.meta, timed_out) end
 return {ST_OK, #ids, redis.call('ZCOUNT', set, '-inf', upto), upto}

@@ -41,18 +41,23 @@ local now = now_ms()
 if #ids > 0 then
   -- Queue order for the whole batch in one step, in the order they failed.
   local seq = redis.call('HINCRBY', k.meta, 'qseq', #ids) - #ids
-  local queued = {}
-  for _, run_id in ipairs(ids) do
-    local run = run_load(k.runs, run_id)
-    if run then
-      queue_unbury(k, run_id, run, action.max_retries, now)
+  local records = redis.call('HMGET', k.runs, unpack(ids))
+  local queued, saved, timed_out = {}, {}, 0
+  for i, run_id in ipairs(ids) do
+    if records[i] then
+      local run = cmsgpack.unpack(records[i])
+      timed_out = timed_out + queue_unbury(run, action.max_retries, now)
       seq = seq + 1
       queued[#queued + 1] = seq
       queued[#queued + 1] = run_id
+      saved[#saved + 1] = run_id
+      saved[#saved + 1] = cmsgpack.pack(run)
     end
   end
   redis.call('ZREM', k.failed, unpack(ids))
+  tally_untimed(k.meta, timed_out)
   if #queued > 0 then
+    redis.call('HSET', k.runs, unpack(saved))
     redis.call('ZADD', k.pending, unpack(queued))
     redis.call('SPUBLISH', k.wake, '1')
   end

@@ -25,7 +25,8 @@ if not run then return {ST_NOT_FOUND} end
 if run.s ~= RUN_FAILED and run.s ~= RUN_TIMED_OUT and run.s ~= RUN_CANCELLED then
   return {ST_CONFLICT, run.s}
 end
-queue_unbury(k, run_id, run, action.max_retries, now_ms())
+tally_untimed(k.meta, queue_unbury(run, action.max_retries, now_ms()))
+run_save(k.runs, run_id, run)
 redis.call('ZREM', k.failed, run_id)
 queue_push(k.meta, k.pending, run_id)
 redis.call('SPUBLISH', k.wake, '1')

@@ -5,6 +5,8 @@ SLOWLOG lists every command (script call) that ran longer than that."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -23,6 +25,12 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def slowlog_url() -> Iterator[str]:
     server = RedisServer(extra=("--slowlog-log-slower-than", str(SLOW_US))).start()
+    # SLOWLOG times a call on the wall clock: on a machine loaded with other processes a
+    # short script can be descheduled midway and look slow. Where allowed, the server
+    # runs ahead of its neighbours, so what is timed is the script's own work.
+    assert server.process is not None
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, server.process.pid, -10)
     try:
         yield server.url
     finally:

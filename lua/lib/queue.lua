@@ -45,9 +45,11 @@ local function queue_bury(k, run_id, run, now, status)
 end
 
 -- Give a buried run (FAILED, TIMED_OUT or CANCELLED) a fresh set of attempts: its record
--- reads PENDING again, ready since `now`. The caller moves it from `failed` to `pending`.
-local function queue_unbury(k, run_id, run, max_retries, now)
-  if run.s == RUN_TIMED_OUT then tally_untimed(k.meta, 1) end
+-- reads PENDING again, ready since `now`. Changes the record only: the caller saves it,
+-- moves it from `failed` to `pending` and takes the returned count (1 when it had timed
+-- out, else 0) off the timed-out tally, so a batch does each in one step.
+local function queue_unbury(run, max_retries, now)
+  local timed_out = run.s == RUN_TIMED_OUT and 1 or 0
   run.s = RUN_PENDING
   run.a = 0
   run.mr = max_retries
@@ -55,7 +57,7 @@ local function queue_unbury(k, run_id, run, max_retries, now)
   run.st = nil
   run.lrk = nil
   run.rd = now
-  run_save(k.runs, run_id, run)
+  return timed_out
 end
 
 -- Take back up to `limit` runs whose lease deadline has passed. A run with attempts left
@@ -110,12 +112,25 @@ local function queue_next_event(delayed_key, leases_key)
   return next_ms
 end
 
--- Forget a finished run entirely (retention).
-local function queue_forget(k, run_id)
-  local run = run_load(k.runs, run_id)
-  if run and run.ik then redis.call('HDEL', k.idempotency, run.ik) end
-  redis.call('HDEL', k.runs, run_id)
-  redis.call('HDEL', k.inputs, run_id)
+-- Forget the runs `ids` entirely (retention, purge): records, inputs, idempotency keys,
+-- and their entries in `set_key`; a few commands for the whole batch. Returns how many of
+-- them were TIMED_OUT.
+local function queue_forget(k, set_key, ids)
+  if #ids == 0 then return 0 end
+  local records = redis.call('HMGET', k.runs, unpack(ids))
+  local idem_keys, timed_out = {}, 0
+  for i = 1, #ids do
+    if records[i] then
+      local run = cmsgpack.unpack(records[i])
+      if run.ik then idem_keys[#idem_keys + 1] = run.ik end
+      if run.s == RUN_TIMED_OUT then timed_out = timed_out + 1 end
+    end
+  end
+  if #idem_keys > 0 then redis.call('HDEL', k.idempotency, unpack(idem_keys)) end
+  redis.call('HDEL', k.runs, unpack(ids))
+  redis.call('HDEL', k.inputs, unpack(ids))
+  redis.call('ZREM', set_key, unpack(ids))
+  return timed_out
 end
 
 -- Drop finished runs from `set_key` older than `max_age_ms` or beyond `max_count`,
@@ -124,8 +139,7 @@ local function queue_retain(k, set_key, now, max_age_ms, max_count, limit)
   local removed = 0
   if max_age_ms >= 0 then
     local old = redis.call('ZRANGE', set_key, '-inf', now - max_age_ms, 'BYSCORE', 'LIMIT', 0, limit)
-    for _, run_id in ipairs(old) do queue_forget(k, run_id) end
-    if #old > 0 then redis.call('ZREM', set_key, unpack(old)) end
+    queue_forget(k, set_key, old)
     removed = #old
   end
   if max_count >= 0 and removed < limit then
@@ -133,8 +147,7 @@ local function queue_retain(k, set_key, now, max_age_ms, max_count, limit)
     if excess > 0 then
       if excess > limit - removed then excess = limit - removed end
       local ids = redis.call('ZRANGE', set_key, 0, excess - 1)
-      for _, run_id in ipairs(ids) do queue_forget(k, run_id) end
-      if #ids > 0 then redis.call('ZREM', set_key, unpack(ids)) end
+      queue_forget(k, set_key, ids)
     end
   end
 end
