@@ -29,6 +29,7 @@ from ._gateway import (
     ACTION_INVOKE_MANY,
     ACTION_REAP,
     ACTION_REGISTER,
+    RUN_CANCEL,
     RUN_REQUEUE,
 )
 from ._runs import (
@@ -310,6 +311,22 @@ class ActionOperations(ActionInspection):
                 "FAILED, TIMED_OUT or CANCELLED runs can be re-queued",
             )
         raise_run_refusal(status, keys, run_id)
+
+    async def cancel(self, run_id: str, namespace: str | None = None) -> None:
+        """Cancel a run that has not finished: a waiting or delayed run ends CANCELLED at
+        once; a running run's lease is revoked, so its handler's reports are refused (its
+        worker cancels the handler at its next touch, as for a lost lease), and it ends
+        CANCELLED. :class:`ConflictError` if the run already finished,
+        :class:`NotFoundError` if unknown."""
+        keys = self._keys(action_of_run(run_id), namespace)
+        reply = await RUN_CANCEL(self._client, keys, [run_id])
+        if reply.status == Status.CONFLICT:
+            raise refusal(
+                reply.status,
+                f"run {run_id!r} already ended {RunStatus(reply.value).name}; only PENDING "
+                "(waiting or delayed) and RUNNING runs can be cancelled",
+            )
+        raise_run_refusal(reply.status, keys, run_id)
 
     async def failed(
         self, name: str, limit: int = 100, namespace: str | None = None

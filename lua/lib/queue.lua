@@ -30,8 +30,8 @@ local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
   return 1
 end
 
--- End a run for good as FAILED / TIMED_OUT: kept in `failed` (listable, re-queueable);
--- waiters on `k.ended` are told.
+-- End a run for good as FAILED / TIMED_OUT / CANCELLED: kept in `failed` (listable,
+-- re-queueable); waiters on `k.ended` are told. A cancel is no failure per minute.
 local function queue_bury(k, run_id, run, now, status)
   run.s = status
   run.ct = now
@@ -41,7 +41,7 @@ local function queue_bury(k, run_id, run, now, status)
   redis.call('ZADD', k.failed, now, run_id)
   run_ended(k.ended, run_id)
   if status == RUN_TIMED_OUT then redis.call('HINCRBY', k.meta, TALLY_TIMED_OUT, 1) end
-  tally_ended(k.meta, now, 'f', 1)
+  if status ~= RUN_CANCELLED then tally_ended(k.meta, now, 'f', 1) end
 end
 
 -- Give a buried run (FAILED, TIMED_OUT or CANCELLED) a fresh set of attempts: its record

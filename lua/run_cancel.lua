@@ -1,0 +1,44 @@
+--[[ run_cancel
+  Cancel a run that has not finished: a waiting or delayed run ends CANCELLED at once; a
+  running run's lease is revoked (its holder's touch, complete and fail are refused as
+  stale from now on) and it ends CANCELLED. It is kept in the failed set like FAILED runs
+  (re-queueable, purgeable, counted as failed but not in the per-minute failures), its
+  attempt count unchanged; waiters on `ended` are told. A running holder's worker learns
+  of it at its next touch (refused), and cancels the handler as for a lost lease.
+  KEYS[1] meta     HASH  counters
+  KEYS[2] runs     HASH  run_id -> msgpack record
+  KEYS[3] pending  ZSET  run_id -> queue order
+  KEYS[4] delayed  ZSET  run_id -> due ms
+  KEYS[5] leases   ZSET  run_id -> lease deadline ms
+  KEYS[6] failed   ZSET  run_id -> finished ms
+  KEYS[7] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[8] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
+  ARGV[1] run_id
+  Returns {status, run_status}
+          status: OK | NOT_FOUND | CONFLICT (already finished); run_status: the run's
+          status before the call
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/queue.lua
+local k = {meta = KEYS[1], runs = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
+  leases = KEYS[5], failed = KEYS[6], owned = KEYS[7], ended = KEYS[8]}
+local run_id = ARGV[1]
+
+local run = run_load(k.runs, run_id)
+if not run then return {ST_NOT_FOUND} end
+local was = run.s
+if was ~= RUN_PENDING and was ~= RUN_RUNNING then return {ST_CONFLICT, was} end
+
+redis.call('ZREM', k.pending, run_id)
+redis.call('ZREM', k.delayed, run_id)
+redis.call('ZREM', k.leases, run_id)
+run.err = 'cancelled'
+run.tb = nil
+-- The cancel is the last accepted report: no earlier report's resend is taken for one.
+run.lrk = 'x'
+run.lrt = nil
+run.lrw = nil
+queue_bury(k, run_id, run, now_ms(), RUN_CANCELLED)
+return {ST_OK, was}

@@ -1,0 +1,149 @@
+"""Cancelling runs: waiting, delayed and running runs end CANCELLED, a running holder's
+late reports are refused and its handler is cancelled, finished runs refuse a cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from polling import eventually
+
+from flo_redis import (
+    ActionInvokeOptions,
+    ActionRegisterOptions,
+    ConflictError,
+    FloClient,
+    NotFoundError,
+    RunStatus,
+    WorkerAwaitOptions,
+    WorkerCompleteOptions,
+    WorkerFailOptions,
+    WorkerTouchOptions,
+)
+from flo_redis.types import Reason
+
+HERE = Path(__file__).resolve().parent
+NOW = WorkerAwaitOptions(block_ms=0)
+
+
+async def setup(client: FloClient, **options: int) -> None:
+    await client.action.register("job", options=ActionRegisterOptions(**options))
+    await client.worker.register("w1", ["job"])
+
+
+@contextlib.contextmanager
+def worker_process(url: str, namespace: str, timeout_ms: int) -> Iterator[None]:
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "cancel_proc.py"), url, namespace, "job", str(timeout_ms)],
+        cwd=HERE,
+    )
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+async def test_a_waiting_run_ends_cancelled_at_once_and_wait_returns(client: FloClient) -> None:
+    await setup(client)
+    run_id = (await client.action.invoke("job", b"in")).run_id
+    waiter = asyncio.create_task(client.action.wait(run_id, timeout_ms=20_000))
+    await client.action.cancel(run_id)
+    status = await waiter
+    assert (status.status, status.attempt) == (RunStatus.CANCELLED, 0)
+    assert (await client.worker.await_task("w1", ["job"], NOW)).task is None
+    counts = await client.action.counts("job")
+    assert (counts.pending, counts.running, counts.failed) == (0, 0, 1)
+
+
+async def test_a_delayed_run_ends_cancelled_and_is_never_offered(client: FloClient) -> None:
+    await setup(client)
+    options = ActionInvokeOptions(delay_ms=300)
+    run_id = (await client.action.invoke("job", b"in", options)).run_id
+    assert (await client.action.counts("job")).delayed == 1
+    await client.action.cancel(run_id)
+    assert (await client.action.status(run_id)).status == RunStatus.CANCELLED
+    counts = await client.action.counts("job")
+    assert (counts.delayed, counts.pending, counts.failed) == (0, 0, 1)
+    later = WorkerAwaitOptions(block_ms=600)
+    assert (await client.worker.await_task("w1", ["job"], later)).task is None
+
+
+async def test_a_running_run_is_cancelled_and_its_holders_reports_are_refused(
+    client: FloClient,
+) -> None:
+    await setup(client, max_retries=3)
+    run_id = (await client.action.invoke("job", b"in")).run_id
+    task = (await client.worker.await_task("w1", ["job"], NOW)).task
+    assert task is not None
+    await client.action.cancel(run_id)
+    token = task.token
+    reports = [
+        client.worker.touch("w1", "job", run_id, WorkerTouchOptions(token=token)),
+        client.worker.complete("w1", "job", run_id, b"late", WorkerCompleteOptions(token=token)),
+        client.worker.fail("w1", "job", run_id, "late", WorkerFailOptions(token=token)),
+        client.worker.complete("w1", "job", run_id, b"late"),  # token-less: by worker id
+    ]
+    for report in reports:
+        with pytest.raises(ConflictError) as refused:
+            await report
+        assert refused.value.reason == Reason.STALE_REPORT
+    status = await client.action.status(run_id)
+    # The attempt it was on stays counted; a re-queue gives a fresh set of attempts.
+    assert (status.status, status.attempt, status.output) == (RunStatus.CANCELLED, 1, None)
+    counts = await client.action.counts("job")
+    assert (counts.running, counts.failed, counts.timed_out) == (0, 1, 0)
+    assert sum(counts.failed_per_minute) == 0  # a cancel is no failure
+    await client.action.requeue(run_id)
+    again = (await client.worker.await_task("w1", ["job"], NOW)).task
+    assert again is not None and (again.task_id, again.attempt) == (run_id, 1)
+
+
+async def test_a_finished_run_refuses_a_cancel_and_an_unknown_one_is_not_found(
+    client: FloClient,
+) -> None:
+    await setup(client)
+    run_id = (await client.action.invoke("job", b"in")).run_id
+    assert (await client.worker.await_task("w1", ["job"], NOW)).task is not None
+    await client.worker.complete("w1", "job", run_id, b"out")
+    with pytest.raises(ConflictError, match="already ended COMPLETED") as refused:
+        await client.action.cancel(run_id)
+    assert refused.value.reason == Reason.CONDITION_FAILED
+    assert (await client.action.status(run_id)).status == RunStatus.COMPLETED
+    with pytest.raises(ConflictError, match="already ended CANCELLED"):
+        other = (await client.action.invoke("job", b"in")).run_id
+        await client.action.cancel(other)
+        await client.action.cancel(other)
+    with pytest.raises(NotFoundError):
+        await client.action.cancel("job:999999")
+
+
+async def test_a_worker_process_cancels_the_handler_of_a_cancelled_run(
+    client: FloClient, redis_url: str, namespace: str, raw: aioredis.Redis
+) -> None:
+    await client.action.register("job", options=ActionRegisterOptions(timeout_ms=600))
+    run_id = (await client.action.invoke("job", b"hold")).run_id
+    with worker_process(redis_url, namespace, 600):
+
+        async def running() -> RunStatus:
+            return (await client.action.status(run_id)).status
+
+        await eventually(running, lambda s: s == RunStatus.RUNNING, timeout=30)
+        waiter = asyncio.create_task(client.action.wait(run_id, timeout_ms=30_000))
+        await client.action.cancel(run_id)
+        assert (await waiter).status == RunStatus.CANCELLED
+        # The worker's next touch is refused: it cancels the handler as for a lost lease.
+        saw = await eventually(lambda: raw.get(f"{namespace}:saw:{run_id}"), timeout=30)
+        assert saw == b"cancelled=True"
+        # It stays CANCELLED (nothing the worker reports lands) and the worker goes on.
+        after = (await client.action.invoke("job", b"finish")).run_id
+        done = await client.action.wait(after, timeout_ms=30_000)
+        assert done.status == RunStatus.COMPLETED
+        status = await client.action.status(run_id)
+        assert (status.status, status.error_message) == (RunStatus.CANCELLED, "cancelled")
