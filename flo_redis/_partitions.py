@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import TYPE_CHECKING
 
 from . import _scripts
 from .errors import ValidationError
+from .session import Session
 from .types import StreamID
-
-if TYPE_CHECKING:
-    from .client import FloClient
 
 MAX_PARTITIONS = 1024
 UNRECORDED_TTL_S = 1.0
@@ -69,8 +66,8 @@ def decode_cursor(cursor: StreamID) -> tuple[int, StreamID]:
 class PartitionCounts:
     """A client's cache of stream partition counts."""
 
-    def __init__(self, client: FloClient) -> None:
-        self._client = client
+    def __init__(self, session: Session) -> None:
+        self._session = session
         self._known: dict[tuple[str, str], tuple[int, float]] = {}
 
     def remember(self, namespace: str, stream: str, partitions: int) -> None:
@@ -83,7 +80,7 @@ class PartitionCounts:
         if known is not None and known[1] > now:
             return known[0]
         with _scripts.redis_errors("partitions"):
-            raw = await self._client.redis.hget(meta_key, "partitions")
+            raw = await self._session.redis.hget(meta_key, "partitions")
         if raw is None:
             self._known[(namespace, stream)] = (1, now + UNRECORDED_TTL_S)
             return 1

@@ -13,7 +13,6 @@ from __future__ import annotations
 import builtins
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ._checks import MAX_LIST_LIMIT, check_count, not_registered
 from ._gateway import (
@@ -30,10 +29,8 @@ from ._status import Status, refusal
 from .codec import unpack_record
 from .errors import ValidationError
 from .keys import ActionKeys, action_keys
+from .session import Session
 from .types import ActionRunStatus
-
-if TYPE_CHECKING:
-    from .client import FloClient
 
 MINUTES = 60  # per-minute buckets kept (lib/tally.lua)
 MAX_BATCH = 500  # runs per bulk script call: about 10 ms of Redis time at most
@@ -149,16 +146,16 @@ def _cursor_arg(cursor: bytes | None) -> tuple[str, str]:
 class ActionInspection:
     """The operator half of ``client.action``: counts, runs by state, bulk steering."""
 
-    _client: FloClient
+    _session: Session
 
     def _queue(self, name: str, namespace: str | None) -> ActionKeys:
-        return action_keys(self._client.get_namespace(namespace), name)
+        return action_keys(self._session.get_namespace(namespace), name)
 
     async def counts(self, name: str, namespace: str | None = None) -> ActionCounts:
         """Exact counts of ``name``'s runs by state and per minute over the last hour, read
         in one atomic, read-only script call. :class:`NotFoundError` if not registered."""
         keys = self._queue(name, namespace)
-        reply = await ACTION_COUNTS(self._client, keys)
+        reply = await ACTION_COUNTS(self._session, keys)
         if reply.status != Status.OK:
             raise not_registered(keys)
         return ActionCounts(
@@ -194,7 +191,7 @@ class ActionInspection:
         check_count("limit", limit, 1, MAX_LIST_LIMIT)
         after_score, after_id = _cursor_arg(cursor)
         keys = self._queue(name, namespace)
-        reply = await ACTION_RUNS(self._client, keys, [st.value, after_score, after_id, limit])
+        reply = await ACTION_RUNS(self._session, keys, [st.value, after_score, after_id, limit])
         if reply.status != Status.OK:
             raise refusal(reply.status, f"runs: state {st.value!r} or limit refused")
         more = reply.more
@@ -252,7 +249,7 @@ class ActionInspection:
         upto = ""
         count = calls = 0
         while True:
-            reply = await script(self._client, keys, [*args, upto, batch])
+            reply = await script(self._session, keys, [*args, upto, batch])
             calls += 1
             status = reply.status
             if status == Status.NO_ACTION:

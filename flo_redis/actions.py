@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from . import _scripts
 from ._checks import (
@@ -27,7 +26,6 @@ from ._gateway import (
     ACTION_DELETE,
     ACTION_INVOKE,
     ACTION_INVOKE_MANY,
-    ACTION_REAP,
     ACTION_REGISTER,
     RUN_CANCEL,
     RUN_REQUEUE,
@@ -64,7 +62,8 @@ from .keys import (
     namespace_keys,
     run_id_prefix,
 )
-from .reclaim import LivenessStats, liveness_stats
+from .reclaim import LivenessStats, liveness_stats, reap_queue
+from .session import Session
 
 # The worker-side operations live in tasks.py; importable from here as well.
 from .tasks import Claimed, CompleteItem, WorkerOperations
@@ -82,12 +81,8 @@ from .types import (
     RunStatus,
 )
 
-if TYPE_CHECKING:
-    from .client import FloClient
-
 DEFAULT_RETENTION_MS = 24 * 3600 * 1000
 DEFAULT_RETENTION_COUNT = 10_000
-REAP_BATCH = 100
 INVOKE_BATCH = 1000  # runs per action_invoke_many call
 
 
@@ -95,11 +90,11 @@ class ActionOperations(ActionInspection):
     """``client.action``: register actions, invoke them, read runs; counts, runs by state
     and bulk steering come from :class:`ActionInspection`."""
 
-    def __init__(self, client: FloClient) -> None:
-        self._client = client
+    def __init__(self, session: Session) -> None:
+        self._session = session
 
     def _keys(self, name: str, namespace: str | None) -> ActionKeys:
-        return action_keys(self._client.get_namespace(namespace), name)
+        return action_keys(self._session.get_namespace(namespace), name)
 
     async def register(
         self,
@@ -117,7 +112,7 @@ class ActionOperations(ActionInspection):
             )
         check_text("owner", opts.owner, optional=True, limit=MAX_NAME_SIZE)
         check_text("description", opts.description, optional=True)
-        max_payload = self._client.max_payload_bytes
+        max_payload = self._session.max_payload_bytes
         if opts.max_payload_bytes is not None:
             max_payload = min(max_payload, opts.max_payload_bytes)
         settings: dict[str, int | str] = {
@@ -135,8 +130,8 @@ class ActionOperations(ActionInspection):
             settings["owner"] = opts.owner
         if opts.description is not None:
             settings["description"] = opts.description
-        conn = self._client.redis
-        await ACTION_REGISTER(self._client, keys, [pack(settings)])
+        conn = self._session.redis
+        await ACTION_REGISTER(self._session, keys, [pack(settings)])
         await remember(conn, keys.namespace, namespace_keys(keys.namespace).actions, name)
 
     async def invoke(
@@ -146,8 +141,8 @@ class ActionOperations(ActionInspection):
         is not registered, :class:`ValueTooLargeError` for an oversized input."""
         opts = check_options(options, ActionInvokeOptions)
         keys = self._keys(name, opts.namespace)
-        args, size = invoke_request(keys, input_data, opts, self._client.max_payload_bytes)
-        return invoke_reply(await ACTION_INVOKE(self._client, keys, args), keys, size)
+        args, size = invoke_request(keys, input_data, opts, self._session.max_payload_bytes)
+        return invoke_reply(await ACTION_INVOKE(self._session, keys, args), keys, size)
 
     async def invoke_many(
         self,
@@ -165,7 +160,7 @@ class ActionOperations(ActionInspection):
                 "invoke_many takes no delay_ms, run_at_ms or idempotency_key; use invoke"
             )
         keys = self._keys(name, opts.namespace)
-        limit = self._client.max_payload_bytes
+        limit = self._session.max_payload_bytes
         data = [check_bytes(f"inputs[{i}]", x, limit) for i, x in enumerate(inputs)]
         labels = pack(tag_labels(opts.labels)) if opts.labels else b""
         prefix = run_id_prefix(name)
@@ -174,7 +169,7 @@ class ActionOperations(ActionInspection):
         results: builtins.list[ActionInvokeResult] = []
         for start in range(0, len(data), INVOKE_BATCH):
             chunk = data[start : start + INVOKE_BATCH]
-            reply = await ACTION_INVOKE_MANY(self._client, keys, [prefix, labels, *chunk])
+            reply = await ACTION_INVOKE_MANY(self._session, keys, [prefix, labels, *chunk])
             if reply.status == Status.NO_ACTION:
                 raise not_registered(keys)
             if reply.status == Status.TOO_LARGE:
@@ -192,7 +187,7 @@ class ActionOperations(ActionInspection):
         """Before the first of several calls: every input within the action's own limit,
         so no later call is refused after earlier ones created runs."""
         with _scripts.redis_errors("invoke_many"):
-            limit = await self._client.redis.hget(keys.definition, "max_payload")
+            limit = await self._session.redis.hget(keys.definition, "max_payload")
         if limit is None:
             raise not_registered(keys)
         for index, item in enumerate(data):
@@ -209,7 +204,7 @@ class ActionOperations(ActionInspection):
         opts = check_options(options, ActionStatusOptions)
         keys = self._keys(action_of_run(run_id), opts.namespace)
         with _scripts.redis_errors("status"):
-            async with self._client.redis.pipeline(transaction=False) as pipe:
+            async with self._session.redis.pipeline(transaction=False) as pipe:
                 pipe.hget(keys.runs, run_id)
                 pipe.zscore(keys.delayed, run_id)
                 raw, due = await pipe.execute()
@@ -229,7 +224,7 @@ class ActionOperations(ActionInspection):
         options = ActionStatusOptions(namespace=namespace)
         # The channel is held only while someone waits on it (release=True): the scripts
         # publish ends only then.
-        async with self._client.waker.listening([keys.ended], release=True) as listener:
+        async with self._session.waker.listening([keys.ended], release=True) as listener:
             while True:
                 # Subscribed before the read: an end published after it is never missed.
                 await listener.arm()
@@ -246,7 +241,7 @@ class ActionOperations(ActionInspection):
         pass the result's ``cursor`` back in ``options.cursor`` for the next page."""
         opts = check_options(options, ActionListOptions)
         limit = check_count("limit", opts.limit, 1, MAX_LIST_LIMIT)
-        ns = self._client.get_namespace(opts.namespace)
+        ns = self._session.get_namespace(opts.namespace)
         index = namespace_keys(ns).actions
         prefix = check_text("prefix", opts.prefix, optional=True, limit=MAX_NAME_SIZE)
         low = f"[{prefix}" if prefix else "-"
@@ -256,7 +251,7 @@ class ActionOperations(ActionInspection):
         # UTF-8 never holds the byte 0xFF: every name starting with the prefix sorts
         # below prefix + 0xFF, whatever characters follow.
         high = b"(" + prefix.encode() + b"\xff" if prefix else b"+"
-        conn = self._client.redis
+        conn = self._session.redis
         with _scripts.redis_errors("list"):
             names = [
                 decoded(n)
@@ -288,11 +283,11 @@ class ActionOperations(ActionInspection):
         """Delete the action with all its runs; :class:`NotFoundError` if not registered."""
         opts = check_options(options, ActionDeleteOptions)
         keys = self._keys(name, opts.namespace)
-        conn = self._client.redis
+        conn = self._session.redis
         with _scripts.redis_errors("delete"):
             await conn.zrem(namespace_keys(keys.namespace).actions, name)
         # meta stays (run ids are never reused); the data keys go.
-        reply = await ACTION_DELETE(self._client, keys, tail=keys.all_data_keys())
+        reply = await ACTION_DELETE(self._session, keys, tail=keys.all_data_keys())
         if not reply.flag:
             raise not_registered(keys)
 
@@ -302,7 +297,7 @@ class ActionOperations(ActionInspection):
         """Give a FAILED / TIMED_OUT run a fresh set of attempts. :class:`ConflictError`
         if the run is not failed, :class:`NotFoundError` if unknown."""
         keys = self._keys(action_of_run(run_id), namespace)
-        reply = await RUN_REQUEUE(self._client, keys, [run_id])
+        reply = await RUN_REQUEUE(self._session, keys, [run_id])
         status = reply.status
         if status == Status.CONFLICT:
             raise refusal(
@@ -319,7 +314,7 @@ class ActionOperations(ActionInspection):
         CANCELLED. :class:`ConflictError` if the run already finished,
         :class:`NotFoundError` if unknown."""
         keys = self._keys(action_of_run(run_id), namespace)
-        reply = await RUN_CANCEL(self._client, keys, [run_id])
+        reply = await RUN_CANCEL(self._session, keys, [run_id])
         if reply.status == Status.CONFLICT:
             raise refusal(
                 reply.status,
@@ -334,7 +329,7 @@ class ActionOperations(ActionInspection):
         """The oldest ``limit`` failed (FAILED / TIMED_OUT) runs of ``name``."""
         check_count("limit", limit, 1, MAX_LIST_LIMIT)
         keys = self._keys(name, namespace)
-        conn = self._client.redis
+        conn = self._session.redis
         with _scripts.redis_errors("failed"):
             ids = [decoded(i) for i in await conn.zrange(keys.failed, 0, limit - 1)]
             raws = await conn.hmget(keys.runs, ids) if ids else []
@@ -347,16 +342,12 @@ class ActionOperations(ActionInspection):
     async def stats(self, name: str, namespace: str | None = None) -> LivenessStats:
         """The queue's liveness counters (reclaims by cause, stale reports refused) and
         what is held now (owners, suspects, concurrency slots). Read only."""
-        return await liveness_stats(self._client, name, namespace)
+        return await liveness_stats(self._session, name, namespace)
 
     async def reap(self, name: str, namespace: str | None = None) -> int:
         """Upkeep of one queue (expired leases, due delayed runs, retention), bounded;
         returns how many runs became ready. Workers call this periodically."""
-        keys = self._keys(name, namespace)
-        reply = await ACTION_REAP(self._client, keys, [REAP_BATCH])
-        if reply.status != Status.OK:
-            raise not_registered(keys)
-        return reply.ready
+        return await reap_queue(self._session, name, namespace)
 
 
 __all__ = ["ActionOperations", "Claimed", "CompleteItem", "WorkerOperations"]

@@ -25,7 +25,6 @@ import builtins
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from . import _scripts
 from ._checks import check_bytes, check_count
@@ -57,9 +56,7 @@ from .codec import pack
 from .errors import ValidationError, is_connection_error, validate_block_ms
 from .keys import QueueKeys, check_name, owner_channel, queue_keys
 from .reclaim import MAX_OWNERS_PER_CALL, RECLAIM_BATCH, ReclaimResult
-
-if TYPE_CHECKING:
-    from .client import FloClient
+from .session import Session
 
 __all__ = ["QueueOperations"]
 
@@ -80,12 +77,12 @@ RECLAIM_EVERY_S = 0.25
 class QueueOperations:
     """flo's ``client.queue``: enqueue, dequeue, ack, nack, dlq_list, dlq_requeue, peek."""
 
-    def __init__(self, client: FloClient) -> None:
-        self._client = client
+    def __init__(self, session: Session) -> None:
+        self._session = session
         self._reclaim_due: dict[str, float] = {}
 
     def _keys(self, queue: str, namespace: str | None) -> QueueKeys:
-        return queue_keys(self._client.get_namespace(namespace), queue)
+        return queue_keys(self._session.get_namespace(namespace), queue)
 
     async def enqueue(
         self, queue: str, payload: bytes, options: EnqueueOptions | None = None
@@ -95,8 +92,8 @@ class QueueOperations:
         opts = options or EnqueueOptions()
         keys = self._keys(queue, opts.namespace)
         priority = check_count("priority", opts.priority, 0, 255)
-        data = check_bytes("payload", payload, self._client.max_payload_bytes)
-        reply = await QUEUE_ENQUEUE(self._client, keys, [priority, data])
+        data = check_bytes("payload", payload, self._session.max_payload_bytes)
+        reply = await QUEUE_ENQUEUE(self._session, keys, [priority, data])
         _check_status(reply.status, "enqueue")
         return reply.value
 
@@ -116,14 +113,14 @@ class QueueOperations:
         )
         limit = check_count("max_deliveries", opts.max_deliveries, 1, MAX_DELIVERIES)
         poll_id = uuid.uuid4().hex if opts.poll_id is None else check_name("poll id", opts.poll_id)
-        args: list[_scripts.Arg] = [self._client.owner_id, count, visibility, limit, poll_id]
+        args: list[_scripts.Arg] = [self._session.owner_id, count, visibility, limit, poll_id]
         if block_ms == 0:
             await self._reclaim_if_due(keys)
             messages, _ = await self._take(keys, args)
             return DequeueResult(messages)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000.0
-        async with self._client.waker.watching([keys.wake]) as watch:
+        async with self._session.waker.watching([keys.wake]) as watch:
             while True:
                 await watch.arm()
                 until_reclaim = await self._reclaim_if_due(keys)
@@ -158,7 +155,7 @@ class QueueOperations:
         opts = options or DlqListOptions()
         keys = self._keys(queue, opts.namespace)
         limit = check_count("limit", opts.limit, 1, MAX_COUNT)
-        return DequeueResult(_listed(await QUEUE_DLQ_LIST(self._client, keys, [limit])))
+        return DequeueResult(_listed(await QUEUE_DLQ_LIST(self._session, keys, [limit])))
 
     async def dlq_requeue(
         self, queue: str, seqs: list[int], options: DlqRequeueOptions | None = None
@@ -174,7 +171,7 @@ class QueueOperations:
         missing: builtins.list[int] = []
         for i in range(0, len(wanted), MAX_COUNT):
             chunk = wanted[i : i + MAX_COUNT]
-            reply = _per_seq(await QUEUE_DLQ_REQUEUE(self._client, keys, [pack(chunk)]), chunk)
+            reply = _per_seq(await QUEUE_DLQ_REQUEUE(self._session, keys, [pack(chunk)]), chunk)
             missing += [s for s, st in zip(chunk, reply, strict=True) if st != Status.OK]
         if missing:
             raise refusal(
@@ -190,7 +187,7 @@ class QueueOperations:
         opts = options or PeekOptions()
         keys = self._keys(queue, opts.namespace)
         check_count("count", count, 1, MAX_COUNT)
-        return DequeueResult(_listed(await QUEUE_PEEK(self._client, keys, [count])))
+        return DequeueResult(_listed(await QUEUE_PEEK(self._session, keys, [count])))
 
     # --- beyond flo ----------------------------------------------------------------
 
@@ -200,15 +197,15 @@ class QueueOperations:
         Dequeues do this themselves; this is for an operator or a test."""
         keys = self._keys(queue, namespace)
         with _scripts.redis_errors("queue reclaim"):
-            raw = await self._client.redis.hkeys(keys.owners)
+            raw = await self._session.redis.hkeys(keys.owners)
         owners = sorted(o.decode() if isinstance(o, bytes) else str(o) for o in raw)
         reclaimed, wait_ms, more = 0, -1, False
         for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
             chunk = owners[i : i + MAX_OWNERS_PER_CALL]
             reply = await QUEUE_RECLAIM(
-                self._client,
+                self._session,
                 keys,
-                [self._client.liveness_grace_ms, RECLAIM_BATCH, pack(chunk)],
+                [self._session.liveness_grace_ms, RECLAIM_BATCH, pack(chunk)],
                 tail=[owner_channel(keys.tag, o) for o in chunk],
             )
             _check_status(reply.status, "reclaim")
@@ -246,7 +243,7 @@ class QueueOperations:
         answers with what it handed that poll: nothing is taken twice or stranded."""
         for pause in (*_LOST_REPLY_PAUSES_S, None):
             try:
-                reply = await QUEUE_DEQUEUE(self._client, keys, args)  # holds liveness first
+                reply = await QUEUE_DEQUEUE(self._session, keys, args)  # holds liveness first
                 break
             except Exception as exc:
                 if pause is None or not is_connection_error(exc):
@@ -278,12 +275,12 @@ class QueueOperations:
         for i in range(0, len(wanted), MAX_COUNT):
             chunk = wanted[i : i + MAX_COUNT]
             args: list[_scripts.Arg] = [
-                self._client.owner_id,
+                self._session.owner_id,
                 pack(chunk),
                 pack(fences[i : i + MAX_COUNT]),
             ]
             for seq, st in zip(
-                chunk, _per_seq(await script(self._client, keys, args), chunk), strict=True
+                chunk, _per_seq(await script(self._session, keys, args), chunk), strict=True
             ):
                 if st == Status.STALE:
                     stale.append(seq)

@@ -14,20 +14,17 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import _outage, _scripts
-from ._checks import check_count, check_names
-from ._gateway import ACTION_RECLAIM
+from ._checks import check_count, check_names, not_registered
+from ._gateway import ACTION_REAP, ACTION_RECLAIM
 from ._status import Status, refusal
 from ._wake import raise_if_cancelling
 from .codec import pack, unpack_record
 from .errors import NotFoundError, PermissionDeniedError, ValidationError, is_connection_error
 from .keys import action_keys, owner_channel
 from .liveness import DEFAULT_GRACE_MS
-
-if TYPE_CHECKING:
-    from .client import FloClient
+from .session import Session
 
 log = logging.getLogger("flo_redis.reclaim")
 
@@ -40,6 +37,7 @@ RECLAIM_BATCH_MAX = 1000
 MAX_OWNERS_PER_CALL = 100
 """Owners (and their channels, in KEYS) named in one reclaim script call."""
 _MAX_FAILED_PAUSE_S = 5.0
+REAP_BATCH = 100  # runs a reap step touches at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +52,18 @@ class ReclaimResult:
     """True when the batch ran out before everything of the gone owners was taken back."""
 
 
+async def reap_queue(session: Session, name: str, namespace: str | None = None) -> int:
+    """Upkeep of one queue (expired leases, due delayed runs, retention), bounded;
+    returns how many runs became ready. :class:`NotFoundError` if not registered."""
+    keys = action_keys(session.get_namespace(namespace), name)
+    reply = await ACTION_REAP(session, keys, [REAP_BATCH])
+    if reply.status != Status.OK:
+        raise not_registered(keys)
+    return reply.ready
+
+
 async def reclaim_owners(
-    client: FloClient,
+    session: Session,
     name: str,
     owners: Sequence[str],
     *,
@@ -74,9 +82,9 @@ async def reclaim_owners(
         return ReclaimResult(0, -1, False)
     if len(owners) > MAX_OWNERS_PER_CALL:
         raise ValidationError(f"at most {MAX_OWNERS_PER_CALL} owners per reclaim call")
-    keys = action_keys(client.get_namespace(namespace), name)
+    keys = action_keys(session.get_namespace(namespace), name)
     reply = await ACTION_RECLAIM(
-        client,
+        session,
         keys,
         [grace_ms, batch, pack(list(owners))],
         tail=[owner_channel(keys.tag, o) for o in owners],
@@ -93,7 +101,7 @@ async def reclaim_owners(
 
 
 async def reclaim_gone_owners(
-    client: FloClient,
+    session: Session,
     name: str,
     *,
     grace_ms: int = DEFAULT_GRACE_MS,
@@ -107,14 +115,14 @@ async def reclaim_gone_owners(
     checks every owner and every run again, atomically."""
     check_count("grace_ms", grace_ms, 0, 2**32 - 1)
     check_count("batch", batch, 1, RECLAIM_BATCH_MAX)
-    keys = action_keys(client.get_namespace(namespace), name)
+    keys = action_keys(session.get_namespace(namespace), name)
     with _scripts.redis_errors("reclaim"):
-        raw = await client.redis.hkeys(keys.owners)
+        raw = await session.redis.hkeys(keys.owners)
     owners = sorted(o.decode() if isinstance(o, bytes) else str(o) for o in raw)
     reclaimed, wait_ms, more = 0, -1, False
     for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
         result = await reclaim_owners(
-            client,
+            session,
             name,
             owners[i : i + MAX_OWNERS_PER_CALL],
             grace_ms=grace_ms,
@@ -139,7 +147,7 @@ class Reaper:
 
     def __init__(
         self,
-        client: FloClient,
+        session: Session,
         actions: Sequence[str],
         *,
         interval_s: float = DEFAULT_REAP_INTERVAL_S,
@@ -152,7 +160,7 @@ class Reaper:
             raise ValidationError(f"interval_s must be positive, got {interval_s}")
         if isinstance(grace_ms, bool) or not isinstance(grace_ms, int) or grace_ms < 0:
             raise ValidationError(f"grace_ms must be an int >= 0, got {grace_ms!r}")
-        self._client = client
+        self._session = session
         self._actions = list(dict.fromkeys(actions))
         self._interval_s = interval_s
         self._grace_ms = grace_ms
@@ -173,7 +181,7 @@ class Reaper:
             failed = False
             for name in self._actions:
                 try:
-                    result = await reclaim_gone_owners(self._client, name, grace_ms=self._grace_ms)
+                    result = await reclaim_gone_owners(self._session, name, grace_ms=self._grace_ms)
                 except asyncio.CancelledError:
                     raise
                 except PermissionDeniedError as exc:
@@ -182,7 +190,7 @@ class Reaper:
                 except Exception as exc:
                     failed = True
                     if is_connection_error(exc):
-                        _outage.failed(log, self._client.redis, "reclaim", exc)
+                        _outage.failed(log, self._session.redis, "reclaim", exc)
                     elif failures == 0:
                         log.warning("reclaim in %r failed (%s); trying again", name, exc)
                     continue
@@ -213,7 +221,7 @@ class Reaper:
 
     async def _upkeep(self, name: str) -> None:
         try:
-            await self._client.action.reap(name)
+            await reap_queue(self._session, name)
         except NotFoundError:
             if self._on_unregistered is not None:
                 with contextlib.suppress(Exception):
@@ -268,11 +276,11 @@ _STAT_FIELDS = (
 
 
 async def liveness_stats(
-    client: FloClient, name: str, namespace: str | None = None
+    session: Session, name: str, namespace: str | None = None
 ) -> LivenessStats:
     """Read action ``name``'s liveness counters and current holders (read only)."""
-    keys = action_keys(client.get_namespace(namespace), name)
-    conn = client.redis
+    keys = action_keys(session.get_namespace(namespace), name)
+    conn = session.redis
     with _scripts.redis_errors("stats"):
         counters = await conn.hmget(keys.meta, [f"stat:{f}" for f in _STAT_FIELDS])
         marks = await conn.hvals(keys.owners)

@@ -1,6 +1,6 @@
 """Concurrency slots: owned leases on a share of an action's global capacity.
 
-A slot is held by exactly one owner (a worker process, ``client.owner_id``) under a
+A slot is held by exactly one owner (a worker process, ``session.owner_id``) under a
 fencing token. It is given back only by its exact holder (:meth:`SlotOperations.release`),
 or taken back when its holder is gone or its lease deadline has passed
 (:meth:`SlotOperations.reclaim`). Each of these is one script, and each refuses what
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import _scripts
 from ._checks import check_count
@@ -27,9 +26,7 @@ from .codec import unpack_record
 from .errors import ServerError, ValidationError
 from .keys import ActionKeys, OwnerChannel, action_keys, check_name
 from .liveness import DEFAULT_GRACE_MS
-
-if TYPE_CHECKING:
-    from .client import FloClient
+from .session import Session
 
 MAX_SLOTS = 1000
 MAX_SLOT_LEASE_MS = 86_400_000
@@ -51,11 +48,11 @@ class Slot:
 class SlotOperations:
     """Acquire, release and reclaim an action's concurrency slots as ``client``'s owner."""
 
-    def __init__(self, client: FloClient) -> None:
-        self._client = client
+    def __init__(self, session: Session) -> None:
+        self._session = session
 
     def _keys(self, action: str, namespace: str | None) -> ActionKeys:
-        return action_keys(self._client.get_namespace(namespace), action)
+        return action_keys(self._session.get_namespace(namespace), action)
 
     async def acquire(
         self,
@@ -83,7 +80,7 @@ class SlotOperations:
         keys = self._keys(action, namespace)
         for attempt in range(2):
             reply = await SLOT_ACQUIRE(
-                self._client, keys, [self._client.owner_id, capacity, lease_ms]
+                self._session, keys, [self._session.owner_id, capacity, lease_ms]
             )
             status = reply.status
             if status == Status.NO_ACTION:
@@ -102,7 +99,7 @@ class SlotOperations:
                     action=action,
                     namespace=keys.namespace,
                     index=reply.slot,
-                    owner=self._client.owner_id,
+                    owner=self._session.owner_id,
                     token=reply.token,
                     deadline_ms=reply.deadline_ms,
                 )
@@ -121,7 +118,7 @@ class SlotOperations:
         check_count("slot.token", slot.token, 1, 2**53)
         keys = self._keys(slot.action, slot.namespace)
         reply = await SLOT_RELEASE(
-            self._client, keys, [slot.index, self._client.owner_id, slot.token]
+            self._session, keys, [slot.index, self._session.owner_id, slot.token]
         )
         status = reply.status
         if status == Status.OK:
@@ -156,7 +153,7 @@ class SlotOperations:
         check_count("grace_ms", grace_ms, 0, 2**32 - 1)
         keys = self._keys(action, namespace)
         reply = await SLOT_RECLAIM(
-            self._client,
+            self._session,
             (keys, OwnerChannel.of(keys.tag, expected_owner)),
             [index, expected_owner, grace_ms],
         )
@@ -176,7 +173,7 @@ class SlotOperations:
         """The slots held now, by index (read only)."""
         keys = self._keys(action, namespace)
         with _scripts.redis_errors("slots"):
-            raw = await self._client.redis.hgetall(keys.slots)
+            raw = await self._session.redis.hgetall(keys.slots)
         held = []
         for field, value in raw.items():
             rec = unpack_record(value)
@@ -203,7 +200,7 @@ class SlotOperations:
         check_count("grace_ms", grace_ms, 0, 2**32 - 1)
         freed = 0
         for slot in await self.holders(action, namespace):
-            if slot.owner == self._client.owner_id:
+            if slot.owner == self._session.owner_id:
                 continue
             try:
                 if await self.reclaim(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.exceptions as rex
 
@@ -22,9 +22,7 @@ from ._checks import MAX_LIST_LIMIT, check_count
 from ._partitions import PartitionCounts
 from .codec import decoded
 from .keys import StreamKeys, namespace_keys, stream_keys
-
-if TYPE_CHECKING:
-    from .client import FloClient
+from .session import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +46,11 @@ class GroupCounts:
 class StreamInspection:
     """The operator half of ``client.stream``: list streams, count each group's work."""
 
-    _client: FloClient
+    _session: Session
     _counts: PartitionCounts
 
     async def _every_partition(self, stream: str, namespace: str | None) -> list[StreamKeys]:
-        first = stream_keys(self._client.get_namespace(namespace), stream)
+        first = stream_keys(self._session.get_namespace(namespace), stream)
         count = await self._counts.get(first.namespace, stream, first.meta)
         return [first] + [stream_keys(first.namespace, stream, p) for p in range(1, count)]
 
@@ -62,9 +60,9 @@ class StreamInspection:
         """The streams of the namespace in name order (at most ``limit``, 1..1024): those
         created with :meth:`create` or read by a consumer group."""
         check_count("limit", limit, 1, MAX_LIST_LIMIT)
-        index = namespace_keys(self._client.get_namespace(namespace)).streams
+        index = namespace_keys(self._session.get_namespace(namespace)).streams
         with _scripts.redis_errors("stream list"):
-            names = await self._client.redis.zrange(index, 0, limit - 1)
+            names = await self._session.redis.zrange(index, 0, limit - 1)
         return tuple(decoded(n) for n in names)
 
     async def groups(self, stream: str, namespace: str | None = None) -> tuple[GroupCounts, ...]:
@@ -93,7 +91,7 @@ class StreamInspection:
         return tuple(merged[name] for name in sorted(merged))
 
     async def _groups_of(self, keys: StreamKeys) -> builtins.list[GroupCounts]:
-        conn = self._client.redis
+        conn = self._session.redis
         with _scripts.redis_errors("stream groups"):
             try:
                 infos: Any = await conn.xinfo_groups(keys.log)

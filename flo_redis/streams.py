@@ -24,7 +24,7 @@ import builtins
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from . import _scripts
 from ._checks import check_optional_name, check_options
@@ -80,6 +80,7 @@ from .keys import (
     stream_keys,
 )
 from .liveness import DEFAULT_GRACE_MS
+from .session import Session
 from .stream_ops import StreamInspection
 from .types import (
     PendingEntry,
@@ -99,9 +100,6 @@ from .types import (
     StreamTrimOptions,
     StreamTrimResult,
 )
-
-if TYPE_CHECKING:
-    from .client import FloClient
 
 DEFAULT_COUNT = 100
 RECLAIM_BATCH = 100  # index entries of gone owners one group_reclaim call handles
@@ -199,13 +197,13 @@ class StreamOperations(StreamInspection):
     namespace's streams and each group's lag and dead letters come from
     :class:`StreamInspection`."""
 
-    def __init__(self, client: FloClient) -> None:
-        self._client = client
-        self._counts = PartitionCounts(client)
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._counts = PartitionCounts(session)
         self._turn: dict[tuple[str, ...], itertools.count[int]] = {}
 
     def _keys(self, stream: str, namespace: str | None) -> StreamKeys:
-        return stream_keys(self._client.get_namespace(namespace), stream)
+        return stream_keys(self._session.get_namespace(namespace), stream)
 
     def _group_keys(
         self, stream: str, group: str, namespace: str | None
@@ -240,7 +238,7 @@ class StreamOperations(StreamInspection):
         without one. A stream never created has one partition."""
         count = partitions_arg(partitions)
         keys = self._keys(stream, namespace)
-        reply = await STREAM_CREATE(self._client, keys, [count])
+        reply = await STREAM_CREATE(self._session, keys, [count])
         recorded = reply.value
         if reply.status == Status.CONFLICT:
             raise refusal(
@@ -250,7 +248,7 @@ class StreamOperations(StreamInspection):
             )
         self._counts.remember(keys.namespace, stream, recorded)
         await remember(
-            self._client.redis, keys.namespace, namespace_keys(keys.namespace).streams, stream
+            self._session.redis, keys.namespace, namespace_keys(keys.namespace).streams, stream
         )
         return recorded
 
@@ -274,7 +272,7 @@ class StreamOperations(StreamInspection):
             return records
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000.0
-        async with self._client.waker.watching(wakes) as watch:
+        async with self._session.waker.watching(wakes) as watch:
             while True:
                 await watch.arm()
                 records, wait_ms = await attempt()
@@ -311,9 +309,9 @@ class StreamOperations(StreamInspection):
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise ValidationError(f"payload must be bytes, got {type(payload).__name__}")
         data = bytes(payload)
-        if len(data) > self._client.max_payload_bytes:
+        if len(data) > self._session.max_payload_bytes:
             raise ValueTooLargeError(
-                f"payload is {len(data)} bytes; the limit is {self._client.max_payload_bytes} "
+                f"payload is {len(data)} bytes; the limit is {self._session.max_payload_bytes} "
                 "(raise the client's max_payload_bytes or store large data elsewhere)"
             )
         if opts.partition_key is not None and not isinstance(opts.partition_key, str):
@@ -329,7 +327,7 @@ class StreamOperations(StreamInspection):
             else:
                 partition = self._next_turn(first.namespace, stream) % count
         keys = first if partition == 0 else stream_keys(first.namespace, stream, partition)
-        reply = await STREAM_APPEND(self._client, keys, [data, headers])
+        reply = await STREAM_APPEND(self._session, keys, [data, headers])
         return StreamAppendResult(id=reply.id, partition=partition)
 
     async def read(
@@ -355,7 +353,7 @@ class StreamOperations(StreamInspection):
         args: builtins.list[_scripts.Arg] = [start, end, count, "1" if opts.tail else "0"]
 
         async def read_one(keys: StreamKeys) -> builtins.list[StreamRecord]:
-            return (await STREAM_READ(self._client, keys, args)).records
+            return (await STREAM_READ(self._session, keys, args)).records
 
         async def attempt() -> tuple[builtins.list[StreamRecord], int]:
             if len(parts) == 1:
@@ -376,7 +374,7 @@ class StreamOperations(StreamInspection):
         the highest last id). A missing stream answers as empty."""
         opts = check_options(options, StreamInfoOptions)
         parts = await self._partitions(stream, opts.namespace)
-        replies = await asyncio.gather(*(STREAM_INFO(self._client, k) for k in parts))
+        replies = await asyncio.gather(*(STREAM_INFO(self._session, k) for k in parts))
         held = [r for r in replies if r.count > 0]
         return StreamInfo(
             count=sum(r.count for r in replies),
@@ -445,7 +443,7 @@ class StreamOperations(StreamInspection):
         dry = "1" if dry_run else "0"
         removed, after = 0, ""
         while True:
-            reply = await STREAM_TRIM(self._client, keys, [mode, bound, dry, after, TRIM_BATCH])
+            reply = await STREAM_TRIM(self._session, keys, [mode, bound, dry, after, TRIM_BATCH])
             if reply.status == Status.NOT_FOUND:
                 return None
             removed += reply.removed
@@ -483,9 +481,9 @@ class StreamOperations(StreamInspection):
             "" if opts.ack_timeout_ms is None else opts.ack_timeout_ms,
             "" if opts.max_deliver is None else opts.max_deliver,
         ]
-        await asyncio.gather(*(GROUP_JOIN(self._client, (k, k.group(group)), args) for k in parts))
+        await asyncio.gather(*(GROUP_JOIN(self._session, (k, k.group(group)), args) for k in parts))
         ns = parts[0].namespace
-        await remember(self._client.redis, ns, namespace_keys(ns).streams, stream)
+        await remember(self._session.redis, ns, namespace_keys(ns).streams, stream)
 
     async def group_leave(
         self,
@@ -502,7 +500,7 @@ class StreamOperations(StreamInspection):
         check_name("consumer", consumer)
         parts = await self._partitions(stream, opts.namespace)
         await asyncio.gather(
-            *(GROUP_LEAVE(self._client, (k, k.group(group)), [group, consumer]) for k in parts)
+            *(GROUP_LEAVE(self._session, (k, k.group(group)), [group, consumer]) for k in parts)
         )
 
     async def group_read(
@@ -530,12 +528,12 @@ class StreamOperations(StreamInspection):
         if opts.poll_id is not None:
             check_name("poll_id", opts.poll_id)
         parts = await self._partitions(stream, opts.namespace, opts.partition)
-        owner = self._client.owner_id
+        owner = self._session.owner_id
         poll_id = opts.poll_id or ""
 
         async def read_one(keys: StreamKeys, room: int) -> tuple[list[StreamRecord], int]:
             reply = await GROUP_READ(
-                self._client, (keys, keys.group(group)), [group, consumer, owner, room, poll_id]
+                self._session, (keys, keys.group(group)), [group, consumer, owner, room, poll_id]
             )
             return reply.records, reply.wait_ms
 
@@ -577,7 +575,7 @@ class StreamOperations(StreamInspection):
 
         async def pending_one(keys: StreamKeys) -> builtins.list[PendingEntry]:
             reply = await GROUP_PENDING(
-                self._client, (keys, keys.group(group)), [group, consumer, "-", count]
+                self._session, (keys, keys.group(group)), [group, consumer, "-", count]
             )
             return [
                 PendingEntry(
@@ -660,12 +658,12 @@ class StreamOperations(StreamInspection):
     ) -> tuple[builtins.list[StreamRecord], StreamID | None]:
         """One claim page of one partition: its records and the next id (None: done)."""
         reply = await GROUP_CLAIM(
-            self._client,
+            self._session,
             (keys, keys.group(group)),
             [
                 group,
                 consumer,
-                self._client.owner_id,
+                self._session.owner_id,
                 min_idle_ms,
                 start.to_redis(),
                 take,
@@ -729,7 +727,7 @@ class StreamOperations(StreamInspection):
         answers: builtins.list[ServerError | None] = []
         for start in range(0, len(packed), MAX_COUNT):
             chunk = packed[start : start + MAX_COUNT]
-            reply = await GROUP_ACK_MANY(self._client, (keys, gk), [group, consumer, pack(chunk)])
+            reply = await GROUP_ACK_MANY(self._session, (keys, gk), [group, consumer, pack(chunk)])
             if reply.status == Status.NO_GROUP:
                 raise refusal(
                     Status.NO_GROUP,
@@ -801,7 +799,7 @@ class StreamOperations(StreamInspection):
         for i in range(0, len(redis_ids), MAX_COUNT):
             chunk = redis_ids[i : i + MAX_COUNT]
             reply = await script(
-                self._client, (keys, gk), [group, consumer, token_arg, pack(chunk)]
+                self._session, (keys, gk), [group, consumer, token_arg, pack(chunk)]
             )
             status = reply.status
             if status == Status.NO_GROUP:
@@ -840,12 +838,12 @@ class StreamOperations(StreamInspection):
         for keys in await self._partitions(stream, namespace):
             gk = keys.group(group)
             with _scripts.redis_errors("reclaim"):
-                raw = await self._client.redis.hkeys(gk.owners)
+                raw = await self._session.redis.hkeys(gk.owners)
             owners = sorted(o.decode() if isinstance(o, bytes) else str(o) for o in raw)
             for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
                 chunk = owners[i : i + MAX_OWNERS_PER_CALL]
                 reply = await GROUP_RECLAIM(
-                    self._client,
+                    self._session,
                     (keys, gk),
                     [group, grace_ms, batch, pack(chunk)],
                     tail=[owner_channel(keys.tag, o) for o in chunk],
@@ -865,7 +863,7 @@ class StreamOperations(StreamInspection):
         with ``group_join(..., StreamGroupJoinOptions(ack_timeout_ms=..., max_deliver=...))``."""
         _, gk = self._group_keys(stream, group, namespace)
         with _scripts.redis_errors("group_settings"):
-            raw = await self._client.redis.hmget(gk.config, ["ack_timeout_ms", "max_deliver"])
+            raw = await self._session.redis.hmget(gk.config, ["ack_timeout_ms", "max_deliver"])
         return StreamGroupSettings(
             ack_timeout_ms=int(raw[0]) if raw[0] is not None else DEFAULT_ACK_TIMEOUT_MS,
             max_deliver=int(raw[1]) if raw[1] is not None else DEFAULT_MAX_DELIVER,
@@ -888,7 +886,7 @@ class StreamOperations(StreamInspection):
 
         async def letters(keys: StreamKeys) -> builtins.list[DeadLetter]:
             with _scripts.redis_errors("dead_letters"):
-                entries: Any = await self._client.redis.xrange(
+                entries: Any = await self._session.redis.xrange(
                     keys.group(group).dead, start, "+", count=count
                 )
             return [_dead_letter(i, fields, keys.partition) for i, fields in entries]
@@ -927,7 +925,7 @@ class StreamOperations(StreamInspection):
             if len(replayed) >= take:
                 break
             reply = await GROUP_REPLAY(
-                self._client, (keys, keys.group(group)), [named, take - len(replayed)]
+                self._session, (keys, keys.group(group)), [named, take - len(replayed)]
             )
             replayed += reply.new_ids
         return replayed

@@ -11,7 +11,7 @@ import asyncio
 import builtins
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import _scripts
 from ._checks import (
@@ -67,6 +67,7 @@ from .keys import (
     check_name,
     namespace_keys,
 )
+from .session import Session
 from .types import (
     DEFAULT_WORKER_BLOCK_MS,
     Reason,
@@ -83,9 +84,6 @@ from .types import (
     WorkerTouchOptions,
     WorkerType,
 )
-
-if TYPE_CHECKING:
-    from .client import FloClient
 
 MAX_TOUCH_EXTEND_MS = 3_600_000
 MAX_CURSOR_BYTES = 4096
@@ -110,14 +108,14 @@ MAX_TALLY = 2**32 - 1
 class WorkerOperations:
     """``client.worker``: the worker registry, polling for runs and reporting them."""
 
-    def __init__(self, client: FloClient) -> None:
-        self._client = client
+    def __init__(self, session: Session) -> None:
+        self._session = session
         self._labels_cache: dict[str, bytes] = {}
         self._gate_ok: dict[tuple[str, str], tuple[float, bytes]] = {}
         self._rotation = 0
 
     def _ns(self, namespace: str | None) -> NamespaceKeys:
-        return namespace_keys(self._client.get_namespace(namespace))
+        return namespace_keys(self._session.get_namespace(namespace))
 
     async def register(
         self,
@@ -143,8 +141,8 @@ class WorkerOperations:
             record["mid"] = opts.machine_id
         if opts.metadata is not None:
             record["md"] = opts.metadata
-        await WORKER_REGISTER(self._client, ns, [worker_id, pack(record)])
-        await remember(self._client.redis, ns.namespace)
+        await WORKER_REGISTER(self._session, ns, [worker_id, pack(record)])
+        await remember(self._session.redis, ns.namespace)
 
     async def heartbeat(
         self, worker_id: str, current_load: int = 0, namespace: str | None = None
@@ -154,7 +152,7 @@ class WorkerOperations:
         check_name("worker id", worker_id)
         check_count("current_load", current_load, 0, 2**32 - 1)
         ns = self._ns(namespace)
-        reply = await WORKER_HEARTBEAT(self._client, ns, [worker_id, current_load])
+        reply = await WORKER_HEARTBEAT(self._session, ns, [worker_id, current_load])
         if reply.status != Status.OK:
             raise self._unknown_worker(worker_id, ns)
 
@@ -197,7 +195,7 @@ class WorkerOperations:
         check_name("worker id", worker_id)
         if not task_types:
             raise ValidationError("task_types must name at least one action")
-        ns_name = self._client.get_namespace(opts.namespace)
+        ns_name = self._session.get_namespace(opts.namespace)
         all_keys = [action_keys(ns_name, t) for t in task_types]
         labels = await self._gate(worker_id, namespace_keys(ns_name), health_ttl_s)
         # Without a poll id the caller cannot retry this poll, so no replay memo is kept.
@@ -209,7 +207,7 @@ class WorkerOperations:
             return await self._tally_claimed(worker_id, ns_name, claimed, tally)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000.0
-        async with self._client.waker.watching(k.wake for k in all_keys) as watch:
+        async with self._session.waker.watching(k.wake for k in all_keys) as watch:
             while True:
                 await watch.arm()
                 claimed, next_due = await self._claim_round(
@@ -221,7 +219,7 @@ class WorkerOperations:
                 if remaining <= 0 or watch.interrupted:
                     return []
                 if next_due >= 0:
-                    now_ms = await self._client.server_time_ms()
+                    now_ms = await self._session.server_time_ms()
                     remaining = min(remaining, max(next_due - now_ms, 1) / 1000.0)
                 await watch.wait(remaining)
                 if watch.interrupted:
@@ -257,7 +255,7 @@ class WorkerOperations:
             raise err
         keys = self._run_keys(action_name, task_id, opts.namespace)
         reply = await RUN_TOUCH(
-            self._client, keys, [task_id, token_arg(opts.token), worker_id, opts.extend_ms]
+            self._session, keys, [task_id, token_arg(opts.token), worker_id, opts.extend_ms]
         )
         self._check_report(reply, keys, task_id, worker_id, "touch")
 
@@ -276,10 +274,10 @@ class WorkerOperations:
         opts = check_options(options, WorkerCompleteOptions)
         check_name("worker id", worker_id)
         check_text("outcome", opts.outcome, limit=MAX_NAME_SIZE)
-        data = check_bytes("result", result, self._client.max_payload_bytes)
+        data = check_bytes("result", result, self._session.max_payload_bytes)
         keys = self._run_keys(action_name, task_id, opts.namespace)
         reply = await RUN_COMPLETE(
-            self._client, keys, [task_id, token_arg(opts.token), worker_id, data, opts.outcome]
+            self._session, keys, [task_id, token_arg(opts.token), worker_id, data, opts.outcome]
         )
         if reply.status == Status.TOO_LARGE:
             raise ValueTooLargeError(
@@ -301,9 +299,9 @@ class WorkerOperations:
         """Complete several runs of one action in one call per 1000, each under exactly
         :meth:`complete`'s rules and answered on its own: ``None`` where the complete took
         effect (or was an identical resend), else the refusal it would have raised."""
-        keys = action_keys(self._client.get_namespace(namespace), action_name)
+        keys = action_keys(self._session.get_namespace(namespace), action_name)
         check_name("worker id", worker_id)
-        limit = self._client.max_payload_bytes
+        limit = self._session.max_payload_bytes
         packed = []
         # A result over the client's limit is answered on its own, never sent; its
         # neighbours go ahead.
@@ -323,7 +321,7 @@ class WorkerOperations:
         applied = 0
         for start in range(0, len(packed), COMPLETE_BATCH):
             chunk = packed[start : start + COMPLETE_BATCH]
-            reply = await RUN_COMPLETE_MANY(self._client, keys, [worker_id, pack(chunk)])
+            reply = await RUN_COMPLETE_MANY(self._session, keys, [worker_id, pack(chunk)])
             if reply.status == Status.NO_ACTION:
                 raise not_registered(keys)
             for sent, answer in zip(chunk, reply.items, strict=True):
@@ -372,11 +370,13 @@ class WorkerOperations:
         when it waits for another attempt, FAILED when it ended."""
         opts = check_options(options, WorkerFailOptions)
         check_name("worker id", worker_id)
-        check_text("error_message", error_message, limit=self._client.max_payload_bytes)
-        check_text("traceback", opts.traceback, optional=True, limit=self._client.max_payload_bytes)
+        check_text("error_message", error_message, limit=self._session.max_payload_bytes)
+        check_text(
+            "traceback", opts.traceback, optional=True, limit=self._session.max_payload_bytes
+        )
         keys = self._run_keys(action_name, task_id, opts.namespace)
         reply = await RUN_FAIL(
-            self._client,
+            self._session,
             keys,
             [
                 task_id,
@@ -398,7 +398,7 @@ class WorkerOperations:
         check_count("limit", opts.limit, 1, MAX_LIST_LIMIT)
         cursor = check_cursor(opts.cursor, MAX_CURSOR_BYTES)
         ns = self._ns(opts.namespace)
-        page = await WORKER_LIST(self._client, ns, [cursor, opts.limit])
+        page = await WORKER_LIST(self._session, ns, [cursor, opts.limit])
         workers: builtins.list[WorkerInfo] = []
         for row in page.rows:
             rec = unpack_record(row.record)
@@ -427,7 +427,7 @@ class WorkerOperations:
         running runs may still report; an ActionWorker then stops by itself."""
         check_name("worker id", worker_id)
         ns = self._ns(namespace)
-        reply = await WORKER_DRAIN(self._client, ns, [worker_id])
+        reply = await WORKER_DRAIN(self._session, ns, [worker_id])
         if reply.status != Status.OK:
             raise self._unknown_worker(worker_id, ns)
 
@@ -435,7 +435,7 @@ class WorkerOperations:
         """Remove a worker's record; :class:`NotFoundError` if it is not registered."""
         check_name("worker id", worker_id)
         ns = self._ns(namespace)
-        reply = await WORKER_DEREGISTER(self._client, ns, [worker_id])
+        reply = await WORKER_DEREGISTER(self._session, ns, [worker_id])
         if reply.status != Status.OK:
             raise self._unknown_worker(worker_id, ns)
 
@@ -452,7 +452,7 @@ class WorkerOperations:
         (``STALE_REPORT``) if the caller no longer holds it; changes nothing then."""
         keys = self._run_keys(action_name, task_id, namespace)
         reply = await RUN_RELEASE(
-            self._client, keys, [task_id, "" if token is None else str(token), worker_id]
+            self._session, keys, [task_id, "" if token is None else str(token), worker_id]
         )
         self._check_report(reply, keys, task_id, worker_id, "release")
 
@@ -476,7 +476,7 @@ class WorkerOperations:
             fields["remove_after_ms"] = check_count(
                 "remove_after_ms", remove_after_ms, 100, 2**32 - 1
             )
-        conn = self._client.redis
+        conn = self._session.redis
         with _scripts.redis_errors("configure"):
             current = await conn.hmget(ns.config, ["heartbeat_timeout_ms", "remove_after_ms"])
             hb = fields.get("heartbeat_timeout_ms", int(current[0] or 90_000))
@@ -492,7 +492,7 @@ class WorkerOperations:
     # --- internals -----------------------------------------------------------------
 
     def _run_keys(self, action_name: str, task_id: str, namespace: str | None) -> ActionKeys:
-        keys = action_keys(self._client.get_namespace(namespace), action_name)
+        keys = action_keys(self._session.get_namespace(namespace), action_name)
         if action_of_run(task_id) != action_name:
             raise refusal(
                 Status.NOT_FOUND,
@@ -536,7 +536,7 @@ class WorkerOperations:
         cached = self._gate_ok.get((ns.namespace, worker_id))
         if ttl_s > 0 and cached is not None and loop.time() - cached[0] < ttl_s:
             return cached[1]
-        reply = await WORKER_POLL(self._client, ns, [worker_id])
+        reply = await WORKER_POLL(self._session, ns, [worker_id])
         status = reply.status
         if status == Status.NOT_FOUND:
             raise self._unknown_worker(worker_id, ns)
@@ -592,9 +592,9 @@ class WorkerOperations:
     ) -> ClaimReply:
         """One claim script call on one action queue (no health gate, no waiting)."""
         return await ACTION_CLAIM(
-            self._client,
+            self._session,
             keys,
-            [worker_id, self._client.owner_id, labels, max_n, poll_id, LABEL_SCAN],
+            [worker_id, self._session.owner_id, labels, max_n, poll_id, LABEL_SCAN],
         )
 
     async def _tally_claimed(
@@ -617,13 +617,15 @@ class WorkerOperations:
         check_name("worker id", worker_id)
         for what, value in (("load", load), ("completed", completed), ("failed", failed)):
             check_count(what, value, -MAX_TALLY, MAX_TALLY)
-        await self._tally(worker_id, self._client.get_namespace(namespace), load, completed, failed)
+        await self._tally(
+            worker_id, self._session.get_namespace(namespace), load, completed, failed
+        )
 
     async def _tally(
         self, worker_id: str, namespace: str, load: int, completed: int, failed: int
     ) -> None:
         ns = namespace_keys(namespace)
-        await WORKER_TALLY(self._client, ns, [worker_id, load, completed, failed])
+        await WORKER_TALLY(self._session, ns, [worker_id, load, completed, failed])
 
 
 __all__ = ["ClaimReply", "Claimed", "CompleteItem", "WorkerOperations"]

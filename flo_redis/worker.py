@@ -300,7 +300,7 @@ class ActionWorker(WorkerLifecycle):
             watchdog = asyncio.create_task(self._watchdog(), name="flo-handler-timeouts")
             reaper = asyncio.create_task(
                 Reaper(
-                    client,
+                    client.session,
                     sorted(self._handlers),
                     grace_ms=client.liveness_grace_ms,
                     on_reclaimed=self.observer.runs_reclaimed,

@@ -24,7 +24,8 @@ from flo_redis import (
     WorkerAwaitOptions,
     is_connection_error,
 )
-from flo_redis.client import MIN_REDIS, _version_tuple, normalize_endpoint
+from flo_redis._endpoint import MIN_REDIS, normalize_endpoint
+from flo_redis._endpoint import version_tuple as _version_tuple
 
 
 @pytest.fixture

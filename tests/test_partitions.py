@@ -47,7 +47,7 @@ async def test_create_fixes_the_partition_count(client: FloClient) -> None:
         await client.stream.create("orders", partitions=4)
     assert (await client.stream.info("orders")).partition_count == 3
     # another client finds the count
-    async with FloClient(client._endpoint, namespace=client.namespace) as other:
+    async with FloClient(client.settings.endpoint, namespace=client.namespace) as other:
         assert await other.stream.partitions("orders") == 3
 
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import click
 
+from .._endpoint import redact
 from ..client import FloClient
-from ..client import _redact as redact
 from ..errors import FloError
 from ..worker import ActionWorker
 from . import _supervisor, _targets

@@ -1,0 +1,135 @@
+"""Endpoints and connections: flo's ``host:port`` or a Redis URL, made into a redis-py
+client with flo-redis's socket settings, and the server's version checked.
+
+The endpoint is a Redis URL (``redis://``, ``rediss://``, ``unix://``, with ACL user and
+password) or flo's bare ``host:port``; a Redis Cluster is reached with
+``redis+cluster://host:port`` (``rediss+cluster://`` for TLS) or ``cluster=True``, naming
+any one node (the others are discovered).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from .errors import InvalidEndpointError
+
+#: Commands one client has in flight at most (one connection each); more wait their turn.
+DEFAULT_MAX_CONNECTIONS = 100
+# On a cluster, each node's pool has this many connections more than the commands in
+# flight, for the few commands sent outside the script path (TIME, INFO, HSET).
+_CLUSTER_SPARE_CONNECTIONS = 8
+MIN_REDIS = (7, 0)
+_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+_CLUSTER_SUFFIX = "+cluster"
+
+
+def normalize_endpoint(endpoint: str, *, cluster: bool = False) -> str:
+    """A Redis URL for ``endpoint``; flo's bare ``host:port`` becomes ``redis://host:port``.
+    With ``cluster`` (or a ``redis+cluster://`` / ``rediss+cluster://`` URL) the result
+    has the ``+cluster`` scheme, so every connection made from it reaches a cluster."""
+    if not isinstance(endpoint, str) or not endpoint.strip():
+        raise InvalidEndpointError(f"endpoint must be a Redis URL, got {endpoint!r}")
+    endpoint = endpoint.strip()
+    if "://" not in endpoint:
+        endpoint = f"redis://{endpoint}"
+    parts = urlsplit(endpoint)
+    if parts.scheme not in _SCHEMES:
+        raise InvalidEndpointError(
+            f"endpoint {endpoint!r} has scheme {parts.scheme!r}; use redis://, rediss://, "
+            "unix://, or redis+cluster:// / rediss+cluster:// for a Redis Cluster"
+        )
+    if cluster and not parts.scheme.endswith(_CLUSTER_SUFFIX):
+        if parts.scheme == "unix":
+            raise InvalidEndpointError(
+                f"endpoint {endpoint!r}: a Redis Cluster is reached over TCP, not a unix socket"
+            )
+        endpoint = parts.scheme + _CLUSTER_SUFFIX + endpoint[len(parts.scheme) :]
+        parts = urlsplit(endpoint)
+    if parts.scheme != "unix":
+        try:
+            parts.port  # noqa: B018 - validates the port
+        except ValueError as exc:
+            raise InvalidEndpointError(f"endpoint {endpoint!r} has an invalid port") from exc
+        if not parts.hostname:
+            raise InvalidEndpointError(f"endpoint {endpoint!r} names no host")
+    elif not parts.path:
+        raise InvalidEndpointError(f"endpoint {endpoint!r} names no socket path")
+    return endpoint
+
+
+def is_cluster_endpoint(endpoint: str) -> bool:
+    """Whether a normalized endpoint names a Redis Cluster."""
+    return urlsplit(endpoint).scheme.endswith(_CLUSTER_SUFFIX)
+
+
+def connect_redis(
+    endpoint: str,
+    *,
+    timeout_s: float,
+    client_name: str | None = None,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+) -> Redis | RedisCluster:
+    """A redis-py client for a normalized ``endpoint``: a :class:`RedisCluster` for a
+    ``+cluster`` URL, else a plain :class:`Redis`. No retries (flo-redis decides what may
+    be resent), ``timeout_s`` on every socket operation, TCP keepalive on TCP. Connections
+    are made on first use; a cluster must be ``await``-ed ``initialize()``-d.
+
+    At most ``max_connections`` connections are open to one server (to each node of a
+    cluster); a command that finds them all busy waits for one to come free (up to
+    ``timeout_s``) instead of failing — redis-py's own pool would raise "Too many
+    connections". On a cluster the wait happens in :mod:`._scripts` (:func:`configure`),
+    redis-py's cluster pool having no waiting mode."""
+    kwargs: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "health_check_interval": 0,
+        "decode_responses": False,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if client_name is not None:
+        kwargs["client_name"] = client_name
+    if not endpoint.startswith("unix://"):
+        kwargs["socket_keepalive"] = True  # a unix socket connection takes no keepalive
+    if is_cluster_endpoint(endpoint):
+        scheme = urlsplit(endpoint).scheme
+        url = scheme[: -len(_CLUSTER_SUFFIX)] + endpoint[len(scheme) :]
+        spare = max_connections + _CLUSTER_SPARE_CONNECTIONS
+        return RedisCluster.from_url(url, max_connections=spare, **kwargs)
+    pool = BlockingConnectionPool.from_url(
+        endpoint, max_connections=max_connections, timeout=timeout_s, **kwargs
+    )
+    return Redis.from_pool(pool)
+
+
+def redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@")
+    return url
+
+
+async def server_version(conn: Redis | RedisCluster) -> str:
+    """The lowest ``redis_version`` among the server (every primary of a cluster)."""
+    if isinstance(conn, RedisCluster):
+        await conn.initialize()
+        replies: dict[str, dict[str, Any]] = await conn.info(
+            "server", target_nodes=RedisCluster.PRIMARIES
+        )
+        versions = [str(info.get("redis_version", "0")) for info in replies.values()]
+        return min(versions or ["0"], key=version_tuple)
+    info: dict[str, Any] = await conn.info("server")
+    return str(info.get("redis_version", "0"))
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return (0, 0)

@@ -1,0 +1,251 @@
+"""The session: what every operation group works with.
+
+A :class:`Session` holds one client's connection pool, its wake-up subscriptions, its
+liveness subscriptions, its owner id and its :class:`ClientSettings`. The operation
+groups (``client.action``, ``client.worker``, ``client.stream``, ``client.slots``) are
+built on a session and depend on nothing else of the client; :class:`~flo_redis.FloClient`
+composes one session with those groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import socket
+from dataclasses import dataclass, field
+
+import redis.exceptions as rex
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from ._denied import denied, is_denied
+from ._endpoint import (
+    DEFAULT_MAX_CONNECTIONS,
+    MIN_REDIS,
+    connect_redis,
+    is_cluster_endpoint,
+    redact,
+    server_version,
+    version_tuple,
+)
+from ._scripts import RedisConn, configure, redis_errors
+from ._wake import Waker
+from .errors import ConnectionFailedError, NotConnectedError, RedisVersionError, ValidationError
+from .keys import check_name, check_namespace
+from .liveness import DEFAULT_GRACE_MS, Liveness
+from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
+
+log = logging.getLogger("flo_redis.client")
+
+DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+
+
+def new_owner_id() -> str:
+    """A fresh owner id: the host name and 48 random bits."""
+    return f"{socket.gethostname()}-{secrets.token_hex(6)}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """A client's settings, validated when made: a bad value is refused with a
+    :class:`ValidationError` (or :class:`InvalidEndpointError`) that names it."""
+
+    endpoint: str  # normalized: a cluster endpoint has a ``+cluster`` scheme
+    namespace: str = "default"
+    timeout_ms: int = 5000
+    debug: bool = False
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    owner_id: str = field(default_factory=new_owner_id)
+    # How long this client's workers let an owner stay absent before taking its work.
+    liveness_grace_ms: int = DEFAULT_GRACE_MS
+    # Commands in flight at once (one connection each, per server or cluster node).
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+
+    def __post_init__(self) -> None:
+        check_namespace(self.namespace)
+        if (
+            isinstance(self.timeout_ms, bool)
+            or not isinstance(self.timeout_ms, int)
+            or self.timeout_ms <= 0
+        ):
+            raise ValidationError(f"timeout_ms must be a positive int, got {self.timeout_ms!r}")
+        if (
+            isinstance(self.max_payload_bytes, bool)
+            or not isinstance(self.max_payload_bytes, int)
+            or self.max_payload_bytes <= 0
+        ):
+            raise ValidationError(
+                f"max_payload_bytes must be a positive int, got {self.max_payload_bytes!r}"
+            )
+        if (
+            isinstance(self.max_connections, bool)
+            or not isinstance(self.max_connections, int)
+            or not 1 <= self.max_connections <= 10_000
+        ):
+            raise ValidationError(
+                f"max_connections must be an int in [1, 10000], got {self.max_connections!r}"
+            )
+        if not isinstance(self.retry, RetryPolicy):
+            raise ValidationError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
+        check_name("owner id", self.owner_id)  # it names the owner's liveness channel
+        if (
+            isinstance(self.liveness_grace_ms, bool)
+            or not isinstance(self.liveness_grace_ms, int)
+            or self.liveness_grace_ms < 0
+        ):
+            raise ValidationError(
+                f"liveness_grace_ms must be an int >= 0, got {self.liveness_grace_ms!r}"
+            )
+
+    @property
+    def timeout_s(self) -> float:
+        return self.timeout_ms / 1000.0
+
+
+class Session:
+    """One client's connection, wake-ups, liveness, owner id and settings."""
+
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
+        self._redis: Redis | RedisCluster | None = None
+        self._waker: Waker | None = None
+        self._liveness: Liveness | None = None
+        self._connect_lock = asyncio.Lock()
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.namespace
+
+    @property
+    def owner_id(self) -> str:
+        """This process's owner id: every lease it takes records it."""
+        return self.settings.owner_id
+
+    @property
+    def max_payload_bytes(self) -> int:
+        return self.settings.max_payload_bytes
+
+    @property
+    def liveness_grace_ms(self) -> int:
+        """How long an owner must stay absent before its work is taken back."""
+        return self.settings.liveness_grace_ms
+
+    @property
+    def is_cluster(self) -> bool:
+        return is_cluster_endpoint(self.settings.endpoint)
+
+    @property
+    def is_connected(self) -> bool:
+        return self._redis is not None
+
+    def get_namespace(self, override: str | None) -> str:
+        """``override`` if given (validated), else the session's namespace."""
+        return self.settings.namespace if override is None else check_namespace(override)
+
+    @property
+    def redis(self) -> RedisConn:
+        """The live connection pool; :class:`NotConnectedError` before ``connect()``."""
+        if self._redis is None:
+            raise NotConnectedError("the client is not connected; call `await connect()` first")
+        return self._redis
+
+    @property
+    def waker(self) -> Waker:
+        if self._waker is None:
+            raise NotConnectedError("the client is not connected; call `await connect()` first")
+        return self._waker
+
+    @property
+    def liveness(self) -> Liveness:
+        """This process's liveness subscriptions: one owner channel per hash slot it
+        takes work in, held on a dedicated pub/sub connection made on first use."""
+        if self._liveness is None:
+            self._liveness = Liveness(self.settings.owner_id, lambda: self.redis)
+        return self._liveness
+
+    async def server_time_ms(self) -> int:
+        """Redis's clock, in ms (deadlines are always computed from it)."""
+        with redis_errors("TIME"):
+            seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def interrupt(self) -> None:
+        """Wake every long poll of this session now; they return empty. Never blocks."""
+        if self._waker is not None:
+            self._waker.interrupt()
+
+    async def connect(self) -> None:
+        """Connect and check the server: reachable, authenticated, Redis 7.0 or newer.
+
+        Raises :class:`ConnectionFailedError` (with how to start Redis) when nothing
+        answers, and :class:`RedisVersionError` for a server older than 7.0."""
+        endpoint = self.settings.endpoint
+        async with self._connect_lock:
+            if self._redis is not None:
+                return
+            conn = connect_redis(
+                endpoint,
+                timeout_s=self.settings.timeout_s,
+                max_connections=self.settings.max_connections,
+            )
+            try:
+                version = await server_version(conn)
+            except rex.AuthenticationError as exc:
+                await conn.aclose()
+                raise ConnectionFailedError(
+                    f"Redis at {redact(endpoint)} refused the credentials ({exc}); "
+                    "check the user and password in the URL"
+                ) from exc
+            except (
+                rex.ConnectionError,
+                rex.TimeoutError,
+                rex.RedisClusterException,
+                OSError,
+            ) as exc:
+                await conn.aclose()
+                raise ConnectionFailedError(
+                    f"cannot reach Redis at {redact(endpoint)} ({exc}). Start one with "
+                    "`docker compose up -d` in the flo-redis checkout, or install and run "
+                    "`redis-server`, or point the endpoint at your Redis."
+                ) from exc
+            except rex.RedisError as exc:
+                await conn.aclose()
+                if is_denied(exc):
+                    raise denied("connect (INFO server: the server's version)", exc) from exc
+                raise ConnectionFailedError(
+                    f"what answers at {redact(endpoint)} is not a Redis server "
+                    f"({type(exc).__name__}: {exc}); check the host and port in the URL"
+                ) from exc
+            if version_tuple(version) < MIN_REDIS:
+                await conn.aclose()
+                raise RedisVersionError(version)
+            configure(
+                conn,
+                retry=self.settings.retry,
+                debug=self.settings.debug,
+                max_in_flight=self.settings.max_connections
+                if isinstance(conn, RedisCluster)
+                else 0,
+            )
+            self._redis = conn
+            self._waker = Waker(conn)
+            if self.settings.debug:
+                log.debug("Connected to %s (Redis %s)", redact(endpoint), version)
+
+    async def close(self) -> None:
+        """Close every connection of this session. Safe to call twice."""
+        async with self._connect_lock:
+            waker, conn, live = self._waker, self._redis, self._liveness
+            self._waker = None
+            self._redis = None
+            self._liveness = None
+            if live is not None:
+                await live.close()
+            if waker is not None:
+                await waker.close()
+            if conn is not None:
+                await conn.aclose()
+                if self.settings.debug:
+                    log.debug("Disconnected from %s", redact(self.settings.endpoint))
