@@ -187,6 +187,7 @@ class StreamWorker(WorkerLifecycle):
         handlers finished, their acks were sent and the consumer left the group."""
         # Made here, so a concurrency set on the config before start takes effect.
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
+        self._pool = HandlerPool(self.config.concurrency, "flo-stream-handler")
         client = self._open_client()
         try:
             await client.connect()

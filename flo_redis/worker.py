@@ -285,6 +285,8 @@ class ActionWorker(WorkerLifecycle):
         what a worker needs."""
         if not self._handlers:
             raise ValueError("No action handlers registered")
+        # Sized here, so a concurrency set on the config before start takes effect.
+        self._pool = HandlerPool(self.config.concurrency, "flo-handler")
         client = self._open_client()
         try:
             await client.connect()
