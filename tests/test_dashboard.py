@@ -27,7 +27,12 @@ from flo_redis.dashboard import RunningDashboard, start_dashboard
 from flo_redis.dashboard.guard import local_path
 from flo_redis.dashboard.sparkline import sparkline
 from flo_redis.streams import StreamDeadLetterOptions
-from flo_redis.types import StreamGroupJoinOptions, StreamGroupNackOptions, WorkerRegisterOptions
+from flo_redis.types import (
+    StreamGroupJoinOptions,
+    StreamGroupNackOptions,
+    StreamGroupReadOptions,
+    WorkerRegisterOptions,
+)
 
 TOKEN = "a-long-enough-write-token"
 EVIL = "<img src=x onerror=alert(1)>&\"'"
@@ -50,7 +55,7 @@ def parsed(body: str) -> tuple[set[str], str]:
 
     reader = Reader()
     reader.feed(body)
-    return reader.tags, "".join(reader.text)
+    return reader.tags, " ".join(reader.text)
 
 
 async def failed_run(client: FloClient, action: str, error: str) -> str:
@@ -340,3 +345,22 @@ def test_a_sparkline_draws_every_series_on_one_scale() -> None:
     assert [x for x, _ in completed] == [x for x, _ in failed]  # same minutes
     assert completed[2][1] < failed[0][1] < completed[0][1]  # 4 above 1 above 0
     assert sparkline([0, 0], [0, 0]).lines[0] == sparkline([0, 0], [0, 0]).lines[1]
+
+
+async def test_stream_groups_show_their_lag_pending_and_consumers(
+    client: FloClient, read_only: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    await client.stream.group_join("events", "billing", "c1")
+    for i in range(5):
+        await client.stream.append("events", f"record {i}".encode())
+    got = await client.stream.group_read("events", "billing", "c1", StreamGroupReadOptions(count=2))
+    assert len(got.records) == 2
+    # stream, group, lag (not handed out), pending (not acked), consumers, dead, partitions
+    row = "events billing 3 2 1 0 1"
+    _, body = await get(browser, read_only.url)
+    assert row in words(parsed(body)[1])
+    _, body = await get(browser, read_only.url + "streams")
+    assert row in words(parsed(body)[1])
+    _, body = await get(browser, read_only.url + "group?stream=events&group=billing")
+    text = words(parsed(body)[1])
+    assert "lag 3 not yet handed out" in text and "c1 (2 pending)" in text

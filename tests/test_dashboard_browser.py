@@ -23,6 +23,7 @@ from polling import eventually
 
 from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
 from flo_redis.dashboard import RunningDashboard, start_dashboard
+from flo_redis.types import StreamGroupJoinOptions, StreamGroupNackOptions, StreamGroupReadOptions
 
 playwright_api = pytest.importorskip("playwright.async_api")
 
@@ -90,6 +91,16 @@ async def test_an_operator_requeues_a_failed_run_and_a_worker_completes_it(
     await client.action.register("charge-card", options=ActionRegisterOptions(max_retries=1))
     await client.action.register(HTML_NAME)
     await client.action.invoke_many(HTML_NAME, [b""] * 25)
+    # A stream group with work waiting, work handed out and one dead letter.
+    await client.stream.group_join("orders", "billing", "c1", StreamGroupJoinOptions(max_deliver=1))
+    for i in range(6):
+        await client.stream.append("orders", f'{{"order": {i}}}'.encode())
+    read = await client.stream.group_read(
+        "orders", "billing", "c1", StreamGroupReadOptions(count=3)
+    )
+    await client.stream.group_nack(
+        "orders", "billing", [read.records[0].id], StreamGroupNackOptions(consumer="c1")
+    )
     task = asyncio.create_task(worker.start())
     try:
         run_id = (await client.action.invoke("charge-card", b'{"amount": 42}')).run_id
@@ -175,4 +186,11 @@ async def requeue_with_token(
     await page.get_by_role("link", name="Workers").click()
     await page.get_by_role("heading", name="Workers").wait_for()
     await page.screenshot(path=str(shots / "dashboard-workers.png"), full_page=True)
+
+    await page.get_by_role("link", name="Streams").click()
+    await page.get_by_role("link", name="billing").first.click()
+    await page.get_by_role("heading", name="Stream orders, group billing").wait_for()
+    assert "3 not yet handed out" in await page.locator("dl").inner_text()
+    await page.get_by_role("button", name="Replay", exact=True).wait_for()
+    await page.screenshot(path=str(shots / "dashboard-streams.png"), full_page=True)
     await context.close()

@@ -191,14 +191,15 @@ async def run(request: web.Request) -> web.StreamResponse:
 
 
 async def workers(request: web.Request) -> web.StreamResponse:
-    found = await data.list_workers(request.app[CLIENT])
+    found = await data.workers(request.app[CLIENT])
     return await _page(
         request, "workers.html", {"workers": found, "summary": data.summarize(found)}
     )
 
 
 async def streams(request: web.Request) -> web.StreamResponse:
-    return await _page(request, "streams.html", {})
+    found = await data.streams(request.app[CLIENT])
+    return await _page(request, "streams.html", {"streams": found})
 
 
 async def group(request: web.Request) -> web.StreamResponse:

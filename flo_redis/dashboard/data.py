@@ -1,9 +1,9 @@
 """What each dashboard page shows, read through the client's public operations.
 
-Every figure comes from the same scripts and registries the library uses (action and
-worker registries, the queues' own sets); nothing here scans keys. Pages are bounded:
-at most :data:`MAX_ACTIONS` actions and :data:`MAX_WORKERS` workers are listed, and run
-lists are pages.
+Every figure comes from the same scripts and registries the library uses
+(:mod:`flo_redis.discovery` for what exists, ``client.action.counts`` / ``runs`` for the
+queues, ``client.stream.groups`` for consumer groups); nothing here scans keys. Run
+lists are pages, and a group page shows at most :data:`GROUP_ROWS` entries of each kind.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .. import discovery
 from ..action_ops import ActionCounts, RunPage, RunState
 from ..client import FloClient
 from ..reclaim import LivenessStats
+from ..stream_ops import GroupCounts
 from ..streams import DeadLetter, StreamDeadLetterOptions
 from ..types import (
     ActionInfo,
@@ -26,12 +28,9 @@ from ..types import (
     StreamInfo,
     StreamInfoOptions,
     WorkerInfo,
-    WorkerListOptions,
     WorkerStatus,
 )
 
-MAX_ACTIONS = 500
-MAX_WORKERS = 1000
 RUNS_SHOWN = 50  # runs a page of an action's runs lists
 RECENT_FAILURES = 10  # failed runs on the overview
 GROUP_ROWS = 100  # pending entries / dead letters listed for a group
@@ -40,7 +39,6 @@ REQUEUEABLE = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED)
 
 @dataclass(frozen=True)
 class ActionRow:
-    info: ActionInfo
     counts: ActionCounts
     workers: int  # registered workers serving it
 
@@ -56,9 +54,9 @@ class WorkerSummary:
 @dataclass(frozen=True)
 class Overview:
     actions: list[ActionRow]
-    more_actions: bool
     failures: list[ActionRunStatus]
     workers: WorkerSummary
+    groups: tuple[GroupCounts, ...]
 
 
 @dataclass(frozen=True)
@@ -71,39 +69,21 @@ class ActionPage:
 
 
 @dataclass(frozen=True)
+class StreamRow:
+    name: str
+    info: StreamInfo
+    groups: tuple[GroupCounts, ...]
+
+
+@dataclass(frozen=True)
 class GroupPage:
     stream: str
     group: str
     info: StreamInfo
+    counts: GroupCounts | None  # None: no such group (yet)
     pending: list[PendingEntry]
     dead: list[DeadLetter]
     consumers: dict[str, int] = field(default_factory=dict)  # pending entries per consumer
-
-
-async def list_actions(client: FloClient) -> tuple[list[ActionInfo], bool]:
-    """Registered actions in name order, at most MAX_ACTIONS; True if there are more."""
-    found: list[ActionInfo] = []
-    cursor: bytes | None = None
-    while len(found) < MAX_ACTIONS:
-        page = await client.action.list(ActionListOptions(limit=100, cursor=cursor))
-        found.extend(page.actions)
-        cursor = page.cursor
-        if cursor is None:
-            return found, False
-    return found[:MAX_ACTIONS], True
-
-
-async def list_workers(client: FloClient) -> list[WorkerInfo]:
-    """Registered workers in id order, at most MAX_WORKERS."""
-    found: list[WorkerInfo] = []
-    cursor: bytes | None = None
-    while len(found) < MAX_WORKERS:
-        page = await client.worker.list(WorkerListOptions(limit=1000, cursor=cursor))
-        found.extend(page.workers)
-        cursor = page.cursor
-        if cursor is None:
-            break
-    return found[:MAX_WORKERS]
 
 
 def summarize(workers: Sequence[WorkerInfo]) -> WorkerSummary:
@@ -119,15 +99,13 @@ def summarize(workers: Sequence[WorkerInfo]) -> WorkerSummary:
 
 
 async def overview(client: FloClient) -> Overview:
-    """Every action with its counts, the workers, and the newest failed runs."""
-    actions, more = await list_actions(client)
-    workers = await list_workers(client)
-    counts = await asyncio.gather(*(client.action.counts(a.name) for a in actions))
+    """Every action with its counts, the workers, every stream group, and the newest
+    failed runs."""
+    seen = await discovery.overview(client)
     rows = [
-        ActionRow(a, c, sum(1 for w in workers if a.name in w.task_types))
-        for a, c in zip(actions, counts, strict=True)
+        ActionRow(c, sum(1 for w in seen.workers if c.action in w.task_types)) for c in seen.actions
     ]
-    failing = [r.info.name for r in rows if r.counts.failed + r.counts.timed_out]
+    failing = [c.action for c in seen.actions if c.failed + c.timed_out]
     pages = await asyncio.gather(
         *(client.action.runs(n, RunState.FAILED, limit=RECENT_FAILURES) for n in failing)
     )
@@ -136,7 +114,11 @@ async def overview(client: FloClient) -> Overview:
         key=lambda r: r.completed_at_ms or 0,
         reverse=True,
     )[:RECENT_FAILURES]
-    return Overview(rows, more, failures, summarize(workers))
+    return Overview(rows, failures, summarize(seen.workers), seen.groups)
+
+
+async def workers(client: FloClient) -> tuple[WorkerInfo, ...]:
+    return await discovery.all_workers(client)
 
 
 async def action_page(
@@ -152,14 +134,23 @@ async def action_page(
     stats = await client.action.stats(name)
     actions = await client.action.list(ActionListOptions(prefix=name, limit=1))
     info = next((a for a in actions.actions if a.name == name), None)
-    workers = [w for w in await list_workers(client) if name in w.task_types]
-    return ActionPage(info, counts, runs, stats, workers)
+    serving = [w for w in await discovery.all_workers(client) if name in w.task_types]
+    return ActionPage(info, counts, runs, stats, serving)
+
+
+async def streams(client: FloClient) -> list[StreamRow]:
+    """Every stream of the namespace with its size and consumer groups."""
+    names = await discovery.stream_names(client)
+    infos = await asyncio.gather(*(client.stream.info(n, StreamInfoOptions()) for n in names))
+    groups = await asyncio.gather(*(client.stream.groups(n) for n in names))
+    return [StreamRow(*row) for row in zip(names, infos, groups, strict=True)]
 
 
 async def group_page(client: FloClient, stream: str, group: str) -> GroupPage:
-    """A consumer group of a stream: the stream's size, the group's pending entries
-    (oldest first) and dead letters (oldest first), at most GROUP_ROWS of each."""
+    """A consumer group of a stream: its lag, pending entries (oldest first) and dead
+    letters (oldest first), at most GROUP_ROWS of each."""
     info = await client.stream.info(stream, StreamInfoOptions())
+    groups = await client.stream.groups(stream)
     pending = await client.stream.group_pending(
         stream, group, options=StreamGroupReadOptions(count=GROUP_ROWS)
     )
@@ -169,4 +160,5 @@ async def group_page(client: FloClient, stream: str, group: str) -> GroupPage:
     consumers: dict[str, int] = {}
     for entry in pending:
         consumers[entry.consumer] = consumers.get(entry.consumer, 0) + 1
-    return GroupPage(stream, group, info, pending, dead, consumers)
+    counts = next((g for g in groups if g.group == group), None)
+    return GroupPage(stream, group, info, counts, pending, dead, consumers)
