@@ -108,7 +108,8 @@ async def _guarded_pages(request: web.Request, handler: Handler) -> web.StreamRe
         status = next((code for kind, code in _STATUS_OF if isinstance(exc, kind)), 502)
         response = await _page(request, "error.html", {"error": str(exc)}, status)
     except web.HTTPException as exc:
-        if exc.status < 400:
+        if exc.status < 400:  # a redirect after a change
+            exc.headers.update(HEADERS)
             raise
         response = await _page(request, "error.html", {"error": exc.reason}, exc.status)
     response.headers.update(HEADERS)
