@@ -43,6 +43,15 @@ def check_count(what: str, value: object, low: int, high: int) -> int:
     return value
 
 
+MAX_PRIORITY = 255
+"""Priorities run 0 (taken first) to 255, for queue messages and action runs alike."""
+
+
+def check_priority(value: object) -> int:
+    """A priority: an int 0 .. MAX_PRIORITY, lower taken first."""
+    return check_count("priority", value, 0, MAX_PRIORITY)
+
+
 def check_text(what: str, value: object, *, optional: bool = False, limit: int = 65536) -> str:
     """A str of at most ``limit`` UTF-8 bytes (None passes when ``optional``)."""
     if value is None and optional:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._checks import check_bytes, not_registered
+from ._checks import check_bytes, check_priority, not_registered
 from ._replies import Invoked
 from ._scripts import Arg
 from ._status import Status, refusal
@@ -30,6 +30,7 @@ def invoke_request(
     """The ARGV of ``action_invoke`` and the input's size; the input is checked before
     anything is sent."""
     data = check_bytes("input_data", input_data, limit)
+    priority = check_priority(opts.priority)
     labels = pack(tag_labels(opts.labels)) if opts.labels else b""
     return (
         [
@@ -39,6 +40,7 @@ def invoke_request(
             opts.delay_ms,
             opts.run_at_ms or 0,
             opts.idempotency_key or "",
+            priority,
         ],
         len(data),
     )
@@ -47,6 +49,8 @@ def invoke_request(
 def invoke_reply(reply: Invoked, keys: ActionKeys, size: int) -> ActionInvokeResult:
     if reply.status == Status.NO_ACTION:
         raise not_registered(keys)
+    if reply.status == Status.OUT_OF_RANGE:
+        raise ValidationError("priority must be an int in [0, 255]")
     if reply.status == Status.TOO_LARGE:
         raise ValueTooLargeError(
             f"input_data is {size} bytes; action {keys.action!r} accepts at most "
@@ -73,6 +77,7 @@ def run_status(run_id: str, rec: dict[str, Any], due_at_ms: int | None = None) -
         token=int(rec.get("t", 0)),
         error_traceback=text(rec.get("tb")),
         due_at_ms=due_at_ms,
+        priority=int(rec.get("p", 0)),
     )
 
 

@@ -18,6 +18,7 @@ from ._checks import (
     check_count,
     check_cursor,
     check_options,
+    check_priority,
     check_text,
     not_registered,
     raise_run_refusal,
@@ -151,7 +152,8 @@ class ActionOperations(ActionInspection):
         options: ActionInvokeOptions | None = None,
     ) -> builtins.list[ActionInvokeResult]:
         """Create one run per input in as few calls as possible (1000 runs a call), all
-        ready now and in the order given; each call is atomic. Labels apply to every run;
+        ready now and in the order given; each call is atomic. Labels and priority apply to
+        every run;
         ``delay_ms``, ``run_at_ms`` and ``idempotency_key`` are refused here (use
         :meth:`invoke`). Every input is checked before anything is sent."""
         opts = check_options(options, ActionInvokeOptions)
@@ -160,6 +162,7 @@ class ActionOperations(ActionInspection):
                 "invoke_many takes no delay_ms, run_at_ms or idempotency_key; use invoke"
             )
         keys = self._keys(name, opts.namespace)
+        priority = check_priority(opts.priority)
         limit = self._session.max_payload_bytes
         data = [check_bytes(f"inputs[{i}]", x, limit) for i, x in enumerate(inputs)]
         labels = pack(tag_labels(opts.labels)) if opts.labels else b""
@@ -169,9 +172,15 @@ class ActionOperations(ActionInspection):
         results: builtins.list[ActionInvokeResult] = []
         for start in range(0, len(data), INVOKE_BATCH):
             chunk = data[start : start + INVOKE_BATCH]
-            reply = await ACTION_INVOKE_MANY(self._session, keys, [prefix, labels, *chunk])
+            reply = await ACTION_INVOKE_MANY(
+                self._session, keys, [prefix, labels, priority, *chunk]
+            )
             if reply.status == Status.NO_ACTION:
                 raise not_registered(keys)
+            if reply.status == Status.OUT_OF_RANGE:
+                raise ValidationError(
+                    f"invoke_many: {len(chunk)} inputs at priority {priority} refused"
+                )
             if reply.status == Status.TOO_LARGE:
                 index = start + reply.index
                 raise ValueTooLargeError(

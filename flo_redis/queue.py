@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from . import _scripts
-from ._checks import check_bytes, check_count
+from ._checks import check_bytes, check_count, check_priority
 from ._gateway import (
     QUEUE_ACK,
     QUEUE_DEQUEUE,
@@ -91,7 +91,7 @@ class QueueOperations:
         lower is taken first; FIFO within one priority. Wakes blocked dequeues."""
         opts = options or EnqueueOptions()
         keys = self._keys(queue, opts.namespace)
-        priority = check_count("priority", opts.priority, 0, 255)
+        priority = check_priority(opts.priority)
         data = check_bytes("payload", payload, self._session.max_payload_bytes)
         reply = await QUEUE_ENQUEUE(self._session, keys, [priority, data])
         _check_status(reply.status, "enqueue")

@@ -602,7 +602,8 @@ class ActionRunStatus:
     ``"KeyError: 'image'"``, is in ``error_message``) and ``due_at_ms``: for a
     PENDING run that waits for its time (a delay, or the backoff before a
     retry), when it becomes ready; None for a run that is ready or not
-    waiting."""
+    waiting; ``priority``: the priority it was invoked with (0 .. 255, lower
+    first)."""
 
     run_id: str
     status: RunStatus
@@ -618,6 +619,7 @@ class ActionRunStatus:
     token: int = 0
     error_traceback: str | None = None
     due_at_ms: int | None = None
+    priority: int = 0
 
 
 @dataclass
@@ -707,6 +709,9 @@ class ActionInvokeOptions:
       * ``run_at_ms``: offer the run at this epoch-ms time; not with ``delay_ms``.
       * ``idempotency_key``: an invoke repeating a key the action has seen
         returns the first run's id instead of creating a run.
+      * ``priority``: 0 (the default) to 255; ready runs of a lower value are
+        claimed first, FIFO within one. A run keeps it through delays, retries
+        and re-queues. Out of range: ValidationError at invoke.
 
     Raises ValueError for a negative time, both times set, or an empty key.
     """
@@ -716,6 +721,7 @@ class ActionInvokeOptions:
     delay_ms: int = 0
     run_at_ms: int | None = None
     idempotency_key: str | None = None
+    priority: int = 0
 
     def __post_init__(self) -> None:
         name = "ActionInvokeOptions"

@@ -4,7 +4,7 @@
   KEYS[2] meta     HASH  counters (seq: run ids, qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
-  KEYS[5] pending  ZSET  run_id -> queue order
+  KEYS[5] pending  ZSET  run_id -> queue order (lib/priority.lua)
   KEYS[6] delayed  ZSET  run_id -> due ms
   KEYS[7] idempotency HASH  idempotency key -> run_id
   KEYS[8] wake     CHANNEL  sharded channel announcing new work
@@ -14,7 +14,9 @@
   ARGV[4] delay_ms    run no earlier than now + delay_ms
   ARGV[5] run_at_ms   run no earlier than this server time (0 = not set)
   ARGV[6] idem_key    idempotency key, or ''
-  Returns {status, run_id, existing}   status: OK | NO_ACTION | TOO_LARGE (then run_id is the limit)
+  ARGV[7] priority    0 .. 255: ready runs of a lower value are claimed first; FIFO within one
+  Returns {status, run_id, existing}   status: OK | NO_ACTION | TOO_LARGE (then run_id is the
+          limit) | OUT_OF_RANGE (a bad priority; nothing written)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -29,6 +31,9 @@ local labels = ARGV[3]
 local delay_ms = tonumber(ARGV[4])
 local run_at_ms = tonumber(ARGV[5])
 local idem_key = ARGV[6]
+local priority = tonumber(ARGV[7])
+
+if not priority_valid(priority) then return {ST_OUT_OF_RANGE, 0} end
 
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
@@ -45,6 +50,7 @@ local run_id = id_prefix .. redis.call('HINCRBY', k.meta, 'seq', 1)
 local due = now + delay_ms
 if run_at_ms > due then due = run_at_ms end
 local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
+if priority > 0 then run.p = priority end
 if due > now then run.rd = due end
 if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
 if idem_key ~= '' then
@@ -57,7 +63,7 @@ redis.call('HSET', k.inputs, run_id, input)
 if due > now then
   redis.call('ZADD', k.delayed, due, run_id)
 else
-  queue_push(k.meta, k.pending, run_id)
+  queue_push(k.meta, k.pending, run_id, run)
   redis.call('SPUBLISH', k.wake, '1')
 end
 return {ST_OK, run_id, 0}

@@ -1,31 +1,37 @@
 --[[ action_invoke_many
   Create several runs of a registered action in one call, all ready now, with the same
-  labels. The runs are queued in the order given.
+  labels and priority. The runs are queued in the order given.
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (seq: run ids, qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
-  KEYS[5] pending  ZSET  run_id -> queue order
+  KEYS[5] pending  ZSET  run_id -> queue order (lib/priority.lua)
   KEYS[6] wake     CHANNEL  sharded channel announcing new work
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] labels      msgpack map of type-tagged labels, or ''
-  ARGV[3..n] inputs   payload bytes, one per run (at most 1000)
+  ARGV[3] priority    0 .. 255: ready runs of a lower value are claimed first
+  ARGV[4..n] inputs   payload bytes, one per run (at most 1000)
   Returns {status, first_seq, n}   run ids are id_prefix .. (first_seq + i), i = 0 .. n-1
           status: OK | NO_ACTION | TOO_LARGE (then first_seq is the limit, n the index)
+          | OUT_OF_RANGE (too many inputs, or a bad priority; nothing written)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/action.lua
+--@include lib/priority.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], wake = KEYS[6]}
 local id_prefix = ARGV[1]
 local labels = ARGV[2]
-local FIRST_INPUT = 3
+local priority = tonumber(ARGV[3])
+local FIRST_INPUT = 4
 local MAX_RUNS = 1000
 
 local n = #ARGV - FIRST_INPUT + 1
-if n < 1 or n > MAX_RUNS then return {ST_OUT_OF_RANGE, MAX_RUNS, n} end
+if n < 1 or n > MAX_RUNS or not priority_valid(priority) then
+  return {ST_OUT_OF_RANGE, MAX_RUNS, n}
+end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 if action.max_payload >= 0 then
@@ -42,6 +48,7 @@ local first = last - n + 1
 local last_q = redis.call('HINCRBY', k.meta, 'qseq', n)
 local first_q = last_q - n + 1
 local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
+if priority > 0 then run.p = priority end
 if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
 local record = cmsgpack.pack(run)
 local run_fields, input_fields, queue_args = {}, {}, {}
@@ -51,7 +58,7 @@ for i = 0, n - 1 do
   run_fields[#run_fields + 1] = record
   input_fields[#input_fields + 1] = run_id
   input_fields[#input_fields + 1] = ARGV[FIRST_INPUT + i]
-  queue_args[#queue_args + 1] = first_q + i
+  queue_args[#queue_args + 1] = priority_score(priority, first_q + i)
   queue_args[#queue_args + 1] = run_id
 end
 redis.call('HSET', k.runs, unpack(run_fields))

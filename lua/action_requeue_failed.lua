@@ -48,7 +48,7 @@ if #ids > 0 then
       local run = cmsgpack.unpack(records[i])
       timed_out = timed_out + queue_unbury(run, action.max_retries, now)
       seq = seq + 1
-      queued[#queued + 1] = seq
+      queued[#queued + 1] = priority_score(run.p or 0, seq)
       queued[#queued + 1] = run_id
       saved[#saved + 1] = run_id
       saved[#saved + 1] = cmsgpack.pack(run)

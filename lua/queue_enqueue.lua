@@ -17,7 +17,7 @@ local k = {meta = KEYS[1], msgs = KEYS[2], bodies = KEYS[3], ready = KEYS[4], wa
 local priority = tonumber(ARGV[1])
 local payload = ARGV[2]
 
-if not priority or priority < 0 or priority > 255 or priority ~= math.floor(priority) then
+if not priority_valid(priority) then
   return {ST_OUT_OF_RANGE, 0}
 end
 local seq = redis.call('HINCRBY', k.meta, 'seq', 1)

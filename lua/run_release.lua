@@ -38,6 +38,6 @@ owned_drop(k.owned, run.o, run_id)
 run.o = nil
 run.rd = now_ms()
 run_save(k.runs, run_id, run)
-queue_push(k.meta, k.pending, run_id)
+queue_push(k.meta, k.pending, run_id, run)
 redis.call('SPUBLISH', k.wake, '1')
 return {ST_OK, run.s}

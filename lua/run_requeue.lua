@@ -28,6 +28,6 @@ end
 tally_untimed(k.meta, queue_unbury(run, action.max_retries, now_ms()))
 run_save(k.runs, run_id, run)
 redis.call('ZREM', k.failed, run_id)
-queue_push(k.meta, k.pending, run_id)
+queue_push(k.meta, k.pending, run_id, run)
 redis.call('SPUBLISH', k.wake, '1')
 return {ST_OK, run.s}

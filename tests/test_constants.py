@@ -19,6 +19,7 @@ from flo_redis import (
     RunStatus,
     ValidationError,
     WorkerStatus,
+    _checks,
     _stream_codec,
     action_ops,
     actions,
@@ -73,7 +74,8 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
         (queue.MAX_VISIBILITY_MS, "queue.MAX_VISIBILITY_MS"),
     ],
     ("lib/message.lua", "MSG_MAX_DELIVERIES"): [(queue.MAX_DELIVERIES, "queue.MAX_DELIVERIES")],
-    ("lib/message.lua", "MSG_SEQ_SPAN"): [(queue.MAX_SEQ + 1, "queue.MAX_SEQ + 1")],
+    ("lib/priority.lua", "PRIORITY_SEQ_SPAN"): [(queue.MAX_SEQ + 1, "queue.MAX_SEQ + 1")],
+    ("lib/priority.lua", "PRIORITY_MAX"): [(_checks.MAX_PRIORITY, "_checks.MAX_PRIORITY")],
 }
 
 # Python batch sizes of a script that accepts up to a maximum: (Lua max) -> Python values.

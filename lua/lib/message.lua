@@ -7,10 +7,8 @@
 ]]
 --@include lib/status.lua
 --@include lib/owners.lua
+--@include lib/priority.lua
 
--- Sequence numbers stay below 2^45, so priority * 2^45 + seq is exact in a double:
--- lower priority first, then enqueue order.
-local MSG_SEQ_SPAN = 35184372088832
 -- Most messages one call delivers, lists or settles; the longest visibility timeout; the
 -- highest delivery limit a dequeue may set.
 local MSG_MAX_COUNT = 1000
@@ -31,7 +29,7 @@ end
 local function msg_make_ready(k, seq, m)
   m.o = nil
   msg_save(k.msgs, seq, m)
-  redis.call('ZADD', k.ready, m.p * MSG_SEQ_SPAN + tonumber(seq), seq)
+  redis.call('ZADD', k.ready, priority_score(m.p, tonumber(seq)), seq)
 end
 
 -- A delivery ended without an ack (nack, visibility timeout, owner gone): the message is

@@ -6,10 +6,13 @@
 --@include lib/owners.lua
 --@include lib/ended.lua
 --@include lib/tally.lua
+--@include lib/priority.lua
 
-local function queue_push(meta_key, pending_key, run_id)
+-- Queue `run` as ready to claim: after every run of a lower priority value and after
+-- those of its own queued before it (its priority `p`, default 0, stays with it).
+local function queue_push(meta_key, pending_key, run_id, run)
   local seq = redis.call('HINCRBY', meta_key, 'qseq', 1)
-  redis.call('ZADD', pending_key, seq, run_id)
+  redis.call('ZADD', pending_key, priority_score(run.p or 0, seq), run_id)
 end
 
 -- Put a run back to wait for its next attempt, after its backoff. Returns 1 when it is
@@ -26,7 +29,7 @@ local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
     redis.call('ZADD', k.delayed, now + delay, run_id)
     return 0
   end
-  queue_push(k.meta, k.pending, run_id)
+  queue_push(k.meta, k.pending, run_id, run)
   return 1
 end
 
@@ -83,12 +86,12 @@ local function queue_expire(k, now, limit, backoff_base, backoff_cap)
   return ready
 end
 
--- Move up to `limit` delayed runs whose time has come into `pending`.
+-- Move up to `limit` delayed runs whose time has come into `pending`, each at its priority.
 local function queue_promote(k, now, limit)
   local ids = redis.call('ZRANGE', k.delayed, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
   for _, run_id in ipairs(ids) do
     redis.call('ZREM', k.delayed, run_id)
-    queue_push(k.meta, k.pending, run_id)
+    queue_push(k.meta, k.pending, run_id, run_load(k.runs, run_id) or {})
   end
   return #ids
 end

@@ -2,7 +2,8 @@
   Run records: msgpack maps in the queue's `runs` hash, keyed by run id.
   Fields: s status, a attempt, t token, w worker id, o owner, c created ms, st started ms,
   ct completed ms, mr max attempts, out output, oc outcome, err error, tb traceback, lb labels,
-  ik idempotency key, lrk/lrt/lrw/lrr the last accepted report (kind, token, worker, retry),
+  ik idempotency key, p priority (absent: 0; lib/priority.lua), lrk/lrt/lrw/lrr the last
+  accepted report (kind, token, worker, retry),
   rd ready ms: when the run last became (or, delayed, becomes) ready to claim; absent
   means its created time (a claim reports claimed minus ready as the pickup latency).
 ]]
