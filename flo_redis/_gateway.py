@@ -1,9 +1,10 @@
 """The script gateway: every Lua script as one typed, callable object.
 
 A :class:`Script` is declared once, here, with the key classes of :mod:`flo_redis.keys`
-its KEYS come from and the parser of its reply shape (:mod:`flo_redis._replies`). At
-import, each header KEYS name is matched to a field of those classes — a header naming
-a key no class has fails loudly — so a call passes key objects, never a list:
+its KEYS come from and the parser of its reply shape (``_replies.py``,
+``_stream_replies.py``, ``_queue_replies.py``). At import, each header KEYS name is
+matched to a field of those classes — a header naming a key no class has fails loudly —
+so a call passes key objects, never a list:
 
     reply = await ACTION_CLAIM(session, keys, [worker_id, owner, labels, n, poll, scan])
 
@@ -22,6 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from . import _queue_replies as q
 from . import _replies as r
+from . import _stream_replies as sr
 from ._lua import LuaSourceError
 from ._scripts import SCRIPTS, Arg, RedisConn, SyncConn, run, run_sync
 from .keys import ActionKeys, GroupKeys, NamespaceKeys, OwnerChannel, QueueKeys, StreamKeys
@@ -172,22 +174,22 @@ WORKER_LIST = Script("worker_list", N, r.worker_page)
 
 # Streams.
 STREAM_CREATE = Script("stream_create", S, r.number)
-STREAM_APPEND = Script("stream_append", S, r.appended)
-STREAM_READ = Script("stream_read", S, r.stream_records)
-STREAM_INFO = Script("stream_info", S, r.stream_stats)
-STREAM_TRIM = Script("stream_trim", S, r.trimmed)
+STREAM_APPEND = Script("stream_append", S, sr.appended)
+STREAM_READ = Script("stream_read", S, sr.stream_records)
+STREAM_INFO = Script("stream_info", S, sr.stream_stats)
+STREAM_TRIM = Script("stream_trim", S, sr.trimmed)
 
 # Consumer groups (a stream partition's keys, then the group's).
 GROUP_JOIN = Script("group_join", G, r.flag)
 GROUP_LEAVE = Script("group_leave", G, r.flag)
-GROUP_READ = Script("group_read", G, r.delivered, records_owner=True)
-GROUP_CLAIM = Script("group_claim", G, r.claimed_page, records_owner=True)
-GROUP_PENDING = Script("group_pending", G, r.pending)
-GROUP_ACK = Script("group_ack", G, r.settled)
-GROUP_ACK_MANY = Script("group_ack_many", G, r.settled_many)
-GROUP_NACK = Script("group_nack", G, r.settled)
+GROUP_READ = Script("group_read", G, sr.delivered, records_owner=True)
+GROUP_CLAIM = Script("group_claim", G, sr.claimed_page, records_owner=True)
+GROUP_PENDING = Script("group_pending", G, sr.pending)
+GROUP_ACK = Script("group_ack", G, sr.settled)
+GROUP_ACK_MANY = Script("group_ack_many", G, sr.settled_many)
+GROUP_NACK = Script("group_nack", G, sr.settled)
 GROUP_RECLAIM = Script("group_reclaim", G, r.reclaimed, tail="channels")
-GROUP_REPLAY = Script("group_replay", G, r.replayed)
+GROUP_REPLAY = Script("group_replay", G, sr.replayed)
 
 # Plain queues (client.queue).
 QUEUE_ENQUEUE = Script("queue_enqueue", Q, r.number)

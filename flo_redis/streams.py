@@ -54,7 +54,6 @@ from ._partitions import (
     partition_of_key,
     partitions_arg,
 )
-from ._replies import Settled
 from ._status import Status, refusal
 from ._stream_codec import (
     MAX_COUNT,
@@ -68,6 +67,7 @@ from ._stream_codec import (
     sid,
     stream_id_arg,
 )
+from ._stream_replies import Settled
 from .codec import pack, text
 from .discovery import remember
 from .errors import ServerError, ValidationError, ValueTooLargeError

@@ -1,0 +1,227 @@
+"""The stream and consumer-group scripts' replies: one frozen dataclass and one parser
+per reply shape (the rest of the shapes: :mod:`flo_redis._replies`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._status import Status
+from ._stream_codec import decode_headers, sid
+from .codec import text
+from .types import StreamID, StreamRecord
+
+
+def records(stream: str, reply: Any, at: int, partition: int = 0) -> list[StreamRecord]:
+    """Records of a ``(id, payload, headers) * n`` reply whose count is at ``reply[at]``."""
+    n = int(reply[at])
+    out: list[StreamRecord] = []
+    for i in range(at + 1, at + 1 + 3 * n, 3):
+        out.append(
+            StreamRecord(
+                id=sid(reply[i]),
+                stream=stream,
+                payload=bytes(reply[i + 1]),
+                headers=decode_headers(reply[i + 2]),
+                partition=partition,
+            )
+        )
+    return out
+
+
+def deliveries(stream: str, reply: Any, at: int, partition: int = 0) -> list[StreamRecord]:
+    """Records of an ``(id, token, payload, headers) * n`` reply, count at ``reply[at]``."""
+    n = int(reply[at])
+    out: list[StreamRecord] = []
+    for i in range(at + 1, at + 1 + 4 * n, 4):
+        out.append(
+            StreamRecord(
+                id=sid(reply[i]),
+                stream=stream,
+                payload=bytes(reply[i + 2]),
+                headers=decode_headers(reply[i + 3]),
+                delivery_count=int(reply[i + 1]),
+                partition=partition,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    status: int
+    id: StreamID
+
+
+def appended(reply: Any, _keys: object) -> Appended:
+    return Appended(int(reply[0]), sid(reply[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """``stream_read``: records of the key object's stream and partition."""
+
+    status: int
+    records: list[StreamRecord]
+
+
+def stream_records(reply: Any, keys: Any) -> Records:
+    return Records(int(reply[0]), records(keys.stream, reply, 1, keys.partition))
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """``group_read``: entries handed out, and ms until one falls due (-1: none)."""
+
+    status: int
+    wait_ms: int
+    records: list[StreamRecord]
+
+
+def delivered(reply: Any, keys: Any) -> Delivered:
+    return Delivered(
+        int(reply[0]), int(reply[1]), deliveries(keys.stream, reply, 2, keys.partition)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedPage:
+    """``group_claim``: entries taken, and the next id to scan from unless done."""
+
+    status: int
+    done: bool
+    next_id: StreamID | None
+    records: list[StreamRecord]
+
+
+def claimed_page(reply: Any, keys: Any) -> ClaimedPage:
+    finished = bool(int(reply[1]))
+    return ClaimedPage(
+        int(reply[0]),
+        finished,
+        None if finished else sid(reply[2]),
+        deliveries(keys.stream, reply, 3, keys.partition),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStats:
+    """``stream_info``: one partition's record count, bytes and first/last id."""
+
+    status: int
+    count: int
+    bytes_size: int
+    first_id: StreamID
+    last_id: StreamID
+    entries_added: int
+
+
+def stream_stats(reply: Any, _keys: object) -> StreamStats:
+    return StreamStats(
+        int(reply[0]),
+        int(reply[1]),
+        int(reply[2]),
+        sid(reply[3]),
+        sid(reply[4]),
+        int(reply[5]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Trimmed:
+    """``stream_trim``: one bounded step."""
+
+    status: int
+    removed: int
+    more: bool
+    last_id: str
+    cutoff: str
+    length: int
+    entries_added: int
+
+
+def trimmed(reply: Any, _keys: object) -> Trimmed:
+    if len(reply) < 7:
+        return Trimmed(int(reply[0]), 0, False, "", "", 0, 0)
+    return Trimmed(
+        int(reply[0]),
+        int(reply[1]),
+        bool(int(reply[2])),
+        text(reply[3]) or "",
+        text(reply[4]) or "" if reply[4] else "",
+        int(reply[5]),
+        int(reply[6]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """``group_ack`` / ``group_nack``: on STALE, the entry refused, its current delivery
+    count and holder."""
+
+    status: int
+    stale_id: str
+    current_count: int
+    holder: str
+
+
+def settled(reply: Any, _keys: object) -> Settled:
+    status = int(reply[0])
+    if status != Status.STALE or len(reply) < 4:
+        return Settled(status, "", 0, "")
+    return Settled(status, text(reply[-3]) or "", int(reply[-2]), text(reply[-1]) or "")
+
+
+@dataclass(frozen=True, slots=True)
+class ItemSettled:
+    status: int
+    current_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SettledMany:
+    status: int
+    items: tuple[ItemSettled, ...]
+
+
+def settled_many(reply: Any, _keys: object) -> SettledMany:
+    items = tuple(
+        ItemSettled(int(reply[i]), int(reply[i + 1])) for i in range(1, len(reply) - 1, 2)
+    )
+    return SettledMany(int(reply[0]), items)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRow:
+    id: StreamID
+    consumer: str
+    idle_ms: int
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    status: int
+    rows: tuple[PendingRow, ...]
+
+
+def pending(reply: Any, _keys: object) -> Pending:
+    n = int(reply[1])
+    rows = tuple(
+        PendingRow(sid(reply[i]), text(reply[i + 1]) or "", int(reply[i + 2]), int(reply[i + 3]))
+        for i in range(2, 2 + 4 * n, 4)
+    )
+    return Pending(int(reply[0]), rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """``group_replay``: the new record id of each dead letter replayed."""
+
+    status: int
+    new_ids: tuple[StreamID, ...]
+
+
+def replayed(reply: Any, _keys: object) -> Replayed:
+    n = int(reply[1])
+    return Replayed(int(reply[0]), tuple(sid(reply[i + 1]) for i in range(2, 2 + 2 * n, 2)))
