@@ -50,7 +50,6 @@ from .streams import (
     StreamGroupSettings,
     StreamOperations,
 )
-from .tasks import WorkerOperations
 from .types import (
     MAX_BLOCK_MS,
     AckOptions,
@@ -116,6 +115,7 @@ from .worker import (
     StreamWorker,
     StreamWorkerOptions,
 )
+from .worker_ops import WorkerOperations
 
 __version__ = "0.1.0"
 

@@ -31,6 +31,7 @@ from ._gateway import (
     RUN_CANCEL,
     RUN_REQUEUE,
 )
+from ._registry import remember
 from ._runs import (
     DEFAULT_WAIT_MS,
     FINAL,
@@ -50,7 +51,6 @@ from .codec import (
     text,
     unpack_record,
 )
-from .discovery import remember
 from .errors import (
     ValidationError,
     ValueTooLargeError,
@@ -65,9 +65,6 @@ from .keys import (
 )
 from .reclaim import LivenessStats, liveness_stats, reap_queue
 from .session import Session
-
-# The worker-side operations live in tasks.py; importable from here as well.
-from .tasks import Claimed, CompleteItem, WorkerOperations
 from .types import (
     ActionDeleteOptions,
     ActionInfo,
@@ -81,6 +78,9 @@ from .types import (
     ActionType,
     RunStatus,
 )
+
+# The worker-side operations live in worker_ops.py; importable from here as well.
+from .worker_ops import Claimed, CompleteItem, WorkerOperations
 
 DEFAULT_RETENTION_MS = 24 * 3600 * 1000
 DEFAULT_RETENTION_COUNT = 10_000

@@ -17,7 +17,6 @@ import random
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from . import discovery
 from ._endpoint import (  # importable from here, as before
     DEFAULT_MAX_CONNECTIONS,
     connect_redis,
@@ -25,6 +24,7 @@ from ._endpoint import (  # importable from here, as before
     normalize_endpoint,
     redact,
 )
+from ._registry import registered_namespaces
 from ._scripts import RedisConn
 from ._wake import Waker
 from .actions import ActionOperations
@@ -36,7 +36,7 @@ from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from .session import DEFAULT_MAX_PAYLOAD_BYTES, ClientSettings, Session, new_owner_id
 from .slots import SlotOperations
 from .streams import StreamOperations
-from .tasks import WorkerOperations
+from .worker_ops import WorkerOperations
 
 if TYPE_CHECKING:
     from .worker import ActionWorker, StreamHandler, StreamWorker
@@ -281,7 +281,7 @@ class FloClient:
     async def namespaces(self) -> tuple[str, ...]:
         """Every namespace that registered an action or a worker, or made a stream, in
         name order (from the namespace registry; never a scan)."""
-        return await discovery.namespaces(self)
+        return await registered_namespaces(self.redis)
 
     async def server_time_ms(self) -> int:
         """Redis's clock, in ms (deadlines are always computed from it)."""

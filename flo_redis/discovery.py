@@ -15,58 +15,33 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import _scripts
+from ._registry import registered_namespaces, registry_names, remember
 from .action_ops import ActionCounts
-from .codec import decoded
 from .errors import NotFoundError
-from .keys import namespace_keys, namespaces_key
+from .keys import namespace_keys
 from .stream_ops import GroupCounts
 from .types import WorkerInfo, WorkerListOptions
 
 if TYPE_CHECKING:
-    from ._scripts import RedisConn
     from .client import FloClient
-
-PAGE = 1000  # registry entries read per command
-
-
-async def remember(
-    conn: RedisConn, namespace: str, index: str | None = None, name: str | None = None
-) -> None:
-    """Record ``namespace`` in the namespace registry and, when given, ``name`` in the
-    namespace's registry ``index`` (idempotent; two keys in two slots, so two commands)."""
-    with _scripts.redis_errors("registry"):
-        if index is not None and name is not None:
-            await conn.zadd(index, {name: 0})
-        await conn.zadd(namespaces_key(), {namespace: 0})
-
-
-async def _names(conn: RedisConn, key: str) -> tuple[str, ...]:
-    names: list[str] = []
-    low = "-"
-    while True:
-        with _scripts.redis_errors("registry"):
-            page = await conn.zrange(key, low, "+", bylex=True, offset=0, num=PAGE)
-        names += [decoded(n) for n in page]
-        if len(page) < PAGE:
-            return tuple(names)
-        low = f"({names[-1]}"
 
 
 async def namespaces(client: FloClient) -> tuple[str, ...]:
     """Every namespace that has registered an action or worker or made a stream, in name
     order."""
-    return await _names(client.redis, namespaces_key())
+    return await registered_namespaces(client.redis)
 
 
 async def action_names(client: FloClient, namespace: str | None = None) -> tuple[str, ...]:
     """The registered actions of the namespace, in name order."""
-    return await _names(client.redis, namespace_keys(client.get_namespace(namespace)).actions)
+    index = namespace_keys(client.get_namespace(namespace)).actions
+    return await registry_names(client.redis, index)
 
 
 async def stream_names(client: FloClient, namespace: str | None = None) -> tuple[str, ...]:
     """The streams of the namespace (created, or joined by a group), in name order."""
-    return await _names(client.redis, namespace_keys(client.get_namespace(namespace)).streams)
+    index = namespace_keys(client.get_namespace(namespace)).streams
+    return await registry_names(client.redis, index)
 
 
 async def all_workers(client: FloClient, namespace: str | None = None) -> tuple[WorkerInfo, ...]:
@@ -119,3 +94,14 @@ async def overview(client: FloClient, namespace: str | None = None) -> Overview:
         workers=workers,
         groups=tuple(g for per_stream in groups for g in per_stream),
     )
+
+
+__all__ = [
+    "Overview",
+    "action_names",
+    "all_workers",
+    "namespaces",
+    "overview",
+    "remember",
+    "stream_names",
+]

@@ -54,6 +54,7 @@ from ._partitions import (
     partition_of_key,
     partitions_arg,
 )
+from ._registry import remember
 from ._status import Status, refusal
 from ._stream_codec import (
     MAX_COUNT,
@@ -69,7 +70,6 @@ from ._stream_codec import (
 )
 from ._stream_replies import Settled
 from .codec import pack, text
-from .discovery import remember
 from .errors import ServerError, ValidationError, ValueTooLargeError
 from .keys import (
     GroupKeys,

@@ -57,7 +57,6 @@ from .stream_worker import (
     StreamWorker,
     StreamWorkerOptions,
 )
-from .tasks import Claimed, CompleteItem
 from .types import (
     DEFAULT_WORKER_BLOCK_MS,
     ActionRegisterOptions,
@@ -70,6 +69,7 @@ from .types import (
     WorkerRegisterOptions,
     WorkerTouchOptions,
 )
+from .worker_ops import Claimed, CompleteItem
 
 if TYPE_CHECKING:
     from .client import FloClient

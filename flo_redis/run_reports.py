@@ -1,0 +1,311 @@
+"""Reporting runs: ``client.worker``'s touch, complete, fail and release, and the
+worker's counters they move.
+
+Every report is one Lua script (``lua/run_*.lua``), fenced by the run's token: a report
+from a holder whose lease was taken back is refused and changes nothing, and an
+identical resend of a report that took effect is answered as success.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._checks import (
+    check_bytes,
+    check_count,
+    check_options,
+    check_text,
+    not_registered,
+    raise_run_refusal,
+    token_arg,
+)
+from ._gateway import (
+    RUN_COMPLETE,
+    RUN_COMPLETE_MANY,
+    RUN_FAIL,
+    RUN_RELEASE,
+    RUN_TOUCH,
+    WORKER_TALLY,
+)
+from ._replies import Reported
+from ._status import Status, refusal
+from .codec import (
+    pack,
+)
+from .errors import (
+    BadRequestError,
+    ServerError,
+    ValidationError,
+    ValueTooLargeError,
+)
+from .keys import (
+    MAX_NAME_SIZE,
+    ActionKeys,
+    action_keys,
+    action_of_run,
+    check_name,
+    namespace_keys,
+)
+from .session import Session
+from .types import (
+    Reason,
+    RunStatus,
+    WorkerCompleteOptions,
+    WorkerFailOptions,
+    WorkerTouchOptions,
+)
+
+MAX_TOUCH_EXTEND_MS = 3_600_000
+COMPLETE_BATCH = 1000  # runs per run_complete_many call
+# Counter changes a tally may carry (each way): far beyond any real batch.
+MAX_TALLY = 2**32 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteItem:
+    """One complete in a :meth:`WorkerOperations.complete_many` batch."""
+
+    task_id: str
+    result: bytes
+    outcome: str = "success"
+    token: int | None = None
+
+
+class RunReports:
+    """The reporting half of ``client.worker``."""
+
+    _session: Session
+
+    async def touch(
+        self,
+        worker_id: str,
+        action_name: str,
+        task_id: str,
+        options: WorkerTouchOptions | None = None,
+    ) -> None:
+        """Extend the run's lease to ``extend_ms`` from now (at most one hour). Refused
+        with :class:`ConflictError` (``STALE_REPORT``) if the caller no longer holds it."""
+        opts = check_options(options, WorkerTouchOptions)
+        check_name("worker id", worker_id)
+        if (
+            isinstance(opts.extend_ms, bool)
+            or not isinstance(opts.extend_ms, int)
+            or not 1 <= opts.extend_ms <= MAX_TOUCH_EXTEND_MS
+        ):
+            err = BadRequestError(
+                f"extend_ms must be an int in [1, {MAX_TOUCH_EXTEND_MS}] (one hour), got "
+                f"{opts.extend_ms!r}; touch again later to hold a run longer"
+            )
+            err.reason = Reason.OUT_OF_RANGE
+            raise err
+        keys = self._run_keys(action_name, task_id, opts.namespace)
+        reply = await RUN_TOUCH(
+            self._session, keys, [task_id, token_arg(opts.token), worker_id, opts.extend_ms]
+        )
+        self._check_report(reply, keys, task_id, worker_id, "touch")
+
+    async def complete(
+        self,
+        worker_id: str,
+        action_name: str,
+        task_id: str,
+        result: bytes,
+        options: WorkerCompleteOptions | None = None,
+    ) -> None:
+        """Complete the run with ``result``, for its current holder only. Resending an
+        identical complete that already succeeded answers success and changes nothing;
+        a complete from a holder whose lease was taken back is refused
+        (:class:`ConflictError`, ``STALE_REPORT``) and changes nothing."""
+        opts = check_options(options, WorkerCompleteOptions)
+        check_name("worker id", worker_id)
+        check_text("outcome", opts.outcome, limit=MAX_NAME_SIZE)
+        data = check_bytes("result", result, self._session.max_payload_bytes)
+        keys = self._run_keys(action_name, task_id, opts.namespace)
+        reply = await RUN_COMPLETE(
+            self._session, keys, [task_id, token_arg(opts.token), worker_id, data, opts.outcome]
+        )
+        if reply.status == Status.TOO_LARGE:
+            raise ValueTooLargeError(
+                f"result is {len(data)} bytes; action {action_name!r} accepts at most {reply.limit}"
+            )
+        self._check_report(reply, keys, task_id, worker_id, "complete")
+        if not reply.duplicate:
+            await self._tally(worker_id, keys.namespace, -1, 1, 0)
+
+    async def complete_many(
+        self,
+        worker_id: str,
+        action_name: str,
+        items: Sequence[CompleteItem],
+        namespace: str | None = None,
+        *,
+        tally: bool = True,
+    ) -> builtins.list[ServerError | None]:
+        """Complete several runs of one action in one call per 1000, each under exactly
+        :meth:`complete`'s rules and answered on its own: ``None`` where the complete took
+        effect (or was an identical resend), else the refusal it would have raised."""
+        keys = action_keys(self._session.get_namespace(namespace), action_name)
+        check_name("worker id", worker_id)
+        limit = self._session.max_payload_bytes
+        packed = []
+        # A result over the client's limit is answered on its own, never sent; its
+        # neighbours go ahead.
+        early: dict[int, ServerError] = {}
+        for index, item in enumerate(items):
+            if not isinstance(item, CompleteItem):
+                raise ValidationError(f"items[{index}] must be a CompleteItem")
+            self._run_keys(action_name, item.task_id, namespace)
+            check_text(f"items[{index}].outcome", item.outcome, limit=MAX_NAME_SIZE)
+            try:
+                data = check_bytes("result", item.result, limit)
+            except ValueTooLargeError as exc:
+                early[index] = refusal(Status.TOO_LARGE, f"result of {item.task_id!r}: {exc}")
+                continue
+            packed.append([item.task_id, token_arg(item.token), data, item.outcome])
+        replies: builtins.list[ServerError | None] = []
+        applied = 0
+        for start in range(0, len(packed), COMPLETE_BATCH):
+            chunk = packed[start : start + COMPLETE_BATCH]
+            reply = await RUN_COMPLETE_MANY(self._session, keys, [worker_id, pack(chunk)])
+            if reply.status == Status.NO_ACTION:
+                raise not_registered(keys)
+            for sent, answer in zip(chunk, reply.items, strict=True):
+                run_id = str(sent[0])
+                status = answer.status
+                if status == Status.OK:
+                    applied += 0 if answer.duplicate else 1
+                    replies.append(None)
+                elif status == Status.TOO_LARGE:
+                    replies.append(
+                        refusal(
+                            status,
+                            f"result of {run_id!r} is {len(sent[2])} bytes; action "
+                            f"{action_name!r} accepts at most {answer.detail} (raise the "
+                            "action's max_payload_bytes or store large results elsewhere and "
+                            "return a reference)",
+                        )
+                    )
+                else:
+                    try:
+                        self._check_report(
+                            Reported(status, False, answer.detail, -1),
+                            keys,
+                            run_id,
+                            worker_id,
+                            "complete",
+                        )
+                    except ServerError as exc:
+                        replies.append(exc)
+        if tally and applied:
+            await self._tally(worker_id, keys.namespace, -applied, applied, 0)
+        answers = iter(replies)
+        return [early[i] if i in early else next(answers) for i in range(len(items))]
+
+    async def fail(
+        self,
+        worker_id: str,
+        action_name: str,
+        task_id: str,
+        error_message: str,
+        options: WorkerFailOptions | None = None,
+    ) -> RunStatus:
+        """Fail the run. With ``retry`` and attempts left it runs again (after the
+        action's backoff); otherwise it ends FAILED, kept with its error. Same holder
+        and resend rules as :meth:`complete`. Returns the run's status after: PENDING
+        when it waits for another attempt, FAILED when it ended."""
+        opts = check_options(options, WorkerFailOptions)
+        check_name("worker id", worker_id)
+        check_text("error_message", error_message, limit=self._session.max_payload_bytes)
+        check_text(
+            "traceback", opts.traceback, optional=True, limit=self._session.max_payload_bytes
+        )
+        keys = self._run_keys(action_name, task_id, opts.namespace)
+        reply = await RUN_FAIL(
+            self._session,
+            keys,
+            [
+                task_id,
+                token_arg(opts.token),
+                worker_id,
+                error_message,
+                1 if opts.retry else 0,
+                opts.traceback or "",
+            ],
+        )
+        self._check_report(reply, keys, task_id, worker_id, "fail")
+        if not reply.duplicate:
+            await self._tally(worker_id, keys.namespace, -1, 0, 1)
+        return RunStatus(reply.run_status)
+
+    async def release(
+        self,
+        worker_id: str,
+        action_name: str,
+        task_id: str,
+        token: int | None,
+        namespace: str | None = None,
+    ) -> None:
+        """Give a held run back to its queue as it was, not counted as an attempt (a
+        worker that stops before running it). Refused with :class:`ConflictError`
+        (``STALE_REPORT``) if the caller no longer holds it; changes nothing then."""
+        keys = self._run_keys(action_name, task_id, namespace)
+        reply = await RUN_RELEASE(
+            self._session, keys, [task_id, "" if token is None else str(token), worker_id]
+        )
+        self._check_report(reply, keys, task_id, worker_id, "release")
+
+    def _run_keys(self, action_name: str, task_id: str, namespace: str | None) -> ActionKeys:
+        keys = action_keys(self._session.get_namespace(namespace), action_name)
+        if action_of_run(task_id) != action_name:
+            raise refusal(
+                Status.NOT_FOUND,
+                f"run {task_id!r} not found in action {action_name!r}: it belongs to "
+                "another action",
+            )
+        return keys
+
+    def _check_report(
+        self,
+        reply: Reported,
+        keys: ActionKeys,
+        run_id: str,
+        worker_id: str,
+        what: str,
+    ) -> None:
+        status = reply.status
+        if status == Status.STALE:
+            state = RunStatus(reply.run_status).name
+            raise refusal(
+                status,
+                f"{what} of run {run_id!r} by worker {worker_id!r} refused: the run is "
+                f"{state} and this worker's lease is no longer current (taken back, or "
+                "finished); drop the report",
+            )
+        if status == Status.OUT_OF_RANGE:
+            raise refusal(status, f"{what}: extend_ms must be at most {reply.limit}")
+        raise_run_refusal(status, keys, run_id)
+
+    async def tally(
+        self,
+        worker_id: str,
+        load: int = 0,
+        completed: int = 0,
+        failed: int = 0,
+        namespace: str | None = None,
+    ) -> None:
+        """Add to a worker's counters (load never below zero); for workers that batch
+        their counter updates (``tally=False`` on :meth:`await_tasks`/:meth:`complete_many`)."""
+        check_name("worker id", worker_id)
+        for what, value in (("load", load), ("completed", completed), ("failed", failed)):
+            check_count(what, value, -MAX_TALLY, MAX_TALLY)
+        await self._tally(
+            worker_id, self._session.get_namespace(namespace), load, completed, failed
+        )
+
+    async def _tally(
+        self, worker_id: str, namespace: str, load: int, completed: int, failed: int
+    ) -> None:
+        ns = namespace_keys(namespace)
+        await WORKER_TALLY(self._session, ns, [worker_id, load, completed, failed])

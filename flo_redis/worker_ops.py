@@ -1,0 +1,365 @@
+"""flo's ``client.worker``: the worker registry and polling for runs; reporting them is
+:mod:`flo_redis.run_reports`.
+
+Every change of a run is one Lua script (``lua/action_claim.lua``, ``lua/run_*.lua``,
+``lua/worker_*.lua``); this module validates arguments before anything is sent, calls the
+scripts and turns their replies into flo's result classes and typed errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from . import _scripts
+from ._checks import (
+    MAX_LIST_LIMIT,
+    check_count,
+    check_cursor,
+    check_names,
+    check_options,
+    check_text,
+)
+from ._gateway import (
+    ACTION_CLAIM,
+    WORKER_DEREGISTER,
+    WORKER_DRAIN,
+    WORKER_HEARTBEAT,
+    WORKER_LIST,
+    WORKER_POLL,
+    WORKER_REGISTER,
+)
+from ._registry import remember
+from ._replies import Claimed, ClaimReply
+from ._status import Status, refusal
+from .codec import (
+    check_metadata,
+    pack,
+    text,
+    unpack_record,
+    worker_labels,
+)
+from .errors import (
+    ValidationError,
+    validate_block_ms,
+)
+from .keys import (
+    MAX_NAME_SIZE,
+    ActionKeys,
+    NamespaceKeys,
+    action_keys,
+    check_name,
+    namespace_keys,
+)
+from .run_reports import CompleteItem, RunReports
+from .session import Session
+from .types import (
+    DEFAULT_WORKER_BLOCK_MS,
+    WorkerAwaitOptions,
+    WorkerAwaitResult,
+    WorkerInfo,
+    WorkerListOptions,
+    WorkerListResult,
+    WorkerRegisterOptions,
+    WorkerStatus,
+    WorkerType,
+)
+
+MAX_CURSOR_BYTES = 4096
+LABEL_SCAN = 200  # pending runs a claim inspects at most when routing by labels
+
+
+class WorkerOperations(RunReports):
+    """``client.worker``: the worker registry, polling for runs and reporting them."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._labels_cache: dict[str, bytes] = {}
+        self._gate_ok: dict[tuple[str, str], tuple[float, bytes]] = {}
+        self._rotation = 0
+
+    def _ns(self, namespace: str | None) -> NamespaceKeys:
+        return namespace_keys(self._session.get_namespace(namespace))
+
+    async def register(
+        self,
+        worker_id: str,
+        task_types: builtins.list[str],
+        options: WorkerRegisterOptions | None = None,
+    ) -> None:
+        """Register a worker (ACTIVE), or replace its record: counters start at zero.
+        ``options.metadata`` is a JSON object whose keys are the worker's labels."""
+        opts = check_options(options, WorkerRegisterOptions)
+        check_name("worker id", worker_id)
+        task_types = check_names("task types", task_types)
+        check_count("concurrency", opts.concurrency, 0, 2**32 - 1)
+        check_metadata(opts.metadata)
+        check_text("machine_id", opts.machine_id, optional=True, limit=MAX_NAME_SIZE)
+        ns = self._ns(opts.namespace)
+        record: dict[str, Any] = {
+            "wt": int(WorkerType.ACTION),
+            "mc": opts.concurrency,
+            "tt": builtins.list(task_types),
+        }
+        if opts.machine_id is not None:
+            record["mid"] = opts.machine_id
+        if opts.metadata is not None:
+            record["md"] = opts.metadata
+        await WORKER_REGISTER(self._session, ns, [worker_id, pack(record)])
+        await remember(self._session.redis, ns.namespace)
+
+    async def heartbeat(
+        self, worker_id: str, current_load: int = 0, namespace: str | None = None
+    ) -> None:
+        """Record a heartbeat; :class:`NotFoundError` once the worker has been removed
+        (silent past the namespace's removal delay) — register again then."""
+        check_name("worker id", worker_id)
+        check_count("current_load", current_load, 0, 2**32 - 1)
+        ns = self._ns(namespace)
+        reply = await WORKER_HEARTBEAT(self._session, ns, [worker_id, current_load])
+        if reply.status != Status.OK:
+            raise self._unknown_worker(worker_id, ns)
+
+    async def await_task(
+        self,
+        worker_id: str,
+        task_types: builtins.list[str],
+        options: WorkerAwaitOptions | None = None,
+    ) -> WorkerAwaitResult:
+        """Take one run of any of ``task_types``, waiting up to ``block_ms`` (None: 30000,
+        0: answer now, at most 300000) for one to arrive. Refused with reason
+        ``WORKER_UNHEALTHY`` / ``WORKER_DRAINING`` for a silent or draining worker."""
+        opts = check_options(options, WorkerAwaitOptions)
+        runs = await self.await_tasks(worker_id, task_types, 1, opts)
+        return WorkerAwaitResult(task=runs[0].assignment() if runs else None)
+
+    async def await_tasks(
+        self,
+        worker_id: str,
+        task_types: Sequence[str],
+        max_tasks: int,
+        options: WorkerAwaitOptions | None = None,
+        *,
+        tally: bool = True,
+        health_ttl_s: float = 0.0,
+        on_unregistered: Callable[[str], Awaitable[None]] | None = None,
+    ) -> builtins.list[Claimed]:
+        """Like :meth:`await_task`, but takes up to ``max_tasks`` runs in one go (one
+        script call per action queue): how a busy worker fills its free capacity.
+
+        ``tally=False`` leaves the worker's load counter to the caller (a worker that
+        batches its counter updates); ``health_ttl_s`` reuses a health check that passed
+        that recently instead of asking again (so a drain is seen within that time);
+        ``on_unregistered(action)`` is awaited for each action found not registered
+        (gone with a flushed or restarted Redis) before the poll goes on."""
+        opts = check_options(options, WorkerAwaitOptions)
+        block_ms = DEFAULT_WORKER_BLOCK_MS if opts.block_ms is None else opts.block_ms
+        validate_block_ms(block_ms)
+        check_count("max_tasks", max_tasks, 1, 10_000)
+        check_name("worker id", worker_id)
+        if not task_types:
+            raise ValidationError("task_types must name at least one action")
+        ns_name = self._session.get_namespace(opts.namespace)
+        all_keys = [action_keys(ns_name, t) for t in task_types]
+        labels = await self._gate(worker_id, namespace_keys(ns_name), health_ttl_s)
+        # Without a poll id the caller cannot retry this poll, so no replay memo is kept.
+        poll_id = opts.poll_id or ""
+        if block_ms == 0:
+            claimed, _ = await self._claim_round(
+                all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
+            )
+            return await self._tally_claimed(worker_id, ns_name, claimed, tally)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + block_ms / 1000.0
+        async with self._session.waker.watching(k.wake for k in all_keys) as watch:
+            while True:
+                await watch.arm()
+                claimed, next_due = await self._claim_round(
+                    all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
+                )
+                if claimed:
+                    return await self._tally_claimed(worker_id, ns_name, claimed, tally)
+                remaining = deadline - loop.time()
+                if remaining <= 0 or watch.interrupted:
+                    return []
+                if next_due >= 0:
+                    now_ms = await self._session.server_time_ms()
+                    remaining = min(remaining, max(next_due - now_ms, 1) / 1000.0)
+                await watch.wait(remaining)
+                if watch.interrupted:
+                    return []  # client.interrupt(): stop waiting, take nothing more
+                if loop.time() >= deadline:
+                    # One last look: work may have arrived with the deadline.
+                    claimed, _ = await self._claim_round(
+                        all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
+                    )
+                    return await self._tally_claimed(worker_id, ns_name, claimed, tally)
+
+    async def list(self, options: WorkerListOptions | None = None) -> WorkerListResult:
+        """Registered workers in id order, ``limit`` (1..1024) a page after ``cursor``."""
+        opts = check_options(options, WorkerListOptions)
+        check_count("limit", opts.limit, 1, MAX_LIST_LIMIT)
+        cursor = check_cursor(opts.cursor, MAX_CURSOR_BYTES)
+        ns = self._ns(opts.namespace)
+        page = await WORKER_LIST(self._session, ns, [cursor, opts.limit])
+        workers: builtins.list[WorkerInfo] = []
+        for row in page.rows:
+            rec = unpack_record(row.record)
+            workers.append(
+                WorkerInfo(
+                    worker_id=row.worker_id,
+                    worker_type=WorkerType(int(rec.get("wt", 0))),
+                    status=WorkerStatus(row.worker_status),
+                    current_load=int(rec.get("cl", 0)),
+                    max_concurrency=int(rec.get("mc", 0)),
+                    tasks_completed=int(rec.get("tc", 0)),
+                    tasks_failed=int(rec.get("tf", 0)),
+                    registered_at_ms=int(rec["ra"]),
+                    last_heartbeat_ms=int(rec["hb"]),
+                    machine_id=text(rec.get("mid")),
+                    metadata=text(rec.get("md")),
+                    task_types=[text(t) or "" for t in rec.get("tt", [])],
+                )
+            )
+        return WorkerListResult(workers=workers, cursor=page.last_id if page.more else None)
+
+    # --- beyond flo ----------------------------------------------------------------
+
+    async def drain(self, worker_id: str, namespace: str | None = None) -> None:
+        """Tell a worker to drain: its polls are refused (``WORKER_DRAINING``) while its
+        running runs may still report; an ActionWorker then stops by itself."""
+        check_name("worker id", worker_id)
+        ns = self._ns(namespace)
+        reply = await WORKER_DRAIN(self._session, ns, [worker_id])
+        if reply.status != Status.OK:
+            raise self._unknown_worker(worker_id, ns)
+
+    async def deregister(self, worker_id: str, namespace: str | None = None) -> None:
+        """Remove a worker's record; :class:`NotFoundError` if it is not registered."""
+        check_name("worker id", worker_id)
+        ns = self._ns(namespace)
+        reply = await WORKER_DEREGISTER(self._session, ns, [worker_id])
+        if reply.status != Status.OK:
+            raise self._unknown_worker(worker_id, ns)
+
+    async def configure(
+        self,
+        *,
+        heartbeat_timeout_ms: int | None = None,
+        remove_after_ms: int | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Set the namespace's worker health settings, shared by every client: a worker
+        silent past ``heartbeat_timeout_ms`` (default 90000) is UNHEALTHY and refused work;
+        past ``remove_after_ms`` (default 300000) it is removed from the registry."""
+        ns = self._ns(namespace)
+        fields: dict[str, int] = {}
+        if heartbeat_timeout_ms is not None:
+            fields["heartbeat_timeout_ms"] = check_count(
+                "heartbeat_timeout_ms", heartbeat_timeout_ms, 100, 2**32 - 1
+            )
+        if remove_after_ms is not None:
+            fields["remove_after_ms"] = check_count(
+                "remove_after_ms", remove_after_ms, 100, 2**32 - 1
+            )
+        conn = self._session.redis
+        with _scripts.redis_errors("configure"):
+            current = await conn.hmget(ns.config, ["heartbeat_timeout_ms", "remove_after_ms"])
+            hb = fields.get("heartbeat_timeout_ms", int(current[0] or 90_000))
+            rm = fields.get("remove_after_ms", int(current[1] or 300_000))
+            if rm < hb:
+                raise ValidationError(
+                    f"remove_after_ms ({rm}) must not be shorter than heartbeat_timeout_ms "
+                    f"({hb}): a worker is first marked unhealthy, then removed"
+                )
+            if fields:
+                await conn.hset(ns.config, mapping=fields)  # type: ignore[arg-type]
+
+    # --- internals -----------------------------------------------------------------
+
+    @staticmethod
+    def _unknown_worker(worker_id: str, ns: NamespaceKeys) -> Exception:
+        return refusal(
+            Status.NOT_FOUND,
+            f"worker {worker_id!r} is not registered in namespace {ns.namespace!r} (or was "
+            "removed after missing its heartbeats); register it again",
+        )
+
+    async def _gate(self, worker_id: str, ns: NamespaceKeys, ttl_s: float = 0.0) -> bytes:
+        """Check the worker may take work now; its labels, packed for the claim."""
+        loop = asyncio.get_running_loop()
+        cached = self._gate_ok.get((ns.namespace, worker_id))
+        if ttl_s > 0 and cached is not None and loop.time() - cached[0] < ttl_s:
+            return cached[1]
+        reply = await WORKER_POLL(self._session, ns, [worker_id])
+        status = reply.status
+        if status == Status.NOT_FOUND:
+            raise self._unknown_worker(worker_id, ns)
+        if status == Status.UNHEALTHY:
+            raise refusal(
+                status,
+                f"worker {worker_id!r} missed its heartbeats and is UNHEALTHY; send a "
+                "heartbeat, then poll again",
+            )
+        if status == Status.DRAINING:
+            raise refusal(
+                status,
+                f"worker {worker_id!r} is DRAINING: it takes no new work; finish running "
+                "runs and stop",
+            )
+        metadata = reply.metadata
+        packed = self._labels_cache.get(metadata)
+        if packed is None:
+            labels = worker_labels(metadata)
+            packed = pack(labels) if labels else b""
+            self._labels_cache[metadata] = packed
+        self._gate_ok[(ns.namespace, worker_id)] = (loop.time(), packed)
+        return packed
+
+    async def _claim_round(
+        self,
+        all_keys: Sequence[ActionKeys],
+        worker_id: str,
+        labels: bytes,
+        max_tasks: int,
+        poll_id: str,
+        on_unregistered: Callable[[str], Awaitable[None]] | None = None,
+    ) -> tuple[builtins.list[Claimed], int]:
+        """One claim per action queue, starting at a rotating queue so no action starves,
+        until ``max_tasks`` runs are held. Returns them and the earliest delayed run."""
+        claimed: builtins.list[Claimed] = []
+        next_due = -1
+        self._rotation = (self._rotation + 1) % len(all_keys)
+        order = [*all_keys[self._rotation :], *all_keys[: self._rotation]]
+        for keys in order:
+            if len(claimed) >= max_tasks:
+                break
+            reply = await self.claim(keys, worker_id, labels, max_tasks - len(claimed), poll_id)
+            if not reply.registered and on_unregistered is not None:
+                await on_unregistered(keys.action)
+            claimed.extend(reply.runs)
+            if reply.next_due_ms >= 0 and (next_due < 0 or reply.next_due_ms < next_due):
+                next_due = reply.next_due_ms
+        return claimed, next_due
+
+    async def claim(
+        self, keys: ActionKeys, worker_id: str, labels: bytes, max_n: int, poll_id: str
+    ) -> ClaimReply:
+        """One claim script call on one action queue (no health gate, no waiting)."""
+        return await ACTION_CLAIM(
+            self._session,
+            keys,
+            [worker_id, self._session.owner_id, labels, max_n, poll_id, LABEL_SCAN],
+        )
+
+    async def _tally_claimed(
+        self, worker_id: str, namespace: str, claimed: builtins.list[Claimed], tally: bool
+    ) -> builtins.list[Claimed]:
+        if claimed and tally:
+            await self._tally(worker_id, namespace, len(claimed), 0, 0)
+        return claimed
+
+
+__all__ = ["ClaimReply", "Claimed", "CompleteItem", "WorkerOperations"]
