@@ -49,6 +49,7 @@ async def test_a_worker_process_serves_metrics_of_what_it_did(
 ) -> None:
     cmd = command(*_worker(redis_url, namespace, "--metrics-port", "0"))
     url = await _metrics_url(cmd)
+    await eventually(client.worker.list, lambda r: len(r.workers) == 1, timeout=30)  # registered
     await raw.set(f"{namespace}:gate", 1)  # the handlers return at once
     runs = [(await client.action.invoke("hold", b"")).run_id for _ in range(3)]
     for run_id in runs:
