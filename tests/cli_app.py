@@ -2,10 +2,12 @@
 
 Action ``hold``: the handler records its process id under ``<namespace>:pid:<run id>``,
 then waits until the key ``<namespace>:gate`` exists and returns the process id.
-Action ``stubborn``: the handler ignores cancellation and never returns.
+Action ``stubborn``: the handler records its process id as ``hold`` does, then ignores
+cancellation and never returns.
 ``build_stream``: a StreamWorker adding each payload of stream ``events`` to the set
 ``<namespace>:seen``.
-Action ``blocking``: a plain ``def`` handler that blocks its thread for an hour.
+Action ``blocking``: a plain ``def`` handler that records its process id as ``hold`` does,
+then blocks its thread for an hour.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextlib
 import os
 import time
 
+import redis
 import redis.asyncio as aioredis
 
 from flo_redis import (
@@ -31,11 +34,15 @@ module_worker = FloClient("redis://127.0.0.1:1", namespace="unused").new_action_
 not_a_worker = 42
 
 
-async def hold(ctx: ActionContext) -> bytes:
-    url = os.environ["CLI_APP_URL"]
-    raw = aioredis.Redis.from_url(url)
-    try:
+async def _started(ctx: ActionContext) -> None:
+    async with aioredis.Redis.from_url(os.environ["CLI_APP_URL"]) as raw:
         await raw.set(f"{ctx.namespace}:pid:{ctx.task_id}", os.getpid())
+
+
+async def hold(ctx: ActionContext) -> bytes:
+    await _started(ctx)
+    raw = aioredis.Redis.from_url(os.environ["CLI_APP_URL"])
+    try:
         while not await raw.exists(f"{ctx.namespace}:gate"):  # noqa: ASYNC110 - a Redis key
             await asyncio.sleep(0.02)
     finally:
@@ -44,12 +51,15 @@ async def hold(ctx: ActionContext) -> bytes:
 
 
 async def stubborn(ctx: ActionContext) -> bytes:
-    while True:
+    while True:  # cancelled even while it records its start, it carries on
         with contextlib.suppress(asyncio.CancelledError):
+            await _started(ctx)
             await asyncio.sleep(3600)
 
 
 def blocking(ctx: ActionContext) -> bytes:
+    with redis.Redis.from_url(os.environ["CLI_APP_URL"]) as raw:
+        raw.set(f"{ctx.namespace}:pid:{ctx.task_id}", os.getpid())
     time.sleep(3600)  # a plain def handler, stuck in its thread
     return b""
 

@@ -29,6 +29,12 @@ async def _workers(client: FloClient, count: int) -> list[object]:
     return await eventually(listed, lambda ws: len(ws) >= count, timeout=30)
 
 
+async def _handler_started(raw: aioredis.Redis, namespace: str, run_id: str) -> None:
+    """Wait until the handler of ``run_id`` runs (cli_app's handlers record their pid):
+    RUNNING only says a worker claimed it, maybe before its handler began."""
+    await eventually(lambda: raw.exists(f"{namespace}:pid:{run_id}"), bool, timeout=30)
+
+
 async def _logged(cmd: Command, text: str) -> None:
     async def output() -> str:
         return cmd.output()
@@ -105,24 +111,26 @@ async def test_a_second_signal_gives_runs_back_at_once(
 
 
 async def test_a_handler_that_ignores_cancellation_does_not_hold_the_exit(
-    command, client: FloClient, redis_url: str, namespace: str
+    command, client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
     cmd = command(*_worker(redis_url, namespace, "--shutdown-timeout", "0"), "cli_app:build")
     await _workers(client, 1)
     run = await client.action.invoke("stubborn", b"")
     await _status(client, run.run_id, RunStatus.RUNNING)
+    await _handler_started(raw, namespace, run.run_id)
     cmd.signal(signal.SIGTERM)
     assert cmd.exits(3)
     assert "still running 5 s after they were cancelled" in cmd.output()
 
 
 async def test_a_plain_def_handler_stuck_in_its_thread_is_given_back_and_left_behind(
-    command, client: FloClient, redis_url: str, namespace: str
+    command, client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
     cmd = command(*_worker(redis_url, namespace, "--shutdown-timeout", "0.5"), "cli_app:build")
     await _workers(client, 1)
     run = await client.action.invoke("blocking", b"")
     await _status(client, run.run_id, RunStatus.RUNNING)
+    await _handler_started(raw, namespace, run.run_id)
     cmd.signal(signal.SIGTERM)
     assert cmd.exits(0)
     status = await client.action.status(run.run_id)
