@@ -33,8 +33,10 @@ from .session import Session
 from .types import ActionRunStatus
 
 MINUTES = 60  # per-minute buckets kept (lib/tally.lua)
-MAX_BATCH = 500  # runs per bulk script call: about 10 ms of Redis time at most
-DEFAULT_BATCH = 100
+MAX_BATCH = 500  # runs per bulk script call: 4-8 ms of Redis time, tens of ms at worst
+# The default keeps every call far under 50 ms of Redis time even on a loaded machine: 25
+# runs take 0.3 ms a call (median), 7 ms at worst (Valkey's first calls on 50,000 runs).
+DEFAULT_BATCH = 25
 
 
 class RunState(str, enum.Enum):
