@@ -49,13 +49,15 @@ class ClaimReply:
     runs: tuple[Claimed, ...]
     next_due_ms: int  # when a delayed run is due or a lease expires; -1 if never
     registered: bool
+    rate_next_ms: int = -1  # runs wait for the rate limit: when the next start is allowed
 
 
 def claim_reply(reply: Any, keys: Any) -> ClaimReply:
     """``{status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
-    claimed_ms, input) * n}``."""
+    claimed_ms, input) * n, rate_next_ms}``."""
     if int(reply[0]) != Status.OK:
         return ClaimReply((), -1, False)
+    end = 3 + 7 * int(reply[2])
     action = keys.action
     runs = tuple(
         Claimed(
@@ -68,9 +70,9 @@ def claim_reply(reply: Any, keys: Any) -> ClaimReply:
             claimed_at_ms=int(reply[i + 5]),
             payload=bytes(reply[i + 6]),
         )
-        for i in range(3, 3 + 7 * int(reply[2]), 7)
+        for i in range(3, end, 7)
     )
-    return ClaimReply(runs, int(reply[1]), True)
+    return ClaimReply(runs, int(reply[1]), True, int(reply[end]) if len(reply) > end else -1)
 
 
 # --- fixed shapes: a status and a few values -----------------------------------------

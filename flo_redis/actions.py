@@ -76,6 +76,7 @@ from .types import (
     ActionRunStatus,
     ActionStatusOptions,
     ActionType,
+    RateLimit,
     RunStatus,
 )
 
@@ -85,6 +86,22 @@ from .worker_ops import Claimed, CompleteItem, WorkerOperations
 DEFAULT_RETENTION_MS = 24 * 3600 * 1000
 DEFAULT_RETENTION_COUNT = 10_000
 INVOKE_BATCH = 1000  # runs per action_invoke_many call
+MAX_RATE_STARTS = 10_000  # RateLimit.max: the claim script logs each start in the window
+MAX_RATE_WINDOW_MS = 86_400_000  # RateLimit.per_ms: a day
+
+
+def _rate_limit(limit: object) -> tuple[int, int]:
+    """``(max, per_ms)`` of a :class:`RateLimit`, ``(0, 0)`` for None (no limit)."""
+    if limit is None:
+        return 0, 0
+    if not isinstance(limit, RateLimit):
+        raise ValidationError(
+            f"rate_limit must be a RateLimit(max, per_ms) or None, got {type(limit).__name__}"
+        )
+    return (
+        check_count("rate_limit.max", limit.max, 1, MAX_RATE_STARTS),
+        check_count("rate_limit.per_ms", limit.per_ms, 1, MAX_RATE_WINDOW_MS),
+    )
 
 
 class ActionOperations(ActionInspection):
@@ -113,6 +130,7 @@ class ActionOperations(ActionInspection):
             )
         check_text("owner", opts.owner, optional=True, limit=MAX_NAME_SIZE)
         check_text("description", opts.description, optional=True)
+        rate_max, rate_per_ms = _rate_limit(opts.rate_limit)
         max_payload = self._session.max_payload_bytes
         if opts.max_payload_bytes is not None:
             max_payload = min(max_payload, opts.max_payload_bytes)
@@ -126,6 +144,8 @@ class ActionOperations(ActionInspection):
             "max_payload": max_payload,
             "retention_ms": opts.retention_ms or DEFAULT_RETENTION_MS,
             "retention_count": opts.retention_count or DEFAULT_RETENTION_COUNT,
+            "rate_max": rate_max,
+            "rate_per_ms": rate_per_ms,
         }
         if opts.owner is not None:
             settings["owner"] = opts.owner

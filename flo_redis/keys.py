@@ -71,7 +71,7 @@ class ActionKeys:
     meta: str  # HASH  counters: run sequence, fencing tokens, stats
     runs: str  # HASH  run_id -> msgpack record
     inputs: str  # HASH  run_id -> input bytes
-    pending: str  # ZSET  run_id -> enqueue sequence (FIFO)
+    pending: str  # ZSET  run_id -> priority * 2^45 + queue sequence (lowest first)
     delayed: str  # ZSET  run_id -> due time ms (delayed runs, retry backoff)
     leases: str  # ZSET  run_id -> lease deadline ms (running runs)
     done: str  # ZSET  run_id -> finished time ms (completed runs kept for retention)
@@ -82,6 +82,7 @@ class ActionKeys:
     owners: str  # HASH  owner id -> ms since it is suspected gone (0: not suspected)
     owned: str  # ZSET  "<owner>\0<run_id>" (score 0): the runs each owner was handed
     slots: str  # HASH  concurrency slot index -> msgpack holder {o, t, d, sx}
+    rate: str  # ZSET  fencing token -> start ms (starts within the rate limit's window)
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
@@ -101,6 +102,7 @@ class ActionKeys:
             self.owners,
             self.owned,
             self.slots,
+            self.rate,
         )
 
 
@@ -137,6 +139,7 @@ def _action_keys(namespace: str, action: str) -> ActionKeys:
         owners=f"{base}:owners",
         owned=f"{base}:owned",
         slots=f"{base}:slots",
+        rate=f"{base}:rate",
         wake=f"{base}:wake",
         ended=f"{base}:ended",
     )

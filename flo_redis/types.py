@@ -56,6 +56,7 @@ __all__ = [
     "PeekOptions",
     "PendingEntry",
     "Ran",
+    "RateLimit",
     "Reason",
     "RunStatus",
     "StatusCode",
@@ -638,6 +639,16 @@ class ActionListResult:
     cursor: bytes | None = None
 
 
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``max`` runs of an action start in any ``per_ms`` window, across all its
+    workers (flo_redis). ``max`` 1 .. 10000, ``per_ms`` 1 .. 86400000 (a day); checked
+    by ``register``, which raises ValidationError."""
+
+    max: int
+    per_ms: int
+
+
 @dataclass
 class ActionRegisterOptions:
     """Options for registering an action. Registering replaces the action's
@@ -660,6 +671,8 @@ class ActionRegisterOptions:
       * ``retention_ms`` / ``retention_count``: how long / how many finished
         runs are kept; None: the library default.
       * ``description``: free text shown by action.list.
+      * ``rate_limit``: a :class:`RateLimit`, so many starts per window across
+        all workers; None: no limit.
 
     Raises ValueError for an int out of range (each fits a u32, counts > 0
     where noted) or a backoff maximum below its base.
@@ -676,6 +689,7 @@ class ActionRegisterOptions:
     retention_ms: int | None = None
     retention_count: int | None = None
     description: str | None = None
+    rate_limit: RateLimit | None = None
 
     def __post_init__(self) -> None:
         name = "ActionRegisterOptions"

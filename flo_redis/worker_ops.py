@@ -167,7 +167,7 @@ class WorkerOperations(RunReports):
         # Without a poll id the caller cannot retry this poll, so no replay memo is kept.
         poll_id = opts.poll_id or ""
         if block_ms == 0:
-            claimed, _ = await self._claim_round(
+            claimed, _, _ = await self._claim_round(
                 all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
             )
             return await self._tally_claimed(worker_id, ns_name, claimed, tally)
@@ -176,7 +176,7 @@ class WorkerOperations(RunReports):
         async with self._session.waker.watching(k.wake for k in all_keys) as watch:
             while True:
                 await watch.arm()
-                claimed, next_due = await self._claim_round(
+                claimed, next_due, held_until = await self._claim_round(
                     all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
                 )
                 if claimed:
@@ -187,12 +187,20 @@ class WorkerOperations(RunReports):
                 if next_due >= 0:
                     now_ms = await self._session.server_time_ms()
                     remaining = min(remaining, max(next_due - now_ms, 1) / 1000.0)
-                await watch.wait(remaining)
+                if held_until >= 0:
+                    # Every queue waits for its rate limit: a wake-up cannot start a run
+                    # before then, so only the time (or an interrupt) ends this wait.
+                    end = loop.time() + remaining
+                    while not watch.interrupted and loop.time() < end:
+                        await watch.arm()
+                        await watch.wait(end - loop.time())
+                else:
+                    await watch.wait(remaining)
                 if watch.interrupted:
                     return []  # client.interrupt(): stop waiting, take nothing more
                 if loop.time() >= deadline:
                     # One last look: work may have arrived with the deadline.
-                    claimed, _ = await self._claim_round(
+                    claimed, _, _ = await self._claim_round(
                         all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
                     )
                     return await self._tally_claimed(worker_id, ns_name, claimed, tally)
@@ -326,11 +334,16 @@ class WorkerOperations(RunReports):
         max_tasks: int,
         poll_id: str,
         on_unregistered: Callable[[str], Awaitable[None]] | None = None,
-    ) -> tuple[builtins.list[Claimed], int]:
+    ) -> tuple[builtins.list[Claimed], int, int]:
         """One claim per action queue, starting at a rotating queue so no action starves,
-        until ``max_tasks`` runs are held. Returns them and the earliest delayed run."""
+        until ``max_tasks`` runs are held. Returns them, when something is next due (a
+        delayed run, a lease deadline, a start a rate limit allows) and, when every queue
+        answered that only its rate limit holds its runs back, the first time one may
+        start (else -1)."""
         claimed: builtins.list[Claimed] = []
         next_due = -1
+        held_until = -1
+        held_queues = 0
         self._rotation = (self._rotation + 1) % len(all_keys)
         order = [*all_keys[self._rotation :], *all_keys[: self._rotation]]
         for keys in order:
@@ -340,9 +353,14 @@ class WorkerOperations(RunReports):
             if not reply.registered and on_unregistered is not None:
                 await on_unregistered(keys.action)
             claimed.extend(reply.runs)
-            if reply.next_due_ms >= 0 and (next_due < 0 or reply.next_due_ms < next_due):
-                next_due = reply.next_due_ms
-        return claimed, next_due
+            for due in (reply.next_due_ms, reply.rate_next_ms):
+                if due >= 0 and (next_due < 0 or due < next_due):
+                    next_due = due
+            if reply.rate_next_ms >= 0:
+                held_queues += 1
+                if held_until < 0 or reply.rate_next_ms < held_until:
+                    held_until = reply.rate_next_ms
+        return claimed, next_due, held_until if held_queues == len(order) else -1
 
     async def claim(
         self, keys: ActionKeys, worker_id: str, labels: bytes, max_n: int, poll_id: str

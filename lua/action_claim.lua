@@ -16,6 +16,7 @@
   KEYS[11] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[12] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[13] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
+  KEYS[14] rate    ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
@@ -25,10 +26,12 @@
                       windows: the head, and one at a cursor that moves past runs
                       no worker asking took (meta field scan_at)
   Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
-          claimed_ms, input) * n}
+          claimed_ms, input) * n, rate_next_ms}
           status: OK | NO_ACTION; next_due_ms: when a delayed run becomes ready or a
           lease expires, whichever is first, or -1; ready_ms: when the run became ready
-          to claim; claimed_ms: when it was handed out (claimed - ready = pickup latency)
+          to claim; claimed_ms: when it was handed out (claimed - ready = pickup latency);
+          rate_next_ms: when runs wait only for the rate limit, the server time its next
+          start is allowed, else -1
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -41,7 +44,7 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
-  ended = KEYS[13]}
+  ended = KEYS[13], rate = KEYS[14]}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]
@@ -80,6 +83,7 @@ local replayed = poll_replay(k.polls, k.poll_times, poll_id, now, function(run_i
 end)
 if replayed > 0 then
   out[2] = queue_next_event(k.delayed, k.leases)
+  out[#out + 1] = -1
   return out
 end
 
@@ -90,6 +94,15 @@ local n = max_n
 if action.max_concurrency > 0 then
   local free = action.max_concurrency - redis.call('ZCARD', k.leases)
   if free < n then n = free end
+end
+
+-- The rate limit: starts older than the window no longer count. rate_room stays nil when
+-- the limit was not asked (none, or nothing could be taken anyway).
+local rate_room = nil
+if n > 0 and action.rate_max > 0 then
+  redis.call('ZREMRANGEBYSCORE', k.rate, '-inf', now - action.rate_per_ms)
+  rate_room = action.rate_max - redis.call('ZCARD', k.rate)
+  if rate_room < n then n = rate_room end
 end
 
 local memo = poll_memo()
@@ -113,6 +126,7 @@ if n > 0 then
         run.st = now
         run_save(k.runs, run_id, run)
         redis.call('ZADD', k.leases, deadline, run_id)
+        if rate_room then redis.call('ZADD', k.rate, now, run.t) end
         poll_memo_add(memo, run_id, run.t)
         hand_out(run_id, run)
       end
@@ -141,4 +155,14 @@ if #memo.ids > 0 then
 end
 poll_remember(k.polls, k.poll_times, poll_id, memo, now)
 out[2] = queue_next_event(k.delayed, k.leases)
+-- Held back by the rate limit with runs still waiting: say when the next start is allowed,
+-- when the start whose leaving makes room (the oldest, unless the limit was lowered)
+-- leaves the window.
+local rate_next = -1
+if rate_room and out[3] >= rate_room and redis.call('ZCARD', k.pending) > 0 then
+  local at = math.max(redis.call('ZCARD', k.rate) - action.rate_max, 0)
+  local leaving = redis.call('ZRANGE', k.rate, at, at, 'WITHSCORES')
+  if #leaving > 0 then rate_next = tonumber(leaving[2]) + action.rate_per_ms end
+end
+out[#out + 1] = rate_next
 return out
