@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeAlias
 
 from . import _scripts
 from ._checks import (
@@ -102,6 +104,10 @@ def _rate_limit(limit: object) -> tuple[int, int]:
         check_count("rate_limit.max", limit.max, 1, MAX_RATE_STARTS),
         check_count("rate_limit.per_ms", limit.per_ms, 1, MAX_RATE_WINDOW_MS),
     )
+
+
+# What ``wait(..., on_progress=...)`` calls with the run's status: sync or async.
+ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None]
 
 
 class ActionOperations(ActionInspection):
@@ -240,12 +246,21 @@ class ActionOperations(ActionInspection):
         return status_reply(run_id, keys, raw, due)
 
     async def wait(
-        self, run_id: str, timeout_ms: int = DEFAULT_WAIT_MS, namespace: str | None = None
+        self,
+        run_id: str,
+        timeout_ms: int = DEFAULT_WAIT_MS,
+        namespace: str | None = None,
+        *,
+        on_progress: ProgressCallback | None = None,
     ) -> ActionRunStatus:
         """The run's status as soon as it ends (COMPLETED, FAILED, TIMED_OUT or
         CANCELLED), woken by the script that ends it, not by polling.
         :class:`WaitTimeoutError` (with the run's status then) once ``timeout_ms`` has
-        passed first; :class:`NotFoundError` for an unknown run."""
+        passed first; :class:`NotFoundError` for an unknown run. ``on_progress`` (a
+        function or coroutine function) is called with the run's status each time its
+        handler reported a new progress value, woken by that report too; it sees the
+        latest value each time it looks (quick successive values may coalesce), and the
+        last one before the end."""
         timeout_ms = check_wait_ms(timeout_ms)
         keys = self._keys(action_of_run(run_id), namespace)
         loop = asyncio.get_running_loop()
@@ -253,11 +268,17 @@ class ActionOperations(ActionInspection):
         options = ActionStatusOptions(namespace=namespace)
         # The channel is held only while someone waits on it (release=True): the scripts
         # publish ends only then.
+        seen: int | None = None
         async with self._session.waker.listening([keys.ended], release=True) as listener:
             while True:
                 # Subscribed before the read: an end published after it is never missed.
                 await listener.arm()
                 status = await self.status(run_id, options)
+                if on_progress is not None and status.progress_at_ms != seen:
+                    seen = status.progress_at_ms
+                    heard = on_progress(status)
+                    if inspect.isawaitable(heard):
+                        await heard
                 if status.status in FINAL:
                     return status
                 remaining = deadline - loop.time()

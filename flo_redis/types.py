@@ -604,7 +604,9 @@ class ActionRunStatus:
     PENDING run that waits for its time (a delay, or the backoff before a
     retry), when it becomes ready; None for a run that is ready or not
     waiting; ``priority``: the priority it was invoked with (0 .. 255, lower
-    first)."""
+    first). ``progress`` is the last value its handler reported with
+    ``ctx.progress`` (bytes as stored, JSON unless the value was bytes),
+    ``progress_at_ms`` when; None before any."""
 
     run_id: str
     status: RunStatus
@@ -621,6 +623,8 @@ class ActionRunStatus:
     error_traceback: str | None = None
     due_at_ms: int | None = None
     priority: int = 0
+    progress: bytes | None = None
+    progress_at_ms: int | None = None
 
 
 @dataclass

@@ -38,6 +38,7 @@ from .errors import (
     validate_block_ms,
 )
 from .keys import check_name
+from .progress import encode_progress, report_progress
 from .reclaim import Reaper
 from .results import (
     JSON,
@@ -173,6 +174,17 @@ class ActionContext:
     @staticmethod
     def to_bytes(value: Any) -> bytes:
         return json.dumps(value).encode()
+
+    async def progress(self, value: Any) -> None:
+        """Store ``value`` as the run's progress (bytes as they are, anything else by the
+        worker's serializer; at most 1 KiB, else :class:`ValueTooLargeError`): shown in its
+        status and heard by ``wait(..., on_progress=...)``. Fenced by the token:
+        :class:`ConflictError` once this lease is no longer current."""
+        worker = self._worker
+        data = encode_progress(value, worker._serializer)
+        await report_progress(
+            worker.client, worker.config.worker_id, self.action_name, self.task_id, self.token, data
+        )
 
     async def touch(self, extend_ms: int = 30000) -> None:
         """Extend this run's lease to ``extend_ms`` from now (fenced by the token)."""

@@ -4,7 +4,9 @@
 
 Its handlers (auto-touch on) keep running until cancelled. A handler that is cancelled
 records what it saw in the key ``<NAMESPACE>:saw:<run id>`` (``ctx.cancelled`` then), and
-one whose input is ``b"finish"`` completes at once instead.
+one whose input is ``b"finish"`` completes at once instead. One whose input is
+``b"progress"`` reports progress ``{"done": 50}``, waits for the key
+``<NAMESPACE>:gate:<run id>``, reports ``{"done": 100}`` and completes.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ async def main(url: str, namespace: str, action: str, timeout_ms: int) -> None:
 
     async def handler(ctx: ActionContext) -> bytes:
         if ctx.input() == b"finish":
+            return b"finished"
+        if ctx.input() == b"progress":
+            await ctx.progress({"done": 50})
+            while True:
+                if await raw.exists(f"{namespace}:gate:{ctx.task_id}"):
+                    break
+                await asyncio.sleep(0.02)
+            await ctx.progress({"done": 100})
             return b"finished"
         try:
             await asyncio.Event().wait()  # holds the run until cancelled

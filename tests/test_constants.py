@@ -23,6 +23,7 @@ from flo_redis import (
     _stream_codec,
     action_ops,
     actions,
+    progress,
     queue,
     reclaim,
     slots,
@@ -64,6 +65,9 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ("group_ack_many.lua", "MAX_ITEMS"): [(_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT")],
     ("run_touch.lua", "MAX_EXTEND_MS"): [
         (tasks.MAX_TOUCH_EXTEND_MS, "tasks.MAX_TOUCH_EXTEND_MS"),
+    ],
+    ("run_progress.lua", "MAX_PROGRESS_BYTES"): [
+        (progress.MAX_PROGRESS_BYTES, "progress.MAX_PROGRESS_BYTES"),
     ],
     ("action_purge.lua", "MAX_BATCH"): [(action_ops.MAX_BATCH, "action_ops.MAX_BATCH")],
     ("action_requeue_failed.lua", "MAX_BATCH"): [(action_ops.MAX_BATCH, "action_ops.MAX_BATCH")],

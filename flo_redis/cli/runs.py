@@ -109,6 +109,7 @@ def show(url: str, namespace: str, as_json: bool, run_id: str) -> None:
         print_json(run)
         return
     output = run.output.decode(errors="replace") if run.output is not None else None
+    progress = run.progress.decode(errors="replace") if run.progress is not None else None
     rows = [
         ("run", run.run_id),
         ("status", run.status.name),
@@ -119,6 +120,7 @@ def show(url: str, namespace: str, as_json: bool, run_id: str) -> None:
         ("due at (ms)", run.due_at_ms),
         ("worker", run.worker_id),
         ("outcome", run.outcome),
+        ("progress", progress),
         ("output", output),
         ("error", run.error_message),
     ]

@@ -5,7 +5,8 @@
   ik idempotency key, p priority (absent: 0; lib/priority.lua), lrk/lrt/lrw/lrr the last
   accepted report (kind, token, worker, retry),
   rd ready ms: when the run last became (or, delayed, becomes) ready to claim; absent
-  means its created time (a claim reports claimed minus ready as the pickup latency).
+  means its created time (a claim reports claimed minus ready as the pickup latency);
+  pg / pt the last progress value its handler reported and when (run_progress).
 ]]
 local RUN_PENDING = 0
 local RUN_RUNNING = 1

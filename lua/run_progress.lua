@@ -1,0 +1,38 @@
+--[[ run_progress
+  Store a running run's progress value, for its current holder only, and tell waiters on
+  `ended` (client.action.wait re-reads the run: a progress is not an end).
+  KEYS[1] runs     HASH  run_id -> msgpack record
+  KEYS[2] meta     HASH  counters; stat:stale_refused counts refused reports
+  KEYS[3] ended    CHANNEL  sharded channel told the ids of runs that end or progress
+  ARGV[1] run_id
+  ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
+  ARGV[3] worker_id
+  ARGV[4] value      the progress bytes, at most 1024
+  Returns {status, run_status_or_limit}
+          status: OK | NOT_FOUND | STALE | TOO_LARGE (then the limit)
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/ended.lua
+local runs_key = KEYS[1]
+local meta_key = KEYS[2]
+local ended_key = KEYS[3]
+local run_id = ARGV[1]
+local token = ARGV[2]
+local worker_id = ARGV[3]
+local value = ARGV[4]
+local MAX_PROGRESS_BYTES = 1024
+
+if #value > MAX_PROGRESS_BYTES then return {ST_TOO_LARGE, MAX_PROGRESS_BYTES} end
+local run = run_load(runs_key, run_id)
+if not run then return {ST_NOT_FOUND} end
+if not run_is_holder(run, token, worker_id) then
+  redis.call('HINCRBY', meta_key, 'stat:stale_refused', 1)
+  return {ST_STALE, run.s}
+end
+run.pg = value
+run.pt = now_ms()
+run_save(runs_key, run_id, run)
+run_ended(ended_key, run_id)
+return {ST_OK, run.s}
