@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import _queue_replies as q
@@ -48,7 +48,7 @@ class Session(Protocol):
 class Script(Generic[R]):
     """One Lua script: KEYS by header name from key objects, a typed reply."""
 
-    __slots__ = ("_argc", "_parse", "_plan", "_single", "lua", "name", "records_owner")
+    __slots__ = ("_argc", "_pair", "_parse", "_plan", "_single", "lua", "name", "records_owner")
 
     def __init__(
         self,
@@ -80,11 +80,22 @@ class Script(Generic[R]):
                 raise LuaSourceError(f"{name}.lua: KEYS entry {key!r} is no field of {names}")
             plan.append((owner, key))
         self._plan = tuple(plan)
-        # One key class (the common case): one C-level attrgetter builds the whole list.
         self._single: Callable[[Any], Any] | None = None
+        self._pair: Callable[[Any], Any] | None = None
         if len(types) == 1 and plan:
-            getter = attrgetter(*(key for _, key in plan))
-            self._single = getter if len(plan) > 1 else (lambda src: (getter(src),))
+            # One key class (the common case): one C-level attrgetter builds the list.
+            self._single = _getter([key for _, key in plan])
+        elif len(types) == 2 and plan:
+            # Two (a stream partition and its group): each class's keys in one getter,
+            # then put in header order by one itemgetter; no Python loop per call.
+            firsts = [key for i, key in plan if i == 0]
+            seconds = [key for i, key in plan if i == 1]
+            if firsts and seconds:
+                g0, g1 = _getter(firsts), _getter(seconds)
+                at = {("0", key): n for n, key in enumerate(firsts)}
+                at |= {("1", key): len(firsts) + n for n, key in enumerate(seconds)}
+                order = itemgetter(*(at[(str(i), key)] for i, key in plan))
+                self._pair = lambda src: order(g0(src[0]) + g1(src[1]))
         self._argc = len(self.lua.argv)
 
     def keys(self, source: Any, tail: Sequence[str] = ()) -> list[str]:
@@ -92,6 +103,8 @@ class Script(Generic[R]):
         declared order) and the variadic ``tail``."""
         if self._single is not None:
             keys = list(self._single(source))
+        elif self._pair is not None and type(source) is tuple:
+            keys = list(self._pair(source))
         else:
             sources = source if type(source) is tuple else (source,)
             keys = [getattr(sources[i], key) for i, key in self._plan]
@@ -132,6 +145,14 @@ class Script(Generic[R]):
         argc = len(args)
         if argc != self._argc and not (self.lua.variadic_argv and argc >= self._argc):
             raise TypeError(f"{self.name} takes {self._argc} args, got {argc}")
+
+
+def _getter(names: list[str]) -> Callable[[Any], Any]:
+    """A C-level getter of ``names`` that always answers a tuple."""
+    get = attrgetter(*names)
+    if len(names) > 1:
+        return get
+    return lambda src: (get(src),)
 
 
 A = ActionKeys
