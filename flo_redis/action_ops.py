@@ -35,7 +35,7 @@ from .types import ActionRunStatus
 MINUTES = 60  # per-minute buckets kept (lib/tally.lua)
 MAX_BATCH = 500  # runs per bulk script call: 4-8 ms of Redis time, tens of ms at worst
 # The default keeps every call far under 50 ms of Redis time even on a loaded machine: 25
-# runs take 0.3 ms a call (median), 7 ms at worst (Valkey's first calls on 50,000 runs).
+# runs take 0.3 ms a call (median), 10 ms at worst (Valkey's first calls on 50,000 runs).
 DEFAULT_BATCH = 25
 
 
