@@ -23,6 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from . import _queue_replies as q
 from . import _replies as r
+from . import _schedule_replies as sch
 from . import _stream_replies as sr
 from ._lua import LuaSourceError
 from ._scripts import SCRIPTS, Arg, RedisConn, SyncConn, run, run_sync
@@ -183,6 +184,10 @@ RUN_CANCEL = Script("run_cancel", A, r.number)
 RUN_PROGRESS = Script("run_progress", A, r.reported)
 SLOT_ACQUIRE = Script("slot_acquire", A, r.slot_taken, records_owner=True)
 SLOT_RELEASE = Script("slot_release", A, r.number)
+SCHEDULE_SET = Script("schedule_set", A, r.flag)
+SCHEDULE_REMOVE = Script("schedule_remove", A, r.done)
+SCHEDULE_DUE = Script("schedule_due", A, sch.due_rows)
+SCHEDULE_FIRE = Script("schedule_fire", A, sch.fired)
 SLOT_RECLAIM = Script("slot_reclaim", (ActionKeys, OwnerChannel), r.reclaimed)
 
 # The worker registry.

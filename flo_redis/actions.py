@@ -11,6 +11,7 @@ import asyncio
 import builtins
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import TypeAlias
 
 from . import _scripts
@@ -66,6 +67,7 @@ from .keys import (
     run_id_prefix,
 )
 from .reclaim import LivenessStats, liveness_stats, reap_queue
+from .schedules import Missed, Schedule, list_schedules, remove_schedule, set_schedule
 from .session import Session
 from .types import (
     ActionDeleteOptions,
@@ -398,6 +400,50 @@ class ActionOperations(ActionInspection):
         """Upkeep of one queue (expired leases, due delayed runs, retention), bounded;
         returns how many runs became ready. Workers call this periodically."""
         return await reap_queue(self._session, name, namespace)
+
+    # --- schedules (flo_redis.schedules) ---------------------------------------------
+
+    async def schedule(
+        self,
+        action: str,
+        cron_or_interval: str | timedelta,
+        *,
+        input: bytes = b"",
+        name: str | None = None,
+        timezone: str = "UTC",
+        missed: Missed | str = Missed.ONCE,
+        namespace: str | None = None,
+    ) -> Schedule:
+        """Run ``action`` on a cron expression (in ``timezone``) or every interval, each
+        occurrence exactly once whichever workers are up. ``name`` (default: the
+        action's name) names it for :meth:`unschedule`; setting the same name again
+        replaces it. ``missed``: what happens to occurrences passed while no worker ran
+        (:class:`~flo_redis.schedules.Missed`). :class:`ValidationError` for a bad cron
+        expression, interval or time zone, :class:`NotFoundError` for an action that is
+        not registered, both before anything is written."""
+        return await set_schedule(
+            self._session,
+            action,
+            cron_or_interval,
+            input=input,
+            name=name,
+            timezone=timezone,
+            missed=missed,
+            namespace=namespace,
+        )
+
+    async def schedules(
+        self, action: str | None = None, namespace: str | None = None
+    ) -> builtins.list[Schedule]:
+        """The schedules of ``action``, or of every registered action."""
+        return await list_schedules(self._session, action, namespace)
+
+    async def unschedule(
+        self, action: str, name: str | None = None, namespace: str | None = None
+    ) -> None:
+        """Remove the schedule ``name`` of ``action`` (default: the one named after the
+        action); :class:`NotFoundError` when there is none. Runs it created stay."""
+        await remove_schedule(self._session, action, name, namespace)
 
 
 __all__ = ["ActionOperations", "Claimed", "CompleteItem", "WorkerOperations"]

@@ -83,6 +83,8 @@ class ActionKeys:
     owned: str  # ZSET  "<owner>\0<run_id>" (score 0): the runs each owner was handed
     slots: str  # HASH  concurrency slot index -> msgpack holder {o, t, d, sx}
     rate: str  # ZSET  fencing token -> start ms (starts within the rate limit's window)
+    schedules: str  # HASH  schedule name -> msgpack record (spec, time zone, input)
+    schedule_due: str  # ZSET  schedule name -> next occurrence ms
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
@@ -103,6 +105,8 @@ class ActionKeys:
             self.owned,
             self.slots,
             self.rate,
+            self.schedules,
+            self.schedule_due,
         )
 
 
@@ -140,6 +144,8 @@ def _action_keys(namespace: str, action: str) -> ActionKeys:
         owned=f"{base}:owned",
         slots=f"{base}:slots",
         rate=f"{base}:rate",
+        schedules=f"{base}:schedules",
+        schedule_due=f"{base}:schedule-due",
         wake=f"{base}:wake",
         ended=f"{base}:ended",
     )

@@ -24,6 +24,7 @@ from .codec import pack, unpack_record
 from .errors import NotFoundError, PermissionDeniedError, ValidationError, is_connection_error
 from .keys import action_keys, owner_channel
 from .liveness import DEFAULT_GRACE_MS
+from .schedules import fire_due
 from .session import Session
 
 log = logging.getLogger("flo_redis.reclaim")
@@ -140,7 +141,8 @@ class Reaper:
     """A worker process's periodic reclaim over the action queues it serves: every
     ``interval_s`` (sooner when a suspect's grace is about to end) it takes back the runs
     of gone owners, and about once a second runs the queue upkeep (expired leases, due
-    delayed runs), so dead work comes back even when nobody invokes or polls.
+    delayed runs, due schedules), so dead work comes back even when nobody invokes or
+    polls, and schedules fire while any worker of their action is up.
     ``on_reclaimed(action, count)`` hears of every batch taken back, and
     ``on_unregistered(action)`` is awaited when the upkeep finds an action no longer
     registered (its Redis was flushed or restarted empty), so its owner can restore it."""
@@ -222,6 +224,7 @@ class Reaper:
     async def _upkeep(self, name: str) -> None:
         try:
             await reap_queue(self._session, name)
+            await fire_due(self._session, name)
         except NotFoundError:
             if self._on_unregistered is not None:
                 with contextlib.suppress(Exception):

@@ -19,6 +19,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import _outage
@@ -51,6 +52,7 @@ from .results import (
     error_traceback,
 )
 from .retry import EmptyPollBackoff, sleep_unless_stopped, worker_backoff
+from .schedules import Missed, ScheduleDeclaration, check_spec, check_timezone
 from .stream_worker import (
     StreamContext,
     StreamHandler,
@@ -251,6 +253,7 @@ class ActionWorker(WorkerLifecycle):
         self._pool = HandlerPool(self.config.concurrency, "flo-handler")
         self._handlers: dict[str, ActionHandler] = {}
         self._options: dict[str, ActionRegisterOptions] = {}
+        self._schedules: list[ScheduleDeclaration] = []
         self._running: dict[str, asyncio.Task[None]] = {}  # runs whose handler runs
         self._tasks: set[asyncio.Task[None]] = set()  # every run: handler, then report
         self._slot_free = asyncio.Event()
@@ -270,6 +273,35 @@ class ActionWorker(WorkerLifecycle):
 
         def decorator(fn: ActionHandler) -> ActionHandler:
             self.register_action(name, fn, options)
+            return fn
+
+        return decorator
+
+    def cron(
+        self,
+        cron_or_interval: str | timedelta,
+        *,
+        action: str | None = None,
+        name: str | None = None,
+        input: bytes = b"",
+        timezone: str = "UTC",
+        missed: Missed | str = Missed.ONCE,
+        options: ActionRegisterOptions | None = None,
+    ) -> Callable[[ActionHandler], ActionHandler]:
+        """Decorator registering ``fn`` as the handler of ``action`` (default: the
+        function's name) and scheduling it, as :meth:`ActionOperations.schedule` does,
+        when the worker starts. A bad cron expression, interval or time zone is refused
+        here (:class:`ValidationError`)."""
+        check_spec(cron_or_interval)
+        check_timezone(timezone)
+        policy = Missed(missed)
+
+        def decorator(fn: ActionHandler) -> ActionHandler:
+            action_name = action or str(getattr(fn, "__name__", ""))
+            self.register_action(action_name, fn, options)
+            self._schedules.append(
+                ScheduleDeclaration(action_name, cron_or_interval, name, input, timezone, policy)
+            )
             return fn
 
         return decorator
@@ -363,6 +395,8 @@ class ActionWorker(WorkerLifecycle):
     async def _register_all(self) -> None:
         for name, opts in self._options.items():
             await self.client.action.register(name, ActionType.USER, _in_namespace(opts, None))
+        for declared in self._schedules:
+            await declared.apply(self.client.session)
         await self._register_worker()
 
     async def _restore_action(self, name: str) -> None:
@@ -372,6 +406,9 @@ class ActionWorker(WorkerLifecycle):
         await self.client.action.register(
             name, ActionType.USER, _in_namespace(self._options[name], None)
         )
+        for declared in self._schedules:
+            if declared.action == name:
+                await declared.apply(self.client.session)
 
     async def _register_worker(self) -> None:
         await self.client.worker.register(

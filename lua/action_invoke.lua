@@ -23,6 +23,7 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
+--@include lib/invoke.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8]}
 local id_prefix = ARGV[1]
@@ -46,24 +47,7 @@ if idem_key ~= '' then
 end
 
 local now = now_ms()
-local run_id = id_prefix .. redis.call('HINCRBY', k.meta, 'seq', 1)
 local due = now + delay_ms
 if run_at_ms > due then due = run_at_ms end
-local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
-if priority > 0 then run.p = priority end
-if due > now then run.rd = due end
-if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
-if idem_key ~= '' then
-  run.ik = idem_key
-  redis.call('HSET', k.idempotency, idem_key, run_id)
-end
-run_save(k.runs, run_id, run)
-redis.call('HSET', k.inputs, run_id, input)
-
-if due > now then
-  redis.call('ZADD', k.delayed, due, run_id)
-else
-  queue_push(k.meta, k.pending, run_id, run)
-  redis.call('SPUBLISH', k.wake, '1')
-end
+local run_id = invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority)
 return {ST_OK, run_id, 0}

@@ -37,7 +37,7 @@ def script_keys(script: str, namespace: str, name: str, partition: int = 0) -> l
     gateway = ALL[script]
     family = script.split("_", 1)[0]
     source: object
-    if family in ("action", "run", "slot"):
+    if family in ("action", "run", "slot", "schedule"):
         keys = action_keys(namespace, name)
         tag = keys.tag
         source = (keys, OwnerChannel.of(tag, OWNERS[0])) if script == "slot_reclaim" else keys

@@ -1,0 +1,288 @@
+"""Schedules: runs of an action created on a cron expression or a fixed interval.
+
+A schedule lives in its action's queue (``schedules`` / ``schedule_due``, same hash slot),
+so firing one is a single script (``lua/schedule_fire.lua``): it creates the run of the
+due occurrence — the occurrence is the run's idempotency key — and advances the schedule
+to the next occurrence, atomically, refusing an occurrence not yet due by server time and
+an advance from a caller that read an older state. The next occurrence is computed here,
+in Python (cron expressions through ``croniter``, the ``cron`` extra), in the schedule's
+explicit time zone, and passed to the script.
+
+Every worker serving an action fires its due schedules from its reaper's upkeep (about
+once a second), so schedules keep firing while any worker is up and no leader exists.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ._checks import check_bytes, not_registered
+from ._gateway import SCHEDULE_DUE, SCHEDULE_FIRE, SCHEDULE_REMOVE, SCHEDULE_SET
+from ._status import Status
+from .codec import pack, text, unpack_record
+from .errors import ValidationError, server_error
+from .keys import ActionKeys, action_keys, check_name, namespace_keys, run_id_prefix
+from .types import Ran, Reason, StatusCode
+
+if TYPE_CHECKING:
+    from .session import Session
+
+log = logging.getLogger("flo_redis.schedules")
+
+MIN_INTERVAL = timedelta(seconds=1)
+"""The shortest interval: workers look for due schedules about once a second."""
+FIRE_BATCH = 100
+"""Due schedules of one action read (and fired, one script call each) per upkeep."""
+LIST_LIMIT = 1000
+"""Schedules one action may hold as listed by :func:`list_schedules`."""
+
+
+class Missed(str, enum.Enum):
+    """What a schedule does about occurrences that passed while no worker was up.
+
+    ``ONCE`` (the default) fires the oldest missed occurrence once, late, and skips to
+    the next occurrence after now; ``ALL`` fires every missed occurrence, each once."""
+
+    ONCE = "once"
+    ALL = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A named schedule of ``action``: a ``cron`` expression or an ``every`` interval,
+    evaluated in ``timezone``; each occurrence creates one run with ``input``.
+    ``next_due_ms`` is the next occurrence (server time, ms since the epoch)."""
+
+    action: str
+    name: str
+    cron: str | None
+    every: timedelta | None
+    timezone: str
+    input: bytes
+    missed: Missed
+    next_due_ms: int
+
+    def following(self, due_ms: int, now_ms: int) -> int:
+        """The occurrence after ``due_ms`` (for ``Missed.ONCE``, the first after now)."""
+        after = due_ms if self.missed is Missed.ALL else max(due_ms, now_ms)
+        return _occurrence_after(self.cron, self.every, self.timezone, due_ms, after)
+
+
+def _croniter() -> Any:
+    try:
+        from croniter import croniter
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "cron schedules need the 'cron' extra: pip install 'flo-redis[cron]'"
+        ) from exc
+    return croniter
+
+
+def check_spec(spec: object) -> tuple[str | None, timedelta | None]:
+    """``spec`` as (cron expression, None) or (None, interval); :class:`ValidationError`
+    naming what is wrong otherwise."""
+    if isinstance(spec, timedelta):
+        if spec < MIN_INTERVAL:
+            raise ValidationError(
+                f"schedule interval {spec} is shorter than {MIN_INTERVAL}; "
+                "use an interval of at least a second"
+            )
+        return None, spec
+    if isinstance(spec, str):
+        if not _croniter().is_valid(spec):
+            raise ValidationError(
+                f"{spec!r} is not a cron expression; write five fields "
+                "'minute hour day-of-month month day-of-week', e.g. '*/5 * * * *'"
+            )
+        return spec, None
+    raise ValidationError(
+        "a schedule is a cron expression (str) or an interval (datetime.timedelta), "
+        f"got {type(spec).__name__}"
+    )
+
+
+def check_timezone(name: object) -> ZoneInfo:
+    """The IANA time zone ``name``; :class:`ValidationError` for an unknown one."""
+    if not isinstance(name, str) or not name:
+        raise ValidationError(f"timezone must be an IANA zone name such as 'UTC', got {name!r}")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValidationError(
+            f"unknown time zone {name!r}; use an IANA zone name such as 'UTC' or 'Europe/Paris'"
+        ) from exc
+
+
+def _occurrence_after(
+    cron: str | None, every: timedelta | None, tz: str, anchor_ms: int, after_ms: int
+) -> int:
+    """The first occurrence strictly after ``after_ms``; intervals count from ``anchor_ms``."""
+    if every is not None:
+        step = int(every.total_seconds() * 1000)
+        return anchor_ms + step * ((after_ms - anchor_ms) // step + 1)
+    start = datetime.fromtimestamp(after_ms / 1000, dt_timezone.utc).astimezone(ZoneInfo(tz))
+    following = _croniter()(cron, start).get_next(datetime)
+    return int(following.timestamp() * 1000)
+
+
+def _record(
+    cron: str | None, every: timedelta | None, tz: str, data: bytes, missed: Missed
+) -> bytes:
+    every_ms = 0 if every is None else int(every.total_seconds() * 1000)
+    return pack({"c": cron or "", "e": every_ms, "z": tz, "i": data, "m": missed.value})
+
+
+def _decode(action: str, name: str, due_ms: int, raw: bytes) -> Schedule:
+    rec = unpack_record(raw)
+    cron = bytes(rec["c"]).decode() or None
+    every_ms = int(rec["e"])
+    return Schedule(
+        action=action,
+        name=name,
+        cron=cron,
+        every=timedelta(milliseconds=every_ms) if every_ms else None,
+        timezone=bytes(rec["z"]).decode(),
+        input=bytes(rec["i"]),
+        missed=Missed(bytes(rec["m"]).decode()),
+        next_due_ms=due_ms,
+    )
+
+
+async def set_schedule(
+    session: Session,
+    action: str,
+    spec: str | timedelta,
+    *,
+    input: bytes = b"",
+    name: str | None = None,
+    timezone: str = "UTC",
+    missed: Missed | str = Missed.ONCE,
+    namespace: str | None = None,
+) -> Schedule:
+    """Create or replace the schedule ``name`` (default: the action's name) of ``action``.
+    Setting an identical schedule again keeps its next occurrence. Refuses a bad cron
+    expression, interval, time zone or input (:class:`ValidationError`) and an action
+    that is not registered (:class:`NotFoundError`) before anything is written."""
+    keys = action_keys(session.get_namespace(namespace), action)
+    cron, every = check_spec(spec)
+    check_timezone(timezone)
+    label = check_name("schedule name", action if name is None else name)
+    data = check_bytes("input", input, session.max_payload_bytes)
+    try:
+        policy = Missed(missed)
+    except ValueError as exc:
+        raise ValidationError(f"missed must be 'once' or 'all', got {missed!r}") from exc
+    now_ms = (await SCHEDULE_DUE(session, keys, [1, 1])).now_ms
+    first = _occurrence_after(cron, every, timezone, now_ms, now_ms)
+    record = _record(cron, every, timezone, data, policy)
+    reply = await SCHEDULE_SET(session, keys, [label, record, first])
+    if reply.status == Status.NO_ACTION:
+        raise not_registered(keys)
+    due = first if reply.flag else await _due_of(session, keys, label, first)
+    return Schedule(action, label, cron, every, timezone, data, policy, due)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleDeclaration:
+    """A schedule a worker declares with ``@worker.cron``; set when the worker starts
+    (an unchanged schedule keeps its next occurrence)."""
+
+    action: str
+    spec: str | timedelta
+    name: str | None
+    input: bytes
+    timezone: str
+    missed: Missed
+
+    async def apply(self, session: Session) -> Schedule:
+        return await set_schedule(
+            session,
+            self.action,
+            self.spec,
+            input=self.input,
+            name=self.name,
+            timezone=self.timezone,
+            missed=self.missed,
+        )
+
+
+async def _due_of(session: Session, keys: ActionKeys, name: str, default: int) -> int:
+    listed = await SCHEDULE_DUE(session, keys, [LIST_LIMIT, 0])
+    return next((due for n, due, _ in listed.rows if n == name), default)
+
+
+async def list_schedules(
+    session: Session, action: str | None = None, namespace: str | None = None
+) -> list[Schedule]:
+    """The schedules of ``action`` (of every registered action when None), by action,
+    then next occurrence."""
+    ns = session.get_namespace(namespace)
+    if action is None:
+        raw = await session.redis.zrange(namespace_keys(ns).actions, 0, -1)
+        actions = [text(a) or "" for a in raw]
+    else:
+        actions = [action]
+    found: builtins.list[Schedule] = []
+    for name in actions:
+        listed = await SCHEDULE_DUE(session, action_keys(ns, name), [LIST_LIMIT, 0])
+        found.extend(_decode(name, n, due, rec) for n, due, rec in listed.rows)
+    return found
+
+
+async def remove_schedule(
+    session: Session, action: str, name: str | None = None, namespace: str | None = None
+) -> None:
+    """Remove the schedule ``name`` (default: the action's name) of ``action``; runs it
+    already created stay. :class:`NotFoundError` when there is no such schedule."""
+    keys = action_keys(session.get_namespace(namespace), action)
+    label = check_name("schedule name", action if name is None else name)
+    reply = await SCHEDULE_REMOVE(session, keys, [label])
+    if reply.status == Status.NOT_FOUND:
+        raise server_error(
+            StatusCode.NOT_FOUND,
+            Reason.NOT_FOUND,
+            f"action {action!r} has no schedule {label!r}; list them with action.schedules()",
+            Ran.NO,
+        )
+
+
+async def fire_due(session: Session, action: str, namespace: str | None = None) -> int:
+    """Fire every occurrence of ``action``'s schedules due by server time (at most
+    :data:`FIRE_BATCH` schedules, one script call each); answers how many runs were
+    created. Safe from any number of workers at once: each occurrence creates one run."""
+    keys = action_keys(session.get_namespace(namespace), action)
+    due = await SCHEDULE_DUE(session, keys, [FIRE_BATCH, 1])
+    prefix = run_id_prefix(action)
+    created = 0
+    for name, due_ms, raw in due.rows:
+        schedule = _decode(action, name, due_ms, raw)
+        following = schedule.following(due_ms, due.now_ms)
+        reply = await SCHEDULE_FIRE(session, keys, [prefix, name, due_ms, following])
+        if reply.status == Status.OK and not reply.existing:
+            created += 1
+            log.debug("schedule %r of %r fired %s (due %d)", name, action, reply.run_id, due_ms)
+        elif reply.status == Status.NO_ACTION:
+            raise not_registered(keys)
+    return created
+
+
+__all__ = [
+    "FIRE_BATCH",
+    "MIN_INTERVAL",
+    "Missed",
+    "Schedule",
+    "ScheduleDeclaration",
+    "check_spec",
+    "check_timezone",
+    "fire_due",
+    "list_schedules",
+    "remove_schedule",
+    "set_schedule",
+]

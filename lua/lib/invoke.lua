@@ -1,0 +1,29 @@
+--[[ lib/invoke
+  Creating one run of an action: ready now (pushed and announced) or delayed until `due`.
+  The caller has validated everything; this only writes.
+]]
+--@include lib/run.lua
+--@include lib/queue.lua
+
+-- k: {meta, runs, inputs, pending, delayed, idempotency, wake}; priority 0..255 (checked
+-- by the caller). Returns the new run id.
+local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority)
+  local run_id = id_prefix .. redis.call('HINCRBY', k.meta, 'seq', 1)
+  local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
+  if priority > 0 then run.p = priority end
+  if due > now then run.rd = due end
+  if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
+  if idem_key ~= '' then
+    run.ik = idem_key
+    redis.call('HSET', k.idempotency, idem_key, run_id)
+  end
+  run_save(k.runs, run_id, run)
+  redis.call('HSET', k.inputs, run_id, input)
+  if due > now then
+    redis.call('ZADD', k.delayed, due, run_id)
+  else
+    queue_push(k.meta, k.pending, run_id, run)
+    redis.call('SPUBLISH', k.wake, '1')
+  end
+  return run_id
+end

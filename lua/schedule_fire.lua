@@ -1,0 +1,55 @@
+--[[ schedule_fire
+  Fire one due occurrence of a schedule: create its run (the occurrence is the run's
+  idempotency key, so it is created once) and advance the schedule to its next occurrence,
+  atomically. Refuses an occurrence not yet due by server time and a stale advance (the
+  schedule moved on, or was replaced, since the caller read it).
+  KEYS[1] definition    HASH  the action's settings
+  KEYS[2] meta          HASH  counters (seq: run ids, qseq: queue order)
+  KEYS[3] runs          HASH  run_id -> msgpack record
+  KEYS[4] inputs        HASH  run_id -> input bytes
+  KEYS[5] pending       ZSET  run_id -> queue order
+  KEYS[6] delayed       ZSET  run_id -> due ms
+  KEYS[7] idempotency   HASH  idempotency key -> run_id
+  KEYS[8] wake          CHANNEL  sharded channel announcing new work
+  KEYS[9] schedules     HASH  schedule name -> msgpack record {i = input, ...}
+  KEYS[10] schedule_due ZSET  schedule name -> next occurrence ms
+  ARGV[1] id_prefix  run ids are id_prefix .. sequence
+  ARGV[2] name       schedule name
+  ARGV[3] due_ms     the occurrence being fired, as read from schedule_due (decimal text,
+                     also the run's idempotency key suffix)
+  ARGV[4] next_ms    the occurrence after it (> due_ms), computed by the client
+  Returns {status, run_id, existing}   status: OK | NO_ACTION | NOT_FOUND (no such
+    schedule) | STALE (its due time is no longer due_ms) | CONFLICT (not due yet) |
+    OUT_OF_RANGE (next_ms <= due_ms)
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/run.lua
+--@include lib/queue.lua
+--@include lib/action.lua
+--@include lib/invoke.lua
+local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
+  pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8],
+  schedules = KEYS[9], schedule_due = KEYS[10]}
+local id_prefix = ARGV[1]
+local name = ARGV[2]
+local due_ms = ARGV[3]
+local next_ms = tonumber(ARGV[4])
+
+local action = action_load(k.definition)
+if not action then return {ST_NO_ACTION} end
+local record = redis.call('HGET', k.schedules, name)
+if not record then return {ST_NOT_FOUND} end
+local due = tonumber(due_ms)
+if tonumber(redis.call('ZSCORE', k.schedule_due, name)) ~= due then return {ST_STALE} end
+if next_ms <= due then return {ST_OUT_OF_RANGE} end
+local now = now_ms()
+if due > now then return {ST_CONFLICT} end
+
+local idem_key = 'schedule:' .. name .. ':' .. due_ms
+local existing = redis.call('HGET', k.idempotency, idem_key)
+redis.call('ZADD', k.schedule_due, next_ms, name)
+if existing then return {ST_OK, existing, 1} end
+local input = cmsgpack.unpack(record).i or ''
+local run_id = invoke_run(k, action, id_prefix, input, '', now, now, idem_key, 0)
+return {ST_OK, run_id, 0}
