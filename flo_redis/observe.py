@@ -8,12 +8,29 @@ and overrides what it needs. Set it on a worker before it starts::
     worker.observer = PrometheusObserver()
 
 Hooks are called on the worker's event loop, are not awaited, and must return quickly
-and never raise. A hook about the store (completed, failed, released, acked, nacked)
-is called once the store accepted that report, exactly once per report: a resend that
-the store answers as a duplicate is not counted again.
+and never raise — except the middleware hooks around a worker's start and stop and each
+run (``on_start``, ``on_stop``, ``before_run``, ``after_run``, ``on_failure``): those may
+be plain or ``async def`` and are awaited, so they can do I/O or hold context (a tracing
+span) around the handler. Several observers are combined with :class:`Observers`, whose
+hooks call each observer's in the order given. A hook about the store (completed,
+failed, released, acked, nacked) is called once the store accepted that report, exactly
+once per report: a resend that the store answers as a duplicate is not counted again.
 """
 
 from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .worker import ActionContext
+
+log = logging.getLogger("flo_redis.observe")
+
+Hook = Awaitable[None] | None
+"""What a middleware hook returns: nothing, or an awaitable the worker awaits."""
 
 
 class WorkerObserver:
@@ -70,8 +87,110 @@ class WorkerObserver:
         """The store refused a report (its lease moved on, or the run is gone); it is
         dropped."""
 
+    # --- middleware (ActionWorker): awaited, plain or async -------------------------
+
+    def on_start(self, worker: Any) -> Hook:
+        """The worker registered its actions and is about to take runs. Raising here
+        stops :meth:`~flo_redis.ActionWorker.start` with that error."""
+
+    def on_stop(self, worker: Any) -> Hook:
+        """The worker took its last run and its handlers finished (errors are logged)."""
+
+    def before_run(self, ctx: ActionContext) -> Hook:
+        """An attempt is about to run its handler. Raising here fails the attempt as
+        the handler raising would (retried unless the error is non-retryable)."""
+
+    def after_run(self, ctx: ActionContext, output: bytes) -> Hook:
+        """The handler returned; ``output`` is its encoded result (errors are logged)."""
+
+    def on_failure(self, ctx: ActionContext, error: BaseException) -> Hook:
+        """The attempt failed: the handler (or a ``before_run``) raised ``error``, or it
+        timed out (a :class:`TimeoutError`). Errors here are logged."""
+
+
+async def settle(hook: Hook) -> None:
+    """Await what a middleware hook returned, if it is awaitable."""
+    if inspect.isawaitable(hook):
+        await hook
+
+
+class Observers(WorkerObserver):
+    """Several observers as one: every hook is called on each, in the order given (a
+    middleware hook is awaited before the next observer's is called)."""
+
+    def __init__(self, *observers: WorkerObserver) -> None:
+        self.observers = observers
+
+    def run_claimed(self, action: str, pickup_s: float) -> None:
+        for o in self.observers:
+            o.run_claimed(action, pickup_s)
+
+    def run_handled(self, action: str, result: str, duration_s: float) -> None:
+        for o in self.observers:
+            o.run_handled(action, result, duration_s)
+
+    def run_completed(self, action: str, outcome: str) -> None:
+        for o in self.observers:
+            o.run_completed(action, outcome)
+
+    def run_failed(self, action: str, retried: bool) -> None:
+        for o in self.observers:
+            o.run_failed(action, retried)
+
+    def run_released(self, action: str) -> None:
+        for o in self.observers:
+            o.run_released(action)
+
+    def runs_reclaimed(self, action: str, count: int) -> None:
+        for o in self.observers:
+            o.runs_reclaimed(action, count)
+
+    def record_delivered(self, stream: str, group: str) -> None:
+        for o in self.observers:
+            o.record_delivered(stream, group)
+
+    def record_handled(self, stream: str, group: str, acked: bool, duration_s: float) -> None:
+        for o in self.observers:
+            o.record_handled(stream, group, acked, duration_s)
+
+    def record_settled(self, stream: str, group: str, acked: bool) -> None:
+        for o in self.observers:
+            o.record_settled(stream, group, acked)
+
+    def records_reclaimed(self, stream: str, group: str, count: int) -> None:
+        for o in self.observers:
+            o.records_reclaimed(stream, group, count)
+
+    def report_resent(self, report: str) -> None:
+        for o in self.observers:
+            o.report_resent(report)
+
+    def report_refused(self, report: str) -> None:
+        for o in self.observers:
+            o.report_refused(report)
+
+    async def on_start(self, worker: Any) -> None:
+        for o in self.observers:
+            await settle(o.on_start(worker))
+
+    async def on_stop(self, worker: Any) -> None:
+        for o in self.observers:
+            await settle(o.on_stop(worker))
+
+    async def before_run(self, ctx: ActionContext) -> None:
+        for o in self.observers:
+            await settle(o.before_run(ctx))
+
+    async def after_run(self, ctx: ActionContext, output: bytes) -> None:
+        for o in self.observers:
+            await settle(o.after_run(ctx, output))
+
+    async def on_failure(self, ctx: ActionContext, error: BaseException) -> None:
+        for o in self.observers:
+            await settle(o.on_failure(ctx, error))
+
 
 NO_OBSERVER = WorkerObserver()
 """The default: nobody watches."""
 
-__all__ = ["NO_OBSERVER", "WorkerObserver"]
+__all__ = ["NO_OBSERVER", "Hook", "Observers", "WorkerObserver", "settle"]

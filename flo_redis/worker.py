@@ -39,6 +39,7 @@ from .errors import (
     validate_block_ms,
 )
 from .keys import check_name
+from .observe import Hook, settle
 from .progress import encode_progress, report_progress
 from .reclaim import Reaper
 from .results import (
@@ -219,6 +220,7 @@ class _Report:
     message: str = ""
     retry: bool = True
     traceback: str = ""
+    error: BaseException | None = None  # what failed the attempt, for on_failure
 
 
 class _LeaseLost(Exception):
@@ -335,6 +337,7 @@ class ActionWorker(WorkerLifecycle):
         try:
             await client.connect()
             await self._register_all()
+            await settle(self.observer.on_start(self))
             log.info(
                 "worker %s started: actions %s, concurrency %d",
                 self.config.worker_id,
@@ -366,6 +369,7 @@ class ActionWorker(WorkerLifecycle):
                     background.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await background
+                await self._middleware("on_stop", self.observer.on_stop, self)
         except asyncio.CancelledError:
             await self._give_back_running()
             raise
@@ -551,7 +555,17 @@ class ActionWorker(WorkerLifecycle):
         if timeout_ms > 0:
             ctx._lease_end = began + timeout_ms / 1000.0
         try:
-            report = await self._run_handler(ctx)
+            try:
+                await settle(self.observer.before_run(ctx))
+            except Exception as exc:
+                report = self._failure_report(ctx, exc)
+            else:
+                report = await self._run_handler(ctx)
+            if report.kind == "complete":
+                await self._middleware("after_run", self.observer.after_run, ctx, report.data)
+            elif report.kind == "fail":
+                error = report.error or RuntimeError(report.message)
+                await self._middleware("on_failure", self.observer.on_failure, ctx, error)
             self.observer.run_handled(
                 ctx.action_name,
                 _HANDLER_RESULT[report.kind],
@@ -566,6 +580,13 @@ class ActionWorker(WorkerLifecycle):
         finally:
             self._handler_done(ctx.task_id)
         await self._deliver(ctx, report)
+
+    async def _middleware(self, name: str, hook: Callable[..., Hook], *args: Any) -> None:
+        """Await an observer's middleware hook whose errors must not stop the worker."""
+        try:
+            await settle(hook(*args))
+        except Exception:
+            log.exception("%s hook of worker %s failed", name, self.config.worker_id)
 
     async def _run_handler(self, ctx: ActionContext) -> _Report:
         handler = self._handlers.get(ctx.action_name)
@@ -594,7 +615,12 @@ class ActionWorker(WorkerLifecycle):
             work.cancel()
             with contextlib.suppress(BaseException):
                 await work
-            return _Report("fail", message="Action timed out", retry=False)
+            return _Report(
+                "fail",
+                message="Action timed out",
+                retry=False,
+                error=TimeoutError("Action timed out"),
+            )
         if work.cancelled():
             if ctx.cancelled:
                 return _Report("none")  # the lease was lost: nobody takes a report
@@ -618,7 +644,12 @@ class ActionWorker(WorkerLifecycle):
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()  # type: ignore[attr-defined,unused-ignore]
-            return _Report("fail", message="Action timed out", retry=False)
+            return _Report(
+                "fail",
+                message="Action timed out",
+                retry=False,
+                error=TimeoutError("Action timed out"),
+            )
         except Exception as exc:
             return self._failure_report(ctx, exc)
         finally:
@@ -654,7 +685,9 @@ class ActionWorker(WorkerLifecycle):
                 "worker_id": self.config.worker_id,
             },
         )
-        return _Report("fail", message=message, retry=retry, traceback=error_traceback(exc))
+        return _Report(
+            "fail", message=message, retry=retry, traceback=error_traceback(exc), error=exc
+        )
 
     def _start_auto_touch(
         self, ctx: ActionContext, work: asyncio.Future[Any]
