@@ -220,12 +220,13 @@ async def test_a_claim_reports_when_each_run_became_ready(client: FloClient) -> 
     await client.action.register("r", options=ActionRegisterOptions(retry_backoff_ms=50))
     await client.worker.register("w", ["r"], WorkerRegisterOptions())
     now_id = (await client.action.invoke("r", b"now")).run_id
-    later_id = (await client.action.invoke("r", b"later", ActionInvokeOptions(delay_ms=100))).run_id
-
     first = await client.worker.await_tasks("w", ["r"], 10)
     assert [c.run_id for c in first] == [now_id]
     assert first[0].ready_at_ms == first[0].created_at_ms
     assert first[0].claimed_at_ms >= first[0].ready_at_ms
+
+    # Invoked only after the first claim, so a slow machine cannot make it due before then.
+    later_id = (await client.action.invoke("r", b"later", ActionInvokeOptions(delay_ms=100))).run_id
 
     later = await eventually(lambda: client.worker.await_tasks("w", ["r"], 10))
     assert [c.run_id for c in later] == [later_id]
