@@ -20,6 +20,7 @@ import redis.exceptions as rex
 from . import _scripts
 from ._checks import MAX_LIST_LIMIT, check_count
 from ._partitions import PartitionCounts
+from ._registry import remember
 from .codec import decoded
 from .keys import StreamKeys, namespace_keys, stream_keys
 from .session import Session
@@ -48,6 +49,14 @@ class StreamInspection:
 
     _session: Session
     _counts: PartitionCounts
+    _listed: set[tuple[str, str]]  # streams this client has put in the registry
+
+    async def _remember_stream(self, namespace: str, stream: str) -> None:
+        """Put ``stream`` in its namespace's stream registry, once per client."""
+        if (namespace, stream) in self._listed:
+            return
+        await remember(self._session.redis, namespace, namespace_keys(namespace).streams, stream)
+        self._listed.add((namespace, stream))
 
     async def _every_partition(self, stream: str, namespace: str | None) -> list[StreamKeys]:
         first = stream_keys(self._session.get_namespace(namespace), stream)
@@ -57,8 +66,8 @@ class StreamInspection:
     async def list(
         self, namespace: str | None = None, limit: int = MAX_LIST_LIMIT
     ) -> tuple[str, ...]:
-        """The streams of the namespace in name order (at most ``limit``, 1..1024): those
-        created with :meth:`create` or read by a consumer group."""
+        """The streams of the namespace in name order (at most ``limit``, 1..1024): every
+        stream created, appended to or joined by a consumer group."""
         check_count("limit", limit, 1, MAX_LIST_LIMIT)
         index = namespace_keys(self._session.get_namespace(namespace)).streams
         with _scripts.redis_errors("stream list"):

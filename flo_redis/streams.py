@@ -54,7 +54,6 @@ from ._partitions import (
     partition_of_key,
     partitions_arg,
 )
-from ._registry import remember
 from ._status import Status, refusal
 from ._stream_codec import (
     MAX_COUNT,
@@ -75,7 +74,6 @@ from .keys import (
     GroupKeys,
     StreamKeys,
     check_name,
-    namespace_keys,
     owner_channel,
     stream_keys,
 )
@@ -201,6 +199,7 @@ class StreamOperations(StreamInspection):
         self._session = session
         self._counts = PartitionCounts(session)
         self._turn: dict[tuple[str, ...], itertools.count[int]] = {}
+        self._listed: set[tuple[str, str]] = set()
 
     def _keys(self, stream: str, namespace: str | None) -> StreamKeys:
         return stream_keys(self._session.get_namespace(namespace), stream)
@@ -247,9 +246,7 @@ class StreamOperations(StreamInspection):
                 f"partition(s); the count is fixed when a stream is first created or used",
             )
         self._counts.remember(keys.namespace, stream, recorded)
-        await remember(
-            self._session.redis, keys.namespace, namespace_keys(keys.namespace).streams, stream
-        )
+        await self._remember_stream(keys.namespace, stream)
         return recorded
 
     async def partitions(self, stream: str, namespace: str | None = None) -> int:
@@ -328,6 +325,7 @@ class StreamOperations(StreamInspection):
                 partition = self._next_turn(first.namespace, stream) % count
         keys = first if partition == 0 else stream_keys(first.namespace, stream, partition)
         reply = await STREAM_APPEND(self._session, keys, [data, headers])
+        await self._remember_stream(first.namespace, stream)
         return StreamAppendResult(id=reply.id, partition=partition)
 
     async def read(
@@ -483,7 +481,7 @@ class StreamOperations(StreamInspection):
         ]
         await asyncio.gather(*(GROUP_JOIN(self._session, (k, k.group(group)), args) for k in parts))
         ns = parts[0].namespace
-        await remember(self._session.redis, ns, namespace_keys(ns).streams, stream)
+        await self._remember_stream(ns, stream)
 
     async def group_leave(
         self,

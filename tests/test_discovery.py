@@ -23,6 +23,14 @@ async def test_registries_list_what_was_made(client: FloClient) -> None:
     assert await action_names(client) == ()
 
 
+async def test_a_stream_only_appended_to_is_listed(client: FloClient, redis_url: str) -> None:
+    await client.stream.append("audit-log", b"x")
+    await client.stream.append("audit-log", b"y")  # registered once per client
+    async with FloClient(redis_url, namespace=client.namespace) as other:
+        assert await other.stream.list() == ("audit-log",)
+        assert client.namespace in await other.namespaces()
+
+
 async def test_group_counts_add_up_over_partitions(client: FloClient) -> None:
     await client.stream.create("orders", partitions=3)
     await client.stream.group_join("orders", "billing", "c1")
