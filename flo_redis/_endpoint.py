@@ -9,6 +9,7 @@ any one node (the others are discovered).
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -105,6 +106,19 @@ def connect_redis(
         endpoint, max_connections=max_connections, timeout=timeout_s, **kwargs
     )
     return Redis.from_pool(pool)
+
+
+def is_tls_failure(exc: BaseException) -> bool:
+    """Whether a failed connect failed in its TLS handshake (certificate refused,
+    certificate required, protocol mismatch) rather than for want of a server."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError) or "[SSL" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def redact(url: str) -> str:

@@ -25,6 +25,7 @@ from ._endpoint import (
     MIN_REDIS,
     connect_redis,
     is_cluster_endpoint,
+    is_tls_failure,
     redact,
     server_version,
     version_tuple,
@@ -205,6 +206,13 @@ class Session:
                 OSError,
             ) as exc:
                 await conn.aclose()
+                if is_tls_failure(exc):
+                    raise ConnectionFailedError(
+                        f"TLS with Redis at {redact(endpoint)} failed ({exc}). Check that "
+                        "ssl_ca_certs in the URL names the CA that signed the server's "
+                        "certificate, and give ssl_certfile / ssl_keyfile if the server asks "
+                        "clients for a certificate."
+                    ) from exc
                 raise ConnectionFailedError(
                     f"cannot reach Redis at {redact(endpoint)} ({exc}). Start one with "
                     "`docker compose up -d` in the flo-redis checkout, or install and run "
