@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ._status import Status, refusal
 from .errors import ValidationError, ValueTooLargeError
@@ -58,9 +58,20 @@ def check_text(what: str, value: object, *, optional: bool = False, limit: int =
         return ""
     if not isinstance(value, str):
         raise ValidationError(f"{what} must be a str, got {type(value).__name__}")
-    if len(value.encode("utf-8", "surrogatepass")) > limit:
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{what} is not valid Unicode ({exc.reason})") from exc
+    if size > limit:
         raise ValidationError(f"{what} is longer than {limit} bytes")
     return value
+
+
+def check_list(what: str, values: object) -> list[Any]:
+    """A list or tuple (of anything), as a list; anything else is refused."""
+    if isinstance(values, str | bytes) or not isinstance(values, list | tuple):
+        raise ValidationError(f"{what} must be a list, got {type(values).__name__}")
+    return list(values)
 
 
 def check_names(what: str, values: object) -> list[str]:

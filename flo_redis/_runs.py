@@ -97,9 +97,19 @@ def status_reply(run_id: str, keys: ActionKeys, raw: Any, due: Any = None) -> Ac
     return run_status(run_id, rec, int(float(due)) if waiting else None)
 
 
+#: The longest a wait may be asked to last: a day (wait again for longer).
+MAX_WAIT_MS = 86_400_000
+
+
 def check_wait_ms(timeout_ms: object) -> int:
-    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
-        raise ValidationError(f"timeout_ms must be an int >= 0, got {timeout_ms!r}")
+    if (
+        isinstance(timeout_ms, bool)
+        or not isinstance(timeout_ms, int)
+        or not 0 <= timeout_ms <= MAX_WAIT_MS
+    ):
+        raise ValidationError(
+            f"timeout_ms must be an int in [0, {MAX_WAIT_MS}] (a day), got {timeout_ms!r}"
+        )
     return timeout_ms
 
 

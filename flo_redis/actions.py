@@ -20,6 +20,7 @@ from ._checks import (
     check_bytes,
     check_count,
     check_cursor,
+    check_list,
     check_options,
     check_priority,
     check_text,
@@ -192,7 +193,8 @@ class ActionOperations(ActionInspection):
         keys = self._keys(name, opts.namespace)
         priority = check_priority(opts.priority)
         limit = self._session.max_payload_bytes
-        data = [check_bytes(f"inputs[{i}]", x, limit) for i, x in enumerate(inputs)]
+        items = check_list("inputs", inputs)
+        data = [check_bytes(f"inputs[{i}]", x, limit) for i, x in enumerate(items)]
         labels = pack(tag_labels(opts.labels)) if opts.labels else b""
         prefix = run_id_prefix(name)
         if len(data) > INVOKE_BATCH:

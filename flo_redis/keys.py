@@ -166,6 +166,10 @@ def action_of_run(run_id: str) -> str:
     longer than ``MAX_KEY_SIZE`` bytes (:class:`KeyTooLargeError`)."""
     if not isinstance(run_id, str):
         raise ValidationError(f"run id must be a str, got {type(run_id).__name__}")
+    try:
+        run_id.encode()
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"run id {run_id[:40]!r} is not valid Unicode") from exc
     if len(run_id.encode()) > MAX_KEY_SIZE:
         raise KeyTooLargeError(
             f"run id is {len(run_id.encode())} bytes; the limit is {MAX_KEY_SIZE}"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ._checks import (
     check_bytes,
     check_count,
+    check_list,
     check_options,
     check_text,
     not_registered,
@@ -148,6 +149,7 @@ class RunReports:
         effect (or was an identical resend), else the refusal it would have raised."""
         keys = action_keys(self._session.get_namespace(namespace), action_name)
         check_name("worker id", worker_id)
+        items = check_list("items", items)
         limit = self._session.max_payload_bytes
         packed = []
         # A result over the client's limit is answered on its own, never sent; its
@@ -250,10 +252,10 @@ class RunReports:
         """Give a held run back to its queue as it was, not counted as an attempt (a
         worker that stops before running it). Refused with :class:`ConflictError`
         (``STALE_REPORT``) if the caller no longer holds it; changes nothing then."""
+        check_name("worker id", worker_id)
+        fence = token_arg(token)
         keys = self._run_keys(action_name, task_id, namespace)
-        reply = await RUN_RELEASE(
-            self._session, keys, [task_id, "" if token is None else str(token), worker_id]
-        )
+        reply = await RUN_RELEASE(self._session, keys, [task_id, fence, worker_id])
         self._check_report(reply, keys, task_id, worker_id, "release")
 
     def _run_keys(self, action_name: str, task_id: str, namespace: str | None) -> ActionKeys:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from . import _scripts
-from ._checks import check_optional_name, check_options
+from ._checks import check_count, check_list, check_optional_name, check_options, token_arg
 from ._gateway import (
     GROUP_ACK,
     GROUP_ACK_MANY,
@@ -101,6 +101,7 @@ from .types import (
 
 DEFAULT_COUNT = 100
 RECLAIM_BATCH = 100  # index entries of gone owners one group_reclaim call handles
+RECLAIM_BATCH_MAX = 1000  # the most the script takes (its bound)
 MAX_OWNERS_PER_CALL = 100  # owners (and their channels, in KEYS) per group_reclaim call
 CLAIM_SCAN = 1000  # pending entries one group_claim call inspects at most
 TRIM_BATCH = 1000  # records one trim script call removes (or counts) at most
@@ -716,12 +717,15 @@ class StreamOperations(StreamInspection):
             (keys,) = await self._partitions(stream, namespace, partition)
         gk = keys.group(group)
         consumer = check_optional_name("consumer", consumer)
-        packed = [
-            [i, "" if t is None else str(t)]
-            for i, t in zip(
-                ids_arg([item[0] for item in items]), [t for _, t in items], strict=True
-            )
+        pairs = check_list("items", items)
+        for n, item in enumerate(pairs):
+            if not isinstance(item, tuple | list) or len(item) != 2:
+                raise ValidationError(f"items[{n}] must be an (entry id, token or None) pair")
+        tokens = [
+            "" if t is None else token_arg(t)  # token_arg: an int in [1, 2**53]
+            for _, t in pairs
         ]
+        packed = [[i, t] for i, t in zip(ids_arg([item[0] for item in pairs]), tokens, strict=True)]
         answers: builtins.list[ServerError | None] = []
         for start in range(0, len(packed), MAX_COUNT):
             chunk = packed[start : start + MAX_COUNT]
@@ -793,12 +797,10 @@ class StreamOperations(StreamInspection):
         ):
             raise ValidationError(f"token must be an int >= 1 (a delivery count), got {token!r}")
         redis_ids = ids_arg(ids)
-        token_arg = "" if token is None else str(token)
+        fence = "" if token is None else str(token)
         for i in range(0, len(redis_ids), MAX_COUNT):
             chunk = redis_ids[i : i + MAX_COUNT]
-            reply = await script(
-                self._session, (keys, gk), [group, consumer, token_arg, pack(chunk)]
-            )
+            reply = await script(self._session, (keys, gk), [group, consumer, fence, pack(chunk)])
             status = reply.status
             if status == Status.NO_GROUP:
                 raise refusal(
@@ -832,6 +834,8 @@ class StreamOperations(StreamInspection):
         next group_read, its delivery count raised. Suspects are marked for later; a
         present owner's deliveries are never touched. Returns how many entries became
         due. StreamWorkers call this periodically."""
+        check_count("grace_ms", grace_ms, 0, 2**32 - 1)
+        check_count("batch", batch, 1, RECLAIM_BATCH_MAX)
         reclaimed = 0
         for keys in await self._partitions(stream, namespace):
             gk = keys.group(group)

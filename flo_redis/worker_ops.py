@@ -159,6 +159,7 @@ class WorkerOperations(RunReports):
         validate_block_ms(block_ms)
         check_count("max_tasks", max_tasks, 1, 10_000)
         check_name("worker id", worker_id)
+        task_types = check_names("task types", task_types)
         if not task_types:
             raise ValidationError("task_types must name at least one action")
         ns_name = self._session.get_namespace(opts.namespace)

@@ -1,0 +1,191 @@
+"""Every public call, with each argument in turn replaced by a wrong type or a bad value:
+only flo's error classes come out, and a refused call changes no key (a DUMP of the
+namespace's keys before and after must be equal, but for the counters of refused
+reports, which count refusals on purpose).
+
+Each call runs against a namespace holding a registered action, a worker, a claimed run,
+a held concurrency slot and a stream whose group has a delivered entry; the other
+arguments are valid. A bad value that is in fact acceptable (``None`` for an optional
+argument, say) may succeed; what may never happen is a raw ``TypeError``,
+``AttributeError``, redis-py or msgpack error, or a refusal that wrote something first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from flo_redis import (
+    ActionRegisterOptions,
+    FloClient,
+    FloError,
+    RunState,
+    StreamGroupReadOptions,
+    StreamReadOptions,
+    WorkerAwaitOptions,
+)
+from flo_redis.actions import CompleteItem
+
+BAD: list[Any] = [
+    None,
+    True,
+    -1,
+    1.5,
+    float("nan"),
+    2**64,
+    "",
+    "{x}",
+    "a\nb",
+    "\ud800",
+    b"\xff",
+    [1],
+    {"k": 1},
+    object(),
+]
+#: Internal hooks and flags of the worker's fast path: not arguments a caller passes.
+SKIPPED = {
+    ("worker", "claim"),
+    ("worker", "await_tasks", "on_unregistered"),
+    ("worker", "await_tasks", "health_ttl_s"),
+    ("worker", "await_tasks", "tally"),
+    ("worker", "complete_many", "tally"),
+}
+GROUPS = ("action", "worker", "stream", "slots")
+
+
+def _calls() -> list[tuple[str, str]]:
+    probe = FloClient("redis://127.0.0.1:1")
+    return [
+        (group, name)
+        for group in GROUPS
+        for name, _ in inspect.getmembers(
+            getattr(probe, group), predicate=inspect.iscoroutinefunction
+        )
+        if not name.startswith("_") and (group, name) not in SKIPPED
+    ]
+
+
+async def keyspace(raw: aioredis.Redis, namespace: str) -> dict[bytes, Any]:
+    """Every key of the namespace: hashes by field (without the ``stat:`` counters, which
+    count refusals on purpose), other keys by DUMP."""
+    state: dict[bytes, Any] = {}
+    async for key in raw.scan_iter(match=f"*{namespace}*", count=1000):
+        if await raw.type(key) == b"hash":
+            fields = await raw.hgetall(key)
+            state[key] = {f: v for f, v in fields.items() if not f.startswith(b"stat:")}
+        else:
+            state[key] = await raw.dump(key)
+    return state
+
+
+@pytest.fixture
+async def valid(client: FloClient) -> AsyncIterator[dict[str, Any]]:
+    """A namespace with something of everything, and a valid value per argument name."""
+    await client.action.register("job", options=ActionRegisterOptions(max_concurrency=2))
+    await client.worker.register("w1", ["job"])
+    await client.action.invoke_many("job", [b"a", b"b", b"c"])
+    (run,) = await client.worker.await_tasks("w1", ["job"], 1, WorkerAwaitOptions(block_ms=0))
+    slot = await client.slots.acquire("job")
+    entry = (await client.stream.append("s", b"x")).id
+    await client.stream.group_join("s", "g", "c1")
+    await client.stream.group_read("s", "g", "c1", StreamGroupReadOptions(block_ms=0))
+    yield {
+        "name": "job", "action": "job", "action_name": "job", "run_id": run.run_id,
+        "task_id": run.run_id, "input_data": b"x", "payload": b"x", "inputs": [b"x"],
+        "options": None, "namespace": None, "limit": 10, "state": RunState.FAILED,
+        "batch": 10, "cursor": None, "timeout_ms": 10, "worker_id": "w1",
+        "task_types": ["job"], "max_tasks": 1, "result": b"r",
+        "items": [CompleteItem(run.run_id, b"r", token=run.token)],
+        "heartbeat_timeout_ms": None, "remove_after_ms": None, "error_message": "e",
+        "current_load": 0, "token": run.token, "load": 0, "completed": 0, "failed": 0,
+        "stream": "s", "partitions": 1, "group": "g", "ids": [entry], "consumer": "c1",
+        "min_idle_ms": 0, "start_id": entry, "count": 10, "partition": 0,
+        "grace_ms": 1000, "capacity": 2, "lease_ms": 0, "index": slot.index if slot else 1,
+        "expected_owner": "someone", "slot": slot, "action_type": 0,
+    }  # fmt: skip
+
+
+_BLOCKING_OPTIONS = {
+    ("worker", "await_task"): WorkerAwaitOptions(block_ms=0),
+    ("worker", "await_tasks"): WorkerAwaitOptions(block_ms=0),
+    ("stream", "group_read"): StreamGroupReadOptions(block_ms=0),
+    ("stream", "read"): StreamReadOptions(block_ms=0),
+}
+
+
+@pytest.mark.parametrize(("group", "name"), _calls())
+async def test_bad_arguments_are_refused_typed_and_write_nothing(
+    client: FloClient,
+    raw: aioredis.Redis,
+    namespace: str,
+    valid: dict[str, Any],
+    group: str,
+    name: str,
+) -> None:
+    method = getattr(getattr(client, group), name)
+    params = [
+        p
+        for p in inspect.signature(method).parameters.values()
+        if (group, name, p.name) not in SKIPPED
+    ]
+    base: dict[str, Any] = {}
+    for p in params:
+        if p.name == "items" and group == "stream":
+            base["items"] = [(valid["ids"][0], None)]
+        elif p.name == "options" and (group, name) in _BLOCKING_OPTIONS:
+            base["options"] = _BLOCKING_OPTIONS[(group, name)]
+        elif p.name in valid:
+            base[p.name] = valid[p.name]
+        else:
+            raise AssertionError(f"no valid value known for {group}.{name}({p.name})")
+    raw_errors = []
+    for p in params:
+        for bad in BAD:
+            args = {**base, p.name: bad}
+            before = await keyspace(raw, namespace)
+            try:
+                await asyncio.wait_for(method(**args), 5)
+            except FloError:
+                after = await keyspace(raw, namespace)
+                if after != before:
+                    raw_errors.append(f"{p.name}={bad!r}: refused after writing")
+            except Exception as exc:
+                raw_errors.append(f"{p.name}={bad!r}: {type(exc).__name__}: {exc}")
+    assert not raw_errors, f"{group}.{name}: " + "; ".join(raw_errors)
+
+
+def _constructors(redis_url: str) -> list[tuple[str, Any, dict[str, Any]]]:
+    async def handler(ctx: Any) -> None:
+        return None
+
+    client = FloClient(redis_url)
+    return [
+        ("FloClient", FloClient, {"endpoint": redis_url}),
+        ("new_action_worker", client.new_action_worker, {}),
+        (
+            "new_stream_worker",
+            client.new_stream_worker,
+            {"stream": "s", "group": "g", "handler": handler},
+        ),
+    ]
+
+
+def test_bad_settings_are_refused_typed(redis_url: str) -> None:
+    raw_errors = []
+    for label, make, base in _constructors(redis_url):
+        for p in inspect.signature(make).parameters.values():
+            if p.name == "handler":
+                continue
+            for bad in BAD:
+                try:
+                    make(**{**base, p.name: bad})
+                except FloError:
+                    pass
+                except Exception as exc:
+                    raw_errors.append(f"{label}({p.name}={bad!r}): {type(exc).__name__}: {exc}")
+    assert not raw_errors, "; ".join(raw_errors)
