@@ -108,14 +108,25 @@ def connect_redis(
     return Redis.from_pool(pool)
 
 
-def is_tls_failure(exc: BaseException) -> bool:
+def is_tls_failure(exc: BaseException, *, tls: bool = False) -> bool:
     """Whether a failed connect failed in its TLS handshake (certificate refused,
-    certificate required, protocol mismatch) rather than for want of a server."""
+    certificate required, protocol mismatch) rather than for want of a server.
+
+    With ``tls`` (a ``rediss`` endpoint), a connection that was made and then dropped
+    by the server on its first read counts too: under TLS 1.3 a server that refuses the
+    client's certificate does so after the client's side of the handshake has finished,
+    and the client may see only the dropped connection, not the alert."""
     seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:
             return False
         if isinstance(seen, ssl.SSLError) or "[SSL" in str(seen):
+            return True
+        if tls and (
+            isinstance(seen, (ConnectionResetError, BrokenPipeError))
+            or "Error while reading from" in str(seen)
+            or "Connection closed by server" in str(seen)
+        ):
             return True
         seen = seen.__cause__ or seen.__context__
     return False

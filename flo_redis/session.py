@@ -14,6 +14,7 @@ import logging
 import secrets
 import socket
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import redis.exceptions as rex
 from redis.asyncio import Redis
@@ -206,7 +207,7 @@ class Session:
                 OSError,
             ) as exc:
                 await conn.aclose()
-                if is_tls_failure(exc):
+                if is_tls_failure(exc, tls=urlsplit(endpoint).scheme.startswith("rediss")):
                     raise ConnectionFailedError(
                         f"TLS with Redis at {redact(endpoint)} failed ({exc}). Check that "
                         "ssl_ca_certs in the URL names the CA that signed the server's "
