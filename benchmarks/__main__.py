@@ -22,6 +22,8 @@ import redis.asyncio as aioredis
 
 from ._common import machine_info, private_redis, progress, summary
 from .compare import ORDER, run_compare
+from .targets import Sizes, run_targets
+from .targets import table as targets_table
 from .workloads import SINGLE_SHOT, WORKLOADS, Settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -59,8 +61,14 @@ def fmt(value: float | None) -> str:
     return f"{value:.2f}"
 
 
+# What --compare runs: flo-redis beside its baselines, the no-regression checks, the
+# scale-out curve and the peers. Plain ``python -m benchmarks`` runs the workloads.
+EXTRA = ["targets", "compare"]
+COMPARE_SET = ["targets", "crash", "memory", "compare"]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    names = [*WORKLOADS, "compare"]
+    names = [*WORKLOADS, *EXTRA]
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="Measure flo-redis (and, with --compare, peers side by side).",
@@ -83,6 +91,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--compare-n", type=int, default=None, help="tasks per side-by-side run (default 10000)"
     )
     parser.add_argument(
+        "--targets-n",
+        type=int,
+        default=None,
+        help="tasks per throughput run beside the baselines (default 20000)",
+    )
+    parser.add_argument(
         "--flush-ok",
         action="store_true",
         help="with REDIS_URL and --compare: allow flushing databases 1-9 of that Redis",
@@ -95,11 +109,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [x for x in only if x not in names]
     if unknown:
         parser.error(f"unknown workload(s) {unknown}; choose from {names}")
-    args.selected = [w for w in names if (w in only if only else w != "compare" or args.compare)]
+    if only:
+        args.selected = [w for w in names if w in only]
+    elif args.compare:
+        args.selected = COMPARE_SET
+    else:
+        args.selected = list(WORKLOADS)
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
     if args.compare_n is None:
         args.compare_n = 2000 if args.quick else 10000
+    if args.targets_n is None:
+        args.targets_n = 3000 if args.quick else 20000
     return args
 
 
@@ -114,7 +135,7 @@ async def run_workloads(args: argparse.Namespace, url: str) -> dict[str, Any]:
     settings = Settings(url=url, quick=args.quick)
     out: dict[str, Any] = {}
     for name in args.selected:
-        if name == "compare":
+        if name in EXTRA:
             continue
         fn, title = WORKLOADS[name]
         repeats = 1 if name in SINGLE_SHOT else args.repeats
@@ -162,6 +183,13 @@ def print_table(results: dict[str, Any]) -> None:
         f"flo-redis benchmarks — {m['nproc']} cores, {m['cpu_model']}, Python {m['python']}, "
         f"Redis {m['redis']}; load average at start {m['loadavg_start']}"
     )
+    if results.get("targets"):
+        print()
+        for line in targets_table(results["targets"], results["settings"]["repeats"]):
+            print(line)
+    if not results["workloads"]:
+        return
+    print()
     rows = [("workload", "metric", "median", "range (min-max)", "unit")]
     for name, entry in results["workloads"].items():
         if entry.get("error"):
@@ -220,10 +248,11 @@ def print_table(results: dict[str, Any]) -> None:
 
 async def amain(args: argparse.Namespace) -> int:
     external = os.environ.get("REDIS_URL")
-    if external and "compare" in args.selected and not args.flush_ok:
+    flushes = {"compare", "targets"} & set(args.selected)
+    if external and flushes and not args.flush_ok:
         print(
-            "--compare flushes databases 1-9 of the Redis it uses; with REDIS_URL set, "
-            "pass --flush-ok to allow that",
+            f"{', '.join(sorted(flushes))} flush databases 1-9 of the Redis they use; with "
+            "REDIS_URL set, pass --flush-ok to allow that",
             file=sys.stderr,
         )
         return 2
@@ -246,6 +275,11 @@ async def amain(args: argparse.Namespace) -> int:
         load = results["machine"]["loadavg_start"]
         if load and load[0] > 0.5:
             progress(f"note: load average {load[0]:.2f} at start; figures may be low")
+        if "targets" in args.selected:
+            sizes = Sizes(n=args.targets_n)
+            if args.quick:
+                sizes = Sizes(n=args.targets_n, seconds=0.3, pickup_seconds=0.5)
+            results["targets"] = await run_targets(url, args.repeats, sizes)
         results["workloads"] = await run_workloads(args, url)
         if "compare" in args.selected:
             results["compare"] = await run_compare(url, args.repeats, args.compare_n)

@@ -12,6 +12,9 @@ Modes:
   take     ActionWorker that records when each run reached it; prints after ``n`` runs
   stream   StreamWorker (batch ``--batch``) acking ``n`` records
 
+``--handler roundtrip`` (action and stream) adds one Redis round trip to each handler
+call (benchmarks/_handler.py); the default is a no-op.
+
 Every line printed is JSON; ``{"event": "ready"}`` comes right before the worker starts.
 Times are ``time.time()`` so the parent process can compare them with its own.
 """
@@ -26,6 +29,8 @@ import time
 from typing import Any
 
 from flo_redis import ActionRegisterOptions, FloClient
+
+from ._handler import HANDLERS, make_handler
 
 HOLD_TIMEOUT_MS = 300_000
 
@@ -42,6 +47,7 @@ def register_options(mode: str) -> ActionRegisterOptions:
 
 
 async def run_action(args: argparse.Namespace) -> None:
+    work, close = make_handler(args.handler, args.url)
     async with FloClient(args.url, namespace=args.namespace) as client:
         worker = client.new_action_worker(concurrency=args.concurrency)
         done = asyncio.Event()
@@ -65,6 +71,7 @@ async def run_action(args: argparse.Namespace) -> None:
                 arrivals.append(now)
             if calls >= args.n:
                 done.set()
+            await work()
             if args.mode == "hold":
                 if calls >= args.n:
                     held.set()
@@ -98,9 +105,11 @@ async def run_action(args: argparse.Namespace) -> None:
             latencies_ms=latencies,
             arrivals=arrivals,
         )
+    await close()
 
 
 async def run_stream(args: argparse.Namespace) -> None:
+    work, close = make_handler(args.handler, args.url)
     async with FloClient(args.url, namespace=args.namespace) as client:
         done = asyncio.Event()
         seen: set[str] = set()
@@ -115,6 +124,7 @@ async def run_stream(args: argparse.Namespace) -> None:
             seen.add(str(ctx.stream_id))
             if calls >= args.n:
                 done.set()
+            await work()
 
         worker = client.new_stream_worker(
             stream=args.name,
@@ -143,6 +153,7 @@ async def run_stream(args: argparse.Namespace) -> None:
             unique=len(seen),
             timed_out=not done.is_set(),
         )
+    await close()
 
 
 def main() -> None:
@@ -155,11 +166,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--handler", choices=HANDLERS, default="noop")
     args = parser.parse_args()
-    if args.mode == "stream":
-        asyncio.run(run_stream(args))
-    else:
-        asyncio.run(run_action(args))
+    asyncio.run(run_stream(args) if args.mode == "stream" else run_action(args))
 
 
 if __name__ == "__main__":

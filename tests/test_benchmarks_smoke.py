@@ -28,3 +28,28 @@ def test_benchmarks_quick_invoke(redis_url: str, tmp_path: Path) -> None:
     assert "error" not in invoke
     assert invoke["metrics"]["single_per_s"]["median"] > 0
     assert "invoke" in proc.stdout
+
+
+def test_benchmarks_targets_beside_baselines(tmp_path: Path) -> None:
+    """Every baseline and its flo-redis counterpart run (tiny sizes, a private
+    redis-server) and each target gets a ratio and a verdict; the figures are not judged."""
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    args = ["--quick", "--only", "targets", "--targets-n", "300", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    targets = json.loads(out.read_text())["targets"]
+    for key, figure in targets["figures"].items():
+        assert "error" not in figure, (key, figure["error"])
+        assert all(m["median"] > 0 for m in figure["metrics"].values()), key
+    verdicts = {t["title"]: t["verdict"] for t in targets["targets"]}
+    assert set(verdicts.values()) <= {"PASS", "MISS", "info"}
+    assert verdicts["pickup p50 (idle, one at a time)"] in ("PASS", "MISS")
+    assert "beside its baselines" in proc.stdout
