@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -52,6 +53,7 @@ from ._queue_types import (
     PeekOptions,
 )
 from ._status import Status, refusal
+from ._wake import Attempt, long_poll
 from .codec import pack
 from .errors import ValidationError, is_connection_error, validate_block_ms
 from .keys import QueueKeys, check_name, owner_channel, queue_keys
@@ -114,27 +116,17 @@ class QueueOperations:
         limit = check_count("max_deliveries", opts.max_deliveries, 1, MAX_DELIVERIES)
         poll_id = uuid.uuid4().hex if opts.poll_id is None else check_name("poll id", opts.poll_id)
         args: list[_scripts.Arg] = [self._session.owner_id, count, visibility, limit, poll_id]
-        if block_ms == 0:
-            await self._reclaim_if_due(keys)
-            messages, _ = await self._take(keys, args)
-            return DequeueResult(messages)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + block_ms / 1000.0
-        async with self._session.waker.watching([keys.wake]) as watch:
-            while True:
-                await watch.arm()
-                until_reclaim = await self._reclaim_if_due(keys)
-                messages, next_deadline_s = await self._take(keys, args)
-                remaining = deadline - loop.time()
-                if messages or remaining <= 0 or watch.interrupted:
-                    return DequeueResult(messages)
-                if next_deadline_s is not None:
-                    # Messages are out: one may come back by its deadline, or from a
-                    # consumer found gone.
-                    remaining = min(remaining, next_deadline_s, until_reclaim)
-                await watch.wait(remaining)
-                if watch.interrupted:
-                    return DequeueResult([])
+
+        async def attempt() -> Attempt[Message]:
+            until_reclaim_s = await self._reclaim_if_due(keys)
+            messages, next_deadline_ms = await self._take(keys, args)
+            if next_deadline_ms < 0:
+                return Attempt(messages)
+            # Messages are out: one may come back by its deadline, or from a consumer
+            # found gone.
+            return Attempt(messages, min(next_deadline_ms, math.ceil(until_reclaim_s * 1000)))
+
+        return DequeueResult(await long_poll(self._session.waker, [keys.wake], block_ms, attempt))
 
     async def ack(self, queue: str, seqs: list[int], options: AckOptions | None = None) -> None:
         """Remove delivered messages for good. Acking a message acked before changes
@@ -236,9 +228,9 @@ class QueueOperations:
 
     async def _take(
         self, keys: QueueKeys, args: Sequence[_scripts.Arg]
-    ) -> tuple[builtins.list[Message], float | None]:
-        """One dequeue: the messages, and the seconds until the earliest visibility
-        deadline still running (None: no message is out). A call whose reply was lost
+    ) -> tuple[builtins.list[Message], int]:
+        """One dequeue: the messages, and the ms until the earliest visibility deadline
+        still running (-1: no message is out). A call whose reply was lost
         (the connection dropped) is sent again with the same poll id, which the script
         answers with what it handed that poll: nothing is taken twice or stranded."""
         for pause in (*_LOST_REPLY_PAUSES_S, None):
@@ -253,8 +245,8 @@ class QueueOperations:
         _check_status(reply.status, "dequeue")
         messages = list(reply.messages)
         if reply.next_deadline_ms < 0:
-            return messages, None
-        return messages, max(reply.next_deadline_ms - reply.now_ms, 1) / 1000.0
+            return messages, -1
+        return messages, max(reply.next_deadline_ms - reply.now_ms, 1)
 
     async def _report(
         self,

@@ -68,6 +68,7 @@ from ._stream_codec import (
     stream_id_arg,
 )
 from ._stream_replies import Settled
+from ._wake import Attempt, long_poll
 from .codec import pack, text
 from .errors import ServerError, ValidationError, ValueTooLargeError
 from .keys import (
@@ -228,6 +229,16 @@ class StreamOperations(StreamInspection):
             counter = self._turn[key] = itertools.count()
         return next(counter)
 
+    async def _long_poll(
+        self,
+        parts: Sequence[StreamKeys],
+        block_ms: int,
+        attempt: Callable[[], Awaitable[Attempt[StreamRecord]]],
+    ) -> builtins.list[StreamRecord]:
+        """Records of ``attempt``, waiting on the partitions' wake channels (see
+        :func:`flo_redis._wake.long_poll`); ``due_ms`` is ms from now."""
+        return await long_poll(self._session.waker, [k.wake for k in parts], block_ms, attempt)
+
     # --- partitions ------------------------------------------------------------------
 
     async def create(self, stream: str, partitions: int = 1, namespace: str | None = None) -> int:
@@ -254,39 +265,6 @@ class StreamOperations(StreamInspection):
         """How many partitions ``stream`` has (1 unless it was created with more)."""
         keys = self._keys(stream, namespace)
         return await self._counts.get(keys.namespace, stream, keys.meta)
-
-    async def _poll(
-        self,
-        wakes: builtins.list[str],
-        block_ms: int,
-        attempt: Callable[[], Awaitable[tuple[builtins.list[StreamRecord], int]]],
-    ) -> builtins.list[StreamRecord]:
-        """Run ``attempt`` until it yields records or ``block_ms`` passes, sleeping on the
-        stream's wake channel (never on a blocking command) in between. ``attempt``
-        answers its records and ms until something falls due by itself (-1: nothing).
-        ``client.interrupt()`` ends the wait at once, empty."""
-        if block_ms == 0:
-            records, _ = await attempt()
-            return records
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + block_ms / 1000.0
-        async with self._session.waker.watching(wakes) as watch:
-            while True:
-                await watch.arm()
-                records, wait_ms = await attempt()
-                if records:
-                    return records
-                remaining = deadline - loop.time()
-                if remaining <= 0 or watch.interrupted:
-                    return []
-                if wait_ms >= 0:
-                    remaining = min(remaining, max(wait_ms, 1) / 1000.0)
-                await watch.wait(remaining)
-                if watch.interrupted:
-                    return []  # client.interrupt(): stop waiting, take nothing more
-                if loop.time() >= deadline:
-                    records, _ = await attempt()
-                    return records
 
     # --- plain streams -------------------------------------------------------------
 
@@ -354,14 +332,13 @@ class StreamOperations(StreamInspection):
         async def read_one(keys: StreamKeys) -> builtins.list[StreamRecord]:
             return (await STREAM_READ(self._session, keys, args)).records
 
-        async def attempt() -> tuple[builtins.list[StreamRecord], int]:
+        async def attempt() -> Attempt[StreamRecord]:
             if len(parts) == 1:
-                return await read_one(parts[0]), -1
+                return Attempt(await read_one(parts[0]))
             batches = await asyncio.gather(*(read_one(k) for k in parts))
-            return merge(batches, count, opts.tail), -1
+            return Attempt(merge(batches, count, opts.tail))
 
-        wakes = [k.wake for k in parts]
-        return StreamReadResult(records=await self._poll(wakes, block_ms, attempt))
+        return StreamReadResult(records=await self._long_poll(parts, block_ms, attempt))
 
     async def info(
         self,
@@ -530,13 +507,13 @@ class StreamOperations(StreamInspection):
         owner = self._session.owner_id
         poll_id = opts.poll_id or ""
 
-        async def read_one(keys: StreamKeys, room: int) -> tuple[list[StreamRecord], int]:
+        async def read_one(keys: StreamKeys, room: int) -> Attempt[StreamRecord]:
             reply = await GROUP_READ(
                 self._session, (keys, keys.group(group)), [group, consumer, owner, room, poll_id]
             )
-            return reply.records, reply.wait_ms
+            return Attempt(reply.records, reply.wait_ms)
 
-        async def attempt() -> tuple[builtins.list[StreamRecord], int]:
+        async def attempt() -> Attempt[StreamRecord]:
             if len(parts) == 1:
                 return await read_one(parts[0], count)
             first = self._next_turn(parts[0].namespace, stream, group) % len(parts)
@@ -545,14 +522,13 @@ class StreamOperations(StreamInspection):
             for keys in parts[first:] + parts[:first]:
                 if len(got) >= count:
                     break
-                batch, wait_ms = await read_one(keys, count - len(got))
-                got += batch
-                if wait_ms >= 0:
-                    waits.append(wait_ms)
-            return got, min(waits, default=-1)
+                found = await read_one(keys, count - len(got))
+                got += found.items
+                if found.due_ms >= 0:
+                    waits.append(found.due_ms)
+            return Attempt(got, min(waits, default=-1))
 
-        wakes = [k.wake for k in parts]
-        return StreamReadResult(records=await self._poll(wakes, block_ms, attempt))
+        return StreamReadResult(records=await self._long_poll(parts, block_ms, attempt))
 
     async def group_pending(
         self,

@@ -34,6 +34,7 @@ from ._gateway import (
 from ._registry import remember
 from ._replies import Claimed, ClaimReply
 from ._status import Status, refusal
+from ._wake import Attempt, long_poll
 from .codec import (
     check_metadata,
     pack,
@@ -167,44 +168,22 @@ class WorkerOperations(RunReports):
         labels = await self._gate(worker_id, namespace_keys(ns_name), health_ttl_s)
         # Without a poll id the caller cannot retry this poll, so no replay memo is kept.
         poll_id = opts.poll_id or ""
-        if block_ms == 0:
-            claimed, _, _ = await self._claim_round(
+
+        async def attempt() -> Attempt[Claimed]:
+            return await self._claim_round(
                 all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
             )
-            return await self._tally_claimed(worker_id, ns_name, claimed, tally)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + block_ms / 1000.0
-        async with self._session.waker.watching(k.wake for k in all_keys) as watch:
-            while True:
-                await watch.arm()
-                claimed, next_due, held_until = await self._claim_round(
-                    all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
-                )
-                if claimed:
-                    return await self._tally_claimed(worker_id, ns_name, claimed, tally)
-                remaining = deadline - loop.time()
-                if remaining <= 0 or watch.interrupted:
-                    return []
-                if next_due >= 0:
-                    now_ms = await self._session.server_time_ms()
-                    remaining = min(remaining, max(next_due - now_ms, 1) / 1000.0)
-                if held_until >= 0:
-                    # Every queue waits for its rate limit: a wake-up cannot start a run
-                    # before then, so only the time (or an interrupt) ends this wait.
-                    end = loop.time() + remaining
-                    while not watch.interrupted and loop.time() < end:
-                        await watch.arm()
-                        await watch.wait(end - loop.time())
-                else:
-                    await watch.wait(remaining)
-                if watch.interrupted:
-                    return []  # client.interrupt(): stop waiting, take nothing more
-                if loop.time() >= deadline:
-                    # One last look: work may have arrived with the deadline.
-                    claimed, _, _ = await self._claim_round(
-                        all_keys, worker_id, labels, max_tasks, poll_id, on_unregistered
-                    )
-                    return await self._tally_claimed(worker_id, ns_name, claimed, tally)
+
+        claimed = await long_poll(
+            self._session.waker,
+            (k.wake for k in all_keys),
+            block_ms,
+            attempt,
+            server_clock_ms=self._session.server_time_ms,
+        )
+        if claimed and tally:
+            await self._tally(worker_id, ns_name, len(claimed), 0, 0)
+        return claimed
 
     async def list(self, options: WorkerListOptions | None = None) -> WorkerListResult:
         """Registered workers in id order, ``limit`` (1..1024) a page after ``cursor``."""
@@ -335,15 +314,13 @@ class WorkerOperations(RunReports):
         max_tasks: int,
         poll_id: str,
         on_unregistered: Callable[[str], Awaitable[None]] | None = None,
-    ) -> tuple[builtins.list[Claimed], int, int]:
+    ) -> Attempt[Claimed]:
         """One claim per action queue, starting at a rotating queue so no action starves,
-        until ``max_tasks`` runs are held. Returns them, when something is next due (a
-        delayed run, a lease deadline, a start a rate limit allows) and, when every queue
-        answered that only its rate limit holds its runs back, the first time one may
-        start (else -1)."""
+        until ``max_tasks`` runs are held: them, when something is next due (server ms:
+        a delayed run, a lease deadline, a start a rate limit allows), and whether every
+        queue answered that only its rate limit holds its runs back."""
         claimed: builtins.list[Claimed] = []
         next_due = -1
-        held_until = -1
         held_queues = 0
         self._rotation = (self._rotation + 1) % len(all_keys)
         order = [*all_keys[self._rotation :], *all_keys[: self._rotation]]
@@ -359,9 +336,7 @@ class WorkerOperations(RunReports):
                     next_due = due
             if reply.rate_next_ms >= 0:
                 held_queues += 1
-                if held_until < 0 or reply.rate_next_ms < held_until:
-                    held_until = reply.rate_next_ms
-        return claimed, next_due, held_until if held_queues == len(order) else -1
+        return Attempt(claimed, next_due, held=held_queues == len(order))
 
     async def claim(
         self, keys: ActionKeys, worker_id: str, labels: bytes, max_n: int, poll_id: str
@@ -372,13 +347,6 @@ class WorkerOperations(RunReports):
             keys,
             [worker_id, self._session.owner_id, labels, max_n, poll_id, LABEL_SCAN],
         )
-
-    async def _tally_claimed(
-        self, worker_id: str, namespace: str, claimed: builtins.list[Claimed], tally: bool
-    ) -> builtins.list[Claimed]:
-        if claimed and tally:
-            await self._tally(worker_id, namespace, len(claimed), 0, 0)
-        return claimed
 
 
 __all__ = ["ClaimReply", "Claimed", "CompleteItem", "WorkerOperations"]
