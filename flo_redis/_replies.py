@@ -114,6 +114,25 @@ def number(reply: Any, _keys: object) -> Number:
 
 
 @dataclass(frozen=True, slots=True)
+class Cancelled:
+    """``run_cancel``: the run's status before, and a running run's holder and token."""
+
+    status: int
+    was: int
+    holder: str
+    token: int
+    told: bool
+
+
+def cancelled(reply: Any, _keys: object) -> Cancelled:
+    if len(reply) < 5:
+        return Cancelled(int(reply[0]), int(reply[1]) if len(reply) > 1 else 0, "", 0, False)
+    return Cancelled(
+        int(reply[0]), int(reply[1]), text(reply[2]) or "", int(reply[3]), bool(int(reply[4]))
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Invoked:
     """``action_invoke``: the run id, or on TOO_LARGE the action's payload limit."""
 

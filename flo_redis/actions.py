@@ -65,8 +65,10 @@ from .keys import (
     action_keys,
     action_of_run,
     namespace_keys,
+    notice_channel,
     run_id_prefix,
 )
+from .notices import holder_of, tell
 from .reclaim import LivenessStats, liveness_stats, reap_queue
 from .schedules import Missed, Schedule, list_schedules, remove_schedule, set_schedule
 from .session import Session
@@ -363,19 +365,24 @@ class ActionOperations(ActionInspection):
 
     async def cancel(self, run_id: str, namespace: str | None = None) -> None:
         """Cancel a run that has not finished: a waiting or delayed run ends CANCELLED at
-        once; a running run's lease is revoked, so its handler's reports are refused (its
-        worker cancels the handler at its next touch, as for a lost lease), and it ends
-        CANCELLED. :class:`ConflictError` if the run already finished,
-        :class:`NotFoundError` if unknown."""
+        once; a running run's lease is revoked, so its handler's reports are refused, its
+        worker is told at once and cancels the handler (as for a lost lease; a notice
+        missed is caught at its next touch), and it ends CANCELLED.
+        :class:`ConflictError` if the run already finished, :class:`NotFoundError` if
+        unknown."""
         keys = self._keys(action_of_run(run_id), namespace)
-        reply = await RUN_CANCEL(self._session, keys, [run_id])
+        holder = await holder_of(self._session, keys, run_id)
+        tail = [notice_channel(keys.tag, holder)] if holder else []
+        reply = await RUN_CANCEL(self._session, keys, [run_id, holder], tail=tail)
         if reply.status == Status.CONFLICT:
             raise refusal(
                 reply.status,
-                f"run {run_id!r} already ended {RunStatus(reply.value).name}; only PENDING "
+                f"run {run_id!r} already ended {RunStatus(reply.was).name}; only PENDING "
                 "(waiting or delayed) and RUNNING runs can be cancelled",
             )
         raise_run_refusal(reply.status, keys, run_id)
+        if reply.holder and not reply.told:  # it changed hands between the two steps
+            await tell(self._session, keys, reply.holder, reply.token, run_id)
 
     async def failed(
         self, name: str, limit: int = 100, namespace: str | None = None

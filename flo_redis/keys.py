@@ -233,6 +233,13 @@ def owner_channel(tag: str, owner: str) -> str:
     return f"{PREFIX}:live:{tag}:{owner}"
 
 
+def notice_channel(tag: str, owner: str) -> str:
+    """The notice channel of ``owner`` in the slot of ``tag``: scripts tell the owner
+    there that a run it holds was cancelled (``run_cancel``). It rides the owner's
+    wake-up connection, never the liveness one."""
+    return f"{PREFIX}:note:{tag}:{owner}"
+
+
 @dataclass(frozen=True, slots=True)
 class OwnerChannel:
     """One owner's liveness channel in one queue's slot, as a script key."""

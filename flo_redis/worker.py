@@ -38,7 +38,8 @@ from .errors import (
     is_connection_error,
     validate_block_ms,
 )
-from .keys import check_name
+from .keys import action_keys, check_name
+from .notices import Notices
 from .observe import Hook, settle
 from .progress import encode_progress, report_progress
 from .reclaim import Reaper
@@ -145,8 +146,9 @@ class ActionWorkerOptions:
 class ActionContext:
     """What a handler gets: the run, its input, and ways to touch, check cancellation
     and name an outcome. ``token`` is this hand-out's fencing token (pass it to your own
-    downstream writes to fence them); ``cancelled`` turns true when the run's lease was
-    lost, or the worker gave the run back while shutting down."""
+    downstream writes to fence them); ``cancelled`` turns true when the run was cancelled
+    (``client.action.cancel``) or its lease lost, or the worker gave the run back while
+    shutting down."""
 
     task_id: str
     action_name: str
@@ -161,6 +163,8 @@ class ActionContext:
     _timed_out: bool = field(default=False, repr=False)
     # Loop time by which the run's lease has surely ended (None: it never ends).
     _lease_end: float | None = field(default=None, repr=False)
+    _work: asyncio.Future[Any] | None = field(default=None, repr=False)  # handler in a task
+    _revoked: bool = field(default=False, repr=False)  # cancelled: report nothing
 
     def input(self) -> bytes:
         return self.payload
@@ -261,6 +265,7 @@ class ActionWorker(WorkerLifecycle):
         self._slot_free = asyncio.Event()
         self._load_delta = 0
         self._inline: dict[str, ActionContext] = {}
+        self._contexts: dict[str, ActionContext] = {}  # runs whose handler runs
         self._completed_delta = 0
         self._completes: Coalescer[CompleteItem] = Coalescer(
             self._complete_batch, "flo-complete-batches"
@@ -358,6 +363,14 @@ class ActionWorker(WorkerLifecycle):
                 name="flo-reaper",
             )
             reaper.add_done_callback(self._reaper_ended)
+            notices = Notices(
+                client.session.waker,
+                client.owner_id,
+                [action_keys(client.namespace, name).tag for name in self._handlers],
+                self._revoke,
+            )
+            await notices.hold()
+            listen = asyncio.create_task(notices.run(self._stop), name="flo-cancel-notices")
             try:
                 await self._poll_loop()
                 await self._wait_handlers()
@@ -365,7 +378,7 @@ class ActionWorker(WorkerLifecycle):
                 with contextlib.suppress(Exception):
                     await self._flush_counts()
             finally:
-                for background in (heartbeat, counts, reaper, watchdog):
+                for background in (heartbeat, counts, reaper, watchdog, listen):
                     background.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await background
@@ -521,6 +534,7 @@ class ActionWorker(WorkerLifecycle):
     def _handler_done(self, run_id: str) -> None:
         """The handler finished: its slot is free while its report is still on the way
         (a pending report uses no handler capacity; ``current_load`` counts handlers)."""
+        self._contexts.pop(run_id, None)
         if self._running.pop(run_id, None) is not None:
             self._slot_free.set()
 
@@ -549,6 +563,7 @@ class ActionWorker(WorkerLifecycle):
             _worker=self,
             token=run.token,
         )
+        self._contexts[run.run_id] = ctx
         began = asyncio.get_running_loop().time()
         # The claim ran before its reply arrived, so the lease ends by now + its length.
         timeout_ms = self._options[run.action].timeout_ms if run.action in self._options else 0
@@ -592,9 +607,12 @@ class ActionWorker(WorkerLifecycle):
         handler = self._handlers.get(ctx.action_name)
         if handler is None:
             return _Report("fail", message=f"No handler for: {ctx.action_name}", retry=True)
+        if ctx._revoked:
+            return _Report("none")  # cancelled before its handler began
         if not self.config.auto_touch and _INLINE_TIMEOUT:
             return await self._run_inline(handler, ctx)
         work: asyncio.Future[Any] = asyncio.ensure_future(self._pool.call(handler, ctx))
+        ctx._work = work
         toucher = self._start_auto_touch(ctx, work)
         try:
             # asyncio.wait, not wait_for: the worker's own cancellation must never be
@@ -639,11 +657,13 @@ class ActionWorker(WorkerLifecycle):
         try:
             result = await self._pool.call(handler, ctx)
         except asyncio.CancelledError:
-            if not ctx._timed_out:
+            if not (ctx._timed_out or ctx._revoked):
                 raise
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()  # type: ignore[attr-defined,unused-ignore]
+            if not ctx._timed_out:
+                return _Report("none")  # cancelled: nobody takes a report
             return _Report(
                 "fail",
                 message="Action timed out",
@@ -845,6 +865,20 @@ class ActionWorker(WorkerLifecycle):
                     task = self._running.get(task_id)
                     if task is not None:
                         task.cancel()
+
+    def _revoke(self, run_id: str, token: int) -> None:
+        """A cancel notice (:mod:`flo_redis.notices`): the run's lease was revoked, so
+        its handler is cancelled as for a lost lease (a sync handler sees
+        ``ctx.cancelled``) and reports nothing."""
+        ctx = self._contexts.get(run_id)
+        if ctx is None or ctx.token != token or ctx._revoked:
+            return
+        log.info("run %s was cancelled; cancelling its handler", run_id)
+        ctx._revoked = True
+        ctx._cancel_event.set()
+        target = self._running.get(run_id) if run_id in self._inline else ctx._work
+        if target is not None:
+            target.cancel()
 
     async def _flush_counts(self) -> None:
         """Send the load and completed counters gathered since the last flush."""

@@ -3,8 +3,10 @@
   running run's lease is revoked (its holder's touch, complete and fail are refused as
   stale from now on) and it ends CANCELLED. It is kept in the failed set like FAILED runs
   (re-queueable, purgeable, counted as failed but not in the per-minute failures), its
-  attempt count unchanged; waiters on `ended` are told. A running holder's worker learns
-  of it at its next touch (refused), and cancels the handler as for a lost lease.
+  attempt count unchanged; waiters on `ended` are told. A running run's holder is told at
+  once on its notice channel (`notice`, "<token> <run_id>") when the caller named that
+  holder; otherwise the reply names the holder, for the caller to tell, and a holder that
+  hears nothing learns at its next touch (refused).
   KEYS[1] meta     HASH  counters
   KEYS[2] runs     HASH  run_id -> msgpack record
   KEYS[3] pending  ZSET  run_id -> queue order
@@ -13,10 +15,14 @@
   KEYS[6] failed   ZSET  run_id -> finished ms
   KEYS[7] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[8] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
+  KEYS[9..n] notice  CHANNEL  the notice channel of the owner named in ARGV[2] (none
+                     when ARGV[2] is empty)
   ARGV[1] run_id
-  Returns {status, run_status}
+  ARGV[2] expected  the owner the caller believes holds the run ('' for none)
+  Returns {status, run_status, holder, token, told}
           status: OK | NOT_FOUND | CONFLICT (already finished); run_status: the run's
-          status before the call
+          status before the call; holder, token: a running run's owner and fencing
+          token ('' and 0 otherwise); told: 1 if the holder was told on its channel
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -24,13 +30,17 @@
 --@include lib/queue.lua
 local k = {meta = KEYS[1], runs = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
   leases = KEYS[5], failed = KEYS[6], owned = KEYS[7], ended = KEYS[8]}
+local notice = #KEYS > 8 and KEYS[#KEYS] or nil  -- the tail: none, or one channel
 local run_id = ARGV[1]
+local expected = ARGV[2]
 
 local run = run_load(k.runs, run_id)
 if not run then return {ST_NOT_FOUND} end
 local was = run.s
 if was ~= RUN_PENDING and was ~= RUN_RUNNING then return {ST_CONFLICT, was} end
 
+local holder, token = '', 0
+if was == RUN_RUNNING then holder, token = run.o or '', run.t or 0 end
 redis.call('ZREM', k.pending, run_id)
 redis.call('ZREM', k.delayed, run_id)
 redis.call('ZREM', k.leases, run_id)
@@ -41,4 +51,9 @@ run.lrk = 'x'
 run.lrt = nil
 run.lrw = nil
 queue_bury(k, run_id, run, now_ms(), RUN_CANCELLED)
-return {ST_OK, was}
+local told = 0
+if holder ~= '' and holder == expected and notice then
+  redis.call('SPUBLISH', notice, token .. ' ' .. run_id)
+  told = 1
+end
+return {ST_OK, was, holder, token, told}

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,9 +39,20 @@ async def setup(client: FloClient, **options: int) -> None:
 
 
 @contextlib.contextmanager
-def worker_process(url: str, namespace: str, timeout_ms: int) -> Iterator[None]:
+def worker_process(
+    url: str, namespace: str, timeout_ms: int, mode: str = "touch"
+) -> Iterator[None]:
+    """A worker process (``tests/cancel_proc.py``; ``mode``: touch, inline or sync)."""
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "cancel_proc.py"), url, namespace, "job", str(timeout_ms)],
+        [
+            sys.executable,
+            str(HERE / "cancel_proc.py"),
+            url,
+            namespace,
+            "job",
+            str(timeout_ms),
+            mode,
+        ],
         cwd=HERE,
     )
     try:
@@ -142,6 +154,43 @@ async def test_a_worker_process_cancels_the_handler_of_a_cancelled_run(
         saw = await eventually(lambda: raw.get(f"{namespace}:saw:{run_id}"), timeout=30)
         assert saw == b"cancelled=True"
         # It stays CANCELLED (nothing the worker reports lands) and the worker goes on.
+        after = (await client.action.invoke("job", b"finish")).run_id
+        done = await client.action.wait(after, timeout_ms=30_000)
+        assert done.status == RunStatus.COMPLETED
+        status = await client.action.status(run_id)
+        assert (status.status, status.error_message) == (RunStatus.CANCELLED, "cancelled")
+
+
+# Auto-touch extends a lease every timeout_ms / 3: with 60 s the first touch comes 20 s
+# after the claim, so a handler cancelled well before that was told, not found out.
+LONG_LEASE_MS = 60_000
+FIRST_TOUCH_S = LONG_LEASE_MS / 3000
+
+
+@pytest.mark.parametrize("mode", ["touch", "inline", "sync"])
+async def test_a_running_handler_is_told_of_its_cancel_before_its_next_touch(
+    client: FloClient, redis_url: str, namespace: str, raw: aioredis.Redis, mode: str
+) -> None:
+    await client.action.register("job", options=ActionRegisterOptions(timeout_ms=LONG_LEASE_MS))
+    run_id = (await client.action.invoke("job", b"hold")).run_id
+    with worker_process(redis_url, namespace, LONG_LEASE_MS, mode):
+
+        async def running() -> RunStatus:
+            return (await client.action.status(run_id)).status
+
+        await eventually(running, lambda s: s == RunStatus.RUNNING, timeout=30)
+        began = time.time()
+        await client.action.cancel(run_id)
+        # The handler (an async one cancelled, a sync one seeing ctx.cancelled) ends long
+        # before the worker's first touch could have told it.
+        saw = await eventually(
+            lambda: raw.get(f"{namespace}:saw:{run_id}"), timeout=FIRST_TOUCH_S / 2
+        )
+        assert saw == b"cancelled=True"
+        at = float(await raw.get(f"{namespace}:saw-at:{run_id}") or 0)
+        print(f"cancel -> handler cancelled ({mode}): {(at - began) * 1000:.1f} ms")
+        # Whatever the handler does after its cancel, the run stays CANCELLED, and the
+        # worker goes on.
         after = (await client.action.invoke("job", b"finish")).run_id
         done = await client.action.wait(after, timeout_ms=30_000)
         assert done.status == RunStatus.COMPLETED

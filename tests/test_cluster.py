@@ -18,6 +18,7 @@ from redis_server import RedisCluster
 
 from flo_redis import (
     ActionContext,
+    ActionRegisterOptions,
     ActionWorker,
     DequeueOptions,
     EnqueueOptions,
@@ -31,7 +32,9 @@ from flo_redis import (
     StreamWorker,
     WorkerAwaitOptions,
 )
+from flo_redis._gateway import RUN_CANCEL
 from flo_redis.keys import action_keys, queue_keys, stream_keys
+from flo_redis.notices import tell
 
 pytestmark = pytest.mark.cluster
 
@@ -200,6 +203,49 @@ async def test_one_action_worker_serves_queues_on_three_nodes(
         ]
         for run_id in run_ids:
             assert await finished(cclient, run_id) == RunStatus.COMPLETED
+
+
+async def test_a_worker_on_three_nodes_is_told_of_each_cancel(
+    cclient: FloClient, craw: ClusterClient
+) -> None:
+    names = await names_on_distinct_nodes(craw, cclient.namespace, 3)
+    # Leases of ten minutes and no touches: only a notice can tell the handlers.
+    options = ActionRegisterOptions(timeout_ms=600_000)
+    worker = cclient.new_action_worker(block_ms=1000, concurrency=8)
+    cancelled: dict[str, bool] = {}
+    for name in names:
+
+        async def hold(ctx: ActionContext) -> bytes:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                cancelled[ctx.task_id] = ctx.cancelled
+            return b""
+
+        worker.register_action(name, hold, options)
+    async with running(worker):
+        await eventually(lambda: cclient.action.list(), lambda r: len(r.actions) == 3)
+        run_ids = [(await cclient.action.invoke(name, b"x")).run_id for name in names]
+        for run_id in run_ids:
+            await eventually(
+                lambda run_id=run_id: cclient.action.status(run_id),
+                lambda s: s.status == RunStatus.RUNNING,
+            )
+            await cclient.action.cancel(run_id)
+        await eventually(lambda: asyncio.sleep(0, dict(cancelled)), lambda c: len(c) == 3)
+        assert cancelled == dict.fromkeys(run_ids, True)
+        # A cancel that named no holder (the run was claimed between its two steps):
+        # the client tells the holder the script names, on the holder's node too.
+        again = (await cclient.action.invoke(names[1], b"x")).run_id
+        await eventually(
+            lambda: cclient.action.status(again), lambda s: s.status == RunStatus.RUNNING
+        )
+        keys = action_keys(cclient.namespace, names[1])
+        reply = await RUN_CANCEL(cclient.session, keys, [again, ""])
+        assert (reply.holder, reply.told) == (worker.client.owner_id, False)
+        await tell(cclient.session, keys, reply.holder, reply.token, again)
+        await eventually(lambda: asyncio.sleep(0, dict(cancelled)), lambda c: again in c)
+        assert cancelled[again] is True
 
 
 async def test_scripts_survive_script_flush_on_every_node(

@@ -20,6 +20,7 @@ from flo_redis.keys import (
     OwnerChannel,
     action_keys,
     namespace_keys,
+    notice_channel,
     owner_channel,
     queue_keys,
     stream_keys,
@@ -41,7 +42,10 @@ def script_keys(script: str, namespace: str, name: str, partition: int = 0) -> l
         keys = action_keys(namespace, name)
         tag = keys.tag
         source = (keys, OwnerChannel.of(tag, OWNERS[0])) if script == "slot_reclaim" else keys
-        tails = {"data_keys": list(keys.all_data_keys())}
+        tails = {
+            "data_keys": list(keys.all_data_keys()),
+            "notice": [notice_channel(tag, OWNERS[0])],
+        }
     elif family in ("stream", "group"):
         sk = stream_keys(namespace, name, partition)
         tag = sk.tag

@@ -1,0 +1,137 @@
+"""Cancel notices: the worker holding a run hears at once that the run was cancelled.
+
+``run_cancel`` (``lua/README.md``, "Cancel") publishes ``"<token> <run_id>"`` on the
+holder's notice channel (:func:`flo_redis.keys.notice_channel`: one per owner in each
+queue's hash slot) in the same script that revokes the lease. A worker listens on its
+owner's notice channels through its client's :class:`~flo_redis._wake.Waker` — the
+wake-up connection it already has, never the liveness one — and cancels the handler as
+for a lost lease. A notice can be missed (the subscription was being made again, or the
+run changed hands between the cancel's two steps); the holder then learns at its next
+touch, which is refused, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from ._listener import Listener
+from ._scripts import redis_errors
+from ._wake import Waker
+from .codec import text, unpack_record
+from .errors import FloError, is_connection_error
+from .keys import ActionKeys, notice_channel
+from .retry import sleep_unless_stopped
+from .session import Session
+
+log = logging.getLogger("flo_redis.notices")
+
+# A worker's listener wakes this often even when nothing happens, to check that its
+# subscriptions stand (a lost one wakes it at once as well).
+_RECHECK_S = 30.0
+_RETRY_PAUSE_S = (0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def cancel_notice(token: int, run_id: str) -> str:
+    """What ``run_cancel`` publishes: the revoked lease's token, then the run id."""
+    return f"{token} {run_id}"
+
+
+def parse_notice(data: bytes) -> tuple[str, int] | None:
+    """``(run_id, token)`` of a notice; None for anything else."""
+    token, _, run_id = data.decode("utf-8", errors="replace").partition(" ")
+    if not run_id or not token.isdigit():
+        return None
+    return run_id, int(token)
+
+
+async def holder_of(session: Session, keys: ActionKeys, run_id: str) -> str:
+    """The owner holding ``run_id`` now ('' when it is not running): a hint for whom to
+    tell of a cancel; the script decides on the record as it finds it."""
+    with redis_errors("cancel"):
+        raw = await session.redis.hget(keys.runs, run_id)
+    if raw is None:
+        return ""
+    record = unpack_record(raw)
+    return (text(record.get("o")) or "") if record.get("s") == 1 else ""
+
+
+async def tell(session: Session, keys: ActionKeys, owner: str, token: int, run_id: str) -> None:
+    """Tell ``owner`` that ``run_id`` (its lease ``token``) was cancelled, when the
+    cancel script could not: best effort (the owner's next touch is refused anyway)."""
+    try:
+        with redis_errors("cancel notice"):
+            await session.redis.spublish(
+                notice_channel(keys.tag, owner), cancel_notice(token, run_id)
+            )
+    except FloError as exc:
+        log.info("notice of the cancel of %s not sent (%s); its next touch tells", run_id, exc)
+
+
+class _NoticeListener(Listener):
+    """Hands each notice to ``on_notice`` as it arrives; wakes its keeper only when the
+    subscriptions were lost (or the waker interrupted)."""
+
+    def __init__(self, waker: Waker, channels: list[str], on_notice: Callable[[bytes], None]):
+        super().__init__(waker.ensure, channels)
+        self._on_notice = on_notice
+
+    def fire(self, message: bytes | None = None) -> None:
+        if message is None:
+            super().fire()
+        else:
+            self._on_notice(message)
+
+
+class Notices:
+    """One owner's cancel notices for the queues of ``tags``: calls
+    ``on_cancel(run_id, token)`` for each, while :meth:`run` keeps the subscriptions
+    standing (subscribed again after a lost connection or a moved slot)."""
+
+    def __init__(
+        self,
+        waker: Waker,
+        owner: str,
+        tags: Iterable[str],
+        on_cancel: Callable[[str, int], None],
+    ) -> None:
+        self._waker = waker
+        self._on_cancel = on_cancel
+        channels = sorted({notice_channel(tag, owner) for tag in tags})
+        self._listener = _NoticeListener(waker, channels, self._heard)
+
+    def _heard(self, data: bytes) -> None:
+        notice = parse_notice(data)
+        if notice is None:
+            log.warning("unreadable cancel notice %r", data)
+            return
+        self._on_cancel(*notice)
+
+    async def hold(self) -> bool:
+        """Subscribe now and wait until Redis confirms (at most 5 s); False, logged, if
+        that failed (:meth:`run` keeps trying; until then touches tell of cancels)."""
+        try:
+            await self._listener.arm()
+        except Exception as exc:
+            if not (is_connection_error(exc) or isinstance(exc, FloError)):
+                raise
+            log.info("cancel notices not subscribed yet (%s); retrying", exc)
+            return False
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Listen until ``stop`` is set (or the task is cancelled)."""
+        failures = 0
+        async with self._waker.attached(self._listener):
+            while not stop.is_set():
+                if await self.hold():
+                    failures = 0
+                    await self._listener.wait(_RECHECK_S)
+                else:
+                    pause = _RETRY_PAUSE_S[min(failures, len(_RETRY_PAUSE_S) - 1)]
+                    failures += 1
+                    await sleep_unless_stopped(stop, pause)
+
+
+__all__ = ["Notices", "cancel_notice", "holder_of", "parse_notice", "tell"]
