@@ -56,8 +56,8 @@ from ._status import Status, refusal
 from ._wake import Attempt, long_poll
 from .codec import pack
 from .errors import ValidationError, is_connection_error, validate_block_ms
-from .keys import QueueKeys, check_name, owner_channel, queue_keys
-from .reclaim import MAX_OWNERS_PER_CALL, RECLAIM_BATCH, ReclaimResult
+from .keys import QueueKeys, check_name, queue_keys
+from .reclaim import RECLAIM_BATCH, ReclaimResult, sweep
 from .session import Session
 
 __all__ = ["QueueOperations"]
@@ -188,24 +188,8 @@ class QueueOperations:
         liveness channel for the client's ``liveness_grace_ms``); suspects are marked.
         Dequeues do this themselves; this is for an operator or a test."""
         keys = self._keys(queue, namespace)
-        with _scripts.redis_errors("queue reclaim"):
-            raw = await self._session.redis.hkeys(keys.owners)
-        owners = sorted(o.decode() if isinstance(o, bytes) else str(o) for o in raw)
-        reclaimed, wait_ms, more = 0, -1, False
-        for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
-            chunk = owners[i : i + MAX_OWNERS_PER_CALL]
-            reply = await QUEUE_RECLAIM(
-                self._session,
-                keys,
-                [self._session.liveness_grace_ms, RECLAIM_BATCH, pack(chunk)],
-                tail=[owner_channel(keys.tag, o) for o in chunk],
-            )
-            _check_status(reply.status, "reclaim")
-            reclaimed += reply.reclaimed
-            more = more or reply.more
-            if reply.wait_ms >= 0 and (wait_ms < 0 or reply.wait_ms < wait_ms):
-                wait_ms = reply.wait_ms
-        return ReclaimResult(reclaimed, wait_ms, more)
+        args: builtins.list[_scripts.Arg] = [self._session.liveness_grace_ms, RECLAIM_BATCH]
+        return await sweep(self._session, QUEUE_RECLAIM, keys, args, _reclaim_refused)
 
     # --- internals -----------------------------------------------------------------
 
@@ -290,6 +274,10 @@ class QueueOperations:
                 "client now (delivered again since, given back, or never dequeued here); "
                 "those changed nothing",
             )
+
+
+def _reclaim_refused(status: int) -> Exception:
+    return refusal(status, "queue reclaim: an argument is out of range")
 
 
 def _check_status(status: int, what: str) -> None:

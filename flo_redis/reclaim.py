@@ -1,9 +1,11 @@
-"""Reclaim: a dead worker process's runs come back in about a second.
+"""Reclaim: a dead worker process's runs, deliveries and messages come back in about a
+second.
 
 How the reclaim scripts judge an owner (present, suspected, gone after the grace,
-:data:`DEFAULT_GRACE_MS`) is in ``lua/README.md`` ("Liveness"); this module calls them.
-:class:`Reaper` runs the reclaim periodically in every worker process, so dead work comes
-back even when nothing new is invoked or polled. :func:`liveness_stats` reads the
+:data:`DEFAULT_GRACE_MS`) is in ``lua/README.md`` ("Liveness"); :func:`sweep` calls one
+of them (``action_reclaim``, ``group_reclaim``, ``queue_reclaim``) about every owner of a
+queue or group. :class:`Reaper` sweeps periodically in every worker process, so dead
+work comes back even when nothing new is invoked or polled. :func:`liveness_stats` reads the
 counters the scripts keep: reclaims by cause, stale reports refused, slot occupancy.
 """
 
@@ -17,12 +19,14 @@ from dataclasses import dataclass
 
 from . import _outage, _scripts
 from ._checks import check_count, check_names, not_registered
-from ._gateway import ACTION_REAP, ACTION_RECLAIM
+from ._gateway import ACTION_REAP, ACTION_RECLAIM, Script
+from ._replies import Reclaimed
+from ._scripts import Arg
 from ._status import Status, refusal
 from ._wake import raise_if_cancelling
-from .codec import pack, unpack_record
+from .codec import decoded, pack, unpack_record
 from .errors import NotFoundError, PermissionDeniedError, ValidationError, is_connection_error
-from .keys import action_keys, owner_channel
+from .keys import ActionKeys, GroupKeys, QueueKeys, StreamKeys, action_keys, owner_channel
 from .liveness import DEFAULT_GRACE_MS
 from .schedules import fire_due
 from .session import Session
@@ -43,14 +47,82 @@ REAP_BATCH = 100  # runs a reap step touches at most
 
 @dataclass(frozen=True, slots=True)
 class ReclaimResult:
-    """What one reclaim pass over a queue did."""
+    """What one reclaim pass did (over a queue, or a consumer group's partitions)."""
 
     reclaimed: int
-    """Runs of gone owners taken back (each went back to wait, or ended FAILED)."""
+    """Work of gone owners taken back (runs back to wait or FAILED, entries due again)."""
     wait_ms: int
     """When the earliest suspected owner's grace ends (-1: nobody is suspected)."""
     more: bool
     """True when the batch ran out before everything of the gone owners was taken back."""
+
+    def plus(self, other: ReclaimResult) -> ReclaimResult:
+        """Both passes as one: counts added, the earlier grace end, more if either."""
+        waits = [w for w in (self.wait_ms, other.wait_ms) if w >= 0]
+        return ReclaimResult(
+            self.reclaimed + other.reclaimed, min(waits, default=-1), self.more or other.more
+        )
+
+
+NOTHING = ReclaimResult(0, -1, False)
+
+Swept = ActionKeys | QueueKeys | tuple[StreamKeys, GroupKeys]
+"""The keys of what a reclaim script sweeps: an action queue, a plain queue, or one
+partition of a stream with its consumer group."""
+
+
+async def _reclaim_call(
+    session: Session,
+    script: Script[Reclaimed],
+    keys: Swept,
+    args: Sequence[Arg],
+    owners: Sequence[str],
+    refused: Callable[[int], Exception | None],
+) -> ReclaimResult | None:
+    """One reclaim script call for ``owners`` (their liveness channels in KEYS); None
+    when ``refused`` says the refusal only means there is nothing to sweep."""
+    tag = keys[0].tag if isinstance(keys, tuple) else keys.tag
+    reply = await script(
+        session,
+        keys,
+        [*args, pack(list(owners))],
+        tail=[owner_channel(tag, o) for o in owners],
+    )
+    if reply.status != Status.OK:
+        error = refused(reply.status)
+        if error is None:
+            return None
+        raise error
+    return ReclaimResult(reply.reclaimed, reply.wait_ms, reply.more)
+
+
+async def sweep(
+    session: Session,
+    script: Script[Reclaimed],
+    keys: Swept,
+    args: Sequence[Arg],
+    refused: Callable[[int], Exception | None],
+) -> ReclaimResult:
+    """Ask ``script`` (``action_reclaim``, ``queue_reclaim`` or ``group_reclaim``) about
+    every owner holding work under ``keys``, :data:`MAX_OWNERS_PER_CALL` per call,
+    each call with ``args`` then the packed owners. A non-OK status raises
+    ``refused(status)``, or, when that is None, ends the sweep quietly (the queue or
+    group is gone).
+
+    The owner list read first is only a hint of whom to ask about: each script call
+    checks every owner and every item again, atomically."""
+    owners_key = keys[1].owners if isinstance(keys, tuple) else keys.owners
+    with _scripts.redis_errors("reclaim"):
+        raw = await session.redis.hkeys(owners_key)
+    owners = sorted(decoded(o) for o in raw)
+    total = NOTHING
+    for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
+        chunk = owners[i : i + MAX_OWNERS_PER_CALL]
+        result = await _reclaim_call(session, script, keys, args, chunk, refused)
+        if result is None:
+            break
+        total = total.plus(result)
+    return total
 
 
 async def reap_queue(session: Session, name: str, namespace: str | None = None) -> int:
@@ -61,6 +133,19 @@ async def reap_queue(session: Session, name: str, namespace: str | None = None) 
     if reply.status != Status.OK:
         raise not_registered(keys)
     return reply.ready
+
+
+def _action_refused(name: str, keys: ActionKeys) -> Callable[[int], Exception]:
+    def refused(status: int) -> Exception:
+        if status == Status.NO_ACTION:
+            return refusal(
+                status,
+                f"action {name!r} is not registered in namespace {keys.namespace!r}; "
+                "register it first",
+            )
+        return refusal(status, f"reclaim in action {name!r}: grace_ms or batch out of range")
+
+    return refused
 
 
 async def reclaim_owners(
@@ -80,25 +165,14 @@ async def reclaim_owners(
     check_count("batch", batch, 1, RECLAIM_BATCH_MAX)
     owners = check_names("owners", owners)
     if not owners:
-        return ReclaimResult(0, -1, False)
+        return NOTHING
     if len(owners) > MAX_OWNERS_PER_CALL:
         raise ValidationError(f"at most {MAX_OWNERS_PER_CALL} owners per reclaim call")
     keys = action_keys(session.get_namespace(namespace), name)
-    reply = await ACTION_RECLAIM(
-        session,
-        keys,
-        [grace_ms, batch, pack(list(owners))],
-        tail=[owner_channel(keys.tag, o) for o in owners],
-    )
-    status = reply.status
-    if status == Status.NO_ACTION:
-        raise refusal(
-            status,
-            f"action {name!r} is not registered in namespace {keys.namespace!r}; register it first",
-        )
-    if status != Status.OK:
-        raise refusal(status, f"reclaim in action {name!r}: grace_ms or batch out of range")
-    return ReclaimResult(reply.reclaimed, reply.wait_ms, reply.more)
+    refused = _action_refused(name, keys)
+    result = await _reclaim_call(session, ACTION_RECLAIM, keys, [grace_ms, batch], owners, refused)
+    assert result is not None  # _action_refused never answers None
+    return result
 
 
 async def reclaim_gone_owners(
@@ -110,48 +184,46 @@ async def reclaim_gone_owners(
     namespace: str | None = None,
 ) -> ReclaimResult:
     """Look at every owner holding work in action ``name``'s queue and take back what
-    gone owners hold (see :func:`reclaim_owners`); suspects are marked for later.
-
-    The owner list read first is only a hint of whom to ask about: each script call
-    checks every owner and every run again, atomically."""
+    gone owners hold (see :func:`reclaim_owners` and :func:`sweep`); suspects are marked
+    for later."""
     check_count("grace_ms", grace_ms, 0, 2**32 - 1)
     check_count("batch", batch, 1, RECLAIM_BATCH_MAX)
     keys = action_keys(session.get_namespace(namespace), name)
-    with _scripts.redis_errors("reclaim"):
-        raw = await session.redis.hkeys(keys.owners)
-    owners = sorted(o.decode() if isinstance(o, bytes) else str(o) for o in raw)
-    reclaimed, wait_ms, more = 0, -1, False
-    for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
-        result = await reclaim_owners(
-            session,
-            name,
-            owners[i : i + MAX_OWNERS_PER_CALL],
-            grace_ms=grace_ms,
-            batch=batch,
-            namespace=namespace,
-        )
-        reclaimed += result.reclaimed
-        more = more or result.more
-        if result.wait_ms >= 0 and (wait_ms < 0 or result.wait_ms < wait_ms):
-            wait_ms = result.wait_ms
-    return ReclaimResult(reclaimed, wait_ms, more)
+    return await sweep(
+        session, ACTION_RECLAIM, keys, [grace_ms, batch], _action_refused(name, keys)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReapTarget:
+    """One thing a :class:`Reaper` sweeps: ``name`` (for logs and ``on_reclaimed``),
+    ``sweep(grace_ms)`` (one reclaim pass over it), and ``upkeep()``, run about once a
+    second (None: it needs none)."""
+
+    name: str
+    sweep: Callable[[int], Awaitable[ReclaimResult]]
+    upkeep: Callable[[], Awaitable[None]] | None = None
 
 
 class Reaper:
-    """A worker process's periodic reclaim over the action queues it serves: every
-    ``interval_s`` (sooner when a suspect's grace is about to end) it takes back the runs
-    of gone owners, and about once a second runs the queue upkeep (expired leases, due
-    delayed runs, due schedules), so dead work comes back even when nobody invokes or
-    polls, and schedules fire while any worker of their action is up.
-    ``on_reclaimed(action, count)`` hears of every batch taken back, and
+    """A worker process's periodic reclaim over what it serves: every ``interval_s``
+    (sooner when a suspect's grace is about to end, at once while a batch left more) it
+    takes back the work of gone owners, and about once a second runs each target's
+    upkeep, so dead work comes back even when nobody invokes or polls.
+
+    ``actions`` are action queues (upkeep: expired leases, due delayed runs, due
+    schedules, so schedules fire while any worker of their action is up); ``targets``
+    anything else with a sweep (a consumer group: ``client.stream.reap_target``).
+    ``on_reclaimed(name, count)`` hears of every batch taken back, and
     ``on_unregistered(action)`` is awaited when the upkeep finds an action no longer
     registered (its Redis was flushed or restarted empty), so its owner can restore it."""
 
     def __init__(
         self,
         session: Session,
-        actions: Sequence[str],
+        actions: Sequence[str] = (),
         *,
+        targets: Sequence[ReapTarget] = (),
         interval_s: float = DEFAULT_REAP_INTERVAL_S,
         grace_ms: int = DEFAULT_GRACE_MS,
         upkeep_every_s: float = 1.0,
@@ -163,7 +235,8 @@ class Reaper:
         if isinstance(grace_ms, bool) or not isinstance(grace_ms, int) or grace_ms < 0:
             raise ValidationError(f"grace_ms must be an int >= 0, got {grace_ms!r}")
         self._session = session
-        self._actions = list(dict.fromkeys(actions))
+        self._targets = [self._action(name) for name in dict.fromkeys(actions)]
+        self._targets += targets
         self._interval_s = interval_s
         self._grace_ms = grace_ms
         self._upkeep_every_s = upkeep_every_s
@@ -171,9 +244,25 @@ class Reaper:
         self._on_unregistered = on_unregistered
         self.reclaimed = 0
 
+    def _action(self, name: str) -> ReapTarget:
+        async def swept(grace_ms: int) -> ReclaimResult:
+            return await reclaim_gone_owners(self._session, name, grace_ms=grace_ms)
+
+        async def upkeep() -> None:
+            try:
+                await reap_queue(self._session, name)
+                await fire_due(self._session, name)
+            except NotFoundError:
+                if self._on_unregistered is not None:
+                    with contextlib.suppress(Exception):
+                        await self._on_unregistered(name)
+
+        return ReapTarget(name, swept, upkeep)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Reap until ``stop`` is set. Failures are logged and retried, backing off to
-        :data:`_MAX_FAILED_PAUSE_S` while Redis is unreachable."""
+        :data:`_MAX_FAILED_PAUSE_S` while Redis is unreachable; an ACL refusal is logged
+        and raised (retrying cannot help until the ACL changes)."""
         loop = asyncio.get_running_loop()
         next_upkeep = loop.time() + self._upkeep_every_s
         failures = 0
@@ -181,26 +270,28 @@ class Reaper:
             raise_if_cancelling()
             pause = self._interval_s
             failed = False
-            for name in self._actions:
+            for target in self._targets:
                 try:
-                    result = await reclaim_gone_owners(self._session, name, grace_ms=self._grace_ms)
+                    result = await target.sweep(self._grace_ms)
                 except asyncio.CancelledError:
                     raise
                 except PermissionDeniedError as exc:
-                    log.error("reclaim in %r refused: %s", name, exc)
+                    log.error("reclaim in %r refused: %s", target.name, exc)
                     raise
                 except Exception as exc:
                     failed = True
                     if is_connection_error(exc):
                         _outage.failed(log, self._session.redis, "reclaim", exc)
                     elif failures == 0:
-                        log.warning("reclaim in %r failed (%s); trying again", name, exc)
+                        log.warning("reclaim in %r failed (%s); trying again", target.name, exc)
                     continue
                 if result.reclaimed:
                     self.reclaimed += result.reclaimed
                     if self._on_reclaimed is not None:
-                        self._on_reclaimed(name, result.reclaimed)
-                    log.info("took back %d run(s) of gone owners in %r", result.reclaimed, name)
+                        self._on_reclaimed(target.name, result.reclaimed)
+                    log.info(
+                        "took back %d item(s) of gone owners in %r", result.reclaimed, target.name
+                    )
                 if result.more:
                     pause = 0.0
                 elif result.wait_ms >= 0:
@@ -210,8 +301,9 @@ class Reaper:
                 pause = min(self._interval_s * 2**failures, _MAX_FAILED_PAUSE_S)
             elif loop.time() >= next_upkeep:
                 next_upkeep = loop.time() + self._upkeep_every_s
-                for name in self._actions:
-                    await self._upkeep(name)
+                for target in self._targets:
+                    if target.upkeep is not None:
+                        await self._upkeep(target.name, target.upkeep)
             if pause > 0:
                 waiter = asyncio.ensure_future(stop.wait())
                 try:
@@ -221,14 +313,10 @@ class Reaper:
             else:
                 await asyncio.sleep(0)
 
-    async def _upkeep(self, name: str) -> None:
+    @staticmethod
+    async def _upkeep(name: str, upkeep: Callable[[], Awaitable[None]]) -> None:
         try:
-            await reap_queue(self._session, name)
-            await fire_due(self._session, name)
-        except NotFoundError:
-            if self._on_unregistered is not None:
-                with contextlib.suppress(Exception):
-                    await self._on_unregistered(name)
+            await upkeep()
         except Exception as exc:
             log.debug("upkeep of %r failed (%s); trying again", name, exc)
 
@@ -301,9 +389,11 @@ async def liveness_stats(
 __all__ = [
     "DEFAULT_REAP_INTERVAL_S",
     "LivenessStats",
+    "ReapTarget",
     "Reaper",
     "ReclaimResult",
     "liveness_stats",
     "reclaim_gone_owners",
     "reclaim_owners",
+    "sweep",
 ]

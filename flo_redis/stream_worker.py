@@ -38,8 +38,10 @@ from .errors import (
     validate_block_ms,
 )
 from .keys import check_name
+from .reclaim import Reaper
 from .results import HandlerPool, check_handler, error_text
 from .retry import EmptyPollBackoff, is_refused_unrun, sleep_unless_stopped, worker_backoff
+from .streams import reap_target
 from .types import (
     DEFAULT_WORKER_BLOCK_MS,
     StreamGroupNackOptions,
@@ -54,8 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("flo_redis.stream_worker")
 
 _MAX_DRAIN_PAGES = 1000
-# How often a StreamWorker looks for gone consumers' deliveries in its group.
-_REAP_INTERVAL_S = 0.25
 # asyncio.timeout (3.11+) runs a handler without a timer task of its own.
 _INLINE_TIMEOUT = sys.version_info >= (3, 11)
 
@@ -194,13 +194,13 @@ class StreamWorker(WorkerLifecycle):
             await self._join()
             if self.config.redeliver_pending_on_reconnect:
                 await self._drain_pending()
-            reaper = asyncio.create_task(self._reap_loop(), name="flo-stream-reaper")
+            reaper = asyncio.create_task(self._reaper(client).run(self._stop), name="flo-reaper")
             try:
                 await self._poll_loop()
             finally:
                 reaper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reaper
+                with contextlib.suppress(asyncio.CancelledError, PermissionDeniedError):
+                    await reaper  # an ACL refusal was logged; reads go on without reclaims
             await self._wait_handlers()
             await self._acks.close()
             with contextlib.suppress(Exception):
@@ -410,17 +410,15 @@ class StreamWorker(WorkerLifecycle):
             cfg.stream, cfg.group, items, consumer=cfg.consumer, partition=int(partition)
         )
 
-    async def _reap_loop(self) -> None:
-        """Give back, every so often, what gone consumers of the group were holding."""
+    def _reaper(self, client: FloClient) -> Reaper:
+        """Gives back, every so often, what gone consumers of the group were holding."""
         cfg = self.config
-        while not await sleep_unless_stopped(self._stop, _REAP_INTERVAL_S):
-            try:
-                reclaimed = await self.client.stream.reclaim_gone_owners(cfg.stream, cfg.group)
-            except Exception as exc:
-                log.debug("stream reclaim failed (%s); trying again", exc)
-                continue
-            if reclaimed:
-                self.observer.records_reclaimed(cfg.stream, cfg.group, reclaimed)
+        return Reaper(
+            client.session,
+            targets=[reap_target(client.stream, cfg.stream, cfg.group)],
+            grace_ms=client.liveness_grace_ms,
+            on_reclaimed=lambda _, n: self.observer.records_reclaimed(cfg.stream, cfg.group, n),
+        )
 
     async def _wait_handlers(self) -> None:
         """Wait for every record's handler and ack. After :meth:`abort`, they are

@@ -75,10 +75,17 @@ from .keys import (
     GroupKeys,
     StreamKeys,
     check_name,
-    owner_channel,
     stream_keys,
 )
 from .liveness import DEFAULT_GRACE_MS
+from .reclaim import (
+    NOTHING,
+    RECLAIM_BATCH,
+    RECLAIM_BATCH_MAX,
+    ReapTarget,
+    ReclaimResult,
+    sweep,
+)
 from .session import Session
 from .stream_ops import StreamInspection
 from .types import (
@@ -101,9 +108,6 @@ from .types import (
 )
 
 DEFAULT_COUNT = 100
-RECLAIM_BATCH = 100  # index entries of gone owners one group_reclaim call handles
-RECLAIM_BATCH_MAX = 1000  # the most the script takes (its bound)
-MAX_OWNERS_PER_CALL = 100  # owners (and their channels, in KEYS) per group_reclaim call
 CLAIM_SCAN = 1000  # pending entries one group_claim call inspects at most
 TRIM_BATCH = 1000  # records one trim script call removes (or counts) at most
 DEFAULT_ACK_TIMEOUT_MS = 30_000
@@ -152,6 +156,26 @@ class StreamDeadLetterOptions:
     start: StreamID | None = None
     count: int = DEFAULT_COUNT
     partition: int | None = None
+
+
+def _reclaim_refused(status: int) -> Exception | None:
+    if status == Status.NO_GROUP:
+        return None  # no group on this partition: nothing to give back
+    return refusal(status, "reclaim: grace_ms or batch out of range")
+
+
+def reap_target(
+    streams: StreamOperations, stream: str, group: str, namespace: str | None = None
+) -> ReapTarget:
+    """What a :class:`~flo_redis.reclaim.Reaper` sweeps for consumer group ``group``: the
+    deliveries its gone consumers hold, on every partition (no upkeep: ``group_read``
+    itself hands out entries past their ack timeout)."""
+    check_name("group name", group)
+
+    async def swept(grace_ms: int) -> ReclaimResult:
+        return await streams._reclaim(stream, group, grace_ms, RECLAIM_BATCH, namespace)
+
+    return ReapTarget(f"{stream}/{group}", swept)
 
 
 class _PerPartition(Protocol):
@@ -809,30 +833,26 @@ class StreamOperations(StreamInspection):
         subscription absent past ``grace_ms``): each such entry is delivered again by the
         next group_read, its delivery count raised. Suspects are marked for later; a
         present owner's deliveries are never touched. Returns how many entries became
-        due. StreamWorkers call this periodically."""
+        due. StreamWorkers do this periodically (:func:`reap_target`)."""
+        return (await self._reclaim(stream, group, grace_ms, batch, namespace)).reclaimed
+
+    async def _reclaim(
+        self, stream: str, group: str, grace_ms: int, batch: int, namespace: str | None
+    ) -> ReclaimResult:
+        """One reclaim pass over every partition of ``group`` (:func:`flo_redis.reclaim.sweep`)."""
         check_count("grace_ms", grace_ms, 0, 2**32 - 1)
         check_count("batch", batch, 1, RECLAIM_BATCH_MAX)
-        reclaimed = 0
+        total = NOTHING
         for keys in await self._partitions(stream, namespace):
-            gk = keys.group(group)
-            with _scripts.redis_errors("reclaim"):
-                raw = await self._session.redis.hkeys(gk.owners)
-            owners = sorted(o.decode() if isinstance(o, bytes) else str(o) for o in raw)
-            for i in range(0, len(owners), MAX_OWNERS_PER_CALL):
-                chunk = owners[i : i + MAX_OWNERS_PER_CALL]
-                reply = await GROUP_RECLAIM(
-                    self._session,
-                    (keys, gk),
-                    [group, grace_ms, batch, pack(chunk)],
-                    tail=[owner_channel(keys.tag, o) for o in chunk],
-                )
-                status = reply.status
-                if status == Status.NO_GROUP:
-                    break
-                if status != Status.OK:
-                    raise refusal(status, "reclaim: grace_ms or batch out of range")
-                reclaimed += reply.reclaimed
-        return reclaimed
+            swept = await sweep(
+                self._session,
+                GROUP_RECLAIM,
+                (keys, keys.group(group)),
+                [group, grace_ms, batch],
+                _reclaim_refused,
+            )
+            total = total.plus(swept)
+        return total
 
     async def group_settings(
         self, stream: str, group: str, namespace: str | None = None

@@ -58,7 +58,6 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ],
     ("lib/owners.lua", "RECLAIM_MAX_OWNERS"): [
         (reclaim.MAX_OWNERS_PER_CALL, "reclaim.MAX_OWNERS_PER_CALL"),
-        (streams.MAX_OWNERS_PER_CALL, "streams.MAX_OWNERS_PER_CALL"),
     ],
     ("action_invoke_many.lua", "MAX_RUNS"): [(actions.INVOKE_BATCH, "actions.INVOKE_BATCH")],
     ("run_complete_many.lua", "MAX_ITEMS"): [(tasks.COMPLETE_BATCH, "tasks.COMPLETE_BATCH")],
@@ -86,7 +85,6 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
 WITHIN: dict[tuple[str, str], list[tuple[int, str]]] = {
     ("lib/owners.lua", "RECLAIM_MAX_BATCH"): [
         (reclaim.RECLAIM_BATCH, "reclaim.RECLAIM_BATCH"),
-        (streams.RECLAIM_BATCH, "streams.RECLAIM_BATCH"),
     ],
 }
 
