@@ -49,8 +49,6 @@ __all__ = [
     "ValueTooLargeError",
     "WaitTimeoutError",
     "is_connection_error",
-    "server_error",
-    "validate_block_ms",
 ]
 
 

@@ -1,68 +1,9 @@
-"""flo's ``flo.exceptions`` path: the error tree, re-exported from :mod:`flo_redis.errors`
-so that ``from flo.exceptions import NotFoundError`` migrates by renaming the package."""
+"""flo's ``flo.exceptions`` path: the error tree of :mod:`flo_redis.errors` (its
+``__all__``), so that ``from flo.exceptions import NotFoundError`` migrates by renaming the
+package."""
 
-from .errors import (
-    BadRequestError,
-    BlockTooLongError,
-    ConflictError,
-    ConnectionFailedError,
-    FloError,
-    GenericServerError,
-    IncompleteResponseError,
-    InternalServerError,
-    InvalidChecksumError,
-    InvalidEndpointError,
-    InvalidMagicError,
-    KeyTooLargeError,
-    NamespaceTooLargeError,
-    NonRetryableError,
-    NotConnectedError,
-    NotFoundError,
-    OverloadedError,
-    PayloadTooLargeError,
-    ProtocolError,
-    RateLimitedError,
-    RedisVersionError,
-    RequestTimeoutError,
-    ServerError,
-    TableMismatchError,
-    UnauthorizedError,
-    UnavailableError,
-    UnexpectedEofError,
-    ValidationError,
-    ValueTooLargeError,
-    is_connection_error,
-)
+from . import errors
+from .errors import *  # noqa: F403
 
-__all__ = [
-    "BadRequestError",
-    "BlockTooLongError",
-    "ConflictError",
-    "ConnectionFailedError",
-    "FloError",
-    "GenericServerError",
-    "IncompleteResponseError",
-    "InternalServerError",
-    "InvalidChecksumError",
-    "InvalidEndpointError",
-    "InvalidMagicError",
-    "KeyTooLargeError",
-    "NamespaceTooLargeError",
-    "NonRetryableError",
-    "NotConnectedError",
-    "NotFoundError",
-    "OverloadedError",
-    "PayloadTooLargeError",
-    "ProtocolError",
-    "RateLimitedError",
-    "RedisVersionError",
-    "RequestTimeoutError",
-    "ServerError",
-    "TableMismatchError",
-    "UnauthorizedError",
-    "UnavailableError",
-    "UnexpectedEofError",
-    "ValidationError",
-    "ValueTooLargeError",
-    "is_connection_error",
-]
+__all__: list[str] = []
+__all__ += errors.__all__

@@ -17,17 +17,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar
 
-from ._queue_types import (  # flo defines the queue's types in flo.types too
-    AckOptions,
-    DequeueOptions,
-    DequeueResult,
-    DlqListOptions,
-    DlqRequeueOptions,
-    EnqueueOptions,
-    Message,
-    NackOptions,
-    PeekOptions,
-)
+from . import _queue_types
+from ._queue_types import *  # noqa: F403  (flo defines the queue's types in flo.types too)
 
 __all__ = [
     "DEFAULT_WORKER_BLOCK_MS",
@@ -35,7 +26,6 @@ __all__ = [
     "MAX_KEY_SIZE",
     "MAX_NAMESPACE_SIZE",
     "MAX_VALUE_SIZE",
-    "AckOptions",
     "ActionDeleteOptions",
     "ActionInfo",
     "ActionInvokeOptions",
@@ -46,14 +36,6 @@ __all__ = [
     "ActionRunStatus",
     "ActionStatusOptions",
     "ActionType",
-    "DequeueOptions",
-    "DequeueResult",
-    "DlqListOptions",
-    "DlqRequeueOptions",
-    "EnqueueOptions",
-    "Message",
-    "NackOptions",
-    "PeekOptions",
     "PendingEntry",
     "Ran",
     "RateLimit",
@@ -89,6 +71,7 @@ __all__ = [
     "WorkerTouchOptions",
     "WorkerType",
 ]
+__all__ += _queue_types.__all__
 
 # =============================================================================
 # Limits
