@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import TypeVar
 
 from .errors import KeyTooLargeError, NamespaceTooLargeError, ValidationError, server_error
 from .types import MAX_KEY_SIZE, MAX_NAMESPACE_SIZE, Ran, Reason, StatusCode
@@ -58,6 +60,30 @@ def check_namespace(namespace: str) -> str:
 def check_name(kind: str, name: str) -> str:
     """Validate an action, stream, group, consumer or worker name."""
     return _check(kind, name)
+
+
+Keys = TypeVar("Keys")
+
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a keys dataclass -> its field names
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _keyed(
+    cls: type[Keys], base: str, short: Mapping[str, str] | None = None, **names: object
+) -> Keys:
+    """A keys dataclass: ``names`` (the names the keys are for, the tag) as given, every
+    other field the key ``<base>:<suffix>``, the suffix being the field's name with ``-``
+    for ``_``, or its ``short`` name (kept from the first key layout)."""
+    short = short or {}
+    keys = {
+        name: f"{base}:{short.get(name, name.replace('_', '-'))}"
+        for name in _FIELDS.get(cls) or _FIELDS.setdefault(cls, _field_names(cls))
+        if name not in names
+    }
+    return cls(**names, **keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,31 +149,9 @@ def _action_keys(namespace: str, action: str) -> ActionKeys:
     check_namespace(namespace)
     check_name("action name", action)
     tag = f"{{{namespace}:{action}}}"
-    base = f"{PREFIX}:a:{tag}"
-    return ActionKeys(
-        namespace=namespace,
-        action=action,
-        tag=tag,
-        definition=f"{base}:def",
-        meta=f"{base}:meta",
-        runs=f"{base}:runs",
-        inputs=f"{base}:in",
-        pending=f"{base}:pending",
-        delayed=f"{base}:delayed",
-        leases=f"{base}:leases",
-        done=f"{base}:done",
-        failed=f"{base}:failed",
-        idempotency=f"{base}:idem",
-        polls=f"{base}:polls",
-        poll_times=f"{base}:poll-times",
-        owners=f"{base}:owners",
-        owned=f"{base}:owned",
-        slots=f"{base}:slots",
-        rate=f"{base}:rate",
-        schedules=f"{base}:schedules",
-        schedule_due=f"{base}:schedule-due",
-        wake=f"{base}:wake",
-        ended=f"{base}:ended",
+    short = {"definition": "def", "inputs": "in", "idempotency": "idem"}
+    return _keyed(
+        ActionKeys, f"{PREFIX}:a:{tag}", short, namespace=namespace, action=action, tag=tag
     )
 
 
@@ -212,15 +216,7 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
 @functools.lru_cache(maxsize=1024)
 def _namespace_keys(namespace: str) -> NamespaceKeys:
     check_namespace(namespace)
-    base = f"{PREFIX}:ns:{{{namespace}}}"
-    return NamespaceKeys(
-        namespace=namespace,
-        config=f"{base}:config",
-        workers=f"{base}:workers",
-        worker_ids=f"{base}:worker-ids",
-        actions=f"{base}:actions",
-        streams=f"{base}:streams",
-    )
+    return _keyed(NamespaceKeys, f"{PREFIX}:ns:{{{namespace}}}", namespace=namespace)
 
 
 def namespaces_key() -> str:
@@ -284,17 +280,7 @@ class StreamKeys:
     def group(self, group: str) -> GroupKeys:
         check_name("group name", group)
         base = f"{self.log[: -len(':log')]}:g:{group}"
-        return GroupKeys(
-            group=group,
-            config=f"{base}:cfg",
-            due=f"{base}:due",
-            deliveries=f"{base}:dlv",
-            dead=f"{base}:dead",
-            polls=f"{base}:polls",
-            poll_times=f"{base}:poll-times",
-            owners=f"{base}:owners",
-            owned=f"{base}:owned",
-        )
+        return _keyed(GroupKeys, base, {"config": "cfg", "deliveries": "dlv"}, group=group)
 
 
 def stream_keys(namespace: str, stream: str, partition: int = 0) -> StreamKeys:
@@ -312,14 +298,8 @@ def stream_keys(namespace: str, stream: str, partition: int = 0) -> StreamKeys:
     else:
         tag = f"{{{namespace}:{stream}/{partition}}}"
         base = f"{PREFIX}:s{partition}:{tag}"
-    return StreamKeys(
-        namespace=namespace,
-        stream=stream,
-        partition=partition,
-        tag=tag,
-        log=f"{base}:log",
-        meta=f"{base}:meta",
-        wake=f"{base}:wake",
+    return _keyed(
+        StreamKeys, base, namespace=namespace, stream=stream, partition=partition, tag=tag
     )
 
 
@@ -350,20 +330,4 @@ def queue_keys(namespace: str, queue: str) -> QueueKeys:
     check_namespace(namespace)
     check_name("queue name", queue)
     tag = f"{{{namespace}:{queue}}}"
-    base = f"{PREFIX}:q:{tag}"
-    return QueueKeys(
-        namespace=namespace,
-        queue=queue,
-        tag=tag,
-        meta=f"{base}:meta",
-        msgs=f"{base}:msgs",
-        bodies=f"{base}:bodies",
-        ready=f"{base}:ready",
-        leases=f"{base}:leases",
-        dead=f"{base}:dead",
-        owners=f"{base}:owners",
-        owned=f"{base}:owned",
-        wake=f"{base}:wake",
-        polls=f"{base}:polls",
-        poll_times=f"{base}:poll-times",
-    )
+    return _keyed(QueueKeys, f"{PREFIX}:q:{tag}", namespace=namespace, queue=queue, tag=tag)

@@ -526,11 +526,12 @@ class StreamGroupReadOptions:
 
 
 @dataclass
-class StreamGroupAckOptions:
-    """Options for group_ack. ``consumer`` is informational: any consumer may ack.
+class _GroupSettleOptions:
+    """What group_ack and group_nack take. ``consumer`` is informational: any consumer
+    may settle an entry.
 
     ``token`` (flo_redis) is the delivery count of the caller's delivery; when
-    given, the ack is refused if the entry was delivered again since.
+    given, the call is refused if the entry was delivered again since.
     ``partition`` (flo_redis) is the partition the ids live in (a record's
     ``partition``); 0 for a stream without partitions."""
 
@@ -541,18 +542,13 @@ class StreamGroupAckOptions:
 
 
 @dataclass
-class StreamGroupNackOptions:
-    """Options for group_nack. ``consumer`` is informational: any consumer may nack.
+class StreamGroupAckOptions(_GroupSettleOptions):
+    """Options for group_ack: the fields of :class:`_GroupSettleOptions`."""
 
-    ``token`` (flo_redis) is the delivery count of the caller's delivery; when
-    given, the nack is refused if the entry was delivered again since.
-    ``partition`` (flo_redis) is the partition the ids live in (a record's
-    ``partition``); 0 for a stream without partitions."""
 
-    namespace: str | None = None
-    consumer: str = ""
-    token: int | None = None
-    partition: int = 0
+@dataclass
+class StreamGroupNackOptions(_GroupSettleOptions):
+    """Options for group_nack: the fields of :class:`_GroupSettleOptions`."""
 
 
 # =============================================================================
