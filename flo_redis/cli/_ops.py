@@ -36,6 +36,15 @@ def yes_option(command: F) -> F:
     return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(command)
 
 
+def list_command(group: click.Group) -> Callable[[Callable[..., Any]], click.Command]:
+    """``<group> list``, taking the connection options and ``--json``."""
+
+    def decorate(fn: Callable[..., Any]) -> click.Command:
+        return group.command("list")(connection_options(json_option(fn)))
+
+    return decorate
+
+
 def with_client(url: str, namespace: str, work: Callable[[FloClient], Awaitable[T]]) -> T:
     """Run ``work`` with a connected client; flo's errors become a one-line message and
     exit status 1."""

@@ -23,12 +23,14 @@ def url_option(fn: F) -> F:
     )(fn)
 
 
+def env_option(flag: str, about: str, **settings: Any) -> Callable[[F], F]:
+    """``flag`` (``--some-thing``), read from ``FLO_REDIS_SOME_THING`` when not given, which
+    ends its help line ``about``; its default is shown unless ``show_default=False``."""
+    env = "FLO_REDIS_" + flag.removeprefix("--").replace("-", "_").upper()
+    settings.setdefault("show_default", True)
+    return click.option(flag, envvar=env, help=f"{about} (env {env}).", **settings)
+
+
 def namespace_option(what: str) -> Callable[[F], F]:
     """``--namespace``; env ``FLO_REDIS_NAMESPACE``. ``what`` ends its help line."""
-    return click.option(
-        "--namespace",
-        envvar="FLO_REDIS_NAMESPACE",
-        default="default",
-        show_default=True,
-        help=f"Namespace {what} (env FLO_REDIS_NAMESPACE).",
-    )
+    return env_option("--namespace", f"Namespace {what}", default="default")

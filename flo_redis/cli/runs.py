@@ -9,17 +9,7 @@ from ..client import FloClient
 from ..errors import ValidationError
 from ..keys import action_of_run
 from ..types import ActionRunStatus
-from ._ops import (
-    age,
-    confirm,
-    connection_options,
-    console,
-    json_option,
-    print_json,
-    table,
-    with_client,
-    yes_option,
-)
+from . import _ops as ops
 
 STATES = click.Choice([s.value for s in RunState])
 
@@ -38,9 +28,7 @@ def runs() -> None:
     """List, show, re-queue and purge runs."""
 
 
-@runs.command("list")
-@connection_options
-@json_option
+@ops.list_command(runs)
 @click.argument("action")
 @click.option("--state", type=STATES, default="pending", show_default=True)
 @click.option("--limit", type=click.IntRange(1, 1024), default=20, show_default=True)
@@ -63,13 +51,13 @@ def list_runs(
         )
         return await client.server_time_ms(), page
 
-    now_ms, page = with_client(url, namespace, read)
+    now_ms, page = ops.with_client(url, namespace, read)
     if as_json:
-        print_json(page)
+        ops.print_json(page)
         return
     when = "due in" if page.state is RunState.DELAYED else "finished"
-    console().print(
-        table(
+    ops.console().print(
+        ops.table(
             f"{state} runs of {action!r}",
             ["run", "status", "attempt", "created", when, "worker", "error"],
             [
@@ -77,7 +65,7 @@ def list_runs(
                     r.run_id,
                     r.status.name,
                     f"{r.attempt}/{r.max_retries}",
-                    age(r.created_at_ms, now_ms) + " ago",
+                    ops.age(r.created_at_ms, now_ms) + " ago",
                     _when(r, now_ms),
                     r.worker_id,
                     _short(r.error_message),
@@ -92,21 +80,21 @@ def list_runs(
 
 def _when(run: ActionRunStatus, now_ms: int) -> str:
     if run.due_at_ms is not None:
-        return age(now_ms, run.due_at_ms) if run.due_at_ms > now_ms else "now"
+        return ops.age(now_ms, run.due_at_ms) if run.due_at_ms > now_ms else "now"
     if run.completed_at_ms is not None:
-        return age(run.completed_at_ms, now_ms) + " ago"
+        return ops.age(run.completed_at_ms, now_ms) + " ago"
     return ""
 
 
 @runs.command("show")
-@connection_options
-@json_option
+@ops.connection_options
+@ops.json_option
 @click.argument("run_id")
 def show(url: str, namespace: str, as_json: bool, run_id: str) -> None:
     """Everything known about RUN_ID: status, attempts, times, output or error."""
-    run = with_client(url, namespace, lambda c: c.action.status(run_id))
+    run = ops.with_client(url, namespace, lambda c: c.action.status(run_id))
     if as_json:
-        print_json(run)
+        ops.print_json(run)
         return
     output = run.output.decode(errors="replace") if run.output is not None else None
     progress = run.progress.decode(errors="replace") if run.progress is not None else None
@@ -124,12 +112,12 @@ def show(url: str, namespace: str, as_json: bool, run_id: str) -> None:
         ("output", output),
         ("error", run.error_message),
     ]
-    console().print(table(f"run {run_id}", ["field", "value"], [r for r in rows if r[1]]))
+    ops.console().print(ops.table(f"run {run_id}", ["field", "value"], [r for r in rows if r[1]]))
 
 
 @runs.command("requeue")
-@connection_options
-@yes_option
+@ops.connection_options
+@ops.yes_option
 @click.argument("action")
 @click.argument("run_ids", nargs=-1)
 def requeue(url: str, namespace: str, yes: bool, action: str, run_ids: tuple[str, ...]) -> None:
@@ -154,16 +142,16 @@ def requeue(url: str, namespace: str, yes: bool, action: str, run_ids: tuple[str
         failed = counts.failed + counts.timed_out
         if failed == 0:
             return f"no failed runs of {action}"
-        confirm(yes, f"Re-queue all {failed} failed runs of {action!r}?")
+        ops.confirm(yes, f"Re-queue all {failed} failed runs of {action!r}?")
         done = await client.action.requeue_failed(action)
         return f"re-queued {done.count} run(s) of {action} in {done.calls} call(s)"
 
-    click.echo(with_client(url, namespace, run))
+    click.echo(ops.with_client(url, namespace, run))
 
 
 @runs.command("purge")
-@connection_options
-@yes_option
+@ops.connection_options
+@ops.yes_option
 @click.argument("action")
 @click.option("--state", type=click.Choice(["pending", "delayed", "completed", "failed"]),
               required=True)  # fmt: skip
@@ -180,8 +168,8 @@ def purge(url: str, namespace: str, yes: bool, action: str, state: str) -> None:
         }[state]
         if n == 0:
             return f"no {state} runs of {action}"
-        confirm(yes, f"Delete all {n} {state} runs of {action!r}? This cannot be undone.")
+        ops.confirm(yes, f"Delete all {n} {state} runs of {action!r}? This cannot be undone.")
         done = await client.action.purge(action, state)
         return f"purged {done.count} {state} run(s) of {action} in {done.calls} call(s)"
 
-    click.echo(with_client(url, namespace, run))
+    click.echo(ops.with_client(url, namespace, run))

@@ -11,17 +11,7 @@ from ..errors import ValidationError
 from ..stream_ops import GroupCounts
 from ..streams import DeadLetter, StreamDeadLetterOptions
 from ..types import StreamID, StreamInfo
-from ._ops import (
-    age,
-    confirm,
-    connection_options,
-    console,
-    json_option,
-    print_json,
-    table,
-    with_client,
-    yes_option,
-)
+from . import _ops as ops
 
 
 def register(group: click.Group) -> None:
@@ -41,7 +31,7 @@ def _parse_id(text: str) -> StreamID:
 
 
 def _groups_table(title: str, groups: tuple[GroupCounts, ...]) -> object:
-    return table(
+    return ops.table(
         title,
         ["stream", "group", "lag", "pending", "consumers", "dead letters"],
         [
@@ -57,9 +47,7 @@ def streams() -> None:
     """See the namespace's streams and their consumer groups."""
 
 
-@streams.command("list")
-@connection_options
-@json_option
+@ops.list_command(streams)
 def list_streams(url: str, namespace: str, as_json: bool) -> None:
     """Every stream: partitions, records, bytes and its groups' lag."""
 
@@ -69,14 +57,14 @@ def list_streams(url: str, namespace: str, as_json: bool) -> None:
         groups = await asyncio.gather(*(client.stream.groups(n) for n in names))
         return list(zip(names, infos, groups, strict=True))
 
-    found = with_client(url, namespace, read)
+    found = ops.with_client(url, namespace, read)
     if as_json:
-        print_json(
+        ops.print_json(
             [{"stream": name, "info": info, "groups": groups} for name, info, groups in found]
         )
         return
-    console().print(
-        table(
+    ops.console().print(
+        ops.table(
             f"Streams in {namespace!r}",
             ["stream", "partitions", "records", "bytes", "groups", "lag", "dead letters"],
             [
@@ -96,8 +84,8 @@ def list_streams(url: str, namespace: str, as_json: bool) -> None:
 
 
 @streams.command("info")
-@connection_options
-@json_option
+@ops.connection_options
+@ops.json_option
 @click.argument("stream")
 def info(url: str, namespace: str, as_json: bool, stream: str) -> None:
     """STREAM's size and bounds, and every group's lag, pending, consumers and dead
@@ -106,13 +94,13 @@ def info(url: str, namespace: str, as_json: bool, stream: str) -> None:
     async def read(client: FloClient) -> tuple[StreamInfo, tuple[GroupCounts, ...]]:
         return await client.stream.info(stream), await client.stream.groups(stream)
 
-    stream_info, groups = with_client(url, namespace, read)
+    stream_info, groups = ops.with_client(url, namespace, read)
     if as_json:
-        print_json({"stream": stream, "info": stream_info, "groups": groups})
+        ops.print_json({"stream": stream, "info": stream_info, "groups": groups})
         return
-    out = console()
+    out = ops.console()
     out.print(
-        table(
+        ops.table(
             f"stream {stream!r}",
             ["partitions", "records", "bytes", "first id", "last id"],
             [
@@ -134,9 +122,7 @@ def dead_letters() -> None:
     """See and replay the records a consumer group gave up on."""
 
 
-@dead_letters.command("list")
-@connection_options
-@json_option
+@ops.list_command(dead_letters)
 @click.argument("stream")
 @click.argument("group")
 @click.option("--count", type=click.IntRange(1, 1000), default=20, show_default=True)
@@ -149,12 +135,12 @@ def list_dead(url: str, namespace: str, as_json: bool, stream: str, group: str, 
         )
         return await client.server_time_ms(), letters
 
-    now_ms, letters = with_client(url, namespace, read)
+    now_ms, letters = ops.with_client(url, namespace, read)
     if as_json:
-        print_json(letters)
+        ops.print_json(letters)
         return
-    console().print(
-        table(
+    ops.console().print(
+        ops.table(
             f"dead letters of {group!r} on {stream!r}",
             ["id", "partition", "record", "reason", "deliveries", "consumer", "dead", "bytes"],
             [
@@ -165,7 +151,7 @@ def list_dead(url: str, namespace: str, as_json: bool, stream: str, group: str, 
                     d.reason,
                     d.delivery_count,
                     d.consumer,
-                    age(d.dead_at_ms, now_ms) + " ago",
+                    ops.age(d.dead_at_ms, now_ms) + " ago",
                     len(d.payload),
                 )
                 for d in letters
@@ -175,8 +161,8 @@ def list_dead(url: str, namespace: str, as_json: bool, stream: str, group: str, 
 
 
 @dead_letters.command("replay")
-@connection_options
-@yes_option
+@ops.connection_options
+@ops.yes_option
 @click.argument("stream")
 @click.argument("group")
 @click.option("--count", type=click.IntRange(1, 1000), default=100, show_default=True,
@@ -197,7 +183,7 @@ def replay(
     dead letters; every group of the stream reads them again."""
     named = [_parse_id(i) for i in ids] or None
     what = f"{len(ids)} named" if named else f"up to {count}"
-    confirm(yes, f"Replay {what} dead letters of {group!r} onto {stream!r}?")
+    ops.confirm(yes, f"Replay {what} dead letters of {group!r} onto {stream!r}?")
 
     async def run(client: FloClient) -> int:
         try:
@@ -208,5 +194,5 @@ def replay(
             raise click.BadParameter(str(exc)) from exc
         return len(done)
 
-    n = with_client(url, namespace, run)
+    n = ops.with_client(url, namespace, run)
     click.echo(f"replayed {n} dead letter(s) of {group} onto {stream}")

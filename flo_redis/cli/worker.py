@@ -30,7 +30,7 @@ from ..errors import FloError
 from ..worker import ActionWorker
 from . import _supervisor, _targets
 from ._logging import LOG_FORMATS, LOG_LEVELS, setup_logging
-from ._options import namespace_option, url_option
+from ._options import env_option, namespace_option, url_option
 
 log = logging.getLogger("flo_redis.cli")
 
@@ -234,47 +234,36 @@ def add_sidecar(sidecar: Sidecar, *options: click.Option) -> None:
 @click.command("worker")
 @url_option
 @namespace_option("the workers work in")
-@click.option(
+@env_option(
     "--concurrency",
-    envvar="FLO_REDIS_CONCURRENCY",
+    "Handlers each worker runs at once; default: the worker's own setting",
     type=click.IntRange(min=1),
     default=None,
-    help="Handlers each worker runs at once; default: the worker's own setting "
-    "(env FLO_REDIS_CONCURRENCY).",
 )
-@click.option(
+@env_option(
     "--log-level",
-    envvar="FLO_REDIS_LOG_LEVEL",
+    "How much to log",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default="INFO",
-    show_default=True,
-    help="env FLO_REDIS_LOG_LEVEL",
 )
-@click.option(
+@env_option(
     "--log-format",
-    envvar="FLO_REDIS_LOG_FORMAT",
+    "text lines, or one JSON object per line",
     type=click.Choice(LOG_FORMATS),
     default="text",
-    show_default=True,
-    help="text lines, or one JSON object per line (env FLO_REDIS_LOG_FORMAT).",
 )
-@click.option(
+@env_option(
     "--shutdown-timeout",
-    envvar="FLO_REDIS_SHUTDOWN_TIMEOUT",
+    "Seconds running handlers get to finish after the first signal; then they are "
+    "cancelled and their runs given back",
     type=click.FloatRange(min=0),
     default=30.0,
-    show_default=True,
-    help="Seconds running handlers get to finish after the first signal; then they are "
-    "cancelled and their runs given back (env FLO_REDIS_SHUTDOWN_TIMEOUT).",
 )
-@click.option(
+@env_option(
     "--processes",
-    envvar="FLO_REDIS_PROCESSES",
+    "Worker processes to run under a supervisor that restarts any that die",
     type=click.IntRange(min=1),
     default=1,
-    show_default=True,
-    help="Worker processes to run under a supervisor that restarts any that die "
-    "(env FLO_REDIS_PROCESSES).",
 )
 @click.argument("targets", metavar="MODULE:ATTR...", nargs=-1, required=True)
 @click.pass_context

@@ -7,17 +7,7 @@ import click
 from ..client import FloClient
 from ..discovery import all_workers
 from ..types import WorkerInfo
-from ._ops import (
-    age,
-    confirm,
-    connection_options,
-    console,
-    json_option,
-    print_json,
-    table,
-    with_client,
-    yes_option,
-)
+from . import _ops as ops
 
 
 def register(group: click.Group) -> None:
@@ -29,21 +19,19 @@ def workers() -> None:
     """See the registered workers; drain or deregister one."""
 
 
-@workers.command("list")
-@connection_options
-@json_option
+@ops.list_command(workers)
 def list_workers(url: str, namespace: str, as_json: bool) -> None:
     """Every registered worker: status, load, totals and last heartbeat."""
 
     async def read(client: FloClient) -> tuple[int, tuple[WorkerInfo, ...]]:
         return await client.server_time_ms(), await all_workers(client)
 
-    now_ms, found = with_client(url, namespace, read)
+    now_ms, found = ops.with_client(url, namespace, read)
     if as_json:
-        print_json(list(found))
+        ops.print_json(list(found))
         return
-    console().print(
-        table(
+    ops.console().print(
+        ops.table(
             f"Workers in {namespace!r}",
             [
                 "worker",
@@ -64,7 +52,7 @@ def list_workers(url: str, namespace: str, as_json: bool) -> None:
                     f"{w.current_load}/{w.max_concurrency}",
                     w.tasks_completed,
                     w.tasks_failed,
-                    age(w.last_heartbeat_ms, now_ms) + " ago",
+                    ops.age(w.last_heartbeat_ms, now_ms) + " ago",
                     w.machine_id,
                     ", ".join(w.task_types),
                 )
@@ -74,23 +62,27 @@ def list_workers(url: str, namespace: str, as_json: bool) -> None:
     )
 
 
-@workers.command("drain")
-@connection_options
-@yes_option
-@click.argument("worker_id")
-def drain(url: str, namespace: str, yes: bool, worker_id: str) -> None:
-    """Tell WORKER_ID to stop taking work; it finishes what it holds, then stops."""
-    confirm(yes, f"Drain worker {worker_id!r} in namespace {namespace!r}?")
-    with_client(url, namespace, lambda c: c.worker.drain(worker_id))
-    click.echo(f"worker {worker_id} is draining")
+def _worker_step(name: str, about: str, done: str) -> None:
+    """``workers <name> WORKER_ID``: ask to confirm, call ``client.worker.<name>``, say
+    ``worker <id> <done>``."""
+
+    @workers.command(name, help=about)
+    @ops.connection_options
+    @ops.yes_option
+    @click.argument("worker_id")
+    def step(url: str, namespace: str, yes: bool, worker_id: str) -> None:
+        ops.confirm(yes, f"{name.capitalize()} worker {worker_id!r} in namespace {namespace!r}?")
+        ops.with_client(url, namespace, lambda c: getattr(c.worker, name)(worker_id))
+        click.echo(f"worker {worker_id} {done}")
 
 
-@workers.command("deregister")
-@connection_options
-@yes_option
-@click.argument("worker_id")
-def deregister(url: str, namespace: str, yes: bool, worker_id: str) -> None:
-    """Remove WORKER_ID from the registry (a live worker registers again)."""
-    confirm(yes, f"Deregister worker {worker_id!r} in namespace {namespace!r}?")
-    with_client(url, namespace, lambda c: c.worker.deregister(worker_id))
-    click.echo(f"worker {worker_id} deregistered")
+_worker_step(
+    "drain",
+    "Tell WORKER_ID to stop taking work; it finishes what it holds, then stops.",
+    "is draining",
+)
+_worker_step(
+    "deregister",
+    "Remove WORKER_ID from the registry (a live worker registers again).",
+    "deregistered",
+)
