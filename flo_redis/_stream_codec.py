@@ -11,6 +11,7 @@ from .errors import ValidationError, ValueTooLargeError, validate_block_ms
 from .types import StreamID, StreamRecord
 
 MAX_COUNT = 1000
+DEFAULT_COUNT = 100  # records, entries or dead letters a read answers unless told
 MAX_HEADERS_BYTES = 65535
 
 

@@ -19,11 +19,9 @@ import redis.exceptions as rex
 
 from . import _scripts
 from ._checks import MAX_LIST_LIMIT, check_count
-from ._partitions import PartitionCounts
-from ._registry import remember
 from .codec import decoded
-from .keys import StreamKeys, namespace_keys, stream_keys
-from .session import Session
+from .keys import StreamKeys, namespace_keys
+from .stream_partitions import PartitionedStreams
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,24 +42,8 @@ class GroupCounts:
     dead_letters: int
 
 
-class StreamInspection:
+class StreamInspection(PartitionedStreams):
     """The operator half of ``client.stream``: list streams, count each group's work."""
-
-    _session: Session
-    _counts: PartitionCounts
-    _listed: set[tuple[str, str]]  # streams this client has put in the registry
-
-    async def _remember_stream(self, namespace: str, stream: str) -> None:
-        """Put ``stream`` in its namespace's stream registry, once per client."""
-        if (namespace, stream) in self._listed:
-            return
-        await remember(self._session.redis, namespace, namespace_keys(namespace).streams, stream)
-        self._listed.add((namespace, stream))
-
-    async def _every_partition(self, stream: str, namespace: str | None) -> list[StreamKeys]:
-        first = stream_keys(self._session.get_namespace(namespace), stream)
-        count = await self._counts.get(first.namespace, stream, first.meta)
-        return [first] + [stream_keys(first.namespace, stream, p) for p in range(1, count)]
 
     async def list(
         self, namespace: str | None = None, limit: int = MAX_LIST_LIMIT
@@ -78,7 +60,7 @@ class StreamInspection:
         """Every consumer group of ``stream`` with its lag, pending deliveries, consumers
         and dead letters, summed over the partitions; in group name order. A missing
         stream has no groups."""
-        parts = await self._every_partition(stream, namespace)
+        parts = await self._partitions(stream, namespace)
         per_partition = await asyncio.gather(*(self._groups_of(k) for k in parts))
         merged: dict[str, GroupCounts] = {}
         for found in per_partition:

@@ -27,7 +27,7 @@ from flo_redis import (
     queue,
     reclaim,
     slots,
-    streams,
+    stream_groups,
     tasks,
 )
 from flo_redis._status import Status
@@ -51,10 +51,10 @@ LUA_CONSTANTS = lua_constants()
 # (Lua file, Lua name) -> [(Python value, where it lives)]: one setting on both sides.
 EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ("lib/stream.lua", "GROUP_ACK_TIMEOUT_MS"): [
-        (streams.DEFAULT_ACK_TIMEOUT_MS, "streams.DEFAULT_ACK_TIMEOUT_MS"),
+        (stream_groups.DEFAULT_ACK_TIMEOUT_MS, "stream_groups.DEFAULT_ACK_TIMEOUT_MS"),
     ],
     ("lib/stream.lua", "GROUP_MAX_DELIVER"): [
-        (streams.DEFAULT_MAX_DELIVER, "streams.DEFAULT_MAX_DELIVER"),
+        (stream_groups.DEFAULT_MAX_DELIVER, "stream_groups.DEFAULT_MAX_DELIVER"),
     ],
     ("lib/owners.lua", "RECLAIM_MAX_OWNERS"): [
         (reclaim.MAX_OWNERS_PER_CALL, "reclaim.MAX_OWNERS_PER_CALL"),

@@ -24,8 +24,8 @@ from flo_redis import (
     StreamRecord,
     StreamTrimOptions,
     ValidationError,
+    stream_groups,
 )
-from flo_redis import streams as streams_module
 from flo_redis.keys import stream_keys
 from flo_redis.streams import StreamDeadLetterOptions, StreamGroupSettings
 
@@ -396,7 +396,7 @@ async def test_claim_with_min_idle_takes_entries_left_idle(client: FloClient) ->
 async def test_claim_inspects_a_bounded_number_of_entries(
     client: FloClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(streams_module, "CLAIM_SCAN", 5)
+    monkeypatch.setattr(stream_groups, "CLAIM_SCAN", 5)
     await join(client)
     await fill(client, 12)
     await read(client, "c1")

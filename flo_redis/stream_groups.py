@@ -1,0 +1,475 @@
+"""Consumer groups of ``client.stream``: join and leave, read, pending, claim, ack and
+nack, the group's settings, and giving back what gone consumers held.
+
+What flo leaves open is settled here (``lua/README.md`` has the details): a group starts
+at the beginning of its stream; a nacked entry, or one left unacked past the group's ack
+timeout, is handed out again by a later ``group_read`` before new entries, with its
+delivery count raised; an entry delivered ``max_deliver`` times without an ack moves to
+the group's dead letters (:mod:`flo_redis.stream_dead_letters`); an ack or nack that
+names its delivery's count (``token``) is refused with ``STALE_REPORT`` once the entry
+was delivered again. On a partitioned stream each call spans every partition unless its
+options name one; acks and nacks name the partition of their entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import _scripts
+from ._checks import check_count, check_list, check_optional_name, check_options, token_arg
+from ._gateway import (
+    GROUP_ACK,
+    GROUP_ACK_MANY,
+    GROUP_CLAIM,
+    GROUP_JOIN,
+    GROUP_LEAVE,
+    GROUP_NACK,
+    GROUP_PENDING,
+    GROUP_READ,
+    GROUP_RECLAIM,
+    Script,
+)
+from ._partitions import decode_cursor, encode_cursor
+from ._status import Status, refusal
+from ._stream_codec import DEFAULT_COUNT, MAX_COUNT, block_ms_arg, count_arg, ids_arg, stream_id_arg
+from ._stream_replies import Settled
+from ._wake import Attempt
+from .codec import pack
+from .errors import ServerError, ValidationError
+from .keys import StreamKeys, check_name
+from .liveness import DEFAULT_GRACE_MS
+from .reclaim import NOTHING, RECLAIM_BATCH, RECLAIM_BATCH_MAX, ReapTarget, ReclaimResult, sweep
+from .stream_partitions import PartitionedStreams, merged
+from .types import (
+    PendingEntry,
+    StreamClaimResult,
+    StreamGroupAckOptions,
+    StreamGroupJoinOptions,
+    StreamGroupNackOptions,
+    StreamGroupReadOptions,
+    StreamID,
+    StreamReadResult,
+    StreamRecord,
+)
+
+CLAIM_SCAN = 1000  # pending entries one group_claim call inspects at most
+DEFAULT_ACK_TIMEOUT_MS = 30_000
+DEFAULT_MAX_DELIVER = 10
+
+
+@dataclass(frozen=True, slots=True)
+class StreamGroupSettings:
+    """A group's settings: ``ack_timeout_ms`` (0: never redeliver on timeout) and
+    ``max_deliver`` (deliveries before an entry is dead-lettered)."""
+
+    ack_timeout_ms: int = DEFAULT_ACK_TIMEOUT_MS
+    max_deliver: int = DEFAULT_MAX_DELIVER
+
+
+def _no_group(keys: StreamKeys, group: str) -> Exception:
+    return refusal(
+        Status.NO_GROUP,
+        f"group {group!r} of stream {keys.stream!r} not found in namespace "
+        f"{keys.namespace!r}; join it first (group_join)",
+    )
+
+
+def _reclaim_refused(status: int) -> Exception | None:
+    if status == Status.NO_GROUP:
+        return None  # no group on this partition: nothing to give back
+    return refusal(status, "reclaim: grace_ms or batch out of range")
+
+
+def reap_target(
+    streams: ConsumerGroups, stream: str, group: str, namespace: str | None = None
+) -> ReapTarget:
+    """What a :class:`~flo_redis.reclaim.Reaper` sweeps for consumer group ``group``: the
+    deliveries its gone consumers hold, on every partition (no upkeep: ``group_read``
+    itself hands out entries past their ack timeout)."""
+    check_name("group name", group)
+
+    async def swept(grace_ms: int) -> ReclaimResult:
+        return await streams._reclaim(stream, group, grace_ms, RECLAIM_BATCH, namespace)
+
+    return ReapTarget(f"{stream}/{group}", swept)
+
+
+class ConsumerGroups(PartitionedStreams):
+    """``client.stream``'s consumer-group calls."""
+
+    async def group_join(
+        self,
+        stream: str,
+        group: str,
+        consumer: str,
+        options: StreamGroupJoinOptions | None = None,
+    ) -> None:
+        """Join ``consumer`` to ``group``, creating the group when missing (at the
+        beginning of the stream, so it reads every record still held) and the stream too;
+        on every partition of a partitioned stream. ``ack_timeout_ms`` / ``max_deliver``
+        given in the options are applied to the group."""
+        opts = check_options(options, StreamGroupJoinOptions)
+        check_name("group name", group)
+        check_name("consumer", consumer)
+        opts.__post_init__()
+        parts = await self._partitions(stream, opts.namespace)
+        args: builtins.list[_scripts.Arg] = [
+            group,
+            consumer,
+            "" if opts.ack_timeout_ms is None else opts.ack_timeout_ms,
+            "" if opts.max_deliver is None else opts.max_deliver,
+        ]
+        await asyncio.gather(*(GROUP_JOIN(self._session, (k, k.group(group)), args) for k in parts))
+        ns = parts[0].namespace
+        await self._remember_stream(ns, stream)
+
+    async def group_leave(
+        self,
+        stream: str,
+        group: str,
+        consumer: str,
+        options: StreamGroupJoinOptions | None = None,
+    ) -> None:
+        """Remove ``consumer`` from ``group`` (on every partition). A consumer still holding
+        pending entries is kept until they are settled, so none is lost. A missing group
+        is not an error."""
+        opts = check_options(options, StreamGroupJoinOptions)
+        check_name("group name", group)
+        check_name("consumer", consumer)
+        parts = await self._partitions(stream, opts.namespace)
+        await asyncio.gather(
+            *(GROUP_LEAVE(self._session, (k, k.group(group)), [group, consumer]) for k in parts)
+        )
+
+    async def group_read(
+        self,
+        stream: str,
+        group: str,
+        consumer: str,
+        options: StreamGroupReadOptions | None = None,
+    ) -> StreamReadResult:
+        """Hand up to ``count`` (default 100, at most 1000) entries to ``consumer``: first
+        entries due again (nacked, or unacked past the group's ack timeout) with their
+        delivery count raised, then new ones; all in one atomic step per partition. An
+        entry already delivered ``max_deliver`` times goes to the dead letters instead.
+        With ``block_ms`` > 0 and nothing to hand out, waits up to that long. The group is
+        created when missing. Each record's ``delivery_count`` is the delivery's fencing
+        token. A retry with the same ``poll_id`` (within two minutes) gets the entries
+        that poll was handed instead of new ones. A partitioned stream is read from
+        every partition (or only ``partition``), one script call each, starting at a
+        different partition each call so that none is starved."""
+        opts = check_options(options, StreamGroupReadOptions)
+        check_name("group name", group)
+        check_name("consumer", consumer)
+        count = count_arg("count", opts.count, DEFAULT_COUNT)
+        block_ms = block_ms_arg(opts.block_ms)
+        if opts.poll_id is not None:
+            check_name("poll_id", opts.poll_id)
+        parts = await self._partitions(stream, opts.namespace, opts.partition)
+        owner = self._session.owner_id
+        poll_id = opts.poll_id or ""
+
+        async def read_one(keys: StreamKeys, room: int) -> Attempt[StreamRecord]:
+            reply = await GROUP_READ(
+                self._session, (keys, keys.group(group)), [group, consumer, owner, room, poll_id]
+            )
+            return Attempt(reply.records, reply.wait_ms)
+
+        async def attempt() -> Attempt[StreamRecord]:
+            if len(parts) == 1:
+                return await read_one(parts[0], count)
+            first = self._next_turn(parts[0].namespace, stream, group) % len(parts)
+            got: builtins.list[StreamRecord] = []
+            waits: builtins.list[int] = []
+            for keys in parts[first:] + parts[:first]:
+                if len(got) >= count:
+                    break
+                found = await read_one(keys, count - len(got))
+                got += found.items
+                if found.due_ms >= 0:
+                    waits.append(found.due_ms)
+            return Attempt(got, min(waits, default=-1))
+
+        return StreamReadResult(records=await self._long_poll(parts, block_ms, attempt))
+
+    async def group_pending(
+        self,
+        stream: str,
+        group: str,
+        consumer: str = "",
+        options: StreamGroupReadOptions | None = None,
+    ) -> builtins.list[PendingEntry]:
+        """The group's pending (delivered, not acked) entries in id order, at most
+        ``count`` (default and maximum 1000): the whole group's, or with ``consumer`` only
+        that consumer's; of every partition (or only ``partition``), merged in id order.
+        A missing stream or group has none."""
+        opts = check_options(options, StreamGroupReadOptions)
+        check_name("group name", group)
+        if consumer:
+            check_name("consumer", consumer)
+        count = count_arg("count", opts.count, MAX_COUNT)
+        parts = await self._partitions(stream, opts.namespace, opts.partition)
+
+        async def pending_one(keys: StreamKeys) -> builtins.list[PendingEntry]:
+            reply = await GROUP_PENDING(
+                self._session, (keys, keys.group(group)), [group, consumer, "-", count]
+            )
+            return [
+                PendingEntry(
+                    id=row.id,
+                    consumer=row.consumer,
+                    delivery_count=row.delivery_count,
+                    idle_ms=row.idle_ms,
+                    partition=keys.partition,
+                )
+                for row in reply.rows
+            ]
+
+        return merged(await asyncio.gather(*(pending_one(k) for k in parts)), count)
+
+    async def group_claim(
+        self,
+        stream: str,
+        group: str,
+        consumer: str,
+        min_idle_ms: int,
+        start_id: StreamID,
+        count: int,
+        options: StreamGroupReadOptions | None = None,
+    ) -> StreamClaimResult:
+        """Take a page of the group's pending entries for ``consumer``, scanning in id
+        order from ``start_id``: its own entries, and with ``min_idle_ms`` > 0 also
+        entries other consumers left idle at least that long (with 0 never theirs). Each
+        is delivered again (delivery count raised; one already delivered ``max_deliver``
+        times is dead-lettered instead). Pass ``next_cursor`` as the next ``start_id``
+        until ``done``; a page inspects at most a bounded number of entries, so a page may
+        be empty without being done. A missing stream or group answers done. A
+        partitioned stream is scanned one partition after the other (``start_id`` applies
+        to partition 0, later ones from their start); its ``next_cursor`` then names the
+        partition too, so pass it back unchanged. With ``partition`` only that one is
+        scanned, with plain ids."""
+        opts = check_options(options, StreamGroupReadOptions)
+        check_name("group name", group)
+        check_name("consumer", consumer)
+        if isinstance(min_idle_ms, bool) or not isinstance(min_idle_ms, int) or min_idle_ms < 0:
+            raise ValidationError(f"min_idle_ms must be an int >= 0, got {min_idle_ms!r}")
+        start = stream_id_arg("start_id", start_id)
+        take = count_arg("count", count, DEFAULT_COUNT)
+        parts = await self._partitions(stream, opts.namespace, opts.partition)
+        if len(parts) == 1:
+            got, next_id = await self._claim_one(
+                parts[0], stream, group, consumer, min_idle_ms, start, take
+            )
+            done = next_id is None
+            return StreamClaimResult(
+                records=got, next_cursor=StreamID.MAX if next_id is None else next_id, done=done
+            )
+        partition, entry = decode_cursor(start)
+        records_: builtins.list[StreamRecord] = []
+        while partition < len(parts):
+            got, next_id = await self._claim_one(
+                parts[partition], stream, group, consumer, min_idle_ms, entry,
+                take - len(records_),
+            )  # fmt: skip
+            records_ += got
+            if next_id is not None:
+                return StreamClaimResult(
+                    records=records_, next_cursor=encode_cursor(partition, next_id), done=False
+                )
+            partition, entry = partition + 1, StreamID()
+            if len(records_) >= take and partition < len(parts):
+                return StreamClaimResult(
+                    records=records_, next_cursor=encode_cursor(partition, entry), done=False
+                )
+        return StreamClaimResult(records=records_, next_cursor=StreamID.MAX, done=True)
+
+    async def _claim_one(
+        self,
+        keys: StreamKeys,
+        stream: str,
+        group: str,
+        consumer: str,
+        min_idle_ms: int,
+        start: StreamID,
+        take: int,
+    ) -> tuple[builtins.list[StreamRecord], StreamID | None]:
+        """One claim page of one partition: its records and the next id (None: done)."""
+        reply = await GROUP_CLAIM(
+            self._session,
+            (keys, keys.group(group)),
+            [
+                group,
+                consumer,
+                self._session.owner_id,
+                min_idle_ms,
+                start.to_redis(),
+                take,
+                CLAIM_SCAN,
+            ],
+        )
+        return reply.records, reply.next_id
+
+    async def group_ack(
+        self,
+        stream: str,
+        group: str,
+        ids: builtins.list[StreamID],
+        options: StreamGroupAckOptions | None = None,
+    ) -> None:
+        """Acknowledge entries: they leave the group's pending list for good. Entries not
+        pending (already acked) are skipped, so a resend succeeds. With ``token`` (the
+        delivery count the caller was handed) the ack is refused with
+        :class:`ConflictError` (reason ``STALE_REPORT``), changing nothing, if any entry
+        was delivered again since; without it any consumer may ack (flo's behaviour).
+        The ids are those of partition ``options.partition`` (0 unless the stream is
+        partitioned). :class:`NotFoundError` if the stream or group does not exist."""
+        if ids:
+            opts = check_options(options, StreamGroupAckOptions)
+            await self._settle(GROUP_ACK, "ack", stream, group, ids, opts)
+
+    async def group_ack_many(
+        self,
+        stream: str,
+        group: str,
+        items: Sequence[tuple[StreamID, int | None]],
+        consumer: str = "",
+        partition: int = 0,
+        namespace: str | None = None,
+    ) -> builtins.list[ServerError | None]:
+        """Acknowledge several entries, each with its own token (``None``: any consumer),
+        under exactly :meth:`group_ack`'s rules, one call per 1000: ``None`` where the
+        entry is acked (or already was), else the :class:`ConflictError`
+        (``STALE_REPORT``) its single ack would have raised."""
+        keys = await self._partition(stream, namespace, partition)
+        gk = keys.group(group)
+        consumer = check_optional_name("consumer", consumer)
+        pairs = check_list("items", items)
+        for n, item in enumerate(pairs):
+            if not isinstance(item, tuple | list) or len(item) != 2:
+                raise ValidationError(f"items[{n}] must be an (entry id, token or None) pair")
+        tokens = [
+            "" if t is None else token_arg(t)  # token_arg: an int in [1, 2**53]
+            for _, t in pairs
+        ]
+        packed = [[i, t] for i, t in zip(ids_arg([item[0] for item in pairs]), tokens, strict=True)]
+        answers: builtins.list[ServerError | None] = []
+        for start in range(0, len(packed), MAX_COUNT):
+            chunk = packed[start : start + MAX_COUNT]
+            reply = await GROUP_ACK_MANY(self._session, (keys, gk), [group, consumer, pack(chunk)])
+            if reply.status == Status.NO_GROUP:
+                raise _no_group(keys, group)
+            for (entry_id, token), item in zip(chunk, reply.items, strict=True):
+                status, current = item.status, item.current_count
+                answers.append(
+                    None
+                    if status == Status.OK
+                    else refusal(
+                        status,
+                        f"entry {entry_id} of stream {stream!r} (group {group!r}) was "
+                        f"delivered again since delivery {token} (now delivery {current}); "
+                        "the ack was dropped",
+                    )
+                )
+        return answers
+
+    async def group_nack(
+        self,
+        stream: str,
+        group: str,
+        ids: builtins.list[StreamID],
+        options: StreamGroupNackOptions | None = None,
+    ) -> None:
+        """Give entries back for redelivery: a later ``group_read`` hands each out again,
+        before new entries, with its delivery count raised; one already delivered
+        ``max_deliver`` times goes to the dead letters now. ``token`` and ``partition``
+        as for :meth:`group_ack`. :class:`NotFoundError` if the stream or group does not
+        exist."""
+        if ids:
+            opts = check_options(options, StreamGroupNackOptions)
+            await self._settle(GROUP_NACK, "nack", stream, group, ids, opts)
+
+    async def _settle(
+        self,
+        script: Script[Settled],
+        verb: str,
+        stream: str,
+        group: str,
+        ids: Sequence[StreamID],
+        opts: StreamGroupAckOptions | StreamGroupNackOptions,
+    ) -> None:
+        """Ack or nack ``ids`` (``verb`` names which), 1000 per script call."""
+        keys = await self._partition(stream, opts.namespace, opts.partition)
+        gk = keys.group(group)
+        consumer = check_optional_name("consumer", opts.consumer)
+        token = opts.token
+        if token is not None and (
+            isinstance(token, bool) or not isinstance(token, int) or token < 1
+        ):
+            raise ValidationError(f"token must be an int >= 1 (a delivery count), got {token!r}")
+        redis_ids = ids_arg(ids)
+        fence = "" if token is None else str(token)
+        for i in range(0, len(redis_ids), MAX_COUNT):
+            chunk = redis_ids[i : i + MAX_COUNT]
+            reply = await script(self._session, (keys, gk), [group, consumer, fence, pack(chunk)])
+            if reply.status == Status.NO_GROUP:
+                raise _no_group(keys, group)
+            if reply.status == Status.STALE:
+                raise refusal(
+                    reply.status,
+                    f"entry {reply.stale_id} of stream {stream!r} (group {group!r}) was "
+                    f"delivered again since delivery {token} (now delivery "
+                    f"{reply.current_count}, held by {reply.holder!r}); the {verb} was "
+                    "refused and changed nothing",
+                )
+
+    # --- beyond flo: settings and dead letters --------------------------------------
+
+    async def reclaim_gone_owners(
+        self,
+        stream: str,
+        group: str,
+        *,
+        grace_ms: int = DEFAULT_GRACE_MS,
+        batch: int = RECLAIM_BATCH,
+        namespace: str | None = None,
+    ) -> int:
+        """Give back the deliveries of worker processes that are gone (their liveness
+        subscription absent past ``grace_ms``): each such entry is delivered again by the
+        next group_read, its delivery count raised. Suspects are marked for later; a
+        present owner's deliveries are never touched. Returns how many entries became
+        due. StreamWorkers do this periodically (:func:`reap_target`)."""
+        return (await self._reclaim(stream, group, grace_ms, batch, namespace)).reclaimed
+
+    async def _reclaim(
+        self, stream: str, group: str, grace_ms: int, batch: int, namespace: str | None
+    ) -> ReclaimResult:
+        """One reclaim pass over every partition of ``group`` (:func:`flo_redis.reclaim.sweep`)."""
+        check_count("grace_ms", grace_ms, 0, 2**32 - 1)
+        check_count("batch", batch, 1, RECLAIM_BATCH_MAX)
+        total = NOTHING
+        for keys in await self._partitions(stream, namespace):
+            swept = await sweep(
+                self._session,
+                GROUP_RECLAIM,
+                (keys, keys.group(group)),
+                [group, grace_ms, batch],
+                _reclaim_refused,
+            )
+            total = total.plus(swept)
+        return total
+
+    async def group_settings(
+        self, stream: str, group: str, namespace: str | None = None
+    ) -> StreamGroupSettings:
+        """The group's settings (the defaults for a group not created yet). Change them
+        with ``group_join(..., StreamGroupJoinOptions(ack_timeout_ms=..., max_deliver=...))``."""
+        gk = self._keys(stream, namespace).group(group)
+        with _scripts.redis_errors("group_settings"):
+            raw = await self._session.redis.hmget(gk.config, ["ack_timeout_ms", "max_deliver"])
+        return StreamGroupSettings(
+            ack_timeout_ms=int(raw[0]) if raw[0] is not None else DEFAULT_ACK_TIMEOUT_MS,
+            max_deliver=int(raw[1]) if raw[1] is not None else DEFAULT_MAX_DELIVER,
+        )
