@@ -30,6 +30,8 @@ class Claimed:
     """Server time the run became ready to claim (its created, due or retry time)."""
     claimed_at_ms: int = 0
     """Server time the run was handed out; minus ``ready_at_ms``, its pickup latency."""
+    trace: bytes = b""
+    """The producer's packed trace context (:mod:`flo_redis.tracing`), or empty."""
 
     def assignment(self) -> TaskAssignment:
         return TaskAssignment(
@@ -54,10 +56,10 @@ class ClaimReply:
 
 def claim_reply(reply: Any, keys: Any) -> ClaimReply:
     """``{status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
-    claimed_ms, input) * n, rate_next_ms}``."""
+    claimed_ms, input, trace) * n, rate_next_ms}``."""
     if int(reply[0]) != Status.OK:
         return ClaimReply((), -1, False)
-    end = 3 + 7 * int(reply[2])
+    end = 3 + 8 * int(reply[2])
     action = keys.action
     runs = tuple(
         Claimed(
@@ -69,8 +71,9 @@ def claim_reply(reply: Any, keys: Any) -> ClaimReply:
             ready_at_ms=int(reply[i + 4]),
             claimed_at_ms=int(reply[i + 5]),
             payload=bytes(reply[i + 6]),
+            trace=bytes(reply[i + 7]),
         )
-        for i in range(3, end, 7)
+        for i in range(3, end, 8)
     )
     return ClaimReply(runs, int(reply[1]), True, int(reply[end]) if len(reply) > end else -1)
 

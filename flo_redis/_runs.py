@@ -25,10 +25,10 @@ DEFAULT_WAIT_MS = 30_000
 
 
 def invoke_request(
-    keys: ActionKeys, input_data: object, opts: ActionInvokeOptions, limit: int
+    keys: ActionKeys, input_data: object, opts: ActionInvokeOptions, limit: int, trace: bytes
 ) -> tuple[list[Arg], int]:
     """The ARGV of ``action_invoke`` and the input's size; the input is checked before
-    anything is sent."""
+    anything is sent. ``trace`` is the packed trace context to store (b"": none)."""
     data = check_bytes("input_data", input_data, limit)
     priority = check_priority(opts.priority)
     labels = pack(tag_labels(opts.labels)) if opts.labels else b""
@@ -41,6 +41,7 @@ def invoke_request(
             opts.run_at_ms or 0,
             opts.idempotency_key or "",
             priority,
+            trace,
         ],
         len(data),
     )

@@ -72,6 +72,7 @@ from .notices import holder_of, tell
 from .reclaim import LivenessStats, liveness_stats, reap_queue
 from .schedules import Missed, Schedule, list_schedules, remove_schedule, set_schedule
 from .session import Session
+from .tracing import invoke_span
 from .types import (
     ActionDeleteOptions,
     ActionInfo,
@@ -173,8 +174,13 @@ class ActionOperations(ActionInspection):
         is not registered, :class:`ValueTooLargeError` for an oversized input."""
         opts = check_options(options, ActionInvokeOptions)
         keys = self._keys(name, opts.namespace)
-        args, size = invoke_request(keys, input_data, opts, self._session.max_payload_bytes)
-        return invoke_reply(await ACTION_INVOKE(self._session, keys, args), keys, size)
+        with invoke_span(self._session.tracer, keys.namespace, name, 1) as span:
+            args, size = invoke_request(
+                keys, input_data, opts, self._session.max_payload_bytes, span.context
+            )
+            result = invoke_reply(await ACTION_INVOKE(self._session, keys, args), keys, size)
+            span.invoked((result.run_id,))
+        return result
 
     async def invoke_many(
         self,
@@ -201,11 +207,27 @@ class ActionOperations(ActionInspection):
         prefix = run_id_prefix(name)
         if len(data) > INVOKE_BATCH:
             await self._check_inputs_fit(keys, data)
+        with invoke_span(self._session.tracer, keys.namespace, name, len(data)) as span:
+            results = await self._invoke_chunks(keys, prefix, labels, priority, data, span.context)
+            span.invoked([r.run_id for r in results])
+        return results
+
+    async def _invoke_chunks(
+        self,
+        keys: ActionKeys,
+        prefix: str,
+        labels: bytes,
+        priority: int,
+        data: Sequence[bytes],
+        trace: bytes,
+    ) -> builtins.list[ActionInvokeResult]:
+        """Create runs of ``data``, INVOKE_BATCH a call, each call atomic."""
+        name = keys.action
         results: builtins.list[ActionInvokeResult] = []
         for start in range(0, len(data), INVOKE_BATCH):
             chunk = data[start : start + INVOKE_BATCH]
             reply = await ACTION_INVOKE_MANY(
-                self._session, keys, [prefix, labels, priority, *chunk]
+                self._session, keys, [prefix, labels, priority, trace, *chunk]
             )
             if reply.status == Status.NO_ACTION:
                 raise not_registered(keys)

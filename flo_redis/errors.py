@@ -29,6 +29,7 @@ __all__ = [
     "InvalidEndpointError",
     "InvalidMagicError",
     "KeyTooLargeError",
+    "MissingExtraError",
     "NamespaceTooLargeError",
     "NonRetryableError",
     "NotConnectedError",
@@ -165,6 +166,11 @@ class IncompleteResponseError(ProtocolError):
 
 class ValidationError(FloError):
     """An argument is invalid; nothing was sent. Fix the call; retrying won't help."""
+
+
+class MissingExtraError(FloError, ImportError):
+    """A feature needs an optional dependency that is not installed; the message names
+    the extra to install (``pip install 'flo-redis[...]'``)."""
 
 
 class NamespaceTooLargeError(ValidationError):

@@ -16,6 +16,7 @@ is registered.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import json
@@ -139,7 +140,10 @@ class HandlerPool:
     async def _in_thread(self, fn: Callable[[Any], Any], ctx: Any) -> Any:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix=self._prefix)
-        result = await asyncio.get_running_loop().run_in_executor(self._executor, fn, ctx)
+        # In a copy of this task's context, as asyncio.to_thread does: the handler sees
+        # what the worker set around it (a tracing span).
+        run = contextvars.copy_context().run
+        result = await asyncio.get_running_loop().run_in_executor(self._executor, run, fn, ctx)
         if inspect.isawaitable(result):
             return await result
         return result

@@ -37,6 +37,7 @@ from .errors import ConnectionFailedError, NotConnectedError, RedisVersionError,
 from .keys import check_name, check_namespace
 from .liveness import DEFAULT_GRACE_MS, Liveness
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from .tracing import InvokeTracer
 
 log = logging.getLogger("flo_redis.client")
 
@@ -115,6 +116,8 @@ class Session:
         self._waker: Waker | None = None
         self._liveness: Liveness | None = None
         self._connect_lock = asyncio.Lock()
+        # Called around each invoke (flo_redis.tracing); None: invokes store no trace.
+        self.tracer: InvokeTracer | None = None
 
     @property
     def namespace(self) -> str:

@@ -40,6 +40,7 @@ from ._scripts import redis_errors
 from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
 from .errors import ValidationError
 from .keys import ActionKeys, action_keys, action_of_run, check_namespace
+from .tracing import InvokeTracer, invoke_span
 from .types import (
     ActionInvokeOptions,
     ActionInvokeResult,
@@ -64,9 +65,13 @@ class SyncActionOperations:
         """Create a run of ``name``, as ``FloClient.action.invoke`` does."""
         opts = options or ActionInvokeOptions()
         keys = self._keys(name, opts.namespace)
-        args, size = invoke_request(keys, input_data, opts, self._client.max_payload_bytes)
-        reply = ACTION_INVOKE.call_sync(self._client.redis, keys, args)
-        return invoke_reply(reply, keys, size)
+        limit = self._client.max_payload_bytes
+        with invoke_span(self._client.tracer, keys.namespace, name, 1) as span:
+            args, size = invoke_request(keys, input_data, opts, limit, span.context)
+            reply = ACTION_INVOKE.call_sync(self._client.redis, keys, args)
+            result = invoke_reply(reply, keys, size)
+            span.invoked((result.run_id,))
+        return result
 
     def status(self, run_id: str, options: ActionStatusOptions | None = None) -> ActionRunStatus:
         """The run's current state; :class:`NotFoundError` for an unknown run."""
@@ -142,6 +147,8 @@ class SyncFloClient:
             raise ValidationError(f"max_payload_bytes must be an int, got {max_payload_bytes!r}")
         self.namespace = check_namespace(namespace)
         self.max_payload_bytes = max_payload_bytes
+        # Called around each invoke (flo_redis.tracing); None: invokes store no trace.
+        self.tracer: InvokeTracer | None = None
         kwargs: dict[str, Any] = {
             "socket_timeout": timeout_ms / 1000.0,
             "socket_connect_timeout": timeout_ms / 1000.0,

@@ -62,6 +62,7 @@ from .stream_worker import (
     StreamWorker,
     StreamWorkerOptions,
 )
+from .tracing import unpack_context
 from .types import (
     DEFAULT_WORKER_BLOCK_MS,
     ActionRegisterOptions,
@@ -165,6 +166,14 @@ class ActionContext:
     _lease_end: float | None = field(default=None, repr=False)
     _work: asyncio.Future[Any] | None = field(default=None, repr=False)  # handler in a task
     _revoked: bool = field(default=False, repr=False)  # cancelled: report nothing
+    _trace: bytes = field(default=b"", repr=False)  # the run's packed trace context
+
+    @property
+    def trace_context(self) -> dict[str, str]:
+        """The trace headers (W3C ``traceparent``, ``tracestate``) of the invoke that
+        created this run, for a propagator's ``extract``; {} when it carried none
+        (:mod:`flo_redis.tracing`)."""
+        return unpack_context(self._trace)
 
     def input(self) -> bytes:
         return self.payload
@@ -562,6 +571,7 @@ class ActionWorker(WorkerLifecycle):
             namespace=self.client.namespace,
             _worker=self,
             token=run.token,
+            _trace=run.trace,
         )
         self._contexts[run.run_id] = ctx
         began = asyncio.get_running_loop().time()

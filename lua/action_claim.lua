@@ -26,12 +26,12 @@
                       windows: the head, and one at a cursor that moves past runs
                       no worker asking took (meta field scan_at)
   Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
-          claimed_ms, input) * n, rate_next_ms}
+          claimed_ms, input, trace) * n, rate_next_ms}
           status: OK | NO_ACTION; next_due_ms: when a delayed run becomes ready or a
           lease expires, whichever is first, or -1; ready_ms: when the run became ready
           to claim; claimed_ms: when it was handed out (claimed - ready = pickup latency);
           rate_next_ms: when runs wait only for the rate limit, the server time its next
-          start is allowed, else -1
+          start is allowed, else -1; trace: the run's trace context (field tr) or ''
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -69,6 +69,7 @@ local function hand_out(run_id, run)
   out[#out + 1] = run.rd or run.c
   out[#out + 1] = run.st
   out[#out + 1] = redis.call('HGET', k.inputs, run_id) or ''
+  out[#out + 1] = run.tr or ''
 end
 
 -- A retried poll: answer with what this poll id was handed, where still held by us.

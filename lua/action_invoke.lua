@@ -15,6 +15,7 @@
   ARGV[5] run_at_ms   run no earlier than this server time (0 = not set)
   ARGV[6] idem_key    idempotency key, or ''
   ARGV[7] priority    0 .. 255: ready runs of a lower value are claimed first; FIFO within one
+  ARGV[8] trace       the producer's packed trace context (run field tr), or '' for none
   Returns {status, run_id, existing}   status: OK | NO_ACTION | TOO_LARGE (then run_id is the
           limit) | OUT_OF_RANGE (a bad priority; nothing written)
 ]]
@@ -33,6 +34,7 @@ local delay_ms = tonumber(ARGV[4])
 local run_at_ms = tonumber(ARGV[5])
 local idem_key = ARGV[6]
 local priority = tonumber(ARGV[7])
+local trace = ARGV[8]
 
 if not priority_valid(priority) then return {ST_OUT_OF_RANGE, 0} end
 
@@ -49,5 +51,6 @@ end
 local now = now_ms()
 local due = now + delay_ms
 if run_at_ms > due then due = run_at_ms end
-local run_id = invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority)
+local run_id = invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority,
+  trace)
 return {ST_OK, run_id, 0}

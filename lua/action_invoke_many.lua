@@ -10,7 +10,8 @@
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] labels      msgpack map of type-tagged labels, or ''
   ARGV[3] priority    0 .. 255: ready runs of a lower value are claimed first
-  ARGV[4..n] inputs   payload bytes, one per run (at most 1000)
+  ARGV[4] trace       the producer's packed trace context (run field tr), or '' for none
+  ARGV[5..n] inputs   payload bytes, one per run (at most 1000)
   Returns {status, first_seq, n}   run ids are id_prefix .. (first_seq + i), i = 0 .. n-1
           status: OK | NO_ACTION | TOO_LARGE (then first_seq is the limit, n the index)
           | OUT_OF_RANGE (too many inputs, or a bad priority; nothing written)
@@ -25,7 +26,8 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
 local id_prefix = ARGV[1]
 local labels = ARGV[2]
 local priority = tonumber(ARGV[3])
-local FIRST_INPUT = 4
+local trace = ARGV[4]
+local FIRST_INPUT = 5
 local MAX_RUNS = 1000
 
 local n = #ARGV - FIRST_INPUT + 1
@@ -50,6 +52,7 @@ local first_q = last_q - n + 1
 local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
 if priority > 0 then run.p = priority end
 if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
+if trace ~= '' then run.tr = trace end
 local record = cmsgpack.pack(run)
 local run_fields, input_fields, queue_args = {}, {}, {}
 for i = 0, n - 1 do

@@ -51,5 +51,5 @@ local existing = redis.call('HGET', k.idempotency, idem_key)
 redis.call('ZADD', k.schedule_due, next_ms, name)
 if existing then return {ST_OK, existing, 1} end
 local input = cmsgpack.unpack(record).i or ''
-local run_id = invoke_run(k, action, id_prefix, input, '', now, now, idem_key, 0)
+local run_id = invoke_run(k, action, id_prefix, input, '', now, now, idem_key, 0, '')
 return {ST_OK, run_id, 0}

@@ -6,13 +6,16 @@
 --@include lib/queue.lua
 
 -- k: {meta, runs, inputs, pending, delayed, idempotency, wake}; priority 0..255 (checked
--- by the caller). Returns the new run id.
-local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority)
+-- by the caller); trace: the producer's packed trace context, or '' (stored only when
+-- given). Returns the new run id.
+local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority,
+    trace)
   local run_id = id_prefix .. redis.call('HINCRBY', k.meta, 'seq', 1)
   local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
   if priority > 0 then run.p = priority end
   if due > now then run.rd = due end
   if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
+  if trace ~= '' then run.tr = trace end
   if idem_key ~= '' then
     run.ik = idem_key
     redis.call('HSET', k.idempotency, idem_key, run_id)

@@ -6,7 +6,9 @@
   accepted report (kind, token, worker, retry),
   rd ready ms: when the run last became (or, delayed, becomes) ready to claim; absent
   means its created time (a claim reports claimed minus ready as the pickup latency);
-  pg / pt the last progress value its handler reported and when (run_progress).
+  pg / pt the last progress value its handler reported and when (run_progress),
+  tr the producer's trace context (a msgpack map of W3C trace headers, opaque here; absent
+  when the invoke carried none), handed to the worker with each claim.
 ]]
 local RUN_PENDING = 0
 local RUN_RUNNING = 1
