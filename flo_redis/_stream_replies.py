@@ -12,39 +12,32 @@ from .codec import text
 from .types import StreamID, StreamRecord
 
 
-def records(stream: str, reply: Any, at: int, partition: int = 0) -> list[StreamRecord]:
-    """Records of a ``(id, payload, headers) * n`` reply whose count is at ``reply[at]``."""
-    n = int(reply[at])
-    out: list[StreamRecord] = []
-    for i in range(at + 1, at + 1 + 3 * n, 3):
-        out.append(
-            StreamRecord(
-                id=sid(reply[i]),
-                stream=stream,
-                payload=bytes(reply[i + 1]),
-                headers=decode_headers(reply[i + 2]),
-                partition=partition,
-            )
-        )
-    return out
+def _rows(reply: Any, at: int, width: int) -> range:
+    """Where each of the ``n`` rows of ``width`` fields starts, in a reply holding ``n``
+    at ``reply[at]`` and the rows right after it."""
+    start = at + 1
+    return range(start, start + width * int(reply[at]), width)
 
 
-def deliveries(stream: str, reply: Any, at: int, partition: int = 0) -> list[StreamRecord]:
-    """Records of an ``(id, token, payload, headers) * n`` reply, count at ``reply[at]``."""
-    n = int(reply[at])
-    out: list[StreamRecord] = []
-    for i in range(at + 1, at + 1 + 4 * n, 4):
-        out.append(
-            StreamRecord(
-                id=sid(reply[i]),
-                stream=stream,
-                payload=bytes(reply[i + 2]),
-                headers=decode_headers(reply[i + 3]),
-                delivery_count=int(reply[i + 1]),
-                partition=partition,
-            )
+def records(
+    stream: str, reply: Any, at: int, partition: int = 0, *, tokens: bool = False
+) -> list[StreamRecord]:
+    """Records of an ``(id, payload, headers) * n`` reply whose count is at ``reply[at]``;
+    with ``tokens``, of an ``(id, token, payload, headers) * n`` one (group deliveries:
+    the token is the delivery count)."""
+    width = 4 if tokens else 3
+    body = width - 2  # where the payload is: after the id (and the token)
+    return [
+        StreamRecord(
+            id=sid(reply[i]),
+            stream=stream,
+            payload=bytes(reply[i + body]),
+            headers=decode_headers(reply[i + body + 1]),
+            delivery_count=int(reply[i + 1]) if tokens else 0,
+            partition=partition,
         )
-    return out
+        for i in _rows(reply, at, width)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +73,7 @@ class Delivered:
 
 def delivered(reply: Any, keys: Any) -> Delivered:
     return Delivered(
-        int(reply[0]), int(reply[1]), deliveries(keys.stream, reply, 2, keys.partition)
+        int(reply[0]), int(reply[1]), records(keys.stream, reply, 2, keys.partition, tokens=True)
     )
 
 
@@ -100,7 +93,7 @@ def claimed_page(reply: Any, keys: Any) -> ClaimedPage:
         int(reply[0]),
         finished,
         None if finished else sid(reply[2]),
-        deliveries(keys.stream, reply, 3, keys.partition),
+        records(keys.stream, reply, 3, keys.partition, tokens=True),
     )
 
 
@@ -206,10 +199,9 @@ class Pending:
 
 
 def pending(reply: Any, _keys: object) -> Pending:
-    n = int(reply[1])
     rows = tuple(
         PendingRow(sid(reply[i]), text(reply[i + 1]) or "", int(reply[i + 2]), int(reply[i + 3]))
-        for i in range(2, 2 + 4 * n, 4)
+        for i in _rows(reply, 1, 4)
     )
     return Pending(int(reply[0]), rows)
 
@@ -223,5 +215,4 @@ class Replayed:
 
 
 def replayed(reply: Any, _keys: object) -> Replayed:
-    n = int(reply[1])
-    return Replayed(int(reply[0]), tuple(sid(reply[i + 1]) for i in range(2, 2 + 2 * n, 2)))
+    return Replayed(int(reply[0]), tuple(sid(reply[i + 1]) for i in _rows(reply, 1, 2)))
