@@ -20,8 +20,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from . import checks
 from ._common import machine_info, private_redis, progress, summary
 from .compare import ORDER, run_compare
+from .scale import run_scale
+from .scale import table as scale_table
 from .targets import Sizes, run_targets
 from .targets import table as targets_table
 from .workloads import SINGLE_SHOT, WORKLOADS, Settings
@@ -63,8 +66,8 @@ def fmt(value: float | None) -> str:
 
 # What --compare runs: flo-redis beside its baselines, the no-regression checks, the
 # scale-out curve and the peers. Plain ``python -m benchmarks`` runs the workloads.
-EXTRA = ["targets", "compare"]
-COMPARE_SET = ["targets", "crash", "memory", "compare"]
+EXTRA = ["targets", "scale", "compare"]
+COMPARE_SET = ["targets", "crash", "memory", "backlog", "scale", "compare"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -97,6 +100,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="tasks per throughput run beside the baselines (default 20000)",
     )
     parser.add_argument(
+        "--peer-repeats",
+        type=int,
+        default=1,
+        help="runs of each peer in the side-by-side table (default 1)",
+    )
+    parser.add_argument(
+        "--scale-n",
+        type=int,
+        default=None,
+        help="tasks per point of the scale-out curve (default 10000)",
+    )
+    parser.add_argument(
         "--flush-ok",
         action="store_true",
         help="with REDIS_URL and --compare: allow flushing databases 1-9 of that Redis",
@@ -121,6 +136,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.compare_n = 2000 if args.quick else 10000
     if args.targets_n is None:
         args.targets_n = 3000 if args.quick else 20000
+    if args.scale_n is None:
+        args.scale_n = 2000 if args.quick else 10000
     return args
 
 
@@ -176,22 +193,10 @@ async def run_workloads(args: argparse.Namespace, url: str) -> dict[str, Any]:
     return out
 
 
-def print_table(results: dict[str, Any]) -> None:
-    m = results["machine"]
-    print()
-    print(
-        f"flo-redis benchmarks — {m['nproc']} cores, {m['cpu_model']}, Python {m['python']}, "
-        f"Redis {m['redis']}; load average at start {m['loadavg_start']}"
-    )
-    if results.get("targets"):
-        print()
-        for line in targets_table(results["targets"], results["settings"]["repeats"]):
-            print(line)
-    if not results["workloads"]:
-        return
+def print_workloads(workloads: dict[str, Any]) -> None:
     print()
     rows = [("workload", "metric", "median", "range (min-max)", "unit")]
-    for name, entry in results["workloads"].items():
+    for name, entry in workloads.items():
         if entry.get("error"):
             rows.append((name, "error", entry["error"][:60], "", ""))
         for metric, stat in entry["metrics"].items():
@@ -204,9 +209,32 @@ def print_table(results: dict[str, Any]) -> None:
         print("  ".join(str(c).ljust(widths[j]) for j, c in enumerate(row)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
-    for name, entry in results["workloads"].items():
+    for name, entry in workloads.items():
         for note in entry.get("notes", []):
             print(f"  {name}: {note}")
+
+
+def print_table(results: dict[str, Any]) -> None:
+    m = results["machine"]
+    print()
+    print(
+        f"flo-redis benchmarks — {m['nproc']} cores, {m['cpu_model']}, Python {m['python']}, "
+        f"Redis {m['redis']}; load average at start {m['loadavg_start']}"
+    )
+    if results.get("targets"):
+        print()
+        for line in targets_table(results["targets"], results["settings"]["repeats"]):
+            print(line)
+    if results["checks"]:
+        print()
+        for line in checks.table(results["checks"]):
+            print(line)
+    if results.get("scale"):
+        print()
+        for line in scale_table(results["scale"]):
+            print(line)
+    if results["workloads"]:
+        print_workloads(results["workloads"])
     compare = results.get("compare")
     if compare:
         print()
@@ -248,7 +276,7 @@ def print_table(results: dict[str, Any]) -> None:
 
 async def amain(args: argparse.Namespace) -> int:
     external = os.environ.get("REDIS_URL")
-    flushes = {"compare", "targets"} & set(args.selected)
+    flushes = {"compare", "targets", "scale"} & set(args.selected)
     if external and flushes and not args.flush_ok:
         print(
             f"{', '.join(sorted(flushes))} flush databases 1-9 of the Redis they use; with "
@@ -281,8 +309,11 @@ async def amain(args: argparse.Namespace) -> int:
                 sizes = Sizes(n=args.targets_n, seconds=0.3, pickup_seconds=0.5)
             results["targets"] = await run_targets(url, args.repeats, sizes)
         results["workloads"] = await run_workloads(args, url)
+        results["checks"] = checks.judge(results)
+        if "scale" in args.selected:
+            results["scale"] = await run_scale(url, args.scale_n)
         if "compare" in args.selected:
-            results["compare"] = await run_compare(url, args.repeats, args.compare_n)
+            results["compare"] = await run_compare(url, args.peer_repeats, args.compare_n)
         results["machine"]["loadavg_end"] = loadavg()
     finally:
         if server is not None:

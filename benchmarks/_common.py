@@ -101,3 +101,14 @@ def child_env() -> dict[str, str]:
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def text_table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as aligned text lines, a rule under the first (the header)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for i, row in enumerate(rows):
+        out.append("  ".join(c.ljust(widths[j]) for j, c in enumerate(row)).rstrip())
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out

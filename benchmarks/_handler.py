@@ -22,17 +22,20 @@ async def _noop() -> None:
     return None
 
 
+def redis_client(url: str) -> aioredis.Redis | aioredis.RedisCluster:
+    """A redis-py client for ``url``, a cluster client for flo's ``redis+cluster://``."""
+    if "+cluster://" in url:  # redis-py names the scheme without "+cluster"
+        return aioredis.RedisCluster.from_url(url.replace("+cluster://", "://", 1))
+    return aioredis.Redis.from_url(url)
+
+
 def make_handler(kind: str, url: str, key: str = HIT_KEY) -> tuple[Handler, Handler]:
     """The handler ``kind`` names, and what closes the Redis client it uses."""
     if kind == "noop":
         return _noop, _noop
     if kind != "roundtrip":
         raise ValueError(f"handler {kind!r}: choose from {HANDLERS}")
-    redis: aioredis.Redis | aioredis.RedisCluster
-    if "+cluster://" in url:  # flo's cluster URL; redis-py names the scheme without it
-        redis = aioredis.RedisCluster.from_url(url.replace("+cluster://", "://", 1))
-    else:
-        redis = aioredis.Redis.from_url(url)
+    redis = redis_client(url)
 
     async def roundtrip() -> None:
         async with redis.pipeline(transaction=False) as pipe:

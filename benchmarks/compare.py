@@ -27,7 +27,7 @@ ORDER = [
 ]
 
 # Queues too slow for the full count get fewer tasks (the rate is what is compared).
-SMALLER_N = {"rq": 2000}
+SMALLER_N = {"rq": 2000, "saq": 3000, "streaq": 3000, "bullmq": 3000}
 
 # What is known not to install beside flo-redis (reported instead of a figure).
 KNOWN_UNINSTALLABLE = {

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from flo_redis import ActionRegisterOptions, FloClient
 
-from ._common import percentile, progress, summary, with_db
+from ._common import percentile, progress, summary, text_table, with_db
 from ._procs import Child
 
 DB = 1
@@ -236,16 +236,6 @@ def _figure(value: float | None, metric: str) -> str:
     return f"{value:,.0f}/s"
 
 
-def _rows(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for i, row in enumerate(rows):
-        out.append("  ".join(c.ljust(widths[j]) for j, c in enumerate(row)).rstrip())
-        if i == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return out
-
-
 def table(result: dict[str, Any], repeats: int) -> list[str]:
     """The targets table and every figure behind it, as printed lines."""
     figures = result["figures"]
@@ -266,7 +256,7 @@ def table(result: dict[str, Any], repeats: int) -> list[str]:
                 t["verdict"] if t["verdict"] != "info" else "(info)",
             )
         )
-    lines += _rows(rows)
+    lines += text_table(rows)
     lines.append("")
     rows = [("run", "handler", "figure", "median", "range (min-max)")]
     for key, fig in figures.items():
@@ -280,5 +270,5 @@ def table(result: dict[str, Any], repeats: int) -> list[str]:
                 continue
             spread = f"{_figure(stat['min'], metric)} - {_figure(stat['max'], metric)}"
             rows.append((fig["label"], handler, metric, _figure(stat["median"], metric), spread))
-    lines += _rows(rows)
+    lines += text_table(rows)
     return lines

@@ -12,6 +12,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from flo_redis import ActionRegisterOptions, FloClient
+from flo_redis._lua import load_all
 
 from ._common import percentile, progress
 from ._procs import Child
@@ -51,6 +52,10 @@ class Settings:
     @property
     def memory_n(self) -> int:
         return 2000 if self.quick else 10000
+
+    @property
+    def backlog_n(self) -> int:
+        return 20000 if self.quick else 200_000
 
 
 # A metric is (value, unit); NaN or None means "not measured" (with a note).
@@ -318,6 +323,65 @@ async def run_memory(s: Settings) -> Metrics:
     }
 
 
+# SLOWLOG keeps calls slower than this (µs) while the backlog workload runs.
+SLOWLOG_US = 1000
+
+
+async def run_backlog(s: Settings) -> Metrics:
+    """The slowest script call (SLOWLOG: server time) with N runs waiting: the
+    ``invoke_many`` calls that build the backlog, single invokes, a worker claiming and
+    completing 5 000 runs on top of it, status, counts and a page of 1 024 pending runs."""
+    ns, name, n = _namespace(), "backlog", s.backlog_n
+    async with FloClient(s.url, namespace=ns) as client, aioredis.Redis.from_url(s.url) as raw:
+        saved = await raw.config_get("slowlog-*")
+        await raw.config_set("slowlog-log-slower-than", SLOWLOG_US)
+        await raw.config_set("slowlog-max-len", 1024)
+        await raw.slowlog_reset()
+        client_max = 0.0
+        try:
+            await client.action.register(name, options=ActionRegisterOptions())
+            for start in range(0, n, 1000):
+                began = time.perf_counter()
+                await client.action.invoke_many(name, [b"{}"] * min(1000, n - start))
+                client_max = max(client_max, time.perf_counter() - began)
+            ids = []
+            for _ in range(200):
+                began = time.perf_counter()
+                ids.append((await client.action.invoke(name, b"{}")).run_id)
+                client_max = max(client_max, time.perf_counter() - began)
+            worked = min(5000, n)
+            child = await Child.start(WORKER, *worker_args("action", s.url, ns, name, worked))
+            try:
+                await child.event(30)
+                await _worker_result(child, 120)
+            finally:
+                await child.close()
+            for run_id in ids[:50]:
+                await client.action.status(run_id)
+            await client.action.counts(name)
+            await client.action.runs(name, limit=1024)
+            slow = await raw.slowlog_get(1024)
+        finally:
+            for key, value in saved.items():
+                await raw.config_set(key, value)
+        keys = [k async for k in raw.scan_iter(match=f"*{{{ns}:*", count=1000)]
+        if keys:
+            await raw.unlink(*keys)
+    scripts = [e for e in slow if bytes(e["command"]).upper().startswith((b"EVAL", b"FCALL"))]
+    slowest = max(scripts, key=lambda e: int(e["duration"]), default=None)
+    names = {lua.sha: name for name, lua in load_all().items()}
+    which = "none"
+    if slowest is not None:
+        sha = bytes(slowest["command"]).split()[1].decode(errors="replace")
+        which = names.get(sha, sha[:12])
+    return {
+        "slowest_script_ms": int(slowest["duration"]) / 1000.0 if slowest else 0.0,
+        "client_slowest_call_ms": client_max * 1000.0,
+        "_note": f"{n:,} runs waiting; SLOWLOG (calls over {SLOWLOG_US / 1000:g} ms) holds "
+        f"{len(scripts)} script call(s); the slowest: {which}.lua",
+    }
+
+
 WORKLOADS: dict[str, tuple[Callable[[Settings], Awaitable[Metrics]], str]] = {
     "action": (run_action, "action throughput (1 worker process, concurrency 100)"),
     "invoke": (run_invoke, "invoke rate (one client)"),
@@ -325,7 +389,8 @@ WORKLOADS: dict[str, tuple[Callable[[Settings], Awaitable[Metrics]], str]] = {
     "latency": (run_latency, "pickup latency at 100 invokes/s (idle worker)"),
     "crash": (run_crash, "crash redelivery (SIGKILL -> second worker has all runs)"),
     "memory": (run_memory, "memory (worker RSS, Redis bytes per run)"),
+    "backlog": (run_backlog, "slowest script with a 200,000-run backlog"),
 }
 
 # Workloads measured once however many repeats are asked for (they repeat inside).
-SINGLE_SHOT = {"crash"}
+SINGLE_SHOT = {"crash", "backlog"}

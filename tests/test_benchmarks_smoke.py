@@ -7,37 +7,22 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_benchmarks_quick_invoke(redis_url: str, tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
-    env = {**os.environ, "REDIS_URL": redis_url}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--only", "invoke", "--out", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(out.read_text())
-    invoke = results["workloads"]["invoke"]
-    assert "error" not in invoke
-    assert invoke["metrics"]["single_per_s"]["median"] > 0
-    assert "invoke" in proc.stdout
-
-
-def test_benchmarks_targets_beside_baselines(tmp_path: Path) -> None:
-    """Every baseline and its flo-redis counterpart run (tiny sizes, a private
-    redis-server) and each target gets a ratio and a verdict; the figures are not judged."""
+def bench(tmp_path: Path, *args: str, redis_url: str | None = None) -> tuple[str, Any]:
+    """``python -m benchmarks ARGS`` (its own private redis-server unless ``redis_url``):
+    what it printed and the results it wrote."""
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    args = ["--quick", "--only", "targets", "--targets-n", "300", "--out", str(out)]
+    if redis_url:
+        env["REDIS_URL"] = redis_url
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", *args],
+        [sys.executable, "-m", "benchmarks", *args, "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -45,11 +30,46 @@ def test_benchmarks_targets_beside_baselines(tmp_path: Path) -> None:
         timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    targets = json.loads(out.read_text())["targets"]
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_benchmarks_quick_invoke(redis_url: str, tmp_path: Path) -> None:
+    stdout, results = bench(tmp_path, "--quick", "--only", "invoke", redis_url=redis_url)
+    invoke = results["workloads"]["invoke"]
+    assert "error" not in invoke
+    assert invoke["metrics"]["single_per_s"]["median"] > 0
+    assert "invoke" in stdout
+
+
+def test_benchmarks_targets_beside_baselines(tmp_path: Path) -> None:
+    """Every baseline and its flo-redis counterpart run (tiny sizes, a private
+    redis-server) and each target gets a ratio and a verdict; the figures are not judged."""
+    stdout, results = bench(tmp_path, "--quick", "--only", "targets", "--targets-n", "300")
+    targets = results["targets"]
     for key, figure in targets["figures"].items():
         assert "error" not in figure, (key, figure["error"])
         assert all(m["median"] > 0 for m in figure["metrics"].values()), key
     verdicts = {t["title"]: t["verdict"] for t in targets["targets"]}
     assert set(verdicts.values()) <= {"PASS", "MISS", "info"}
     assert verdicts["pickup p50 (idle, one at a time)"] in ("PASS", "MISS")
-    assert "beside its baselines" in proc.stdout
+    assert "beside its baselines" in stdout
+
+
+def test_benchmarks_backlog_check(tmp_path: Path) -> None:
+    """The backlog workload reads the slowest script call from SLOWLOG and the checks
+    table judges it."""
+    stdout, results = bench(tmp_path, "--quick", "--only", "backlog")
+    assert results["workloads"]["backlog"]["metrics"]["slowest_script_ms"]["median"] >= 0
+    (check,) = results["checks"]
+    assert check["verdict"] in ("PASS", "MISS")
+    assert "no-regression check" in stdout
+
+
+async def test_scale_point_on_a_cluster(cluster_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One point of the scale-out curve: two `flo-redis worker` processes work through
+    the actions spread over the cluster and the rate comes from the handlers' counters."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.scale import measure
+
+    rate = await measure(cluster_url, "actions", 2, 600, timeout=60)
+    assert rate > 0
