@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._checks import check_bytes, check_priority, not_registered
-from ._replies import Invoked
+from ._checks import check_bytes, check_priority, not_registered, raise_run_refusal
+from ._replies import Cancelled, Invoked
 from ._scripts import Arg
 from ._status import Status, refusal
 from .codec import pack, tag_labels, text, unpack_record
 from .errors import ValidationError, ValueTooLargeError, WaitTimeoutError
-from .keys import ActionKeys, run_id_prefix
+from .keys import ActionKeys, notice_channel, run_id_prefix
+from .notices import cancel_notice
 from .types import ActionInvokeOptions, ActionInvokeResult, ActionRunStatus, RunStatus
 
 # A run in one of these states changes no more (unless re-queued).
@@ -98,6 +99,34 @@ def status_reply(run_id: str, keys: ActionKeys, raw: Any, due: Any = None) -> Ac
     return run_status(run_id, rec, int(float(due)) if waiting else None)
 
 
+def cancel_request(run_id: str, keys: ActionKeys, raw: Any) -> tuple[list[Arg], list[str]]:
+    """The ARGV and KEYS tail of ``run_cancel``, from the run's stored record as read
+    just before (``raw``; None if there is none): its holder, if it is running, is named
+    with its notice channel so the script tells it (``lua/README.md``, "Cancel")."""
+    holder = ""
+    if raw is not None:
+        rec = unpack_record(raw)
+        if rec.get("s") == RunStatus.RUNNING:
+            holder = text(rec.get("o")) or ""
+    return [run_id, holder], [notice_channel(keys.tag, holder)] if holder else []
+
+
+def cancel_reply(reply: Cancelled, keys: ActionKeys, run_id: str) -> tuple[str, str] | None:
+    """Raise the typed refusal of a cancel; else the notice the client still has to
+    publish, ``(channel, message)``, when the run changed hands between the read and
+    the script (None: the script told the holder, or nobody held the run)."""
+    if reply.status == Status.CONFLICT:
+        raise refusal(
+            reply.status,
+            f"run {run_id!r} already ended {RunStatus(reply.was).name}; only PENDING "
+            "(waiting or delayed) and RUNNING runs can be cancelled",
+        )
+    raise_run_refusal(reply.status, keys, run_id)
+    if not reply.holder or reply.told:
+        return None
+    return notice_channel(keys.tag, reply.holder), cancel_notice(reply.token, run_id)
+
+
 #: The longest a wait may be asked to last: a day (wait again for longer).
 MAX_WAIT_MS = 86_400_000
 
@@ -125,6 +154,8 @@ def wait_timed_out(status: ActionRunStatus, timeout_ms: int) -> WaitTimeoutError
 __all__ = [
     "DEFAULT_WAIT_MS",
     "FINAL",
+    "cancel_reply",
+    "cancel_request",
     "check_wait_ms",
     "invoke_reply",
     "invoke_request",

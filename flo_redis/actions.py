@@ -39,6 +39,8 @@ from ._registry import remember
 from ._runs import (
     DEFAULT_WAIT_MS,
     FINAL,
+    cancel_reply,
+    cancel_request,
     check_wait_ms,
     invoke_reply,
     invoke_request,
@@ -65,10 +67,9 @@ from .keys import (
     action_keys,
     action_of_run,
     namespace_keys,
-    notice_channel,
     run_id_prefix,
 )
-from .notices import holder_of, tell
+from .notices import tell
 from .reclaim import LivenessStats, liveness_stats, reap_queue
 from .schedules import Missed, Schedule, list_schedules, remove_schedule, set_schedule
 from .session import Session
@@ -393,18 +394,12 @@ class ActionOperations(ActionInspection):
         :class:`ConflictError` if the run already finished, :class:`NotFoundError` if
         unknown."""
         keys = self._keys(action_of_run(run_id), namespace)
-        holder = await holder_of(self._session, keys, run_id)
-        tail = [notice_channel(keys.tag, holder)] if holder else []
-        reply = await RUN_CANCEL(self._session, keys, [run_id, holder], tail=tail)
-        if reply.status == Status.CONFLICT:
-            raise refusal(
-                reply.status,
-                f"run {run_id!r} already ended {RunStatus(reply.was).name}; only PENDING "
-                "(waiting or delayed) and RUNNING runs can be cancelled",
-            )
-        raise_run_refusal(reply.status, keys, run_id)
-        if reply.holder and not reply.told:  # it changed hands between the two steps
-            await tell(self._session, keys, reply.holder, reply.token, run_id)
+        with _scripts.redis_errors("cancel"):
+            raw = await self._session.redis.hget(keys.runs, run_id)
+        args, tail = cancel_request(run_id, keys, raw)
+        notice = cancel_reply(await RUN_CANCEL(self._session, keys, args, tail=tail), keys, run_id)
+        if notice is not None:
+            await tell(self._session.redis, notice)
 
     async def failed(
         self, name: str, limit: int = 100, namespace: str | None = None

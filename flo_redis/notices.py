@@ -17,13 +17,11 @@ import logging
 from collections.abc import Callable, Iterable
 
 from ._listener import Listener
-from ._scripts import redis_errors
+from ._scripts import RedisConn, redis_errors
 from ._wake import Waker
-from .codec import text, unpack_record
 from .errors import FloError, is_connection_error
-from .keys import ActionKeys, notice_channel
+from .keys import notice_channel
 from .retry import sleep_unless_stopped
-from .session import Session
 
 log = logging.getLogger("flo_redis.notices")
 
@@ -46,27 +44,16 @@ def parse_notice(data: bytes) -> tuple[str, int] | None:
     return run_id, int(token)
 
 
-async def holder_of(session: Session, keys: ActionKeys, run_id: str) -> str:
-    """The owner holding ``run_id`` now ('' when it is not running): a hint for whom to
-    tell of a cancel; the script decides on the record as it finds it."""
-    with redis_errors("cancel"):
-        raw = await session.redis.hget(keys.runs, run_id)
-    if raw is None:
-        return ""
-    record = unpack_record(raw)
-    return (text(record.get("o")) or "") if record.get("s") == 1 else ""
-
-
-async def tell(session: Session, keys: ActionKeys, owner: str, token: int, run_id: str) -> None:
-    """Tell ``owner`` that ``run_id`` (its lease ``token``) was cancelled, when the
-    cancel script could not: best effort (the owner's next touch is refused anyway)."""
+async def tell(redis: RedisConn, notice: tuple[str, str]) -> None:
+    """Publish ``(channel, message)``, a notice the cancel script could not send itself
+    (``flo_redis._runs.cancel_reply``): best effort, as the holder's next touch tells
+    it anyway."""
+    channel, message = notice
     try:
         with redis_errors("cancel notice"):
-            await session.redis.spublish(
-                notice_channel(keys.tag, owner), cancel_notice(token, run_id)
-            )
+            await redis.spublish(channel, message)
     except FloError as exc:
-        log.info("notice of the cancel of %s not sent (%s); its next touch tells", run_id, exc)
+        log.info("cancel notice on %s not sent (%s); the next touch tells", channel, exc)
 
 
 class _NoticeListener(Listener):
@@ -134,4 +121,4 @@ class Notices:
                     await sleep_unless_stopped(stop, pause)
 
 
-__all__ = ["Notices", "cancel_notice", "holder_of", "parse_notice", "tell"]
+__all__ = ["Notices", "cancel_notice", "parse_notice", "tell"]

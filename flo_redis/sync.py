@@ -1,6 +1,6 @@
 """A blocking client for code that is not asyncio: Django or Flask views, scripts, shells.
 
-``SyncFloClient`` invokes actions, reads runs and waits for them to end with redis-py's
+``SyncFloClient`` invokes actions, reads, cancels and waits for runs with redis-py's
 synchronous client, sending exactly the requests ``FloClient`` sends (the same Lua
 scripts and key names, built and decoded by the same code in ``_runs.py``). It is safe
 to share between threads (redis-py's pool hands each call its own connection)::
@@ -17,7 +17,9 @@ URL reaches a Redis Cluster, as ``FloClient``'s does.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -26,10 +28,12 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
-from ._gateway import ACTION_INVOKE
+from ._gateway import ACTION_INVOKE, RUN_CANCEL
 from ._runs import (
     DEFAULT_WAIT_MS,
     FINAL,
+    cancel_reply,
+    cancel_request,
     check_wait_ms,
     invoke_reply,
     invoke_request,
@@ -38,7 +42,7 @@ from ._runs import (
 )
 from ._scripts import redis_errors
 from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
-from .errors import ValidationError
+from .errors import FloError, ValidationError
 from .keys import ActionKeys, action_keys, action_of_run, check_namespace
 from .tracing import InvokeTracer, invoke_span
 from .types import (
@@ -50,7 +54,7 @@ from .types import (
 
 
 class SyncActionOperations:
-    """``flo.action`` of a :class:`SyncFloClient`: invoke, status, wait."""
+    """``flo.action`` of a :class:`SyncFloClient`: invoke, status, wait, cancel."""
 
     def __init__(self, client: SyncFloClient) -> None:
         self._client = client
@@ -81,17 +85,40 @@ class SyncActionOperations:
             raw = self._client.redis.hget(keys.runs, run_id)
         return status_reply(run_id, keys, raw)
 
+    def cancel(self, run_id: str, namespace: str | None = None) -> None:
+        """Cancel a run that has not finished, as ``FloClient.action.cancel`` does: a
+        waiting or delayed run ends CANCELLED at once, a running one too, and its worker
+        is told to cancel the handler. :class:`ConflictError` if the run already
+        finished, :class:`NotFoundError` if unknown."""
+        keys = self._keys(action_of_run(run_id), namespace)
+        conn = self._client.redis
+        with redis_errors("cancel"):
+            raw = conn.hget(keys.runs, run_id)
+        args, tail = cancel_request(run_id, keys, raw)
+        notice = cancel_reply(RUN_CANCEL.call_sync(conn, keys, args, tail=tail), keys, run_id)
+        if notice is not None:  # best effort: the holder's next touch tells it anyway
+            with contextlib.suppress(FloError), redis_errors("cancel notice"):
+                conn.spublish(*notice)
+
     def wait(
-        self, run_id: str, timeout_ms: int = DEFAULT_WAIT_MS, namespace: str | None = None
+        self,
+        run_id: str,
+        timeout_ms: int = DEFAULT_WAIT_MS,
+        namespace: str | None = None,
+        *,
+        on_progress: Callable[[ActionRunStatus], object] | None = None,
     ) -> ActionRunStatus:
         """Block until the run ends and return its status, woken by the script that ends
         it; :class:`WaitTimeoutError` once ``timeout_ms`` has passed first. Holds one
-        connection of the pool while it waits."""
+        connection of the pool while it waits. ``on_progress`` is called (in this
+        thread) with the run's status each time its handler reported a new progress
+        value, woken by that report, as ``FloClient.action.wait`` does."""
         timeout_ms = check_wait_ms(timeout_ms)
         keys = self._keys(action_of_run(run_id), namespace)
         options = ActionStatusOptions(namespace=namespace)
         deadline = time.monotonic() + timeout_ms / 1000.0
         expected = run_id.encode()
+        seen: int | None = None
         pubsub = self._client.redis.pubsub()  # type: ignore[no-untyped-call]
         try:
             with redis_errors("wait"):
@@ -100,6 +127,9 @@ class SyncActionOperations:
                 _next(pubsub, max(deadline - time.monotonic(), 0.0), "ssubscribe")
             while True:
                 status = self.status(run_id, options)
+                if on_progress is not None and status.progress_at_ms != seen:
+                    seen = status.progress_at_ms
+                    on_progress(status)
                 if status.status in FINAL:
                     return status
                 while True:  # until a message names this run, or the deadline
@@ -129,8 +159,8 @@ def _next(pubsub: Any, timeout: float, kind: str) -> dict[str, Any] | None:
 
 class SyncFloClient:
     """A blocking flo-redis client for producers: ``action.invoke``, ``action.status``,
-    ``action.wait``. Connections are made on first use; :meth:`close` (or ``with``)
-    releases them."""
+    ``action.wait``, ``action.cancel``. Connections are made on first use; :meth:`close`
+    (or ``with``) releases them."""
 
     def __init__(
         self,

@@ -125,6 +125,26 @@ def test_runs_list_and_show(redis_url: str, namespace: str, world: dict[str, Any
     assert "FAILED" in table.output and "boom" in table.output
 
 
+def test_runs_cancel_asks_first_and_refuses_a_finished_run(
+    redis_url: str, namespace: str, world: dict[str, Any]
+) -> None:
+    first, second = world["waiting"][:2]
+    refused = cli(redis_url, namespace, "runs", "cancel", first, input="n\n")
+    assert refused.exit_code == 1 and f"Cancel run {first} (PENDING)?" in refused.output
+    status = with_client(redis_url, namespace, lambda c: c.action.status(first))
+    assert status.status == RunStatus.PENDING
+    asked = cli(redis_url, namespace, "runs", "cancel", first, input="y\n")
+    assert asked.exit_code == 0 and f"cancelled {first} (it was PENDING)" in asked.output
+    shown = as_json(cli(redis_url, namespace, "runs", "cancel", second, "--yes", "--json"))
+    assert (shown["run_id"], shown["status"], shown["error_message"]) == (
+        second, "CANCELLED", "cancelled",
+    )  # fmt: skip
+    finished = cli(redis_url, namespace, "runs", "cancel", world["completed"][0], "--yes")
+    assert finished.exit_code == 1 and "already ended COMPLETED" in finished.output
+    unknown = cli(redis_url, namespace, "runs", "cancel", "job:999999", "--yes")
+    assert unknown.exit_code == 1 and "NotFoundError" in unknown.output
+
+
 def test_requeue_asks_first_and_does_nothing_on_no(
     redis_url: str, namespace: str, world: dict[str, Any]
 ) -> None:

@@ -33,6 +33,7 @@ from flo_redis import (
     WorkerAwaitOptions,
 )
 from flo_redis._gateway import RUN_CANCEL
+from flo_redis._runs import cancel_reply
 from flo_redis.keys import action_keys, queue_keys, stream_keys
 from flo_redis.notices import tell
 
@@ -243,7 +244,9 @@ async def test_a_worker_on_three_nodes_is_told_of_each_cancel(
         keys = action_keys(cclient.namespace, names[1])
         reply = await RUN_CANCEL(cclient.session, keys, [again, ""])
         assert (reply.holder, reply.told) == (worker.client.owner_id, False)
-        await tell(cclient.session, keys, reply.holder, reply.token, again)
+        notice = cancel_reply(reply, keys, again)
+        assert notice is not None
+        await tell(cclient.redis, notice)
         await eventually(lambda: asyncio.sleep(0, dict(cancelled)), lambda c: again in c)
         assert cancelled[again] is True
 

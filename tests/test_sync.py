@@ -12,6 +12,9 @@ import pytest
 from flo_redis import (
     ActionContext,
     ActionInvokeOptions,
+    ActionRegisterOptions,
+    ActionRunStatus,
+    ConflictError,
     FloClient,
     NotFoundError,
     RunStatus,
@@ -91,6 +94,79 @@ def test_the_blocking_client_refuses_like_the_asyncio_one(redis_url: str, namesp
             flo.action.status("nope:1")
         with pytest.raises(ValidationError, match="input_data must be bytes"):
             flo.action.invoke("nope", "text")  # type: ignore[arg-type]
+
+
+async def test_a_blocking_cancel_ends_waiting_and_running_runs(
+    client: FloClient, flo: SyncFloClient
+) -> None:
+    # A ten-minute lease and no touches: only the cancel's notice tells the handler.
+    await client.action.register("job", options=ActionRegisterOptions(timeout_ms=600_000))
+    worker = client.new_action_worker(block_ms=500)
+    started, seen = asyncio.Event(), asyncio.Event()
+    saw: list[bool] = []
+
+    @worker.action("job", ActionRegisterOptions(timeout_ms=600_000))
+    async def hold(ctx: ActionContext) -> bytes:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            saw.append(ctx.cancelled)
+            seen.set()
+        return b""
+
+    delayed = flo.action.invoke("job", b"", ActionInvokeOptions(delay_ms=60_000)).run_id
+    await asyncio.to_thread(flo.action.cancel, delayed)
+    assert (await client.action.status(delayed)).status == RunStatus.CANCELLED
+    task = asyncio.create_task(worker.start())
+    try:
+        running = flo.action.invoke("job", b"").run_id
+        await asyncio.wait_for(started.wait(), 30)
+        await asyncio.to_thread(flo.action.cancel, running)
+        await asyncio.wait_for(seen.wait(), 30)
+        assert saw == [True]
+        status = await asyncio.to_thread(flo.action.wait, running, 10_000)
+        assert (status.status, status.error_message) == (RunStatus.CANCELLED, "cancelled")
+        with pytest.raises(ConflictError, match="already ended CANCELLED"):
+            flo.action.cancel(running)
+        with pytest.raises(NotFoundError):
+            flo.action.cancel("job:999999")
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_a_blocking_wait_hears_progress(client: FloClient, flo: SyncFloClient) -> None:
+    worker = client.new_action_worker(block_ms=500)
+    go_on = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    @worker.action("import")
+    async def import_rows(ctx: ActionContext) -> str:
+        await ctx.progress({"rows": 500})
+        await go_on.wait()
+        await ctx.progress({"rows": 1000})
+        return "imported"
+
+    heard: list[bytes | None] = []
+
+    def on_progress(status: ActionRunStatus) -> None:  # in the waiting thread
+        heard.append(status.progress)
+        if status.progress is not None:
+            loop.call_soon_threadsafe(go_on.set)
+
+    task = asyncio.create_task(worker.start())
+    try:
+        await client.action.register("import")
+        run_id = flo.action.invoke("import", b"").run_id
+        status = await asyncio.to_thread(
+            lambda: flo.action.wait(run_id, timeout_ms=30_000, on_progress=on_progress)
+        )
+        assert (status.status, status.progress) == (RunStatus.COMPLETED, b'{"rows": 1000}')
+        assert b'{"rows": 500}' in heard and heard[-1] == b'{"rows": 1000}'
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
 
 
 async def _register(url: str, namespace: str, name: str) -> None:

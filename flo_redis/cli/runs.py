@@ -1,9 +1,10 @@
-"""``flo-redis runs list|show|requeue|purge``: one action's runs by state."""
+"""``flo-redis runs list|show|cancel|requeue|purge``: one action's runs by state."""
 
 from __future__ import annotations
 
 import click
 
+from .._runs import FINAL
 from ..action_ops import RunPage, RunState
 from ..client import FloClient
 from ..errors import ValidationError
@@ -25,7 +26,7 @@ def _short(text: str | None, width: int = 60) -> str:
 
 @click.group("runs")
 def runs() -> None:
-    """List, show, re-queue and purge runs."""
+    """List, show, cancel, re-queue and purge runs."""
 
 
 @ops.list_command(runs)
@@ -113,6 +114,29 @@ def show(url: str, namespace: str, as_json: bool, run_id: str) -> None:
         ("error", run.error_message),
     ]
     ops.console().print(ops.table(f"run {run_id}", ["field", "value"], [r for r in rows if r[1]]))
+
+
+@runs.command("cancel")
+@ops.connection_options
+@ops.json_option
+@ops.yes_option
+@click.argument("run_id")
+def cancel(url: str, namespace: str, as_json: bool, yes: bool, run_id: str) -> None:
+    """Cancel RUN_ID: a waiting or delayed run ends CANCELLED; a running one too, and its
+    worker cancels the handler. Exit 1 if it already ended."""
+
+    async def run(client: FloClient) -> tuple[ActionRunStatus, ActionRunStatus]:
+        before = await client.action.status(run_id)
+        if before.status not in FINAL:
+            ops.confirm(yes, f"Cancel run {run_id} ({before.status.name})?")
+        await client.action.cancel(run_id)  # a finished run: ConflictError, exit 1
+        return before, await client.action.status(run_id)
+
+    before, after = ops.with_client(url, namespace, run)
+    if as_json:
+        ops.print_json(after)
+    else:
+        click.echo(f"cancelled {run_id} (it was {before.status.name})")
 
 
 @runs.command("requeue")
