@@ -364,3 +364,41 @@ async def test_stream_groups_show_their_lag_pending_and_consumers(
     _, body = await get(browser, read_only.url + "group?stream=events&group=billing")
     text = words(parsed(body)[1])
     assert "lag 3 not yet handed out" in text and "c1 (2 pending)" in text
+
+
+async def test_cancel_a_running_run_from_its_page(
+    client: FloClient,
+    read_only: RunningDashboard,
+    writable: RunningDashboard,
+    browser: aiohttp.ClientSession,
+) -> None:
+    await client.action.register("pay")
+    await client.worker.register("w1", ["pay"], WorkerRegisterOptions())
+    run_id = (await client.action.invoke("pay", b"")).run_id
+    assert len(await client.worker.await_tasks("w1", ["pay"], 1)) == 1  # now RUNNING
+    page = "run?" + urlencode({"id": run_id})
+    _, body = await get(browser, read_only.url + page)
+    assert "RUNNING" in body and "/run/cancel" not in body  # read-only: no form
+    status, body = await post(browser, read_only.url + "run/cancel", {"id": run_id})
+    assert status == 403 and "read-only" in body
+    url = writable.url + "run/cancel"
+    status, body = await post(browser, url, {"id": run_id, "csrf": "0" * 64})
+    assert status == 403 and "log in" in body
+    csrf = await log_in(browser, writable)
+    _, body = await get(browser, writable.url + page)
+    assert "Cancel this run" in body and "Requeue this run" not in body
+    status, body = await post(browser, url, {"id": run_id})
+    assert status == 403 and "CSRF" in body
+    status, body = await post(
+        browser, url, {"id": run_id, "csrf": csrf}, Origin="http://evil.example"
+    )
+    assert status == 403 and "another site" in body
+    assert (await client.action.status(run_id)).status == RunStatus.RUNNING
+    # The real form: cancelled, back on the run's page, which now offers a re-queue.
+    status, body = await post(browser, url, {"id": run_id, "csrf": csrf, "next": "/" + page})
+    assert status == 200 and "Run cancelled" in body
+    assert "CANCELLED" in body and "Requeue this run" in body and "Cancel this run" not in body
+    assert (await client.action.status(run_id)).status == RunStatus.CANCELLED
+    # Cancelling it again is refused, and said so.
+    status, body = await post(browser, url, {"id": run_id, "csrf": csrf})
+    assert status == 409 and "already ended CANCELLED" in body

@@ -3,7 +3,8 @@ Playwright, against real Redis and a real worker.
 
 An operator opens the overview and sees a failed run with its error; pressing Requeue
 without the token is refused; after logging in with it, Requeue puts the run back and the
-worker completes it; a name with HTML in it shows as text. The screenshots it takes are
+worker completes it; a name with HTML in it shows as text. A running run's page shows its
+progress, and Cancel ends it and cancels its handler. The screenshots it takes are
 the README's: ``FLO_REDIS_SCREENSHOTS=docs pytest tests/test_dashboard_browser.py``
 writes them to docs/ (elsewhere they go to the test's temporary folder).
 """
@@ -194,3 +195,49 @@ async def requeue_with_token(
     await page.get_by_role("button", name="Replay", exact=True).wait_for()
     await page.screenshot(path=str(shots / "dashboard-streams.png"), full_page=True)
     await context.close()
+
+
+async def test_an_operator_sees_a_runs_progress_and_cancels_it(
+    client: FloClient, chromium: object, shots: Path
+) -> None:
+    # A ten-minute lease and no touches: the worker hears of the cancel by its notice.
+    options = ActionRegisterOptions(timeout_ms=600_000)
+    worker = client.new_action_worker(block_ms=500)
+    stopped: list[bool] = []
+
+    @worker.action("export", options)
+    async def export(ctx: ActionContext) -> bytes:
+        await ctx.progress({"rows": 500, "of": 1000})
+        try:
+            await asyncio.Event().wait()  # a long export
+        finally:
+            stopped.append(ctx.cancelled)
+        return b""
+
+    await client.action.register("export", options=options)
+    task = asyncio.create_task(worker.start())
+    try:
+        run_id = (await client.action.invoke("export", b"{}")).run_id
+        await eventually(lambda: client.action.status(run_id), lambda s: s.progress is not None)
+        async with dashboard(client) as dash:
+            context = await chromium.new_context(viewport={"width": 1280, "height": 760})  # type: ignore[attr-defined]
+            page = await context.new_page()
+            await page.goto(dash.url + "login")
+            await page.get_by_label("token").fill(TOKEN)
+            await page.get_by_role("button", name="Log in").click()
+            await page.get_by_text("write access").wait_for()
+            await page.goto(dash.url + "run?" + urlencode({"id": run_id}))
+            assert await page.locator("h1 .status").inner_text() == "RUNNING"
+            facts = await page.locator("dl.facts").inner_text()
+            assert '{"rows": 500, "of": 1000}' in facts
+            await page.get_by_role("button", name="Cancel this run").click()
+            await page.get_by_role("status").filter(has_text="Run cancelled").wait_for()
+            assert await page.locator("h1 .status").inner_text() == "CANCELLED"
+            await page.get_by_role("button", name="Requeue this run").wait_for()
+            await context.close()
+        await eventually(lambda: asyncio.sleep(0, list(stopped)), bool)
+        assert stopped == [True]
+        assert (await client.action.status(run_id)).status == RunStatus.CANCELLED
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)

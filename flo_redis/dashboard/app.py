@@ -32,6 +32,7 @@ TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Envir
 # What a finished change says on the page it returns to (never text from the request).
 DONE = {
     "requeued": "Run re-queued: it waits for a worker again.",
+    "cancelled": "Run cancelled: it ends CANCELLED, and a worker running it is told to stop.",
     "requeued_all": "{n} failed runs re-queued.",
     "purged": "{n} runs purged.",
     "drained": "Worker told to drain: it takes no new work and stops when its runs finish.",
@@ -72,6 +73,7 @@ def create_app(client: FloClient, guard: Guard) -> web.Application:
     app.router.add_post("/login", login)
     app.router.add_post("/logout", logout)
     app.router.add_post("/run/requeue", requeue_run)
+    app.router.add_post("/run/cancel", cancel_run)
     app.router.add_post("/action/requeue-failed", requeue_failed)
     app.router.add_post("/action/purge", purge)
     app.router.add_post("/worker/drain", drain_worker)
@@ -187,6 +189,7 @@ async def run(request: web.Request) -> web.StreamResponse:
         "run": status,
         "action_name": action_of_run(status.run_id),
         "requeueable": status.status in data.REQUEUEABLE,
+        "cancellable": status.status in data.CANCELLABLE,
     }
     return await _page(request, "run.html", context)
 
@@ -260,6 +263,12 @@ async def requeue_run(request: web.Request) -> web.StreamResponse:
     run_id = fields.get("id", "")
     await request.app[CLIENT].action.requeue(run_id)
     raise _back(fields, "requeued")
+
+
+async def cancel_run(request: web.Request) -> web.StreamResponse:
+    fields = await _form(request)
+    await request.app[CLIENT].action.cancel(fields.get("id", ""))
+    raise _back(fields, "cancelled")
 
 
 async def requeue_failed(request: web.Request) -> web.StreamResponse:

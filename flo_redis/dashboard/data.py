@@ -35,6 +35,7 @@ RUNS_SHOWN = 50  # runs a page of an action's runs lists
 RECENT_FAILURES = 10  # failed runs on the overview
 GROUP_ROWS = 100  # pending entries / dead letters listed for a group
 REQUEUEABLE = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED)
+CANCELLABLE = (RunStatus.PENDING, RunStatus.RUNNING)
 
 
 @dataclass(frozen=True)
