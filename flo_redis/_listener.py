@@ -6,19 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-
-def raise_if_cancelling() -> None:
-    """Re-raise a cancellation that a library swallowed.
-
-    ``asyncio.wait_for`` on Python 3.11 (used inside redis-py for socket writes) can
-    drop a cancellation that arrives as its inner call completes; the task then stays
-    marked as cancelling. Long-running loops call this before they wait again, so a
-    cancelled worker never keeps polling.
-    """
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    if cancelling is not None and cancelling():
-        raise asyncio.CancelledError()
+from ._aio import raise_if_cancelling, wait_event
 
 
 class Listener:
@@ -50,16 +38,7 @@ class Listener:
     async def wait(self, timeout_s: float) -> bool:
         """True if woken before ``timeout_s`` passed (spurious wake-ups are possible)."""
         raise_if_cancelling()
-        if timeout_s <= 0 or self._event.is_set():
-            return self._event.is_set()
-        # asyncio.wait, not wait_for: a cancellation arriving with the wake-up must
-        # never be swallowed.
-        waiter = asyncio.ensure_future(self._event.wait())
-        try:
-            done, _ = await asyncio.wait({waiter}, timeout=timeout_s)
-        finally:
-            waiter.cancel()
-        return bool(done)
+        return await wait_event(self._event, timeout_s)
 
 
 __all__ = ["Listener", "raise_if_cancelling"]

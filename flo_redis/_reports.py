@@ -52,11 +52,13 @@ async def send_report(
     has passed, or until :data:`STOP_RESEND_S` after ``stopping()`` became true. The
     ``observer`` hears of each resend and refusal of this ``report`` kind."""
     loop = asyncio.get_running_loop()
-    backoff = Backoff(RESEND_FIRST_S, RESEND_MAX_S)
+    backoff: Backoff | None = None  # made on the first resend: most reports need none
     stop_deadline: float | None = None
     attempt = sent
     while True:
         if attempt:
+            if backoff is None:
+                backoff = Backoff(RESEND_FIRST_S, RESEND_MAX_S)
             pause = _pause_before_resend(loop.time(), backoff, lease_end(), stop_deadline)
             if pause is None:
                 log.error("%s given up after %d sends: its lease has ended", what, attempt)

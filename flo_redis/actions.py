@@ -49,6 +49,7 @@ from ._runs import (
     wait_timed_out,
 )
 from ._status import Status, refusal
+from ._trace_context import invoke_span
 from .action_ops import ActionInspection
 from .codec import (
     decoded,
@@ -73,7 +74,6 @@ from .notices import tell
 from .reclaim import LivenessStats, liveness_stats, reap_queue
 from .schedules import Missed, Schedule, list_schedules, remove_schedule, set_schedule
 from .session import Session
-from .tracing import invoke_span
 from .types import (
     ActionDeleteOptions,
     ActionInfo,

@@ -15,7 +15,6 @@ import asyncio
 import logging
 import random
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from ._endpoint import (  # importable from here, as before
     DEFAULT_MAX_CONNECTIONS,
@@ -35,11 +34,10 @@ from .results import JSON, ResultSerializer
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from .session import DEFAULT_MAX_PAYLOAD_BYTES, ClientSettings, Session, new_owner_id
 from .slots import SlotOperations
+from .stream_worker import StreamHandler, StreamWorker
 from .streams import StreamOperations
+from .worker import ActionWorker
 from .worker_ops import WorkerOperations
-
-if TYPE_CHECKING:
-    from .worker import ActionWorker, StreamHandler, StreamWorker
 
 log = logging.getLogger("flo_redis.client")
 
@@ -203,8 +201,6 @@ class FloClient:
     ) -> ActionWorker:
         """An :class:`ActionWorker` on this client's endpoint and namespace; ``serializer``
         encodes handler results that are not bytes."""
-        from .worker import ActionWorker
-
         return ActionWorker(
             self,
             worker_id=worker_id,
@@ -231,8 +227,6 @@ class FloClient:
         claim_min_idle_ms: int = 0,
     ) -> StreamWorker:
         """A :class:`StreamWorker` on this client's endpoint and namespace."""
-        from .worker import StreamWorker
-
         return StreamWorker(
             self,
             handler,

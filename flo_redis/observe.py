@@ -22,10 +22,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .worker import ActionContext
+from typing import Any
 
 log = logging.getLogger("flo_redis.observe")
 
@@ -87,25 +84,31 @@ class WorkerObserver:
         """The store refused a report (its lease moved on, or the run is gone); it is
         dropped."""
 
-    # --- middleware (ActionWorker): awaited, plain or async -------------------------
+    # --- middleware (both): awaited, plain or async ---------------------------------
+    # ``ctx`` is an :class:`~flo_redis.ActionContext` for an action run and a
+    # :class:`~flo_redis.StreamContext` for a stream record: the hooks are called once
+    # per run attempt, or once per delivery of a record.
 
     def on_start(self, worker: Any) -> Hook:
-        """The worker registered its actions and is about to take runs. Raising here
-        stops :meth:`~flo_redis.ActionWorker.start` with that error."""
+        """The worker registered its actions (or joined its group) and is about to
+        take work. Raising here stops its ``start()`` with that error."""
 
     def on_stop(self, worker: Any) -> Hook:
-        """The worker took its last run and its handlers finished (errors are logged)."""
+        """The worker took its last work and its handlers finished (errors are logged)."""
 
-    def before_run(self, ctx: ActionContext) -> Hook:
-        """An attempt is about to run its handler. Raising here fails the attempt as
-        the handler raising would (retried unless the error is non-retryable)."""
+    def before_run(self, ctx: Any) -> Hook:
+        """A handler is about to run. Raising here fails it as the handler raising
+        would: the attempt fails (retried unless the error is non-retryable), or the
+        record is nacked."""
 
-    def after_run(self, ctx: ActionContext, output: bytes) -> Hook:
-        """The handler returned; ``output`` is its encoded result (errors are logged)."""
+    def after_run(self, ctx: Any, output: bytes) -> Hook:
+        """The handler returned; ``output`` is its encoded result (``b""`` for a stream
+        record: its handler's return value is not kept). Errors here are logged."""
 
-    def on_failure(self, ctx: ActionContext, error: BaseException) -> Hook:
-        """The attempt failed: the handler (or a ``before_run``) raised ``error``, or it
-        timed out (a :class:`TimeoutError`). Errors here are logged."""
+    def on_failure(self, ctx: Any, error: BaseException) -> Hook:
+        """The handler (or a ``before_run``) raised ``error``, or it timed out (a
+        :class:`TimeoutError`): the attempt failed, or the record is nacked. Errors here
+        are logged."""
 
 
 async def settle(hook: Hook) -> None:
@@ -177,15 +180,15 @@ class Observers(WorkerObserver):
         for o in self.observers:
             await settle(o.on_stop(worker))
 
-    async def before_run(self, ctx: ActionContext) -> None:
+    async def before_run(self, ctx: Any) -> None:
         for o in self.observers:
             await settle(o.before_run(ctx))
 
-    async def after_run(self, ctx: ActionContext, output: bytes) -> None:
+    async def after_run(self, ctx: Any, output: bytes) -> None:
         for o in self.observers:
             await settle(o.after_run(ctx, output))
 
-    async def on_failure(self, ctx: ActionContext, error: BaseException) -> None:
+    async def on_failure(self, ctx: Any, error: BaseException) -> None:
         for o in self.observers:
             await settle(o.on_failure(ctx, error))
 

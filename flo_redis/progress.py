@@ -1,6 +1,6 @@
 """Run progress: a handler's small progress value, stored on its run by ``run_progress``.
 
-``await ctx.progress(value)`` (:class:`flo_redis.worker.ActionContext`) sends it; the run's
+``await ctx.progress(value)`` (:class:`flo_redis.action_context.ActionContext`) sends it; the run's
 status shows it (``progress``, ``progress_at_ms``) and ``client.action.wait(...,
 on_progress=...)`` hears it.
 """
@@ -17,8 +17,8 @@ from .keys import action_keys
 from .types import RunStatus
 
 if TYPE_CHECKING:
-    from .client import FloClient
     from .results import ResultSerializer
+    from .session import Session
 
 MAX_PROGRESS_BYTES = 1024
 """The largest progress value a run keeps (``lua/run_progress.lua`` holds the same)."""
@@ -46,13 +46,13 @@ def encode_progress(value: Any, serializer: ResultSerializer) -> bytes:
 
 
 async def report_progress(
-    client: FloClient, worker_id: str, action: str, run_id: str, token: int, data: bytes
+    session: Session, worker_id: str, action: str, run_id: str, token: int, data: bytes
 ) -> None:
     """Store ``data`` as the run's progress, for its current holder only:
     :class:`ConflictError` (``STALE_REPORT``) once the holder's lease is no longer
     current (taken back, cancelled or finished)."""
-    keys = action_keys(client.namespace, action)
-    reply = await RUN_PROGRESS(client, keys, [run_id, token_arg(token), worker_id, data])
+    keys = action_keys(session.namespace, action)
+    reply = await RUN_PROGRESS(session, keys, [run_id, token_arg(token), worker_id, data])
     if reply.status == Status.STALE:
         raise refusal(
             reply.status,

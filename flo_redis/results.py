@@ -9,28 +9,20 @@ Failures: the run keeps ``"<ExceptionType>: <message>"`` and a bounded traceback
 (``ActionRunStatus.error_type`` / ``error_traceback``).
 
 Handlers: coroutine functions run on the event loop; plain callables run in a bounded
-thread pool owned by the worker (:class:`HandlerPool`). Anything else is refused when it
-is registered.
+thread pool owned by the worker (:class:`flo_redis._aio.HandlerPool`). Anything else is
+refused when it is registered.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import functools
-import inspect
 import json
 import traceback
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import NonRetryableError, ValidationError
 
 # The tail of a traceback kept with a failed run (the innermost frames say the most).
 MAX_TRACEBACK_CHARS = 8192
-# Threads for plain ``def`` handlers: at most the worker's concurrency, and at most this.
-MAX_HANDLER_THREADS = 32
 
 
 @runtime_checkable
@@ -94,19 +86,6 @@ def error_traceback(exc: BaseException) -> str:
     return text
 
 
-Handler = Callable[[Any], Awaitable[Any]]
-
-
-def is_async_handler(fn: object) -> bool:
-    """Whether calling ``fn`` gives a coroutine (also through partials and ``__call__``)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    if inspect.iscoroutinefunction(fn):
-        return True
-    call = getattr(fn, "__call__", None)  # noqa: B004 - the bound method is what is called
-    return call is not None and not inspect.isroutine(fn) and inspect.iscoroutinefunction(call)
-
-
 def check_handler(what: str, fn: object) -> None:
     """Refuse a handler that can never be called, before it is registered."""
     if not callable(fn):
@@ -116,49 +95,9 @@ def check_handler(what: str, fn: object) -> None:
         )
 
 
-class HandlerPool:
-    """Runs handlers: ``async def`` ones on the loop, plain ones in a bounded thread pool
-    (made on first use, shut down by :meth:`close` without waiting for threads)."""
-
-    def __init__(self, concurrency: int, prefix: str) -> None:
-        self._threads = max(1, min(concurrency, MAX_HANDLER_THREADS))
-        self._prefix = prefix
-        self._executor: ThreadPoolExecutor | None = None
-        self._async: dict[int, bool] = {}
-
-    def call(self, fn: Callable[[Any], Any], ctx: Any) -> Awaitable[Any]:
-        """An awaitable of ``fn(ctx)``'s result; a plain function runs in a thread, and a
-        coroutine it returns is awaited on the loop."""
-        key = id(fn)
-        is_async = self._async.get(key)
-        if is_async is None:
-            is_async = self._async[key] = is_async_handler(fn)
-        if is_async:
-            return fn(ctx)  # type: ignore[no-any-return]
-        return self._in_thread(fn, ctx)
-
-    async def _in_thread(self, fn: Callable[[Any], Any], ctx: Any) -> Any:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix=self._prefix)
-        # In a copy of this task's context, as asyncio.to_thread does: the handler sees
-        # what the worker set around it (a tracing span).
-        run = contextvars.copy_context().run
-        result = await asyncio.get_running_loop().run_in_executor(self._executor, run, fn, ctx)
-        if inspect.isawaitable(result):
-            return await result
-        return result
-
-    def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
-
-
 __all__ = [
     "JSON",
-    "MAX_HANDLER_THREADS",
     "MAX_TRACEBACK_CHARS",
-    "HandlerPool",
     "JsonSerializer",
     "ResultEncodingError",
     "ResultSerializer",

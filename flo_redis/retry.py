@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ._aio import sleep_unless_stopped
 from .errors import ServerError
 from .types import Ran, StatusCode
 
@@ -164,19 +165,6 @@ def worker_backoff(attempt: int) -> float:
     exponent = min(max(attempt, 0), 32)
     ceiling = min(WORKER_INITIAL_BACKOFF_S * 2.0**exponent, WORKER_MAX_BACKOFF_S)
     return random.uniform(0.0, ceiling)
-
-
-async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> bool:
-    """Wait ``seconds`` or until ``stop`` is set, whichever comes first.
-    Returns whether ``stop`` is set."""
-    if seconds > 0 and not stop.is_set():
-        # asyncio.wait, not wait_for: a cancellation must never be swallowed.
-        waiter = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({waiter}, timeout=seconds)
-        finally:
-            waiter.cancel()
-    return stop.is_set()
 
 
 class EmptyPollBackoff:

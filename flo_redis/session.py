@@ -32,12 +32,12 @@ from ._endpoint import (
     version_tuple,
 )
 from ._scripts import RedisConn, configure, redis_errors
+from ._trace_context import InvokeTracer
 from ._wake import Waker
 from .errors import ConnectionFailedError, NotConnectedError, RedisVersionError, ValidationError
 from .keys import check_name, check_namespace
 from .liveness import DEFAULT_GRACE_MS, Liveness
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from .tracing import InvokeTracer
 
 log = logging.getLogger("flo_redis.client")
 

@@ -18,30 +18,29 @@ import itertools
 import json
 import logging
 import secrets
-import socket
-import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import _outage
+from ._aio import raise_if_cancelling, sleep_unless_stopped
 from ._batch import Coalescer
 from ._checks import check_seconds
-from ._lifecycle import WorkerLifecycle
+from ._handlers import HandlerRunner, HandlerTimeout
+from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
 from ._reports import send_report
-from ._wake import raise_if_cancelling
 from .errors import (
     PermissionDeniedError,
     ServerError,
     ValidationError,
     is_connection_error,
-    validate_block_ms,
 )
 from .keys import check_name
+from .observe import settle
 from .reclaim import Reaper
-from .results import HandlerPool, check_handler, error_text
-from .retry import EmptyPollBackoff, is_refused_unrun, sleep_unless_stopped, worker_backoff
-from .streams import reap_target
+from .results import check_handler, error_text
+from .retry import EmptyPollBackoff, is_refused_unrun, worker_backoff
+from .streams import StreamOperations, reap_target
 from .types import (
     DEFAULT_WORKER_BLOCK_MS,
     StreamGroupNackOptions,
@@ -50,18 +49,9 @@ from .types import (
     StreamRecord,
 )
 
-if TYPE_CHECKING:
-    from .client import FloClient
-
 log = logging.getLogger("flo_redis.stream_worker")
 
 _MAX_DRAIN_PAGES = 1000
-# asyncio.timeout (3.11+) runs a handler without a timer task of its own.
-_INLINE_TIMEOUT = sys.version_info >= (3, 11)
-
-
-def _generate_id() -> str:
-    return f"{socket.gethostname()}-{secrets.token_hex(4)}"
 
 
 @dataclass
@@ -81,9 +71,7 @@ class StreamWorkerOptions:
     claim_min_idle_ms: int = 0
 
     def __post_init__(self) -> None:
-        if self.block_ms is None or self.block_ms == 0:
-            self.block_ms = DEFAULT_WORKER_BLOCK_MS
-        validate_block_ms(self.block_ms)
+        self.block_ms = worker_block_ms(self.block_ms)
         for name in ("concurrency", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -140,9 +128,11 @@ StreamRecordHandler = StreamHandler
 class StreamWorker(WorkerLifecycle):
     """Processes a stream's records as one consumer of a group; flo 0.1.2's API."""
 
+    _log = log
+
     def __init__(
         self,
-        parent_client: FloClient,
+        parent_client: ClientLike,
         handler: StreamHandler,
         *,
         stream: str,
@@ -162,8 +152,8 @@ class StreamWorker(WorkerLifecycle):
         self.config = StreamWorkerOptions(
             stream=stream,
             group=group,
-            consumer=consumer or _generate_id(),
-            worker_id=worker_id or _generate_id(),
+            consumer=consumer or generate_worker_id(),
+            worker_id=worker_id or generate_worker_id(),
             concurrency=concurrency,
             batch_size=batch_size,
             block_ms=block_ms,
@@ -175,9 +165,7 @@ class StreamWorker(WorkerLifecycle):
         check_name("group name", group)
         check_name("consumer name", self.config.consumer)
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
-        self._pool = HandlerPool(self.config.concurrency, "flo-stream-handler")
-        self._refused: PermissionDeniedError | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._ops: StreamOperations  # made by start(), on the worker's own session
         self._acks: Coalescer[tuple[StreamID, int | None]] = Coalescer(
             self._ack_batch, "flo-ack-batches"
         )
@@ -185,34 +173,34 @@ class StreamWorker(WorkerLifecycle):
     async def start(self) -> None:
         """Join the group and process records until :meth:`stop`; returns once running
         handlers finished, their acks were sent and the consumer left the group."""
-        # Made here, so a concurrency set on the config before start takes effect.
+        await self._serve()
+
+    # --- the lifecycle's steps --------------------------------------------------------
+
+    def _worker_id(self) -> str:
+        return self.config.worker_id
+
+    def _new_runner(self) -> HandlerRunner:
+        # Made here, so settings changed on the config before start take effect.
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
-        self._pool = HandlerPool(self.config.concurrency, "flo-stream-handler")
-        client = self._open_client()
+        cfg = self.config
+        return HandlerRunner(cfg.concurrency, cfg.message_timeout, "flo-stream-handler")
+
+    async def _setup(self) -> None:
+        self._ops = StreamOperations(self.session)
+        await self._join()
+        if self.config.redeliver_pending_on_reconnect:
+            await self._drain_pending()
+
+    def _background(self) -> Iterable[tuple[str, Coroutine[Any, Any, None]]]:
+        return (("flo-reaper", self._reap()),)
+
+    async def _finish(self) -> None:
+        await self._acks.close()
         try:
-            await client.connect()
-            await self._join()
-            if self.config.redeliver_pending_on_reconnect:
-                await self._drain_pending()
-            reaper = asyncio.create_task(self._reaper(client).run(self._stop), name="flo-reaper")
-            try:
-                await self._poll_loop()
-            finally:
-                reaper.cancel()
-                with contextlib.suppress(asyncio.CancelledError, PermissionDeniedError):
-                    await reaper  # an ACL refusal was logged; reads go on without reclaims
-            await self._wait_handlers()
-            await self._acks.close()
-            with contextlib.suppress(Exception):
-                await client.stream.group_leave(
-                    self.config.stream, self.config.group, self.config.consumer
-                )
-        finally:
-            self._pool.close()
-            await client.close()
-            self._finished.set()
-        if self._refused is not None:
-            raise self._refused
+            await self._ops.group_leave(self.config.stream, self.config.group, self.config.consumer)
+        except Exception as exc:
+            log.debug("leaving group %s failed (%s)", self.config.group, exc)
 
     # --- internals -----------------------------------------------------------------
 
@@ -220,7 +208,7 @@ class StreamWorker(WorkerLifecycle):
         failures = 0
         while not self._stop.is_set():
             try:
-                await self.client.stream.group_join(
+                await self._ops.group_join(
                     self.config.stream, self.config.group, self.config.consumer
                 )
                 return
@@ -230,7 +218,7 @@ class StreamWorker(WorkerLifecycle):
                 if not (is_refused_unrun(exc) or is_connection_error(exc)):
                     raise
                 failures += 1
-                _outage.failed(log, self.client.redis, f"joining group {self.config.group}", exc)
+                _outage.failed(log, self.session.redis, f"joining group {self.config.group}", exc)
                 await sleep_unless_stopped(self._stop, worker_backoff(failures))
 
     async def _poll_loop(self) -> None:
@@ -247,7 +235,7 @@ class StreamWorker(WorkerLifecycle):
             poll_id = poll_id or f"{poller}#{next(polls)}"
             began = loop.time()
             try:
-                result = await self.client.stream.group_read(
+                result = await self._ops.group_read(
                     cfg.stream,
                     cfg.group,
                     cfg.consumer,
@@ -260,17 +248,16 @@ class StreamWorker(WorkerLifecycle):
                     raise
                 if isinstance(exc, PermissionDeniedError):
                     # Retrying cannot help until the ACL changes: finish, raise it.
-                    log.error("stream worker %s stops: %s", cfg.worker_id, exc)
-                    self._refused = exc
+                    self._refuse(exc)
                     return
                 failures += 1
-                _outage.failed(log, self.client.redis, "group read", exc)
+                _outage.failed(log, self.session.redis, "group read", exc)
                 await sleep_unless_stopped(self._stop, worker_backoff(failures))
                 if is_connection_error(exc) and cfg.redeliver_pending_on_reconnect:
                     await self._drain_pending()
                 continue  # same poll id: a read whose reply was lost is replayed
             if failures:
-                _outage.reached(log, self.client.redis)
+                _outage.reached(log, self.session.redis)
                 failures = 0
             poll_id = None
             if not result.records:
@@ -308,7 +295,7 @@ class StreamWorker(WorkerLifecycle):
             if self._stop.is_set():
                 return
             try:
-                result = await self.client.stream.group_claim(
+                result = await self._ops.group_claim(
                     self.config.stream,
                     self.config.group,
                     self.config.consumer,
@@ -327,60 +314,46 @@ class StreamWorker(WorkerLifecycle):
             # part of the pending list); the cursor moves on either way.
             cursor = result.next_cursor
 
+    # --- one record ----------------------------------------------------------------
+
     async def _process(self, record: StreamRecord, release: Callable[[], None]) -> None:
         cfg = self.config
         ctx = StreamContext(
             record=record,
-            namespace=self.client.namespace,
+            namespace=self.session.namespace,
             stream=cfg.stream,
             group=cfg.group,
             consumer=cfg.consumer,
         )
-        observer = self.observer
         loop = asyncio.get_running_loop()
         began = loop.time()
         try:
-            ok = await self._handle(ctx)
+            error = await self._handle(ctx)
+            if error is None:
+                await self._hook("after_run", self.observer.after_run, ctx, b"")
+            else:
+                await self._hook("on_failure", self.observer.on_failure, ctx, error)
         finally:
             release()
-        observer.record_handled(cfg.stream, cfg.group, ok, loop.time() - began)
+        ok = error is None
+        self.observer.record_handled(cfg.stream, cfg.group, ok, loop.time() - began)
         token = record.delivery_count or None
-        send: Callable[[], Awaitable[object]]
-        if ok:
-
-            async def send() -> None:
-                refusal = await self._acks.submit(str(record.partition), (record.id, token))
-                if refusal is not None:
-                    raise refusal
-                observer.record_settled(cfg.stream, cfg.group, True)
-
-        else:
-            stream = self.client.stream
-
-            async def send() -> None:
-                await stream.group_nack(
-                    cfg.stream,
-                    cfg.group,
-                    [record.id],
-                    StreamGroupNackOptions(
-                        consumer=cfg.consumer, token=token, partition=record.partition
-                    ),
-                )
-                observer.record_settled(cfg.stream, cfg.group, False)
-
         kind = "ack" if ok else "nack"
-        what = f"{kind} of {cfg.stream}/{record.id.to_redis()}"
-        await send_report(what, send, self._stop.is_set, log, report=kind, observer=observer)
+        await send_report(
+            f"{kind} of {cfg.stream}/{record.id.to_redis()}",
+            lambda: self._ack(record, token) if ok else self._nack(record, token),
+            self._stop.is_set,
+            log,
+            report=kind,
+            observer=self.observer,
+        )
 
-    async def _handle(self, ctx: StreamContext) -> bool:
-        """Run the handler under ``message_timeout``; True if it returned."""
-        timeout = self.config.message_timeout
+    async def _handle(self, ctx: StreamContext) -> BaseException | None:
+        """Run ``before_run`` and the handler under ``message_timeout``; what failed
+        (logged), or None if it returned."""
         try:
-            if _INLINE_TIMEOUT:
-                async with asyncio.timeout(timeout):  # type: ignore[attr-defined,unused-ignore]
-                    await self._pool.call(self._handler, ctx)
-            else:
-                await asyncio.wait_for(self._pool.call(self._handler, ctx), timeout)
+            await settle(self.observer.before_run(ctx))
+            await self._handler_runner.run(self._handler, ctx, self._handler_runner.running())
         except Exception as exc:
             record = ctx.record
             log.error(
@@ -389,7 +362,7 @@ class StreamWorker(WorkerLifecycle):
                 record.id.to_redis(),
                 record.delivery_count,
                 self.config.consumer,
-                _why(exc, timeout),
+                _why(exc, self.config.message_timeout),
                 exc_info=exc,
                 extra={
                     "stream": self.config.stream,
@@ -399,35 +372,47 @@ class StreamWorker(WorkerLifecycle):
                     "worker_id": self.config.worker_id,
                 },
             )
-            return False
-        return True
+            return exc
+        return None
+
+    async def _ack(self, record: StreamRecord, token: int | None) -> None:
+        refusal = await self._acks.submit(str(record.partition), (record.id, token))
+        if refusal is not None:
+            raise refusal
+        self.observer.record_settled(self.config.stream, self.config.group, True)
+
+    async def _nack(self, record: StreamRecord, token: int | None) -> None:
+        cfg = self.config
+        await self._ops.group_nack(
+            cfg.stream,
+            cfg.group,
+            [record.id],
+            StreamGroupNackOptions(consumer=cfg.consumer, token=token, partition=record.partition),
+        )
+        self.observer.record_settled(cfg.stream, cfg.group, False)
 
     async def _ack_batch(
         self, partition: str, items: Sequence[tuple[StreamID, int | None]]
     ) -> Sequence[ServerError | None]:
         cfg = self.config
-        return await self.client.stream.group_ack_many(
+        return await self._ops.group_ack_many(
             cfg.stream, cfg.group, items, consumer=cfg.consumer, partition=int(partition)
         )
 
-    def _reaper(self, client: FloClient) -> Reaper:
-        """Gives back, every so often, what gone consumers of the group were holding."""
+    async def _reap(self) -> None:
+        """Give back, every so often, what gone consumers of the group were holding."""
         cfg = self.config
-        return Reaper(
-            client.session,
-            targets=[reap_target(client.stream, cfg.stream, cfg.group)],
-            grace_ms=client.liveness_grace_ms,
+        reaper = Reaper(
+            self.session,
+            targets=[reap_target(self._ops, cfg.stream, cfg.group)],
+            grace_ms=self.session.liveness_grace_ms,
             on_reclaimed=lambda _, n: self.observer.records_reclaimed(cfg.stream, cfg.group, n),
         )
-
-    async def _wait_handlers(self) -> None:
-        """Wait for every record's handler and ack. After :meth:`abort`, they are
-        cancelled: their entries stay pending and are given back to the group once this
-        process is gone (a delivery counts, as for any redelivery)."""
-        await self._wait_tasks(self._tasks, lambda: list(self._tasks))
+        with contextlib.suppress(PermissionDeniedError):
+            await reaper.run(self._stop)  # an ACL refusal was logged; reads go on
 
 
 def _why(exc: BaseException, timeout: float) -> str:
-    if isinstance(exc, asyncio.TimeoutError) and not str(exc):
-        return f"no return within message_timeout {timeout:g} s (or it raised TimeoutError)"
+    if isinstance(exc, HandlerTimeout):
+        return f"no return within message_timeout {timeout:g} s"
     return error_text(exc)

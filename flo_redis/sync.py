@@ -41,10 +41,10 @@ from ._runs import (
     wait_timed_out,
 )
 from ._scripts import redis_errors
+from ._trace_context import InvokeTracer, invoke_span
 from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
 from .errors import FloError, ValidationError
 from .keys import ActionKeys, action_keys, action_of_run, check_namespace
-from .tracing import InvokeTracer, invoke_span
 from .types import (
     ActionInvokeOptions,
     ActionInvokeResult,

@@ -25,103 +25,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-import msgpack
-
+from ._trace_context import (
+    MAX_TRACE_CONTEXT_BYTES,
+    UNTRACED,
+    InvokeSpan,
+    InvokeTracer,
+    invoke_span,
+    pack_context,
+    unpack_context,
+)
+from .action_context import ActionContext
 from .errors import MissingExtraError
 from .observe import WorkerObserver
 
 if TYPE_CHECKING:
     from .client import FloClient
     from .sync import SyncFloClient
-    from .worker import ActionContext
-
-# A larger context (a propagator that writes much baggage) keeps only the trace headers.
-MAX_TRACE_CONTEXT_BYTES = 1024
-_TRACE_HEADERS = ("traceparent", "tracestate")
-_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
-_TRACEPARENT_BYTES = 26
-
-
-class InvokeSpan(Protocol):
-    """One traced invoke, as the client sees it."""
-
-    @property
-    def context(self) -> bytes:
-        """The packed trace context to store in each run created (empty: store none)."""
-        ...
-
-    def invoked(self, run_ids: Sequence[str]) -> None:
-        """The runs were created, with these ids."""
-        ...
-
-
-class InvokeTracer(Protocol):
-    """What a client calls around each ``invoke`` and ``invoke_many`` call."""
-
-    def invoking(
-        self, namespace: str, action: str, count: int
-    ) -> AbstractContextManager[InvokeSpan]:
-        """A span around creating ``count`` runs of ``action``; an error raised inside
-        is the invoke's."""
-        ...
-
-
-class _Untraced:
-    context = b""
-
-    def invoked(self, run_ids: Sequence[str]) -> None:
-        pass
-
-
-UNTRACED: AbstractContextManager[InvokeSpan] = nullcontext(_Untraced())
-"""The span of an invoke with no tracer: stores nothing."""
-
-
-def invoke_span(
-    tracer: InvokeTracer | None, namespace: str, action: str, count: int
-) -> AbstractContextManager[InvokeSpan]:
-    """The tracer's span around an invoke, or :data:`UNTRACED` without one."""
-    if tracer is None:
-        return UNTRACED
-    return tracer.invoking(namespace, action, count)
-
-
-def pack_context(carrier: Mapping[str, str]) -> bytes:
-    """A propagator's headers as the run field (empty when there are none). A lone W3C
-    ``traceparent`` of version 00, the common case, is stored as its 26 bytes (version,
-    trace id, span id, flags); anything else as a msgpack map, which over
-    :data:`MAX_TRACE_CONTEXT_BYTES` keeps only ``traceparent`` and ``tracestate``."""
-    if not carrier:
-        return b""
-    parent = carrier.get("traceparent", "")
-    if len(carrier) == 1 and _TRACEPARENT.fullmatch(parent):
-        return bytes.fromhex(parent.replace("-", ""))
-    packed: bytes = msgpack.packb(dict(carrier))
-    if len(packed) > MAX_TRACE_CONTEXT_BYTES:
-        packed = msgpack.packb({k: v for k, v in carrier.items() if k in _TRACE_HEADERS})
-    return packed
-
-
-def unpack_context(packed: bytes) -> dict[str, str]:
-    """The run field back as headers for a propagator's ``extract`` ({} when empty or
-    unreadable: a run never fails for its trace)."""
-    if not packed:
-        return {}
-    if len(packed) == _TRACEPARENT_BYTES and packed[0] == 0:
-        h = packed.hex()
-        return {"traceparent": f"{h[:2]}-{h[2:34]}-{h[34:50]}-{h[50:]}"}
-    try:
-        value = msgpack.unpackb(packed, raw=False)
-    except Exception:
-        return {}
-    if not isinstance(value, dict):
-        return {}
-    return {str(k): str(v) for k, v in value.items()}
 
 
 def _require_otel() -> None:
@@ -189,7 +111,9 @@ class OpenTelemetry(WorkerObserver):
 
     # --- consumer ---------------------------------------------------------------
 
-    def before_run(self, ctx: ActionContext) -> None:
+    def before_run(self, ctx: Any) -> None:
+        if not isinstance(ctx, ActionContext):
+            return  # a stream record: not traced
         from opentelemetry import context as otel_context
 
         trace = self._trace
@@ -226,13 +150,15 @@ class OpenTelemetry(WorkerObserver):
             # A run given back or whose lease was lost hears no after_run/on_failure.
             task.add_done_callback(lambda _: self._close(key))
 
-    def after_run(self, ctx: ActionContext, output: bytes) -> None:
+    def after_run(self, ctx: Any, output: bytes) -> None:
         self._end(ctx, None)
 
-    def on_failure(self, ctx: ActionContext, error: BaseException) -> None:
+    def on_failure(self, ctx: Any, error: BaseException) -> None:
         self._end(ctx, error)
 
-    def _end(self, ctx: ActionContext, error: BaseException | None) -> None:
+    def _end(self, ctx: Any, error: BaseException | None) -> None:
+        if not isinstance(ctx, ActionContext):
+            return
         from opentelemetry import context as otel_context
 
         opened = self._open.pop((ctx.task_id, ctx.token), None)

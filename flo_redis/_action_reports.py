@@ -1,0 +1,262 @@
+"""What an action handler's end becomes: one report type per kind (:class:`Completed`,
+:class:`Failed`, :class:`Released`, :class:`Dropped`), each delivering itself through a
+worker's :class:`RunReporter` (completes batched, every report fenced by its token and
+resent by :func:`flo_redis._reports.send_report`), and the worker's load and completed
+counters, sent in batches."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from ._aio import sleep_unless_stopped
+from ._batch import Coalescer
+from ._reports import send_report
+from .action_context import ActionResult
+from .errors import NonRetryableError, PermissionDeniedError, ServerError
+from .observe import WorkerObserver
+from .results import (
+    ResultEncodingError,
+    ResultSerializer,
+    encode_result,
+    error_text,
+    error_traceback,
+)
+from .types import Reason, RunStatus, WorkerFailOptions
+from .worker_ops import CompleteItem, WorkerOperations
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from .action_context import ActionContext
+
+log = logging.getLogger("flo_redis.worker")
+
+# How often batched load / completed counters are sent.
+COUNTS_INTERVAL_S = 0.2
+
+
+@dataclass(slots=True)
+class Completed:
+    """The handler returned: complete the run with its encoded result."""
+
+    data: bytes
+    outcome: str = "success"
+    handled: ClassVar[str] = "completed"
+
+    async def deliver(self, to: RunReporter, ctx: ActionContext) -> None:
+        item = CompleteItem(ctx.task_id, self.data, self.outcome, ctx.token)
+        oversized: list[ServerError] = []
+
+        async def send() -> None:
+            refusal = await to.submit_complete(ctx.action_name, item)
+            if refusal is not None and refusal.reason == Reason.FIELD_TOO_LONG:
+                oversized.append(refusal)  # answered: the run is failed below
+            elif refusal is not None:
+                raise refusal
+            else:
+                to.observer.run_completed(ctx.action_name, self.outcome)
+
+        await to.send(ctx, "complete", send)
+        if oversized:
+            # A result the store will never accept fails its run at once, for good:
+            # running the handler again would most likely produce the same result.
+            await Failed(f"result refused: {oversized[0]}", retry=False).deliver(to, ctx)
+
+
+@dataclass(slots=True)
+class Failed:
+    """The handler raised or timed out: fail the attempt (retried if ``retry``)."""
+
+    message: str
+    retry: bool = True
+    traceback: str = ""
+    error: BaseException | None = None  # what failed the attempt, for on_failure
+    handled: ClassVar[str] = "failed"
+
+    async def deliver(self, to: RunReporter, ctx: ActionContext) -> None:
+        options = WorkerFailOptions(
+            retry=self.retry, token=ctx.token, traceback=self.traceback or None
+        )
+
+        async def send() -> None:
+            try:
+                after = await to.ops.fail(
+                    to.worker_id, ctx.action_name, ctx.task_id, self.message, options
+                )
+            except PermissionDeniedError as exc:
+                to.refuse(exc)
+                raise
+            to.observer.run_failed(ctx.action_name, after == RunStatus.PENDING)
+
+        await to.send(ctx, "fail", send)
+
+
+@dataclass(slots=True)
+class Released:
+    """The worker stops before the handler ended: give the run back unspent."""
+
+    async def deliver(self, to: RunReporter, ctx: ActionContext) -> None:
+        to.left()
+
+        async def send() -> None:
+            try:
+                await to.ops.release(to.worker_id, ctx.action_name, ctx.task_id, ctx.token)
+            except ServerError as exc:
+                to.observer.report_refused("release")
+                log.info("release of %s refused (%s)", ctx.task_id, exc)
+            else:
+                to.observer.run_released(ctx.action_name)
+
+        await to.send(ctx, "release", send)
+
+
+@dataclass(slots=True)
+class Dropped:
+    """The run's lease was lost (it moved on): nobody takes a report."""
+
+    handled: ClassVar[str] = "lease_lost"
+
+    async def deliver(self, to: RunReporter, ctx: ActionContext) -> None:
+        to.left()
+
+
+Report = Completed | Failed | Released | Dropped
+
+
+def completion(
+    ctx: ActionContext, result: object, serializer: ResultSerializer, worker_id: str
+) -> Completed | Failed:
+    """What a handler's return value becomes: an :class:`ActionResult` as it is, any
+    other value encoded by ``serializer`` (one it cannot encode fails the run)."""
+    if isinstance(result, ActionResult):
+        return Completed(result.data, result.outcome)
+    try:
+        return Completed(encode_result(result, serializer))
+    except ResultEncodingError as exc:
+        return failure(ctx, exc, worker_id)
+
+
+def failure(ctx: ActionContext, exc: BaseException, worker_id: str) -> Failed:
+    """Log a handler's failure (ERROR, with its traceback) and say what the run keeps:
+    retried unless the error is a :class:`NonRetryableError`."""
+    message = error_text(exc)
+    retry = not isinstance(exc, NonRetryableError)
+    log.error(
+        "run %s of %r failed on attempt %d (worker %s)%s: %s",
+        ctx.task_id,
+        ctx.action_name,
+        ctx.attempt,
+        worker_id,
+        "" if retry else ", not retried",
+        message,
+        exc_info=exc,
+        extra={
+            "run_id": ctx.task_id,
+            "action": ctx.action_name,
+            "attempt": ctx.attempt,
+            "worker_id": worker_id,
+        },
+    )
+    return Failed(message, retry=retry, traceback=error_traceback(exc), error=exc)
+
+
+class RunReporter:
+    """Sends one worker's reports and its load / completed counters."""
+
+    def __init__(
+        self,
+        ops: WorkerOperations,
+        worker_id: str,
+        observer: WorkerObserver,
+        stopping: Callable[[], bool],
+        refuse: Callable[[PermissionDeniedError], None],
+    ) -> None:
+        self.ops = ops
+        self.worker_id = worker_id
+        self.observer = observer
+        self.refuse = refuse
+        self._stopping = stopping
+        self._completes: Coalescer[CompleteItem] = Coalescer(
+            self._complete_batch, "flo-complete-batches"
+        )
+        self._load_delta = 0
+        self._completed_delta = 0
+
+    def claimed(self, count: int) -> None:
+        """``count`` runs were handed to this worker."""
+        self._load_delta += count
+
+    def left(self) -> None:
+        """A run leaves this worker without a complete or a fail."""
+        self._load_delta -= 1
+
+    async def send(
+        self, ctx: ActionContext, kind: str, send: Callable[[], Awaitable[object]]
+    ) -> None:
+        """Send one report of ``ctx``'s run, resent while its lease may still hold."""
+        await send_report(
+            f"{kind} of {ctx.task_id}",
+            send,
+            self._stopping,
+            log,
+            report=kind,
+            observer=self.observer,
+            lease_end=lambda: ctx._lease_end,
+        )
+
+    def submit_complete(self, action: str, item: CompleteItem) -> Awaitable[ServerError | None]:
+        """Complete ``item`` in the next batch of ``action``'s completes; its refusal."""
+        return self._completes.submit(action, item)
+
+    async def _complete_batch(
+        self, action: str, items: Sequence[CompleteItem]
+    ) -> Sequence[ServerError | None]:
+        answers = await self.ops.complete_many(self.worker_id, action, items, tally=False)
+        applied = sum(1 for a in answers if a is None)
+        self._load_delta -= applied
+        self._completed_delta += applied
+        return answers
+
+    async def flush_counts(self) -> None:
+        """Send the load and completed counters gathered since the last flush."""
+        load, completed = self._load_delta, self._completed_delta
+        if load or completed:
+            self._load_delta -= load
+            self._completed_delta -= completed
+            try:
+                await self.ops.tally(self.worker_id, load, completed)
+            except Exception:
+                self._load_delta += load
+                self._completed_delta += completed
+                raise
+
+    async def counts_loop(self, stop: asyncio.Event) -> None:
+        """Flush the counters every :data:`COUNTS_INTERVAL_S` until ``stop``."""
+        while not await sleep_unless_stopped(stop, COUNTS_INTERVAL_S):
+            try:
+                await self.flush_counts()
+            except Exception as exc:
+                log.debug("counter update failed (%s); retrying later", exc)
+
+    async def close(self) -> None:
+        """Send the batched completes, then the counters (best effort)."""
+        await self._completes.close()
+        try:
+            await self.flush_counts()
+        except Exception as exc:
+            log.debug("last counter update failed (%s)", exc)
+
+
+__all__ = [
+    "Completed",
+    "Dropped",
+    "Failed",
+    "Released",
+    "Report",
+    "RunReporter",
+    "completion",
+    "failure",
+]

@@ -1,0 +1,92 @@
+"""An action worker's standing in the store: its actions (with their schedules) and
+itself registered, registered again when Redis lost them, and its heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import socket
+from collections.abc import Callable, Mapping, Sequence
+
+from . import _outage
+from ._aio import sleep_unless_stopped
+from .actions import ActionOperations
+from .errors import NotFoundError, is_connection_error
+from .schedules import ScheduleDeclaration
+from .session import Session
+from .types import ActionRegisterOptions, ActionType, WorkerRegisterOptions
+from .worker_ops import WorkerOperations
+
+log = logging.getLogger("flo_redis.worker")
+
+
+class Registration:
+    """Registers one worker's ``actions`` (in the session's namespace, whatever their
+    options say) with their ``schedules``, and the worker itself."""
+
+    def __init__(
+        self,
+        session: Session,
+        ops: WorkerOperations,
+        worker_id: str,
+        actions: Mapping[str, ActionRegisterOptions],
+        schedules: Sequence[ScheduleDeclaration],
+        concurrency: int,
+    ) -> None:
+        self._session = session
+        self._ops = ops
+        self._worker_id = worker_id
+        self._actions = actions
+        self._schedules = schedules
+        self._concurrency = concurrency
+
+    async def register_all(self) -> None:
+        for name in self._actions:
+            await self._register_action(name)
+        await self.register_worker()
+
+    async def restore_action(self, name: str) -> None:
+        """This worker's action was found not registered (its Redis lost its data):
+        register it again with this worker's options, so invokes are accepted again."""
+        log.warning("action %r is not registered (Redis lost its data?); registering again", name)
+        await self._register_action(name)
+
+    async def _register_action(self, name: str) -> None:
+        options = dataclasses.replace(self._actions[name], namespace=None)
+        await ActionOperations(self._session).register(name, ActionType.USER, options)
+        for declared in self._schedules:
+            if declared.action == name:
+                await declared.apply(self._session)
+
+    async def register_worker(self) -> None:
+        await self._ops.register(
+            self._worker_id,
+            sorted(self._actions),
+            WorkerRegisterOptions(concurrency=self._concurrency, machine_id=socket.gethostname()),
+        )
+
+    async def heartbeat(self, load: int) -> None:
+        """Say the worker is alive with ``load`` handlers running; a worker that was
+        removed registers again."""
+        try:
+            await self._ops.heartbeat(self._worker_id, load)
+        except NotFoundError:
+            log.warning("worker %s was removed; registering again", self._worker_id)
+            await self.register_worker()
+
+    async def heartbeat_loop(
+        self, stop: asyncio.Event, interval_s: float, load: Callable[[], int]
+    ) -> None:
+        """Heartbeat every ``interval_s`` until ``stop``; failures are logged."""
+        while not await sleep_unless_stopped(stop, interval_s):
+            try:
+                await self.heartbeat(load())
+            except Exception as exc:
+                if is_connection_error(exc):
+                    _outage.failed(log, self._session.redis, "heartbeat", exc)
+                else:
+                    log.warning("heartbeat of %s failed: %s", self._worker_id, exc)
+
+
+__all__ = ["Registration"]
