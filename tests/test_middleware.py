@@ -1,6 +1,6 @@
-"""Middleware: an observer's hooks around a worker's start and stop and each run are
-awaited in order (plain and async alike), see the handler's failures, and a failing
-``before_run`` fails the attempt as the handler would."""
+"""Middleware: an observer's hooks around a worker's start and stop and each run (or
+stream record) are awaited in order (plain and async alike), see the handler's failures,
+and a failing ``before_run`` fails the attempt (nacks the record) as the handler would."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from typing import Any
 
 from polling import eventually
 
-from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
+from flo_redis import (
+    ActionContext,
+    ActionRegisterOptions,
+    FloClient,
+    RunStatus,
+    StreamContext,
+    StreamGroupJoinOptions,
+)
 from flo_redis.observe import Observers, WorkerObserver
 
 
@@ -112,3 +119,114 @@ async def test_a_failing_after_hook_is_logged_and_the_run_still_completes(
     finally:
         worker.stop()
         await task
+
+
+class RecordRecorder(WorkerObserver):
+    """Writes each hook it hears about stream records to a shared list."""
+
+    def __init__(self, tag: str, seen: list[str]) -> None:
+        self.tag = tag
+        self.seen = seen
+
+    async def on_start(self, worker: Any) -> None:
+        await asyncio.sleep(0)
+        self.seen.append(f"{self.tag}:start:{worker.config.group}")
+
+    def on_stop(self, worker: Any) -> None:
+        self.seen.append(f"{self.tag}:stop")
+
+    async def before_run(self, ctx: StreamContext) -> None:
+        await asyncio.sleep(0)
+        self.seen.append(f"{self.tag}:before:{ctx.payload.decode()}:{ctx.delivery_count}")
+
+    def after_run(self, ctx: StreamContext, output: bytes) -> None:
+        self.seen.append(f"{self.tag}:after:{ctx.payload.decode()}:{output!r}")
+
+    async def on_failure(self, ctx: StreamContext, error: BaseException) -> None:
+        self.seen.append(f"{self.tag}:failure:{type(error).__name__}:{error}")
+
+
+class RecordGate(WorkerObserver):
+    """Refuses to handle records starting with 'deny'."""
+
+    def before_run(self, ctx: StreamContext) -> None:
+        if ctx.payload.startswith(b"deny"):
+            raise PermissionError("denied by the gate")
+
+
+async def test_stream_worker_hooks_run_in_order_per_record_and_see_failures(
+    client: FloClient,
+) -> None:
+    seen: list[str] = []
+    handled: list[bytes] = []
+
+    async def handle(ctx: StreamContext) -> None:
+        handled.append(ctx.payload)
+        if ctx.payload == b"boom":
+            raise ValueError("no boom today")
+
+    # One delivery per record: a nacked record goes to the dead letters at once.
+    await client.stream.group_join("feed", "hooks", "setup", StreamGroupJoinOptions(max_deliver=1))
+    for text in ("hi", "boom", "deny-me"):
+        await client.stream.append("feed", text.encode())
+    worker = client.new_stream_worker(
+        stream="feed", group="hooks", handler=handle, concurrency=1, batch_size=1, block_ms=200
+    )
+    worker.observer = Observers(RecordRecorder("a", seen), RecordGate(), RecordRecorder("b", seen))
+    task = asyncio.create_task(worker.start())
+    try:
+        letters = await eventually(
+            lambda: client.stream.dead_letters("feed", "hooks"), lambda d: len(d) == 2, timeout=30
+        )
+        await eventually(lambda: client.stream.group_pending("feed", "hooks"), lambda p: p == [])
+    finally:
+        worker.stop()
+        await task
+
+    assert sorted(d.payload for d in letters) == [b"boom", b"deny-me"]
+    assert handled == [b"hi", b"boom"]  # the gate kept the handler from "deny-me"
+    assert seen == [
+        "a:start:hooks",
+        "b:start:hooks",
+        "a:before:hi:1",
+        "b:before:hi:1",
+        "a:after:hi:b''",
+        "b:after:hi:b''",
+        "a:before:boom:1",
+        "b:before:boom:1",
+        "a:failure:ValueError:no boom today",
+        "b:failure:ValueError:no boom today",
+        "a:before:deny-me:1",  # the gate refuses: b's before_run never runs
+        "a:failure:PermissionError:denied by the gate",
+        "b:failure:PermissionError:denied by the gate",
+        "a:stop",
+        "b:stop",
+    ]
+
+
+async def test_a_stream_handler_timeout_reaches_on_failure_as_a_timeout_error(
+    client: FloClient,
+) -> None:
+    failures: list[BaseException] = []
+
+    class Failures(WorkerObserver):
+        def on_failure(self, ctx: StreamContext, error: BaseException) -> None:
+            failures.append(error)
+
+    async def handle(ctx: StreamContext) -> None:
+        if ctx.delivery_count == 1:
+            await asyncio.sleep(10)
+
+    await client.stream.append("slow-feed", b"x")
+    worker = client.new_stream_worker(
+        stream="slow-feed", group="g", handler=handle, message_timeout=0.2, block_ms=200
+    )
+    worker.observer = Failures()
+    task = asyncio.create_task(worker.start())
+    try:
+        await eventually(lambda: client.stream.group_pending("slow-feed", "g"), lambda p: p == [])
+        await eventually(lambda: asyncio.sleep(0, failures), bool)
+    finally:
+        worker.stop()
+        await task
+    assert len(failures) == 1 and isinstance(failures[0], TimeoutError)
