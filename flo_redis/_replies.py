@@ -8,12 +8,34 @@ and the script's first key object (some rows carry its action, stream or partiti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from ._status import Status
 from .codec import text
 from .types import TaskAssignment
+
+Reply = TypeVar("Reply")
+
+_READ: dict[str, Callable[[Any], object]] = {
+    "int": int,
+    "bool": lambda v: bool(int(v)),
+    "str": lambda v: text(v) or "",
+}
+
+
+def fixed(cls: type[Reply]) -> Callable[[Any, object], Reply]:
+    """The parser of a fixed-shape reply ``{status, v1, v2, ...}``: ``cls`` (a dataclass
+    of int, bool and str fields, in reply order) with each value read as its field's
+    type (a bool from 0/1, a str from bytes). A shorter reply, such as a refusal's bare
+    ``{status}``, leaves the fields it lacks their defaults."""
+    read = tuple(_READ[str(f.type)] for f in fields(cls))  # type: ignore[arg-type]
+
+    def parse(reply: Any, _keys: object) -> Reply:
+        return cls(*(r(v) for r, v in zip(read, reply, strict=False)))  # short: defaults
+
+    return parse
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +110,7 @@ class Done:
     status: int
 
 
-def done(reply: Any, _keys: object) -> Done:
-    return Done(int(reply[0]))
+done = fixed(Done)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +118,10 @@ class Flag:
     """``{status, flag}``: existed, created, left, reclaimed ... as a bool."""
 
     status: int
-    flag: bool
+    flag: bool = False
 
 
-def flag(reply: Any, _keys: object) -> Flag:
-    return Flag(int(reply[0]), bool(int(reply[1])) if len(reply) > 1 else False)
+flag = fixed(Flag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +129,10 @@ class Number:
     """``{status, n}``: a run status, a partition count, a worker status, a limit."""
 
     status: int
-    value: int
+    value: int = 0
 
 
-def number(reply: Any, _keys: object) -> Number:
-    return Number(int(reply[0]), int(reply[1]) if len(reply) > 1 else 0)
+number = fixed(Number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,16 +176,11 @@ class InvokedMany:
     index of the first oversized input."""
 
     status: int
-    first_seq: int
-    index: int
+    first_seq: int = 0
+    index: int = 0
 
 
-def invoked_many(reply: Any, _keys: object) -> InvokedMany:
-    return InvokedMany(
-        int(reply[0]),
-        int(reply[1]) if len(reply) > 1 else 0,
-        int(reply[2]) if len(reply) > 2 else 0,
-    )
+invoked_many = fixed(InvokedMany)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,14 +231,11 @@ def reported_many(reply: Any, _keys: object) -> ReportedMany:
 @dataclass(frozen=True, slots=True)
 class Reaped:
     status: int
-    ready: int
-    next_due_ms: int
+    ready: int = 0
+    next_due_ms: int = -1
 
 
-def reaped(reply: Any, _keys: object) -> Reaped:
-    if len(reply) < 3:
-        return Reaped(int(reply[0]), 0, -1)
-    return Reaped(int(reply[0]), int(reply[1]), int(reply[2]))
+reaped = fixed(Reaped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,14 +243,12 @@ class Reclaimed:
     """``action_reclaim`` / ``group_reclaim`` / ``slot_reclaim``."""
 
     status: int
-    reclaimed: int
-    wait_ms: int
-    more: bool
+    reclaimed: int = 0
+    wait_ms: int = -1
+    more: bool = False
 
 
-def reclaimed(reply: Any, _keys: object) -> Reclaimed:
-    values = [int(v) for v in reply] + [0, -1, 0]
-    return Reclaimed(values[0], values[1], values[2], bool(values[3]))
+reclaimed = fixed(Reclaimed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,14 +256,12 @@ class SlotTaken:
     """``slot_acquire``: slot 0 when every slot is held."""
 
     status: int
-    slot: int
-    token: int
-    deadline_ms: int
+    slot: int = 0
+    token: int = 0
+    deadline_ms: int = 0
 
 
-def slot_taken(reply: Any, _keys: object) -> SlotTaken:
-    values = [int(v) for v in reply] + [0, 0, 0]
-    return SlotTaken(values[0], values[1], values[2], values[3])
+slot_taken = fixed(SlotTaken)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,11 +269,10 @@ class WorkerGate:
     """``worker_poll``: the worker's metadata (its labels) when it may take work."""
 
     status: int
-    metadata: str
+    metadata: str = ""
 
 
-def worker_gate(reply: Any, _keys: object) -> WorkerGate:
-    return WorkerGate(int(reply[0]), (text(reply[1]) or "") if len(reply) > 1 else "")
+worker_gate = fixed(WorkerGate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,12 +367,9 @@ class BulkStep:
     """``action_requeue_failed`` / ``action_purge``: one bounded step."""
 
     status: int
-    count: int
-    remaining: int
-    upto: str
+    count: int = 0
+    remaining: int = 0
+    upto: str = ""
 
 
-def bulk_step(reply: Any, _keys: object) -> BulkStep:
-    if len(reply) < 4:
-        return BulkStep(int(reply[0]), 0, 0, "")
-    return BulkStep(int(reply[0]), int(reply[1]), int(reply[2]), text(reply[3]) or "")
+bulk_step = fixed(BulkStep)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ._replies import fixed
+
 
 @dataclass(frozen=True, slots=True)
 class DueRows:
@@ -28,11 +30,8 @@ class Fired:
     """``schedule_fire``: the run of the occurrence, and whether it existed already."""
 
     status: int
-    run_id: str
-    existing: bool
+    run_id: str = ""
+    existing: bool = False
 
 
-def fired(reply: Any, _keys: object) -> Fired:
-    if len(reply) < 3:
-        return Fired(int(reply[0]), "", False)
-    return Fired(int(reply[0]), bytes(reply[1]).decode(), bool(int(reply[2])))
+fired = fixed(Fired)
