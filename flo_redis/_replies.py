@@ -304,11 +304,20 @@ def worker_page(reply: Any, _keys: object) -> WorkerPage:
 
 
 @dataclass(frozen=True, slots=True)
-class Counts:
-    """``action_counts``: runs by state at ``at_ms``, and per-minute tallies (oldest
-    first) of completed and failed runs."""
+class ActionCounts:
+    """How many runs an action holds in each state, read atomically at ``at_ms``.
 
-    status: int
+    ``failed`` counts FAILED and CANCELLED runs, ``timed_out`` those that ended TIMED_OUT
+    (both are kept until re-queued or purged); ``completed`` counts the completed runs
+    still kept (retention). ``completed_per_minute`` / ``failed_per_minute`` count runs
+    that ended in each of the last 60 minutes, oldest first, the last being the current
+    minute (``failed`` there includes timed out). ``next_due_ms`` is when the earliest
+    delayed run becomes ready (None without delayed runs). ``completed_total`` /
+    ``failed_total`` count every run that ended so since the action was registered
+    (a deleted action starts again from 0)."""
+
+    action: str
+    namespace: str
     at_ms: int
     pending: int
     delayed: int
@@ -316,22 +325,53 @@ class Counts:
     completed: int
     failed: int
     timed_out: int
-    next_due_ms: int
+    next_due_ms: int | None
     completed_total: int
     failed_total: int
     completed_per_minute: tuple[int, ...]
     failed_per_minute: tuple[int, ...]
 
+    @property
+    def waiting(self) -> int:
+        """Runs not started yet: pending plus delayed."""
+        return self.pending + self.delayed
 
-def counts(reply: Any, _keys: object) -> Counts:
+    @property
+    def completed_last_hour(self) -> int:
+        return sum(self.completed_per_minute)
+
+    @property
+    def failed_last_hour(self) -> int:
+        return sum(self.failed_per_minute)
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """``action_counts``: the status, and on OK the action's counts."""
+
+    status: int
+    counts: ActionCounts | None
+
+
+MINUTES = 60  # per-minute buckets kept (lib/tally.lua)
+
+
+def counts(reply: Any, keys: Any) -> Counts:
+    """``{status, at_ms, pending, delayed, running, completed, failed, timed_out,
+    next_due_ms, completed_total, failed_total, completed * m, failed * m}``: the last
+    2m values are per-minute tallies, oldest first."""
     n = [int(x) for x in reply]
     if n[0] != Status.OK or len(n) < 11:
-        return Counts(n[0], 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, (), ())
+        return Counts(n[0], None)
     minutes = n[11:]
     half = len(minutes) // 2
     return Counts(
-        n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7], n[8], n[9], n[10],
-        tuple(minutes[:half]), tuple(minutes[half:]),
+        Status.OK,
+        ActionCounts(
+            keys.action, keys.namespace, n[1], n[2], n[3], n[4], n[5], n[6], n[7],
+            None if n[8] < 0 else n[8], n[9], n[10],
+            tuple(minutes[:half][:MINUTES]), tuple(minutes[half:][:MINUTES]),
+        ),
     )  # fmt: skip
 
 

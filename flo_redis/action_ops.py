@@ -22,6 +22,7 @@ from ._gateway import (
     ACTION_RUNS,
     Script,
 )
+from ._replies import ActionCounts as ActionCounts  # defined beside its parser
 from ._replies import BulkStep
 from ._runs import run_status
 from ._scripts import Arg
@@ -32,7 +33,6 @@ from .keys import ActionKeys, action_keys
 from .session import Session
 from .types import ActionRunStatus
 
-MINUTES = 60  # per-minute buckets kept (lib/tally.lua)
 MAX_BATCH = 500  # runs per bulk script call: 4-8 ms of Redis time, tens of ms at worst
 # The default keeps every call far under 50 ms of Redis time even on a loaded machine: 25
 # runs take 0.3 ms a call (median), 10 ms at worst (Valkey's first calls on 50,000 runs).
@@ -55,48 +55,6 @@ class RunState(str, enum.Enum):
 
 
 NEWEST_FIRST = (RunState.COMPLETED, RunState.FAILED)
-
-
-@dataclass(frozen=True, slots=True)
-class ActionCounts:
-    """How many runs an action holds in each state, read atomically at ``at_ms``.
-
-    ``failed`` counts FAILED and CANCELLED runs, ``timed_out`` those that ended TIMED_OUT
-    (both are kept until re-queued or purged); ``completed`` counts the completed runs
-    still kept (retention). ``completed_per_minute`` / ``failed_per_minute`` count runs
-    that ended in each of the last 60 minutes, oldest first, the last being the current
-    minute (``failed`` there includes timed out). ``next_due_ms`` is when the earliest
-    delayed run becomes ready (None without delayed runs). ``completed_total`` /
-    ``failed_total`` count every run that ended so since the action was registered
-    (a deleted action starts again from 0)."""
-
-    action: str
-    namespace: str
-    at_ms: int
-    pending: int
-    delayed: int
-    running: int
-    completed: int
-    failed: int
-    timed_out: int
-    next_due_ms: int | None
-    completed_total: int
-    failed_total: int
-    completed_per_minute: tuple[int, ...]
-    failed_per_minute: tuple[int, ...]
-
-    @property
-    def waiting(self) -> int:
-        """Runs not started yet: pending plus delayed."""
-        return self.pending + self.delayed
-
-    @property
-    def completed_last_hour(self) -> int:
-        return sum(self.completed_per_minute)
-
-    @property
-    def failed_last_hour(self) -> int:
-        return sum(self.failed_per_minute)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,24 +116,9 @@ class ActionInspection:
         in one atomic, read-only script call. :class:`NotFoundError` if not registered."""
         keys = self._queue(name, namespace)
         reply = await ACTION_COUNTS(self._session, keys)
-        if reply.status != Status.OK:
+        if reply.counts is None:
             raise not_registered(keys)
-        return ActionCounts(
-            action=name,
-            namespace=keys.namespace,
-            at_ms=reply.at_ms,
-            pending=reply.pending,
-            delayed=reply.delayed,
-            running=reply.running,
-            completed=reply.completed,
-            failed=reply.failed,
-            timed_out=reply.timed_out,
-            next_due_ms=None if reply.next_due_ms < 0 else reply.next_due_ms,
-            completed_total=reply.completed_total,
-            failed_total=reply.failed_total,
-            completed_per_minute=reply.completed_per_minute[:MINUTES],
-            failed_per_minute=reply.failed_per_minute[:MINUTES],
-        )
+        return reply.counts
 
     async def runs(
         self,
