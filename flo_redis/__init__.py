@@ -12,12 +12,7 @@ from .errors import *  # noqa: F403  (the error tree: errors.__all__)
 from .queue import QueueOperations
 from .results import JsonSerializer, ResultEncodingError, ResultSerializer
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from .streams import (
-    DeadLetter,
-    StreamDeadLetterOptions,
-    StreamGroupSettings,
-    StreamOperations,
-)
+from .streams import DeadLetter, StreamDeadLetterOptions, StreamGroupSettings, StreamOperations
 from .types import *  # noqa: F403  (the API's types: types.__all__)
 from .worker import (
     ActionContext,

@@ -15,13 +15,7 @@ import enum
 from dataclasses import dataclass
 
 from ._checks import MAX_LIST_LIMIT, check_count, not_registered
-from ._gateway import (
-    ACTION_COUNTS,
-    ACTION_PURGE,
-    ACTION_REQUEUE_FAILED,
-    ACTION_RUNS,
-    Script,
-)
+from ._gateway import ACTION_COUNTS, ACTION_PURGE, ACTION_REQUEUE_FAILED, ACTION_RUNS, Script
 from ._replies import ActionCounts as ActionCounts  # defined beside its parser
 from ._replies import BulkStep
 from ._runs import run_status

@@ -51,17 +51,8 @@ from ._runs import (
 from ._status import Status, refusal
 from ._trace_context import invoke_span
 from .action_ops import ActionInspection
-from .codec import (
-    decoded,
-    pack,
-    tag_labels,
-    text,
-    unpack_record,
-)
-from .errors import (
-    ValidationError,
-    ValueTooLargeError,
-)
+from .codec import decoded, pack, tag_labels, text, unpack_record
+from .errors import ValidationError, ValueTooLargeError
 from .keys import (
     MAX_NAME_SIZE,
     ActionKeys,
@@ -72,7 +63,14 @@ from .keys import (
 )
 from .notices import tell
 from .reclaim import LivenessStats, liveness_stats, reap_queue
-from .schedules import Missed, Schedule, list_schedules, remove_schedule, set_schedule
+from .schedules import (
+    Missed,
+    Schedule,
+    ScheduleDeclaration,
+    check_missed,
+    list_schedules,
+    remove_schedule,
+)
 from .session import Session
 from .types import (
     ActionDeleteOptions,
@@ -447,16 +445,10 @@ class ActionOperations(ActionInspection):
         (:class:`~flo_redis.schedules.Missed`). :class:`ValidationError` for a bad cron
         expression, interval or time zone, :class:`NotFoundError` for an action that is
         not registered, both before anything is written."""
-        return await set_schedule(
-            self._session,
-            action,
-            cron_or_interval,
-            input=input,
-            name=name,
-            timezone=timezone,
-            missed=missed,
-            namespace=namespace,
+        declared = ScheduleDeclaration(
+            action, cron_or_interval, name, input, timezone, check_missed(missed)
         )
+        return await declared.apply(self._session, namespace)
 
     async def schedules(
         self, action: str | None = None, namespace: str | None = None

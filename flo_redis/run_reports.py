@@ -32,31 +32,11 @@ from ._gateway import (
 )
 from ._replies import Reported
 from ._status import Status, refusal
-from .codec import (
-    pack,
-)
-from .errors import (
-    BadRequestError,
-    ServerError,
-    ValidationError,
-    ValueTooLargeError,
-)
-from .keys import (
-    MAX_NAME_SIZE,
-    ActionKeys,
-    action_keys,
-    action_of_run,
-    check_name,
-    namespace_keys,
-)
+from .codec import pack
+from .errors import BadRequestError, ServerError, ValidationError, ValueTooLargeError
+from .keys import MAX_NAME_SIZE, ActionKeys, action_keys, action_of_run, check_name, namespace_keys
 from .session import Session
-from .types import (
-    Reason,
-    RunStatus,
-    WorkerCompleteOptions,
-    WorkerFailOptions,
-    WorkerTouchOptions,
-)
+from .types import Reason, RunStatus, WorkerCompleteOptions, WorkerFailOptions, WorkerTouchOptions
 
 MAX_TOUCH_EXTEND_MS = 3_600_000
 COMPLETE_BATCH = 1000  # runs per run_complete_many call

@@ -155,44 +155,18 @@ def _decode(action: str, name: str, due_ms: int, raw: bytes) -> Schedule:
     )
 
 
-async def set_schedule(
-    session: Session,
-    action: str,
-    spec: str | timedelta,
-    *,
-    input: bytes = b"",
-    name: str | None = None,
-    timezone: str = "UTC",
-    missed: Missed | str = Missed.ONCE,
-    namespace: str | None = None,
-) -> Schedule:
-    """Create or replace the schedule ``name`` (default: the action's name) of ``action``.
-    Setting an identical schedule again keeps its next occurrence. Refuses a bad cron
-    expression, interval, time zone or input (:class:`ValidationError`) and an action
-    that is not registered (:class:`NotFoundError`) before anything is written."""
-    keys = action_keys(session.get_namespace(namespace), action)
-    cron, every = check_spec(spec)
-    check_timezone(timezone)
-    label = check_name("schedule name", action if name is None else name)
-    data = check_bytes("input", input, session.max_payload_bytes)
+def check_missed(missed: object) -> Missed:
+    """``missed`` as a :class:`Missed`; :class:`ValidationError` naming the choices."""
     try:
-        policy = Missed(missed)
+        return Missed(missed)
     except ValueError as exc:
         raise ValidationError(f"missed must be 'once' or 'all', got {missed!r}") from exc
-    now_ms = (await SCHEDULE_DUE(session, keys, [1, 1])).now_ms
-    first = _occurrence_after(cron, every, timezone, now_ms, now_ms)
-    record = _record(cron, every, timezone, data, policy)
-    reply = await SCHEDULE_SET(session, keys, [label, record, first])
-    if reply.status == Status.NO_ACTION:
-        raise not_registered(keys)
-    due = first if reply.flag else await _due_of(session, keys, label, first)
-    return Schedule(action, label, cron, every, timezone, data, policy, due)
 
 
 @dataclass(frozen=True, slots=True)
 class ScheduleDeclaration:
-    """A schedule a worker declares with ``@worker.cron``; set when the worker starts
-    (an unchanged schedule keeps its next occurrence)."""
+    """A schedule to set: one ``client.action.schedule`` sets now, or one a worker
+    declares with ``@worker.cron`` and sets when it starts."""
 
     action: str
     spec: str | timedelta
@@ -201,16 +175,25 @@ class ScheduleDeclaration:
     timezone: str
     missed: Missed
 
-    async def apply(self, session: Session) -> Schedule:
-        return await set_schedule(
-            session,
-            self.action,
-            self.spec,
-            input=self.input,
-            name=self.name,
-            timezone=self.timezone,
-            missed=self.missed,
-        )
+    async def apply(self, session: Session, namespace: str | None = None) -> Schedule:
+        """Create or replace the schedule ``name`` (default: the action's name) of the
+        action. Setting an identical schedule again keeps its next occurrence. Refuses a
+        bad cron expression, interval, time zone or input (:class:`ValidationError`) and
+        an action that is not registered (:class:`NotFoundError`) before anything is
+        written."""
+        keys = action_keys(session.get_namespace(namespace), self.action)
+        cron, every = check_spec(self.spec)
+        check_timezone(self.timezone)
+        label = check_name("schedule name", self.action if self.name is None else self.name)
+        data = check_bytes("input", self.input, session.max_payload_bytes)
+        now_ms = (await SCHEDULE_DUE(session, keys, [1, 1])).now_ms
+        first = _occurrence_after(cron, every, self.timezone, now_ms, now_ms)
+        record = _record(cron, every, self.timezone, data, self.missed)
+        reply = await SCHEDULE_SET(session, keys, [label, record, first])
+        if reply.status == Status.NO_ACTION:
+            raise not_registered(keys)
+        due = first if reply.flag else await _due_of(session, keys, label, first)
+        return Schedule(self.action, label, cron, every, self.timezone, data, self.missed, due)
 
 
 async def _due_of(session: Session, keys: ActionKeys, name: str, default: int) -> int:
@@ -279,10 +262,10 @@ __all__ = [
     "Missed",
     "Schedule",
     "ScheduleDeclaration",
+    "check_missed",
     "check_spec",
     "check_timezone",
     "fire_due",
     "list_schedules",
     "remove_schedule",
-    "set_schedule",
 ]

@@ -45,12 +45,7 @@ from ._trace_context import InvokeTracer, invoke_span
 from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
 from .errors import FloError, ValidationError
 from .keys import ActionKeys, action_keys, action_of_run, check_namespace
-from .types import (
-    ActionInvokeOptions,
-    ActionInvokeResult,
-    ActionRunStatus,
-    ActionStatusOptions,
-)
+from .types import ActionInvokeOptions, ActionInvokeResult, ActionRunStatus, ActionStatusOptions
 
 
 class SyncActionOperations:
