@@ -47,6 +47,7 @@ from .errors import (
     ServerError,
     UnavailableError,
     ValidationError,
+    server_error,
 )
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy, retry_refused
 from .types import Ran, Reason, StatusCode
@@ -81,6 +82,11 @@ def configure(
     _SETTINGS[conn] = (retry, debug, gate)
 
 
+def _unavailable(message: str) -> ServerError:
+    """An UnavailableError for a command that did not run: safe to send again."""
+    return server_error(StatusCode.UNAVAILABLE, Reason.UNCLASSIFIED, message, Ran.NO)
+
+
 @contextlib.contextmanager
 def redis_errors(what: str) -> Iterator[None]:
     """Translate redis-py errors into flo's error tree, naming what was being done."""
@@ -89,21 +95,13 @@ def redis_errors(what: str) -> Iterator[None]:
     except rex.TimeoutError as exc:
         raise RequestTimeoutError(f"{what}: Redis did not answer in time ({exc})") from exc
     except rex.BusyLoadingError as exc:
-        err = UnavailableError(f"{what}: Redis is loading its data set; retry shortly")
-        err.status_code = StatusCode.UNAVAILABLE
-        err.reason = Reason.UNCLASSIFIED
-        err.ran = Ran.NO
-        raise err from exc
+        raise _unavailable(f"{what}: Redis is loading its data set; retry shortly") from exc
     except rex.ConnectionError as exc:
         raise NotConnectedError(f"{what}: connection to Redis lost ({exc})") from exc
     except (rex.TryAgainError, rex.ClusterDownError, rex.MovedError, rex.AskError) as exc:
         # Redirections redis-py gave up following (a slot in mid-migration, a cluster
         # without a primary for the slot): the command did not run.
-        err = UnavailableError(f"{what}: the Redis Cluster is moving this slot ({exc}); retry")
-        err.status_code = StatusCode.UNAVAILABLE
-        err.reason = Reason.UNCLASSIFIED
-        err.ran = Ran.NO
-        raise err from exc
+        raise _unavailable(f"{what}: the Redis Cluster is moving this slot ({exc}); retry") from exc
     except rex.ClusterError as exc:
         raise UnavailableError(f"{what}: the Redis Cluster did not serve it ({exc})") from exc
     except rex.NoScriptError:

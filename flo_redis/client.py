@@ -12,6 +12,7 @@ settings) with the operation groups ``action``, ``worker``, ``stream``, ``queue`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from types import TracebackType
@@ -245,16 +246,10 @@ class FloClient:
     def sibling(self) -> FloClient:
         """A new, unconnected client with this one's endpoint, namespace and settings
         (and its own owner id): the connections a worker opens for itself."""
-        s = self.settings
+        settings = dataclasses.replace(self.settings, owner_id=new_owner_id())
+        # Its fields are FloClient's keywords; a cluster endpoint stays one (+cluster).
         return FloClient(
-            s.endpoint,  # a cluster endpoint stays one (redis+cluster://)
-            namespace=s.namespace,
-            timeout_ms=s.timeout_ms,
-            debug=s.debug,
-            retry=s.retry,
-            max_payload_bytes=s.max_payload_bytes,
-            liveness_grace_ms=s.liveness_grace_ms,
-            max_connections=s.max_connections,
+            **{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
         )
 
     # --- the session's, for code written against the client --------------------------

@@ -18,6 +18,7 @@ exporter's, read from Redis rather than from one worker.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
@@ -30,6 +31,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from .observe import WorkerObserver
+
+Buckets = tuple[float, ...]
 
 # From a millisecond hand-off up to a backlog of minutes.
 PICKUP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -44,91 +47,70 @@ class PrometheusObserver(WorkerObserver):
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         reg = REGISTRY if registry is None else registry
-        run = ("action",)
-        rec = ("stream", "group")
-        self._runs_claimed = Counter(
-            "flo_redis_runs_claimed", "Runs handed to this process's workers.", run, registry=reg
-        )
-        self._runs_completed = Counter(
-            "flo_redis_runs_completed",
+
+        def counter(family: str, labels: tuple[str, ...]) -> Callable[..., Counter]:
+            def make(name: str, doc: str, *more: str) -> Counter:
+                return Counter(f"flo_redis_{family}{name}", doc, (*labels, *more), registry=reg)
+
+            return make
+
+        def seconds(name: str, doc: str, labels: tuple[str, ...], buckets: Buckets) -> Histogram:
+            return Histogram(
+                f"flo_redis_{name}_seconds", doc, labels, buckets=buckets, registry=reg
+            )
+
+        runs = counter("runs_", ("action",))
+        records = counter("stream_records_", ("stream", "group"))
+        reports = counter("reports_", ("report",))
+        self._runs_claimed = runs("claimed", "Runs handed to this process's workers.")
+        self._runs_completed = runs(
+            "completed",
             "Runs completed (the store accepted the complete), by named outcome.",
-            ("action", "outcome"),
-            registry=reg,
+            "outcome",
         )
-        self._runs_failed = Counter(
-            "flo_redis_runs_failed", "Runs whose fail ended them FAILED.", run, registry=reg
+        self._runs_failed = runs("failed", "Runs whose fail ended them FAILED.")
+        self._runs_retried = runs(
+            "retried", "Runs failed with attempts left: they wait for another attempt."
         )
-        self._runs_retried = Counter(
-            "flo_redis_runs_retried",
-            "Runs failed with attempts left: they wait for another attempt.",
-            run,
-            registry=reg,
+        self._runs_released = runs(
+            "released", "Runs given back unfinished by a stopping worker (attempt not spent)."
         )
-        self._runs_released = Counter(
-            "flo_redis_runs_released",
-            "Runs given back unfinished by a stopping worker (attempt not spent).",
-            run,
-            registry=reg,
+        self._runs_reclaimed = runs(
+            "reclaimed", "Runs of gone worker processes taken back by this process's reaper."
         )
-        self._runs_reclaimed = Counter(
-            "flo_redis_runs_reclaimed",
-            "Runs of gone worker processes taken back by this process's reaper.",
-            run,
-            registry=reg,
-        )
-        self._handler_duration = Histogram(
-            "flo_redis_handler_duration_seconds",
+        self._handler_duration = seconds(
+            "handler_duration",
             "Action handler run time, by result: completed, failed, lease_lost.",
             ("action", "result"),
-            buckets=HANDLER_BUCKETS,
-            registry=reg,
+            HANDLER_BUCKETS,
         )
-        self._pickup_latency = Histogram(
-            "flo_redis_pickup_latency_seconds",
+        self._pickup_latency = seconds(
+            "pickup_latency",
             "Time from a run becoming ready (created, due or retried) to its claim.",
-            run,
-            buckets=PICKUP_BUCKETS,
-            registry=reg,
+            ("action",),
+            PICKUP_BUCKETS,
         )
-        self._records_delivered = Counter(
-            "flo_redis_stream_records_delivered",
-            "Stream records delivered to this process's consumers.",
-            rec,
-            registry=reg,
+        self._records_delivered = records(
+            "delivered", "Stream records delivered to this process's consumers."
         )
-        self._records_acked = Counter(
-            "flo_redis_stream_records_acked", "Stream records acked.", rec, registry=reg
+        self._records_acked = records("acked", "Stream records acked.")
+        self._records_nacked = records(
+            "nacked", "Stream records nacked (handler raised or timed out)."
         )
-        self._records_nacked = Counter(
-            "flo_redis_stream_records_nacked",
-            "Stream records nacked (handler raised or timed out).",
-            rec,
-            registry=reg,
+        self._records_reclaimed = records(
+            "reclaimed", "Deliveries of gone consumers given back by this process's reaper."
         )
-        self._records_reclaimed = Counter(
-            "flo_redis_stream_records_reclaimed",
-            "Deliveries of gone consumers given back by this process's reaper.",
-            rec,
-            registry=reg,
-        )
-        self._stream_handler_duration = Histogram(
-            "flo_redis_stream_handler_duration_seconds",
+        self._stream_handler_duration = seconds(
+            "stream_handler_duration",
             "Stream handler run time, by result: acked, nacked.",
             ("stream", "group", "result"),
-            buckets=HANDLER_BUCKETS,
-            registry=reg,
+            HANDLER_BUCKETS,
         )
-        self._reports_resent = Counter(
-            "flo_redis_reports_resent",
-            "Reports sent again after a lost connection, by kind.",
-            ("report",),
-            registry=reg,
+        self._reports_resent = reports(
+            "resent", "Reports sent again after a lost connection, by kind."
         )
-        self._reports_refused = Counter(
-            "flo_redis_reports_refused",
-            "Reports the store refused (lease moved on, run gone), by kind.",
-            ("report",),
-            registry=reg,
+        self._reports_refused = reports(
+            "refused", "Reports the store refused (lease moved on, run gone), by kind."
         )
 
     def run_claimed(self, action: str, pickup_s: float) -> None:
