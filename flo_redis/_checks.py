@@ -1,14 +1,61 @@
-"""Argument checks and refusals shared by ``client.action`` and ``client.worker``."""
+"""Argument checks: every refusal of a bad argument before anything is sent, each a
+typed error (:mod:`flo_redis.errors`) that says what is wrong and what is taken. Names
+(namespace, action, stream, group ...), ints and their ranges, bytes, text, lists,
+option objects, cursors, tokens; and the refusals a run script's status maps to."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from ._status import Status, refusal
-from .errors import ValidationError, ValueTooLargeError
-from .keys import ActionKeys, check_name
+from .errors import NamespaceTooLargeError, ValidationError, ValueTooLargeError
+from .types import MAX_NAMESPACE_SIZE
+
+if TYPE_CHECKING:
+    from .keys import ActionKeys
 
 MAX_LIST_LIMIT = 1024
+
+MAX_NAME_SIZE = 255
+
+FORBIDDEN_IN_NAMES = re.compile(r"[{}\x00-\x1f\x7f]")
+
+
+def _check(kind: str, name: object, *, allow_colon: bool = True) -> str:
+    if not isinstance(name, str):
+        raise ValidationError(f"{kind} must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValidationError(f"{kind} must not be empty")
+    limit = MAX_NAMESPACE_SIZE if kind == "namespace" else MAX_NAME_SIZE
+    try:
+        name.encode()
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{kind} {name[:40]!r} is not valid Unicode ({exc.reason})") from exc
+    if len(name.encode()) > limit:
+        error = NamespaceTooLargeError if kind == "namespace" else ValidationError
+        raise error(f"{kind} {name[:40]!r}... is {len(name.encode())} bytes; the limit is {limit}")
+    bad = FORBIDDEN_IN_NAMES.search(name)
+    if bad is not None:
+        raise ValidationError(
+            f"{kind} {name!r} contains {bad.group()!r}; braces and control characters "
+            "are not allowed in names"
+        )
+    if not allow_colon and ":" in name:
+        raise ValidationError(f"{kind} {name!r} contains ':'; use another separator such as '.'")
+    return name
+
+
+def check_namespace(namespace: str) -> str:
+    """Validate a namespace (1..255 bytes; no braces, colons or control characters)."""
+    return _check("namespace", namespace, allow_colon=False)
+
+
+def check_name(kind: str, name: str) -> str:
+    """Validate an action, stream, group, consumer or worker name."""
+    return _check(kind, name)
+
 
 Options = TypeVar("Options")
 
@@ -37,9 +84,33 @@ def check_bytes(what: str, value: object, limit: int) -> bytes:
     return data
 
 
-def check_count(what: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValidationError(f"{what} must be an int in [{low}, {high}], got {value!r}")
+def is_int(value: object) -> TypeGuard[int]:
+    """An int, and not a bool (``True`` is an int to Python, never a count to us)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(what: str, value: object) -> int:
+    """An int (not a bool), of any value."""
+    if not is_int(value):
+        raise ValidationError(f"{what} must be an int, got {value!r}")
+    return value
+
+
+def check_count(
+    what: str,
+    value: object,
+    low: int,
+    high: int | None = None,
+    *,
+    fix: str = "",
+    error: Callable[[str], Exception] = ValidationError,
+) -> int:
+    """An int (not a bool) in [``low``, ``high``] (no upper bound for None); else
+    ``error`` (ValidationError unless given) naming the range taken, then ``fix``."""
+    if not is_int(value) or value < low or (high is not None and value > high):
+        taken = f">= {low}" if high is None else f"in [{low}, {high}]"
+        then = f"; {fix}" if fix else ""
+        raise error(f"{what} must be an int {taken}, got {value!r}{then}")
     return value
 
 

@@ -14,6 +14,7 @@ import time
 import zlib
 
 from . import _scripts
+from ._checks import check_count, is_int
 from .errors import ValidationError
 from .session import Session
 from .types import StreamID
@@ -35,13 +36,11 @@ def partition_of_key(key: str, partitions: int) -> int:
 
 
 def partitions_arg(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARTITIONS:
-        raise ValidationError(f"partitions must be an int in [1, {MAX_PARTITIONS}], got {value!r}")
-    return value
+    return check_count("partitions", value, 1, MAX_PARTITIONS)
 
 
 def partition_arg(stream: str, value: object, partitions: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < partitions:
+    if not is_int(value) or not 0 <= value < partitions:
         raise ValidationError(
             f"partition {value!r} does not exist; stream {stream!r} has {partitions} "
             f"partition(s) (0..{partitions - 1})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._checks import check_bytes, check_priority, not_registered, raise_run_refusal
+from ._checks import check_bytes, check_count, check_priority, not_registered, raise_run_refusal
 from ._replies import Cancelled, Invoked
 from ._scripts import Arg
 from ._status import Status, refusal
@@ -132,15 +132,7 @@ MAX_WAIT_MS = 86_400_000
 
 
 def check_wait_ms(timeout_ms: object) -> int:
-    if (
-        isinstance(timeout_ms, bool)
-        or not isinstance(timeout_ms, int)
-        or not 0 <= timeout_ms <= MAX_WAIT_MS
-    ):
-        raise ValidationError(
-            f"timeout_ms must be an int in [0, {MAX_WAIT_MS}] (a day), got {timeout_ms!r}"
-        )
-    return timeout_ms
+    return check_count("timeout_ms", timeout_ms, 0, MAX_WAIT_MS, fix="a day at most; wait again")
 
 
 def wait_timed_out(status: ActionRunStatus, timeout_ms: int) -> WaitTimeoutError:

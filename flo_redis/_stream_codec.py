@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import msgpack
 
+from ._checks import check_count
 from .codec import pack
 from .errors import ValidationError, ValueTooLargeError, validate_block_ms
 from .types import StreamID, StreamRecord
@@ -18,9 +19,7 @@ MAX_HEADERS_BYTES = 65535
 def count_arg(what: str, value: object, default: int) -> int:
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-        raise ValidationError(f"{what} must be an int in [1, {MAX_COUNT}], got {value!r}")
-    return value
+    return check_count(what, value, 1, MAX_COUNT)
 
 
 def block_ms_arg(value: int | None) -> int:
@@ -76,9 +75,7 @@ def sid(raw: bytes | str) -> StreamID:
 
 
 def positive_arg(what: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValidationError(f"{what} must be an int > 0, got {value!r}")
-    return value
+    return check_count(what, value, 1)
 
 
 def merge(batches: Sequence[list[StreamRecord]], count: int, tail: bool) -> list[StreamRecord]:

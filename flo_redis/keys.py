@@ -14,52 +14,18 @@ says what to change.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TypeVar
 
-from .errors import KeyTooLargeError, NamespaceTooLargeError, ValidationError, server_error
-from .types import MAX_KEY_SIZE, MAX_NAMESPACE_SIZE, Ran, Reason, StatusCode
+from ._checks import FORBIDDEN_IN_NAMES, check_count
+from ._checks import MAX_NAME_SIZE as MAX_NAME_SIZE  # the names keys are built from
+from ._checks import check_name as check_name
+from ._checks import check_namespace as check_namespace
+from .errors import KeyTooLargeError, ValidationError, server_error
+from .types import MAX_KEY_SIZE, Ran, Reason, StatusCode
 
 PREFIX = "flo"
-MAX_NAME_SIZE = 255
-
-_FORBIDDEN = re.compile(r"[{}\x00-\x1f\x7f]")
-
-
-def _check(kind: str, name: object, *, allow_colon: bool = True) -> str:
-    if not isinstance(name, str):
-        raise ValidationError(f"{kind} must be a str, got {type(name).__name__}")
-    if not name:
-        raise ValidationError(f"{kind} must not be empty")
-    limit = MAX_NAMESPACE_SIZE if kind == "namespace" else MAX_NAME_SIZE
-    try:
-        name.encode()
-    except UnicodeEncodeError as exc:
-        raise ValidationError(f"{kind} {name[:40]!r} is not valid Unicode ({exc.reason})") from exc
-    if len(name.encode()) > limit:
-        error = NamespaceTooLargeError if kind == "namespace" else ValidationError
-        raise error(f"{kind} {name[:40]!r}... is {len(name.encode())} bytes; the limit is {limit}")
-    bad = _FORBIDDEN.search(name)
-    if bad is not None:
-        raise ValidationError(
-            f"{kind} {name!r} contains {bad.group()!r}; braces and control characters "
-            "are not allowed in names"
-        )
-    if not allow_colon and ":" in name:
-        raise ValidationError(f"{kind} {name!r} contains ':'; use another separator such as '.'")
-    return name
-
-
-def check_namespace(namespace: str) -> str:
-    """Validate a namespace (1..255 bytes; no braces, colons or control characters)."""
-    return _check("namespace", namespace, allow_colon=False)
-
-
-def check_name(kind: str, name: str) -> str:
-    """Validate an action, stream, group, consumer or worker name."""
-    return _check(kind, name)
 
 
 Keys = TypeVar("Keys")
@@ -191,7 +157,7 @@ def action_of_run(run_id: str) -> str:
 
 
 def _is_name(name: str) -> bool:
-    return len(name.encode()) <= MAX_NAME_SIZE and _FORBIDDEN.search(name) is None
+    return len(name.encode()) <= MAX_NAME_SIZE and FORBIDDEN_IN_NAMES.search(name) is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,8 +256,7 @@ def stream_keys(namespace: str, stream: str, partition: int = 0) -> StreamKeys:
     key names."""
     check_namespace(namespace)
     check_name("stream name", stream)
-    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-        raise ValidationError(f"partition must be an int >= 0, got {partition!r}")
+    check_count("partition", partition, 0)
     if partition == 0:
         tag = f"{{{namespace}:{stream}}}"
         base = f"{PREFIX}:s:{tag}"

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from . import _scripts
-from ._checks import check_bytes, check_count, check_priority
+from ._checks import check_bytes, check_count, check_int, check_priority
 from ._gateway import (
     QUEUE_ACK,
     QUEUE_DEQUEUE,
@@ -304,8 +304,7 @@ def _seqs_arg(seqs: object, queue: str) -> builtins.list[int]:
         raise ValidationError(f"seqs must be a list of int, got {type(seqs).__name__}")
     out = []
     for i, seq in enumerate(seqs):
-        if isinstance(seq, bool) or not isinstance(seq, int):
-            raise ValidationError(f"seqs[{i}] must be an int, got {type(seq).__name__}")
+        check_int(f"seqs[{i}]", seq)
         if not 1 <= seq <= MAX_SEQ:
             raise refusal(
                 Status.NOT_FOUND,

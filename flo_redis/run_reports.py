@@ -33,15 +33,27 @@ from ._gateway import (
 from ._replies import Reported
 from ._status import Status, refusal
 from .codec import pack
-from .errors import BadRequestError, ServerError, ValidationError, ValueTooLargeError
+from .errors import ServerError, ValidationError, ValueTooLargeError, server_error
 from .keys import MAX_NAME_SIZE, ActionKeys, action_keys, action_of_run, check_name, namespace_keys
 from .session import Session
-from .types import Reason, RunStatus, WorkerCompleteOptions, WorkerFailOptions, WorkerTouchOptions
+from .types import (
+    Ran,
+    Reason,
+    RunStatus,
+    StatusCode,
+    WorkerCompleteOptions,
+    WorkerFailOptions,
+    WorkerTouchOptions,
+)
 
 MAX_TOUCH_EXTEND_MS = 3_600_000
 COMPLETE_BATCH = 1000  # runs per run_complete_many call
 # Counter changes a tally may carry (each way): far beyond any real batch.
 MAX_TALLY = 2**32 - 1
+
+
+def _out_of_range(message: str) -> ServerError:
+    return server_error(StatusCode.BAD_REQUEST, Reason.OUT_OF_RANGE, message, Ran.UNKNOWN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,17 +82,14 @@ class RunReports:
         with :class:`ConflictError` (``STALE_REPORT``) if the caller no longer holds it."""
         opts = check_options(options, WorkerTouchOptions)
         check_name("worker id", worker_id)
-        if (
-            isinstance(opts.extend_ms, bool)
-            or not isinstance(opts.extend_ms, int)
-            or not 1 <= opts.extend_ms <= MAX_TOUCH_EXTEND_MS
-        ):
-            err = BadRequestError(
-                f"extend_ms must be an int in [1, {MAX_TOUCH_EXTEND_MS}] (one hour), got "
-                f"{opts.extend_ms!r}; touch again later to hold a run longer"
-            )
-            err.reason = Reason.OUT_OF_RANGE
-            raise err
+        check_count(
+            "extend_ms",
+            opts.extend_ms,
+            1,
+            MAX_TOUCH_EXTEND_MS,
+            fix="one hour at most; touch again later to hold a run longer",
+            error=_out_of_range,
+        )
         keys = self._run_keys(action_name, task_id, opts.namespace)
         reply = await RUN_TOUCH(
             self._session, keys, [task_id, token_arg(opts.token), worker_id, opts.extend_ms]

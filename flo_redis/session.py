@@ -20,6 +20,7 @@ import redis.exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from ._checks import check_count
 from ._denied import denied, is_denied
 from ._endpoint import (
     DEFAULT_MAX_CONNECTIONS,
@@ -68,39 +69,13 @@ class ClientSettings:
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
-        if (
-            isinstance(self.timeout_ms, bool)
-            or not isinstance(self.timeout_ms, int)
-            or self.timeout_ms <= 0
-        ):
-            raise ValidationError(f"timeout_ms must be a positive int, got {self.timeout_ms!r}")
-        if (
-            isinstance(self.max_payload_bytes, bool)
-            or not isinstance(self.max_payload_bytes, int)
-            or self.max_payload_bytes <= 0
-        ):
-            raise ValidationError(
-                f"max_payload_bytes must be a positive int, got {self.max_payload_bytes!r}"
-            )
-        if (
-            isinstance(self.max_connections, bool)
-            or not isinstance(self.max_connections, int)
-            or not 1 <= self.max_connections <= 10_000
-        ):
-            raise ValidationError(
-                f"max_connections must be an int in [1, 10000], got {self.max_connections!r}"
-            )
+        check_count("timeout_ms", self.timeout_ms, 1)
+        check_count("max_payload_bytes", self.max_payload_bytes, 1)
+        check_count("max_connections", self.max_connections, 1, 10_000)
         if not isinstance(self.retry, RetryPolicy):
             raise ValidationError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
         check_name("owner id", self.owner_id)  # it names the owner's liveness channel
-        if (
-            isinstance(self.liveness_grace_ms, bool)
-            or not isinstance(self.liveness_grace_ms, int)
-            or self.liveness_grace_ms < 0
-        ):
-            raise ValidationError(
-                f"liveness_grace_ms must be an int >= 0, got {self.liveness_grace_ms!r}"
-            )
+        check_count("liveness_grace_ms", self.liveness_grace_ms, 0)
 
     @property
     def timeout_s(self) -> float:

@@ -69,14 +69,8 @@ class SlotOperations:
         is never held by an owner that looks gone. A slot whose lease (``lease_ms``, 0:
         none) ran out is taken over; when all are held, gone holders are reclaimed first
         (see :meth:`reclaim_gone`) and the acquire is tried once more."""
-        if isinstance(capacity, bool) or not isinstance(capacity, int):
-            raise ValidationError(f"capacity must be an int, got {capacity!r}")
-        if not 0 <= capacity <= MAX_SLOTS:
-            raise ValidationError(f"capacity must be in [0, {MAX_SLOTS}], got {capacity}")
-        if isinstance(lease_ms, bool) or not isinstance(lease_ms, int):
-            raise ValidationError(f"lease_ms must be an int, got {lease_ms!r}")
-        if not 0 <= lease_ms <= MAX_SLOT_LEASE_MS:
-            raise ValidationError(f"lease_ms must be in [0, {MAX_SLOT_LEASE_MS}], got {lease_ms}")
+        check_count("capacity", capacity, 0, MAX_SLOTS)
+        check_count("lease_ms", lease_ms, 0, MAX_SLOT_LEASE_MS)
         keys = self._keys(action, namespace)
         for attempt in range(2):
             reply = await SLOT_ACQUIRE(

@@ -28,6 +28,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
+from ._checks import check_count, check_int
 from ._gateway import ACTION_INVOKE, RUN_CANCEL
 from ._runs import (
     DEFAULT_WAIT_MS,
@@ -43,7 +44,7 @@ from ._runs import (
 from ._scripts import redis_errors
 from ._trace_context import InvokeTracer, invoke_span
 from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
-from .errors import FloError, ValidationError
+from .errors import FloError
 from .keys import ActionKeys, action_keys, action_of_run, check_namespace
 from .types import ActionInvokeOptions, ActionInvokeResult, ActionRunStatus, ActionStatusOptions
 
@@ -166,10 +167,8 @@ class SyncFloClient:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         url = normalize_endpoint(endpoint)
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
-            raise ValidationError(f"timeout_ms must be a positive int, got {timeout_ms!r}")
-        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
-            raise ValidationError(f"max_payload_bytes must be an int, got {max_payload_bytes!r}")
+        check_count("timeout_ms", timeout_ms, 1)
+        check_int("max_payload_bytes", max_payload_bytes)
         self.namespace = check_namespace(namespace)
         self.max_payload_bytes = max_payload_bytes
         # Called around each invoke (flo_redis.tracing); None: invokes store no trace.
