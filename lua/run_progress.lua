@@ -25,12 +25,8 @@ local value = ARGV[4]
 local MAX_PROGRESS_BYTES = 1024
 
 if #value > MAX_PROGRESS_BYTES then return {ST_TOO_LARGE, MAX_PROGRESS_BYTES} end
-local run = run_load(runs_key, run_id)
-if not run then return {ST_NOT_FOUND} end
-if not run_is_holder(run, token, worker_id) then
-  redis.call('HINCRBY', meta_key, 'stat:stale_refused', 1)
-  return {ST_STALE, run.s}
-end
+local run, refused = run_held(runs_key, meta_key, run_id, token, worker_id)
+if not run then return refused end
 run.pg = value
 run.pt = now_ms()
 run_save(runs_key, run_id, run)

@@ -26,12 +26,8 @@ local MAX_EXTEND_MS = 3600000
 if not extend_ms or extend_ms < 1 or extend_ms > MAX_EXTEND_MS then
   return {ST_OUT_OF_RANGE, MAX_EXTEND_MS}
 end
-local run = run_load(runs_key, run_id)
-if not run then return {ST_NOT_FOUND} end
-if not run_is_holder(run, token, worker_id) then
-  redis.call('HINCRBY', meta_key, 'stat:stale_refused', 1)
-  return {ST_STALE, run.s}
-end
+local run, refused = run_held(runs_key, meta_key, run_id, token, worker_id)
+if not run then return refused end
 local deadline = now_ms() + extend_ms
 local current = tonumber(redis.call('ZSCORE', leases_key, run_id))
 if current and current > deadline then deadline = current end

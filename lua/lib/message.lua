@@ -8,6 +8,7 @@
 --@include lib/status.lua
 --@include lib/owners.lua
 --@include lib/priority.lua
+--@include lib/record.lua
 
 -- Most messages one call delivers, lists or settles; the longest visibility timeout; the
 -- highest delivery limit a dequeue may set.
@@ -15,15 +16,7 @@ local MSG_MAX_COUNT = 1000
 local MSG_MAX_VISIBILITY_MS = 43200000
 local MSG_MAX_DELIVERIES = 1000
 
-local function msg_load(msgs_key, seq)
-  local raw = redis.call('HGET', msgs_key, seq)
-  if not raw then return nil end
-  return cmsgpack.unpack(raw)
-end
-
-local function msg_save(msgs_key, seq, m)
-  redis.call('HSET', msgs_key, seq, cmsgpack.pack(m))
-end
+local msg_load, msg_save = record_load, record_save
 
 -- Make a message ready to be delivered, in its priority's FIFO place.
 local function msg_make_ready(k, seq, m)

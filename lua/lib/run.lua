@@ -10,6 +10,8 @@
   tr the producer's trace context (a msgpack map of W3C trace headers, opaque here; absent
   when the invoke carried none), handed to the worker with each claim.
 ]]
+--@include lib/status.lua
+--@include lib/record.lua
 local RUN_PENDING = 0
 local RUN_RUNNING = 1
 local RUN_COMPLETED = 2
@@ -20,15 +22,7 @@ local RUN_TIMED_OUT = 5
 -- Leases of actions with timeout_ms = 0 never expire; this deadline stands for "never".
 local NEVER_MS = 4503599627370496
 
-local function run_load(runs_key, run_id)
-  local raw = redis.call('HGET', runs_key, run_id)
-  if not raw then return nil end
-  return cmsgpack.unpack(raw)
-end
-
-local function run_save(runs_key, run_id, run)
-  redis.call('HSET', runs_key, run_id, cmsgpack.pack(run))
-end
+local run_load, run_save = record_load, record_save
 
 -- Is the caller the current holder? With a token the token decides; without one (flo's
 -- token-less signature) the worker id of the current holder does.
@@ -36,6 +30,18 @@ local function run_is_holder(run, token, worker_id)
   if run.s ~= RUN_RUNNING then return false end
   if token ~= '' then return run.t == tonumber(token) end
   return run.w == worker_id
+end
+
+-- The run `run_id` when the caller holds it (run_is_holder); else nil and the reply to
+-- refuse with: {NOT_FOUND}, or {STALE, run status}, counted in stat:stale_refused.
+local function run_held(runs_key, meta_key, run_id, token, worker_id)
+  local run = run_load(runs_key, run_id)
+  if not run then return nil, {ST_NOT_FOUND} end
+  if not run_is_holder(run, token, worker_id) then
+    redis.call('HINCRBY', meta_key, 'stat:stale_refused', 1)
+    return nil, {ST_STALE, run.s}
+  end
+  return run
 end
 
 -- Was the last accepted report made by this caller (same token, or same worker when

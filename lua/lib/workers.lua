@@ -5,6 +5,7 @@
   JSON, tt task types. UNHEALTHY and "removed" are derived from the heartbeat age and the
   namespace's settings (config hash: heartbeat_timeout_ms, remove_after_ms).
 ]]
+--@include lib/record.lua
 local WORKER_ACTIVE = 0
 local WORKER_DRAINING = 2
 local WORKER_UNHEALTHY = 3
@@ -17,15 +18,7 @@ local function workers_settings(config_key)
   return tonumber(v[1]) or DEFAULT_HEARTBEAT_TIMEOUT_MS, tonumber(v[2]) or DEFAULT_REMOVE_AFTER_MS
 end
 
-local function worker_load(workers_key, worker_id)
-  local raw = redis.call('HGET', workers_key, worker_id)
-  if not raw then return nil end
-  return cmsgpack.unpack(raw)
-end
-
-local function worker_save(workers_key, worker_id, rec)
-  redis.call('HSET', workers_key, worker_id, cmsgpack.pack(rec))
-end
+local worker_load, worker_save = record_load, record_save
 
 -- The status a worker has now: removed past remove_after, DRAINING if told to drain,
 -- UNHEALTHY past the heartbeat timeout, else ACTIVE.
