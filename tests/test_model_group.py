@@ -10,31 +10,25 @@ none lost. Every stale report is refused and changes nothing.
 
 A delivery's ack timeout passes the way the scripts read it, against Redis's clock: its
 redelivery time in the group's ``due`` sorted set is moved into the past.
-``FLO_MODEL_EXAMPLES`` / ``FLO_MODEL_STEPS`` as for the action queue's model.
+``FLO_MODEL_EXAMPLES`` / ``FLO_MODEL_STEPS`` as in ``tests/model_machine.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-import redis.asyncio as aioredis
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
+from model_machine import ClientMachine, run_model
 
 from flo_redis import (
     ConflictError,
-    FloClient,
     StreamDeadLetterOptions,
     StreamGroupAckOptions,
     StreamGroupJoinOptions,
@@ -44,9 +38,6 @@ from flo_redis import (
 )
 from flo_redis.keys import stream_keys
 
-T = TypeVar("T")
-EXAMPLES = int(os.environ.get("FLO_MODEL_EXAMPLES", "25"))
-STEPS = int(os.environ.get("FLO_MODEL_STEPS", "50"))
 STREAM, GROUP = "s", "g"
 CONSUMERS = ("c0", "c1", "c2")
 MAX_DELIVER = 3
@@ -83,33 +74,14 @@ class Model:
         ]
 
 
-class GroupMachine(RuleBasedStateMachine):
+class GroupMachine(ClientMachine):
     def __init__(self, redis_url: str) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.namespace = f"gmodel-{os.urandom(5).hex()}"
+        super().__init__(redis_url, "gmodel")
         self.keys = stream_keys(self.namespace, STREAM).group(GROUP)
         self.model = Model()
-        self.raw = aioredis.Redis.from_url(redis_url)
-        self.client = FloClient(redis_url, namespace=self.namespace)
-        self.run(self.client.connect())
         join = StreamGroupJoinOptions(ack_timeout_ms=3_600_000, max_deliver=MAX_DELIVER)
         for consumer in CONSUMERS:
             self.run(self.client.stream.group_join(STREAM, GROUP, consumer, join))
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
-
-    def teardown(self) -> None:
-        async def close() -> None:
-            await self.client.close()
-            keys = [k async for k in self.raw.scan_iter(match=f"*{self.namespace}*")]
-            if keys:
-                await self.raw.delete(*keys)
-            await self.raw.aclose()
-
-        self.run(close())
-        self.loop.close()
 
     # --- steps ---------------------------------------------------------------------
 
@@ -217,13 +189,4 @@ class GroupMachine(RuleBasedStateMachine):
 
 
 def test_a_consumer_group_follows_its_model(redis_url: str) -> None:
-    run_state_machine_as_test(
-        lambda: GroupMachine(redis_url),
-        settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=STEPS,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            database=None,
-        ),
-    )
+    run_model(lambda: GroupMachine(redis_url))

@@ -14,28 +14,22 @@ out or a delayed run fall due, the test moves that one deadline into the past in
 queue's own sorted set (``leases`` / ``delayed``), then lets the queue's upkeep run, as
 the clock passing that deadline would.
 
-``FLO_MODEL_EXAMPLES`` sets how many histories to try (default 25; e.g. 500 for a long
-run), ``FLO_MODEL_STEPS`` how many steps each (default 50).
+``FLO_MODEL_EXAMPLES`` / ``FLO_MODEL_STEPS`` as in ``tests/model_machine.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-import redis.asyncio as aioredis
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
+from model_machine import ClientMachine, run_model
 
 from flo_redis import (
     ActionInvokeOptions,
@@ -51,9 +45,6 @@ from flo_redis import (
 from flo_redis.keys import action_keys, owner_channel
 from flo_redis.reclaim import reclaim_gone_owners
 
-T = TypeVar("T")
-EXAMPLES = int(os.environ.get("FLO_MODEL_EXAMPLES", "25"))
-STEPS = int(os.environ.get("FLO_MODEL_STEPS", "50"))
 ACTION = "job"
 MAX_ATTEMPTS = 2
 HOUR_MS = 3_600_000
@@ -101,37 +92,22 @@ class Model:
         run.status = RunStatus.PENDING if run.attempt < MAX_ATTEMPTS else RunStatus.FAILED
 
 
-class QueueMachine(RuleBasedStateMachine):
+class QueueMachine(ClientMachine):
     def __init__(self, redis_url: str) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.url = redis_url
-        self.namespace = f"model-{os.urandom(5).hex()}"
+        super().__init__(redis_url, "model")
         self.keys = action_keys(self.namespace, ACTION)
         self.model = Model()
         self.owners: list[FloClient | None] = []
-        self.raw = aioredis.Redis.from_url(redis_url)
-        self.client = FloClient(redis_url, namespace=self.namespace)
-        self.run(self.client.connect())
         options = ActionRegisterOptions(timeout_ms=HOUR_MS, max_retries=MAX_ATTEMPTS)
         self.run(self.client.action.register(ACTION, options=options))
         for _ in range(3):
             self.run(self._new_owner())
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
-
-    def teardown(self) -> None:
-        async def close() -> None:
-            for owner in self.owners:
-                if owner is not None:
-                    await owner.close()
-            await self.client.action.delete(ACTION)
-            await self.client.close()
-            await self.raw.aclose()
-
-        self.run(close())
-        self.loop.close()
+    async def close_first(self) -> None:
+        for owner in self.owners:
+            if owner is not None:
+                await owner.close()
+        await self.client.action.delete(ACTION)
 
     async def _new_owner(self) -> None:
         owner = FloClient(self.url, namespace=self.namespace)
@@ -321,13 +297,4 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 def test_the_action_queue_follows_its_model(redis_url: str) -> None:
-    run_state_machine_as_test(
-        lambda: QueueMachine(redis_url),
-        settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=STEPS,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            database=None,
-        ),
-    )
+    run_model(lambda: QueueMachine(redis_url))

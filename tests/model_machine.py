@@ -1,0 +1,72 @@
+"""What the model tests (``test_model_*.py``) share: a state machine that drives a client
+of its own namespace on its own event loop, and the Hypothesis settings they run under.
+
+``FLO_MODEL_EXAMPLES`` sets how many histories to try (default 25; e.g. 500 for a long
+run), ``FLO_MODEL_STEPS`` how many steps each (default 50).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+
+from flo_redis import FloClient
+
+T = TypeVar("T")
+EXAMPLES = int(os.environ.get("FLO_MODEL_EXAMPLES", "25"))
+STEPS = int(os.environ.get("FLO_MODEL_STEPS", "50"))
+
+
+class ClientMachine(RuleBasedStateMachine):
+    """A connected ``client`` in a fresh namespace named ``<prefix>-<random>``, a raw
+    connection ``raw`` for looking under the hood, and ``run`` to await on the machine's
+    loop. Teardown closes ``close_first()``'s work, then the client, removes the
+    namespace's keys and closes the loop."""
+
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.url = redis_url
+        self.namespace = f"{prefix}-{os.urandom(5).hex()}"
+        self.raw = aioredis.Redis.from_url(redis_url)
+        self.client = FloClient(redis_url, namespace=self.namespace)
+        self.run(self.client.connect())
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    async def close_first(self) -> None:
+        """What a machine closes before its client (other clients it opened)."""
+
+    def teardown(self) -> None:
+        async def close() -> None:
+            await self.close_first()
+            await self.client.close()
+            keys = [k async for k in self.raw.scan_iter(match=f"*{self.namespace}*")]
+            if keys:
+                await self.raw.delete(*keys)
+            await self.raw.aclose()
+
+        self.run(close())
+        self.loop.close()
+
+
+def run_model(machine: Callable[[], ClientMachine]) -> None:
+    """Run ``machine`` as a Hypothesis state machine test: EXAMPLES histories of STEPS
+    steps, no deadline (Redis calls on a loaded machine), no example database."""
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        ),
+    )
