@@ -6,7 +6,7 @@ option objects, cursors, tokens; and the refusals a run script's status maps to.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from ._status import Status, refusal
@@ -204,15 +204,21 @@ def not_registered(keys: ActionKeys) -> Exception:
     )
 
 
-def raise_run_refusal(status: int, keys: ActionKeys, run_id: str) -> None:
-    """Raise the typed error for a run script's refusal (nothing for OK)."""
+def raise_refusal(
+    status: int, keys: ActionKeys, what: str, messages: Mapping[int, str] | None = None
+) -> None:
+    """Raise the typed error for an action script's refusal ``status`` (nothing for OK):
+    an unregistered action as :func:`not_registered`, a status in ``messages`` with its
+    message, any other as ``<what>: refused (<STATUS>)``."""
     if status == Status.OK:
         return
     if status == Status.NO_ACTION:
         raise not_registered(keys)
-    if status == Status.NOT_FOUND:
-        raise refusal(
-            status,
-            f"run {run_id!r} of action {keys.action!r} not found in namespace {keys.namespace!r}",
-        )
-    raise refusal(status, f"run {run_id!r}: refused ({Status(status).name})")
+    message = (messages or {}).get(status)
+    raise refusal(status, message or f"{what}: refused ({Status(status).name})")
+
+
+def raise_run_refusal(status: int, keys: ActionKeys, run_id: str) -> None:
+    """Raise the typed error for a run script's refusal (nothing for OK)."""
+    where = f"of action {keys.action!r} not found in namespace {keys.namespace!r}"
+    raise_refusal(status, keys, f"run {run_id!r}", {Status.NOT_FOUND: f"run {run_id!r} {where}"})

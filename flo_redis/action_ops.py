@@ -23,8 +23,8 @@ from ._scripts import Arg
 from ._status import Status, refusal
 from .codec import unpack_record
 from .errors import ValidationError
-from .keys import ActionKeys, action_keys
-from .session import Session
+from .keys import ActionKeys
+from .session import Operations
 from .types import ActionRunStatus
 
 MAX_BATCH = 500  # runs per bulk script call: 4-8 ms of Redis time, tens of ms at worst
@@ -97,18 +97,13 @@ def _cursor_arg(cursor: bytes | None) -> tuple[str, str]:
     return score, run_id
 
 
-class ActionInspection:
+class ActionInspection(Operations):
     """The operator half of ``client.action``: counts, runs by state, bulk steering."""
-
-    _session: Session
-
-    def _queue(self, name: str, namespace: str | None) -> ActionKeys:
-        return action_keys(self._session.get_namespace(namespace), name)
 
     async def counts(self, name: str, namespace: str | None = None) -> ActionCounts:
         """Exact counts of ``name``'s runs by state and per minute over the last hour, read
         in one atomic, read-only script call. :class:`NotFoundError` if not registered."""
-        keys = self._queue(name, namespace)
+        keys = self._action_keys(name, namespace)
         reply = await ACTION_COUNTS(self._session, keys)
         if reply.counts is None:
             raise not_registered(keys)
@@ -129,7 +124,7 @@ class ActionInspection:
         st = state_arg(state)
         check_count("limit", limit, 1, MAX_LIST_LIMIT)
         after_score, after_id = _cursor_arg(cursor)
-        keys = self._queue(name, namespace)
+        keys = self._action_keys(name, namespace)
         reply = await ACTION_RUNS(self._session, keys, [st.value, after_score, after_id, limit])
         if reply.status != Status.OK:
             raise refusal(reply.status, f"runs: state {st.value!r} or limit refused")
@@ -152,7 +147,7 @@ class ActionInspection:
         Acts on the runs that had failed when it started; a run that fails again while it
         works is left failed. :class:`NotFoundError` if not registered."""
         check_count("batch", batch, 1, MAX_BATCH)
-        keys = self._queue(name, namespace)
+        keys = self._action_keys(name, namespace)
         return await self._in_batches(keys, RunState.FAILED, ACTION_REQUEUE_FAILED, [], batch)
 
     async def purge(
@@ -174,7 +169,7 @@ class ActionInspection:
                 "finish (or fail) and purge those, or delete the action"
             )
         check_count("batch", batch, 1, MAX_BATCH)
-        keys = self._queue(name, namespace)
+        keys = self._action_keys(name, namespace)
         return await self._in_batches(keys, st, ACTION_PURGE, [st.value], batch)
 
     async def _in_batches(

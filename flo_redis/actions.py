@@ -71,7 +71,6 @@ from .schedules import (
     list_schedules,
     remove_schedule,
 )
-from .session import Session
 from .types import (
     ActionDeleteOptions,
     ActionInfo,
@@ -119,12 +118,6 @@ class ActionOperations(ActionInspection):
     """``client.action``: register actions, invoke them, read runs; counts, runs by state
     and bulk steering come from :class:`ActionInspection`."""
 
-    def __init__(self, session: Session) -> None:
-        self._session = session
-
-    def _keys(self, name: str, namespace: str | None) -> ActionKeys:
-        return action_keys(self._session.get_namespace(namespace), name)
-
     async def register(
         self,
         name: str,
@@ -133,7 +126,7 @@ class ActionOperations(ActionInspection):
     ) -> None:
         """Register ``name`` or replace its settings; the last registration wins."""
         opts = check_options(options, ActionRegisterOptions)
-        keys = self._keys(name, opts.namespace)
+        keys = self._action_keys(name, opts.namespace)
         if isinstance(action_type, bool) or action_type not in tuple(ActionType):
             raise ValidationError(
                 f"action_type must be an ActionType ({', '.join(t.name for t in ActionType)}), "
@@ -172,7 +165,7 @@ class ActionOperations(ActionInspection):
         """Create a run of ``name`` with ``input_data``; :class:`NotFoundError` if the action
         is not registered, :class:`ValueTooLargeError` for an oversized input."""
         opts = check_options(options, ActionInvokeOptions)
-        keys = self._keys(name, opts.namespace)
+        keys = self._action_keys(name, opts.namespace)
         with invoke_span(self._session.tracer, keys.namespace, name, 1) as span:
             args, size = invoke_request(
                 keys, input_data, opts, self._session.max_payload_bytes, span.context
@@ -197,7 +190,7 @@ class ActionOperations(ActionInspection):
             raise ValidationError(
                 "invoke_many takes no delay_ms, run_at_ms or idempotency_key; use invoke"
             )
-        keys = self._keys(name, opts.namespace)
+        keys = self._action_keys(name, opts.namespace)
         priority = check_priority(opts.priority)
         limit = self._session.max_payload_bytes
         items = check_list("inputs", inputs)
@@ -264,7 +257,7 @@ class ActionOperations(ActionInspection):
     ) -> ActionRunStatus:
         """The run's current state; :class:`NotFoundError` for an unknown (or expired) run."""
         opts = check_options(options, ActionStatusOptions)
-        keys = self._keys(action_of_run(run_id), opts.namespace)
+        keys = self._action_keys(action_of_run(run_id), opts.namespace)
         with _scripts.redis_errors("status"):
             async with self._session.redis.pipeline(transaction=False) as pipe:
                 pipe.hget(keys.runs, run_id)
@@ -289,7 +282,7 @@ class ActionOperations(ActionInspection):
         latest value each time it looks (quick successive values may coalesce), and the
         last one before the end."""
         timeout_ms = check_wait_ms(timeout_ms)
-        keys = self._keys(action_of_run(run_id), namespace)
+        keys = self._action_keys(action_of_run(run_id), namespace)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0
         options = ActionStatusOptions(namespace=namespace)
@@ -359,7 +352,7 @@ class ActionOperations(ActionInspection):
     async def delete(self, name: str, options: ActionDeleteOptions | None = None) -> None:
         """Delete the action with all its runs; :class:`NotFoundError` if not registered."""
         opts = check_options(options, ActionDeleteOptions)
-        keys = self._keys(name, opts.namespace)
+        keys = self._action_keys(name, opts.namespace)
         conn = self._session.redis
         with _scripts.redis_errors("delete"):
             await conn.zrem(namespace_keys(keys.namespace).actions, name)
@@ -373,7 +366,7 @@ class ActionOperations(ActionInspection):
     async def requeue(self, run_id: str, namespace: str | None = None) -> None:
         """Give a FAILED / TIMED_OUT run a fresh set of attempts. :class:`ConflictError`
         if the run is not failed, :class:`NotFoundError` if unknown."""
-        keys = self._keys(action_of_run(run_id), namespace)
+        keys = self._action_keys(action_of_run(run_id), namespace)
         reply = await RUN_REQUEUE(self._session, keys, [run_id])
         status = reply.status
         if status == Status.CONFLICT:
@@ -391,7 +384,7 @@ class ActionOperations(ActionInspection):
         missed is caught at its next touch), and it ends CANCELLED.
         :class:`ConflictError` if the run already finished, :class:`NotFoundError` if
         unknown."""
-        keys = self._keys(action_of_run(run_id), namespace)
+        keys = self._action_keys(action_of_run(run_id), namespace)
         with _scripts.redis_errors("cancel"):
             raw = await self._session.redis.hget(keys.runs, run_id)
         args, tail = cancel_request(run_id, keys, raw)
@@ -404,7 +397,7 @@ class ActionOperations(ActionInspection):
     ) -> builtins.list[ActionRunStatus]:
         """The oldest ``limit`` failed (FAILED / TIMED_OUT) runs of ``name``."""
         check_count("limit", limit, 1, MAX_LIST_LIMIT)
-        keys = self._keys(name, namespace)
+        keys = self._action_keys(name, namespace)
         conn = self._session.redis
         with _scripts.redis_errors("failed"):
             ids = [decoded(i) for i in await conn.zrange(keys.failed, 0, limit - 1)]

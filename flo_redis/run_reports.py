@@ -34,8 +34,8 @@ from ._replies import Reported
 from ._status import Status, refusal
 from .codec import pack
 from .errors import ServerError, ValidationError, ValueTooLargeError, server_error
-from .keys import MAX_NAME_SIZE, ActionKeys, action_keys, action_of_run, check_name, namespace_keys
-from .session import Session
+from .keys import MAX_NAME_SIZE, ActionKeys, action_of_run, check_name, namespace_keys
+from .session import Operations
 from .types import (
     Ran,
     Reason,
@@ -66,10 +66,8 @@ class CompleteItem:
     token: int | None = None
 
 
-class RunReports:
+class RunReports(Operations):
     """The reporting half of ``client.worker``."""
-
-    _session: Session
 
     async def touch(
         self,
@@ -136,7 +134,7 @@ class RunReports:
         """Complete several runs of one action in one call per 1000, each under exactly
         :meth:`complete`'s rules and answered on its own: ``None`` where the complete took
         effect (or was an identical resend), else the refusal it would have raised."""
-        keys = action_keys(self._session.get_namespace(namespace), action_name)
+        keys = self._action_keys(action_name, namespace)
         check_name("worker id", worker_id)
         items = check_list("items", items)
         limit = self._session.max_payload_bytes
@@ -248,7 +246,7 @@ class RunReports:
         self._check_report(reply, keys, task_id, worker_id, "release")
 
     def _run_keys(self, action_name: str, task_id: str, namespace: str | None) -> ActionKeys:
-        keys = action_keys(self._session.get_namespace(namespace), action_name)
+        keys = self._action_keys(action_name, namespace)
         if action_of_run(task_id) != action_name:
             raise refusal(
                 Status.NOT_FOUND,

@@ -36,7 +36,7 @@ from ._scripts import RedisConn, configure, redis_errors
 from ._trace_context import InvokeTracer
 from ._wake import Waker
 from .errors import ConnectionFailedError, NotConnectedError, RedisVersionError, ValidationError
-from .keys import check_name, check_namespace
+from .keys import ActionKeys, action_keys, check_name, check_namespace
 from .liveness import DEFAULT_GRACE_MS, Liveness
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
 
@@ -236,3 +236,15 @@ class Session:
                 await conn.aclose()
                 if self.settings.debug:
                     log.debug("Disconnected from %s", redact(self.settings.endpoint))
+
+
+class Operations:
+    """An operation group (``client.action``, ``client.worker``, ``client.slots`` ...):
+    calls made on one session."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def _action_keys(self, action: str, namespace: str | None) -> ActionKeys:
+        """The keys of ``action`` in ``namespace`` (None: the session's)."""
+        return action_keys(self._session.get_namespace(namespace), action)

@@ -19,14 +19,14 @@ import builtins
 from dataclasses import dataclass
 
 from . import _scripts
-from ._checks import check_count
+from ._checks import check_count, raise_refusal
 from ._gateway import SLOT_ACQUIRE, SLOT_RECLAIM, SLOT_RELEASE
 from ._status import Status, refusal
 from .codec import unpack_record
 from .errors import ServerError, ValidationError
-from .keys import ActionKeys, OwnerChannel, action_keys, check_name
+from .keys import OwnerChannel, check_name
 from .liveness import DEFAULT_GRACE_MS
-from .session import Session
+from .session import Operations
 
 MAX_SLOTS = 1000
 MAX_SLOT_LEASE_MS = 86_400_000
@@ -45,14 +45,8 @@ class Slot:
     """When the slot is taken back unless released first (-1 or far future: never)."""
 
 
-class SlotOperations:
+class SlotOperations(Operations):
     """Acquire, release and reclaim an action's concurrency slots as ``client``'s owner."""
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-
-    def _keys(self, action: str, namespace: str | None) -> ActionKeys:
-        return action_keys(self._session.get_namespace(namespace), action)
 
     async def acquire(
         self,
@@ -71,23 +65,13 @@ class SlotOperations:
         (see :meth:`reclaim_gone`) and the acquire is tried once more."""
         check_count("capacity", capacity, 0, MAX_SLOTS)
         check_count("lease_ms", lease_ms, 0, MAX_SLOT_LEASE_MS)
-        keys = self._keys(action, namespace)
+        keys = self._action_keys(action, namespace)
         for attempt in range(2):
             reply = await SLOT_ACQUIRE(
                 self._session, keys, [self._session.owner_id, capacity, lease_ms]
             )
-            status = reply.status
-            if status == Status.NO_ACTION:
-                raise refusal(
-                    status,
-                    f"action {action!r} is not registered in namespace {keys.namespace!r}; "
-                    "register it first",
-                )
-            if status == Status.OUT_OF_RANGE:
-                raise refusal(
-                    status,
-                    f"action {action!r} has no max_concurrency; pass capacity to acquire",
-                )
+            no_capacity = f"action {action!r} has no max_concurrency; pass capacity to acquire"
+            raise_refusal(reply.status, keys, "slot acquire", {Status.OUT_OF_RANGE: no_capacity})
             if reply.slot > 0:
                 return Slot(
                     action=action,
@@ -110,7 +94,7 @@ class SlotOperations:
             raise ValidationError(f"slot must be a Slot from acquire, got {type(slot).__name__}")
         check_count("slot.index", slot.index, 1, MAX_SLOTS)
         check_count("slot.token", slot.token, 1, 2**53)
-        keys = self._keys(slot.action, slot.namespace)
+        keys = self._action_keys(slot.action, slot.namespace)
         reply = await SLOT_RELEASE(
             self._session, keys, [slot.index, self._session.owner_id, slot.token]
         )
@@ -145,7 +129,7 @@ class SlotOperations:
         check_count("index", index, 1, MAX_SLOTS)
         check_name("expected_owner", expected_owner)
         check_count("grace_ms", grace_ms, 0, 2**32 - 1)
-        keys = self._keys(action, namespace)
+        keys = self._action_keys(action, namespace)
         reply = await SLOT_RECLAIM(
             self._session,
             (keys, OwnerChannel.of(keys.tag, expected_owner)),
@@ -165,7 +149,7 @@ class SlotOperations:
 
     async def holders(self, action: str, namespace: str | None = None) -> builtins.list[Slot]:
         """The slots held now, by index (read only)."""
-        keys = self._keys(action, namespace)
+        keys = self._action_keys(action, namespace)
         with _scripts.redis_errors("slots"):
             raw = await self._session.redis.hgetall(keys.slots)
         held = []
