@@ -188,7 +188,10 @@ class QueueOperations:
         liveness channel for the client's ``liveness_grace_ms``); suspects are marked.
         Dequeues do this themselves; this is for an operator or a test."""
         keys = self._keys(queue, namespace)
-        args: builtins.list[_scripts.Arg] = [self._session.liveness_grace_ms, RECLAIM_BATCH]
+        args: builtins.list[_scripts.Arg] = [
+            self._session.settings.liveness_grace_ms,
+            RECLAIM_BATCH,
+        ]
         return await sweep(self._session, QUEUE_RECLAIM, keys, args, _reclaim_refused)
 
     # --- internals -----------------------------------------------------------------

@@ -87,30 +87,16 @@ class Session:
 
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
+        # The settings every call reads (frozen with the settings): this process's owner
+        # id, which every lease it takes records, and the largest payload accepted.
+        self.owner_id = settings.owner_id
+        self.max_payload_bytes = settings.max_payload_bytes
         self._redis: Redis | RedisCluster | None = None
         self._waker: Waker | None = None
         self._liveness: Liveness | None = None
         self._connect_lock = asyncio.Lock()
         # Called around each invoke (flo_redis.tracing); None: invokes store no trace.
         self.tracer: InvokeTracer | None = None
-
-    @property
-    def namespace(self) -> str:
-        return self.settings.namespace
-
-    @property
-    def owner_id(self) -> str:
-        """This process's owner id: every lease it takes records it."""
-        return self.settings.owner_id
-
-    @property
-    def max_payload_bytes(self) -> int:
-        return self.settings.max_payload_bytes
-
-    @property
-    def liveness_grace_ms(self) -> int:
-        """How long an owner must stay absent before its work is taken back."""
-        return self.settings.liveness_grace_ms
 
     @property
     def is_cluster(self) -> bool:
