@@ -18,7 +18,6 @@ exporter's, read from Redis rather than from one worker.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
@@ -40,6 +39,28 @@ PICKUP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.
 HANDLER_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
+# The counters, by family: flo_redis_<family>_<name>_total{labels}, with their help.
+RUN_COUNTERS = {  # labels: action
+    "claimed": "Runs handed to this process's workers.",
+    "failed": "Runs whose fail ended them FAILED.",
+    "retried": "Runs failed with attempts left: they wait for another attempt.",
+    "released": "Runs given back unfinished by a stopping worker (attempt not spent).",
+    "reclaimed": "Runs of gone worker processes taken back by this process's reaper.",
+}
+COMPLETED_DOC = "Runs completed (the store accepted the complete), by named outcome."
+RECORD_COUNTERS = {  # labels: stream, group
+    "delivered": "Stream records delivered to this process's consumers.",
+    "acked": "Stream records acked.",
+    "nacked": "Stream records nacked (handler raised or timed out).",
+    "reclaimed": "Deliveries of gone consumers given back by this process's reaper.",
+}
+REPORT_COUNTERS = {  # labels: report
+    "resent": "Reports sent again after a lost connection, by kind.",
+    "refused": "Reports the store refused (lease moved on, run gone), by kind.",
+}
+Counters = dict[str, Counter]
+
+
 class PrometheusObserver(WorkerObserver):
     """Counts every worker event into metrics of ``registry`` (the process's default
     registry unless given). Create one per registry and share it between workers: the
@@ -48,36 +69,21 @@ class PrometheusObserver(WorkerObserver):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         reg = REGISTRY if registry is None else registry
 
-        def counter(family: str, labels: tuple[str, ...]) -> Callable[..., Counter]:
-            def make(name: str, doc: str, *more: str) -> Counter:
-                return Counter(f"flo_redis_{family}{name}", doc, (*labels, *more), registry=reg)
-
-            return make
+        def counters(family: str, labels: tuple[str, ...], docs: dict[str, str]) -> Counters:
+            return {
+                name: Counter(f"flo_redis_{family}_{name}", doc, labels, registry=reg)
+                for name, doc in docs.items()
+            }
 
         def seconds(name: str, doc: str, labels: tuple[str, ...], buckets: Buckets) -> Histogram:
             return Histogram(
                 f"flo_redis_{name}_seconds", doc, labels, buckets=buckets, registry=reg
             )
 
-        runs = counter("runs_", ("action",))
-        records = counter("stream_records_", ("stream", "group"))
-        reports = counter("reports_", ("report",))
-        self._runs_claimed = runs("claimed", "Runs handed to this process's workers.")
-        self._runs_completed = runs(
-            "completed",
-            "Runs completed (the store accepted the complete), by named outcome.",
-            "outcome",
-        )
-        self._runs_failed = runs("failed", "Runs whose fail ended them FAILED.")
-        self._runs_retried = runs(
-            "retried", "Runs failed with attempts left: they wait for another attempt."
-        )
-        self._runs_released = runs(
-            "released", "Runs given back unfinished by a stopping worker (attempt not spent)."
-        )
-        self._runs_reclaimed = runs(
-            "reclaimed", "Runs of gone worker processes taken back by this process's reaper."
-        )
+        self._runs = counters("runs", ("action",), RUN_COUNTERS)
+        self._runs |= counters("runs", ("action", "outcome"), {"completed": COMPLETED_DOC})
+        self._records = counters("stream_records", ("stream", "group"), RECORD_COUNTERS)
+        self._reports = counters("reports", ("report",), REPORT_COUNTERS)
         self._handler_duration = seconds(
             "handler_duration",
             "Action handler run time, by result: completed, failed, lease_lost.",
@@ -90,66 +96,50 @@ class PrometheusObserver(WorkerObserver):
             ("action",),
             PICKUP_BUCKETS,
         )
-        self._records_delivered = records(
-            "delivered", "Stream records delivered to this process's consumers."
-        )
-        self._records_acked = records("acked", "Stream records acked.")
-        self._records_nacked = records(
-            "nacked", "Stream records nacked (handler raised or timed out)."
-        )
-        self._records_reclaimed = records(
-            "reclaimed", "Deliveries of gone consumers given back by this process's reaper."
-        )
         self._stream_handler_duration = seconds(
             "stream_handler_duration",
             "Stream handler run time, by result: acked, nacked.",
             ("stream", "group", "result"),
             HANDLER_BUCKETS,
         )
-        self._reports_resent = reports(
-            "resent", "Reports sent again after a lost connection, by kind."
-        )
-        self._reports_refused = reports(
-            "refused", "Reports the store refused (lease moved on, run gone), by kind."
-        )
 
     def run_claimed(self, action: str, pickup_s: float) -> None:
-        self._runs_claimed.labels(action).inc()
+        self._runs["claimed"].labels(action).inc()
         self._pickup_latency.labels(action).observe(pickup_s)
 
     def run_handled(self, action: str, result: str, duration_s: float) -> None:
         self._handler_duration.labels(action, result).observe(duration_s)
 
     def run_completed(self, action: str, outcome: str) -> None:
-        self._runs_completed.labels(action, outcome).inc()
+        self._runs["completed"].labels(action, outcome).inc()
 
     def run_failed(self, action: str, retried: bool) -> None:
-        (self._runs_retried if retried else self._runs_failed).labels(action).inc()
+        self._runs["retried" if retried else "failed"].labels(action).inc()
 
     def run_released(self, action: str) -> None:
-        self._runs_released.labels(action).inc()
+        self._runs["released"].labels(action).inc()
 
     def runs_reclaimed(self, action: str, count: int) -> None:
-        self._runs_reclaimed.labels(action).inc(count)
+        self._runs["reclaimed"].labels(action).inc(count)
 
     def record_delivered(self, stream: str, group: str) -> None:
-        self._records_delivered.labels(stream, group).inc()
+        self._records["delivered"].labels(stream, group).inc()
 
     def record_handled(self, stream: str, group: str, acked: bool, duration_s: float) -> None:
         result = "acked" if acked else "nacked"
         self._stream_handler_duration.labels(stream, group, result).observe(duration_s)
 
     def record_settled(self, stream: str, group: str, acked: bool) -> None:
-        (self._records_acked if acked else self._records_nacked).labels(stream, group).inc()
+        self._records["acked" if acked else "nacked"].labels(stream, group).inc()
 
     def records_reclaimed(self, stream: str, group: str, count: int) -> None:
-        self._records_reclaimed.labels(stream, group).inc(count)
+        self._records["reclaimed"].labels(stream, group).inc(count)
 
     def report_resent(self, report: str) -> None:
-        self._reports_resent.labels(report).inc()
+        self._reports["resent"].labels(report).inc()
 
     def report_refused(self, report: str) -> None:
-        self._reports_refused.labels(report).inc()
+        self._reports["refused"].labels(report).inc()
 
 
 @dataclass
