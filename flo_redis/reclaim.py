@@ -232,8 +232,7 @@ class Reaper:
     ) -> None:
         if not interval_s > 0:
             raise ValidationError(f"interval_s must be positive, got {interval_s}")
-        if isinstance(grace_ms, bool) or not isinstance(grace_ms, int) or grace_ms < 0:
-            raise ValidationError(f"grace_ms must be an int >= 0, got {grace_ms!r}")
+        check_count("grace_ms", grace_ms, 0)
         self._session = session
         self._targets = [self._action(name) for name in dict.fromkeys(actions)]
         self._targets += targets

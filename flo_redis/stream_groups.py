@@ -254,8 +254,7 @@ class ConsumerGroups(PartitionedStreams):
         opts = check_options(options, StreamGroupReadOptions)
         check_name("group name", group)
         check_name("consumer", consumer)
-        if isinstance(min_idle_ms, bool) or not isinstance(min_idle_ms, int) or min_idle_ms < 0:
-            raise ValidationError(f"min_idle_ms must be an int >= 0, got {min_idle_ms!r}")
+        check_count("min_idle_ms", min_idle_ms, 0)
         start = stream_id_arg("start_id", start_id)
         take = count_arg("count", count, DEFAULT_COUNT)
         parts = await self._partitions(stream, opts.namespace, opts.partition)
@@ -405,10 +404,8 @@ class ConsumerGroups(PartitionedStreams):
         gk = keys.group(group)
         consumer = check_optional_name("consumer", opts.consumer)
         token = opts.token
-        if token is not None and (
-            isinstance(token, bool) or not isinstance(token, int) or token < 1
-        ):
-            raise ValidationError(f"token must be an int >= 1 (a delivery count), got {token!r}")
+        if token is not None:
+            check_count("token", token, 1, fix="a record's delivery_count")
         redis_ids = ids_arg(ids)
         fence = "" if token is None else str(token)
         for i in range(0, len(redis_ids), MAX_COUNT):
