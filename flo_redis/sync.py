@@ -28,19 +28,9 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
+from . import _runs as runs
 from ._checks import check_count, check_int
 from ._gateway import ACTION_INVOKE, RUN_CANCEL
-from ._runs import (
-    DEFAULT_WAIT_MS,
-    FINAL,
-    cancel_reply,
-    cancel_request,
-    check_wait_ms,
-    invoke_reply,
-    invoke_request,
-    status_reply,
-    wait_timed_out,
-)
 from ._scripts import redis_errors
 from ._trace_context import InvokeTracer, invoke_span
 from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
@@ -67,9 +57,9 @@ class SyncActionOperations:
         keys = self._keys(name, opts.namespace)
         limit = self._client.max_payload_bytes
         with invoke_span(self._client.tracer, keys.namespace, name, 1) as span:
-            args, size = invoke_request(keys, input_data, opts, limit, span.context)
+            args, size = runs.invoke_request(keys, input_data, opts, limit, span.context)
             reply = ACTION_INVOKE.call_sync(self._client.redis, keys, args)
-            result = invoke_reply(reply, keys, size)
+            result = runs.invoke_reply(reply, keys, size)
             span.invoked((result.run_id,))
         return result
 
@@ -79,7 +69,7 @@ class SyncActionOperations:
         keys = self._keys(action_of_run(run_id), opts.namespace)
         with redis_errors("status"):
             raw = self._client.redis.hget(keys.runs, run_id)
-        return status_reply(run_id, keys, raw)
+        return runs.status_reply(run_id, keys, raw)
 
     def cancel(self, run_id: str, namespace: str | None = None) -> None:
         """Cancel a run that has not finished, as ``FloClient.action.cancel`` does: a
@@ -90,8 +80,8 @@ class SyncActionOperations:
         conn = self._client.redis
         with redis_errors("cancel"):
             raw = conn.hget(keys.runs, run_id)
-        args, tail = cancel_request(run_id, keys, raw)
-        notice = cancel_reply(RUN_CANCEL.call_sync(conn, keys, args, tail=tail), keys, run_id)
+        args, tail = runs.cancel_request(run_id, keys, raw)
+        notice = runs.cancel_reply(RUN_CANCEL.call_sync(conn, keys, args, tail=tail), keys, run_id)
         if notice is not None:  # best effort: the holder's next touch tells it anyway
             with contextlib.suppress(FloError), redis_errors("cancel notice"):
                 conn.spublish(*notice)
@@ -99,7 +89,7 @@ class SyncActionOperations:
     def wait(
         self,
         run_id: str,
-        timeout_ms: int = DEFAULT_WAIT_MS,
+        timeout_ms: int = runs.DEFAULT_WAIT_MS,
         namespace: str | None = None,
         *,
         on_progress: Callable[[ActionRunStatus], object] | None = None,
@@ -109,7 +99,7 @@ class SyncActionOperations:
         connection of the pool while it waits. ``on_progress`` is called (in this
         thread) with the run's status each time its handler reported a new progress
         value, woken by that report, as ``FloClient.action.wait`` does."""
-        timeout_ms = check_wait_ms(timeout_ms)
+        timeout_ms = runs.check_wait_ms(timeout_ms)
         keys = self._keys(action_of_run(run_id), namespace)
         options = ActionStatusOptions(namespace=namespace)
         deadline = time.monotonic() + timeout_ms / 1000.0
@@ -126,12 +116,12 @@ class SyncActionOperations:
                 if on_progress is not None and status.progress_at_ms != seen:
                     seen = status.progress_at_ms
                     on_progress(status)
-                if status.status in FINAL:
+                if status.status in runs.FINAL:
                     return status
                 while True:  # until a message names this run, or the deadline
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        raise wait_timed_out(status, timeout_ms)
+                        raise runs.wait_timed_out(status, timeout_ms)
                     with redis_errors("wait"):
                         message = _next(pubsub, remaining, "smessage")
                     if message is not None and message.get("data") == expected:
