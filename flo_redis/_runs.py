@@ -131,6 +131,16 @@ def cancel_reply(reply: Cancelled, keys: ActionKeys, run_id: str) -> tuple[str, 
 MAX_WAIT_MS = 86_400_000
 
 
+ProgressMark = tuple[int | None, bytes | None]
+NO_PROGRESS: ProgressMark = (None, None)
+
+
+def progress_mark(status: ActionRunStatus) -> ProgressMark:
+    """What tells one progress report of a run from the next, for a wait's
+    ``on_progress``: its time and its value (two reports may share a millisecond)."""
+    return status.progress_at_ms, status.progress
+
+
 def check_wait_ms(timeout_ms: object) -> int:
     return check_count("timeout_ms", timeout_ms, 0, MAX_WAIT_MS, fix="a day at most; wait again")
 

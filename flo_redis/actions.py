@@ -39,11 +39,13 @@ from ._registry import remember
 from ._runs import (
     DEFAULT_WAIT_MS,
     FINAL,
+    NO_PROGRESS,
     cancel_reply,
     cancel_request,
     check_wait_ms,
     invoke_reply,
     invoke_request,
+    progress_mark,
     run_status,
     status_reply,
     wait_timed_out,
@@ -288,14 +290,14 @@ class ActionOperations(ActionInspection):
         options = ActionStatusOptions(namespace=namespace)
         # The channel is held only while someone waits on it (release=True): the scripts
         # publish ends only then.
-        seen: int | None = None
+        seen = NO_PROGRESS
         async with self._session.waker.listening([keys.ended], release=True) as listener:
             while True:
                 # Subscribed before the read: an end published after it is never missed.
                 await listener.arm()
                 status = await self.status(run_id, options)
-                if on_progress is not None and status.progress_at_ms != seen:
-                    seen = status.progress_at_ms
+                if on_progress is not None and progress_mark(status) != seen:
+                    seen = progress_mark(status)
                     heard = on_progress(status)
                     if inspect.isawaitable(heard):
                         await heard

@@ -104,7 +104,7 @@ class SyncActionOperations:
         options = ActionStatusOptions(namespace=namespace)
         deadline = time.monotonic() + timeout_ms / 1000.0
         expected = run_id.encode()
-        seen: int | None = None
+        seen = runs.NO_PROGRESS
         pubsub = self._client.redis.pubsub()  # type: ignore[no-untyped-call]
         try:
             with redis_errors("wait"):
@@ -113,8 +113,8 @@ class SyncActionOperations:
                 _next(pubsub, max(deadline - time.monotonic(), 0.0), "ssubscribe")
             while True:
                 status = self.status(run_id, options)
-                if on_progress is not None and status.progress_at_ms != seen:
-                    seen = status.progress_at_ms
+                if on_progress is not None and runs.progress_mark(status) != seen:
+                    seen = runs.progress_mark(status)
                     on_progress(status)
                 if status.status in runs.FINAL:
                     return status
