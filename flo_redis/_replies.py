@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from ._status import Status
 from .codec import text
-from .types import TaskAssignment
+from .types import StreamID, TaskAssignment
 
 Reply = TypeVar("Reply")
 
@@ -22,6 +22,7 @@ _READ: dict[str, Callable[[Any], object]] = {
     "int": int,
     "bool": lambda v: bool(int(v)),
     "str": lambda v: text(v) or "",
+    "StreamID": StreamID.from_redis,
 }
 
 
@@ -29,7 +30,8 @@ def fixed(cls: type[Reply]) -> Callable[[Any, object], Reply]:
     """The parser of a fixed-shape reply ``{status, v1, v2, ...}``: ``cls`` (a dataclass
     of int, bool and str fields, in reply order) with each value read as its field's
     type (a bool from 0/1, a str from bytes). A shorter reply, such as a refusal's bare
-    ``{status}``, leaves the fields it lacks their defaults."""
+    ``{status}``, leaves the fields it lacks their defaults. A StreamID field reads
+    ``<ms>-<seq>``."""
     read = tuple(_READ[str(f.type)] for f in fields(cls))  # type: ignore[arg-type]
 
     def parse(reply: Any, _keys: object) -> Reply:

@@ -1,11 +1,13 @@
 """The stream and consumer-group scripts' replies: one frozen dataclass and one parser
-per reply shape (the rest of the shapes: :mod:`flo_redis._replies`)."""
+per reply shape. The other shapes, and :func:`~flo_redis._replies.fixed` that parses
+every fixed-shape reply, are in :mod:`flo_redis._replies`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from ._replies import fixed
 from ._status import Status
 from ._stream_codec import decode_headers, sid
 from .codec import text
@@ -46,8 +48,7 @@ class Appended:
     id: StreamID
 
 
-def appended(reply: Any, _keys: object) -> Appended:
-    return Appended(int(reply[0]), sid(reply[1]))
+appended = fixed(Appended)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +110,7 @@ class StreamStats:
     entries_added: int
 
 
-def stream_stats(reply: Any, _keys: object) -> StreamStats:
-    return StreamStats(
-        int(reply[0]),
-        int(reply[1]),
-        int(reply[2]),
-        sid(reply[3]),
-        sid(reply[4]),
-        int(reply[5]),
-    )
+stream_stats = fixed(StreamStats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,26 +118,15 @@ class Trimmed:
     """``stream_trim``: one bounded step."""
 
     status: int
-    removed: int
-    more: bool
-    last_id: str
-    cutoff: str
-    length: int
-    entries_added: int
+    removed: int = 0
+    more: bool = False
+    last_id: str = ""
+    cutoff: str = ""
+    length: int = 0
+    entries_added: int = 0
 
 
-def trimmed(reply: Any, _keys: object) -> Trimmed:
-    if len(reply) < 7:
-        return Trimmed(int(reply[0]), 0, False, "", "", 0, 0)
-    return Trimmed(
-        int(reply[0]),
-        int(reply[1]),
-        bool(int(reply[2])),
-        text(reply[3]) or "",
-        text(reply[4]) or "" if reply[4] else "",
-        int(reply[5]),
-        int(reply[6]),
-    )
+trimmed = fixed(Trimmed)
 
 
 @dataclass(frozen=True, slots=True)
