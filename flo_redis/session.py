@@ -87,10 +87,13 @@ class Session:
 
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
-        # The settings every call reads (frozen with the settings): this process's owner
-        # id, which every lease it takes records, and the largest payload accepted.
+        # The settings the operations read on every call (fixed, as the settings are): the
+        # namespace, this process's owner id (every lease it takes records it), the
+        # largest payload accepted, and how long an owner may stay absent.
+        self.namespace = settings.namespace
         self.owner_id = settings.owner_id
         self.max_payload_bytes = settings.max_payload_bytes
+        self.liveness_grace_ms = settings.liveness_grace_ms
         self._redis: Redis | RedisCluster | None = None
         self._waker: Waker | None = None
         self._liveness: Liveness | None = None
