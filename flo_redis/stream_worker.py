@@ -25,14 +25,13 @@ from typing import Any
 from . import _outage
 from ._aio import raise_if_cancelling, sleep_unless_stopped
 from ._batch import Coalescer
-from ._checks import check_seconds
+from ._checks import check_count, check_int, check_seconds
 from ._handlers import HandlerRunner, HandlerTimeout
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
 from ._reports import send_report
 from .errors import (
     PermissionDeniedError,
     ServerError,
-    ValidationError,
     is_connection_error,
 )
 from .keys import check_name
@@ -72,15 +71,10 @@ class StreamWorkerOptions:
 
     def __post_init__(self) -> None:
         self.block_ms = worker_block_ms(self.block_ms)
-        for name in ("concurrency", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValidationError(f"{name} must be an int of at least 1, got {value!r}")
+        check_count("concurrency", self.concurrency, 1)
+        check_count("batch_size", self.batch_size, 1)
         check_seconds("message_timeout", self.message_timeout)
-        if isinstance(self.claim_min_idle_ms, bool) or not isinstance(self.claim_min_idle_ms, int):
-            raise ValidationError(
-                f"claim_min_idle_ms must be an int, got {self.claim_min_idle_ms!r}"
-            )
+        check_int("claim_min_idle_ms", self.claim_min_idle_ms)
 
 
 @dataclass

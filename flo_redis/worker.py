@@ -34,7 +34,7 @@ from ._action_reports import (
     failure,
 )
 from ._aio import cancel_and_wait, raise_if_cancelling, sleep_unless_stopped, wait_any
-from ._checks import check_seconds
+from ._checks import check_count, check_seconds
 from ._handlers import HandlerRunner, HandlerStopped, HandlerTimeout
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
 from ._registration import Registration
@@ -50,7 +50,6 @@ from .errors import (
     NotFoundError,
     PermissionDeniedError,
     ServerError,
-    ValidationError,
     is_connection_error,
 )
 from .keys import action_keys, check_name
@@ -104,10 +103,7 @@ class ActionWorkerOptions:
 
     def __post_init__(self) -> None:
         self.block_ms = worker_block_ms(self.block_ms)
-        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
-            raise ValidationError(f"concurrency must be an int, got {self.concurrency!r}")
-        if self.concurrency < 1:
-            raise ValidationError(f"concurrency must be at least 1, got {self.concurrency}")
+        check_count("concurrency", self.concurrency, 1)
         check_seconds("action_timeout", self.action_timeout)
 
 
