@@ -196,3 +196,37 @@ async def test_a_running_handler_is_told_of_its_cancel_before_its_next_touch(
         assert done.status == RunStatus.COMPLETED
         status = await client.action.status(run_id)
         assert (status.status, status.error_message) == (RunStatus.CANCELLED, "cancelled")
+
+
+async def test_each_cancel_reaches_its_own_holder_among_three_worker_processes(
+    client: FloClient, redis_url: str, namespace: str, raw: aioredis.Redis
+) -> None:
+    await client.action.register("job", options=ActionRegisterOptions(timeout_ms=LONG_LEASE_MS))
+    run_ids = [(await client.action.invoke("job", b"hold")).run_id for _ in range(9)]
+    # Each process runs four handlers at most, so all nine running means all three hold.
+    with contextlib.ExitStack() as procs:
+        for _ in range(3):
+            procs.enter_context(worker_process(redis_url, namespace, LONG_LEASE_MS))
+
+        async def statuses() -> list[RunStatus]:
+            return [(await client.action.status(r)).status for r in run_ids]
+
+        await eventually(statuses, lambda s: set(s) == {RunStatus.RUNNING}, timeout=30)
+        holders = {(await client.action.status(r)).worker_id for r in run_ids}
+
+        async def saw(ids: list[str]) -> list[bytes | None]:
+            return [await raw.get(f"{namespace}:saw:{r}") for r in ids]
+
+        first, rest = run_ids[::2], run_ids[1::2]
+        for run_id in first:
+            await client.action.cancel(run_id)
+        heard = await eventually(lambda: saw(first), all, timeout=FIRST_TOUCH_S / 2)
+        assert heard == [b"cancelled=True"] * len(first)
+        # Nobody else's handler was touched by those notices.
+        assert await saw(rest) == [None] * len(rest)
+        assert {(await client.action.status(r)).status for r in rest} == {RunStatus.RUNNING}
+        for run_id in rest:
+            await client.action.cancel(run_id)
+        heard = await eventually(lambda: saw(rest), all, timeout=FIRST_TOUCH_S / 2)
+        assert heard == [b"cancelled=True"] * len(rest)
+    assert len(holders) == 3  # nine runs, four per process: every process held some

@@ -1,5 +1,6 @@
 """Run priorities: ActionInvokeOptions(priority=0..255), lower first, FIFO within one, kept
-through delays, retries and re-queues; bad priorities refused before anything is written."""
+through delays, retries and re-queues, and held by three busy worker processes; bad
+priorities refused before anything is written."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import random
 import pytest
 import redis.asyncio as aioredis
 from polling import eventually
+from processes import script_process
 
 from flo_redis import (
     ActionContext,
@@ -79,6 +81,49 @@ async def test_one_worker_takes_runs_strictly_by_priority_then_fifo(client: FloC
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 30)
     assert order == expected
+
+
+async def test_priorities_hold_under_load_across_three_worker_processes(
+    client: FloClient, redis_url: str, namespace: str
+) -> None:
+    await client.action.register("job")
+    low = await client.action.invoke_many("job", [b""] * 900, ActionInvokeOptions(priority=200))
+    priority_of = {r.run_id: 200 for r in low}
+
+    async def completed() -> int:
+        return (await client.action.counts("job")).completed
+
+    with contextlib.ExitStack() as procs:
+        for _ in range(3):  # each runs two 20 ms handlers at a time: a backlog of seconds
+            args = (redis_url, namespace, "job", "busy", "2", "30000")
+            procs.enter_context(script_process("worker_proc.py", *args))
+        await eventually(completed, lambda n: n >= 20, timeout=60)
+        # Urgent and middling runs arrive while the workers are busy with the backlog.
+        for i in range(40):
+            p = 0 if i % 4 else 100
+            run = await client.action.invoke("job", b"", ActionInvokeOptions(priority=p))
+            priority_of[run.run_id] = p
+            await asyncio.sleep(0.02)
+        await eventually(completed, lambda n: n == len(priority_of), timeout=120)
+    page = await client.action.runs("job", "completed", limit=1000)
+    runs = {r.run_id: r for r in page.runs}
+    assert set(runs) == set(priority_of)
+    started = {r: s.started_at_ms or 0 for r, s in runs.items()}
+    # Between priorities: a claim made after a run was queued (a later Redis ms) hands
+    # it out before any run of a higher number, so none of those starts before it.
+    overtaken = 0
+    for urgent, p in priority_of.items():
+        queued_at = runs[urgent].created_at_ms
+        for other, q in priority_of.items():
+            if q > p and started[other] > queued_at:
+                assert started[other] >= started[urgent], (urgent, other)
+                overtaken += 1
+    assert overtaken >= 1000  # the urgent runs did arrive while the backlog waited
+    # Within one priority: first queued, first started, whichever process claimed it.
+    for level in (0, 100, 200):
+        ids = sorted((r for r, p in priority_of.items() if p == level), key=seq_of)
+        assert [started[r] for r in ids] == sorted(started[r] for r in ids), level
+    assert len({s.output for s in runs.values()}) == 3  # all three processes took runs
 
 
 async def test_a_retried_run_keeps_its_priority(client: FloClient) -> None:
