@@ -27,7 +27,15 @@ from . import _schedule_replies as sch
 from . import _stream_replies as sr
 from ._lua import LuaSourceError
 from ._scripts import SCRIPTS, Arg, RedisConn, SyncConn, run, run_sync
-from .keys import ActionKeys, GroupKeys, NamespaceKeys, OwnerChannel, QueueKeys, StreamKeys
+from .keys import (
+    ActionKeys,
+    GroupKeys,
+    HandoffChannel,
+    NamespaceKeys,
+    OwnerChannel,
+    QueueKeys,
+    StreamKeys,
+)
 
 R = TypeVar("R")
 
@@ -167,7 +175,9 @@ ACTION_REGISTER = Script("action_register", A, r.done)
 ACTION_INVOKE = Script("action_invoke", A, r.invoked)
 ACTION_INVOKE_MANY = Script("action_invoke_many", A, r.invoked_many)
 ACTION_DELETE = Script("action_delete", A, r.flag, tail="data_keys")
-ACTION_CLAIM = Script("action_claim", A, r.claim_reply, records_owner=True)
+ACTION_CLAIM = Script(
+    "action_claim", (ActionKeys, HandoffChannel), r.claim_reply, records_owner=True
+)
 ACTION_REAP = Script("action_reap", A, r.reaped)
 ACTION_RECLAIM = Script("action_reclaim", A, r.reclaimed, tail="channels")
 ACTION_COUNTS = Script("action_counts", A, r.counts)

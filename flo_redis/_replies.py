@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+import msgpack
+
 from ._status import Status
 from .codec import text
 from .types import StreamID, TaskAssignment
@@ -100,6 +102,42 @@ def claim_reply(reply: Any, keys: Any) -> ClaimReply:
         for i in range(3, end, 8)
     )
     return ClaimReply(runs, int(reply[1]), True, int(reply[end]) if len(reply) > end else -1)
+
+
+@dataclass(frozen=True, slots=True)
+class Handed:
+    """A message on a poller's hand-off channel (``lua/lib/handoff.lua``): the poll it
+    answers, and the run handed to it. ``run`` is None when the message carries no run
+    to start: its input was too large to send (the poller's next claim answers with the
+    run), or the poller's park was ended for it to look again (``run_id`` empty)."""
+
+    poll_id: str
+    run_id: str
+    run: Claimed | None
+
+
+def handed(data: bytes, action: str) -> Handed:
+    """``{poll_id, run_id, token, attempt, created_ms, ready_ms, claimed_ms, input,
+    trace}`` (input false: not sent), or ``{poll_id}``."""
+    fields = msgpack.unpackb(data, raw=True)
+    poll_id = fields[0].decode()
+    if len(fields) < 8:
+        return Handed(poll_id, "", None)
+    run_id = fields[1].decode()
+    if fields[7] is False:
+        return Handed(poll_id, run_id, None)
+    run = Claimed(
+        action=action,
+        run_id=run_id,
+        token=int(fields[2]),
+        attempt=int(fields[3]),
+        created_at_ms=int(fields[4]),
+        ready_at_ms=int(fields[5]),
+        claimed_at_ms=int(fields[6]),
+        payload=bytes(fields[7]),
+        trace=bytes(fields[8]),
+    )
+    return Handed(poll_id, run_id, run)
 
 
 # --- fixed shapes: a status and a few values -----------------------------------------

@@ -75,6 +75,7 @@ class ActionKeys:
     owned: str  # ZSET  "<owner>\0<run_id>" (score 0): the runs each owner was handed
     slots: str  # HASH  concurrency slot index -> msgpack holder {o, t, d, sx}
     rate: str  # ZSET  fencing token -> start ms (starts within the rate limit's window)
+    parked: str  # ZSET  poller -> park deadline ms (pollers waiting for a hand-off)
     schedules: str  # HASH  schedule name -> msgpack record (spec, time zone, input)
     schedule_due: str  # ZSET  schedule name -> next occurrence ms
     wake: str  # sharded pub/sub channel announcing new work
@@ -97,6 +98,7 @@ class ActionKeys:
             self.owned,
             self.slots,
             self.rate,
+            self.parked,
             self.schedules,
             self.schedule_due,
         )
@@ -211,6 +213,23 @@ class OwnerChannel:
     @classmethod
     def of(cls, tag: str, owner: str) -> OwnerChannel:
         return cls(owner_channel(tag, owner))
+
+
+def handoff_channel(tag: str, owner: str) -> str:
+    """The channel on which runs are handed to ``owner``'s parked pollers in the slot of
+    ``tag`` (``lua/lib/handoff.lua``)."""
+    return f"{PREFIX}:hand:{tag}:{owner}"
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffChannel:
+    """One owner's hand-off channel in one queue's slot, as a script key."""
+
+    handoff: str  # CHANNEL  subscribed by the owner's waker; runs handed to it
+
+    @classmethod
+    def of(cls, tag: str, owner: str) -> HandoffChannel:
+        return cls(handoff_channel(tag, owner))
 
 
 @dataclass(frozen=True, slots=True)

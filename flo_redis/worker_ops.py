@@ -49,6 +49,7 @@ from .errors import (
 from .keys import (
     MAX_NAME_SIZE,
     ActionKeys,
+    HandoffChannel,
     NamespaceKeys,
     action_keys,
     check_name,
@@ -339,13 +340,23 @@ class WorkerOperations(RunReports):
         return Attempt(claimed, next_due, held=held_queues == len(order))
 
     async def claim(
-        self, keys: ActionKeys, worker_id: str, labels: bytes, max_n: int, poll_id: str
+        self,
+        keys: ActionKeys,
+        worker_id: str,
+        labels: bytes,
+        max_n: int,
+        poll_id: str,
+        park_ms: int = 0,
+        received: str = "",
     ) -> ClaimReply:
-        """One claim script call on one action queue (no health gate, no waiting)."""
+        """One claim script call on one action queue (no health gate, no waiting). With
+        ``park_ms`` a poll that finds nothing parks its poller for a hand-off;
+        ``received`` names the run handed to the poller's previous poll here that it got."""
+        owner = self._session.owner_id
         return await ACTION_CLAIM(
             self._session,
-            keys,
-            [worker_id, self._session.owner_id, labels, max_n, poll_id, LABEL_SCAN],
+            (keys, HandoffChannel.of(keys.tag, owner)),
+            [worker_id, owner, labels, max_n, poll_id, LABEL_SCAN, park_ms, received],
         )
 
 

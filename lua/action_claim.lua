@@ -2,7 +2,8 @@
   Hand up to max_n ready runs to one worker: each becomes RUNNING under a lease with a new
   fencing token. First (bounded) it takes back expired leases and promotes due delayed runs.
   A retried poll (same poll id) gets back what that poll was handed and still holds, not
-  new runs.
+  new runs. A poll that finds nothing may park its poller for a hand-off (lib/handoff.lua);
+  any claim of a poller ends its park.
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (token: fencing tokens, qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
@@ -17,14 +18,22 @@
   KEYS[12] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[13] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   KEYS[14] rate    ZSET  token -> start ms: the action's starts within its rate window
+  KEYS[15] parked  ZSET  poller -> park deadline ms: pollers waiting for a hand-off
+  KEYS[16] handoff CHANNEL  the caller's hand-off channel in this queue (lib/handoff.lua)
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
-  ARGV[4] max_n       how many runs the worker can take now (>= 1)
+  ARGV[4] max_n       how many runs the worker can take now (0: only end the poller's park
+                      and answer with what was handed to it)
   ARGV[5] poll_id     '' or an id the caller reuses when it retries this poll
   ARGV[6] scan        pending runs inspected per window (label routing); at most two
                       windows: the head, and one at a cursor that moves past runs
                       no worker asking took (meta field scan_at)
+  ARGV[7] park_ms     when nothing is handed to a "<poller>#<n>" poll, park the poller
+                      for this long (at most 60000; 0: do not park)
+  ARGV[8] received    the run id this poller received by hand-off here for its previous
+                      poll, or '' (a run handed to that poll and not received is part
+                      of this poll's answer)
   Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
           claimed_ms, input, trace) * n, rate_next_ms}
           status: OK | NO_ACTION; next_due_ms: when a delayed run becomes ready or a
@@ -41,22 +50,27 @@
 --@include lib/labels.lua
 --@include lib/owners.lua
 --@include lib/polls.lua
+--@include lib/handoff.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
-  ended = KEYS[13], rate = KEYS[14]}
+  ended = KEYS[13], rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16]}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]
 local max_n = tonumber(ARGV[4])
 local poll_id = ARGV[5]
 local scan = tonumber(ARGV[6])
+local park_ms = tonumber(ARGV[7])
+local received = ARGV[8]
 local BATCH = 100
 
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
 local out = {ST_OK, -1, 0}
+local poller = poll_field(poll_id)
+if poller ~= poll_id then handoff_unpark(k.parked, poller, now) end
 local worker_labels = nil
 if labels ~= '' then worker_labels = cmsgpack.unpack(labels) end
 
@@ -72,16 +86,19 @@ local function hand_out(run_id, run)
   out[#out + 1] = run.tr or ''
 end
 
--- A retried poll: answer with what this poll id was handed, where still held by us.
--- When none of it is held any more (finished, or taken back), claim afresh.
-local replayed = poll_replay(k.polls, k.poll_times, poll_id, now, function(run_id, token)
+-- Hand out again run_id under `token` if it is still ours; true if it was.
+local function hand_out_held(run_id, token)
   local run = run_load(k.runs, run_id)
   if not (run and run.s == RUN_RUNNING and run.t == token and run.o == owner) then
     return false
   end
   hand_out(run_id, run)
   return true
-end)
+end
+
+-- A retried poll: answer with what this poll id was handed, where still held by us.
+-- When none of it is held any more (finished, or taken back), claim afresh.
+local replayed = poll_replay(k.polls, k.poll_times, poll_id, now, hand_out_held)
 if replayed > 0 then
   out[2] = queue_next_event(k.delayed, k.leases)
   out[#out + 1] = -1
@@ -91,25 +108,18 @@ end
 queue_expire(k, now, BATCH, action.backoff_ms, action.backoff_max_ms)
 queue_promote(k, now, BATCH)
 
-local n = max_n
-if action.max_concurrency > 0 then
-  local free = action.max_concurrency - redis.call('ZCARD', k.leases)
-  if free < n then n = free end
-end
-
--- The rate limit: starts older than the window no longer count. rate_room stays nil when
--- the limit was not asked (none, or nothing could be taken anyway).
-local rate_room = nil
-if n > 0 and action.rate_max > 0 then
-  redis.call('ZREMRANGEBYSCORE', k.rate, '-inf', now - action.rate_per_ms)
-  rate_room = action.rate_max - redis.call('ZCARD', k.rate)
-  if rate_room < n then n = rate_room end
-end
-
 local memo = poll_memo()
-if n > 0 then
-  local deadline = NEVER_MS
-  if action.timeout_ms > 0 then deadline = now + action.timeout_ms end
+-- A run handed to the poller's previous poll that it did not receive: ours to answer with.
+if poller ~= poll_id then
+  handoff_unseen(k.polls, k.poll_times, poller, poll_id, received, now, function(run_id, token)
+    if hand_out_held(run_id, token) then poll_memo_add(memo, run_id, token) end
+  end)
+end
+
+local unseen = out[3]
+local n, rate_room = queue_room(k, action, now, max_n)
+if n > out[3] then
+  local deadline = queue_lease_deadline(action, now)
   local function take(candidates)
     for _, run_id in ipairs(candidates) do
       if out[3] >= n then return end
@@ -118,16 +128,7 @@ if n > 0 then
         redis.call('ZREM', k.pending, run_id)
       elseif labels_match(run.lb, worker_labels) then
         redis.call('ZREM', k.pending, run_id)
-        run.s = RUN_RUNNING
-        run.a = run.a + 1
-        run.t = redis.call('HINCRBY', k.meta, 'token', 1)
-        run.w = worker_id
-        run.o = owner
-        redis.call('ZADD', k.owned, 0, owned_entry(owner, run_id))
-        run.st = now
-        run_save(k.runs, run_id, run)
-        redis.call('ZADD', k.leases, deadline, run_id)
-        if rate_room then redis.call('ZADD', k.rate, now, run.t) end
+        queue_take(k, run_id, run, worker_id, owner, now, deadline, rate_room ~= nil)
         poll_memo_add(memo, run_id, run.t)
         hand_out(run_id, run)
       end
@@ -155,12 +156,15 @@ if #memo.ids > 0 then
   redis.call('HSETNX', k.owners, owner, 0)
 end
 poll_remember(k.polls, k.poll_times, poll_id, memo, now)
+if out[3] == 0 and park_ms > 0 and poller ~= poll_id then
+  handoff_park(k, poller, poll_id, owner, worker_id, labels, k.handoff, now, park_ms)
+end
 out[2] = queue_next_event(k.delayed, k.leases)
 -- Held back by the rate limit with runs still waiting: say when the next start is allowed,
 -- when the start whose leaving makes room (the oldest, unless the limit was lowered)
 -- leaves the window.
 local rate_next = -1
-if rate_room and out[3] >= rate_room and redis.call('ZCARD', k.pending) > 0 then
+if rate_room and out[3] - unseen >= rate_room and redis.call('ZCARD', k.pending) > 0 then
   local at = math.max(redis.call('ZCARD', k.rate) - action.rate_max, 0)
   local leaving = redis.call('ZRANGE', k.rate, at, at, 'WITHSCORES')
   if #leaving > 0 then rate_next = tonumber(leaving[2]) + action.rate_per_ms end

@@ -1,5 +1,6 @@
 --[[ action_invoke
-  Create a run of a registered action: ready now, or delayed until a time.
+  Create a run of a registered action: ready now, or delayed until a time. A run ready
+  now goes straight to a parked poller when one may take it (lib/handoff.lua).
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (seq: run ids, qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
@@ -8,6 +9,13 @@
   KEYS[6] delayed  ZSET  run_id -> due ms
   KEYS[7] idempotency HASH  idempotency key -> run_id
   KEYS[8] wake     CHANNEL  sharded channel announcing new work
+  KEYS[9] parked   ZSET  poller -> park deadline ms: pollers waiting for a hand-off
+  KEYS[10] polls   HASH  poll memos; a parked poller's park rides in its memo
+  KEYS[11] poll_times  ZSET  poll memo -> time ms
+  KEYS[12] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[13] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[14] leases  ZSET  run_id -> lease deadline ms
+  KEYS[15] rate    ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] input       payload bytes
   ARGV[3] labels      msgpack map of type-tagged labels, or ''
@@ -26,7 +34,9 @@
 --@include lib/action.lua
 --@include lib/invoke.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8]}
+  pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8],
+  parked = KEYS[9], polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12],
+  owned = KEYS[13], leases = KEYS[14], rate = KEYS[15]}
 local id_prefix = ARGV[1]
 local input = ARGV[2]
 local labels = ARGV[3]

@@ -33,8 +33,9 @@ from flo_redis import (
     WorkerAwaitOptions,
 )
 from flo_redis._gateway import RUN_CANCEL
+from flo_redis._replies import handed
 from flo_redis._runs import cancel_reply
-from flo_redis.keys import action_keys, queue_keys, stream_keys
+from flo_redis.keys import action_keys, handoff_channel, queue_keys, stream_keys
 from flo_redis.notices import tell
 
 pytestmark = pytest.mark.cluster
@@ -148,6 +149,28 @@ async def test_an_await_returns_promptly_after_an_invoke(
         # Woken by the wake-up, not by the 20 s deadline.
         assert loop.time() - began < 10
         await cclient.worker.complete("w1", name, run_id, b"")
+
+
+async def test_an_invoke_hands_a_run_to_a_parked_poller_on_each_node(
+    cclient: FloClient, craw: ClusterClient
+) -> None:
+    # The park, the hand-off and the poller's channel all live in the queue's slot.
+    names = await names_on_distinct_nodes(craw, cclient.namespace, 3)
+    for name in names:
+        await cclient.action.register(name)
+    for name in names:
+        keys = action_keys(cclient.namespace, name)
+        channel = handoff_channel(keys.tag, cclient.owner_id)
+        async with cclient.waker.listening([channel], release=True) as listener:
+            await listener.arm()
+            parked = await cclient.worker.claim(keys, "w1", b"", 1, "p#0", 10_000)
+            assert parked.runs == ()
+            run_id = (await cclient.action.invoke(name, b"x")).run_id
+            assert await listener.wait(15)
+            assert listener.message is not None
+            message = handed(listener.message, name)
+            assert message.run is not None and message.run.run_id == run_id
+            assert (await cclient.action.status(run_id)).status == RunStatus.RUNNING
 
 
 async def test_plain_queues_on_three_nodes(cclient: FloClient, craw: ClusterClient) -> None:

@@ -17,6 +17,7 @@ from redis.crc import key_slot
 from flo_redis._gateway import ALL
 from flo_redis._scripts import SCRIPTS
 from flo_redis.keys import (
+    HandoffChannel,
     OwnerChannel,
     action_keys,
     namespace_keys,
@@ -41,7 +42,11 @@ def script_keys(script: str, namespace: str, name: str, partition: int = 0) -> l
     if family in ("action", "run", "slot", "schedule"):
         keys = action_keys(namespace, name)
         tag = keys.tag
-        source = (keys, OwnerChannel.of(tag, OWNERS[0])) if script == "slot_reclaim" else keys
+        source = keys
+        if script == "slot_reclaim":
+            source = (keys, OwnerChannel.of(tag, OWNERS[0]))
+        elif script == "action_claim":
+            source = (keys, HandoffChannel.of(tag, OWNERS[0]))
         tails = {
             "data_keys": list(keys.all_data_keys()),
             "notice": [notice_channel(tag, OWNERS[0])],

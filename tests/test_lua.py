@@ -15,7 +15,7 @@ from flo_redis._gateway import ACTION_CLAIM, ACTION_DELETE, ALL, RUN_TOUCH, Scri
 from flo_redis._lua import _HEADER, LuaSourceError, flatten, load_all
 from flo_redis._scripts import SCRIPTS
 from flo_redis._status import Status
-from flo_redis.keys import ActionKeys, action_keys, namespace_keys
+from flo_redis.keys import ActionKeys, HandoffChannel, action_keys, namespace_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"
@@ -91,8 +91,9 @@ def test_every_header_key_is_a_field_of_the_scripts_key_classes() -> None:
     # header naming a key none of its classes has is refused there.
     with pytest.raises(LuaSourceError, match="no field of ActionKeys"):
         Script("group_read", ActionKeys, lambda raw, _: raw)
-    assert ACTION_CLAIM.keys(action_keys("shop", "resize"))[0] == (
-        action_keys("shop", "resize").definition
+    keys = action_keys("shop", "resize")
+    assert ACTION_CLAIM.keys((keys, HandoffChannel.of(keys.tag, "o1")))[15] == (
+        HandoffChannel.of(keys.tag, "o1").handoff
     )
 
 

@@ -1,13 +1,16 @@
 --[[ lib/invoke
-  Creating one run of an action: ready now (pushed and announced) or delayed until `due`.
-  The caller has validated everything; this only writes.
+  Creating one run of an action: ready now (handed to a parked poller, or pushed and
+  announced) or delayed until `due`. The caller has validated everything; this only writes.
 ]]
 --@include lib/run.lua
 --@include lib/queue.lua
+--@include lib/handoff.lua
 
--- k: {meta, runs, inputs, pending, delayed, idempotency, wake}; priority 0..255 (checked
--- by the caller); trace: the producer's packed trace context, or '' (stored only when
--- given). Returns the new run id.
+-- k: {meta, runs, inputs, pending, delayed, idempotency, wake}, and for the hand-off
+-- (lib/handoff.lua) {parked, polls, poll_times, owners, owned, leases, rate} -- without
+-- `parked` a ready run is always queued; priority 0..255 (checked by the caller); trace:
+-- the producer's packed trace context, or '' (stored only when given). Returns the new
+-- run id.
 local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority,
     trace)
   local run_id = id_prefix .. redis.call('HINCRBY', k.meta, 'seq', 1)
@@ -20,11 +23,12 @@ local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_ke
     run.ik = idem_key
     redis.call('HSET', k.idempotency, idem_key, run_id)
   end
-  run_save(k.runs, run_id, run)
   redis.call('HSET', k.inputs, run_id, input)
   if due > now then
+    run_save(k.runs, run_id, run)
     redis.call('ZADD', k.delayed, due, run_id)
-  else
+  elseif not (k.parked and handoff(k, action, run_id, run, input, now)) then
+    run_save(k.runs, run_id, run)
     queue_push(k.meta, k.pending, run_id, run)
     redis.call('SPUBLISH', k.wake, '1')
   end

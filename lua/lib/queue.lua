@@ -15,6 +15,47 @@ local function queue_push(meta_key, pending_key, run_id, run)
   redis.call('ZADD', pending_key, priority_score(run.p or 0, seq), run_id)
 end
 
+-- How many of `want` runs may start now: at most the action's max_concurrency minus its
+-- leases, and at most what its rate limit's window has room for (starts older than the
+-- window are dropped first). Returns that number and the rate room, nil when the limit
+-- was not asked (none, or nothing could start anyway).
+local function queue_room(k, action, now, want)
+  local n = want
+  if action.max_concurrency > 0 then
+    local free = action.max_concurrency - redis.call('ZCARD', k.leases)
+    if free < n then n = free end
+  end
+  local rate_room = nil
+  if n > 0 and action.rate_max > 0 then
+    redis.call('ZREMRANGEBYSCORE', k.rate, '-inf', now - action.rate_per_ms)
+    rate_room = action.rate_max - redis.call('ZCARD', k.rate)
+    if rate_room < n then n = rate_room end
+  end
+  return n, rate_room
+end
+
+-- When a lease taken now ends (NEVER_MS for an action without a timeout).
+local function queue_lease_deadline(action, now)
+  if action.timeout_ms > 0 then return now + action.timeout_ms end
+  return NEVER_MS
+end
+
+-- Hand `run` (PENDING, already out of `pending`) to a worker: RUNNING under a new fencing
+-- token, leased until `deadline`, indexed under its owner, its start logged in `rate`
+-- when `log_rate`. The caller records the owner in `owners` and the poll memo.
+local function queue_take(k, run_id, run, worker_id, owner, now, deadline, log_rate)
+  run.s = RUN_RUNNING
+  run.a = run.a + 1
+  run.t = redis.call('HINCRBY', k.meta, 'token', 1)
+  run.w = worker_id
+  run.o = owner
+  run.st = now
+  redis.call('ZADD', k.owned, 0, owned_entry(owner, run_id))
+  run_save(k.runs, run_id, run)
+  redis.call('ZADD', k.leases, deadline, run_id)
+  if log_rate then redis.call('ZADD', k.rate, now, run.t) end
+end
+
 -- Put a run back to wait for its next attempt, after its backoff. Returns 1 when it is
 -- ready now (the caller should wake pollers), 0 when it waits in `delayed`.
 local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)

@@ -1,0 +1,96 @@
+--[[ lib/handoff
+  Hand-off (lua/README.md, "Hand-off"): a poller whose claim found nothing parks in the
+  queue, and a script that makes a run ready gives it straight to a parked poller, with
+  everything a claim records (lease, fencing token, owner, a poll memo under the poller's
+  poll id), then publishes it on the poller's hand-off channel. Pickup is that one message.
+  `parked` ZSET: poller -> park deadline ms. The park rides in the poller's poll memo
+  (lib/polls.lua) as `k = {o owner, w worker id, lb packed labels or '', ch channel}`; the
+  hand-off replaces it by the handed run, marked `h = 1`. A park takes one run; the
+  poller's next claim ends it, and answers with a run handed to an earlier poll of the
+  poller that the poller says it did not receive.
+]]
+--@include lib/run.lua
+--@include lib/queue.lua
+--@include lib/labels.lua
+--@include lib/polls.lua
+
+-- A park lasts at most this long; the poller claims again by then.
+local PARK_MAX_MS = 60000
+-- Parked pollers one hand-off looks at (skipping those whose labels do not match).
+local HANDOFF_SCAN = 8
+-- A larger input is not sent in the message: the poller's claim replays the run with it.
+local HANDOFF_INPUT_MAX = 65536
+-- Expired parks (of pollers that went away) a claim forgets at most.
+local PARK_FORGET_BATCH = 100
+
+-- Park poller `field` (its poll `poll_id`) for park_ms (at most PARK_MAX_MS): the next run
+-- made ready here that it may take is handed to it and told on `channel`.
+local function handoff_park(k, field, poll_id, owner, worker_id, labels, channel, now, park_ms)
+  if park_ms > PARK_MAX_MS then park_ms = PARK_MAX_MS end
+  local park = {o = owner, w = worker_id, lb = labels, ch = channel}
+  redis.call('HSET', k.polls, field, cmsgpack.pack({p = poll_id, ids = {}, tokens = {}, k = park}))
+  redis.call('ZADD', k.poll_times, now, field)
+  redis.call('ZADD', k.parked, now + park_ms, field)
+end
+
+-- End poller `field`'s park, if any, and forget a batch of parks past their deadline.
+local function handoff_unpark(parked_key, field, now)
+  redis.call('ZREM', parked_key, field)
+  local old = redis.call('ZRANGE', parked_key, '-inf', now, 'BYSCORE', 'LIMIT', 0,
+    PARK_FORGET_BATCH)
+  if #old > 0 then redis.call('ZREM', parked_key, unpack(old)) end
+end
+
+-- The run handed to an earlier poll of poller `field` (not `poll_id`) that the poller did
+-- not receive (`received` names the one it did): each(run_id, token) for it.
+local function handoff_unseen(polls_key, times_key, field, poll_id, received, now, each)
+  local raw = redis.call('HGET', polls_key, field)
+  local at = tonumber(redis.call('ZSCORE', times_key, field))
+  if not raw or not at or at < now - POLL_MEMORY_MS then return end
+  local memo = cmsgpack.unpack(raw)
+  if memo.h ~= 1 or memo.p == poll_id then return end
+  for i = 1, #memo.ids do
+    if memo.ids[i] ~= received then each(memo.ids[i], memo.tokens[i]) end
+  end
+end
+
+-- Give ready run `run_id` (its record `run`, PENDING, neither queued nor saved; `input`
+-- its input) to a parked poller that may take it now. True when handed: the run is saved
+-- RUNNING and the poller told. False: the caller queues it as usual. Only while nothing
+-- waits in `pending` (so priority and FIFO order hold), within max_concurrency and the
+-- rate limit, to a poller whose labels match and whose hand-off channel has a subscriber
+-- (one without, gone or reconnecting, loses its park: it claims again when back).
+local function handoff(k, action, run_id, run, input, now)
+  if redis.call('ZCARD', k.parked) == 0 or redis.call('ZCARD', k.pending) > 0 then
+    return false
+  end
+  local room, rate_room = queue_room(k, action, now, 1)
+  if room < 1 then return false end
+  local fields = redis.call('ZRANGE', k.parked, now, '+inf', 'BYSCORE', 'LIMIT', 0, HANDOFF_SCAN)
+  for _, field in ipairs(fields) do
+    local raw = redis.call('HGET', k.polls, field)
+    local memo = raw and cmsgpack.unpack(raw)
+    local park = memo and memo.k
+    local labels = nil
+    if park and park.lb ~= '' then labels = cmsgpack.unpack(park.lb) end
+    if not park then
+      redis.call('ZREM', k.parked, field)
+    elseif labels_match(run.lb, labels) then
+      redis.call('ZREM', k.parked, field)
+      if tonumber(redis.call('PUBSUB', 'SHARDNUMSUB', park.ch)[2]) > 0 then
+        queue_take(k, run_id, run, park.w, park.o, now, queue_lease_deadline(action, now),
+          rate_room ~= nil)
+        redis.call('HSETNX', k.owners, park.o, 0)
+        redis.call('HSET', k.polls, field,
+          cmsgpack.pack({p = memo.p, ids = {run_id}, tokens = {run.t}, h = 1}))
+        redis.call('ZADD', k.poll_times, now, field)
+        local sent = input
+        if #input > HANDOFF_INPUT_MAX then sent = false end
+        redis.call('SPUBLISH', park.ch, cmsgpack.pack({memo.p, run_id, run.t, run.a, run.c,
+          run.rd or run.c, now, sent, run.tr or ''}))
+        return true
+      end
+    end
+  end
+  return false
+end
