@@ -67,7 +67,7 @@ class Waker(Subscriber):
             yield watch
 
     def interrupt(self) -> None:
-        """End every waiting poll now: each makes one last claim and returns."""
+        """End every waiting poll now: each returns at once, empty (:func:`long_poll`)."""
         self.generation += 1
         self.fire_all()
 
