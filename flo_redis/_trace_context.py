@@ -1,5 +1,5 @@
-"""What the core knows of tracing: the tracer a client calls around each invoke, and
-a run's trace context as stored in its record (packed by the invoke, unpacked for the
+"""What the core knows of tracing: the tracer a client calls around each invoke and
+append, and a run's trace context as stored in its record (packed by the invoke, unpacked for the
 handler). :mod:`flo_redis.tracing` describes the mechanism and holds the OpenTelemetry
 tracer; the client and workers never import it."""
 
@@ -19,48 +19,77 @@ _TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _TRACEPARENT_BYTES = 26
 
 
-class InvokeSpan(Protocol):
-    """One traced invoke, as the client sees it."""
+class ProducerSpan(Protocol):
+    """One traced invoke or append, as the client sees it."""
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The trace headers to carry (empty: carry none)."""
+        ...
 
     @property
     def context(self) -> bytes:
-        """The packed trace context to store in each run created (empty: store none)."""
+        """The same, packed for a run record (:func:`pack_context`)."""
         ...
 
-    def invoked(self, run_ids: Sequence[str]) -> None:
-        """The runs were created, with these ids."""
+    def sent(self, ids: Sequence[str]) -> None:
+        """The runs (or the stream record) were created, with these ids."""
         ...
 
 
-class InvokeTracer(Protocol):
-    """What a client calls around each ``invoke`` and ``invoke_many`` call."""
+class ProducerTracer(Protocol):
+    """What a client calls around each ``action.invoke``, ``action.invoke_many`` and
+    ``stream.append`` call; an error raised inside a span is the call's."""
 
     def invoking(
         self, namespace: str, action: str, count: int
-    ) -> AbstractContextManager[InvokeSpan]:
-        """A span around creating ``count`` runs of ``action``; an error raised inside
-        is the invoke's."""
+    ) -> AbstractContextManager[ProducerSpan]:
+        """A span around creating ``count`` runs of ``action``."""
+        ...
+
+    def appending(
+        self, namespace: str, stream: str, partition: int
+    ) -> AbstractContextManager[ProducerSpan]:
+        """A span around appending one record to ``stream`` (its ``partition``)."""
         ...
 
 
 class _Untraced:
+    headers: Mapping[str, str] = {}
     context = b""
 
-    def invoked(self, run_ids: Sequence[str]) -> None:
+    def sent(self, ids: Sequence[str]) -> None:
         pass
 
 
-UNTRACED: AbstractContextManager[InvokeSpan] = nullcontext(_Untraced())
-"""The span of an invoke with no tracer: stores nothing."""
+UNTRACED: AbstractContextManager[ProducerSpan] = nullcontext(_Untraced())
+"""The span of a call with no tracer: carries nothing."""
 
 
 def invoke_span(
-    tracer: InvokeTracer | None, namespace: str, action: str, count: int
-) -> AbstractContextManager[InvokeSpan]:
+    tracer: ProducerTracer | None, namespace: str, action: str, count: int
+) -> AbstractContextManager[ProducerSpan]:
     """The tracer's span around an invoke, or :data:`UNTRACED` without one."""
     if tracer is None:
         return UNTRACED
     return tracer.invoking(namespace, action, count)
+
+
+def append_span(
+    tracer: ProducerTracer | None, namespace: str, stream: str, partition: int
+) -> AbstractContextManager[ProducerSpan]:
+    """The tracer's span around an append, or :data:`UNTRACED` without one."""
+    if tracer is None:
+        return UNTRACED
+    return tracer.appending(namespace, stream, partition)
+
+
+def with_trace_headers(headers: object, trace: Mapping[str, str]) -> object:
+    """A record's headers with the trace headers added (the caller's own win); anything
+    but a dict or None is returned as it is, for the caller's check to refuse."""
+    if not trace or not (headers is None or isinstance(headers, dict)):
+        return headers
+    return {**trace, **(headers or {})}
 
 
 def pack_context(carrier: Mapping[str, str]) -> bytes:
@@ -99,9 +128,11 @@ def unpack_context(packed: bytes) -> dict[str, str]:
 __all__ = [
     "MAX_TRACE_CONTEXT_BYTES",
     "UNTRACED",
-    "InvokeSpan",
-    "InvokeTracer",
+    "ProducerSpan",
+    "ProducerTracer",
+    "append_span",
     "invoke_span",
     "pack_context",
     "unpack_context",
+    "with_trace_headers",
 ]

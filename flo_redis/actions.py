@@ -173,7 +173,7 @@ class ActionOperations(ActionInspection):
                 keys, input_data, opts, self._session.max_payload_bytes, span.context
             )
             result = invoke_reply(await ACTION_INVOKE(self._session, keys, args), keys, size)
-            span.invoked((result.run_id,))
+            span.sent((result.run_id,))
         return result
 
     async def invoke_many(
@@ -203,7 +203,7 @@ class ActionOperations(ActionInspection):
             await self._check_inputs_fit(keys, data)
         with invoke_span(self._session.tracer, keys.namespace, name, len(data)) as span:
             results = await self._invoke_chunks(keys, prefix, labels, priority, data, span.context)
-            span.invoked([r.run_id for r in results])
+            span.sent([r.run_id for r in results])
         return results
 
     async def _invoke_chunks(

@@ -33,7 +33,7 @@ from ._endpoint import (
     version_tuple,
 )
 from ._scripts import RedisConn, configure, redis_errors
-from ._trace_context import InvokeTracer
+from ._trace_context import ProducerTracer
 from ._wake import Waker
 from .errors import ConnectionFailedError, NotConnectedError, RedisVersionError, ValidationError
 from .keys import ActionKeys, action_keys, check_name, check_namespace
@@ -99,7 +99,7 @@ class Session:
         self._liveness: Liveness | None = None
         self._connect_lock = asyncio.Lock()
         # Called around each invoke (flo_redis.tracing); None: invokes store no trace.
-        self.tracer: InvokeTracer | None = None
+        self.tracer: ProducerTracer | None = None
 
     @property
     def is_cluster(self) -> bool:

@@ -37,6 +37,7 @@ from ._stream_codec import (
     positive_arg,
     stream_id_arg,
 )
+from ._trace_context import append_span, with_trace_headers
 from ._wake import Attempt
 from .errors import ValidationError, ValueTooLargeError
 from .keys import StreamKeys, stream_keys
@@ -99,7 +100,11 @@ class StreamOperations(ConsumerGroups, DeadLetters, StreamInspection):
             else:
                 partition = self._next_turn(first.namespace, stream) % count
         keys = first if partition == 0 else stream_keys(first.namespace, stream, partition)
-        reply = await STREAM_APPEND(self._session, keys, [data, headers])
+        with append_span(self._session.tracer, first.namespace, stream, partition) as span:
+            if span.headers:
+                headers = headers_arg(with_trace_headers(opts.headers, span.headers))
+            reply = await STREAM_APPEND(self._session, keys, [data, headers])
+            span.sent((reply.id.to_redis(),))
         await self._remember_stream(first.namespace, stream)
         return StreamAppendResult(id=reply.id, partition=partition)
 

@@ -32,7 +32,7 @@ from . import _runs as runs
 from ._checks import check_count, check_int
 from ._gateway import ACTION_INVOKE, RUN_CANCEL
 from ._scripts import redis_errors
-from ._trace_context import InvokeTracer, invoke_span
+from ._trace_context import ProducerTracer, invoke_span
 from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
 from .errors import FloError
 from .keys import ActionKeys, action_keys, action_of_run, check_namespace
@@ -60,7 +60,7 @@ class SyncActionOperations:
             args, size = runs.invoke_request(keys, input_data, opts, limit, span.context)
             reply = ACTION_INVOKE.call_sync(self._client.redis, keys, args)
             result = runs.invoke_reply(reply, keys, size)
-            span.invoked((result.run_id,))
+            span.sent((result.run_id,))
         return result
 
     def status(self, run_id: str, options: ActionStatusOptions | None = None) -> ActionRunStatus:
@@ -162,7 +162,7 @@ class SyncFloClient:
         self.namespace = check_namespace(namespace)
         self.max_payload_bytes = max_payload_bytes
         # Called around each invoke (flo_redis.tracing); None: invokes store no trace.
-        self.tracer: InvokeTracer | None = None
+        self.tracer: ProducerTracer | None = None
         kwargs: dict[str, Any] = {
             "socket_timeout": timeout_ms / 1000.0,
             "socket_connect_timeout": timeout_ms / 1000.0,

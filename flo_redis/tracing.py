@@ -15,7 +15,11 @@ message, processed alone) and linked to it as well (the link is what the convent
 require of a consumer; the parent puts both in one trace). The consumer span is current
 while the handler runs, so spans the handler makes are its children.
 
-Any other tracing system plugs in the same way: an object with the :class:`InvokeTracer`
+A stream record carries the context of its append in its own headers instead (no store
+change); on a :class:`~flo_redis.StreamWorker` the same observer makes a ``process
+<stream>`` span per delivery of a record.
+
+Any other tracing system plugs in the same way: an object with the :class:`ProducerTracer`
 method set on ``client.session.tracer`` (or ``SyncFloClient.tracer``), and a
 :class:`~flo_redis.observe.WorkerObserver` reading :attr:`ActionContext.trace_context
 <flo_redis.ActionContext.trace_context>`.
@@ -25,21 +29,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._trace_context import (
     MAX_TRACE_CONTEXT_BYTES,
     UNTRACED,
-    InvokeSpan,
-    InvokeTracer,
+    ProducerSpan,
+    ProducerTracer,
+    append_span,
     invoke_span,
     pack_context,
     unpack_context,
+    with_trace_headers,
 )
 from .action_context import ActionContext
 from .errors import MissingExtraError
 from .observe import WorkerObserver
+from .stream_worker import StreamContext
 
 if TYPE_CHECKING:
     from .client import FloClient
@@ -62,6 +69,7 @@ class OpenTelemetry(WorkerObserver):
         tracing = OpenTelemetry()
         tracing.instrument(client)      # a "send <action>" span around each invoke
         worker.observer = tracing       # a "process <action>" span around each attempt
+                                        # (on a StreamWorker: per delivery of a record)
 
     ``tracer_provider`` defaults to the global one; ``propagator`` to the global text map
     propagator (W3C trace context and baggage unless configured otherwise).
@@ -77,10 +85,11 @@ class OpenTelemetry(WorkerObserver):
         self._trace = trace
         self._tracer = trace.get_tracer("flo_redis", __version__, tracer_provider)
         self._propagator = propagator or propagate.get_global_textmap()
-        self._open: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._open: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
     def instrument(self, client: FloClient | SyncFloClient) -> None:
-        """Trace ``client``'s invokes (``action.invoke`` and ``action.invoke_many``)."""
+        """Trace ``client``'s invokes (``action.invoke``, ``action.invoke_many``) and
+        stream appends (``stream.append``)."""
         from .client import FloClient
 
         if isinstance(client, FloClient):
@@ -90,60 +99,94 @@ class OpenTelemetry(WorkerObserver):
 
     # --- producer ---------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def invoking(self, namespace: str, action: str, count: int) -> Iterator[InvokeSpan]:
-        attributes: dict[str, Any] = {
-            "messaging.system": "flo_redis",
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "invoke",
-            "messaging.destination.name": action,
-            "flo.namespace": namespace,
-        }
+    def invoking(
+        self, namespace: str, action: str, count: int
+    ) -> contextlib.AbstractContextManager[ProducerSpan]:
+        attributes: dict[str, Any] = {"messaging.operation.name": "invoke"}
         if count != 1:
             attributes["messaging.batch.message_count"] = count
+        return self._send(namespace, action, attributes)
+
+    def appending(
+        self, namespace: str, stream: str, partition: int
+    ) -> contextlib.AbstractContextManager[ProducerSpan]:
+        attributes: dict[str, Any] = {
+            "messaging.operation.name": "append",
+            "messaging.destination.partition.id": str(partition),
+        }
+        return self._send(namespace, stream, attributes)
+
+    @contextlib.contextmanager
+    def _send(
+        self, namespace: str, destination: str, attributes: dict[str, Any]
+    ) -> Iterator[ProducerSpan]:
+        attributes.update(
+            {
+                "messaging.system": "flo_redis",
+                "messaging.operation.type": "send",
+                "messaging.destination.name": destination,
+                "flo.namespace": namespace,
+            }
+        )
         kind = self._trace.SpanKind.PRODUCER
         with self._tracer.start_as_current_span(
-            f"send {action}", kind=kind, attributes=attributes
+            f"send {destination}", kind=kind, attributes=attributes
         ) as span:
             carrier: dict[str, str] = {}
             self._propagator.inject(carrier)
-            yield _Sent(span, pack_context(carrier))
+            yield _Sent(span, carrier)
 
-    # --- consumer ---------------------------------------------------------------
+    # --- consumer: one span per run attempt, or per delivery of a stream record ---
+
+    def _creation(self, headers: Mapping[str, str]) -> tuple[Any, list[Any]]:
+        """The sender's context as a parent, and a link to its span (none without one)."""
+        if not headers:
+            return None, []
+        parent = self._propagator.extract(headers)
+        sent = self._trace.get_current_span(parent).get_span_context()
+        return parent, [self._trace.Link(sent)] if sent.is_valid else []
 
     def before_run(self, ctx: Any) -> None:
-        if not isinstance(ctx, ActionContext):
-            return  # a stream record: not traced
         from opentelemetry import context as otel_context
 
-        trace = self._trace
-        parent = None
-        links = []
-        if ctx.trace_context:
-            parent = self._propagator.extract(ctx.trace_context)
-            sent = trace.get_current_span(parent).get_span_context()
-            if sent.is_valid:
-                links.append(trace.Link(sent))
-        worker = ctx._worker
-        span = self._tracer.start_span(
-            f"process {ctx.action_name}",
-            context=parent,
-            kind=trace.SpanKind.CONSUMER,
-            links=links,
-            attributes={
+        if isinstance(ctx, ActionContext):
+            destination, headers = ctx.action_name, ctx.trace_context
+            attributes: dict[str, Any] = {
+                "messaging.message.id": ctx.task_id,
+                "messaging.client.id": ctx._worker.config.worker_id,
+                "flo.run.attempt": ctx.attempt,
+            }
+        elif isinstance(ctx, StreamContext):
+            destination, headers = ctx.stream, ctx.headers
+            attributes = {
+                "messaging.message.id": ctx.record.id.to_redis(),
+                "messaging.consumer.group.name": ctx.group,
+                "messaging.client.id": ctx.consumer,
+                "messaging.destination.partition.id": str(ctx.record.partition),
+                "messaging.message.delivery_count": ctx.delivery_count,
+            }
+        else:
+            return
+        attributes.update(
+            {
                 "messaging.system": "flo_redis",
                 "messaging.operation.type": "process",
                 "messaging.operation.name": "process",
-                "messaging.destination.name": ctx.action_name,
-                "messaging.message.id": ctx.task_id,
-                "messaging.client.id": worker.config.worker_id,
+                "messaging.destination.name": destination,
                 "flo.namespace": ctx.namespace,
-                "flo.run.attempt": ctx.attempt,
-            },
+            }
+        )
+        parent, links = self._creation(headers)
+        span = self._tracer.start_span(
+            f"process {destination}",
+            context=parent,
+            kind=self._trace.SpanKind.CONSUMER,
+            links=links,
+            attributes=attributes,
         )
         # Current while the handler runs (in this task, and copied into its own).
-        token = otel_context.attach(trace.set_span_in_context(span))
-        key = (ctx.task_id, ctx.token)
+        token = otel_context.attach(self._trace.set_span_in_context(span))
+        key = _key(ctx)
         self._open[key] = (span, token)
         task = asyncio.current_task()
         if task is not None:
@@ -157,11 +200,9 @@ class OpenTelemetry(WorkerObserver):
         self._end(ctx, error)
 
     def _end(self, ctx: Any, error: BaseException | None) -> None:
-        if not isinstance(ctx, ActionContext):
-            return
         from opentelemetry import context as otel_context
 
-        opened = self._open.pop((ctx.task_id, ctx.token), None)
+        opened = self._open.pop(_key(ctx), None)
         if opened is None:
             return
         span, token = opened
@@ -172,31 +213,47 @@ class OpenTelemetry(WorkerObserver):
         with contextlib.suppress(Exception):
             otel_context.detach(token)
 
-    def _close(self, key: tuple[str, int]) -> None:
+    def _close(self, key: tuple[Any, ...]) -> None:
         opened = self._open.pop(key, None)
         if opened is not None:
             opened[0].end()
 
 
+def _key(ctx: Any) -> tuple[Any, ...]:
+    """One attempt of a run, or one delivery of a record."""
+    if isinstance(ctx, ActionContext):
+        return (ctx.task_id, ctx.token)
+    if isinstance(ctx, StreamContext):
+        record = ctx.record
+        return (ctx.stream, ctx.group, record.partition, record.id.to_redis(), ctx.delivery_count)
+    return (id(ctx),)
+
+
 class _Sent:
-    """The producer span of one invoke call."""
+    """The producer span of one invoke or append call."""
 
-    def __init__(self, span: Any, context: bytes) -> None:
+    def __init__(self, span: Any, headers: dict[str, str]) -> None:
         self.span = span
-        self.context = context
+        self.headers = headers
 
-    def invoked(self, run_ids: Sequence[str]) -> None:
-        if len(run_ids) == 1:
-            self.span.set_attribute("messaging.message.id", run_ids[0])
+    @property
+    def context(self) -> bytes:
+        return pack_context(self.headers)
+
+    def sent(self, ids: Sequence[str]) -> None:
+        if len(ids) == 1:
+            self.span.set_attribute("messaging.message.id", ids[0])
 
 
 __all__ = [
     "MAX_TRACE_CONTEXT_BYTES",
     "UNTRACED",
-    "InvokeSpan",
-    "InvokeTracer",
     "OpenTelemetry",
+    "ProducerSpan",
+    "ProducerTracer",
+    "append_span",
     "invoke_span",
     "pack_context",
     "unpack_context",
+    "with_trace_headers",
 ]

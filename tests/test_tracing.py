@@ -28,6 +28,8 @@ from flo_redis import (
     ActionRegisterOptions,
     FloClient,
     RunStatus,
+    StreamAppendOptions,
+    StreamContext,
 )
 from flo_redis.codec import unpack_record
 from flo_redis.errors import MissingExtraError
@@ -296,3 +298,50 @@ async def test_a_worker_in_another_process_continues_the_trace(
     assert process["attributes"]["messaging.message.id"] == run.run_id
     assert process["attributes"]["messaging.client.id"].startswith("traced-")
     assert status.output is not None and process["attributes"]["flo.run.attempt"] == 1
+
+
+async def test_a_stream_record_carries_the_trace_to_its_handler_span(
+    client: FloClient, traced: Traced
+) -> None:
+    traced.otel.instrument(client)
+    headers: list[dict[str, str]] = []
+
+    async def handle(ctx: StreamContext) -> None:
+        headers.append(ctx.headers)
+        if ctx.payload == b"bad" and ctx.delivery_count == 1:
+            raise ValueError("cannot parse")
+
+    with traced.tracer.start_as_current_span("checkout"):
+        options = StreamAppendOptions(headers={"kind": "order"})
+        good = await client.stream.append("orders", b"good", options)
+        bad = await client.stream.append("orders", b"bad")
+    worker = client.new_stream_worker(
+        stream="orders", group="billing", handler=handle, block_ms=200
+    )
+    worker.observer = traced.otel
+    task = asyncio.create_task(worker.start())
+    try:
+        spans = await traced.wait_spans("process orders", 3)
+    finally:
+        worker.stop()
+        await task
+
+    sends = {str(s.attributes["messaging.message.id"]): s for s in traced.spans("send orders")}  # type: ignore[index]
+    send_good, send_bad = sends[good.id.to_redis()], sends[bad.id.to_redis()]
+    by_record: dict[str, list[ReadableSpan]] = {}
+    for span in spans:
+        by_record.setdefault(str(span.attributes["messaging.message.id"]), []).append(span)  # type: ignore[index]
+    (good_span,) = by_record[good.id.to_redis()]
+    failed, retried = sorted(
+        by_record[bad.id.to_redis()],
+        key=lambda s: s.attributes["messaging.message.delivery_count"],  # type: ignore[index]
+    )
+    for span, send in ((good_span, send_good), (failed, send_bad), (retried, send_bad)):
+        assert trace_id(span) == trace_id(send) and parent_id(span) == span_id(send)
+        assert [link.context.span_id for link in span.links] == [span_id(send)]
+    assert good_span.attributes is not None
+    assert good_span.attributes["messaging.consumer.group.name"] == "billing"
+    assert failed.status.status_code == StatusCode.ERROR
+    assert retried.status.status_code == StatusCode.UNSET
+    # The caller's headers are kept beside the trace's.
+    assert headers[0]["kind"] == "order" and "traceparent" in headers[0]
