@@ -74,15 +74,16 @@ async def wait_any(*events: asyncio.Event) -> None:
             w.cancel()
 
 
-async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
+async def cancel_and_wait(*tasks: asyncio.Future[Any] | None, quiet: bool = False) -> None:
     """Cancel ``tasks`` and wait until each has ended; their cancellation is not
-    raised here, any other error they ended with is."""
+    raised here, any other error they ended with is (unless ``quiet``: then none)."""
+    ignored = (asyncio.CancelledError, Exception) if quiet else (asyncio.CancelledError,)
     for task in tasks:
         if task is not None:
             task.cancel()
     for task in tasks:
         if task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(*ignored):
                 await task
 
 

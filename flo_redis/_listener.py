@@ -41,4 +41,4 @@ class Listener:
         return await wait_event(self._event, timeout_s)
 
 
-__all__ = ["Listener", "raise_if_cancelling"]
+__all__ = ["Listener"]

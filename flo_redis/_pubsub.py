@@ -60,6 +60,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from . import _outage
+from ._aio import cancel_and_wait
 from ._denied import denied, is_denied
 from ._listener import Listener
 from .errors import NotConnectedError, PermissionDeniedError, is_connection_error
@@ -79,10 +80,8 @@ class _Route:
         self.leaving: Counter[str] = Counter()  # our own SUNSUBSCRIBEs not answered yet
 
     async def close(self) -> None:
-        if self.reader is not None and self.reader is not asyncio.current_task():
-            self.reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.reader
+        if self.reader is not asyncio.current_task():
+            await cancel_and_wait(self.reader, quiet=True)
         with contextlib.suppress(Exception):
             await self.pubsub.aclose()  # type: ignore[no-untyped-call]
         with contextlib.suppress(Exception):
@@ -480,11 +479,7 @@ class Subscriber:
         self._closed = True
         self._wanted.clear()
         self.fire_all()
-        for task in (self._keeper, self._refresh):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await cancel_and_wait(self._keeper, self._refresh, quiet=True)
         self._keeper = self._refresh = None
         routes, self._routes = list(self._routes.values()), {}
         for state in self._state.values():

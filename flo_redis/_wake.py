@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from ._listener import Listener, raise_if_cancelling
+from ._listener import Listener
 from ._pubsub import Subscriber
 
 log = logging.getLogger("flo_redis.wake")
@@ -140,4 +140,4 @@ async def long_poll(
                 return (await attempt()).items
 
 
-__all__ = ["Attempt", "Waker", "Watch", "long_poll", "raise_if_cancelling"]
+__all__ = ["Attempt", "Waker", "Watch", "long_poll"]

@@ -16,12 +16,12 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
+from ._aio import sleep_unless_stopped
 from ._listener import Listener
 from ._scripts import RedisConn, redis_errors
 from ._wake import Waker
 from .errors import FloError, is_connection_error
 from .keys import notice_channel
-from .retry import sleep_unless_stopped
 
 log = logging.getLogger("flo_redis.notices")
 

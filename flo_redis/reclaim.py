@@ -18,12 +18,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from . import _outage, _scripts
+from ._aio import raise_if_cancelling, wait_event
 from ._checks import check_count, check_names, not_registered
 from ._gateway import ACTION_REAP, ACTION_RECLAIM, Script
 from ._replies import Reclaimed
 from ._scripts import Arg
 from ._status import Status, refusal
-from ._wake import raise_if_cancelling
 from .codec import decoded, pack, unpack_record
 from .errors import NotFoundError, PermissionDeniedError, ValidationError, is_connection_error
 from .keys import ActionKeys, GroupKeys, QueueKeys, StreamKeys, action_keys, owner_channel
@@ -304,11 +304,7 @@ class Reaper:
                     if target.upkeep is not None:
                         await self._upkeep(target.name, target.upkeep)
             if pause > 0:
-                waiter = asyncio.ensure_future(stop.wait())
-                try:
-                    await asyncio.wait({waiter}, timeout=pause)
-                finally:
-                    waiter.cancel()
+                await wait_event(stop, pause)
             else:
                 await asyncio.sleep(0)
 
