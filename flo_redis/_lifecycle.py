@@ -6,17 +6,20 @@ abort, close and ``async with``."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import secrets
 import socket
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from ._aio import cancel_and_wait
+from . import _outage
+from ._aio import cancel_and_wait, raise_if_cancelling, sleep_unless_stopped
 from ._handlers import HandlerRunner
-from .errors import PermissionDeniedError, validate_block_ms
+from .errors import PermissionDeniedError, ServerError, is_connection_error, validate_block_ms
 from .observe import NO_OBSERVER, Hook, WorkerObserver, settle
+from .retry import EmptyPollBackoff, worker_backoff
 from .session import Session
 from .types import DEFAULT_WORKER_BLOCK_MS
 
@@ -43,6 +46,14 @@ def worker_block_ms(block_ms: object) -> int:
     return block_ms
 
 
+class WorkerConfig(Protocol):
+    """The settings both workers have."""
+
+    worker_id: str
+    concurrency: int
+    block_ms: int
+
+
 class ClientLike(Protocol):
     """What a worker needs of the client it is made with: a new client with the same
     settings (and its own owner id), whose session the worker works on."""
@@ -65,6 +76,7 @@ class WorkerLifecycle:
     ``_tasks`` and those still in their handler in :meth:`_in_handler`."""
 
     _log = log  # where the worker logs (each kind names its own)
+    config: WorkerConfig
 
     def __init__(self, parent_client: ClientLike) -> None:
         self.observer: WorkerObserver = NO_OBSERVER
@@ -161,8 +173,27 @@ class WorkerLifecycle:
         """(name, coroutine) of the tasks that run beside the poll loop."""
         return ()
 
-    async def _poll_loop(self) -> None:
+    async def _room(self) -> int:
+        """How much the next poll may take; 0 after waiting for room (poll later)."""
         raise NotImplementedError
+
+    async def _poll(self, poll_id: str, room: int) -> Sequence[Any]:
+        """One poll for at most ``room`` items, waiting up to ``block_ms``."""
+        raise NotImplementedError
+
+    async def _take(self, items: Sequence[Any]) -> None:
+        """Start the handlers of what a poll took."""
+        raise NotImplementedError
+
+    async def _poll_failed(self, exc: Exception) -> bool:
+        """A poll failed (a lost connection, or a refusal other than the ACL's), before
+        the backoff; False stops the worker."""
+        if is_connection_error(exc):
+            _outage.failed(self._log, self.session.redis, "poll", exc)
+        return True
+
+    async def _after_failed_poll(self, exc: Exception) -> None:
+        """After the backoff that follows a failed poll."""
 
     async def _finish(self) -> None:
         """After the last handler ended: flush what is batched, leave."""
@@ -178,16 +209,13 @@ class WorkerLifecycle:
         try:
             await settle(hook(*args))
         except Exception:
-            self._log.exception("%s hook of worker %s failed", name, self._worker_id())
-
-    def _worker_id(self) -> str:
-        raise NotImplementedError
+            self._log.exception("%s hook of worker %s failed", name, self.config.worker_id)
 
     def _refuse(self, refusal: PermissionDeniedError) -> None:
         """Redis's ACL refuses what a worker needs: retrying cannot help until the ACL
         changes. Finish what runs, stop, and raise it from start()."""
         if self._refused is None:
-            self._log.error("worker %s stops: %s", self._worker_id(), refusal)
+            self._log.error("worker %s stops: %s", self.config.worker_id, refusal)
             self._refused = refusal
         self.stop()
 
@@ -195,6 +223,48 @@ class WorkerLifecycle:
         """A done callback: a background task refused by the ACL stops the worker."""
         if not task.cancelled() and isinstance(task.exception(), PermissionDeniedError):
             self._refuse(task.exception())  # type: ignore[arg-type]
+
+    async def _poll_loop(self) -> None:
+        """Take work until stopped. A poll carries a poll id, ``<poller>#<n>``: a new n
+        tells the script the reply to poll n - 1 arrived (so it keeps one replay memo
+        per poller), and a failed poll is sent again under the same id, so one whose
+        reply was lost is replayed. Empty polls are paced (:class:`EmptyPollBackoff`),
+        failed ones backed off; a refusal by Redis's ACL stops the worker."""
+        loop = asyncio.get_running_loop()
+        empty = EmptyPollBackoff(self.config.block_ms, self._stop)
+        failures = 0
+        poll_id: str | None = None
+        poller, polls = secrets.token_hex(6), itertools.count()
+        while not self._stop.is_set():
+            raise_if_cancelling()
+            room = await self._room()
+            if not room:
+                continue
+            poll_id = poll_id or f"{poller}#{next(polls)}"
+            began = loop.time()
+            try:
+                taken = await self._poll(poll_id, room)
+            except Exception as exc:
+                if not (is_connection_error(exc) or isinstance(exc, ServerError)):
+                    raise
+                if isinstance(exc, PermissionDeniedError):
+                    self._refuse(exc)  # retrying cannot help until the ACL changes
+                    return
+                if not await self._poll_failed(exc):
+                    return
+                failures += 1
+                await sleep_unless_stopped(self._stop, worker_backoff(failures))
+                await self._after_failed_poll(exc)
+                continue  # same poll id
+            if failures:
+                _outage.reached(self._log, self.session.redis)
+                failures = 0
+            poll_id = None
+            if not taken:
+                await empty.empty(loop.time() - began)
+                continue
+            empty.reset()
+            await self._take(taken)
 
     async def _wait_handlers(self) -> None:
         """Wait until ``_tasks`` (each one handler, then its report) is empty; once

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import logging
-import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import _outage
-from ._aio import raise_if_cancelling, sleep_unless_stopped
+from ._aio import sleep_unless_stopped
 from ._batch import Coalescer
 from ._checks import check_count, check_int, check_seconds
 from ._handlers import HandlerRunner, HandlerTimeout
@@ -38,7 +36,7 @@ from .keys import check_name
 from .observe import settle
 from .reclaim import Reaper
 from .results import check_handler, error_text
-from .retry import EmptyPollBackoff, is_refused_unrun, worker_backoff
+from .retry import is_refused_unrun, worker_backoff
 from .streams import StreamOperations, reap_target
 from .types import (
     DEFAULT_WORKER_BLOCK_MS,
@@ -123,6 +121,7 @@ class StreamWorker(WorkerLifecycle):
     """Processes a stream's records as one consumer of a group; flo 0.1.2's API."""
 
     _log = log
+    config: StreamWorkerOptions
 
     def __init__(
         self,
@@ -171,9 +170,6 @@ class StreamWorker(WorkerLifecycle):
 
     # --- the lifecycle's steps --------------------------------------------------------
 
-    def _worker_id(self) -> str:
-        return self.config.worker_id
-
     def _new_runner(self) -> HandlerRunner:
         # Made here, so settings changed on the config before start take effect.
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
@@ -215,51 +211,26 @@ class StreamWorker(WorkerLifecycle):
                 _outage.failed(log, self.session.redis, f"joining group {self.config.group}", exc)
                 await sleep_unless_stopped(self._stop, worker_backoff(failures))
 
-    async def _poll_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+    async def _room(self) -> int:
+        return self.config.batch_size  # a record waits for a free slot in _dispatch
+
+    async def _poll(self, poll_id: str, room: int) -> Sequence[StreamRecord]:
         cfg = self.config
-        empty = EmptyPollBackoff(cfg.block_ms, self._stop)
-        failures = 0
-        poll_id: str | None = None
-        # "<poller>#<n>": a new n tells the claim script the reply to poll n - 1 arrived,
-        # so it keeps one replay memo per poller rather than one per claim.
-        poller, polls = secrets.token_hex(6), itertools.count()
-        while not self._stop.is_set():
-            raise_if_cancelling()
-            poll_id = poll_id or f"{poller}#{next(polls)}"
-            began = loop.time()
-            try:
-                result = await self._ops.group_read(
-                    cfg.stream,
-                    cfg.group,
-                    cfg.consumer,
-                    StreamGroupReadOptions(
-                        count=cfg.batch_size, block_ms=cfg.block_ms, poll_id=poll_id
-                    ),
-                )
-            except Exception as exc:
-                if not (is_connection_error(exc) or isinstance(exc, ServerError)):
-                    raise
-                if isinstance(exc, PermissionDeniedError):
-                    # Retrying cannot help until the ACL changes: finish, raise it.
-                    self._refuse(exc)
-                    return
-                failures += 1
-                _outage.failed(log, self.session.redis, "group read", exc)
-                await sleep_unless_stopped(self._stop, worker_backoff(failures))
-                if is_connection_error(exc) and cfg.redeliver_pending_on_reconnect:
-                    await self._drain_pending()
-                continue  # same poll id: a read whose reply was lost is replayed
-            if failures:
-                _outage.reached(log, self.session.redis)
-                failures = 0
-            poll_id = None
-            if not result.records:
-                await empty.empty(loop.time() - began)
-                continue
-            empty.reset()
-            for record in result.records:
-                await self._dispatch(record)
+        options = StreamGroupReadOptions(count=room, block_ms=cfg.block_ms, poll_id=poll_id)
+        result = await self._ops.group_read(cfg.stream, cfg.group, cfg.consumer, options)
+        return result.records
+
+    async def _poll_failed(self, exc: Exception) -> bool:
+        _outage.failed(log, self.session.redis, "group read", exc)
+        return True
+
+    async def _after_failed_poll(self, exc: Exception) -> None:
+        if is_connection_error(exc) and self.config.redeliver_pending_on_reconnect:
+            await self._drain_pending()
+
+    async def _take(self, items: Sequence[StreamRecord]) -> None:
+        for record in items:
+            await self._dispatch(record)
 
     async def _dispatch(self, record: StreamRecord) -> None:
         await self._semaphore.acquire()

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import secrets
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import _outage
 from ._action_reports import (
     Completed,
     Dropped,
@@ -33,7 +30,7 @@ from ._action_reports import (
     completion,
     failure,
 )
-from ._aio import cancel_and_wait, raise_if_cancelling, sleep_unless_stopped, wait_any
+from ._aio import cancel_and_wait, wait_any
 from ._checks import check_count, check_seconds
 from ._handlers import HandlerRunner, HandlerStopped, HandlerTimeout
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
@@ -48,9 +45,7 @@ from .action_context import (
 from .errors import (
     BlockTooLongError,
     NotFoundError,
-    PermissionDeniedError,
     ServerError,
-    is_connection_error,
 )
 from .keys import action_keys, check_name
 from .notices import Notices
@@ -62,7 +57,6 @@ from .results import (
     ResultSerializer,
     check_handler,
 )
-from .retry import EmptyPollBackoff, worker_backoff
 from .schedules import Missed, ScheduleDeclaration, check_spec, check_timezone
 
 # flo's module ``flo.worker`` holds the stream worker's classes as well; flo code imports
@@ -110,6 +104,8 @@ class ActionWorkerOptions:
 class ActionWorker(WorkerLifecycle):
     """Runs action handlers for runs taken from Redis; flo 0.1.2's ActionWorker API."""
 
+    config: ActionWorkerOptions
+
     def __init__(
         self,
         parent_client: ClientLike,
@@ -140,6 +136,7 @@ class ActionWorker(WorkerLifecycle):
         # Made by start(), on the worker's own session.
         self._ops: WorkerOperations
         self._registration: Registration
+        self._names: list[str]
         self._notices: Notices
         self._reports: RunReporter
 
@@ -210,9 +207,6 @@ class ActionWorker(WorkerLifecycle):
             raise ValueError("No action handlers registered")
         await self._serve()
 
-    def _worker_id(self) -> str:
-        return self.config.worker_id
-
     def _new_runner(self) -> HandlerRunner:
         # Sized here, so settings changed on the config before start take effect.
         return HandlerRunner(self.config.concurrency, self.config.action_timeout, "flo-handler")
@@ -231,6 +225,7 @@ class ActionWorker(WorkerLifecycle):
             self.config.concurrency,
         )
         await self._registration.register_all()
+        self._names = sorted(self._handlers)
         session = self.session
         self._notices = Notices(
             session.waker,
@@ -275,74 +270,49 @@ class ActionWorker(WorkerLifecycle):
 
     # --- polling -------------------------------------------------------------------
 
-    async def _poll_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        names = sorted(self._handlers)
-        empty = EmptyPollBackoff(self.config.block_ms, self._stop)
-        failures = 0
-        poll_id: str | None = None
-        # "<poller>#<n>": a new n tells the claim script the reply to poll n - 1 arrived,
-        # so it keeps one replay memo per poller rather than one per claim.
-        poller, polls = secrets.token_hex(6), itertools.count()
-        while not self._stop.is_set():
-            raise_if_cancelling()
-            free = self.config.concurrency - len(self._running)
-            if free <= 0:
-                self._slot_free.clear()
-                await wait_any(self._slot_free, self._stop)
-                # Let handlers finishing in the same moment free their slots too, so the
-                # next claim fills several at once.
-                await asyncio.sleep(0)
-                continue
-            poll_id = poll_id or f"{poller}#{next(polls)}"
-            began = loop.time()
-            try:
-                claimed = await self._ops.await_tasks(
-                    self.config.worker_id,
-                    names,
-                    free,
-                    WorkerAwaitOptions(block_ms=self.config.block_ms, poll_id=poll_id),
-                    tally=False,
-                    health_ttl_s=_HEALTH_TTL_S,
-                    on_unregistered=self._registration.restore_action,
-                )
-            except ServerError as exc:
-                if isinstance(exc, PermissionDeniedError):
-                    self._refuse(exc)
-                    return
-                if exc.reason == Reason.WORKER_DRAINING:
-                    log.info("worker %s is draining; stopping", self.config.worker_id)
-                    return
-                if exc.reason == Reason.WORKER_UNHEALTHY:
-                    log.warning("worker %s unhealthy; heartbeating", self.config.worker_id)
-                    with contextlib.suppress(Exception):
-                        await self._registration.heartbeat(self._load())
-                elif isinstance(exc, NotFoundError):
-                    with contextlib.suppress(Exception):
-                        await self._registration.register_worker()
-                else:
-                    log.warning("poll refused: %s", exc)
-                failures += 1
-                await sleep_unless_stopped(self._stop, worker_backoff(failures))
-                continue
-            except Exception as exc:
-                if not is_connection_error(exc):
-                    raise
-                failures += 1
-                _outage.failed(log, self.session.redis, "poll", exc)
-                await sleep_unless_stopped(self._stop, worker_backoff(failures))
-                continue  # same poll id: a claim whose reply was lost is replayed
-            if failures:
-                _outage.reached(log, self.session.redis)
-            failures = 0
-            poll_id = None
-            if not claimed:
-                await empty.empty(loop.time() - began)
-                continue
-            empty.reset()
-            self._reports.claimed(len(claimed))
-            for run in claimed:
-                self._spawn(run)
+    async def _room(self) -> int:
+        free = self.config.concurrency - len(self._running)
+        if free <= 0:
+            self._slot_free.clear()
+            await wait_any(self._slot_free, self._stop)
+            # Let handlers finishing in the same moment free their slots too, so the
+            # next claim fills several at once.
+            await asyncio.sleep(0)
+            return 0
+        return free
+
+    async def _poll(self, poll_id: str, room: int) -> Sequence[Claimed]:
+        return await self._ops.await_tasks(
+            self.config.worker_id,
+            self._names,
+            room,
+            WorkerAwaitOptions(block_ms=self.config.block_ms, poll_id=poll_id),
+            tally=False,
+            health_ttl_s=_HEALTH_TTL_S,
+            on_unregistered=self._registration.restore_action,
+        )
+
+    async def _poll_failed(self, exc: Exception) -> bool:
+        if not isinstance(exc, ServerError):
+            return await super()._poll_failed(exc)
+        if exc.reason == Reason.WORKER_DRAINING:
+            log.info("worker %s is draining; stopping", self.config.worker_id)
+            return False
+        if exc.reason == Reason.WORKER_UNHEALTHY:
+            log.warning("worker %s unhealthy; heartbeating", self.config.worker_id)
+            with contextlib.suppress(Exception):
+                await self._registration.heartbeat(self._load())
+        elif isinstance(exc, NotFoundError):
+            with contextlib.suppress(Exception):
+                await self._registration.register_worker()
+        else:
+            log.warning("poll refused: %s", exc)
+        return True
+
+    async def _take(self, items: Sequence[Claimed]) -> None:
+        self._reports.claimed(len(items))
+        for run in items:
+            self._spawn(run)
 
     def _spawn(self, run: Claimed) -> None:
         self.observer.run_claimed(run.action, max(0, run.claimed_at_ms - run.ready_at_ms) / 1000)
