@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ._aio import sleep_unless_stopped
 from ._batch import Coalescer
-from ._reports import send_report
+from ._reports import drop_refused, send_report
 from .action_context import ActionResult
-from .errors import NonRetryableError, PermissionDeniedError, ServerError
+from .errors import NonRetryableError, PermissionDeniedError, ServerError, is_connection_error
 from .observe import WorkerObserver
 from .results import (
     ResultEncodingError,
@@ -48,22 +48,30 @@ class Completed:
 
     async def deliver(self, to: RunReporter, ctx: ActionContext) -> None:
         item = CompleteItem(ctx.task_id, self.data, self.outcome, ctx.token)
-        oversized: list[ServerError] = []
-
-        async def send() -> None:
+        # The common case in one step (no resend machinery: it is the hot path).
+        try:
             refusal = await to.submit_complete(ctx.action_name, item)
-            if refusal is not None and refusal.reason == Reason.FIELD_TOO_LONG:
-                oversized.append(refusal)  # answered: the run is failed below
-            elif refusal is not None:
-                raise refusal
-            else:
-                to.observer.run_completed(ctx.action_name, self.outcome)
+        except Exception as exc:
+            if not is_connection_error(exc):
+                raise
+            log.info("complete of %s: connection lost (%s); sending again", ctx.task_id, exc)
+            answers: list[ServerError | None] = []
 
-        await to.send(ctx, "complete", send)
-        if oversized:
+            async def send() -> None:
+                answers.append(await to.submit_complete(ctx.action_name, item))
+
+            if not await to.send(ctx, "complete", send, sent=1):
+                return  # given up
+            refusal = answers[-1]
+        if refusal is None:
+            to.observer.run_completed(ctx.action_name, self.outcome)
+        elif refusal.reason == Reason.FIELD_TOO_LONG:
             # A result the store will never accept fails its run at once, for good:
             # running the handler again would most likely produce the same result.
-            await Failed(f"result refused: {oversized[0]}", retry=False).deliver(to, ctx)
+            await Failed(f"result refused: {refusal}", retry=False).deliver(to, ctx)
+        else:
+            what = f"complete of {ctx.task_id}"
+            drop_refused(what, refusal, log, report="complete", observer=to.observer)
 
 
 @dataclass(slots=True)
@@ -193,15 +201,22 @@ class RunReporter:
         """A run leaves this worker without a complete or a fail."""
         self._load_delta -= 1
 
-    async def send(
-        self, ctx: ActionContext, kind: str, send: Callable[[], Awaitable[object]]
-    ) -> None:
-        """Send one report of ``ctx``'s run, resent while its lease may still hold."""
-        await send_report(
+    def send(
+        self,
+        ctx: ActionContext,
+        kind: str,
+        send: Callable[[], Awaitable[object]],
+        *,
+        sent: int = 0,
+    ) -> Awaitable[bool]:
+        """Send one report of ``ctx``'s run, resent while its lease may still hold;
+        whether the store took it (``sent``: sends already lost)."""
+        return send_report(
             f"{kind} of {ctx.task_id}",
             send,
             self._stopping,
             log,
+            sent=sent,
             report=kind,
             observer=self.observer,
             lease_end=lambda: ctx._lease_end,

@@ -70,8 +70,7 @@ async def send_report(
             await send()
             return True
         except ServerError as exc:
-            observer.report_refused(report)
-            log.warning("%s refused (%s); dropped", what, exc)
+            drop_refused(what, exc, log, report=report, observer=observer)
             return False
         except Exception as exc:
             if not is_connection_error(exc):
@@ -83,6 +82,19 @@ async def send_report(
                     log.error("%s given up while stopping (%s)", what, exc)
                     return False
             log.info("%s: connection lost (%s); sending again", what, exc)
+
+
+def drop_refused(
+    what: str,
+    refusal: ServerError,
+    log: logging.Logger,
+    *,
+    report: str = "",
+    observer: WorkerObserver = NO_OBSERVER,
+) -> None:
+    """A report the store refused is dropped: resending it would be refused too."""
+    observer.report_refused(report)
+    log.warning("%s refused (%s); dropped", what, refusal)
 
 
 def _pause_before_resend(

@@ -395,7 +395,8 @@ class ActionWorker(WorkerLifecycle):
         except Exception as exc:
             return failure(ctx, exc, self.config.worker_id)
         finally:
-            await cancel_and_wait(toucher)
+            if toucher is not None:
+                await cancel_and_wait(toucher)
         return completion(ctx, result, self._serializer, self.config.worker_id)
 
     # --- what a context asks of its worker ------------------------------------------
