@@ -91,21 +91,39 @@ async def run_action(args: argparse.Namespace) -> None:
             emit(event="held", t=time.time(), calls=calls)
             await asyncio.sleep(3600)  # the benchmark kills this process
             return
-        worker.stop()
-        await task
-        end = time.time()
+        if args.mode != "action":
+            # Only the action mode measures until start() returned; the others report
+            # what their handlers saw without waiting for the worker to wind down.
+            worker.stop()
+            emit_result(first, time.time(), calls, seen, done, latencies, arrivals)
+            await task
+        else:
+            worker.stop()
+            await task
+            emit_result(first, time.time(), calls, seen, done, latencies, arrivals)
         waiter.cancel()
-        emit(
-            event="result",
-            first=first,
-            end=end,
-            calls=calls,
-            unique=len(seen),
-            timed_out=not done.is_set(),
-            latencies_ms=latencies,
-            arrivals=arrivals,
-        )
     await close()
+
+
+def emit_result(
+    first: float,
+    end: float,
+    calls: int,
+    seen: set[str],
+    done: asyncio.Event,
+    latencies: list[float],
+    arrivals: list[float],
+) -> None:
+    emit(
+        event="result",
+        first=first,
+        end=end,
+        calls=calls,
+        unique=len(seen),
+        timed_out=not done.is_set(),
+        latencies_ms=latencies,
+        arrivals=arrivals,
+    )
 
 
 async def run_stream(args: argparse.Namespace) -> None:

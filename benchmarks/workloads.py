@@ -261,6 +261,7 @@ async def run_crash(s: Settings) -> Metrics:
                 holder.kill()
                 await holder.close()
                 if taker is not None:
+                    taker.kill()  # its figures are in; the action is deleted next
                     await taker.close()
             with_runs = len(res["arrivals"])
             await client.action.delete(name)
