@@ -16,6 +16,7 @@ import inspect
 import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
 from typing import Any
 
 #: Whether a task can take back a cancellation (``Task.uncancel``, Python 3.11+): then a
@@ -147,3 +148,19 @@ __all__ = [
     "wait_any",
     "wait_event",
 ]
+
+
+class ClosesOnExit:
+    """``async with`` for an object with an ``async close()``: leaving the block closes
+    it, however the block ended (each class says what entering does)."""
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -11,11 +11,10 @@ import logging
 import secrets
 import socket
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from . import _outage
-from ._aio import cancel_and_wait, raise_if_cancelling, sleep_unless_stopped
+from ._aio import ClosesOnExit, cancel_and_wait, raise_if_cancelling, sleep_unless_stopped
 from ._handlers import HandlerRunner
 from .errors import PermissionDeniedError, ServerError, is_connection_error, validate_block_ms
 from .observe import NO_OBSERVER, Hook, WorkerObserver, settle
@@ -64,7 +63,7 @@ class ClientLike(Protocol):
     def session(self) -> Session: ...
 
 
-class WorkerLifecycle:
+class WorkerLifecycle(ClosesOnExit):
     """A worker opens its own client (same endpoint, namespace and settings as its
     client's, its own owner id) when it starts, works on that client's session, and
     closes it when ``start()`` returns. ``observer`` is told how the work goes
@@ -308,11 +307,3 @@ class WorkerLifecycle:
 
     async def __aenter__(self: W) -> W:
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.close()

@@ -15,8 +15,8 @@ import asyncio
 import dataclasses
 import logging
 import random
-from types import TracebackType
 
+from ._aio import ClosesOnExit
 from ._endpoint import (  # importable from here, as before
     DEFAULT_MAX_CONNECTIONS,
     connect_redis,
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-class FloClient:
+class FloClient(ClosesOnExit):
     """A connection to a Redis that holds flo-style actions, workers and streams.
 
     ``timeout_ms`` bounds every command; long polls wait on wake-up subscriptions, never
@@ -177,14 +177,6 @@ class FloClient:
 
     async def __aenter__(self) -> FloClient:
         return await self.connect()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def get_namespace(self, override: str | None) -> str:
         """``override`` if given (validated), else the client's namespace."""
