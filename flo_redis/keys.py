@@ -30,11 +30,9 @@ PREFIX = "flo"
 
 Keys = TypeVar("Keys")
 
-_FIELDS: dict[type, tuple[str, ...]] = {}  # a keys dataclass -> its field names
-
-
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
+# A keys dataclass -> (field, ":<suffix>") of each of its key fields, worked out at its
+# first build (each class has one factory, so the same short names and given fields).
+_SUFFIXES: dict[type, tuple[tuple[str, str], ...]] = {}
 
 
 def _keyed(
@@ -43,13 +41,15 @@ def _keyed(
     """A keys dataclass: ``names`` (the names the keys are for, the tag) as given, every
     other field the key ``<base>:<suffix>``, the suffix being the field's name with ``-``
     for ``_``, or its ``short`` name (kept from the first key layout)."""
-    short = short or {}
-    keys = {
-        name: f"{base}:{short.get(name, name.replace('_', '-'))}"
-        for name in _FIELDS.get(cls) or _FIELDS.setdefault(cls, _field_names(cls))
-        if name not in names
-    }
-    return cls(**names, **keys)
+    suffixes = _SUFFIXES.get(cls)
+    if suffixes is None:
+        short = short or {}
+        suffixes = _SUFFIXES[cls] = tuple(
+            (f.name, ":" + short.get(f.name, f.name.replace("_", "-")))
+            for f in fields(cls)  # type: ignore[arg-type]
+            if f.name not in names
+        )
+    return cls(**names, **{name: base + suffix for name, suffix in suffixes})
 
 
 @dataclass(frozen=True, slots=True)
