@@ -345,3 +345,22 @@ async def test_a_stream_record_carries_the_trace_to_its_handler_span(
     assert retried.status.status_code == StatusCode.UNSET
     # The caller's headers are kept beside the trace's.
     assert headers[0]["kind"] == "order" and "traceparent" in headers[0]
+
+
+async def test_a_cancelled_running_run_still_ends_its_span(
+    client: FloClient, traced: Traced
+) -> None:
+    started = asyncio.Event()
+
+    async def handler(ctx: ActionContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    await client.action.register("job")
+    async with running(client, traced.otel, handler):
+        run = await client.action.invoke("job", b"")
+        await asyncio.wait_for(started.wait(), 30)
+        await client.action.cancel(run.run_id)
+        (process,) = await traced.wait_spans("process job", 1)
+    assert process.attributes is not None
+    assert process.attributes["messaging.message.id"] == run.run_id  # ended, so exported
