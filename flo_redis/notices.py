@@ -16,7 +16,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
-from ._aio import sleep_unless_stopped
 from ._listener import Listener
 from ._scripts import RedisConn, redis_errors
 from ._wake import Waker
@@ -107,18 +106,18 @@ class Notices:
             return False
         return True
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Listen until ``stop`` is set (or the task is cancelled)."""
+    async def run(self) -> None:
+        """Listen until the task is cancelled: its worker does that once its last
+        handler ended, so a run cancelled while the worker stops is still told."""
         failures = 0
         async with self._waker.attached(self._listener):
-            while not stop.is_set():
+            while True:
                 if await self.hold():
                     failures = 0
                     await self._listener.wait(_RECHECK_S)
                 else:
-                    pause = _RETRY_PAUSE_S[min(failures, len(_RETRY_PAUSE_S) - 1)]
+                    await asyncio.sleep(_RETRY_PAUSE_S[min(failures, len(_RETRY_PAUSE_S) - 1)])
                     failures += 1
-                    await sleep_unless_stopped(stop, pause)
 
 
 __all__ = ["Notices", "cancel_notice", "parse_notice", "tell"]

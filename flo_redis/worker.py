@@ -256,7 +256,7 @@ class ActionWorker(WorkerLifecycle):
             ),
             ("flo-counters", self._reports.counts_loop(self._stop)),
             ("flo-reaper", reaper.run(self._stop)),
-            ("flo-cancel-notices", self._notices.run(self._stop)),
+            ("flo-cancel-notices", self._notices.run()),
         )
 
     async def _finish(self) -> None:

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from polling import eventually
 
 from flo_redis import (
+    ActionContext,
     ActionInvokeOptions,
     ActionRegisterOptions,
     ConflictError,
@@ -230,3 +231,30 @@ async def test_each_cancel_reaches_its_own_holder_among_three_worker_processes(
         heard = await eventually(lambda: saw(rest), all, timeout=FIRST_TOUCH_S / 2)
         assert heard == [b"cancelled=True"] * len(rest)
     assert len(holders) == 3  # nine runs, four per process: every process held some
+
+
+async def test_a_run_cancelled_while_its_worker_stops_is_told_too(client: FloClient) -> None:
+    # A ten-minute lease and no touches: only the notice can end this handler.
+    options = ActionRegisterOptions(timeout_ms=600_000)
+    worker = client.new_action_worker(block_ms=500)
+    started = asyncio.Event()
+    saw: list[bool] = []
+
+    @worker.action("job", options)
+    async def hold(ctx: ActionContext) -> bytes:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            saw.append(ctx.cancelled)
+        return b""
+
+    await client.action.register("job", options=options)
+    task = asyncio.create_task(worker.start())
+    run_id = (await client.action.invoke("job", b"")).run_id
+    await asyncio.wait_for(started.wait(), 30)
+    worker.stop()  # start() now waits for the running handler to end
+    await client.action.cancel(run_id)
+    await asyncio.wait_for(task, 30)
+    assert saw == [True]
+    assert (await client.action.status(run_id)).status == RunStatus.CANCELLED
