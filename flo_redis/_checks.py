@@ -7,16 +7,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 from ._status import Status, refusal
 from .errors import NamespaceTooLargeError, ValidationError, ValueTooLargeError
 from .types import MAX_NAMESPACE_SIZE
 
-if TYPE_CHECKING:
-    from .keys import ActionKeys
-
 MAX_LIST_LIMIT = 1024
+
+
+class ActionNamed(Protocol):
+    """What a refusal message names of an action's keys (:class:`keys.ActionKeys` is one)."""
+
+    @property
+    def action(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
 
 MAX_NAME_SIZE = 255
 
@@ -195,7 +203,7 @@ def token_arg(token: int | None) -> str:
     return str(token)
 
 
-def not_registered(keys: ActionKeys) -> Exception:
+def not_registered(keys: ActionNamed) -> Exception:
     """The refusal for an action that is not registered."""
     return refusal(
         Status.NO_ACTION,
@@ -205,7 +213,7 @@ def not_registered(keys: ActionKeys) -> Exception:
 
 
 def raise_refusal(
-    status: int, keys: ActionKeys, what: str, messages: Mapping[int, str] | None = None
+    status: int, keys: ActionNamed, what: str, messages: Mapping[int, str] | None = None
 ) -> None:
     """Raise the typed error for an action script's refusal ``status`` (nothing for OK):
     an unregistered action as :func:`not_registered`, a status in ``messages`` with its
@@ -218,7 +226,7 @@ def raise_refusal(
     raise refusal(status, message or f"{what}: refused ({Status(status).name})")
 
 
-def raise_run_refusal(status: int, keys: ActionKeys, run_id: str) -> None:
+def raise_run_refusal(status: int, keys: ActionNamed, run_id: str) -> None:
     """Raise the typed error for a run script's refusal (nothing for OK)."""
     where = f"of action {keys.action!r} not found in namespace {keys.namespace!r}"
     raise_refusal(status, keys, f"run {run_id!r}", {Status.NOT_FOUND: f"run {run_id!r} {where}"})
