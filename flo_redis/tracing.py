@@ -32,17 +32,9 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._trace_context import (
-    MAX_TRACE_CONTEXT_BYTES,
-    UNTRACED,
-    ProducerSpan,
-    ProducerTracer,
-    append_span,
-    invoke_span,
-    pack_context,
-    unpack_context,
-    with_trace_headers,
-)
+from . import _trace_context
+from ._trace_context import *  # noqa: F403  (the tracer interface, re-exported)
+from ._trace_context import ProducerSpan, pack_context
 from .action_context import ActionContext
 from .errors import MissingExtraError
 from .observe import WorkerObserver
@@ -245,15 +237,5 @@ class _Sent:
             self.span.set_attribute("messaging.message.id", ids[0])
 
 
-__all__ = [
-    "MAX_TRACE_CONTEXT_BYTES",
-    "UNTRACED",
-    "OpenTelemetry",
-    "ProducerSpan",
-    "ProducerTracer",
-    "append_span",
-    "invoke_span",
-    "pack_context",
-    "unpack_context",
-    "with_trace_headers",
-]
+__all__ = ["OpenTelemetry"]
+__all__ += _trace_context.__all__
