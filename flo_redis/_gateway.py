@@ -179,6 +179,7 @@ ACTION_CLAIM = Script(
     "action_claim", (ActionKeys, HandoffChannel), r.claim_reply, records_owner=True
 )
 ACTION_REAP = Script("action_reap", A, r.reaped)
+ACTION_UNPARK = Script("action_unpark", A, r.number)
 ACTION_RECLAIM = Script("action_reclaim", A, r.reclaimed, tail="channels")
 ACTION_COUNTS = Script("action_counts", A, r.counts)
 ACTION_RUNS = Script("action_runs", A, r.run_rows)
@@ -205,7 +206,7 @@ WORKER_REGISTER = Script("worker_register", N, r.done)
 WORKER_HEARTBEAT = Script("worker_heartbeat", N, r.number)
 WORKER_POLL = Script("worker_poll", N, r.worker_gate)
 WORKER_TALLY = Script("worker_tally", N, r.done)
-WORKER_DRAIN = Script("worker_drain", N, r.done)
+WORKER_DRAIN = Script("worker_drain", N, r.names)
 WORKER_DEREGISTER = Script("worker_deregister", N, r.done)
 WORKER_LIST = Script("worker_list", N, r.worker_page)
 

@@ -154,6 +154,18 @@ done = fixed(Done)
 
 
 @dataclass(frozen=True, slots=True)
+class Names:
+    """``{status, name...}``: e.g. the actions a drained worker serves."""
+
+    status: int
+    names: tuple[str, ...]
+
+
+def names(reply: Any, _keys: object) -> Names:
+    return Names(int(reply[0]), tuple(text(n) or "" for n in reply[1:]))
+
+
+@dataclass(frozen=True, slots=True)
 class Flag:
     """``{status, flag}``: existed, created, left, reclaimed ... as a bool."""
 

@@ -34,6 +34,7 @@ from ._aio import cancel_and_wait, wait_any
 from ._checks import check_count, check_seconds
 from ._handlers import HandlerRunner, HandlerStopped, HandlerTimeout
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
+from ._poller import ActionPoller
 from ._registration import Registration
 from .action_context import (
     ActionContext,
@@ -72,7 +73,6 @@ from .types import (
     DEFAULT_WORKER_BLOCK_MS,
     ActionRegisterOptions,
     Reason,
-    WorkerAwaitOptions,
 )
 from .worker_ops import Claimed, WorkerOperations
 
@@ -281,16 +281,28 @@ class ActionWorker(WorkerLifecycle):
             return 0
         return free
 
-    async def _poll(self, poll_id: str, room: int) -> Sequence[Claimed]:
-        return await self._ops.await_tasks(
+    async def _poll_loop(self) -> None:
+        # The poller parks in the queues for hand-offs (flo_redis/_poller.py).
+        self._poller = ActionPoller(
+            self.session,
+            self._ops,
             self.config.worker_id,
             self._names,
-            room,
-            WorkerAwaitOptions(block_ms=self.config.block_ms, poll_id=poll_id),
-            tally=False,
+            self._start_runs,
             health_ttl_s=_HEALTH_TTL_S,
             on_unregistered=self._registration.restore_action,
         )
+        async with self._poller:
+            try:
+                await super()._poll_loop()
+            finally:
+                # Runs handed to parks still standing are this worker's: start them.
+                with contextlib.suppress(Exception):
+                    await self._poller.leave()
+
+    async def _poll(self, poll_id: str, room: int) -> Sequence[Claimed]:
+        # The poller has started what it returns (handed runs as their message is read).
+        return await self._poller.poll(poll_id, room, self.config.block_ms)
 
     async def _poll_failed(self, exc: Exception) -> bool:
         if not isinstance(exc, ServerError):
@@ -310,8 +322,13 @@ class ActionWorker(WorkerLifecycle):
         return True
 
     async def _take(self, items: Sequence[Claimed]) -> None:
-        self._reports.claimed(len(items))
-        for run in items:
+        # Started by the poller already: let the handlers begin before the next poll.
+        await asyncio.sleep(0)
+
+    def _start_runs(self, runs: list[Claimed]) -> None:
+        """Start ``runs``, claimed or handed to the poller (it calls this)."""
+        self._reports.claimed(len(runs))
+        for run in runs:
             self._spawn(run)
 
     def _spawn(self, run: Claimed) -> None:

@@ -24,6 +24,7 @@ from ._checks import (
 )
 from ._gateway import (
     ACTION_CLAIM,
+    ACTION_UNPARK,
     WORKER_DEREGISTER,
     WORKER_DRAIN,
     WORKER_HEARTBEAT,
@@ -71,6 +72,15 @@ from .types import (
 
 MAX_CURSOR_BYTES = 4096
 LABEL_SCAN = 200  # pending runs a claim inspects at most when routing by labels
+
+
+def earliest_due(next_due: int, reply: ClaimReply) -> int:
+    """The earlier of ``next_due`` and what ``reply`` says falls due next (a delayed run,
+    a lease deadline, a start the rate limit allows); -1: nothing."""
+    for due in (reply.next_due_ms, reply.rate_next_ms):
+        if due >= 0 and (next_due < 0 or due < next_due):
+            next_due = due
+    return next_due
 
 
 class WorkerOperations(RunReports):
@@ -224,6 +234,10 @@ class WorkerOperations(RunReports):
         reply = await WORKER_DRAIN(self._session, ns, [worker_id])
         if reply.status != Status.OK:
             raise self._unknown_worker(worker_id, ns)
+        # A poller parked for a hand-off would be handed a run before its next health
+        # check: end its parks, and it looks again (lua/README.md, "Hand-off").
+        for action in reply.names:
+            await ACTION_UNPARK(self._session, action_keys(ns.namespace, action), [worker_id])
 
     async def deregister(self, worker_id: str, namespace: str | None = None) -> None:
         """Remove a worker's record; :class:`NotFoundError` if it is not registered."""
@@ -332,9 +346,7 @@ class WorkerOperations(RunReports):
             if not reply.registered and on_unregistered is not None:
                 await on_unregistered(keys.action)
             claimed.extend(reply.runs)
-            for due in (reply.next_due_ms, reply.rate_next_ms):
-                if due >= 0 and (next_due < 0 or due < next_due):
-                    next_due = due
+            next_due = earliest_due(next_due, reply)
             if reply.rate_next_ms >= 0:
                 held_queues += 1
         return Attempt(claimed, next_due, held=held_queues == len(order))

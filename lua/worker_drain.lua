@@ -3,7 +3,8 @@
   reports for runs it holds are still accepted. Sticky until it registers again.
   KEYS[1] workers  HASH  worker_id -> msgpack record
   ARGV[1] worker_id
-  Returns {status}   status: OK | NOT_FOUND
+  Returns {status, task_types...}   status: OK | NOT_FOUND; the actions the worker serves
+          (their queues' parks of it are ended next: action_unpark)
 ]]
 --@include lib/status.lua
 --@include lib/workers.lua
@@ -14,4 +15,4 @@ local rec = worker_load(workers_key, worker_id)
 if not rec then return {ST_NOT_FOUND} end
 rec.st = WORKER_DRAINING
 worker_save(workers_key, worker_id, rec)
-return {ST_OK}
+return {ST_OK, unpack(rec.tt or {})}

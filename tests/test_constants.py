@@ -115,6 +115,7 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/handoff.lua", "HANDOFF_SCAN"): "parked pollers one hand-off looks at",
     ("lib/handoff.lua", "HANDOFF_INPUT_MAX"): "larger inputs are fetched by the claim",
     ("lib/handoff.lua", "PARK_FORGET_BATCH"): "expired parks dropped per claim",
+    ("lib/handoff.lua", "PARK_SCAN_MAX"): "parks one unpark (a drain) looks at",
     ("lib/polls.lua", "POLL_MEMORY_MS"): "Python only documents it ('two minutes')",
     ("lib/polls.lua", "POLL_FORGET_BATCH"): "old poll memos dropped per claim",
     ("lib/run.lua", "NEVER_MS"): "the lease deadline of runs without a timeout",

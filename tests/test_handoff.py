@@ -12,8 +12,11 @@ from typing import Any
 import msgpack
 import pytest
 import redis.asyncio as aioredis
+from polling import eventually
+from test_action_worker import finished, running
 
 from flo_redis import (
+    ActionContext,
     ActionInvokeOptions,
     ActionRegisterOptions,
     FloClient,
@@ -240,3 +243,90 @@ async def test_a_handed_run_of_a_gone_owner_comes_back_through_liveness(
     await reclaim_gone_owners(client.session, "job", grace_ms=0)
     status = await client.action.status(run_id)
     assert status.status == RunStatus.PENDING
+
+
+# --- the worker's side (flo_redis/_poller.py) --------------------------------------
+
+
+async def parked_pollers(raw: aioredis.Redis, action: str, namespace: str) -> int:
+    return int(await raw.zcard(action_keys(namespace, action).parked))
+
+
+async def test_an_idle_worker_parks_and_runs_what_it_is_handed(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    await register(client)
+    worker = client.new_action_worker(block_ms=5000)
+    calls: list[str] = []
+
+    @worker.action("job")
+    async def job(ctx: ActionContext) -> bytes:
+        calls.append(ctx.task_id)
+        return ctx.payload
+
+    async with running(worker):
+        for i in range(5):
+            await eventually(lambda: parked_pollers(raw, "job", client.namespace), bool)
+            run_id = (await client.action.invoke("job", str(i).encode())).run_id
+            status = await finished(client, run_id)
+            assert (status.status, status.output) == (RunStatus.COMPLETED, str(i).encode())
+    assert len(calls) == len(set(calls)) == 5
+    assert await parked_pollers(raw, "job", client.namespace) == 0  # stopping ended it
+
+
+async def test_hand_offs_never_run_more_handlers_than_the_concurrency(
+    client: FloClient,
+) -> None:
+    # One slot, two actions: the worker parks in one queue at a time at most, so a
+    # hand-off never finds its slot taken.
+    for name in ("a", "b"):
+        await client.action.register(name)
+    worker = client.new_action_worker(concurrency=1, block_ms=5000)
+    active, most = 0, 0
+
+    async def handler(ctx: ActionContext) -> None:
+        nonlocal active, most
+        active += 1
+        most = max(most, active)
+        await asyncio.sleep(0.005)
+        active -= 1
+
+    worker.register_action("a", handler)
+    worker.register_action("b", handler)
+    async with running(worker):
+        ids = []
+        for i in range(30):
+            ids.append((await client.action.invoke("ab"[i % 2], b"")).run_id)
+            await asyncio.sleep(0.002 * (i % 3))
+        for run_id in ids:
+            assert (await finished(client, run_id)).status == RunStatus.COMPLETED
+    assert most == 1
+
+
+async def test_a_stopped_worker_is_handed_nothing(client: FloClient, raw: aioredis.Redis) -> None:
+    await register(client)
+    worker = client.new_action_worker(block_ms=5000)
+    worker.register_action("job", lambda ctx: b"")
+    async with running(worker):
+        await eventually(lambda: parked_pollers(raw, "job", client.namespace), bool)
+    run_id = (await client.action.invoke("job", b"x")).run_id
+    assert (await client.action.status(run_id)).status == RunStatus.PENDING
+
+
+async def test_a_drain_ends_the_workers_parks(client: FloClient, raw: aioredis.Redis) -> None:
+    await register(client)
+    worker = client.new_action_worker(block_ms=30_000)
+    worker.register_action("job", lambda ctx: b"")
+    task = asyncio.create_task(worker.start())
+    try:
+        await eventually(lambda: parked_pollers(raw, "job", client.namespace), bool)
+        await client.worker.drain(worker.config.worker_id)
+        assert await parked_pollers(raw, "job", client.namespace) == 0
+        # Told to look again, the worker hears it is draining and stops, long before
+        # its 30 s poll would have ended; nothing invoked meanwhile is handed to it.
+        run_id = (await client.action.invoke("job", b"x")).run_id
+        await asyncio.wait_for(task, 10)
+        assert (await client.action.status(run_id)).status == RunStatus.PENDING
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)

@@ -22,6 +22,8 @@ local HANDOFF_SCAN = 8
 local HANDOFF_INPUT_MAX = 65536
 -- Expired parks (of pollers that went away) a claim forgets at most.
 local PARK_FORGET_BATCH = 100
+-- Parks one unpark call looks at.
+local PARK_SCAN_MAX = 1000
 
 -- Park poller `field` (its poll `poll_id`) for park_ms (at most PARK_MAX_MS): the next run
 -- made ready here that it may take is handed to it and told on `channel`.
@@ -93,4 +95,23 @@ local function handoff(k, action, run_id, run, input, now)
     end
   end
   return false
+end
+
+-- End the parks of worker `worker_id`'s pollers (at most PARK_SCAN_MAX parks looked at)
+-- and tell each poller, by a message naming only its poll id, to look again. Returns
+-- how many were ended.
+local function handoff_unpark_worker(k, worker_id)
+  local ended = 0
+  for _, field in ipairs(redis.call('ZRANGE', k.parked, 0, PARK_SCAN_MAX - 1)) do
+    local raw = redis.call('HGET', k.polls, field)
+    local memo = raw and cmsgpack.unpack(raw)
+    if memo and memo.k and memo.k.w == worker_id then
+      redis.call('ZREM', k.parked, field)
+      redis.call('HDEL', k.polls, field)
+      redis.call('ZREM', k.poll_times, field)
+      redis.call('SPUBLISH', memo.k.ch, cmsgpack.pack({memo.p}))
+      ended = ended + 1
+    end
+  end
+  return ended
 end

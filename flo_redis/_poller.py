@@ -1,0 +1,262 @@
+"""A worker's poller: claims that park for a hand-off, and the runs handed to it.
+
+The scripts' side is ``lua/lib/handoff.lua`` (how a parked poller is handed a run inside
+the invoke that made it ready, and how a lost or late message is answered again). This
+is the poller's side, used by :class:`flo_redis.worker.ActionWorker`:
+
+- The poller starts every run it gets through the worker's ``dispatch``: a run handed
+  to it as soon as its message is read (no task or wake-up in between), claimed runs
+  when their claim answers.
+- A poll is :func:`flo_redis._wake.long_poll` over the actions' wake channels and the
+  poller's hand-off channels: it ends once a run was started, by a hand-off or a claim.
+  A claim that finds nothing parks the poller in that queue.
+- **Capacity.** A park holds one of the worker's free slots until it is handed a run or
+  ended (by the poller's next claim in that queue): the handlers running plus the parks
+  standing never exceed the capacity the worker polls with. A queue is parked in only
+  while every queue after it in the look still has a slot, so a poller with fewer free
+  slots than queues still claims each queue in turn.
+- **Exactly once per hand-out.** A run can reach the poller twice — by its message, and
+  again in a claim's answer (a message heard late, or one the poller could not know it
+  had) — so runs are passed on once per fencing token.
+- **Leaving.** :meth:`ActionPoller.leave` ends the parks still standing and starts what
+  was handed to them, like any claimed run.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+
+from ._listener import Listener
+from ._replies import Claimed, handed
+from ._wake import Attempt, long_poll
+from .keys import ActionKeys, action_keys, handoff_channel, namespace_keys
+from .session import Session
+from .worker_ops import WorkerOperations, earliest_due
+
+log = logging.getLogger("flo_redis.worker")
+
+# Runs passed on, remembered (run id -> token) so a second copy is dropped.
+_SEEN_MAX = 4096
+
+
+class _LookAgain(Exception):
+    """A park was ended for the poller to look again (a drain): the poll answers."""
+
+
+class _Inbox(Listener):
+    """What one hand-off channel carries to the poller, every message kept in order."""
+
+    def __init__(self, poller: ActionPoller, keys: ActionKeys, channel: str) -> None:
+        super().__init__(poller._session.waker.ensure, [channel])
+        self._poller = poller
+        self._action = keys.action
+
+    def fire(self, message: bytes | None = None) -> None:
+        if message is not None:
+            self._poller._hear(self._action, message)
+
+
+class ActionPoller:
+    """One worker's polls of its actions' queues (module docstring). Use as ``async
+    with``: the hand-off channels are listened to while inside."""
+
+    def __init__(
+        self,
+        session: Session,
+        ops: WorkerOperations,
+        worker_id: str,
+        actions: Sequence[str],
+        dispatch: Callable[[builtins.list[Claimed]], None],
+        *,
+        health_ttl_s: float,
+        on_unregistered: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self._session = session
+        self._ops = ops
+        self._worker_id = worker_id
+        self._namespace = session.get_namespace(None)
+        self._keys = [action_keys(self._namespace, a) for a in actions]
+        self._health_ttl_s = health_ttl_s
+        self._on_unregistered = on_unregistered
+        self._dispatch = dispatch
+        self._started: builtins.list[Claimed] = []  # runs started in this poll
+        self._look_again = False  # a park was ended for the poller to look again (a drain)
+        self._poll_id = ""  # the last poll's id: leave() ends its parks
+        self._rotation = 0
+        self._standing: dict[str, str] = {}  # action -> poll id of the park standing there
+        self._received: dict[str, str] = {}  # action -> the last run id taken from it
+        self._seen: OrderedDict[str, int] = OrderedDict()  # run id -> token passed on
+        self._stack = contextlib.AsyncExitStack()
+        owner = session.owner_id
+        self._inboxes = [_Inbox(self, k, handoff_channel(k.tag, owner)) for k in self._keys]
+        self._channels = [k.wake for k in self._keys] + [i.channels[0] for i in self._inboxes]
+
+    async def __aenter__(self) -> ActionPoller:
+        waker = self._session.waker
+        for inbox in self._inboxes:
+            await self._stack.enter_async_context(waker.attached(inbox))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self._stack.aclose()
+
+    @property
+    def parked(self) -> int:
+        """Parks standing (each holds a free slot of the worker)."""
+        return len(self._standing)
+
+    async def poll(self, poll_id: str, free: int, block_ms: int) -> builtins.list[Claimed]:
+        """Start runs in up to ``free`` slots (parks standing included), waiting up to
+        ``block_ms`` for some; the runs started (none: none came, or the poller is to
+        look again). ``poll_id`` is ``<poller>#<n>``, n new once the previous poll was
+        answered. Raises what the health gate raises (a draining, unhealthy or removed
+        worker) and connection errors; a poll that raised is to be sent again under the
+        same poll id, so what it was handed comes back."""
+        labels = await self._ops._gate(
+            self._worker_id, namespace_keys(self._namespace), self._health_ttl_s
+        )
+        self._poll_id = poll_id
+        began = len(self._started)
+
+        async def attempt() -> Attempt[Claimed]:
+            due_ms, held = -1, False
+            if len(self._started) == began and not self._look_again:
+                runs = await self._round(labels, free, poll_id, block_ms)
+                self._start(runs.items)
+                due_ms, held = runs.due_ms, runs.held
+            if len(self._started) > began:
+                return Attempt(self._started[began:])
+            if self._look_again:
+                raise _LookAgain()
+            return Attempt([], due_ms, held)
+
+        try:
+            started = await long_poll(
+                self._session.waker,
+                self._channels,
+                block_ms,
+                attempt,
+                server_clock_ms=self._session.server_time_ms,
+            )
+        except _LookAgain:
+            started = []
+        self._look_again = False
+        del self._started[:]
+        return started
+
+    async def leave(self) -> None:
+        """End every park still standing, and start what was handed to them."""
+        if not self._standing:
+            return
+        labels = await self._ops._gate(
+            self._worker_id, namespace_keys(self._namespace), float("inf")
+        )
+        poll_id = self._poll_id
+        for keys in self._keys:
+            if keys.action in self._standing:
+                received = self._received.get(keys.action, "")
+                reply = await self._ops.claim(
+                    keys, self._worker_id, labels, 0, poll_id, 0, received
+                )
+                self._standing.pop(keys.action, None)
+                self._start(self._fresh(keys.action, reply.runs))
+
+    # --- internals -------------------------------------------------------------------
+
+    def _start(self, runs: builtins.list[Claimed]) -> None:
+        if runs:
+            self._started += runs
+            self._dispatch(runs)
+
+    def _hear(self, action: str, data: bytes) -> None:
+        """A message on a hand-off channel, read: start its run now (it runs in the
+        reader's task, so nothing here may raise)."""
+        try:
+            message = handed(data, action)
+        except Exception:
+            log.exception("unreadable hand-off message on %s's channel", action)
+            return
+        if not message.run_id:
+            # The park was ended (a drain): ask the health gate again, then look.
+            self._standing.pop(action, None)
+            self._ops._gate_ok.pop((self._namespace, self._worker_id), None)
+            self._look_again = True
+            return
+        if message.run is None:
+            return  # the input stays in Redis: the next claim here answers with it
+        if self._standing.get(action) == message.poll_id:
+            del self._standing[action]  # the park's slot is the run's now
+        try:
+            self._start(self._fresh(action, (message.run,)))
+        except Exception:
+            log.exception("starting run %s handed to the worker failed", message.run_id)
+
+    async def _round(
+        self, labels: bytes, free: int, poll_id: str, park_ms: int
+    ) -> Attempt[Claimed]:
+        """One claim per queue, from a rotating start; parks where nothing was found and
+        every later queue still has a slot (module docstring: Capacity)."""
+        claimed: builtins.list[Claimed] = []
+        next_due = -1
+        held_queues = 0
+        room = free - len(self._standing)
+        keys_all = self._keys
+        self._rotation = (self._rotation + 1) % len(keys_all)
+        order = [*keys_all[self._rotation :], *keys_all[: self._rotation]]
+        for i, keys in enumerate(order):
+            action = keys.action
+            if self._standing.pop(action, None) is not None:
+                room += 1  # this claim ends the park: its slot is the claim's
+            elif room <= 0:
+                continue
+            may_park = park_ms > 0 and room - 1 >= len(order) - i - 1
+            reply = await self._ops.claim(
+                keys,
+                self._worker_id,
+                labels,
+                room,
+                poll_id,
+                park_ms if may_park else 0,
+                self._received.get(action, ""),
+            )
+            if not reply.registered:
+                if self._on_unregistered is not None:
+                    await self._on_unregistered(action)
+                continue
+            runs = self._fresh(action, reply.runs)
+            claimed += runs
+            room -= len(runs)
+            if may_park and not reply.runs:
+                self._standing[action] = poll_id
+                room -= 1
+            next_due = earliest_due(next_due, reply)
+            if reply.rate_next_ms >= 0:
+                held_queues += 1
+        return Attempt(claimed, next_due, held=held_queues == len(order))
+
+    def _fresh(self, action: str, runs: Sequence[Claimed]) -> builtins.list[Claimed]:
+        """``runs`` not passed on before under the same token."""
+        fresh: builtins.list[Claimed] = []
+        seen = self._seen
+        for run in runs:
+            self._received[action] = run.run_id
+            if seen.get(run.run_id) == run.token:
+                continue
+            seen[run.run_id] = run.token
+            if len(seen) > _SEEN_MAX:
+                seen.popitem(last=False)
+            fresh.append(run)
+        return fresh
+
+
+__all__ = ["ActionPoller"]
