@@ -139,18 +139,18 @@ class Heard(WorkerObserver, collections.Counter[str]):
 async def test_failed_polls_are_paced_while_redis_is_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from flo_redis.tasks import WorkerOperations
+    from flo_redis._poller import ActionPoller
 
     server = RedisServer(appendonly=True, extra=("--appendfsync", "always")).start()
     polls = 0
-    original = WorkerOperations.await_tasks
+    original = ActionPoller.poll
 
-    async def counting(self: WorkerOperations, *args: object, **kwargs: object) -> object:
+    async def counting(self: ActionPoller, *args: object, **kwargs: object) -> object:
         nonlocal polls
         polls += 1
         return await original(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(WorkerOperations, "await_tasks", counting)
+    monkeypatch.setattr(ActionPoller, "poll", counting)
     try:
         async with FloClient(server.url, namespace="pacing") as client:
             worker = client.new_action_worker(block_ms=500)
