@@ -29,8 +29,8 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
 
+from ._aio import ClosesOnExit
 from ._listener import Listener
 from ._replies import Claimed, handed
 from ._wake import Attempt, long_poll
@@ -61,7 +61,7 @@ class _Inbox(Listener):
             self._poller._hear(self._action, message)
 
 
-class ActionPoller:
+class ActionPoller(ClosesOnExit):
     """One worker's polls of its actions' queues (module docstring). Use as ``async
     with``: the hand-off channels are listened to while inside."""
 
@@ -102,12 +102,8 @@ class ActionPoller:
             await self._stack.enter_async_context(waker.attached(inbox))
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
+    async def close(self) -> None:
+        """Stop listening to the hand-off channels."""
         await self._stack.aclose()
 
     @property
