@@ -163,14 +163,7 @@ async def run_stream(args: argparse.Namespace) -> None:
         await task
         end = time.time()
         waiter.cancel()
-        emit(
-            event="result",
-            first=first,
-            end=end,
-            calls=calls,
-            unique=len(seen),
-            timed_out=not done.is_set(),
-        )
+        emit_result(first, end, calls, seen, done, [], [])
     await close()
 
 
