@@ -68,8 +68,11 @@ class SyncActionOperations:
         opts = options or ActionStatusOptions()
         keys = self._keys(action_of_run(run_id), opts.namespace)
         with redis_errors("status"):
-            raw = self._client.redis.hget(keys.runs, run_id)
-        return runs.status_reply(run_id, keys, raw)
+            pipe = self._client.redis.pipeline(transaction=False)
+            pipe.hget(keys.runs, run_id)
+            pipe.zscore(keys.delayed, run_id)
+            raw, due = pipe.execute()
+        return runs.status_reply(run_id, keys, raw, due)
 
     def cancel(self, run_id: str, namespace: str | None = None) -> None:
         """Cancel a run that has not finished, as ``FloClient.action.cancel`` does: a

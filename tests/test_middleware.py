@@ -100,6 +100,40 @@ async def test_hooks_run_in_order_around_start_stop_and_each_run_and_see_failure
     ]
 
 
+async def test_a_run_cancelled_while_it_runs_gets_neither_after_run_nor_on_failure(
+    client: FloClient,
+) -> None:
+    seen: list[str] = []
+    started = asyncio.Event()
+    worker = client.new_action_worker(worker_id="hooked-cancel", concurrency=1, block_ms=200)
+    worker.observer = Recorder("a", seen)
+
+    @worker.action("slow")
+    async def slow(ctx: ActionContext) -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    await client.action.register("slow")
+    task = asyncio.create_task(worker.start())
+    try:
+        run = await client.action.invoke("slow", b"x")
+        await asyncio.wait_for(started.wait(), 30)
+        await client.action.cancel(run.run_id)
+        status = await client.action.wait(run.run_id, timeout_ms=30_000)
+        assert status.status == RunStatus.CANCELLED
+        # The handler is cancelled (the cancel's notice tells the worker) and its one slot
+        # comes free for the next run, which is cancelled too.
+        nxt = await client.action.invoke("slow", b"y")
+        await eventually(lambda: asyncio.sleep(0, len(seen)), lambda n: n >= 3, timeout=30)
+        await client.action.cancel(nxt.run_id)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+    assert seen == ["a:start", "a:before:x:1", "a:before:y:1", "a:stop"]
+
+
 async def test_a_failing_after_hook_is_logged_and_the_run_still_completes(
     client: FloClient,
 ) -> None:

@@ -59,6 +59,20 @@ async def test_invoke_and_wait_from_blocking_code(client: FloClient, flo: SyncFl
         await asyncio.wait_for(task, 30)
 
 
+async def test_a_blocking_status_shows_when_a_delayed_run_falls_due(
+    client: FloClient, flo: SyncFloClient
+) -> None:
+    await client.action.register("remind")
+    run = await asyncio.to_thread(
+        flo.action.invoke, "remind", b"{}", ActionInvokeOptions(delay_ms=60_000)
+    )
+    status = await asyncio.to_thread(flo.action.status, run.run_id)
+    assert status.status == RunStatus.PENDING
+    assert status.due_at_ms is not None and status.due_at_ms >= status.created_at_ms + 59_000
+    # Exactly what the asyncio client reads.
+    assert status == await client.action.status(run.run_id)
+
+
 async def test_a_blocking_wait_is_woken_by_the_end(client: FloClient, flo: SyncFloClient) -> None:
     await client.action.register("job")
     run_id = (await client.action.invoke("job", b"")).run_id
