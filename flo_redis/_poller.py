@@ -118,6 +118,7 @@ class ActionPoller(ClosesOnExit):
         answered. Raises what the health gate raises (a draining, unhealthy or removed
         worker) and connection errors; a poll that raised is to be sent again under the
         same poll id, so what it was handed comes back."""
+        since = self._session.waker.generation  # a stop from here on ends this poll
         labels = await self._ops._gate(
             self._worker_id, namespace_keys(self._namespace), self._health_ttl_s
         )
@@ -143,6 +144,7 @@ class ActionPoller(ClosesOnExit):
                 block_ms,
                 attempt,
                 server_clock_ms=self._session.server_time_ms,
+                since=since,
             )
         except _LookAgain:
             started = []

@@ -33,14 +33,15 @@ _RETRY_PAUSE_S = (0.0, 0.02, 0.05, 0.1, 0.2, 0.5)
 class Watch(Listener):
     """Interest in a set of wake channels; ``wait`` returns on a wake-up or the deadline."""
 
-    def __init__(self, waker: Waker, channels: list[str]) -> None:
+    def __init__(self, waker: Waker, channels: list[str], since: int | None = None) -> None:
         super().__init__(waker.ensure, channels)
         self._waker = waker
-        self._generation = waker.generation
+        self._generation = waker.generation if since is None else since
 
     @property
     def interrupted(self) -> bool:
-        """True once :meth:`Waker.interrupt` was called after this watch began."""
+        """True once :meth:`Waker.interrupt` was called after this watch began, or after
+        the :attr:`Waker.generation` it was given as ``since``."""
         return self._waker.generation != self._generation
 
 
@@ -59,10 +60,13 @@ class Waker(Subscriber):
         self.generation = 0
 
     @contextlib.asynccontextmanager
-    async def watching(self, channels: Iterable[str]) -> AsyncIterator[Watch]:
+    async def watching(
+        self, channels: Iterable[str], since: int | None = None
+    ) -> AsyncIterator[Watch]:
         """Yield a :class:`Watch` on ``channels`` (subscribed by its first ``arm``; they
-        stay subscribed for the next poll)."""
-        watch = Watch(self, list(dict.fromkeys(channels)))
+        stay subscribed for the next poll), interrupted by any :meth:`interrupt` after
+        generation ``since`` (None: after now)."""
+        watch = Watch(self, list(dict.fromkeys(channels)), since)
         async with self.attached(watch):
             yield watch
 
@@ -98,19 +102,22 @@ async def long_poll(
     attempt: Callable[[], Awaitable[Attempt[T]]],
     *,
     server_clock_ms: Callable[[], Awaitable[int]] | None = None,
+    since: int | None = None,
 ) -> list[T]:
     """Run ``attempt`` until it takes something or ``block_ms`` passes (0: once), sleeping
     on ``channels``' wake-ups in between, never on a blocking command: arm the watch,
     look, sleep until a wake-up, the look's ``due_ms`` or the deadline; one last look
     at the deadline. ``due_ms`` is ms from now, or with ``server_clock_ms`` a time on
     Redis's clock (read only when a poll is about to sleep). ``client.interrupt()`` ends
-    the wait at once, empty. A retried look (a poll id the scripts replay) is the
+    the wait at once, empty; so does one made after the :attr:`Waker.generation` passed
+    as ``since``, read before the poll's first await (a stop that lands while the poll
+    prepares is not lost). A retried look (a poll id the scripts replay) is the
     caller's: ``attempt`` sends the same request each time."""
     if block_ms == 0:
         return (await attempt()).items
     loop = asyncio.get_running_loop()
     deadline = loop.time() + block_ms / 1000.0
-    async with waker.watching(channels) as watch:
+    async with waker.watching(channels, since) as watch:
         while True:
             await watch.arm()
             found = await attempt()

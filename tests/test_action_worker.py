@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from polling import eventually
@@ -21,6 +22,7 @@ from flo_redis import (
     WorkerStatus,
 )
 from flo_redis.types import ActionRunStatus
+from flo_redis.worker_ops import WorkerOperations
 
 FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT}
 
@@ -172,6 +174,28 @@ async def test_registration_rules(client: FloClient) -> None:
     with pytest.raises(BlockTooLongError):
         client.new_action_worker(block_ms=300_001)
     assert client.new_action_worker(block_ms=0).config.block_ms == 30_000
+
+
+async def test_a_stop_while_the_poll_prepares_ends_that_poll(
+    client: FloClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # stop() lands while a poll asks the health gate, before it starts waiting: the poll
+    # must not wait out its 30 s block for a wake-up that was already given.
+    worker = client.new_action_worker(block_ms=30_000)
+    worker.register_action("idle", lambda ctx: b"")
+    gate = WorkerOperations._gate
+    stopped = False
+
+    async def gate_then_stop(self: WorkerOperations, *args: Any, **kwargs: Any) -> bytes:
+        nonlocal stopped
+        if not stopped:
+            stopped = True
+            worker.stop()
+        return await gate(self, *args, **kwargs)
+
+    monkeypatch.setattr(WorkerOperations, "_gate", gate_then_stop)
+    await asyncio.wait_for(worker.start(), 10)
+    assert stopped
 
 
 async def test_stop_lets_running_handlers_finish_and_report(client: FloClient) -> None:
