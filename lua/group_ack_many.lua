@@ -28,9 +28,12 @@ if #items > MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
 if not group_exists(k.log, k.config) then return {ST_NO_GROUP} end
 local out = {ST_OK}
 local held = {}
+local ids = {}
+for _, item in ipairs(items) do ids[#ids + 1] = item[1] end
+local pending = group_pending_many(k.log, group, ids, consumer, 2 * #ids + 100)
 for _, item in ipairs(items) do
   local id, token = item[1], item[2]
-  local p = group_pending_entry(k.log, group, id)
+  local p = pending[id]
   if p and group_stale(p, token, consumer) then
     out[#out + 1] = ST_STALE
     out[#out + 1] = p[4]

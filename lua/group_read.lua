@@ -96,10 +96,10 @@ if room > 0 then
   local read = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', room,
     'STREAMS', k.log, '>')
   if read and read[1] then
-    for _, entry in ipairs(read[1][2]) do
-      group_track(g, entry[1], consumer, owner, now, ack_timeout_ms)
-      deliver(entry[1], 1, entry[2])
-    end
+    local ids = {}
+    for _, entry in ipairs(read[1][2]) do ids[#ids + 1] = entry[1] end
+    group_track_many(g, ids, consumer, owner, now, ack_timeout_ms)
+    for _, entry in ipairs(read[1][2]) do deliver(entry[1], 1, entry[2]) end
   end
 end
 

@@ -90,6 +90,32 @@ async def test_group_ack_many_answers_each_entry_on_its_own(client: FloClient) -
         await client.stream.group_ack_many("s", "nobody", [(a.id, None)])
 
 
+async def test_group_ack_many_of_a_consumer_checks_each_entry(client: FloClient) -> None:
+    """A consumer's batch ack finds its own entries in one read of its pending list;
+    another consumer's entry, one already acked and ids spread wider than that read
+    are each still answered under group_ack's rules."""
+    from flo_redis import StreamGroupReadOptions
+
+    for i in range(300):
+        await client.stream.append("s", f"{i}".encode())
+    mine = await client.stream.group_read("s", "g", "c1", StreamGroupReadOptions(count=299))
+    theirs = await client.stream.group_read("s", "g", "c2", StreamGroupReadOptions(count=1))
+    first, second, last = mine.records[0], mine.records[1], mine.records[-1]
+    other = theirs.records[0]
+    await client.stream.group_ack_many("s", "g", [(second.id, 1)], consumer="c1")
+    # Out of id order, 299 of c1's entries in the range: more than one read looks at.
+    answers = await client.stream.group_ack_many(
+        "s", "g", [(last.id, 1), (other.id, 1), (second.id, 1), (first.id, 1)], consumer="c1"
+    )
+    assert answers[0] is None and answers[2] is None and answers[3] is None
+    assert isinstance(answers[1], ConflictError)
+    pending = await client.stream.group_pending("s", "g")
+    left = {p.id.to_redis() for p in pending}
+    assert len(left) == 300 - 3
+    assert other.id.to_redis() in left
+    assert not {first.id.to_redis(), second.id.to_redis(), last.id.to_redis()} & left
+
+
 async def test_complete_many_refuses_a_result_over_the_actions_limit_alone(
     client: FloClient,
 ) -> None:

@@ -89,6 +89,43 @@ local function group_pending_entry(log_key, group, id)
   return found[1]
 end
 
+-- Stream id `a` sorts before `b` ("ms-seq", both exact in a Lua number).
+local function stream_id_before(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if not (am and bm) then return a < b end
+  am, bm = tonumber(am), tonumber(bm)
+  if am ~= bm then return am < bm end
+  return tonumber(as) < tonumber(bs)
+end
+
+-- The pending entries of `ids`: a map id -> {id, consumer, idle_ms, delivery_count},
+-- without the ids not pending. With `consumer`, one read of that consumer's own pending
+-- list over the ids' range (at most `scan` entries) finds its entries at once; only an
+-- id not found there is looked up on its own (another consumer's, or not pending).
+local function group_pending_many(log_key, group, ids, consumer, scan)
+  local found = {}
+  local missing = ids
+  if consumer ~= '' and #ids > 1 then
+    local lo, hi = ids[1], ids[1]
+    for _, id in ipairs(ids) do
+      if stream_id_before(id, lo) then lo = id end
+      if stream_id_before(hi, id) then hi = id end
+    end
+    for _, p in ipairs(redis.call('XPENDING', log_key, group, lo, hi, scan, consumer)) do
+      found[p[1]] = p
+    end
+    missing = {}
+    for _, id in ipairs(ids) do
+      if not found[id] then missing[#missing + 1] = id end
+    end
+  end
+  for _, id in ipairs(missing) do
+    found[id] = group_pending_entry(log_key, group, id)
+  end
+  return found
+end
+
 -- Is a report about the pending entry p ({id, consumer, idle_ms, delivery_count}) stale?
 -- It names the delivery's token (its delivery count; '' for flo's token-less reports,
 -- never stale) and its consumer ('' for any): a report on an entry delivered again since,
@@ -103,28 +140,64 @@ local function group_delivery(deliveries_key, id)
   return cmsgpack.unpack(raw)
 end
 
--- Record a delivery of `id` to consumer/owner and schedule its redelivery on ack timeout.
--- The owner index (g.owned, g.owners; lib/owners.lua) follows the delivery's owner.
-local function group_track(g, id, consumer, owner, now, ack_timeout_ms)
-  owned_drop(g.owned, group_delivery(g.deliveries, id).o, id)
-  redis.call('HSET', g.deliveries, id, cmsgpack.pack({o = owner, c = consumer}))
+-- The owners recorded for `ids` (nil where an entry has no delivery record), in one read.
+local function group_delivery_owners(deliveries_key, ids)
+  local owners = {}
+  local raw = redis.call('HMGET', deliveries_key, unpack(ids))
+  for i = 1, #ids do
+    if raw[i] then owners[i] = cmsgpack.unpack(raw[i]).o end
+  end
+  return owners
+end
+
+-- Drop the owner index entries of `ids` whose delivery records name an owner.
+local function group_drop_owned(g, ids)
+  if not g.owned then return end
+  local owners = group_delivery_owners(g.deliveries, ids)
+  local entries = {}
+  for i = 1, #ids do
+    if owners[i] then entries[#entries + 1] = owned_entry(owners[i], ids[i]) end
+  end
+  if #entries > 0 then redis.call('ZREM', g.owned, unpack(entries)) end
+end
+
+-- Record deliveries of `ids` (at most 1000) to consumer/owner and schedule their
+-- redelivery on ack timeout, a few calls for the whole batch. The owner index (g.owned,
+-- g.owners; lib/owners.lua) follows each delivery's owner.
+local function group_track_many(g, ids, consumer, owner, now, ack_timeout_ms)
+  if #ids == 0 then return end
+  group_drop_owned(g, ids)
+  local record = cmsgpack.pack({o = owner, c = consumer})
+  local fields, owned, due = {}, {}, {}
+  for _, id in ipairs(ids) do
+    fields[#fields + 1] = id
+    fields[#fields + 1] = record
+    owned[#owned + 1] = 0
+    owned[#owned + 1] = owned_entry(owner, id)
+    due[#due + 1] = now + ack_timeout_ms
+    due[#due + 1] = id
+  end
+  redis.call('HSET', g.deliveries, unpack(fields))
   if g.owned and owner ~= '' then
-    redis.call('ZADD', g.owned, 0, owned_entry(owner, id))
+    redis.call('ZADD', g.owned, unpack(owned))
     redis.call('HSETNX', g.owners, owner, 0)
   end
   if ack_timeout_ms > 0 then
-    redis.call('ZADD', g.due, now + ack_timeout_ms, id)
+    redis.call('ZADD', g.due, unpack(due))
   else
-    redis.call('ZREM', g.due, id)
+    redis.call('ZREM', g.due, unpack(ids))
   end
 end
 
--- Forget the bookkeeping of entries that left the pending list.
+-- Record a delivery of `id` to consumer/owner and schedule its redelivery on ack timeout.
+local function group_track(g, id, consumer, owner, now, ack_timeout_ms)
+  group_track_many(g, {id}, consumer, owner, now, ack_timeout_ms)
+end
+
+-- Forget the bookkeeping of entries (at most 1000) that left the pending list.
 local function group_untrack(g, ids)
   if #ids == 0 then return end
-  if g.owned then
-    for _, id in ipairs(ids) do owned_drop(g.owned, group_delivery(g.deliveries, id).o, id) end
-  end
+  group_drop_owned(g, ids)
   redis.call('ZREM', g.due, unpack(ids))
   redis.call('HDEL', g.deliveries, unpack(ids))
 end
