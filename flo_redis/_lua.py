@@ -11,14 +11,19 @@ Each script under ``lua/`` opens with a header contract::
 
 and may pull shared helpers in with ``--@include lib/name.lua`` lines. Includes are
 flattened depth first, each file at most once; a cycle or a missing file is refused with
-:class:`LuaSourceError` at load time, never at call time.
+:class:`LuaSourceError` at load time, never at call time. A helper function the
+flattened script never names again (``local function f(`` at the start of a line, its
+body ending at the next line that is exactly ``end``) is left out: Redis runs a script's
+whole text on every call, so each helper defined costs every call a closure.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -32,6 +37,9 @@ _INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
 _HEADER = re.compile(r"\A--\[\[\s*(\S+)\s*\n(.*?)\]\]", re.DOTALL)
 _VARIADIC_ARGV = re.compile(r"^\s*ARGV\[\d+\.\.\w+\]", re.MULTILINE)
 _SLOT = re.compile(r"^\s*(KEYS|ARGV)\[(\d+)(?:\.\.\w+)?\]\s+(\S+)", re.MULTILINE)
+_FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+_END = re.compile(r"^end[ \t]*(?:\n|\Z)", re.MULTILINE)
+_NAME = re.compile(r"\w+")
 
 
 class LuaSourceError(Exception):
@@ -77,24 +85,85 @@ def _read(root: Traversable, rel: str) -> str:
 
 
 def flatten(root: Traversable, rel: str) -> str:
-    """The source of ``rel`` with every include inlined once, in dependency order."""
+    """The source of ``rel`` with every include inlined once, in dependency order, and
+    without the helper functions it never uses (module docstring)."""
     seen: set[str] = set()
+    pieces: list[str] = []  # the flattened source, in order: each file's text between includes
 
-    def expand(name: str, stack: tuple[str, ...]) -> str:
+    def expand(name: str, stack: tuple[str, ...]) -> None:
         if name in stack:
             cycle = " -> ".join((*stack, name))
             raise LuaSourceError(f"include cycle: {cycle}")
         if name in seen:
-            return ""
+            return
         seen.add(name)
         text = _read(root, name)
+        at = 0
+        for match in _INCLUDE.finditer(text):
+            pieces.append(text[at : match.start()])
+            expand(match.group(1), (*stack, name))
+            at = match.end()
+        pieces.append(text[at:])
 
-        def replace(match: re.Match[str]) -> str:
-            return expand(match.group(1), (*stack, name))
+    expand(rel, ())
+    return _without_unused([_Piece.of(text) for text in pieces])
 
-        return _INCLUDE.sub(replace, text)
 
-    return expand(rel, ())
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A stretch of Lua text: how often it names each name, and its top-level local
+    functions as (name, start, end, how often the function's text names each name)."""
+
+    text: str
+    names: Counter[str]
+    functions: tuple[tuple[str, int, int, Counter[str]], ...]
+
+    @staticmethod
+    @functools.lru_cache(maxsize=1024)
+    def of(text: str) -> _Piece:  # helpers recur in many scripts: read each once
+        functions = []
+        for found in _FUNCTION.finditer(text):
+            end = _END.search(text, found.end())
+            if end is None:
+                continue
+            body = text[found.start() : end.end()]
+            if "\nlocal function " not in body:
+                functions.append((found.group(1), found.start(), end.end(), _names(body)))
+        return _Piece(text, _names(text), tuple(functions))
+
+
+def _names(text: str) -> Counter[str]:
+    return Counter(_NAME.findall(text))
+
+
+def _without_unused(pieces: list[_Piece]) -> str:
+    """The pieces' text without the top-level local functions nothing else names; a
+    function named only by such functions goes too."""
+    functions = [(n, f) for n, piece in enumerate(pieces) for f in piece.functions]
+    defined = {name for _, (name, *_) in functions}
+    uses = dict.fromkeys(defined, 0)
+    for piece in pieces:
+        for name in defined & piece.names.keys():
+            uses[name] += piece.names[name]
+    dropped: set[tuple[int, int]] = set()  # (piece, start)
+    changed = True
+    while changed:
+        changed = False
+        for n, (name, start, _, names) in functions:
+            if (n, start) not in dropped and uses[name] <= names[name]:
+                for other in defined & names.keys():
+                    uses[other] -= names[other]
+                dropped.add((n, start))
+                changed = True
+    out: list[str] = []
+    for n, piece in enumerate(pieces):
+        at = 0
+        for _, start, end, _ in piece.functions:
+            if (n, start) in dropped:
+                out.append(piece.text[at:start])
+                at = end
+        out.append(piece.text[at:])
+    return "".join(out)
 
 
 def parse_header(name: str, text: str) -> tuple[tuple[str, ...], tuple[str, ...], str | None, str]:

@@ -175,6 +175,24 @@ def test_loader_inlines_each_include_once_in_dependency_order(tmp_path: Path) ->
     assert flatten(tmp_path, "main.lua") == source
 
 
+def test_loader_leaves_out_helpers_the_script_never_uses(tmp_path: Path) -> None:
+    lib = (
+        "local function used(x)\n  return x + 1\nend\n\n"
+        "local function called_by_unused()\n  return 2\nend\n\n"
+        "local function unused()\n  return called_by_unused()\nend\n\n"
+        "local function recursive_unused(n)\n  if n > 0 then return recursive_unused(n - 1) end\n"
+        "  return 0\nend\n\n"
+        "local function passed_as_value()\n  return 3\nend\n"
+    )
+    main = header("main") + "--@include lib/a.lua\nlocal f = passed_as_value\nreturn used(f())\n"
+    source = load_all(write(tmp_path, {"main.lua": main, "lib/a.lua": lib}))["main"].source
+    assert "local function used(" in source
+    assert "local function passed_as_value(" in source
+    for gone in ("unused", "called_by_unused", "recursive_unused"):
+        assert f"local function {gone}(" not in source
+    assert source.rstrip().endswith("return used(f())")
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [
