@@ -26,7 +26,7 @@ from . import _replies as r
 from . import _schedule_replies as sch
 from . import _stream_replies as sr
 from ._lua import LuaSourceError
-from ._scripts import SCRIPTS, Arg, RedisConn, SyncConn, run, run_sync
+from ._scripts import SCRIPTS, Arg, RedisConn, SyncConn, packed_head, run, run_sync
 from .keys import (
     ActionKeys,
     GroupKeys,
@@ -38,6 +38,9 @@ from .keys import (
 )
 
 R = TypeVar("R")
+
+# Key objects whose packed KEYS one script keeps (then it starts again).
+_HEADS_MAX = 1024
 
 
 class _Holder(Protocol):
@@ -57,7 +60,17 @@ class Session(Protocol):
 class Script(Generic[R]):
     """One Lua script: KEYS by header name from key objects, a typed reply."""
 
-    __slots__ = ("_argc", "_pair", "_parse", "_plan", "_single", "lua", "name", "records_owner")
+    __slots__ = (
+        "_argc",
+        "_heads",
+        "_pair",
+        "_parse",
+        "_plan",
+        "_single",
+        "lua",
+        "name",
+        "records_owner",
+    )
 
     def __init__(
         self,
@@ -106,6 +119,9 @@ class Script(Generic[R]):
                 order = itemgetter(*(at[(str(i), key)] for i, key in plan))
                 self._pair = lambda src: order(g0(src[0]) + g1(src[1]))
         self._argc = len(self.lua.argv)
+        # id(key object) -> (it, its KEYS, their packed head): the key objects are cached
+        # where they are built, so a queue's KEYS are listed and packed once.
+        self._heads: dict[int, tuple[Any, list[str], bytes]] = {}
 
     def keys(self, source: Any, tail: Sequence[str] = ()) -> list[str]:
         """The KEYS list for ``source`` (a key object, or a tuple of them in the
@@ -131,12 +147,27 @@ class Script(Generic[R]):
         *,
         tail: Sequence[str] = (),
     ) -> R:
-        keys = self.keys(source, tail)
+        if tail or type(source) is tuple:
+            keys, head = self.keys(source, tail), b""
+        else:
+            keys, head = self._packed(source)
         self._check_args(args)
         primary = source[0] if type(source) is tuple else source
         if self.records_owner:
             await session.liveness.hold(primary.tag)
-        return self._parse(await run(session.redis, self.lua, keys, args), primary)
+        return self._parse(await run(session.redis, self.lua, keys, args, head), primary)
+
+    def _packed(self, source: Any) -> tuple[list[str], bytes]:
+        """The KEYS of one key object and their packed head (:func:`packed_head`),
+        made once per key object."""
+        known = self._heads.get(id(source))
+        if known is not None and known[0] is source:
+            return known[1], known[2]
+        keys = self.keys(source)
+        if len(self._heads) >= _HEADS_MAX:
+            self._heads.clear()
+        self._heads[id(source)] = (source, keys, head := packed_head(self.lua, keys))
+        return keys, head
 
     def call_sync(
         self, conn: SyncConn, source: Any, args: Sequence[Arg] = (), *, tail: Sequence[str] = ()

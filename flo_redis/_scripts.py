@@ -20,6 +20,16 @@ raised with ``ran == Ran.NO``) is sent again as the client's :class:`RetryPolicy
 allows (:func:`configure`); a call that may have run (a lost connection, a timeout, an
 answer of any kind) is never resent. With ``debug`` each call and its answer is logged
 on ``flo_redis.requests`` at DEBUG.
+
+On one Redis (not a cluster) a call made while no other script call is in flight takes
+the client's *lane*: one connection of the client's pool kept aside for script calls,
+on which the ``EVALSHA`` is written as bytes packed ahead (the script's SHA and its KEYS,
+packed once per key object by the gateway) and its reply read straight back, without
+redis-py's per-command machinery (pool checkout, health check, a task per write). A
+call that finds the lane busy goes through the pool as before. Either way the call is
+the same ``EVALSHA``, with the same ``NOSCRIPT`` fallback, error translation and
+resending; the lane reconnects on its next call after any failure (a connection the
+server closed while idle is made again first, as the pool would).
 """
 
 from __future__ import annotations
@@ -29,12 +39,14 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeAlias
+from dataclasses import dataclass
+from typing import Any, TypeAlias, cast
 
 import redis.exceptions as rex
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.cluster import RedisCluster as SyncRedisCluster
 
 from ._denied import denied, is_denied
@@ -49,7 +61,7 @@ from .errors import (
     ValidationError,
     server_error,
 )
-from .retry import DEFAULT_RETRY_POLICY, RetryPolicy, retry_refused
+from .retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_refused_unrun, retry_refused
 from .types import Ran, Reason, StatusCode
 
 RedisConn: TypeAlias = "Redis | RedisCluster"
@@ -60,10 +72,63 @@ SCRIPTS: dict[str, LuaScript] = load_all()
 
 log = logging.getLogger("flo_redis.requests")
 
+
+class _Lane:
+    """One connection of a pool kept aside for script calls one at a time (module
+    docstring). ``busy`` while a call is on it; a call that finds it busy uses the pool."""
+
+    __slots__ = ("_conn", "_pool", "busy", "closed")
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        self._conn: AbstractConnection | None = None
+        self.busy = False
+        self.closed = False
+
+    async def call(self, packed: bytes) -> Any:
+        """Send one packed command and answer its reply (a Redis error reply raised as
+        redis-py raises it). Any other failure, cancellation included, drops the
+        connection, to be made again by the next call."""
+        self.busy = True
+        try:
+            conn = self._conn
+            if conn is None:
+                conn = self._conn = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+            writer = conn._writer
+            if writer is None or writer.is_closing() or conn._reader.at_eof():  # type: ignore[union-attr]
+                await conn.disconnect()
+                await conn.connect()
+                writer = conn._writer
+            try:
+                writer.write(packed)  # type: ignore[union-attr]
+                if writer.transport.get_write_buffer_size():  # type: ignore[union-attr]
+                    await asyncio.wait_for(writer.drain(), conn.socket_timeout)  # type: ignore[union-attr]
+                return await conn.read_response()
+            except rex.ResponseError:
+                raise  # an answer: the connection is in step
+            except BaseException:
+                await conn.disconnect(nowait=True)
+                raise
+        finally:
+            self.busy = False
+
+    def release(self) -> None:
+        """Stop using the lane (its connection is closed with its pool)."""
+        self.closed = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY
+    debug: bool = False
+    gate: asyncio.Semaphore | None = None
+    lane: _Lane | None = None
+
+
+_DEFAULT = _Settings()
+
 # How calls on each connection pool are resent, logged and limited (set by its client).
-_SETTINGS: weakref.WeakKeyDictionary[Any, tuple[RetryPolicy, bool, asyncio.Semaphore | None]] = (
-    weakref.WeakKeyDictionary()
-)
+_SETTINGS: weakref.WeakKeyDictionary[Any, _Settings] = weakref.WeakKeyDictionary()
 
 
 def configure(
@@ -76,10 +141,24 @@ def configure(
     """Resend calls on ``conn`` refused without running as ``retry`` allows, log every
     call when ``debug``, and with ``max_in_flight`` let at most that many script calls
     be in flight at once (the others wait their turn): for a pool that raises at its
-    limit instead of waiting (redis-py's cluster pools). A connection never configured
-    resends by the default policy, logs nothing and limits nothing."""
+    limit instead of waiting (redis-py's cluster pools). A plain ``Redis`` whose pool
+    holds two connections or more gets a lane (module docstring); :func:`release`
+    ends it. A connection never configured resends by the default policy, logs
+    nothing, limits nothing and has no lane."""
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
-    _SETTINGS[conn] = (retry, debug, gate)
+    lane = None
+    if isinstance(conn, Redis) and not debug:
+        pool = conn.connection_pool
+        if getattr(pool, "max_connections", 0) >= 2:
+            lane = _Lane(pool)
+    _SETTINGS[conn] = _Settings(retry, debug, gate, lane)
+
+
+def release(conn: RedisConn) -> None:
+    """Forget ``conn``'s settings and stop using its lane (before closing it)."""
+    settings = _SETTINGS.pop(conn, None)
+    if settings is not None and settings.lane is not None:
+        settings.lane.release()
 
 
 def _unavailable(message: str) -> ServerError:
@@ -92,56 +171,88 @@ def redis_errors(what: str) -> Iterator[None]:
     """Translate redis-py errors into flo's error tree, naming what was being done."""
     try:
         yield
-    except rex.TimeoutError as exc:
-        raise RequestTimeoutError(f"{what}: Redis did not answer in time ({exc})") from exc
-    except rex.BusyLoadingError as exc:
-        raise _unavailable(f"{what}: Redis is loading its data set; retry shortly") from exc
-    except rex.ConnectionError as exc:
-        raise NotConnectedError(f"{what}: connection to Redis lost ({exc})") from exc
-    except (rex.TryAgainError, rex.ClusterDownError, rex.MovedError, rex.AskError) as exc:
-        # Redirections redis-py gave up following (a slot in mid-migration, a cluster
-        # without a primary for the slot): the command did not run.
-        raise _unavailable(f"{what}: the Redis Cluster is moving this slot ({exc}); retry") from exc
-    except rex.ClusterError as exc:
-        raise UnavailableError(f"{what}: the Redis Cluster did not serve it ({exc})") from exc
     except rex.NoScriptError:
         raise
-    except rex.DataError as exc:
-        # A value redis-py cannot send: refused before anything reached Redis.
-        raise ValidationError(f"{what}: {exc}") from exc
-    except rex.ResponseError as exc:
-        if is_denied(exc):
-            raise denied(what, exc, SCRIPTS) from exc
-        raise InternalServerError(f"{what}: Redis refused the command: {exc}") from exc
     except rex.RedisError as exc:
-        # What answered is not speaking Redis's protocol (an HTTP server at the URL, a
-        # TLS port spoken to in plain text ...), or redis-py refused a value.
-        raise ProtocolError(f"{what}: unexpected answer from the server ({exc})") from exc
+        raise translated(what, exc) from exc
 
 
-async def run(conn: RedisConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+def translated(what: str, exc: rex.RedisError) -> Exception:
+    """The flo error for redis-py's ``exc`` raised while doing ``what`` (see
+    :func:`redis_errors`)."""
+    if isinstance(exc, rex.TimeoutError):
+        return RequestTimeoutError(f"{what}: Redis did not answer in time ({exc})")
+    if isinstance(exc, rex.BusyLoadingError):
+        return _unavailable(f"{what}: Redis is loading its data set; retry shortly")
+    if isinstance(exc, rex.ConnectionError):
+        return NotConnectedError(f"{what}: connection to Redis lost ({exc})")
+    if isinstance(exc, rex.TryAgainError | rex.ClusterDownError | rex.MovedError | rex.AskError):
+        # Redirections redis-py gave up following (a slot in mid-migration, a cluster
+        # without a primary for the slot): the command did not run.
+        return _unavailable(f"{what}: the Redis Cluster is moving this slot ({exc}); retry")
+    if isinstance(exc, rex.ClusterError):
+        return UnavailableError(f"{what}: the Redis Cluster did not serve it ({exc})")
+    if isinstance(exc, rex.DataError):
+        # A value redis-py cannot send: refused before anything reached Redis.
+        return ValidationError(f"{what}: {exc}")
+    if isinstance(exc, rex.ResponseError):
+        if is_denied(exc):
+            return denied(what, exc, SCRIPTS)
+        return InternalServerError(f"{what}: Redis refused the command: {exc}")
+    # What answered is not speaking Redis's protocol (an HTTP server at the URL, a TLS
+    # port spoken to in plain text ...), or redis-py refused a value.
+    return ProtocolError(f"{what}: unexpected answer from the server ({exc})")
+
+
+async def run(
+    conn: RedisConn,
+    script: LuaScript,
+    keys: Sequence[str],
+    args: Sequence[Arg],
+    head: bytes = b"",
+) -> Any:
     """Run ``script`` atomically with ``keys`` and ``args``; return its raw reply.
 
     With :func:`run_sync`, the one place a script is sent: the typed gateway
-    (:mod:`flo_redis._gateway`) builds the call, this sends it. A refusal that says the
-    script did not run is resent per the connection's retry policy (:func:`configure`);
-    the last refusal is raised once the policy is used up."""
-    policy, debug, gate = _SETTINGS.get(conn, (DEFAULT_RETRY_POLICY, False, None))
-    if not debug:
-        return await retry_refused(lambda: _send(conn, script, keys, args, gate), policy)
+    (:mod:`flo_redis._gateway`) builds the call, this sends it. ``head`` is
+    :func:`packed_head` of ``script`` and ``keys`` when the caller keeps it (b"": packed
+    here when the call takes the lane). A refusal that says the script did not run is
+    resent per the connection's retry policy (:func:`configure`); the last refusal is
+    raised once the policy is used up."""
+    settings = _SETTINGS.get(conn, _DEFAULT)
+    if settings.debug:
+        return await _run_logged(conn, settings, script, keys, args)
+    try:
+        return await _send(conn, settings, script, keys, args, head)
+    except ServerError as exc:
+        if not is_refused_unrun(exc):
+            raise
+        refused = exc
+    return await retry_refused(
+        lambda: _send(conn, settings, script, keys, args, head), settings.policy, refused=refused
+    )
+
+
+async def _run_logged(
+    conn: RedisConn,
+    settings: _Settings,
+    script: LuaScript,
+    keys: Sequence[str],
+    args: Sequence[Arg],
+) -> Any:
     name = script.name
 
     async def send_logged() -> Any:
         log.debug("-> %s %s", name, keys[0] if keys else "")
         try:
-            reply = await _send(conn, script, keys, args, gate)
+            reply = await _send(conn, settings, script, keys, args, b"")
         except Exception as exc:
             log.debug("<- %s %s", name, _failure(exc))
             raise
         log.debug("<- %s %s", name, _reply_summary(reply))
         return reply
 
-    return await retry_refused(send_logged, policy)
+    return await retry_refused(send_logged, settings.policy)
 
 
 def run_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
@@ -153,24 +264,69 @@ def run_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Seque
             return conn.eval(script.source, len(keys), *keys, *args)
 
 
+def packed_head(script: LuaScript, keys: Sequence[str]) -> bytes:
+    """The part of ``EVALSHA`` that stays the same from call to call of ``script`` with
+    ``keys``, in Redis's protocol: the SHA, the KEYS count and the KEYS."""
+    return b"".join(_bulk(x.encode()) for x in (script.sha, str(len(keys)), *keys))
+
+
+_EVALSHA = b"$7\r\nEVALSHA\r\n"
+_INLINE_MAX = 4096  # a longer argument is not copied into a piece of its own
+
+
+def _bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def _packed(head: bytes, nkeys: int, args: Sequence[Arg]) -> bytes | None:
+    """The whole ``EVALSHA`` command; None when an argument is not bytes, str or int
+    (the pool's path sends it, or refuses it as redis-py does)."""
+    parts = [b"*%d\r\n" % (nkeys + len(args) + 3), _EVALSHA, head]
+    for arg in args:
+        kind = type(arg)
+        if kind is bytes:
+            data = cast(bytes, arg)
+        elif kind is str:
+            data = cast(str, arg).encode()
+        elif kind is int:
+            data = b"%d" % cast(int, arg)
+        else:
+            return None
+        if len(data) < _INLINE_MAX:
+            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        else:  # not copied once more into a piece of its own
+            parts += (b"$%d\r\n" % len(data), data, b"\r\n")
+    return b"".join(parts)
+
+
 async def _send(
     conn: RedisConn,
+    settings: _Settings,
     script: LuaScript,
     keys: Sequence[str],
     args: Sequence[Arg],
-    gate: asyncio.Semaphore | None,
+    head: bytes,
 ) -> Any:
-    async with gate or contextlib.nullcontext():
-        return await _send_now(conn, script, keys, args)
-
-
-async def _send_now(
-    conn: RedisConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]
-) -> Any:
-    with redis_errors(script.name):
-        try:
+    lane = settings.lane
+    try:
+        if lane is not None and not lane.busy and not lane.closed:
+            packed = _packed(head or packed_head(script, keys), len(keys), args)
+            if packed is not None:
+                return await lane.call(packed)
+        if settings.gate is None:
             return await conn.evalsha(script.sha, len(keys), *keys, *args)
-        except rex.NoScriptError:
+        async with settings.gate:
+            return await conn.evalsha(script.sha, len(keys), *keys, *args)
+    except rex.NoScriptError:
+        pass
+    except rex.RedisError as exc:
+        raise translated(script.name, exc) from exc
+    # Not known there (a restart, SCRIPT FLUSH, a new node): send the source, which
+    # also loads it.
+    with redis_errors(script.name):
+        if settings.gate is None:
+            return await conn.eval(script.source, len(keys), *keys, *args)
+        async with settings.gate:
             return await conn.eval(script.source, len(keys), *keys, *args)
 
 

@@ -112,6 +112,9 @@ def _rate_limit(limit: object) -> tuple[int, int]:
     )
 
 
+# The options of an invoke given none (never changed: an invoke only reads them).
+_NO_OPTIONS = ActionInvokeOptions()
+
 # What ``wait(..., on_progress=...)`` calls with the run's status: sync or async.
 ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None]
 
@@ -166,7 +169,7 @@ class ActionOperations(ActionInspection):
     ) -> ActionInvokeResult:
         """Create a run of ``name`` with ``input_data``; :class:`NotFoundError` if the action
         is not registered, :class:`ValueTooLargeError` for an oversized input."""
-        opts = check_options(options, ActionInvokeOptions)
+        opts = _NO_OPTIONS if options is None else check_options(options, ActionInvokeOptions)
         keys = self._action_keys(name, opts.namespace)
         with invoke_span(self._session.tracer, keys.namespace, name, 1) as span:
             args, size = invoke_request(

@@ -134,13 +134,22 @@ def backoff_delays(policy: RetryPolicy = DEFAULT_RETRY_POLICY) -> Iterator[float
 
 
 async def retry_refused(
-    send: Callable[[], Awaitable[T]], policy: RetryPolicy = DEFAULT_RETRY_POLICY
+    send: Callable[[], Awaitable[T]],
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+    *,
+    refused: ServerError | None = None,
 ) -> T:
     """Await ``send()``; while it raises a refusal that ``is_refused_unrun``,
     wait per ``policy`` and call it again. Returns the first answer; raises the
     last refusal once the attempts are used up, and any other error at once.
-    ``send`` must build a fresh request on each call."""
+    ``send`` must build a fresh request on each call. ``refused``: the first try
+    was already made by the caller and refused so; the next is the second."""
     delays = backoff_delays(policy)
+    if refused is not None:
+        delay = next(delays, None)
+        if delay is None:
+            raise refused
+        await asyncio.sleep(delay)
     while True:
         try:
             return await send()

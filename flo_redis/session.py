@@ -32,7 +32,7 @@ from ._endpoint import (
     server_version,
     version_tuple,
 )
-from ._scripts import RedisConn, configure, redis_errors
+from ._scripts import RedisConn, configure, redis_errors, release
 from ._trace_context import ProducerTracer
 from ._wake import Waker
 from .errors import ConnectionFailedError, NotConnectedError, RedisVersionError, ValidationError
@@ -222,6 +222,7 @@ class Session:
             if waker is not None:
                 await waker.close()
             if conn is not None:
+                release(conn)
                 await conn.aclose()
                 if self.settings.debug:
                     log.debug("Disconnected from %s", redact(self.settings.endpoint))

@@ -22,7 +22,7 @@ from flo_redis import (
 )
 
 
-@pytest.mark.parametrize("max_connections", [4, 100])
+@pytest.mark.parametrize("max_connections", [1, 2, 4, 100])  # 1: no lane; 2: a lane and one more
 async def test_many_concurrent_invokes_all_succeed(
     redis_url: str, namespace: str, max_connections: int
 ) -> None:
