@@ -1,10 +1,12 @@
 """``ActionWorker``: flo's high-level action worker, hardened, on Redis.
 
 A worker registers its actions and itself, then loops: claim up to its free capacity in
-one script call per action queue, run each handler under the local ``action_timeout``,
-and report the outcome with the run's fencing token. Reports never wait behind a poll
-(polls hold no connection while they wait), lost reports are resent and never converted,
-and ``stop()`` lets running handlers finish and still sends their results.
+one script call per action queue (and, while a backlog lasts and its handlers are short,
+a few runs ahead of them: :mod:`flo_redis._prefetch`), run each handler under the local
+``action_timeout``, and report the outcome with the run's fencing token. Reports never
+wait behind a poll (polls hold no connection while they wait), lost reports are resent
+and never converted, and ``stop()`` lets running handlers finish and still sends their
+results.
 
 The handler's context is :mod:`flo_redis.action_context`, its reports
 :mod:`flo_redis._action_reports`, and what both workers share :mod:`flo_redis._lifecycle`.
@@ -30,11 +32,12 @@ from ._action_reports import (
     completion,
     failure,
 )
-from ._aio import cancel_and_wait, wait_any
+from ._aio import cancel_and_wait
 from ._checks import check_count, check_seconds
 from ._handlers import HandlerRunner, HandlerStopped, HandlerTimeout
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
 from ._poller import ActionPoller
+from ._prefetch import InHand, Prefetch
 from ._registration import Registration
 from .action_context import (
     ActionContext,
@@ -132,7 +135,10 @@ class ActionWorker(WorkerLifecycle):
         self._schedules: list[ScheduleDeclaration] = []
         self._running: dict[str, asyncio.Task[None]] = {}  # runs whose handler runs
         self._contexts: dict[str, ActionContext] = {}  # their contexts
-        self._slot_free = asyncio.Event()
+        self._prefetch = Prefetch(self.config.concurrency, enabled=False)  # made by start()
+        self._backlog = False  # the last poll took all it asked for: claim ahead
+        self._wake = asyncio.Event()  # the poll loop waits for room on it
+        self._waiting = False  # ...and is waiting now
         # Made by start(), on the worker's own session.
         self._ops: WorkerOperations
         self._registration: Registration
@@ -213,6 +219,10 @@ class ActionWorker(WorkerLifecycle):
 
     async def _setup(self) -> None:
         self._ops = WorkerOperations(self.session)
+        # Runs in hand would count against a limit shared with other workers while they
+        # wait, so a worker serving a limited action claims only for free slots.
+        limited = any(o.max_concurrency or o.rate_limit for o in self._options.values())
+        self._prefetch = Prefetch(self.config.concurrency, enabled=not limited)
         self._reports = RunReporter(
             self._ops, self.config.worker_id, self.observer, self._stop.is_set, self._refuse
         )
@@ -270,16 +280,36 @@ class ActionWorker(WorkerLifecycle):
 
     # --- polling -------------------------------------------------------------------
 
+    def stop(self) -> None:
+        super().stop()
+        self._wake.set()
+
+    def _poll_room(self) -> int:
+        """How many runs the next poll may take now; 0: wait. With a slot free, every
+        free slot and the runs to hold in hand (flo_redis/_prefetch.py); with every slot
+        busy, a claim ahead once the runs in hand fell to half of what to hold."""
+        concurrency = self.config.concurrency
+        running = len(self._running)
+        depth = self._prefetch.depth() if self._backlog else 0
+        room = concurrency + depth - running - len(self._prefetch.runs)
+        if running < concurrency:
+            return room
+        return room if depth and room >= max(1, depth // 2) else 0
+
     async def _room(self) -> int:
-        free = self.config.concurrency - len(self._running)
-        if free <= 0:
-            self._slot_free.clear()
-            await wait_any(self._slot_free, self._stop)
-            # Let handlers finishing in the same moment free their slots too, so the
-            # next claim fills several at once.
-            await asyncio.sleep(0)
-            return 0
-        return free
+        room = self._poll_room()
+        if room > 0:
+            return room
+        self._wake.clear()
+        self._waiting = True
+        try:
+            await self._wake.wait()
+        finally:
+            self._waiting = False
+        # Let handlers finishing in the same moment free their slots too, so the next
+        # claim fills several at once.
+        await asyncio.sleep(0)
+        return 0
 
     async def _poll_loop(self) -> None:
         # The poller parks in the queues for hand-offs (flo_redis/_poller.py).
@@ -292,17 +322,31 @@ class ActionWorker(WorkerLifecycle):
             health_ttl_s=_HEALTH_TTL_S,
             on_unregistered=self._registration.restore_action,
         )
-        async with self._poller:
-            try:
-                await super()._poll_loop()
-            finally:
-                # Runs handed to parks still standing are this worker's: start them.
-                with contextlib.suppress(Exception):
-                    await self._poller.leave()
+        try:
+            async with self._poller:
+                try:
+                    await super()._poll_loop()
+                finally:
+                    # Runs handed to parks still standing are this worker's: start them.
+                    with contextlib.suppress(Exception):
+                        await self._poller.leave()
+        finally:
+            # Runs in hand were not started: give them back unspent.
+            while self._prefetch.runs:
+                self._give_back(self._prefetch.runs.popleft())
 
     async def _poll(self, poll_id: str, room: int) -> Sequence[Claimed]:
         # The poller has started what it returns (handed runs as their message is read).
-        return await self._poller.poll(poll_id, room, self.config.block_ms)
+        # A claim ahead (every slot busy) neither waits nor parks: a run handed to a
+        # parked poller is for a worker that can start it.
+        ahead = len(self._running) >= self.config.concurrency
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        taken = await self._poller.poll(poll_id, room, 0 if ahead else self.config.block_ms)
+        self._backlog = len(taken) >= room
+        if ahead or len(taken) >= room > 1:  # answered without waiting for work
+            self._prefetch.claim_took(loop.time() - began)
+        return taken
 
     async def _poll_failed(self, exc: Exception) -> bool:
         if not isinstance(exc, ServerError):
@@ -326,28 +370,63 @@ class ActionWorker(WorkerLifecycle):
         await asyncio.sleep(0)
 
     def _start_runs(self, runs: list[Claimed]) -> None:
-        """Start ``runs``, claimed or handed to the poller (it calls this)."""
+        """Start ``runs``, claimed or handed to the poller (it calls this), in free
+        slots; the rest are held in hand, in order."""
         self._reports.claimed(len(runs))
+        now = asyncio.get_running_loop().time()
+        in_hand = self._prefetch.runs
+        concurrency = self.config.concurrency
         for run in runs:
-            self._spawn(run)
+            self.observer.run_claimed(
+                run.action, max(0, run.claimed_at_ms - run.ready_at_ms) / 1000
+            )
+            if not in_hand and len(self._running) < concurrency:
+                self._spawn(run, now)
+            else:
+                in_hand.append(InHand(run, now))
 
-    def _spawn(self, run: Claimed) -> None:
-        self.observer.run_claimed(run.action, max(0, run.claimed_at_ms - run.ready_at_ms) / 1000)
-        task = asyncio.create_task(self._execute(run), name=f"flo-run-{run.run_id}")
+    def _spawn(self, run: Claimed, claimed_at: float) -> None:
+        task = asyncio.create_task(self._execute(run, claimed_at), name=f"flo-run-{run.run_id}")
         self._running[run.run_id] = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _give_back(self, held: InHand) -> None:
+        """Release a run in hand that will not be started, without spending its
+        attempt."""
+        ctx = self._context(held.run, held.claimed_at)
+        release = Released().deliver(self._reports, ctx)
+        task = asyncio.create_task(release, name=f"flo-release-{held.run.run_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     def _handler_done(self, run_id: str) -> None:
         """The handler finished: its slot is free while its report is still on the way
-        (a pending report uses no handler capacity; ``current_load`` counts handlers)."""
+        (a pending report uses no handler capacity; ``current_load`` counts handlers),
+        so the next run in hand starts in it."""
         self._contexts.pop(run_id, None)
-        if self._running.pop(run_id, None) is not None:
-            self._slot_free.set()
+        if self._running.pop(run_id, None) is None:
+            return
+        in_hand = self._prefetch.runs
+        if in_hand and not self._stop.is_set():
+            now = asyncio.get_running_loop().time()
+            while in_hand and len(self._running) < self.config.concurrency:
+                held = in_hand.popleft()
+                lease_ms = self._lease_ms(held.run.action)
+                if lease_ms and now - held.claimed_at > lease_ms / 2000.0:
+                    self._give_back(held)  # half its lease spent waiting
+                else:
+                    self._spawn(held.run, held.claimed_at)
+        if self._waiting and self._poll_room() > 0:
+            self._wake.set()
+
+    def _lease_ms(self, action: str) -> int:
+        options = self._options.get(action)
+        return options.timeout_ms if options is not None else 0
 
     # --- one run -------------------------------------------------------------------
 
-    async def _execute(self, run: Claimed) -> None:
+    def _context(self, run: Claimed, claimed_at: float) -> ActionContext:
         ctx = ActionContext(
             task_id=run.run_id,
             action_name=run.action,
@@ -359,12 +438,17 @@ class ActionWorker(WorkerLifecycle):
             token=run.token,
             _trace=run.trace,
         )
+        # The claim ran before its reply arrived, so the lease ends by then + its length.
+        lease_ms = self._lease_ms(run.action)
+        if lease_ms > 0:
+            ctx._lease_end = claimed_at + lease_ms / 1000.0
+        return ctx
+
+    async def _execute(self, run: Claimed, claimed_at: float) -> None:
+        ctx = self._context(run, claimed_at)
         self._contexts[run.run_id] = ctx
-        began = asyncio.get_running_loop().time()
-        # The claim ran before its reply arrived, so the lease ends by now + its length.
-        timeout_ms = self._options[run.action].timeout_ms if run.action in self._options else 0
-        if timeout_ms > 0:
-            ctx._lease_end = began + timeout_ms / 1000.0
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         report: Report
         try:
             try:
@@ -379,9 +463,9 @@ class ActionWorker(WorkerLifecycle):
                 error = report.error or RuntimeError(report.message)
                 await self._hook("on_failure", self.observer.on_failure, ctx, error)
             if not isinstance(report, Released):
-                self.observer.run_handled(
-                    ctx.action_name, report.handled, asyncio.get_running_loop().time() - began
-                )
+                took = loop.time() - began
+                self._prefetch.handler_took(took)
+                self.observer.run_handled(ctx.action_name, report.handled, took)
         except asyncio.CancelledError:
             # Shutdown: hand the run back without counting the attempt. The handler is
             # over, so an abort that cancels again does not cancel the release.
@@ -423,6 +507,10 @@ class ActionWorker(WorkerLifecycle):
         its handler is cancelled as for a lost lease (a sync handler sees
         ``ctx.cancelled``) and reports nothing."""
         ctx = self._contexts.get(run_id)
+        if ctx is None and self._prefetch.take(run_id, token) is not None:
+            log.info("run %s was cancelled before its handler began", run_id)
+            self._reports.left()
+            return
         if ctx is None or ctx.token != token or ctx._revoked:
             return
         log.info("run %s was cancelled; cancelling its handler", run_id)
