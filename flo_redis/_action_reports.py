@@ -2,14 +2,20 @@
 :class:`Failed`, :class:`Released`, :class:`Dropped`), each delivering itself through a
 worker's :class:`RunReporter` (completes batched, every report fenced by its token and
 resent by :func:`flo_redis._reports.send_report`), and the worker's load and completed
-counters, sent in batches."""
+counters, sent in batches.
+
+A complete is handed to the batch and its run's task ends: the batch's answer is dealt
+with where it arrives, and only the rare complete that needs more (a lost connection, a
+result too large to store) gets a task of its own, which the worker waits for as it
+waits for its handlers."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._aio import sleep_unless_stopped
 from ._batch import Coalescer
@@ -28,8 +34,6 @@ from .types import Reason, RunStatus, WorkerFailOptions
 from .worker_ops import CompleteItem, WorkerOperations
 
 if TYPE_CHECKING:
-    import asyncio
-
     from .action_context import ActionContext
 
 log = logging.getLogger("flo_redis.worker")
@@ -47,22 +51,23 @@ class Completed:
     handled: ClassVar[str] = "completed"
 
     async def deliver(self, to: RunReporter, ctx: ActionContext) -> None:
-        item = CompleteItem(ctx.task_id, self.data, self.outcome, ctx.token)
-        # The common case in one step (no resend machinery: it is the hot path).
-        try:
-            refusal = await to.submit_complete(ctx.action_name, item)
-        except Exception as exc:
-            if not is_connection_error(exc):
-                raise
-            log.info("complete of %s: connection lost (%s); sending again", ctx.task_id, exc)
-            answers: list[ServerError | None] = []
+        # Into the next batch, answered there: nothing to wait for here.
+        to.complete(ctx, self)
 
-            async def send() -> None:
-                answers.append(await to.submit_complete(ctx.action_name, item))
+    async def resend(self, to: RunReporter, ctx: ActionContext, item: CompleteItem) -> None:
+        """The batch carrying this complete lost its connection: send it again."""
+        answers: list[ServerError | None] = []
 
-            if not await to.send(ctx, "complete", send, sent=1):
-                return  # given up
-            refusal = answers[-1]
+        async def send() -> None:
+            answers.append(await to.submit_complete(ctx.action_name, item))
+
+        if await to.send(ctx, "complete", send, sent=1):
+            await self.answered(to, ctx, answers[-1])
+
+    async def answered(
+        self, to: RunReporter, ctx: ActionContext, refusal: ServerError | None
+    ) -> None:
+        """The store's answer to this complete: ``None`` (accepted) or its refusal."""
         if refusal is None:
             to.observer.run_completed(ctx.action_name, self.outcome)
         elif refusal.reason == Reason.FIELD_TOO_LONG:
@@ -181,14 +186,18 @@ class RunReporter:
         observer: WorkerObserver,
         stopping: Callable[[], bool],
         refuse: Callable[[PermissionDeniedError], None],
+        track: Callable[[asyncio.Task[None]], None],
     ) -> None:
+        """``track`` is told of every task the reporter starts (the worker waits for
+        them as it waits for its handlers)."""
         self.ops = ops
         self.worker_id = worker_id
         self.observer = observer
         self.refuse = refuse
         self._stopping = stopping
+        self._track = track
         self._completes: Coalescer[CompleteItem] = Coalescer(
-            self._complete_batch, "flo-complete-batches"
+            self._complete_batch, "flo-complete-batches", track
         )
         self._load_delta = 0
         self._completed_delta = 0
@@ -225,6 +234,35 @@ class RunReporter:
     def submit_complete(self, action: str, item: CompleteItem) -> Awaitable[ServerError | None]:
         """Complete ``item`` in the next batch of ``action``'s completes; its refusal."""
         return self._completes.submit(action, item)
+
+    def complete(self, ctx: ActionContext, report: Completed) -> None:
+        """Complete ``ctx``'s run in the next batch of its action's completes; its answer
+        is dealt with when the batch is answered."""
+        item = CompleteItem(ctx.task_id, report.data, report.outcome, ctx.token)
+
+        def answered(refusal: ServerError | None, error: BaseException | None) -> None:
+            if error is not None:
+                self._complete_failed(ctx, report, item, error)
+            elif refusal is None:
+                self.observer.run_completed(ctx.action_name, report.outcome)
+            else:
+                self._spawn(report.answered(self, ctx, refusal), ctx)
+
+        self._completes.post(ctx.action_name, item, answered)
+
+    def _complete_failed(
+        self, ctx: ActionContext, report: Completed, item: CompleteItem, error: BaseException
+    ) -> None:
+        if is_connection_error(error):
+            log.info("complete of %s: connection lost (%s); sending again", ctx.task_id, error)
+            self._spawn(report.resend(self, ctx, item), ctx)
+        elif isinstance(error, PermissionDeniedError):
+            self.refuse(error)
+        elif not isinstance(error, asyncio.CancelledError):
+            log.error("complete of %s failed: %r", ctx.task_id, error, exc_info=error)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], ctx: ActionContext) -> None:
+        self._track(asyncio.create_task(coro, name=f"flo-complete-{ctx.task_id}"))
 
     async def _complete_batch(
         self, action: str, items: Sequence[CompleteItem]

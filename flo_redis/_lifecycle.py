@@ -87,7 +87,7 @@ class WorkerLifecycle(ClosesOnExit):
         self._finished = asyncio.Event()
         self._started = False
         self._refused: PermissionDeniedError | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # each: one handler, then its report
+        self._tasks: set[asyncio.Task[None]] = set()  # handlers, and reports on their way
         self._runner: HandlerRunner | None = None
 
     @property
@@ -266,7 +266,7 @@ class WorkerLifecycle(ClosesOnExit):
             await self._take(taken)
 
     async def _wait_handlers(self) -> None:
-        """Wait until ``_tasks`` (each one handler, then its report) is empty; once
+        """Wait until ``_tasks`` (handlers, and reports on their way) is empty; once
         :meth:`abort` is called, cancel those still in their handler (each gives its
         work back) and wait for the rest."""
         tasks = self._tasks

@@ -224,7 +224,12 @@ class ActionWorker(WorkerLifecycle):
         limited = any(o.max_concurrency or o.rate_limit for o in self._options.values())
         self._prefetch = Prefetch(self.config.concurrency, enabled=not limited)
         self._reports = RunReporter(
-            self._ops, self.config.worker_id, self.observer, self._stop.is_set, self._refuse
+            self._ops,
+            self.config.worker_id,
+            self.observer,
+            self._stop.is_set,
+            self._refuse,
+            self._track,
         )
         self._registration = Registration(
             self.session,
@@ -388,6 +393,11 @@ class ActionWorker(WorkerLifecycle):
     def _spawn(self, run: Claimed, claimed_at: float) -> None:
         task = asyncio.create_task(self._execute(run, claimed_at), name=f"flo-run-{run.run_id}")
         self._running[run.run_id] = task
+        self._track(task)
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        """Count ``task`` (a handler, or a report on its way) among those start() waits
+        for."""
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -396,9 +406,7 @@ class ActionWorker(WorkerLifecycle):
         attempt."""
         ctx = self._context(held.run, held.claimed_at)
         release = Released().deliver(self._reports, ctx)
-        task = asyncio.create_task(release, name=f"flo-release-{held.run.run_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._track(asyncio.create_task(release, name=f"flo-release-{held.run.run_id}"))
 
     def _handler_done(self, run_id: str) -> None:
         """The handler finished: its slot is free while its report is still on the way
