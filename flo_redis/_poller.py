@@ -89,7 +89,7 @@ class ActionPoller(ClosesOnExit):
         self._poll_id = ""  # the last poll's id: leave() ends its parks
         self._rotation = 0
         self._standing: dict[str, str] = {}  # action -> poll id of the park standing there
-        self._received: dict[str, str] = {}  # action -> the last run id taken from it
+        self._received: dict[str, str] = {}  # action -> "<run id> <token>" last taken there
         self._seen: OrderedDict[str, int] = OrderedDict()  # run id -> token passed on
         self._stack = contextlib.AsyncExitStack()
         owner = session.owner_id
@@ -247,7 +247,7 @@ class ActionPoller(ClosesOnExit):
         fresh: builtins.list[Claimed] = []
         seen = self._seen
         for run in runs:
-            self._received[action] = run.run_id
+            self._received[action] = f"{run.run_id} {run.token}"
             if seen.get(run.run_id) == run.token:
                 continue
             seen[run.run_id] = run.token

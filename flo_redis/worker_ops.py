@@ -363,7 +363,8 @@ class WorkerOperations(RunReports):
     ) -> ClaimReply:
         """One claim script call on one action queue (no health gate, no waiting). With
         ``park_ms`` a poll that finds nothing parks its poller for a hand-off;
-        ``received`` names the run handed to the poller's previous poll here that it got."""
+        ``received`` names the run handed to the poller's previous poll here that it got,
+        as ``"<run id> <token>"``."""
         owner = self._session.owner_id
         return await ACTION_CLAIM(
             self._session,

@@ -1,6 +1,7 @@
 --[[ action_claim
   Hand up to max_n ready runs to one worker: each becomes RUNNING under a lease with a new
-  fencing token. First (bounded) it takes back expired leases and promotes due delayed runs.
+  fencing token. First (bounded) it takes back expired leases and promotes due delayed runs;
+  what of those it does not take goes to other parked pollers, else wakes pollers.
   A retried poll (same poll id) gets back what that poll was handed and still holds, not
   new runs. A poll that finds nothing may park its poller for a hand-off (lib/handoff.lua);
   any claim of a poller ends its park.
@@ -20,6 +21,7 @@
   KEYS[14] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[15] parked  ZSET  poller -> park deadline ms: pollers waiting for a hand-off
   KEYS[16] handoff CHANNEL  the caller's hand-off channel in this queue (lib/handoff.lua)
+  KEYS[17] wake    CHANNEL  sharded channel announcing new work
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
@@ -31,8 +33,10 @@
                       no worker asking took (meta field scan_at)
   ARGV[7] park_ms     when nothing is handed to a "<poller>#<n>" poll, park the poller
                       for this long (at most 60000; 0: do not park)
-  ARGV[8] received    the run id this poller received by hand-off here for its previous
-                      poll, or '' (a run handed to that poll and not received is part
+  ARGV[8] received    "<run id> <token>" of the run this poller received here last (by
+                      hand-off for its previous poll), or '' (a run handed to that poll
+                      and not received -- another run, or the same run under another
+                      token: a retry, a release -- is part
                       of this poll's answer)
   Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
           claimed_ms, input, trace) * n, rate_next_ms}
@@ -54,7 +58,7 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
-  ended = KEYS[13], rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16]}
+  ended = KEYS[13], rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16], wake = KEYS[17]}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]
@@ -105,8 +109,8 @@ if replayed > 0 then
   return out
 end
 
-queue_expire(k, now, BATCH, action.backoff_ms, action.backoff_max_ms)
-queue_promote(k, now, BATCH)
+local ready = queue_expire(k, now, BATCH, action.backoff_ms, action.backoff_max_ms)
+ready = ready + queue_promote(k, now, BATCH)
 
 local memo = poll_memo()
 -- A run handed to the poller's previous poll that it did not receive: ours to answer with.
@@ -151,6 +155,9 @@ if n > out[3] then
   end
 end
 
+-- Runs this claim made ready and did not take: other parked pollers' (the caller's park
+-- ended above), else a wake-up, so none waits for a poller that does not know of it.
+if ready > 0 then handoff_ready(k, action, now, ready) end
 if #memo.ids > 0 then
   -- The reclaim asks about every owner listed here (lib/owners.lua).
   redis.call('HSETNX', k.owners, owner, 0)

@@ -1,12 +1,20 @@
 --[[ action_invoke_many
   Create several runs of a registered action in one call, all ready now, with the same
-  labels and priority. The runs are queued in the order given.
+  labels and priority. The runs are queued in the order given; parked pollers are handed
+  runs from the head of the queue, one each while one may take it (lib/handoff.lua).
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (seq: run ids, qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
   KEYS[4] inputs   HASH  run_id -> input bytes
   KEYS[5] pending  ZSET  run_id -> queue order (lib/priority.lua)
   KEYS[6] wake     CHANNEL  sharded channel announcing new work
+  KEYS[7] parked   ZSET  poller -> park deadline ms: pollers waiting for a hand-off
+  KEYS[8] polls    HASH  poll memos; a parked poller's park rides in its memo
+  KEYS[9] poll_times  ZSET  poll memo -> time ms
+  KEYS[10] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[11] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[12] leases  ZSET  run_id -> lease deadline ms
+  KEYS[13] rate    ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] labels      msgpack map of type-tagged labels, or ''
   ARGV[3] priority    0 .. 255: ready runs of a lower value are claimed first
@@ -21,8 +29,10 @@
 --@include lib/run.lua
 --@include lib/action.lua
 --@include lib/priority.lua
+--@include lib/handoff.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  pending = KEYS[5], wake = KEYS[6]}
+  pending = KEYS[5], wake = KEYS[6], parked = KEYS[7], polls = KEYS[8], poll_times = KEYS[9],
+  owners = KEYS[10], owned = KEYS[11], leases = KEYS[12], rate = KEYS[13]}
 local id_prefix = ARGV[1]
 local labels = ARGV[2]
 local priority = tonumber(ARGV[3])
@@ -67,5 +77,5 @@ end
 redis.call('HSET', k.runs, unpack(run_fields))
 redis.call('HSET', k.inputs, unpack(input_fields))
 redis.call('ZADD', k.pending, unpack(queue_args))
-redis.call('SPUBLISH', k.wake, '1')
+handoff_ready(k, action, now, n)
 return {ST_OK, first, n}

@@ -1,7 +1,8 @@
 --[[ action_reap
   Periodic upkeep of one action queue, so expired leases and due delayed runs move even
   when nobody polls: takes back expired leases, promotes due delayed runs and trims kept
-  completed runs, each bounded by a batch.
+  completed runs, each bounded by a batch. Parked pollers are handed the runs made ready
+  from the head of the queue (lib/handoff.lua).
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters
   KEYS[3] runs     HASH  run_id -> msgpack record
@@ -15,18 +16,26 @@
   KEYS[11] wake    CHANNEL  sharded channel announcing new work
   KEYS[12] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[13] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
+  KEYS[14] parked  ZSET  poller -> park deadline ms: pollers waiting for a hand-off
+  KEYS[15] polls   HASH  poll memos; a parked poller's park rides in its memo
+  KEYS[16] poll_times  ZSET  poll memo -> time ms
+  KEYS[17] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[18] rate    ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] batch    at most this many items per step
-  Returns {status, ready, next_due_ms}   status: OK | NO_ACTION
+  Returns {status, ready, next_due_ms}   status: OK | NO_ACTION; ready: runs made ready
+          (handed or queued)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
+--@include lib/handoff.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   done = KEYS[9], idempotency = KEYS[10], wake = KEYS[11], owned = KEYS[12],
-  ended = KEYS[13]}
+  ended = KEYS[13], parked = KEYS[14], polls = KEYS[15], poll_times = KEYS[16],
+  owners = KEYS[17], rate = KEYS[18]}
 local batch = tonumber(ARGV[1])
 
 local action = action_load(k.definition)
@@ -35,5 +44,5 @@ local now = now_ms()
 local ready = queue_expire(k, now, batch, action.backoff_ms, action.backoff_max_ms)
 ready = ready + queue_promote(k, now, batch)
 queue_retain(k, k.done, now, action.retention_ms, action.retention_count, batch)
-if ready > 0 then redis.call('SPUBLISH', k.wake, '1') end
+if ready > 0 then handoff_ready(k, action, now, ready) end
 return {ST_OK, ready, queue_next_due(k.delayed)}

@@ -5,7 +5,8 @@
   judged gone once it stayed absent for grace_ms. Of a gone owner, exactly the runs whose
   record names it as owner are taken back: each keeps the attempt it spent and waits again
   (after the action's backoff), or ends FAILED on its last attempt, with the error
-  'owner gone: worker process died'. A frozen owner keeps its subscription, so only its
+  'owner gone: worker process died' (runs ready again go to parked pollers from the head
+  of the queue: lib/handoff.lua). A frozen owner keeps its subscription, so only its
   lease deadlines apply to it. Also drops a few index entries of runs no longer held.
   At most `batch` index entries of gone owners per call.
   KEYS[1] definition HASH  the action's settings
@@ -19,7 +20,12 @@
   KEYS[9] owned    ZSET  "<owner>\0<run_id>" (score 0): the runs handed to each owner
   KEYS[10] wake    CHANNEL  sharded channel announcing new work
   KEYS[11] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
-  KEYS[12..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
+  KEYS[12] inputs  HASH  run_id -> input bytes
+  KEYS[13] parked  ZSET  poller -> park deadline ms: pollers waiting for a hand-off
+  KEYS[14] polls   HASH  poll memos; a parked poller's park rides in its memo
+  KEYS[15] poll_times  ZSET  poll memo -> time ms
+  KEYS[16] rate    ZSET  token -> start ms: the action's starts within its rate window
+  KEYS[17..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
                         in the same order
   ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone (>= 0)
   ARGV[2] batch     at most this many index entries of gone owners (1..1000)
@@ -35,11 +41,13 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/owners.lua
+--@include lib/handoff.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   delayed = KEYS[5], leases = KEYS[6], failed = KEYS[7], owners = KEYS[8], owned = KEYS[9],
-  wake = KEYS[10], ended = KEYS[11]}
+  wake = KEYS[10], ended = KEYS[11], inputs = KEYS[12], parked = KEYS[13], polls = KEYS[14],
+  poll_times = KEYS[15], rate = KEYS[16]}
 local channels = {}
-for i = 12, #KEYS do channels[#channels + 1] = KEYS[i] end
+for i = 17, #KEYS do channels[#channels + 1] = KEYS[i] end
 local grace_ms = tonumber(ARGV[1])
 local batch = tonumber(ARGV[2])
 local owners = cmsgpack.unpack(ARGV[3])
@@ -99,5 +107,5 @@ if judged.cleared > 0 then
   redis.call('HINCRBY', k.meta, 'stat:suspicions_cleared', judged.cleared)
 end
 if judged.gone > 0 then redis.call('HINCRBY', k.meta, 'stat:owners_gone', judged.gone) end
-if ready > 0 then redis.call('SPUBLISH', k.wake, '1') end
+if ready > 0 then handoff_ready(k, action, now, ready) end
 return {ST_OK, reclaimed, judged.wait, judged.more}

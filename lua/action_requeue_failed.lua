@@ -1,6 +1,7 @@
 --[[ action_requeue_failed
   Re-queue up to `batch` of an action's FAILED, TIMED_OUT and CANCELLED runs, oldest
-  first, each for a fresh set of attempts (as run_requeue). Called repeatedly with the
+  first, each for a fresh set of attempts (as run_requeue; parked pollers are handed the
+  head of the queue: lib/handoff.lua). Called repeatedly with the
   `upto` of the first call, it re-queues every run that had failed when the first call
   ran, and never one that failed again since, so the loop ends.
   KEYS[1] definition HASH  the action's settings
@@ -9,6 +10,14 @@
   KEYS[4] pending  ZSET  run_id -> queue order
   KEYS[5] failed   ZSET  run_id -> finished ms
   KEYS[6] wake     CHANNEL  sharded channel announcing new work
+  KEYS[7] inputs   HASH  run_id -> input bytes
+  KEYS[8] leases   ZSET  run_id -> lease deadline ms
+  KEYS[9] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[10] parked  ZSET  poller -> park deadline ms: pollers waiting for a hand-off
+  KEYS[11] polls   HASH  poll memos; a parked poller's park rides in its memo
+  KEYS[12] poll_times  ZSET  poll memo -> time ms
+  KEYS[13] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[14] rate    ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] upto     re-queue runs that failed at or before this ms; '' = the newest now
   ARGV[2] batch    1 .. 500
   Returns {status, requeued, remaining, upto}   status: OK | NO_ACTION | OUT_OF_RANGE;
@@ -19,8 +28,11 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
+--@include lib/handoff.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
-  failed = KEYS[5], wake = KEYS[6]}
+  failed = KEYS[5], wake = KEYS[6], inputs = KEYS[7], leases = KEYS[8], owned = KEYS[9],
+  parked = KEYS[10], polls = KEYS[11], poll_times = KEYS[12], owners = KEYS[13],
+  rate = KEYS[14]}
 local upto = ARGV[1]
 local batch = tonumber(ARGV[2])
 local MAX_BATCH = 500
@@ -59,7 +71,7 @@ if #ids > 0 then
   if #queued > 0 then
     redis.call('HSET', k.runs, unpack(saved))
     redis.call('ZADD', k.pending, unpack(queued))
-    redis.call('SPUBLISH', k.wake, '1')
+    handoff_ready(k, action, now, #queued / 2)
   end
 end
 return {ST_OK, #ids, redis.call('ZCOUNT', k.failed, '-inf', upto), upto}

@@ -1,6 +1,7 @@
 --[[ run_fail
   Fail a running run, for its current holder only. With retry and attempts left the run
-  waits for its next attempt (after the action's backoff); otherwise it ends FAILED, kept
+  waits for its next attempt (after the action's backoff; ready now, it goes straight to a
+  parked poller when one may take it: lib/handoff.lua); otherwise it ends FAILED, kept
   in the failed set with its error. An identical resend is answered OK and changes nothing.
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters
@@ -13,6 +14,11 @@
   KEYS[9] wake     CHANNEL  sharded channel announcing new work
   KEYS[10] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[11] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
+  KEYS[12] parked  ZSET  poller -> park deadline ms: pollers waiting for a hand-off
+  KEYS[13] polls   HASH  poll memos; a parked poller's park rides in its memo
+  KEYS[14] poll_times  ZSET  poll memo -> time ms
+  KEYS[15] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[16] rate    ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
   ARGV[3] worker_id
@@ -27,9 +33,11 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
+--@include lib/handoff.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8], wake = KEYS[9],
-  owned = KEYS[10], ended = KEYS[11]}
+  owned = KEYS[10], ended = KEYS[11], parked = KEYS[12], polls = KEYS[13],
+  poll_times = KEYS[14], owners = KEYS[15], rate = KEYS[16]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
@@ -60,7 +68,7 @@ run.lrw = worker_id
 run.lrr = retry
 if retry == 1 and run.a < run.mr then
   if queue_retry(k, run_id, run, now, action.backoff_ms, action.backoff_max_ms) == 1 then
-    redis.call('SPUBLISH', k.wake, '1')
+    handoff_ready(k, action, now, 1)
   end
 else
   queue_bury(k, run_id, run, now, RUN_FAILED)

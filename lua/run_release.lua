@@ -1,7 +1,9 @@
 --[[ run_release
   Give a running run back without spending its attempt: the holder is shutting down and
-  did not run the handler to the end. The run waits again at the back of the queue; the
-  next hand-out gets a new fencing token, so nothing from this holder applies after.
+  did not run the handler to the end. The run waits again at the back of the queue (or
+  goes straight to a parked poller of another owner when one may take it: the releasing
+  one is stopping; lib/handoff.lua); the next
+  hand-out gets a new fencing token, so nothing from this holder applies after.
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters
   KEYS[3] runs     HASH  run_id -> msgpack record
@@ -9,6 +11,12 @@
   KEYS[5] leases   ZSET  run_id -> lease deadline ms
   KEYS[6] wake     CHANNEL  sharded channel announcing new work
   KEYS[7] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[8] inputs   HASH  run_id -> input bytes
+  KEYS[9] parked   ZSET  poller -> park deadline ms: pollers waiting for a hand-off
+  KEYS[10] polls   HASH  poll memos; a parked poller's park rides in its memo
+  KEYS[11] poll_times  ZSET  poll memo -> time ms
+  KEYS[12] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[13] rate    ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
   ARGV[3] worker_id
@@ -20,13 +28,16 @@
 --@include lib/queue.lua
 --@include lib/owners.lua
 --@include lib/action.lua
+--@include lib/handoff.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
-  leases = KEYS[5], wake = KEYS[6], owned = KEYS[7]}
+  leases = KEYS[5], wake = KEYS[6], owned = KEYS[7], inputs = KEYS[8], parked = KEYS[9],
+  polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12], rate = KEYS[13]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
 
-if not action_load(k.definition) then return {ST_NO_ACTION} end
+local action = action_load(k.definition)
+if not action then return {ST_NO_ACTION} end
 local run = run_load(k.runs, run_id)
 if not run then return {ST_NOT_FOUND} end
 if not run_is_holder(run, token, worker_id) then return {ST_STALE, run.s} end
@@ -34,10 +45,12 @@ redis.call('ZREM', k.leases, run_id)
 run.s = RUN_PENDING
 run.a = math.max(run.a - 1, 0)
 run.st = nil
-owned_drop(k.owned, run.o, run_id)
+local releasing = run.o
+owned_drop(k.owned, releasing, run_id)
 run.o = nil
-run.rd = now_ms()
+local now = now_ms()
+run.rd = now
 run_save(k.runs, run_id, run)
 queue_push(k.meta, k.pending, run_id, run)
-redis.call('SPUBLISH', k.wake, '1')
+handoff_ready(k, action, now, 1, releasing)
 return {ST_OK, run.s}

@@ -2,7 +2,8 @@
   Fire one due occurrence of a schedule: create its run (the occurrence is the run's
   idempotency key, so it is created once) and advance the schedule to its next occurrence,
   atomically. Refuses an occurrence not yet due by server time and a stale advance (the
-  schedule moved on, or was replaced, since the caller read it).
+  schedule moved on, or was replaced, since the caller read it). The run goes straight to
+  a parked poller when one may take it (lib/handoff.lua).
   KEYS[1] definition    HASH  the action's settings
   KEYS[2] meta          HASH  counters (seq: run ids, qseq: queue order)
   KEYS[3] runs          HASH  run_id -> msgpack record
@@ -13,6 +14,13 @@
   KEYS[8] wake          CHANNEL  sharded channel announcing new work
   KEYS[9] schedules     HASH  schedule name -> msgpack record {i = input, ...}
   KEYS[10] schedule_due ZSET  schedule name -> next occurrence ms
+  KEYS[11] parked       ZSET  poller -> park deadline ms: pollers waiting for a hand-off
+  KEYS[12] polls        HASH  poll memos; a parked poller's park rides in its memo
+  KEYS[13] poll_times   ZSET  poll memo -> time ms
+  KEYS[14] owners       HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[15] owned        ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[16] leases       ZSET  run_id -> lease deadline ms
+  KEYS[17] rate         ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] id_prefix  run ids are id_prefix .. sequence
   ARGV[2] name       schedule name
   ARGV[3] due_ms     the occurrence being fired, as read from schedule_due (decimal text,
@@ -30,7 +38,9 @@
 --@include lib/invoke.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8],
-  schedules = KEYS[9], schedule_due = KEYS[10]}
+  schedules = KEYS[9], schedule_due = KEYS[10], parked = KEYS[11], polls = KEYS[12],
+  poll_times = KEYS[13], owners = KEYS[14], owned = KEYS[15], leases = KEYS[16],
+  rate = KEYS[17]}
 local id_prefix = ARGV[1]
 local name = ARGV[2]
 local due_ms = ARGV[3]

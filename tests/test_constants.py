@@ -114,6 +114,7 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/handoff.lua", "PARK_MAX_MS"): "a park's longest life; the poller claims again anyway",
     ("lib/handoff.lua", "HANDOFF_SCAN"): "parked pollers one hand-off looks at",
     ("lib/handoff.lua", "HANDOFF_INPUT_MAX"): "larger inputs are fetched by the claim",
+    ("lib/handoff.lua", "HANDOFF_BATCH"): "runs one script hands from the queue's head",
     ("lib/handoff.lua", "PARK_FORGET_BATCH"): "expired parks dropped per claim",
     ("lib/handoff.lua", "PARK_SCAN_MAX"): "parks one unpark (a drain) looks at",
     ("lib/polls.lua", "POLL_MEMORY_MS"): "Python only documents it ('two minutes')",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import msgpack
@@ -19,14 +20,19 @@ from flo_redis import (
     ActionContext,
     ActionInvokeOptions,
     ActionRegisterOptions,
+    ActionWorker,
+    ConflictError,
     FloClient,
     RateLimit,
     RunStatus,
     WorkerCompleteOptions,
+    WorkerFailOptions,
 )
 from flo_redis.codec import pack
 from flo_redis.keys import ActionKeys, action_keys, handoff_channel
 from flo_redis.reclaim import reclaim_gone_owners
+from flo_redis.schedules import fire_due
+from flo_redis.worker_ops import WorkerOperations
 
 PARK_MS = 10_000
 
@@ -137,10 +143,27 @@ async def test_a_received_run_is_not_handed_out_again(
     keys = await register(client)
     await park(client, keys)
     run_id = (await client.action.invoke("job", b"x")).run_id
-    assert await channel.next() is not None
-    nxt = await client.worker.claim(keys, "w1", b"", 5, "p1#1", PARK_MS, run_id)
+    token = (await channel.next() or [None, None, None])[2]
+    nxt = await client.worker.claim(keys, "w1", b"", 5, "p1#1", PARK_MS, f"{run_id} {token}")
     assert nxt.runs == ()
     assert await raw.zcard(keys.parked) == 1  # parked again for the next one
+
+
+async def test_the_same_run_handed_again_under_a_new_token_is_not_taken_as_received(
+    client: FloClient, channel: Channel
+) -> None:
+    keys = await register(client, max_retries=3)
+    await park(client, keys)
+    run_id = (await client.action.invoke("job", b"x")).run_id
+    first = (await channel.next() or [None, None, None])[2]
+    await park(client, keys, "p1#1", received=f"{run_id} {first}")
+    # Its retry is handed to the new park; the poller never hears that message.
+    await client.worker.fail("w1", "job", run_id, "boom", WorkerFailOptions(token=first))
+    second = (await channel.next() or [None, None, None])[2]
+    assert second != first
+    # Its next poll says it received the run under its first token: the retry is answered.
+    nxt = await client.worker.claim(keys, "w1", b"", 5, "p1#2", PARK_MS, f"{run_id} {first}")
+    assert [(r.run_id, r.token) for r in nxt.runs] == [(run_id, second)]
 
 
 async def test_a_claim_of_the_poller_ends_its_park(
@@ -221,7 +244,8 @@ async def test_the_rate_limit_is_honoured(
     first = (await client.action.invoke("job", b"x")).run_id
     assert (await client.action.status(first)).status == RunStatus.RUNNING
     assert await raw.zcard(keys.rate) == 1  # the hand-off is a start
-    await park(client, keys, "p1#1", received=first)
+    token = (await channel.next() or [None, None, None])[2]
+    await park(client, keys, "p1#1", received=f"{first} {token}")
     second = (await client.action.invoke("job", b"y")).run_id
     assert (await client.action.status(second)).status == RunStatus.PENDING
 
@@ -243,6 +267,265 @@ async def test_a_handed_run_of_a_gone_owner_comes_back_through_liveness(
     await reclaim_gone_owners(client.session, "job", grace_ms=0)
     status = await client.action.status(run_id)
     assert status.status == RunStatus.PENDING
+
+
+# --- every path that makes a run ready hands it off ---------------------------------
+
+
+async def running_run(client: FloClient, keys: ActionKeys, payload: bytes = b"x") -> Any:
+    """A run invoked and claimed by another poller of `client`'s owner, before any park."""
+    await client.action.invoke(keys.action, payload)
+    (run,) = (await client.worker.claim(keys, "w2", b"", 1, "other")).runs
+    return run
+
+
+async def handed_run(channel: Channel, run_id: str, client: FloClient) -> list[Any]:
+    message = await channel.next()
+    assert message is not None and message[1] == run_id
+    status = await client.action.status(run_id)
+    assert (status.status, status.worker_id) == (RunStatus.RUNNING, "w1")
+    return message
+
+
+class Wakes:
+    """Counts the wake-ups published on a queue's wake channel."""
+
+    def __init__(self, pubsub: Any) -> None:
+        self.pubsub = pubsub
+
+    async def count(self, within: float = 0.2) -> int:
+        loop = asyncio.get_running_loop()
+        end, n = loop.time() + within, 0
+        while loop.time() < end:
+            message = await self.pubsub.get_message(timeout=0.05)
+            if message is not None and message["type"] == "smessage":
+                n += 1
+        return n
+
+
+@pytest.fixture
+async def wakes(raw: aioredis.Redis, client: FloClient) -> AsyncIterator[Wakes]:
+    pubsub = raw.pubsub()
+    await pubsub.ssubscribe(action_keys(client.namespace, "job").wake)
+    await pubsub.get_message(timeout=1.0)
+    yield Wakes(pubsub)
+    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+async def test_a_retry_ready_now_is_handed_off_and_wakes_nobody(
+    client: FloClient, channel: Channel, wakes: Wakes
+) -> None:
+    keys = await register(client, max_retries=3)
+    run = await running_run(client, keys)
+    await park(client, keys)
+    await wakes.count()  # the invoke's
+    status = await client.worker.fail(
+        "w2", "job", run.run_id, "boom", WorkerFailOptions(retry=True, token=run.token)
+    )
+    assert status == RunStatus.PENDING  # it waits again (here: it was handed at once)
+    message = await handed_run(channel, run.run_id, client)
+    assert (message[0], message[3], message[7]) == ("p1#0", 2, b"x")  # attempt 2, input read
+    assert message[2] > run.token  # a new fencing token
+    assert await wakes.count() == 0
+    # The old holder's report is refused: the run is the poller's now.
+    with pytest.raises(ConflictError):
+        await client.worker.complete(
+            "w2", "job", run.run_id, b"", WorkerCompleteOptions(token=run.token)
+        )
+
+
+async def test_a_retry_after_a_backoff_is_not_handed_off_early(
+    client: FloClient, channel: Channel
+) -> None:
+    keys = await register(client, max_retries=3, retry_backoff_ms=60_000)
+    run = await running_run(client, keys)
+    await park(client, keys)
+    await client.worker.fail(
+        "w2", "job", run.run_id, "boom", WorkerFailOptions(retry=True, token=run.token)
+    )
+    assert await channel.next(0.2) is None
+    assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
+
+
+async def test_a_released_run_is_handed_off(
+    redis_url: str, namespace: str, client: FloClient, channel: Channel
+) -> None:
+    keys = await register(client)
+    async with FloClient(redis_url, namespace=namespace) as other:
+        run = await running_run(other, keys)
+        await park(client, keys)
+        await other.worker.release("w2", "job", run.run_id, run.token)
+    message = await handed_run(channel, run.run_id, client)
+    assert message[3] == 1  # a release spends no attempt
+
+
+async def test_a_release_never_hands_the_run_back_to_the_releasing_owner(
+    client: FloClient, raw: aioredis.Redis, channel: Channel
+) -> None:
+    # The releasing process is stopping: its own parked poller must not get the run.
+    keys = await register(client)
+    run = await running_run(client, keys)
+    await park(client, keys)
+    await client.worker.release("w2", "job", run.run_id, run.token)
+    assert await channel.next(0.2) is None
+    status = await client.action.status(run.run_id)
+    assert (status.status, status.attempt) == (RunStatus.PENDING, 0)
+    assert await raw.zcard(keys.parked) == 1
+
+
+async def test_a_requeued_run_is_handed_off(client: FloClient, channel: Channel) -> None:
+    keys = await register(client)
+    run = await running_run(client, keys)
+    final = WorkerFailOptions(retry=False, token=run.token)
+    await client.worker.fail("w2", "job", run.run_id, "boom", final)
+    await park(client, keys)
+    await client.action.requeue(run.run_id)
+    await handed_run(channel, run.run_id, client)
+
+
+async def test_a_bulk_requeue_hands_the_head_and_queues_the_rest(
+    client: FloClient, raw: aioredis.Redis, channel: Channel, wakes: Wakes
+) -> None:
+    keys = await register(client)
+    ids = []
+    for priority in (5, 0, 5):
+        options = ActionInvokeOptions(priority=priority)
+        ids.append((await client.action.invoke("job", b"x", options)).run_id)
+        await client.action.cancel(ids[-1])  # failed in this order
+    await park(client, keys)
+    await wakes.count()  # the invokes'
+    await client.action.requeue_failed("job")
+    # The run of the best priority is handed, though it failed second; the others wait
+    # in order, announced.
+    await handed_run(channel, ids[1], client)
+    assert [m.decode() for m in await raw.zrange(keys.pending, 0, -1)] == [ids[0], ids[2]]
+    assert await wakes.count() == 1
+
+
+async def test_invoke_many_hands_one_run_to_each_parked_poller(
+    client: FloClient, raw: aioredis.Redis, channel: Channel, wakes: Wakes
+) -> None:
+    keys = await register(client)
+    await park(client, keys, "p1#0")
+    await park(client, keys, "p2#0")
+    ids = [r.run_id for r in await client.action.invoke_many("job", [b"a", b"b", b"c"])]
+    handed = {(await channel.next() or [None, None])[1] for _ in range(2)}
+    assert handed == set(ids[:2])  # the first two, in queue order
+    assert [m.decode() for m in await raw.zrange(keys.pending, 0, -1)] == ids[2:]
+    assert await raw.zcard(keys.parked) == 0
+    assert await wakes.count() == 1  # for the one left waiting
+
+
+async def test_invoke_many_handed_whole_wakes_nobody(
+    client: FloClient, channel: Channel, wakes: Wakes
+) -> None:
+    keys = await register(client)
+    await park(client, keys)
+    (run_id,) = [r.run_id for r in await client.action.invoke_many("job", [b"a"])]
+    await handed_run(channel, run_id, client)
+    assert await wakes.count() == 0
+
+
+async def test_invoke_many_honours_labels_and_max_concurrency(
+    client: FloClient, raw: aioredis.Redis, channel: Channel
+) -> None:
+    keys = await register(client, max_concurrency=2)
+    await park(client, keys, "p1#0", labels=pack({"gpu": "b:true"}))
+    await park(client, keys, "p2#0")
+    await park(client, keys, "p3#0")
+    opts = ActionInvokeOptions(labels={"gpu": True})
+    ids = [r.run_id for r in await client.action.invoke_many("job", [b"a", b"b", b"c"], opts)]
+    # Only the poller with the label may take them, and a park takes one run.
+    assert (await channel.next() or [None, None])[1] == ids[0]
+    assert await channel.next(0.2) is None
+    plain = [r.run_id for r in await client.action.invoke_many("job", [b"d", b"e"])]
+    # Behind the labelled runs still waiting: nothing is handed past them.
+    assert await channel.next(0.2) is None
+    assert await raw.zrange(keys.pending, 0, -1) == [i.encode() for i in [*ids[1:], *plain]]
+
+
+async def test_an_expired_lease_is_handed_off_by_the_reaper(
+    client: FloClient, channel: Channel, wakes: Wakes
+) -> None:
+    keys = await register(client, timeout_ms=50, max_retries=3)
+    run = await running_run(client, keys)
+    await park(client, keys)
+    await wakes.count()  # the invoke's
+    await asyncio.sleep(0.1)
+    assert await client.action.reap("job") == 1
+    message = await handed_run(channel, run.run_id, client)
+    assert message[3] == 2
+    assert await wakes.count() == 0
+
+
+async def test_a_due_delayed_run_is_handed_off_by_the_reaper(
+    client: FloClient, channel: Channel
+) -> None:
+    keys = await register(client)
+    await park(client, keys)
+    options = ActionInvokeOptions(delay_ms=50)
+    run_id = (await client.action.invoke("job", b"later", options)).run_id
+    await asyncio.sleep(0.1)
+    assert await client.action.reap("job") == 1
+    message = await handed_run(channel, run_id, client)
+    assert message[7] == b"later"
+
+
+async def test_runs_a_claim_makes_ready_and_does_not_take_are_handed_off(
+    client: FloClient, raw: aioredis.Redis, channel: Channel
+) -> None:
+    keys = await register(client)
+    await park(client, keys)
+    options = ActionInvokeOptions(delay_ms=50)
+    ids = [(await client.action.invoke("job", b"x", options)).run_id for _ in range(3)]
+    await asyncio.sleep(0.1)
+    # Another worker's claim promotes all three and takes one: the parked poller is
+    # handed the next, the third waits, announced.
+    taken = await client.worker.claim(keys, "w2", b"", 1, "q#0")
+    assert [r.run_id for r in taken.runs] == ids[:1]
+    await handed_run(channel, ids[1], client)
+    assert await raw.zrange(keys.pending, 0, -1) == [ids[2].encode()]
+
+
+async def test_a_gone_owners_run_is_handed_to_a_live_parked_poller(
+    redis_url: str, namespace: str, client: FloClient, channel: Channel
+) -> None:
+    keys = await register(client, max_retries=3)
+    async with FloClient(redis_url, namespace=namespace) as other:
+        await other.action.invoke("job", b"x")
+        (run,) = (await other.worker.claim(keys, "w9", b"", 1, "")).runs
+    await park(client, keys)
+    await reclaim_gone_owners(client.session, "job", grace_ms=0)
+    message = await handed_run(channel, run.run_id, client)
+    assert message[3] == 2  # the gone owner's attempt counts
+
+
+async def test_a_scheduled_occurrence_is_handed_off(
+    client: FloClient, raw: aioredis.Redis, channel: Channel
+) -> None:
+    keys = await register(client)
+    await client.action.schedule("job", timedelta(seconds=1), input=b"tick")
+    await park(client, keys)
+    await asyncio.sleep(1.1)
+    assert await fire_due(client.session, "job") == 1
+    message = await channel.next()
+    assert message is not None and message[7] == b"tick"
+    assert await raw.zcard(keys.pending) == 0
+
+
+async def test_a_large_input_stays_in_redis_when_a_requeue_hands_the_run_off(
+    client: FloClient, channel: Channel
+) -> None:
+    keys = await register(client)
+    big = b"x" * 70_000
+    run = await running_run(client, keys, big)
+    await client.worker.fail("w2", "job", run.run_id, "e", WorkerFailOptions(retry=False))
+    await park(client, keys)
+    await client.action.requeue(run.run_id)
+    message = await handed_run(channel, run.run_id, client)
+    assert message[7] is False
+    again = await client.worker.claim(keys, "w1", b"", 1, "p1#0")
+    assert [r.payload for r in again.runs] == [big]
 
 
 # --- the worker's side (flo_redis/_poller.py) --------------------------------------
@@ -330,3 +613,167 @@ async def test_a_drain_ends_the_workers_parks(client: FloClient, raw: aioredis.R
     finally:
         worker.stop()
         await asyncio.wait_for(task, 30)
+
+
+class Claims:
+    """Counts each worker's claim calls (the round trip a hand-off saves)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.by: dict[int, int] = {}
+        claim = WorkerOperations.claim
+
+        async def counted(ops: WorkerOperations, *args: Any, **kwargs: Any) -> Any:
+            self.by[id(ops)] = self.by.get(id(ops), 0) + 1
+            return await claim(ops, *args, **kwargs)
+
+        monkeypatch.setattr(WorkerOperations, "claim", counted)
+
+    def of(self, worker: ActionWorker) -> int:
+        return self.by.get(id(worker._ops), 0)
+
+
+@pytest.fixture
+def claims(monkeypatch: pytest.MonkeyPatch) -> Claims:
+    return Claims(monkeypatch)
+
+
+class Starts:
+    """A handler that notes, as each run starts, how many claims its worker had sent."""
+
+    def __init__(self, claims: Claims) -> None:
+        self.claims = claims
+        self.worker: ActionWorker | None = None
+        self.at: dict[str, int] = {}
+        self.attempts: list[int] = []
+
+    async def __call__(self, ctx: ActionContext) -> bytes:
+        assert self.worker is not None
+        self.at[ctx.task_id] = self.claims.of(self.worker)
+        self.attempts.append(ctx.attempt)
+        return b"ok"
+
+    def on(self, worker: ActionWorker) -> ActionWorker:
+        self.worker = worker
+        worker.register_action("job", self)
+        return worker
+
+
+async def parked_idle(worker: ActionWorker, raw: aioredis.Redis, claims: Claims) -> int:
+    """Wait until the worker is parked in the queue; its claims sent until then."""
+    ns = worker._parent.namespace  # type: ignore[attr-defined]
+    await eventually(lambda: parked_pollers(raw, "job", ns), bool)
+    return claims.of(worker)
+
+
+async def started(starts: Starts, run_id: str) -> int:
+    await eventually(lambda: asyncio.sleep(0, starts.at), lambda at: run_id in at)
+    return starts.at[run_id]
+
+
+async def test_a_parked_worker_starts_a_retry_without_a_claim(
+    client: FloClient, raw: aioredis.Redis, claims: Claims
+) -> None:
+    await register(client, max_retries=3)
+    worker = client.new_action_worker(concurrency=2, block_ms=30_000)
+    before: list[int] = []
+    at: list[int] = []
+
+    @worker.action("job")
+    async def job(ctx: ActionContext) -> bytes:
+        at.append(claims.of(worker))
+        if ctx.attempt == 1:
+            before.append(await parked_idle(worker, raw, claims))
+            raise RuntimeError("again")
+        return b"ok"
+
+    async with running(worker):
+        run_id = (await client.action.invoke("job", b"")).run_id
+        assert (await finished(client, run_id)).status == RunStatus.COMPLETED
+    assert at[1] == before[0]  # the retry was handed: no claim between
+
+
+async def test_a_parked_worker_starts_a_released_run_without_a_claim(
+    client: FloClient, raw: aioredis.Redis, claims: Claims
+) -> None:
+    await register(client)
+    holding = asyncio.Event()
+    first = client.new_action_worker(block_ms=30_000)
+
+    @first.action("job")
+    async def hold(ctx: ActionContext) -> bytes:
+        holding.set()
+        await asyncio.sleep(60)
+        return b""
+
+    starts = Starts(claims)
+    second = starts.on(client.new_action_worker(block_ms=30_000))
+    async with running(first) as first_task:
+        run_id = (await client.action.invoke("job", b"")).run_id
+        await asyncio.wait_for(holding.wait(), 10)
+        async with running(second):
+            before = await parked_idle(second, raw, claims)
+            first.abort()  # gives the run back without spending its attempt
+            await asyncio.wait_for(first_task, 10)
+            assert await started(starts, run_id) == before
+            assert (await finished(client, run_id)).status == RunStatus.COMPLETED
+    assert starts.attempts == [1]
+
+
+async def test_a_parked_worker_starts_a_requeued_run_without_a_claim(
+    client: FloClient, raw: aioredis.Redis, claims: Claims
+) -> None:
+    keys = await register(client)
+    run = await running_run(client, keys)
+    final = WorkerFailOptions(retry=False, token=run.token)
+    await client.worker.fail("w2", "job", run.run_id, "boom", final)
+    starts = Starts(claims)
+    worker = starts.on(client.new_action_worker(block_ms=30_000))
+    async with running(worker):
+        before = await parked_idle(worker, raw, claims)
+        await client.action.requeue(run.run_id)
+        assert await started(starts, run.run_id) == before
+
+
+async def test_parked_workers_start_runs_of_invoke_many_without_a_claim(
+    client: FloClient, raw: aioredis.Redis, claims: Claims
+) -> None:
+    await register(client)
+    starts = [Starts(claims), Starts(claims)]
+    workers = [s.on(client.new_action_worker(block_ms=30_000)) for s in starts]
+    async with running(workers[0]), running(workers[1]):
+        before = [await parked_idle(w, raw, claims) for w in workers]
+        ids = [r.run_id for r in await client.action.invoke_many("job", [b"a", b"b"])]
+        for run_id in ids:
+            await finished(client, run_id)
+    # One run to each worker, both handed: neither claimed before its run started.
+    assert sorted(len(s.at) for s in starts) == [1, 1]
+    assert [list(s.at.values()) for s in starts] == [[before[0]], [before[1]]]
+
+
+async def test_a_parked_worker_starts_a_gone_owners_run_without_a_claim(
+    redis_url: str, namespace: str, client: FloClient, raw: aioredis.Redis, claims: Claims
+) -> None:
+    keys = await register(client, max_retries=3)
+    async with FloClient(redis_url, namespace=namespace) as other:
+        await other.action.invoke("job", b"x")
+        (run,) = (await other.worker.claim(keys, "w9", b"", 1, "")).runs
+    # Its process is gone: the worker's reaper takes the run back after the grace.
+    starts = Starts(claims)
+    worker = starts.on(client.new_action_worker(block_ms=30_000))
+    async with running(worker):
+        before = await parked_idle(worker, raw, claims)
+        assert await started(starts, run.run_id) == before
+    assert starts.attempts == [2]
+
+
+async def test_a_parked_worker_starts_a_scheduled_run_without_a_claim(
+    client: FloClient, raw: aioredis.Redis, claims: Claims
+) -> None:
+    await register(client)
+    await client.action.schedule("job", timedelta(seconds=1), input=b"tick")
+    starts = Starts(claims)
+    worker = starts.on(client.new_action_worker(block_ms=30_000))
+    async with running(worker):
+        before = await parked_idle(worker, raw, claims)
+        await eventually(lambda: asyncio.sleep(0, starts.at), bool)
+        assert list(starts.at.values())[:1] == [before]

@@ -20,6 +20,9 @@ local PARK_MAX_MS = 60000
 local HANDOFF_SCAN = 8
 -- A larger input is not sent in the message: the poller's claim replays the run with it.
 local HANDOFF_INPUT_MAX = 65536
+-- Runs one script hands from the head of the queue at most (about 25 µs each); the rest
+-- wait, announced by a wake-up.
+local HANDOFF_BATCH = 100
 -- Expired parks (of pollers that went away) a claim forgets at most.
 local PARK_FORGET_BATCH = 100
 -- Parks one unpark call looks at.
@@ -44,7 +47,8 @@ local function handoff_unpark(parked_key, field, now)
 end
 
 -- The run handed to an earlier poll of poller `field` (not `poll_id`) that the poller did
--- not receive (`received` names the one it did): each(run_id, token) for it.
+-- not receive (`received`, "<run id> <token>", names the one it did; the same run handed
+-- again under a new token, a retry or a release, is not that one): each(run_id, token).
 local function handoff_unseen(polls_key, times_key, field, poll_id, received, now, each)
   local raw = redis.call('HGET', polls_key, field)
   local at = tonumber(redis.call('ZSCORE', times_key, field))
@@ -52,20 +56,26 @@ local function handoff_unseen(polls_key, times_key, field, poll_id, received, no
   local memo = cmsgpack.unpack(raw)
   if memo.h ~= 1 or memo.p == poll_id then return end
   for i = 1, #memo.ids do
-    if memo.ids[i] ~= received then each(memo.ids[i], memo.tokens[i]) end
+    if memo.ids[i] .. ' ' .. memo.tokens[i] ~= received then
+      each(memo.ids[i], memo.tokens[i])
+    end
   end
 end
 
--- Give ready run `run_id` (its record `run`, PENDING, neither queued nor saved; `input`
--- its input) to a parked poller that may take it now. True when handed: the run is saved
--- RUNNING and the poller told. False: the caller queues it as usual. Only while nothing
--- waits in `pending` (so priority and FIFO order hold), within max_concurrency and the
--- rate limit, to a poller whose labels match and whose hand-off channel has a subscriber
--- (one without, gone or reconnecting, loses its park: it claims again when back).
-local function handoff(k, action, run_id, run, input, now)
-  if redis.call('ZCARD', k.parked) == 0 or redis.call('ZCARD', k.pending) > 0 then
-    return false
-  end
+-- The input of `run_id` for a hand-off message: false when larger than HANDOFF_INPUT_MAX
+-- (the poller's claim answers with it).
+local function handoff_input(inputs_key, run_id)
+  if redis.call('HSTRLEN', inputs_key, run_id) > HANDOFF_INPUT_MAX then return false end
+  return redis.call('HGET', inputs_key, run_id) or ''
+end
+
+-- Give ready run `run_id` (its record `run`, PENDING, not in `pending`; `input` its input,
+-- or nil to read it) to a parked poller that may take it now: within max_concurrency and
+-- the rate limit, a poller whose labels match, of another owner than `skip_owner` (nil:
+-- any), and whose hand-off channel has a subscriber (one without, gone or reconnecting,
+-- loses its park: it claims again when back). True when handed: the run is saved RUNNING
+-- and the poller told.
+local function handoff_give(k, action, run_id, run, input, now, skip_owner)
   local room, rate_room = queue_room(k, action, now, 1)
   if room < 1 then return false end
   local fields = redis.call('ZRANGE', k.parked, now, '+inf', 'BYSCORE', 'LIMIT', 0, HANDOFF_SCAN)
@@ -77,7 +87,7 @@ local function handoff(k, action, run_id, run, input, now)
     if park and park.lb ~= '' then labels = cmsgpack.unpack(park.lb) end
     if not park then
       redis.call('ZREM', k.parked, field)
-    elseif labels_match(run.lb, labels) then
+    elseif park.o ~= skip_owner and labels_match(run.lb, labels) then
       redis.call('ZREM', k.parked, field)
       if tonumber(redis.call('PUBSUB', 'SHARDNUMSUB', park.ch)[2]) > 0 then
         queue_take(k, run_id, run, park.w, park.o, now, queue_lease_deadline(action, now),
@@ -87,7 +97,11 @@ local function handoff(k, action, run_id, run, input, now)
           cmsgpack.pack({p = memo.p, ids = {run_id}, tokens = {run.t}, h = 1}))
         redis.call('ZADD', k.poll_times, now, field)
         local sent = input
-        if #input > HANDOFF_INPUT_MAX then sent = false end
+        if sent == nil then
+          sent = handoff_input(k.inputs, run_id)
+        elseif #sent > HANDOFF_INPUT_MAX then
+          sent = false
+        end
         redis.call('SPUBLISH', park.ch, cmsgpack.pack({memo.p, run_id, run.t, run.a, run.c,
           run.rd or run.c, now, sent, run.tr or ''}))
         return true
@@ -95,6 +109,41 @@ local function handoff(k, action, run_id, run, input, now)
     end
   end
   return false
+end
+
+-- Give new run `run_id` (not yet queued nor saved) to a parked poller (handoff_give), only
+-- while nothing waits in `pending`, so priority and FIFO order hold. False: the caller
+-- queues it as usual.
+local function handoff(k, action, run_id, run, input, now)
+  if redis.call('ZCARD', k.parked) == 0 or redis.call('ZCARD', k.pending) > 0 then
+    return false
+  end
+  return handoff_give(k, action, run_id, run, input, now)
+end
+
+-- `n` runs (n > 0) were just queued in `pending`, ready now: hand the head of the queue to
+-- parked pollers while one may take it (handoff_give, none of `skip_owner`'s; at most n
+-- runs and HANDOFF_BATCH, never one past a run left waiting, so priority and FIFO order
+-- hold), then publish a wake-up when runs still wait. Without `k.parked` it only wakes.
+-- Returns how many runs were handed. Every script that makes runs ready calls this
+-- (lib/invoke.lua hands a new run before queuing it, which comes to the same).
+local function handoff_ready(k, action, now, n, skip_owner)
+  local handed = 0
+  if k.parked then
+    for _ = 1, math.min(n, HANDOFF_BATCH) do
+      if redis.call('ZCARD', k.parked) == 0 then break end
+      local head = redis.call('ZRANGE', k.pending, 0, 0)[1]
+      if not head then break end
+      local run = run_load(k.runs, head)
+      if run and run.s == RUN_PENDING then
+        if not handoff_give(k, action, head, run, nil, now, skip_owner) then break end
+        handed = handed + 1
+      end
+      redis.call('ZREM', k.pending, head)
+    end
+  end
+  if redis.call('ZCARD', k.pending) > 0 then redis.call('SPUBLISH', k.wake, '1') end
+  return handed
 end
 
 -- End the parks of worker `worker_id`'s pollers (at most PARK_SCAN_MAX parks looked at)
