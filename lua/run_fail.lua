@@ -69,6 +69,8 @@ run.lrr = retry
 if retry == 1 and run.a < run.mr then
   if queue_retry(k, run_id, run, now, action.backoff_ms, action.backoff_max_ms) == 1 then
     handoff_ready(k, action, now, 1)
+  else
+    handoff_delayed(k, run_id)
   end
 else
   queue_bury(k, run_id, run, now, RUN_FAILED)

@@ -471,6 +471,26 @@ async def test_a_due_delayed_run_is_handed_off_by_the_reaper(
     assert message[7] == b"later"
 
 
+async def test_a_run_delayed_before_all_others_wakes_parked_pollers(
+    client: FloClient, wakes: Wakes
+) -> None:
+    keys = await register(client, max_retries=3, retry_backoff_ms=60_000)
+    await park(client, keys)
+    # A parked poller sleeps until the due time its claim answered: a run due sooner
+    # wakes it to claim and learn the new time; one due later does not.
+    await client.action.invoke("job", b"x", ActionInvokeOptions(delay_ms=30_000))
+    assert await wakes.count() == 1
+    await client.action.invoke("job", b"x", ActionInvokeOptions(delay_ms=60_000))
+    assert await wakes.count() == 0
+    run = await running_run(client, keys)
+    await wakes.count()
+    await park(client, keys, "p1#1")
+    await client.worker.fail(
+        "w2", "job", run.run_id, "boom", WorkerFailOptions(retry=True, token=run.token)
+    )  # due in 60 s: after the first
+    assert await wakes.count() == 0
+
+
 async def test_runs_a_claim_makes_ready_and_does_not_take_are_handed_off(
     client: FloClient, raw: aioredis.Redis, channel: Channel
 ) -> None:
@@ -777,3 +797,19 @@ async def test_a_parked_worker_starts_a_scheduled_run_without_a_claim(
         before = await parked_idle(worker, raw, claims)
         await eventually(lambda: asyncio.sleep(0, starts.at), bool)
         assert list(starts.at.values())[:1] == [before]
+
+
+async def test_a_parked_worker_learns_the_due_time_of_a_run_delayed_before_all_others(
+    client: FloClient, raw: aioredis.Redis, claims: Claims
+) -> None:
+    await register(client)
+    starts = Starts(claims)
+    worker = starts.on(client.new_action_worker(block_ms=30_000))
+    async with running(worker):
+        before = await parked_idle(worker, raw, claims)
+        options = ActionInvokeOptions(delay_ms=20_000)
+        await client.action.invoke("job", b"", options)
+        # Woken at once, it claims (nothing yet) and sleeps until the run's due time,
+        # rather than until the upkeep finds the run due.
+        await eventually(lambda: asyncio.sleep(0, claims.of(worker)), lambda n: n > before)
+        assert starts.at == {}

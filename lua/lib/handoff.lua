@@ -146,6 +146,17 @@ local function handoff_ready(k, action, now, n, skip_owner)
   return handed
 end
 
+-- Run `run_id` was just put in `delayed`. A parked poller sleeps until the earliest due
+-- time its last claim answered, so when this run is due before every other, wake the
+-- parked pollers: each claims once and learns the new time, and the run is picked up
+-- when it falls due rather than at the next upkeep (up to a second later).
+local function handoff_delayed(k, run_id)
+  if k.parked and redis.call('ZCARD', k.parked) > 0
+      and redis.call('ZRANGE', k.delayed, 0, 0)[1] == run_id then
+    redis.call('SPUBLISH', k.wake, '1')
+  end
+end
+
 -- End the parks of worker `worker_id`'s pollers (at most PARK_SCAN_MAX parks looked at)
 -- and tell each poller, by a message naming only its poll id, to look again. Returns
 -- how many were ended.

@@ -27,6 +27,7 @@ local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_ke
   if due > now then
     run_save(k.runs, run_id, run)
     redis.call('ZADD', k.delayed, due, run_id)
+    handoff_delayed(k, run_id)
   elseif not (k.parked and handoff(k, action, run_id, run, input, now)) then
     run_save(k.runs, run_id, run)
     queue_push(k.meta, k.pending, run_id, run)
