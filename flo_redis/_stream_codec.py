@@ -71,7 +71,17 @@ def decode_headers(raw: bytes) -> dict[str, str] | None:
 
 
 def sid(raw: bytes | str) -> StreamID:
-    return StreamID.from_redis(raw)
+    """An id Redis wrote (``"ms-seq"``, both below 2**64). Its two numbers are read
+    without the checks a caller's id gets; anything else is parsed by
+    :meth:`StreamID.from_redis`."""
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+    ms, _, seq = text.partition("-")
+    if not (ms.isdigit() and seq.isdigit() and ms.isascii() and seq.isascii()):
+        return StreamID.from_redis(text)
+    parsed = object.__new__(StreamID)
+    parsed.timestamp_ms = int(ms)
+    parsed.sequence = int(seq)
+    return parsed
 
 
 def positive_arg(what: str, value: object) -> int:

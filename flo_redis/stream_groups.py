@@ -343,7 +343,6 @@ class ConsumerGroups(PartitionedStreams):
         entry is acked (or already was), else the :class:`ConflictError`
         (``STALE_REPORT``) its single ack would have raised."""
         keys = await self._partition(stream, namespace, partition)
-        gk = keys.group(group)
         consumer = check_optional_name("consumer", consumer)
         pairs = check_list("items", items)
         for n, item in enumerate(pairs):
@@ -354,6 +353,32 @@ class ConsumerGroups(PartitionedStreams):
             for _, t in pairs
         ]
         packed = [[i, t] for i, t in zip(ids_arg([item[0] for item in pairs]), tokens, strict=True)]
+        return await self._ack_many(stream, group, keys, consumer, packed)
+
+    async def _ack_checked(
+        self,
+        stream: str,
+        group: str,
+        consumer: str,
+        partition: int,
+        packed: Sequence[Sequence[str]],
+    ) -> builtins.list[ServerError | None]:
+        """:meth:`group_ack_many` for a worker whose items need no checks: each
+        ``[entry id, token or ""]`` as Redis writes them, of a ``partition`` it read."""
+        keys = await self._partition(stream, None, partition)
+        return await self._ack_many(stream, group, keys, consumer, packed)
+
+    async def _ack_many(
+        self,
+        stream: str,
+        group: str,
+        keys: StreamKeys,
+        consumer: str,
+        packed: Sequence[Sequence[str]],
+    ) -> builtins.list[ServerError | None]:
+        """:meth:`group_ack_many` of checked items: ``[entry id, token or ""]`` each, in
+        Redis's writing, on the partition of ``keys``."""
+        gk = keys.group(group)
         answers: builtins.list[ServerError | None] = []
         for start in range(0, len(packed), MAX_COUNT):
             chunk = packed[start : start + MAX_COUNT]
