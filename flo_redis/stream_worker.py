@@ -1,10 +1,14 @@
 """``StreamWorker``: flo's consumer-group worker, on Redis Streams.
 
 Joins the group (retrying refusals that did not run), then reads batches with
-``group_read`` and runs the handler for each record under ``message_timeout``: a return
-acks the record, a raise or a timeout nacks it (the group delivers it again, up to its
-``max_deliver``). Acks and nacks carry the delivery's token, never wait behind a read,
-are resent after a lost connection and never converted. After a connection failure the
+``group_read`` and runs the handler for each record under ``message_timeout``, at most
+``concurrency`` at once, each in a context of its own: a return acks the record, a raise
+or a timeout nacks it (the group delivers it again, up to its ``max_deliver``). The next
+read is under way while the handlers run, with at most one batch waiting for a free
+handler slot. Acks are sent in batches (one script call per partition while the one
+before is on its way); acks and nacks carry the delivery's token, never wait behind a
+read, are resent after a lost connection and never converted. On ``abort()`` records
+not started yet stay pending, for a later delivery. After a connection failure the
 worker first re-processes the entries it had been given (``group_claim`` over its own
 pending list), then resumes reading; on stop it finishes its handlers and leaves. On a
 partitioned stream it reads every partition and acks each record in its own partition.
@@ -14,19 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import _outage
 from ._aio import sleep_unless_stopped
-from ._batch import Coalescer
 from ._checks import check_count, check_int, check_seconds
 from ._handlers import HandlerRunner, HandlerTimeout
+from ._in_context import InContext
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
-from ._reports import send_report
+from ._reports import drop_refused, send_report
 from .errors import (
     PermissionDeniedError,
     ServerError,
@@ -157,11 +163,18 @@ class StreamWorker(WorkerLifecycle):
         check_name("stream name", stream)
         check_name("group name", group)
         check_name("consumer name", self.config.consumer)
-        self._semaphore = asyncio.Semaphore(self.config.concurrency)
         self._ops: StreamOperations  # made by start(), on the worker's own session
-        self._acks: Coalescer[tuple[StreamID, int | None]] = Coalescer(
-            self._ack_batch, "flo-ack-batches"
-        )
+        # Records read and not yet started, and the handler slots that start them
+        # (_slot); every slot is also in _tasks.
+        self._queue: deque[StreamRecord] = deque()
+        self._slots: set[asyncio.Task[None]] = set()
+        self._idle: deque[asyncio.Future[bool]] = deque()
+        self._waking = 0  # slots woken (or made) that have not looked at the queue yet
+        self._closing = False
+        self._room_waiter: asyncio.Future[None] | None = None
+        # Acks waiting to be sent, per partition; one task sends them (_send_acks).
+        self._unacked: dict[int, list[list[str]]] = {}  # [entry id, token or ""] each
+        self._ack_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Join the group and process records until :meth:`stop`; returns once running
@@ -172,7 +185,10 @@ class StreamWorker(WorkerLifecycle):
 
     def _new_runner(self) -> HandlerRunner:
         # Made here, so settings changed on the config before start take effect.
-        self._semaphore = asyncio.Semaphore(self.config.concurrency)
+        self._queue.clear()  # what an aborted run left unstarted is pending in Redis
+        self._idle.clear()
+        self._waking = 0
+        self._closing = False
         cfg = self.config
         return HandlerRunner(cfg.concurrency, cfg.message_timeout, "flo-stream-handler")
 
@@ -186,7 +202,6 @@ class StreamWorker(WorkerLifecycle):
         return (("flo-reaper", self._reap()),)
 
     async def _finish(self) -> None:
-        await self._acks.close()
         try:
             await self._ops.group_leave(self.config.stream, self.config.group, self.config.consumer)
         except Exception as exc:
@@ -212,7 +227,16 @@ class StreamWorker(WorkerLifecycle):
                 await sleep_unless_stopped(self._stop, worker_backoff(failures))
 
     async def _room(self) -> int:
-        return self.config.batch_size  # a record waits for a free slot in _dispatch
+        """A full batch once at most one batch of records waits for a free slot: the
+        next read is then under way while the handlers run. 0 once stopped."""
+        limit = self.config.batch_size
+        while len(self._queue) > limit and not self._stop.is_set():
+            self._room_waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._room_waiter
+            finally:
+                self._room_waiter = None
+        return 0 if self._stop.is_set() else limit
 
     async def _poll(self, poll_id: str, room: int) -> Sequence[StreamRecord]:
         cfg = self.config
@@ -229,29 +253,91 @@ class StreamWorker(WorkerLifecycle):
             await self._drain_pending()
 
     async def _take(self, items: Sequence[StreamRecord]) -> None:
-        for record in items:
-            await self._dispatch(record)
+        self._queue.extend(items)
+        self._wake()
 
-    async def _dispatch(self, record: StreamRecord) -> None:
-        await self._semaphore.acquire()
-        self.observer.record_delivered(self.config.stream, self.config.group)
-        released = False
+    async def _poll_loop(self) -> None:
+        try:
+            await super()._poll_loop()
+        finally:
+            self._close_slots()
 
-        def release() -> None:
-            # The slot is free once the handler returns; the ack may still be on its way.
-            nonlocal released
-            if not released:
-                released = True
-                self._semaphore.release()
+    def stop(self) -> None:
+        super().stop()
+        self._free_room()
 
-        task = asyncio.create_task(self._process(record, release), name=f"flo-record-{record.id}")
-        self._tasks.add(task)
+    def _in_handler(self) -> Iterable[asyncio.Task[None]]:
+        return list(self._slots)  # a slot is in a handler or idle; both may be cancelled
 
-        def done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
-            release()
+    # --- handler slots -----------------------------------------------------------------
+    # Up to ``concurrency`` long-lived slot tasks take records off the queue one after
+    # the other and run each one's handler in their own task (each record in a context
+    # of its own), so a record costs no task of its own: a handler that returns without
+    # waiting lets its slot go straight on to the next record. A slot that takes a
+    # record while more wait first makes sure another slot will look at the queue, so a
+    # handler that waits never holds up the records behind it.
 
-        task.add_done_callback(done)
+    def _wake(self) -> None:
+        """See that a slot will look at the queue: wake an idle one, or start one while
+        fewer than ``concurrency`` run (none while one is already on its way)."""
+        if not self._queue or self._waking or self._closing:
+            return
+        while self._idle:
+            idle = self._idle.popleft()
+            if not idle.done():
+                idle.set_result(True)
+                self._waking += 1
+                return
+        if len(self._slots) < self.config.concurrency:
+            self._waking += 1
+            task = asyncio.create_task(self._slot(), name="flo-stream-slot")
+            self._slots.add(task)
+            self._tasks.add(task)
+            task.add_done_callback(self._slot_ended)
+
+    def _slot_ended(self, task: asyncio.Task[None]) -> None:
+        self._slots.discard(task)
+        self._tasks.discard(task)
+
+    async def _slot(self) -> None:
+        """Run the queue's records until the worker stops and the queue is empty."""
+        self._waking -= 1
+        loop = asyncio.get_running_loop()
+        queue = self._queue
+        limit = self.config.batch_size
+        while True:
+            if not queue:
+                if self._closing:
+                    return
+                idle: asyncio.Future[bool] = loop.create_future()
+                self._idle.append(idle)
+                if await idle:
+                    self._waking -= 1
+                continue
+            if self._abort.is_set():
+                return  # what is still queued stays pending, for a later delivery
+            record = queue.popleft()
+            if self._room_waiter is not None and len(queue) <= limit:
+                self._free_room()
+            if queue:
+                self._wake()
+            try:
+                # In a context of its own, as a task of its own would be.
+                await InContext(self._process(record), contextvars.copy_context())
+            except Exception:
+                log.exception("record %s of %s failed", record.id.to_redis(), self.config.stream)
+
+    def _free_room(self) -> None:
+        if self._room_waiter is not None and not self._room_waiter.done():
+            self._room_waiter.set_result(None)
+
+    def _close_slots(self) -> None:
+        """No more records come: slots end once the queue is empty."""
+        self._closing = True
+        while self._idle:
+            idle = self._idle.popleft()
+            if not idle.done():
+                idle.set_result(False)
 
     async def _drain_pending(self) -> None:
         """Re-process the entries this consumer was given but did not ack."""
@@ -271,9 +357,8 @@ class StreamWorker(WorkerLifecycle):
             except Exception as exc:
                 log.warning("pending drain failed (%s); normal reads resume", exc)
                 return
-            for record in result.records:
-                await self._dispatch(record)
-            if result.done:
+            await self._take(result.records)
+            if result.done or not await self._room():
                 return
             # A page can be empty without being the end (a claim inspects a bounded
             # part of the pending list); the cursor moves on either way.
@@ -281,8 +366,12 @@ class StreamWorker(WorkerLifecycle):
 
     # --- one record ----------------------------------------------------------------
 
-    async def _process(self, record: StreamRecord, release: Callable[[], None]) -> None:
+    async def _process(self, record: StreamRecord) -> None:
+        """Run one record's handler with its hooks, then ack it (batched, see
+        :meth:`_queue_ack`) or nack it (a task of its own, so the slot goes on)."""
         cfg = self.config
+        observer = self.observer
+        observer.record_delivered(cfg.stream, cfg.group)
         ctx = StreamContext(
             record=record,
             namespace=self.session.namespace,
@@ -292,24 +381,33 @@ class StreamWorker(WorkerLifecycle):
         )
         loop = asyncio.get_running_loop()
         began = loop.time()
+        error = await self._handle(ctx)
         try:
-            error = await self._handle(ctx)
             if error is None:
-                await self._hook("after_run", self.observer.after_run, ctx, b"")
+                hook = observer.after_run(ctx, b"")
             else:
-                await self._hook("on_failure", self.observer.on_failure, ctx, error)
-        finally:
-            release()
-        ok = error is None
-        self.observer.record_handled(cfg.stream, cfg.group, ok, loop.time() - began)
+                hook = observer.on_failure(ctx, error)
+            if hook is not None:
+                await settle(hook)
+        except Exception:
+            which = "after_run" if error is None else "on_failure"
+            log.exception("%s hook of worker %s failed", which, cfg.worker_id)
+        observer.record_handled(cfg.stream, cfg.group, error is None, loop.time() - began)
         token = record.delivery_count or None
-        kind = "ack" if ok else "nack"
+        if error is None:
+            self._queue_ack(record, token)
+            return
+        task = asyncio.create_task(self._send_nack(record, token), name="flo-nack")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_nack(self, record: StreamRecord, token: int | None) -> None:
         await send_report(
-            f"{kind} of {cfg.stream}/{record.id.to_redis()}",
-            lambda: self._ack(record, token) if ok else self._nack(record, token),
+            f"nack of {self.config.stream}/{record.id.to_redis()}",
+            lambda: self._nack(record, token),
             self._stop.is_set,
             log,
-            report=kind,
+            report="nack",
             observer=self.observer,
         )
 
@@ -317,8 +415,11 @@ class StreamWorker(WorkerLifecycle):
         """Run ``before_run`` and the handler under ``message_timeout``; what failed
         (logged), or None if it returned."""
         try:
-            await settle(self.observer.before_run(ctx))
-            await self._handler_runner.run(self._handler, ctx, self._handler_runner.running())
+            hook = self.observer.before_run(ctx)
+            if hook is not None:
+                await settle(hook)
+            runner = self._handler_runner
+            await runner.run(self._handler, ctx, runner.running())
         except Exception as exc:
             record = ctx.record
             log.error(
@@ -340,11 +441,55 @@ class StreamWorker(WorkerLifecycle):
             return exc
         return None
 
-    async def _ack(self, record: StreamRecord, token: int | None) -> None:
-        refusal = await self._acks.submit(str(record.partition), (record.id, token))
-        if refusal is not None:
-            raise refusal
-        self.observer.record_settled(self.config.stream, self.config.group, True)
+    def _queue_ack(self, record: StreamRecord, token: int | None) -> None:
+        """Queue a record's ack. Acks queued while a batch is on its way go out together
+        in the next (one ``group_ack_many`` per partition): under load few large batches,
+        when idle each ack at once; no timer, no added latency."""
+        item = [record.id.to_redis(), "" if token is None else str(token)]
+        self._unacked.setdefault(record.partition, []).append(item)
+        if self._ack_task is None:
+            self._ack_task = task = asyncio.create_task(self._send_acks(), name="flo-acks")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send_acks(self) -> None:
+        try:
+            while self._unacked:
+                batches, self._unacked = self._unacked, {}
+                for partition, items in batches.items():
+                    await self._ack_batch(partition, items)
+        finally:
+            self._ack_task = None
+
+    async def _ack_batch(self, partition: int, items: list[list[str]]) -> None:
+        """Send a batch of acks, again after a lost connection (each is fenced by its
+        token, so a resend is safe); each item is answered on its own, and a refused
+        one is logged and dropped."""
+        cfg = self.config
+        answers: Sequence[ServerError | None] = ()
+
+        async def send() -> None:
+            nonlocal answers
+            try:
+                answers = await self._ops._ack_checked(
+                    cfg.stream, cfg.group, cfg.consumer, partition, items
+                )
+            except ServerError as exc:  # the whole batch refused: each item is
+                answers = [exc] * len(items)
+
+        what = f"ack of {len(items)} records of {cfg.stream}"
+        await send_report(what, send, self._stop.is_set, log, report="ack", observer=self.observer)
+        for (entry_id, _), answer in zip(items, answers, strict=False):
+            if answer is None:
+                self.observer.record_settled(cfg.stream, cfg.group, True)
+            else:
+                drop_refused(
+                    f"ack of {cfg.stream}/{entry_id}",
+                    answer,
+                    log,
+                    report="ack",
+                    observer=self.observer,
+                )
 
     async def _nack(self, record: StreamRecord, token: int | None) -> None:
         cfg = self.config
@@ -355,14 +500,6 @@ class StreamWorker(WorkerLifecycle):
             StreamGroupNackOptions(consumer=cfg.consumer, token=token, partition=record.partition),
         )
         self.observer.record_settled(cfg.stream, cfg.group, False)
-
-    async def _ack_batch(
-        self, partition: str, items: Sequence[tuple[StreamID, int | None]]
-    ) -> Sequence[ServerError | None]:
-        cfg = self.config
-        return await self._ops.group_ack_many(
-            cfg.stream, cfg.group, items, consumer=cfg.consumer, partition=int(partition)
-        )
 
     async def _reap(self) -> None:
         """Give back, every so often, what gone consumers of the group were holding."""

@@ -77,7 +77,9 @@ class OpenTelemetry(WorkerObserver):
         self._trace = trace
         self._tracer = trace.get_tracer("flo_redis", __version__, tracer_provider)
         self._propagator = propagator or propagate.get_global_textmap()
-        self._open: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+        self._open: dict[
+            tuple[Any, ...], tuple[Any, Any, Any, Any]
+        ] = {}  # span, token, task, closer
 
     def instrument(self, client: FloClient | SyncFloClient) -> None:
         """Trace ``client``'s invokes (``action.invoke``, ``action.invoke_many``) and
@@ -179,11 +181,16 @@ class OpenTelemetry(WorkerObserver):
         # Current while the handler runs (in this task, and copied into its own).
         token = otel_context.attach(self._trace.set_span_in_context(span))
         key = _key(ctx)
-        self._open[key] = (span, token)
         task = asyncio.current_task()
+        closer = None
         if task is not None:
-            # A run given back or whose lease was lost hears no after_run/on_failure.
-            task.add_done_callback(lambda _: self._close(key))
+            # A run given back or whose lease was lost hears no after_run/on_failure;
+            # its task ending closes the span (a task may run many: see _end).
+            def closer(_: object) -> None:
+                self._close(key)
+
+            task.add_done_callback(closer)
+        self._open[key] = (span, token, task, closer)
 
     def after_run(self, ctx: Any, output: bytes) -> None:
         self._end(ctx, None)
@@ -197,7 +204,9 @@ class OpenTelemetry(WorkerObserver):
         opened = self._open.pop(_key(ctx), None)
         if opened is None:
             return
-        span, token = opened
+        span, token, task, closer = opened
+        if task is not None and closer is not None:
+            task.remove_done_callback(closer)
         if error is not None:
             span.record_exception(error)
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(error)))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import sys
 from collections.abc import AsyncIterator
 
 from polling import eventually
@@ -125,3 +127,139 @@ async def test_stop_finishes_running_handlers_and_acks(client: FloClient) -> Non
     release.set()
     await asyncio.wait_for(task, 15)
     assert await client.stream.group_pending("s", "g") == []
+
+
+async def test_handlers_that_wait_run_side_by_side_up_to_concurrency(client: FloClient) -> None:
+    release = asyncio.Event()
+    running_now = peak = 0
+    done: list[bytes] = []
+
+    async def handle(ctx: StreamContext) -> None:
+        nonlocal running_now, peak
+        running_now += 1
+        peak = max(peak, running_now)
+        try:
+            if ctx.payload.startswith(b"wait"):
+                await release.wait()
+        finally:
+            running_now -= 1
+        done.append(ctx.payload)
+
+    for i in range(12):
+        await client.stream.append("mix", (b"wait-" if i % 2 else b"quick-") + b"%d" % i)
+    worker = client.new_stream_worker(
+        stream="mix", group="g", handler=handle, concurrency=3, batch_size=10, block_ms=500
+    )
+    async with running(worker):
+        # Three waiting handlers hold all three slots; the quick ones before them ran.
+        await eventually(lambda: asyncio.sleep(0, running_now), lambda n: n == 3)
+        await asyncio.sleep(0.2)
+        assert running_now == 3
+        release.set()
+        await eventually(lambda: asyncio.sleep(0, len(done)), lambda n: n == 12)
+        await eventually(lambda: client.stream.group_pending("mix", "g"), lambda p: p == [])
+    assert peak == 3
+
+
+async def test_a_worker_reads_at_most_one_batch_ahead_of_its_handlers(client: FloClient) -> None:
+    release = asyncio.Event()
+    handled: list[bytes] = []
+
+    async def handle(ctx: StreamContext) -> None:
+        await release.wait()
+        handled.append(ctx.payload)
+
+    for i in range(30):
+        await client.stream.append("ahead", b"%d" % i)
+    worker = client.new_stream_worker(
+        stream="ahead", group="g", consumer="c1", handler=handle, concurrency=2, batch_size=3,
+        block_ms=500,
+    )  # fmt: skip
+    async with running(worker):
+        pending = await eventually(
+            lambda: client.stream.group_pending("ahead", "g", "c1"), lambda p: len(p) >= 5
+        )
+        await asyncio.sleep(0.3)
+        pending = await client.stream.group_pending("ahead", "g", "c1")
+        # Two handlers running, at most two batches read behind them, the rest unread.
+        assert 5 <= len(pending) <= 2 + 2 * 3
+        release.set()
+        await eventually(lambda: asyncio.sleep(0, len(handled)), lambda n: n == 30)
+        await eventually(lambda: client.stream.group_pending("ahead", "g"), lambda p: p == [])
+    assert sorted(handled) == sorted(b"%d" % i for i in range(30))
+
+
+async def test_abort_leaves_records_not_yet_handled_pending(client: FloClient) -> None:
+    started: list[bytes] = []
+
+    async def handle(ctx: StreamContext) -> None:
+        started.append(ctx.payload)
+        await asyncio.sleep(30)
+
+    for i in range(5):
+        await client.stream.append("halt", b"%d" % i)
+    worker = client.new_stream_worker(
+        stream="halt", group="g", consumer="c1", handler=handle, concurrency=1, block_ms=500
+    )
+    task = asyncio.create_task(worker.start())
+    await eventually(lambda: asyncio.sleep(0, len(started)), lambda n: n == 1)
+    worker.abort()
+    await asyncio.wait_for(task, 15)
+    assert started == [b"0"]
+    # Neither acked nor nacked: all five stay with c1, first deliveries, for a redelivery.
+    pending = await client.stream.group_pending("halt", "g")
+    assert [(p.consumer, p.delivery_count) for p in pending] == [("c1", 1)] * 5
+
+
+async def test_cancelling_a_stream_worker_ends_it_with_its_records_pending(
+    client: FloClient,
+) -> None:
+    started = asyncio.Event()
+
+    async def handle(ctx: StreamContext) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    for i in range(4):
+        await client.stream.append("cut", b"%d" % i)
+    worker = client.new_stream_worker(
+        stream="cut", group="g", handler=handle, concurrency=2, block_ms=500
+    )
+    task = asyncio.create_task(worker.start())
+    await asyncio.wait_for(started.wait(), 15)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(task, 15)
+    assert len(await client.stream.group_pending("cut", "g")) == 4
+
+
+_BOUND: contextvars.ContextVar[list[bytes] | None] = contextvars.ContextVar("bound", default=None)
+
+
+async def test_each_record_runs_in_a_context_of_its_own(client: FloClient) -> None:
+    """What a handler sets in a context variable (a logging binding, a span) is not
+    seen by the records after it, as if each had a task of its own; a timeout inside a
+    handler that waits still stops only that handler."""
+    seen: list[list[bytes] | None] = []
+
+    async def handle(ctx: StreamContext) -> None:
+        seen.append(_BOUND.get())
+        _BOUND.set([ctx.payload])
+        if ctx.payload == b"wait":
+            with contextlib.suppress(TimeoutError):
+                if sys.version_info >= (3, 11):  # asyncio.timeout cancels the current task
+                    async with asyncio.timeout(0.05):
+                        await asyncio.sleep(5)
+                else:
+                    await asyncio.wait_for(asyncio.sleep(5), 0.05)
+            assert _BOUND.get() == [b"wait"]
+
+    for payload in (b"a", b"wait", b"b", b"c"):
+        await client.stream.append("ctx", payload)
+    worker = client.new_stream_worker(
+        stream="ctx", group="g", handler=handle, concurrency=1, block_ms=500
+    )
+    async with running(worker):
+        await eventually(lambda: asyncio.sleep(0, len(seen)), lambda n: n == 4)
+        await eventually(lambda: client.stream.group_pending("ctx", "g"), lambda p: p == [])
+    assert seen == [None] * 4
