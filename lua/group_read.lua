@@ -98,7 +98,7 @@ if room > 0 then
   if read and read[1] then
     local ids = {}
     for _, entry in ipairs(read[1][2]) do ids[#ids + 1] = entry[1] end
-    group_track_many(g, ids, consumer, owner, now, ack_timeout_ms)
+    group_track_many(g, ids, consumer, owner, now, ack_timeout_ms, true)
     for _, entry in ipairs(read[1][2]) do deliver(entry[1], 1, entry[2]) end
   end
 end

@@ -163,19 +163,20 @@ end
 
 -- Record deliveries of `ids` (at most 1000) to consumer/owner and schedule their
 -- redelivery on ack timeout, a few calls for the whole batch. The owner index (g.owned,
--- g.owners; lib/owners.lua) follows each delivery's owner.
-local function group_track_many(g, ids, consumer, owner, now, ack_timeout_ms)
+-- g.owners; lib/owners.lua) follows each delivery's owner. `fresh`: the ids were just
+-- read past the group's cursor, so no earlier delivery of theirs is to be dropped.
+-- Scores go to Redis as strings made once (a number is formatted again per argument).
+local function group_track_many(g, ids, consumer, owner, now, ack_timeout_ms, fresh)
   if #ids == 0 then return end
-  group_drop_owned(g, ids)
+  if not fresh then group_drop_owned(g, ids) end
   local record = cmsgpack.pack({o = owner, c = consumer})
+  local due_at = string.format('%d', now + ack_timeout_ms)
   local fields, owned, due = {}, {}, {}
-  for _, id in ipairs(ids) do
-    fields[#fields + 1] = id
-    fields[#fields + 1] = record
-    owned[#owned + 1] = 0
-    owned[#owned + 1] = owned_entry(owner, id)
-    due[#due + 1] = now + ack_timeout_ms
-    due[#due + 1] = id
+  for i, id in ipairs(ids) do
+    local at = 2 * i
+    fields[at - 1], fields[at] = id, record
+    owned[at - 1], owned[at] = '0', owned_entry(owner, id)
+    due[at - 1], due[at] = due_at, id
   end
   redis.call('HSET', g.deliveries, unpack(fields))
   if g.owned and owner ~= '' then
@@ -191,7 +192,7 @@ end
 
 -- Record a delivery of `id` to consumer/owner and schedule its redelivery on ack timeout.
 local function group_track(g, id, consumer, owner, now, ack_timeout_ms)
-  group_track_many(g, {id}, consumer, owner, now, ack_timeout_ms)
+  group_track_many(g, {id}, consumer, owner, now, ack_timeout_ms, false)
 end
 
 -- Forget the bookkeeping of entries (at most 1000) that left the pending list.
