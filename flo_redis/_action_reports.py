@@ -239,16 +239,7 @@ class RunReporter:
         """Complete ``ctx``'s run in the next batch of its action's completes; its answer
         is dealt with when the batch is answered."""
         item = CompleteItem(ctx.task_id, report.data, report.outcome, ctx.token)
-
-        def answered(refusal: ServerError | None, error: BaseException | None) -> None:
-            if error is not None:
-                self._complete_failed(ctx, report, item, error)
-            elif refusal is None:
-                self.observer.run_completed(ctx.action_name, report.outcome)
-            else:
-                self._spawn(report.answered(self, ctx, refusal), ctx)
-
-        self._completes.post(ctx.action_name, item, answered)
+        self._completes.post(ctx.action_name, item, _Answer(self, ctx, report, item))
 
     def _complete_failed(
         self, ctx: ActionContext, report: Completed, item: CompleteItem, error: BaseException
@@ -267,7 +258,9 @@ class RunReporter:
     async def _complete_batch(
         self, action: str, items: Sequence[CompleteItem]
     ) -> Sequence[ServerError | None]:
-        answers = await self.ops.complete_many(self.worker_id, action, items, tally=False)
+        answers = await self.ops._complete_many(
+            self.worker_id, action, items, tally=False, claimed=True
+        )
         applied = sum(1 for a in answers if a is None)
         self._load_delta -= applied
         self._completed_delta += applied
@@ -301,6 +294,29 @@ class RunReporter:
             await self.flush_counts()
         except Exception as exc:
             log.debug("last counter update failed (%s)", exc)
+
+
+class _Answer:
+    """Where the answer to one complete of a batch goes: one small object, no task."""
+
+    __slots__ = ("ctx", "item", "report", "to")
+
+    def __init__(
+        self, to: RunReporter, ctx: ActionContext, report: Completed, item: CompleteItem
+    ) -> None:
+        self.to = to
+        self.ctx = ctx
+        self.report = report
+        self.item = item
+
+    def __call__(self, refusal: ServerError | None, error: BaseException | None) -> None:
+        to, ctx = self.to, self.ctx
+        if error is not None:
+            to._complete_failed(ctx, self.report, self.item, error)
+        elif refusal is None:
+            to.observer.run_completed(ctx.action_name, self.report.outcome)
+        else:
+            to._spawn(self.report.answered(to, ctx, refusal), ctx)
 
 
 __all__ = [

@@ -72,7 +72,7 @@ class ActionContext:
     created_at: int
     namespace: str
     _worker: RunHolder = field(repr=False)
-    _cancel_event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _cancelled: bool = field(default=False, repr=False)  # see ``cancelled``
     token: int = 0
     # Loop time by which the run's lease has surely ended (None: it never ends).
     _lease_end: float | None = field(default=None, repr=False)
@@ -116,10 +116,15 @@ class ActionContext:
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel_event.is_set()
+        return self._cancelled
+
+    def _cancel(self) -> None:
+        """Turn ``cancelled`` true (a plain flag: a sync handler reads it from its
+        thread)."""
+        self._cancelled = True
 
     async def check_cancelled(self) -> None:
-        if self._cancel_event.is_set():
+        if self._cancelled:
             raise asyncio.CancelledError("run cancelled: its lease was lost")
 
     def result(self, outcome: str, value: Any = None) -> ActionResult:
@@ -151,7 +156,7 @@ async def touch_run(
         )
     except ServerError as exc:
         if exc.status_code in TOUCH_FINAL and exc.reason != Reason.OUT_OF_RANGE:
-            ctx._cancel_event.set()
+            ctx._cancel()
             log.warning("lease of %s lost (%s); cancelling its handler", ctx.task_id, exc)
             raise LeaseLost(str(exc)) from exc
         raise

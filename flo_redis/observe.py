@@ -111,6 +111,12 @@ class WorkerObserver:
         are logged."""
 
 
+def overrides(observer: WorkerObserver, hook: str) -> bool:
+    """Whether ``observer`` has a hook ``hook`` of its own (a worker skips calling one
+    that does nothing)."""
+    return getattr(type(observer), hook) is not getattr(WorkerObserver, hook)
+
+
 async def settle(hook: Hook) -> None:
     """Await what a middleware hook returned, if it is awaitable."""
     if inspect.isawaitable(hook):
@@ -196,4 +202,4 @@ class Observers(WorkerObserver):
 NO_OBSERVER = WorkerObserver()
 """The default: nobody watches."""
 
-__all__ = ["NO_OBSERVER", "Hook", "Observers", "WorkerObserver", "settle"]
+__all__ = ["NO_OBSERVER", "Hook", "Observers", "WorkerObserver", "overrides", "settle"]

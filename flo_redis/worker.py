@@ -53,7 +53,7 @@ from .errors import (
 )
 from .keys import action_keys, check_name
 from .notices import Notices
-from .observe import settle
+from .observe import overrides, settle
 from .progress import encode_progress, report_progress
 from .reclaim import Reaper
 from .results import (
@@ -138,6 +138,7 @@ class ActionWorker(WorkerLifecycle):
         self._prefetch = Prefetch(self.config.concurrency, enabled=False)  # made by start()
         self._backlog = False  # the last poll took all it asked for: claim ahead
         self._wake = asyncio.Event()  # the poll loop waits for room on it
+        self._hooks_before = self._hooks_after = True  # made by start()
         self._waiting = False  # ...and is waiting now
         # Made by start(), on the worker's own session.
         self._ops: WorkerOperations
@@ -223,6 +224,9 @@ class ActionWorker(WorkerLifecycle):
         # wait, so a worker serving a limited action claims only for free slots.
         limited = any(o.max_concurrency or o.rate_limit for o in self._options.values())
         self._prefetch = Prefetch(self.config.concurrency, enabled=not limited)
+        # The run hooks the observer has (set before start): only those are called.
+        self._hooks_before = overrides(self.observer, "before_run")
+        self._hooks_after = overrides(self.observer, "after_run")
         self._reports = RunReporter(
             self._ops,
             self.config.worker_id,
@@ -460,13 +464,15 @@ class ActionWorker(WorkerLifecycle):
         report: Report
         try:
             try:
-                await settle(self.observer.before_run(ctx))
+                if self._hooks_before:
+                    await settle(self.observer.before_run(ctx))
             except Exception as exc:
                 report = failure(ctx, exc, self.config.worker_id)
             else:
                 report = await self._run_handler(ctx)
             if isinstance(report, Completed):
-                await self._hook("after_run", self.observer.after_run, ctx, report.data)
+                if self._hooks_after:
+                    await self._hook("after_run", self.observer.after_run, ctx, report.data)
             elif isinstance(report, Failed):
                 error = report.error or RuntimeError(report.message)
                 await self._hook("on_failure", self.observer.on_failure, ctx, error)
@@ -490,7 +496,7 @@ class ActionWorker(WorkerLifecycle):
             return Failed(f"No handler for: {ctx.action_name}", retry=True)
         if ctx._revoked:
             return Dropped()  # cancelled before its handler began
-        running = ctx._running = self._handler_runner.running(ctx._cancel_event.set)
+        running = ctx._running = self._handler_runner.running(ctx._cancel)
         toucher = None
         if self.config.auto_touch:
             timeout_ms = self._options[ctx.action_name].timeout_ms
@@ -506,6 +512,7 @@ class ActionWorker(WorkerLifecycle):
         finally:
             if toucher is not None:
                 await cancel_and_wait(toucher)
+            ctx._running = None  # it ended (and the context holds no cycle to be collected)
         return completion(ctx, result, self._serializer, self.config.worker_id)
 
     # --- what a context asks of its worker ------------------------------------------
@@ -523,7 +530,7 @@ class ActionWorker(WorkerLifecycle):
             return
         log.info("run %s was cancelled; cancelling its handler", run_id)
         ctx._revoked = True
-        ctx._cancel_event.set()
+        ctx._cancel()
         if ctx._running is not None:
             ctx._running.stop()
 
