@@ -379,10 +379,13 @@ class ConsumerGroups(PartitionedStreams):
         """:meth:`group_ack_many` of checked items: ``[entry id, token or ""]`` each, in
         Redis's writing, on the partition of ``keys``."""
         gk = keys.group(group)
+        owner = self._session.owner_id  # most likely the reader: its index looked at first
         answers: builtins.list[ServerError | None] = []
         for start in range(0, len(packed), MAX_COUNT):
             chunk = packed[start : start + MAX_COUNT]
-            reply = await GROUP_ACK_MANY(self._session, (keys, gk), [group, consumer, pack(chunk)])
+            reply = await GROUP_ACK_MANY(
+                self._session, (keys, gk), [group, consumer, pack(chunk), owner]
+            )
             if reply.status == Status.NO_GROUP:
                 raise _no_group(keys, group)
             for (entry_id, token), item in zip(chunk, reply.items, strict=True):

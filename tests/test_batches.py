@@ -116,6 +116,38 @@ async def test_group_ack_many_of_a_consumer_checks_each_entry(client: FloClient)
     assert not {first.id.to_redis(), second.id.to_redis(), last.id.to_redis()} & left
 
 
+async def test_group_ack_many_forgets_each_delivery_whoever_acks(
+    client: FloClient,
+    raw,
+    redis_url: str,  # type: ignore[no-untyped-def]
+) -> None:
+    """An ack forgets the deliveries' owner index entries whether the acking process
+    is the one that read them or another one, and with an entry named twice."""
+    from flo_redis import StreamGroupReadOptions
+    from flo_redis.keys import stream_keys
+
+    for i in range(6):
+        await client.stream.append("s", b"%d" % i)
+    read = await client.stream.group_read("s", "g", "c1", StreamGroupReadOptions(count=6))
+    a, b, c, d, e, f = read.records
+    owned = stream_keys(client.namespace, "s").group("g").owned
+    assert await raw.zcard(owned) == 6
+    # The reader acks two, one of them named twice.
+    assert await client.stream.group_ack_many(
+        "s", "g", [(a.id, 1), (b.id, 1), (a.id, 1)], consumer="c1"
+    ) == [None, None, None]
+    assert await raw.zcard(owned) == 4
+    # Another process (its own owner id) acks three, with the reader's consumer name.
+    async with FloClient(redis_url, namespace=client.namespace) as other:
+        answers = await other.stream.group_ack_many(
+            "s", "g", [(c.id, 1), (d.id, None), (e.id, 1)], consumer="c1"
+        )
+    assert answers == [None, None, None]
+    assert await raw.zcard(owned) == 1
+    pending = await client.stream.group_pending("s", "g")
+    assert [p.id.to_redis() for p in pending] == [f.id.to_redis()]
+
+
 async def test_complete_many_refuses_a_result_over_the_actions_limit_alone(
     client: FloClient,
 ) -> None:

@@ -195,10 +195,19 @@ local function group_track(g, id, consumer, owner, now, ack_timeout_ms)
   group_track_many(g, {id}, consumer, owner, now, ack_timeout_ms, false)
 end
 
--- Forget the bookkeeping of entries (at most 1000) that left the pending list.
-local function group_untrack(g, ids)
+-- Forget the bookkeeping of entries (at most 1000) that left the pending list. With
+-- `owner` (optional: who most likely held them, e.g. the acking process), their index
+-- entries under that owner are dropped first; only when that does not account for every
+-- entry are the delivery records read to find the other owners.
+local function group_untrack(g, ids, owner)
   if #ids == 0 then return end
-  group_drop_owned(g, ids)
+  if g.owned and owner and owner ~= '' then
+    local mine = {}
+    for i, id in ipairs(ids) do mine[i] = owned_entry(owner, id) end
+    if redis.call('ZREM', g.owned, unpack(mine)) < #ids then group_drop_owned(g, ids) end
+  else
+    group_drop_owned(g, ids)
+  end
   redis.call('ZREM', g.due, unpack(ids))
   redis.call('HDEL', g.deliveries, unpack(ids))
 end
