@@ -148,22 +148,19 @@ def settled(reply: Any, _keys: object) -> Settled:
 
 
 @dataclass(frozen=True, slots=True)
-class ItemSettled:
-    status: int
-    current_count: int
-
-
-@dataclass(frozen=True, slots=True)
 class SettledMany:
+    """``group_ack_many``: each item's status and current delivery count, in order
+    (none unless the call's status is OK)."""
+
     status: int
-    items: tuple[ItemSettled, ...]
+    statuses: tuple[int, ...]
+    counts: tuple[int, ...]
 
 
 def settled_many(reply: Any, _keys: object) -> SettledMany:
-    items = tuple(
-        ItemSettled(int(reply[i]), int(reply[i + 1])) for i in range(1, len(reply) - 1, 2)
-    )
-    return SettledMany(int(reply[0]), items)
+    status = int(reply[0])
+    body = reply[1:] if status == Status.OK else []
+    return SettledMany(status, tuple(map(int, body[0::2])), tuple(map(int, body[1::2])))
 
 
 @dataclass(frozen=True, slots=True)

@@ -388,8 +388,9 @@ class ConsumerGroups(PartitionedStreams):
             )
             if reply.status == Status.NO_GROUP:
                 raise _no_group(keys, group)
-            for (entry_id, token), item in zip(chunk, reply.items, strict=True):
-                status, current = item.status, item.current_count
+            for (entry_id, token), status, current in zip(
+                chunk, reply.statuses, reply.counts, strict=True
+            ):
                 answers.append(
                     None
                     if status == Status.OK
