@@ -24,6 +24,13 @@ now, after reloading the slot map. The users' real differences are named paramet
 Never give both one subscriber: a frozen process whose liveness connection filled with
 wake-ups would be disconnected by Redis for its output buffer — a false death.
 
+A subscriber's connections speak RESP2, and its reader takes each reply straight off
+the connection: a published message goes to its channel's listeners at once, in the
+order they were attached (a poller's hand-off inbox, attached first, starts a handed run
+before the poll's watch is woken), and the reader then lets what it started run before
+reading on; other replies (subscribe confirmations, unsubscribes, pongs) go through
+redis-py's ``PubSub`` bookkeeping.
+
 Waiting for one message (e.g. a script publishing that a run ended) is a
 :class:`Listener` on the client's ``waker``. Arm it *before* reading the state the
 message is about, so a message published in between is never missed; ``release=True``
@@ -119,7 +126,8 @@ class Subscriber:
         self._state: dict[str, asyncio.Future[None]] = {}  # pending, or done: confirmed
         self._route_of: dict[str, str] = {}
         self._wanted: set[str] = set()  # with keep: made again whenever lost
-        self._listeners: dict[str, set[Listener]] = {}
+        # channel -> its listeners, in the order they were attached (told in that order)
+        self._listeners: dict[str, dict[Listener, None]] = {}
         self._lock = asyncio.Lock()
         self._closed = False
         self._refresh: asyncio.Task[None] | None = None
@@ -160,7 +168,7 @@ class Subscriber:
         if not self._deliver:
             raise TypeError(f"{self._purpose} subscriptions carry no messages to listen to")
         for name in listener.channels:
-            self._listeners.setdefault(name, set()).add(listener)
+            self._listeners.setdefault(name, {})[listener] = None
         try:
             yield
         finally:
@@ -168,7 +176,7 @@ class Subscriber:
             for name in listener.channels:
                 listeners = self._listeners.get(name)
                 if listeners is not None:
-                    listeners.discard(listener)
+                    listeners.pop(listener, None)
                     if not listeners:
                         del self._listeners[name]
                         idle.append(name)
@@ -302,6 +310,11 @@ class Subscriber:
         route = self._routes.get(name)
         if route is None:
             settings = dict(kwargs)
+            # RESP2: a message is a plain array, read without RESP3's push handling
+            # (server maintenance notices need RESP3; a lost connection is made again).
+            settings["protocol"] = 2
+            settings.pop("maint_notifications_config", None)
+            settings.pop("maint_notifications_pool_handler", None)
             if self._client_name is not None:
                 settings["client_name"] = self._client_name
             route = _Route(
@@ -390,6 +403,12 @@ class Subscriber:
     async def _read(self, route: _Route) -> None:
         loop = asyncio.get_running_loop()
         pubsub = route.pubsub
+        conn = pubsub.connection
+        if conn is None:  # not subscribed yet: nothing to read
+            return
+        # Replies read straight off the connection (RESP2, see _route_for): a message is
+        # passed on without redis-py's PubSub bookkeeping, anything else goes through it.
+        read = conn.read_response
         ping = self._ping_every_s
         heard_at = loop.time()
         pinged_at: float | None = None
@@ -402,7 +421,9 @@ class Subscriber:
                     if pinged_at is None and now - heard_at >= ping:
                         await pubsub.ping()
                         pinged_at = now
-                message = await pubsub.get_message(timeout=min(1.0, ping or 1.0))
+                reply = await read(
+                    timeout=min(1.0, ping or 1.0), disconnect_on_error=False, push_request=True
+                )
             except asyncio.CancelledError:
                 raise
             except rex.ResponseError as exc:
@@ -427,21 +448,33 @@ class Subscriber:
             except Exception as exc:
                 await self._drop(route, f"{self._purpose} connection", exc)
                 return
+            if reply is None:
+                continue  # nothing within the timeout
+            heard_at, pinged_at = loop.time(), None
+            if type(reply) is list and len(reply) == 3 and reply[0] == b"smessage":
+                self._deliver_message(reply[1], reply[2])  # the common case, read at once
+                # Let what the message started (a handed run) go first.
+                await asyncio.sleep(0)
+                continue
+            message = await pubsub.handle_message(reply)
             if message is not None:
-                heard_at, pinged_at = loop.time(), None
                 self._dispatch(route, message)
+
+    def _deliver_message(self, channel: bytes, data: Any) -> None:
+        """A message published on ``channel``: to its listeners, in the order they came."""
+        name = channel.decode()
+        if not self._deliver:
+            self._log.warning("unexpected message on %s channel %s", self._purpose, name)
+            return
+        for listener in self._listeners.get(name, ()):
+            listener.fire(data if isinstance(data, bytes) else None)
 
     def _dispatch(self, route: _Route, message: dict[str, Any]) -> None:
         kind = message.get("type")
         channel = message.get("channel")
         name = channel.decode() if isinstance(channel, bytes) else str(channel)
         if kind == "smessage":
-            if not self._deliver:
-                self._log.warning("unexpected message on %s channel %s", self._purpose, name)
-                return
-            data = message.get("data")
-            for listener in self._listeners.get(name, ()):
-                listener.fire(data if isinstance(data, bytes) else None)
+            self._deliver_message(name.encode(), message.get("data"))
         elif kind == "ssubscribe":
             state = self._state.get(name)
             if state is not None and not state.done() and self._route_of.get(name) == route.name:

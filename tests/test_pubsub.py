@@ -4,6 +4,7 @@ from wake-ups. Cluster routing is covered in test_cluster.py."""
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
@@ -11,6 +12,7 @@ from polling import eventually
 from proxy import Proxy
 
 from flo_redis import FloClient
+from flo_redis._listener import Listener
 from flo_redis.keys import action_keys, owner_channel
 from flo_redis.liveness import connection_name
 
@@ -37,6 +39,33 @@ async def test_a_listener_hears_a_message_published_after_it_armed(
         assert listener.message == b"finished"
         await listener.arm()  # forgets what was heard
         assert listener.message is None
+
+
+async def test_listeners_are_told_in_the_order_they_came_and_every_message_reaches_them(
+    client: FloClient, raw: aioredis.Redis, namespace: str
+) -> None:
+    # A poller's hand-off inbox listens before each poll's watch: the run a message
+    # hands over is started before the poll is woken.
+    channel = run_channel(namespace, "order")
+    heard: list[tuple[str, bytes | None]] = []
+
+    class Recording(Listener):
+        def __init__(self, name: str) -> None:
+            super().__init__(client.waker.ensure, [channel])
+            self.name = name
+
+        def fire(self, message: bytes | None = None) -> None:
+            heard.append((self.name, message))
+            super().fire(message)
+
+    first, second = Recording("first"), Recording("second")
+    async with client.waker.attached(first), client.waker.attached(second):
+        await second.arm()
+        big = b"x" * 200_000
+        for payload in (b"1", big, b"3"):
+            await raw.execute_command("SPUBLISH", channel, payload)
+        await eventually(lambda: asyncio.sleep(0, len(heard)), lambda n: n == 6)
+    assert heard == [(n, p) for p in (b"1", big, b"3") for n in ("first", "second")]
 
 
 async def test_a_released_channel_is_unsubscribed_when_its_last_listener_leaves(
