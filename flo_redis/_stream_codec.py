@@ -74,10 +74,15 @@ def sid(raw: bytes | str) -> StreamID:
     """An id Redis wrote (``"ms-seq"``, both below 2**64). Its two numbers are read
     without the checks a caller's id gets; anything else is parsed by
     :meth:`StreamID.from_redis`."""
-    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
-    ms, _, seq = text.partition("-")
-    if not (ms.isdigit() and seq.isdigit() and ms.isascii() and seq.isascii()):
-        return StreamID.from_redis(text)
+    if isinstance(raw, bytes):
+        ms, _, seq = raw.partition(b"-")  # bytes.isdigit: ASCII digits only
+        plain = ms.isdigit() and seq.isdigit()
+    else:
+        text_ms, _, text_seq = raw.partition("-")
+        plain = (text_ms + text_seq).isascii() and text_ms.isdigit() and text_seq.isdigit()
+        ms, seq = text_ms.encode(), text_seq.encode()
+    if not plain:
+        return StreamID.from_redis(raw)
     parsed = object.__new__(StreamID)
     parsed.timestamp_ms = int(ms)
     parsed.sequence = int(seq)

@@ -11,7 +11,7 @@ from ._replies import fixed
 from ._status import Status
 from ._stream_codec import decode_headers, sid
 from .codec import text
-from .types import StreamID, StreamRecord
+from .types import StorageTier, StreamID, StreamRecord
 
 
 def _rows(reply: Any, at: int, width: int) -> range:
@@ -29,14 +29,17 @@ def records(
     the token is the delivery count)."""
     width = 4 if tokens else 3
     body = width - 2  # where the payload is: after the id (and the token)
+    hot = StorageTier.HOT
+    # Positional (StreamRecord's field order): a hundred records a batch, each counts.
     return [
         StreamRecord(
-            id=sid(reply[i]),
-            stream=stream,
-            payload=bytes(reply[i + body]),
-            headers=decode_headers(reply[i + body + 1]),
-            delivery_count=int(reply[i + 1]) if tokens else 0,
-            partition=partition,
+            sid(reply[i]),
+            hot,
+            stream,
+            bytes(reply[i + body]),
+            decode_headers(reply[i + body + 1]),
+            int(reply[i + 1]) if tokens else 0,
+            partition,
         )
         for i in _rows(reply, at, width)
     ]
