@@ -161,6 +161,7 @@ class ConsumerGroups(PartitionedStreams):
         that poll was handed instead of new ones. A partitioned stream is read from
         every partition (or only ``partition``), one script call each, starting at a
         different partition each call so that none is starved."""
+        since = self._session.waker.generation  # an interrupt from here on ends this read
         opts = check_options(options, StreamGroupReadOptions)
         check_name("group name", group)
         check_name("consumer", consumer)
@@ -193,7 +194,7 @@ class ConsumerGroups(PartitionedStreams):
                     waits.append(found.due_ms)
             return Attempt(got, min(waits, default=-1))
 
-        return StreamReadResult(records=await self._long_poll(parts, block_ms, attempt))
+        return StreamReadResult(records=await self._long_poll(parts, block_ms, attempt, since))
 
     async def group_pending(
         self,

@@ -86,10 +86,13 @@ class PartitionedStreams:
         parts: Sequence[StreamKeys],
         block_ms: int,
         attempt: Callable[[], Awaitable[Attempt[StreamRecord]]],
+        since: int | None = None,
     ) -> builtins.list[StreamRecord]:
         """Records of ``attempt``, waiting on the partitions' wake channels (see
-        :func:`flo_redis._wake.long_poll`); ``due_ms`` is ms from now."""
-        return await long_poll(self._session.waker, [k.wake for k in parts], block_ms, attempt)
+        :func:`flo_redis._wake.long_poll`, also for ``since``); ``due_ms`` is ms from now."""
+        return await long_poll(
+            self._session.waker, [k.wake for k in parts], block_ms, attempt, since=since
+        )
 
     async def _remember_stream(self, namespace: str, stream: str) -> None:
         """Put ``stream`` in its namespace's stream registry, once per client."""

@@ -118,6 +118,7 @@ class StreamOperations(ConsumerGroups, DeadLetters, StreamInspection):
         ``count`` of them (still oldest first). With ``block_ms`` > 0 and nothing to read,
         waits up to that long for an append. A missing stream reads as empty. A partitioned
         stream is read in every partition (or only ``partition``), merged in id order."""
+        since = self._session.waker.generation  # an interrupt from here on ends this read
         opts = check_options(options, StreamReadOptions)
         parts = await self._partitions(stream, opts.namespace, opts.partition)
         count = count_arg("count", opts.count, DEFAULT_COUNT)
@@ -139,7 +140,7 @@ class StreamOperations(ConsumerGroups, DeadLetters, StreamInspection):
             batches = await asyncio.gather(*(read_one(k) for k in parts))
             return Attempt(merge(batches, count, opts.tail))
 
-        return StreamReadResult(records=await self._long_poll(parts, block_ms, attempt))
+        return StreamReadResult(records=await self._long_poll(parts, block_ms, attempt, since))
 
     async def info(
         self,

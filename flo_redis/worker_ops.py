@@ -166,6 +166,7 @@ class WorkerOperations(RunReports):
         that recently instead of asking again (so a drain is seen within that time);
         ``on_unregistered(action)`` is awaited for each action found not registered
         (gone with a flushed or restarted Redis) before the poll goes on."""
+        since = self._session.waker.generation  # an interrupt from here on ends this poll
         opts = check_options(options, WorkerAwaitOptions)
         block_ms = DEFAULT_WORKER_BLOCK_MS if opts.block_ms is None else opts.block_ms
         validate_block_ms(block_ms)
@@ -191,6 +192,7 @@ class WorkerOperations(RunReports):
             block_ms,
             attempt,
             server_clock_ms=self._session.server_time_ms,
+            since=since,
         )
         if claimed and tally:
             await self._tally(worker_id, ns_name, len(claimed), 0, 0)

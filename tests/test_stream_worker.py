@@ -7,7 +7,9 @@ import contextlib
 import contextvars
 import sys
 from collections.abc import AsyncIterator
+from typing import Any
 
+import pytest
 from polling import eventually
 
 from flo_redis import (
@@ -17,6 +19,8 @@ from flo_redis import (
     StreamGroupReadOptions,
     StreamWorker,
 )
+from flo_redis.stream_partitions import PartitionedStreams
+from flo_redis.streams import StreamOperations
 
 
 @contextlib.asynccontextmanager
@@ -127,6 +131,36 @@ async def test_stop_finishes_running_handlers_and_acks(client: FloClient) -> Non
     release.set()
     await asyncio.wait_for(task, 15)
     assert await client.stream.group_pending("s", "g") == []
+
+
+async def test_a_stop_while_a_read_prepares_ends_that_read(
+    client: FloClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # stop() lands while a read looks up the stream's partitions, before it starts
+    # waiting: the read must not wait out its 30 s block for a wake-up already given.
+    worker = client.new_stream_worker(
+        stream="quiet", group="g", handler=lambda ctx: None, block_ms=30_000
+    )
+    group_read, partitions = StreamOperations.group_read, PartitionedStreams._partitions
+    reading = stopped = False
+
+    async def read(self: StreamOperations, *args: Any, **kwargs: Any) -> Any:
+        nonlocal reading
+        reading = True
+        return await group_read(self, *args, **kwargs)
+
+    async def stop_then_look_up(self: PartitionedStreams, *args: Any) -> Any:
+        nonlocal stopped
+        if reading and not stopped:
+            stopped = True
+            worker.stop()
+            await asyncio.sleep(0)  # as a lookup that goes to Redis would
+        return await partitions(self, *args)
+
+    monkeypatch.setattr(StreamOperations, "group_read", read)
+    monkeypatch.setattr(PartitionedStreams, "_partitions", stop_then_look_up)
+    await asyncio.wait_for(worker.start(), 10)
+    assert stopped
 
 
 async def test_handlers_that_wait_run_side_by_side_up_to_concurrency(client: FloClient) -> None:
