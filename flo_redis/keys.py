@@ -248,6 +248,8 @@ class GroupKeys:
     poll_times: str  # ZSET  poll id -> time ms
     owners: str  # HASH  owner id -> ms since it is suspected gone (0: not suspected)
     owned: str  # ZSET  "<owner>\0<entry id>": the deliveries each owner holds
+    batches: str  # ZSET  "<owner>\0<lo>\0<hi>\0<consumer>": entries read as one batch
+    batch_due: str  # ZSET  batch -> ms when its entries still unacked are due again
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,5 +39,5 @@ for _, id in ipairs(ids) do
 end
 if #held == 0 then return {ST_OK, 0, '', 0, ''} end
 local acked = redis.call('XACK', k.log, group, unpack(held))
-group_untrack(g, held)
+group_untrack_recorded(g, held)
 return {ST_OK, acked, '', 0, ''}

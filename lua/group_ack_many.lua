@@ -49,6 +49,6 @@ for _, item in ipairs(items) do
 end
 if #held > 0 then
   redis.call('XACK', k.log, group, unpack(held))
-  group_untrack(g, held, owner)
+  group_untrack_recorded(g, held, owner)
 end
 return out

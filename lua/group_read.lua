@@ -4,6 +4,8 @@
   entries. An entry already delivered max_deliver times is dead-lettered instead of
   delivered again. Creates the group (at the beginning of the stream) when missing.
   A retried poll (same poll id) gets back what that poll was handed, not new entries.
+  New entries are recorded as one batch (lib/stream.lua, "Batches"); batches fallen due
+  become per-entry redeliveries, and the reader's oldest fully acked batches are forgotten.
   KEYS[1] log         STREAM  the records (the group lives here)
   KEYS[2] config      HASH    the group's settings
   KEYS[3] due         ZSET    entry id -> ms when it is to be delivered again
@@ -13,6 +15,8 @@
   KEYS[7] poll_times  ZSET    poll id -> ms (memos are forgotten after two minutes)
   KEYS[8] owners      HASH    owner id -> ms since it is suspected gone (0: not)
   KEYS[9] owned       ZSET    "<owner>\0<entry id>": the deliveries each owner holds
+  KEYS[10] batches    ZSET    "<owner>\0<lo>\0<hi>\0<consumer>" (score 0): batches read
+  KEYS[11] batch_due  ZSET    batch -> ms when its entries still unacked are due again
   ARGV[1] group
   ARGV[2] consumer
   ARGV[3] owner     the reading process's owner id
@@ -27,7 +31,7 @@
 --@include lib/polls.lua
 local k = {log = KEYS[1], config = KEYS[2]}
 local g = {due = KEYS[3], deliveries = KEYS[4], dead = KEYS[5], owners = KEYS[8],
-  owned = KEYS[9]}
+  owned = KEYS[9], batches = KEYS[10], batch_due = KEYS[11]}
 local polls = KEYS[6]
 local poll_times = KEYS[7]
 local group = ARGV[1]
@@ -39,10 +43,18 @@ local poll_id = ARGV[5]
 local now = now_ms()
 local out = {ST_OK, -1, 0}
 
+local ack_timeout_ms, max_deliver
+
 local function wait_ms()
-  local first = redis.call('ZRANGE', g.due, 0, 0, 'WITHSCORES')
-  if #first == 0 then return -1 end
-  return math.max(tonumber(first[2]) - now, 0)
+  local at
+  local keys = {g.due}
+  if ack_timeout_ms > 0 then keys[2] = g.batch_due end  -- else a batch's time is not a due
+  for _, key in ipairs(keys) do
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if #first > 0 and (not at or tonumber(first[2]) < at) then at = tonumber(first[2]) end
+  end
+  if not at then return -1 end
+  return math.max(at - now, 0)
 end
 
 local function hand_out(id, token, fields)
@@ -51,19 +63,30 @@ local function hand_out(id, token, fields)
 end
 
 group_ensure(k.log, k.config, group, now)
-local ack_timeout_ms, max_deliver = group_settings(k.config)
+ack_timeout_ms, max_deliver = group_settings(k.config)
 
 -- A retried poll: answer with what this poll id was handed, where still this delivery.
 -- When none of it is still delivered to us (acked, or taken back), read afresh.
-local replayed = poll_replay(polls, poll_times, poll_id, now, function(id, token)
-  local p = group_pending_entry(k.log, group, id)
-  if not (p and p[2] == consumer and p[4] == token) then return false end
-  local fields = stream_entry(k.log, id)
-  if not fields then return false end
-  hand_out(id, token, fields)
-  return true
-end)
-if replayed > 0 then
+local asked = poll_recall(polls, poll_times, poll_id, now)
+if asked then
+  for i = 1, #asked.ids do
+    local id, token = asked.ids[i], asked.tokens[i]
+    local p = group_pending_entry(k.log, group, id)
+    local fields = p and p[2] == consumer and p[4] == token and stream_entry(k.log, id)
+    if fields then hand_out(id, token, fields) end
+  end
+  local _, lo, hi = batch_split(asked.b or '')
+  if lo then
+    local held = {}
+    for _, p in ipairs(batch_held(k.log, group, lo, hi, consumer)) do held[p[1]] = true end
+    if next(held) then
+      for _, entry in ipairs(redis.call('XRANGE', k.log, lo, hi)) do
+        if held[entry[1]] then hand_out(entry[1], 1, entry[2]) end
+      end
+    end
+  end
+end
+if out[3] > 0 then
   out[2] = wait_ms()
   return out
 end
@@ -72,6 +95,18 @@ local memo = poll_memo()
 local function deliver(id, token, fields)
   hand_out(id, token, fields)
   poll_memo_add(memo, id, token)
+end
+
+-- Batches past their ack timeout: their entries still unacked become due on their own
+-- (with the ack timeout off: recorded on their own, not due).
+local turned = 0
+while turned < count do
+  local first = redis.call('ZRANGE', g.batch_due, '-inf', now, 'BYSCORE', 'LIMIT', 0, 1,
+    'WITHSCORES')
+  if #first == 0 then break end
+  local at = first[2]
+  if ack_timeout_ms <= 0 then at = nil end
+  turned = turned + batch_expand(k.log, g, group, first[1], at) + 1
 end
 
 -- Entries due again: nacked ones and those past their ack timeout, oldest due first.
@@ -96,12 +131,15 @@ if room > 0 then
   local read = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', room,
     'STREAMS', k.log, '>')
   if read and read[1] then
-    local ids = {}
-    for _, entry in ipairs(read[1][2]) do ids[#ids + 1] = entry[1] end
-    group_track_many(g, ids, consumer, owner, now, ack_timeout_ms, true)
-    for _, entry in ipairs(read[1][2]) do deliver(entry[1], 1, entry[2]) end
+    local entries = read[1][2]
+    if #entries > 0 then
+      memo.b = batch_record(g, owner, consumer, entries[1][1], entries[#entries][1], now,
+        ack_timeout_ms)
+      for _, entry in ipairs(entries) do hand_out(entry[1], 1, entry[2]) end
+    end
   end
 end
+batches_settle(k.log, g, group, owner, 2)
 
 poll_remember(polls, poll_times, poll_id, memo, now)
 out[2] = wait_ms()

@@ -123,27 +123,35 @@ async def test_group_ack_many_forgets_each_delivery_whoever_acks(
 ) -> None:
     """An ack forgets the deliveries' owner index entries whether the acking process
     is the one that read them or another one, and with an entry named twice."""
-    from flo_redis import StreamGroupReadOptions
+    from flo_redis import StreamGroupNackOptions, StreamGroupReadOptions
     from flo_redis.keys import stream_keys
 
     for i in range(6):
         await client.stream.append("s", b"%d" % i)
+    first = await client.stream.group_read("s", "g", "c1", StreamGroupReadOptions(count=6))
+    # Read past the cursor, the six are one batch: nothing recorded per entry.
+    gk = stream_keys(client.namespace, "s").group("g")
+    assert await raw.zcard(gk.owned) == 0 and await raw.zcard(gk.batches) == 1
+    nack = StreamGroupNackOptions(consumer="c1", token=1)
+    await client.stream.group_nack("s", "g", [r.id for r in first.records], nack)
+    # Handed out again, each is recorded on its own, under its owner.
     read = await client.stream.group_read("s", "g", "c1", StreamGroupReadOptions(count=6))
     a, b, c, d, e, f = read.records
-    owned = stream_keys(client.namespace, "s").group("g").owned
-    assert await raw.zcard(owned) == 6
+    assert {r.delivery_count for r in read.records} == {2}
+    assert await raw.zcard(gk.owned) == 6
     # The reader acks two, one of them named twice.
     assert await client.stream.group_ack_many(
-        "s", "g", [(a.id, 1), (b.id, 1), (a.id, 1)], consumer="c1"
+        "s", "g", [(a.id, 2), (b.id, 2), (a.id, 2)], consumer="c1"
     ) == [None, None, None]
-    assert await raw.zcard(owned) == 4
+    assert await raw.zcard(gk.owned) == 4
     # Another process (its own owner id) acks three, with the reader's consumer name.
     async with FloClient(redis_url, namespace=client.namespace) as other:
         answers = await other.stream.group_ack_many(
-            "s", "g", [(c.id, 1), (d.id, None), (e.id, 1)], consumer="c1"
+            "s", "g", [(c.id, 2), (d.id, None), (e.id, 2)], consumer="c1"
         )
     assert answers == [None, None, None]
-    assert await raw.zcard(owned) == 1
+    assert await raw.zcard(gk.owned) == 1
+    assert await raw.hlen(gk.deliveries) == 1 and await raw.zcard(gk.due) == 1
     pending = await client.stream.group_pending("s", "g")
     assert [p.id.to_redis() for p in pending] == [f.id.to_redis()]
 

@@ -142,7 +142,7 @@ class GroupMachine(ClientMachine):
     @rule(data=st.data())
     def ack_timeout_passes(self, data: st.DataObject) -> None:
         d = data.draw(st.sampled_from(self.model.held()))
-        self.run(self.raw.zadd(self.keys.due, {d.id.to_redis(): 1}, xx=True))
+        self.run(self.raw.zadd(self.keys.due, {d.id.to_redis(): 1}))
         self.model.entries[d.id.to_redis()].due = True
 
     @precondition(lambda self: self.model.stale)

@@ -1,7 +1,8 @@
 --[[ lib/polls
   Poll memos: what a claim handed to a poll id, so that a poll retried after its reply was
   lost gets the same items back instead of new ones (lua/README.md: "Lost replies" under Streams). A memo
-  is msgpack {p = poll id, ids, tokens} in the caller's `polls` hash, its time in
+  is msgpack {p = poll id, ids, tokens} (group_read adds b, the batch of entries it read
+  past the group's cursor) in the caller's `polls` hash, its time in
   `poll_times`; memos older than POLL_MEMORY_MS are forgotten, a batch per claim.
   A poll id "<poller>#<n>" names the n-th poll of one poller, which starts poll n + 1
   only once the reply to poll n arrived: its memo is kept under "<poller>" and replaced
@@ -30,14 +31,21 @@ end
 -- poller's). Returns how many items were handed out again. 0 -- no poll id, no memo, an
 -- expired one, or nothing of it still held -- means the caller claims afresh: a retried
 -- poll is still a poll, never answered empty while there is work.
-local function poll_replay(polls_key, times_key, poll_id, now, replay_one)
-  if poll_id == '' then return 0 end
+-- The memo of what `poll_id` was handed (nil: no poll id, no memo, or an expired one).
+local function poll_recall(polls_key, times_key, poll_id, now)
+  if poll_id == '' then return nil end
   local field = poll_field(poll_id)
   local raw = redis.call('HGET', polls_key, field)
   local at = tonumber(redis.call('ZSCORE', times_key, field))
-  if not raw or not at or at < now - POLL_MEMORY_MS then return 0 end
+  if not raw or not at or at < now - POLL_MEMORY_MS then return nil end
   local memo = cmsgpack.unpack(raw)
-  if memo.p ~= poll_id then return 0 end  -- an earlier poll of the same poller
+  if memo.p ~= poll_id then return nil end  -- an earlier poll of the same poller
+  return memo
+end
+
+local function poll_replay(polls_key, times_key, poll_id, now, replay_one)
+  local memo = poll_recall(polls_key, times_key, poll_id, now)
+  if not memo then return 0 end
   local n = 0
   for i = 1, #memo.ids do
     if replay_one(memo.ids[i], memo.tokens[i]) then n = n + 1 end
@@ -50,7 +58,7 @@ end
 -- older than POLL_MEMORY_MS.
 local function poll_remember(polls_key, times_key, poll_id, memo, now)
   local field = poll_field(poll_id)
-  if poll_id ~= '' and #memo.ids > 0 then
+  if poll_id ~= '' and (#memo.ids > 0 or memo.b) then
     memo.p = poll_id
     redis.call('HSET', polls_key, field, cmsgpack.pack(memo))
     redis.call('ZADD', times_key, now, field)

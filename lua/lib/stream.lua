@@ -5,6 +5,10 @@
   list, whose delivery counter is the entry's fencing token) plus the group's keys: config
   (settings), due (entry id -> ms when it is to be delivered again), deliveries (entry id ->
   msgpack {o owner, c consumer, nk 1 once nacked}) and dead (dead-letter stream).
+  Entries a group_read takes past the group's cursor are recorded once for the whole batch
+  (batches, batch_due; see "Batches" below), not per entry: an entry has its own due time
+  and delivery record only once it is an exception (redelivered, nacked, claimed, timed
+  out or taken back from a gone owner).
 ]]
 --@include lib/owners.lua
 local GROUP_ACK_TIMEOUT_MS = 30000
@@ -89,14 +93,16 @@ local function group_pending_entry(log_key, group, id)
   return found[1]
 end
 
--- Stream id `a` sorts before `b` ("ms-seq", both exact in a Lua number).
+-- Stream id `a` sorts before `b` (both "ms-seq" as Redis writes them: decimal digits, no
+-- leading zeros). Compared as strings, without parsing: a timestamp of fewer digits is
+-- smaller; with the '-' at the same place and the same length, string order is id order;
+-- of two lengths, the timestamps decide when they differ, else the shorter sequence.
 local function stream_id_before(a, b)
-  local am, as = string.match(a, '^(%d+)-(%d+)$')
-  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
-  if not (am and bm) then return a < b end
-  am, bm = tonumber(am), tonumber(bm)
-  if am ~= bm then return am < bm end
-  return tonumber(as) < tonumber(bs)
+  local at, bt = string.find(a, '-', 1, true), string.find(b, '-', 1, true)
+  if not (at and bt) then return a < b end
+  if at ~= bt then return at < bt end
+  if #a == #b or string.sub(a, 1, at) ~= string.sub(b, 1, bt) then return a < b end
+  return #a < #b
 end
 
 -- The pending entries of `ids`: a map id -> {id, consumer, idle_ms, delivery_count},
@@ -161,38 +167,21 @@ local function group_drop_owned(g, ids)
   if #entries > 0 then redis.call('ZREM', g.owned, unpack(entries)) end
 end
 
--- Record deliveries of `ids` (at most 1000) to consumer/owner and schedule their
--- redelivery on ack timeout, a few calls for the whole batch. The owner index (g.owned,
--- g.owners; lib/owners.lua) follows each delivery's owner. `fresh`: the ids were just
--- read past the group's cursor, so no earlier delivery of theirs is to be dropped.
--- Scores go to Redis as strings made once (a number is formatted again per argument).
-local function group_track_many(g, ids, consumer, owner, now, ack_timeout_ms, fresh)
-  if #ids == 0 then return end
-  if not fresh then group_drop_owned(g, ids) end
-  local record = cmsgpack.pack({o = owner, c = consumer})
-  local due_at = string.format('%d', now + ack_timeout_ms)
-  local fields, owned, due = {}, {}, {}
-  for i, id in ipairs(ids) do
-    local at = 2 * i
-    fields[at - 1], fields[at] = id, record
-    owned[at - 1], owned[at] = '0', owned_entry(owner, id)
-    due[at - 1], due[at] = due_at, id
-  end
-  redis.call('HSET', g.deliveries, unpack(fields))
+-- Record a delivery of `id` (one handed out again: redelivered or claimed) to
+-- consumer/owner and schedule its redelivery on ack timeout. The owner index (g.owned,
+-- g.owners; lib/owners.lua) follows the delivery's owner.
+local function group_track(g, id, consumer, owner, now, ack_timeout_ms)
+  group_drop_owned(g, {id})
+  redis.call('HSET', g.deliveries, id, cmsgpack.pack({o = owner, c = consumer}))
   if g.owned and owner ~= '' then
-    redis.call('ZADD', g.owned, unpack(owned))
+    redis.call('ZADD', g.owned, 0, owned_entry(owner, id))
     redis.call('HSETNX', g.owners, owner, 0)
   end
   if ack_timeout_ms > 0 then
-    redis.call('ZADD', g.due, unpack(due))
+    redis.call('ZADD', g.due, string.format('%d', now + ack_timeout_ms), id)
   else
-    redis.call('ZREM', g.due, unpack(ids))
+    redis.call('ZREM', g.due, id)
   end
-end
-
--- Record a delivery of `id` to consumer/owner and schedule its redelivery on ack timeout.
-local function group_track(g, id, consumer, owner, now, ack_timeout_ms)
-  group_track_many(g, {id}, consumer, owner, now, ack_timeout_ms, false)
 end
 
 -- Forget the bookkeeping of entries (at most 1000) that left the pending list. With
@@ -252,4 +241,114 @@ local function group_hand_out(out, id, token, fields)
   out[#out + 1] = token
   out[#out + 1] = payload
   out[#out + 1] = headers
+end
+
+--[[ Batches. The entries one group_read takes past the group's cursor are consecutive
+  in the stream: every entry between the first (lo) and the last (hi) id was handed out
+  by that read. The batch is one member "<owner>\0<lo>\0<hi>\0<consumer>" of g.batches
+  (score 0: one owner's batches form one lexicographic range, for reclaim) and of
+  g.batch_due (score: ms when its entries still unacked are due again, delivery time +
+  ack timeout; with the ack timeout off, delivery time + BATCH_KEEP_MS, when they are
+  recorded on their own, not due). An entry of the batch is still that delivery while it
+  is pending with delivery count 1: every later hand-out (redelivery, claim) raises the
+  count and records the entry on its own, so a batch never speaks for an entry handed
+  out again.
+]]
+local BATCH_SEP = '\0'
+local BATCH_MAX = 1000  -- a read takes at most this many entries, so a batch holds as many
+local BATCH_KEEP_MS = 30000
+
+local function batch_id(owner, lo, hi, consumer)
+  return owner .. BATCH_SEP .. lo .. BATCH_SEP .. hi .. BATCH_SEP .. consumer
+end
+
+-- owner, lo, hi, consumer of a batch member (nil when it is not one).
+local function batch_split(b)
+  return string.match(b, '^(.-)%z(.-)%z(.-)%z(.*)$')
+end
+
+-- Record the batch of entries lo..hi just read past the cursor by consumer/owner, due
+-- again at now + ack_timeout_ms (with the ack timeout off: kept as a batch until
+-- now + BATCH_KEEP_MS). Returns its member.
+local function batch_record(g, owner, consumer, lo, hi, now, ack_timeout_ms)
+  local b = batch_id(owner, lo, hi, consumer)
+  local keep = ack_timeout_ms
+  if keep <= 0 then keep = BATCH_KEEP_MS end
+  redis.call('ZADD', g.batches, 0, b)
+  redis.call('ZADD', g.batch_due, string.format('%d', now + keep), b)
+  if owner ~= '' and g.owners then redis.call('HSETNX', g.owners, owner, 0) end
+  return b
+end
+
+local function batch_forget(g, b)
+  redis.call('ZREM', g.batches, b)
+  redis.call('ZREM', g.batch_due, b)
+end
+
+-- The entries of batch lo..hi still pending from its delivery (count 1), as the PEL's
+-- {id, consumer, idle_ms, delivery_count} rows; with `consumer`, only that consumer's.
+local function batch_held(log_key, group, lo, hi, consumer)
+  local rows
+  if consumer then
+    rows = redis.call('XPENDING', log_key, group, lo, hi, BATCH_MAX, consumer)
+  else
+    rows = redis.call('XPENDING', log_key, group, lo, hi, BATCH_MAX)
+  end
+  local held = {}
+  for _, p in ipairs(rows) do
+    if p[4] == 1 then held[#held + 1] = p end
+  end
+  return held
+end
+
+-- Record the entries of batch `b` still pending from its delivery on their own, each
+-- with its delivery record, and forget the batch: due at `at` (or sooner, where they
+-- already were: a nack), or with `at` nil (the ack timeout is off) not due but indexed
+-- under the batch's owner. Returns how many entries it recorded.
+local function batch_expand(log_key, g, group, b, at)
+  local owner, lo, hi, consumer = batch_split(b)
+  local n = 0
+  if owner then
+    local held = batch_held(log_key, group, lo, hi)
+    if #held > 0 then
+      local record = cmsgpack.pack({o = owner, c = consumer})
+      local index = {'ZADD', g.due, 'LT'}
+      if not at then index = {'ZADD', g.owned} end
+      for _, p in ipairs(held) do
+        redis.call('HSETNX', g.deliveries, p[1], record)
+        index[#index + 1] = at or 0
+        index[#index + 1] = at and p[1] or owned_entry(owner, p[1])
+      end
+      redis.call(unpack(index))
+      n = #held
+    end
+  end
+  batch_forget(g, b)
+  return n
+end
+
+-- Forget the oldest `limit` batches of `owner` that have nothing pending left (all
+-- acked). A batch whose first pending entry was handed out again is left for later
+-- (its due time or a reclaim settles it): one lookup per batch, whatever its size.
+local function batches_settle(log_key, g, group, owner, limit)
+  local mine = redis.call('ZRANGE', g.batches, '[' .. owner .. BATCH_SEP,
+    '(' .. owner .. '\1', 'BYLEX', 'LIMIT', 0, limit)
+  for _, b in ipairs(mine) do
+    local _, lo, hi = batch_split(b)
+    if lo and #redis.call('XPENDING', log_key, group, lo, hi, 1) == 0 then
+      batch_forget(g, b)
+    end
+  end
+end
+
+-- Forget the bookkeeping of acked entries (at most 1000) that have any: an entry read
+-- in a batch and acked on that delivery has none of its own. `owner` as group_untrack.
+local function group_untrack_recorded(g, ids, owner)
+  if #ids == 0 or redis.call('HLEN', g.deliveries) == 0 then return end
+  local raw = redis.call('HMGET', g.deliveries, unpack(ids))
+  local recorded = {}
+  for i = 1, #ids do
+    if raw[i] then recorded[#recorded + 1] = ids[i] end
+  end
+  if #recorded > 0 then group_untrack(g, recorded, owner) end
 end
