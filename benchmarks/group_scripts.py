@@ -5,8 +5,9 @@ Appends ``N`` records (default 20,000), then one consumer reads them 100 at a ti
 (``group_read`` with a worker's poll ids ``<poller>#<n>``) and acks each batch with
 its tokens (``group_ack_many``), one call at a time, on a private redis-server. Every
 call's server time is read from ``SLOWLOG`` (threshold 0), so neither the client nor
-the network is counted (nor the logging, which the commands inside a script add to). Prints one JSON line: µs of script time per entry for each
-script, and the median µs per call.
+the network is counted (the log also holds the commands a script runs, and logging
+them adds a little to each call). Prints one JSON line: µs of script time per entry
+for each script, and the median µs per call.
 """
 
 from __future__ import annotations
