@@ -265,16 +265,33 @@ class StreamKeys:
     wake: str  # sharded pub/sub channel announcing records to read
 
     def group(self, group: str) -> GroupKeys:
-        check_name("group name", group)
-        base = f"{self.log[: -len(':log')]}:g:{group}"
-        return _keyed(GroupKeys, base, {"config": "cfg", "deliveries": "dlv"}, group=group)
+        """The keys of one consumer group of this partition (validated name; cached)."""
+        if not isinstance(group, str):
+            check_name("group name", group)
+        return _group_keys(self.log, group)
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_keys(log: str, group: str) -> GroupKeys:
+    check_name("group name", group)
+    base = f"{log[: -len(':log')]}:g:{group}"
+    return _keyed(GroupKeys, base, {"config": "cfg", "deliveries": "dlv"}, group=group)
 
 
 def stream_keys(namespace: str, stream: str, partition: int = 0) -> StreamKeys:
     """Keys of ``stream``'s partition ``partition``. Partition 0 has the tag
     ``{<namespace>:<stream>}``; partition p > 0 has ``{<namespace>:<stream>/<p>}`` (its
     own slot) and the prefix ``flo:s<p>:``, so no two partitions of any streams share
-    key names."""
+    key names. Validated names; cached."""
+    if not (isinstance(namespace, str) and isinstance(stream, str) and type(partition) is int):
+        check_namespace(namespace)
+        check_name("stream name", stream)
+        check_count("partition", partition, 0)
+    return _stream_keys(namespace, stream, partition)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stream_keys(namespace: str, stream: str, partition: int) -> StreamKeys:
     check_namespace(namespace)
     check_name("stream name", stream)
     check_count("partition", partition, 0)
