@@ -62,6 +62,7 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ("action_invoke_many.lua", "MAX_RUNS"): [(actions.INVOKE_BATCH, "actions.INVOKE_BATCH")],
     ("run_complete_many.lua", "MAX_ITEMS"): [(tasks.COMPLETE_BATCH, "tasks.COMPLETE_BATCH")],
     ("group_ack_many.lua", "MAX_ITEMS"): [(_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT")],
+    ("lib/stream.lua", "BATCH_MAX"): [(_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT")],
     ("run_touch.lua", "MAX_EXTEND_MS"): [
         (tasks.MAX_TOUCH_EXTEND_MS, "tasks.MAX_TOUCH_EXTEND_MS"),
     ],
@@ -121,6 +122,8 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/polls.lua", "POLL_FORGET_BATCH"): "old poll memos dropped per claim",
     ("lib/run.lua", "NEVER_MS"): "the lease deadline of runs without a timeout",
     ("lib/stream.lua", "GROUP_DEAD_MAX_LEN"): "the dead-letter stream's approximate cap",
+    ("lib/stream.lua", "BATCH_SEP"): "separator inside a batch's member",
+    ("lib/stream.lua", "BATCH_KEEP_MS"): "how long a batch stays one with the ack timeout off",
     ("lib/workers.lua", "WORKER_REMOVED"): "a removed worker is never listed",
     ("lib/tally.lua", "TALLY_SLOTS"): "one-minute buckets kept: the counts cover an hour",
     ("lib/tally.lua", "TALLY_TIMED_OUT"): "a meta field action_counts reads itself",
