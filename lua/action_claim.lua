@@ -78,7 +78,7 @@ if poller ~= poll_id then handoff_unpark(k.parked, poller, now) end
 local worker_labels = nil
 if labels ~= '' then worker_labels = cmsgpack.unpack(labels) end
 
-local function hand_out(run_id, run)
+local function hand_out(run_id, run, input)
   out[3] = out[3] + 1
   out[#out + 1] = run_id
   out[#out + 1] = run.t
@@ -86,7 +86,7 @@ local function hand_out(run_id, run)
   out[#out + 1] = run.c
   out[#out + 1] = run.rd or run.c
   out[#out + 1] = run.st
-  out[#out + 1] = redis.call('HGET', k.inputs, run_id) or ''
+  out[#out + 1] = input or ''
   out[#out + 1] = run.tr or ''
 end
 
@@ -96,7 +96,7 @@ local function hand_out_held(run_id, token)
   if not (run and run.s == RUN_RUNNING and run.t == token and run.o == owner) then
     return false
   end
-  hand_out(run_id, run)
+  hand_out(run_id, run, redis.call('HGET', k.inputs, run_id))
   return true
 end
 
@@ -123,27 +123,38 @@ end
 local unseen = out[3]
 local n, rate_room = queue_room(k, action, now, max_n)
 if n > out[3] then
-  local deadline = queue_lease_deadline(action, now)
+  local want = n - out[3]
+  local ids, runs = {}, {}
+  -- Take from `candidates` (pending run ids, in queue order) the runs this worker may
+  -- run, until `want` are taken: their records read a slice at a time, the runs taken
+  -- and those no longer pending dropped from `pending` in one call.
   local function take(candidates)
-    for _, run_id in ipairs(candidates) do
-      if out[3] >= n then return end
-      local run = run_load(k.runs, run_id)
-      if not run or run.s ~= RUN_PENDING then
-        redis.call('ZREM', k.pending, run_id)
-      elseif labels_match(run.lb, worker_labels) then
-        redis.call('ZREM', k.pending, run_id)
-        queue_take(k, run_id, run, worker_id, owner, now, deadline, rate_room ~= nil)
-        poll_memo_add(memo, run_id, run.t)
-        hand_out(run_id, run)
+    local dropped = {}
+    local from = 1
+    while from <= #candidates and #ids < want do
+      local to = math.min(#candidates, from + want - #ids - 1)
+      local raws = redis.call('HMGET', k.runs, unpack(candidates, from, to))
+      for i = from, to do
+        local run_id, raw = candidates[i], raws[i - from + 1]
+        local run = raw and cmsgpack.unpack(raw)
+        if not run or run.s ~= RUN_PENDING then
+          dropped[#dropped + 1] = run_id
+        elseif labels_match(run.lb, worker_labels) then
+          dropped[#dropped + 1] = run_id
+          ids[#ids + 1] = run_id
+          runs[#runs + 1] = run
+        end
       end
+      from = to + 1
     end
+    if #dropped > 0 then redis.call('ZREM', k.pending, unpack(dropped)) end
   end
   -- The head of the queue first. When it is full of runs whose labels this worker lacks,
   -- one more window further on, at a cursor that moves on each such call (wrapping), so
   -- a run behind many others' runs is reached in bounded steps, never blocked for good.
   local head = redis.call('ZRANGE', k.pending, 0, scan - 1)
   take(head)
-  if out[3] < n and #head == scan then
+  if #ids < want and #head == scan then
     local at = tonumber(redis.call('HGET', k.meta, 'scan_at')) or scan
     local further = redis.call('ZRANGE', k.pending, at, at + scan - 1)
     if #further == 0 then
@@ -151,6 +162,15 @@ if n > out[3] then
     else
       take(further)
       redis.call('HSET', k.meta, 'scan_at', at + scan)
+    end
+  end
+  if #ids > 0 then
+    queue_take_many(k, ids, runs, worker_id, owner, now, queue_lease_deadline(action, now),
+      rate_room ~= nil)
+    local inputs = redis.call('HMGET', k.inputs, unpack(ids))
+    for i, run_id in ipairs(ids) do
+      poll_memo_add(memo, run_id, runs[i].t)
+      hand_out(run_id, runs[i], inputs[i])
     end
   end
 end

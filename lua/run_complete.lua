@@ -37,10 +37,11 @@ local RETAIN_BATCH = 100
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
-local status, duplicate, detail = complete_run(k, action, now, run_id, token, worker_id,
-  result, outcome)
+local status, duplicate, detail
+local applied = complete_runs(k, action, now, {{run_id, token, result, outcome}}, worker_id,
+  function(s, d, x) status, duplicate, detail = s, d, x end)
 if status == ST_TOO_LARGE then return {ST_TOO_LARGE, detail, RUN_RUNNING} end
-if status == ST_OK and duplicate == 0 then
+if applied > 0 then
   tally_ended(k.meta, now, 'c', 1)
   queue_retain(k, k.done, now, action.retention_ms, action.retention_count, RETAIN_BATCH)
 end

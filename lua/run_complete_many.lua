@@ -34,15 +34,12 @@ local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
 local out = {ST_OK}
-local applied = 0
-for _, item in ipairs(items) do
-  local status, duplicate, detail = complete_run(k, action, now, item[1], item[2], worker_id,
-    item[3], item[4])
+local applied = complete_runs(k, action, now, items, worker_id, function(status, duplicate,
+    detail)
   out[#out + 1] = status
   out[#out + 1] = duplicate
   out[#out + 1] = detail
-  if status == ST_OK and duplicate == 0 then applied = applied + 1 end
-end
+end)
 if applied > 0 then
   tally_ended(k.meta, now, 'c', applied)
   -- Trim at least as many kept runs as this call finished, so retention keeps pace.

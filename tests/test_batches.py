@@ -203,3 +203,56 @@ async def test_complete_many_refuses_a_result_over_the_clients_limit_alone(
         assert "12 bytes" in str(answers[1])
         assert (await client.action.status(b.run_id)).status == RunStatus.RUNNING
         assert (await client.action.status(c.run_id)).status == RunStatus.COMPLETED
+
+
+async def test_a_claimed_batch_gets_one_token_lease_and_owner_entry_per_run(
+    client: FloClient, raw
+) -> None:  # type: ignore[no-untyped-def]
+    from flo_redis.keys import action_keys
+
+    await client.action.register("job")
+    await client.worker.register("w", ["job"])
+    await client.action.invoke_many("job", [f"{i}".encode() for i in range(150)])
+    first = await client.worker.await_tasks("w", ["job"], 100, WorkerAwaitOptions(block_ms=0))
+    second = await client.worker.await_tasks("w", ["job"], 100, WorkerAwaitOptions(block_ms=0))
+    taken = [*first, *second]
+    assert [t.payload for t in taken] == [f"{i}".encode() for i in range(150)]
+    tokens = [t.token for t in taken]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 150
+    for t in (taken[0], taken[99], taken[149]):
+        status = await client.action.status(t.run_id)
+        assert (status.status, status.token, status.attempt) == (RunStatus.RUNNING, t.token, 1)
+    keys = action_keys(client.namespace, "job")
+    assert await raw.zcard(keys.leases) == 150
+    assert await raw.zcard(keys.owned) == 150
+    assert await raw.zcard(keys.pending) == 0
+    # Completing the batch drops every lease and owner entry it made.
+    answers = await client.worker.complete_many(
+        "w", "job", [CompleteItem(t.run_id, b"", token=t.token) for t in taken]
+    )
+    assert answers == [None] * 150
+    assert await raw.zcard(keys.leases) == 0
+    assert await raw.zcard(keys.owned) == 0
+
+
+async def test_complete_many_naming_a_run_twice_applies_it_once(client: FloClient) -> None:
+    await client.action.register("job")
+    await client.worker.register("w", ["job"])
+    await client.action.invoke_many("job", [b"a", b"b"])
+    a, b = await client.worker.await_tasks("w", ["job"], 2, WorkerAwaitOptions(block_ms=0))
+    answers = await client.worker.complete_many(
+        "w",
+        "job",
+        [
+            CompleteItem(a.run_id, b"A", token=a.token),
+            CompleteItem(a.run_id, b"A", token=a.token),  # an identical resend: success
+            CompleteItem(b.run_id, b"B", token=b.token),
+            CompleteItem(b.run_id, b"other", token=b.token),  # not what was applied
+        ],
+    )
+    assert answers[:3] == [None, None, None]
+    assert isinstance(answers[3], ConflictError)
+    assert (await client.action.status(a.run_id)).output == b"A"
+    assert (await client.action.status(b.run_id)).output == b"B"
+    info = (await client.worker.list()).workers[0]
+    assert (info.tasks_completed, info.current_load) == (2, 0)

@@ -1,45 +1,82 @@
 --[[ lib/complete
-  Completing one running run, for its current holder only; shared by run_complete and
-  run_complete_many so a batch applies exactly the single-run rules to each item.
+  Completing running runs, for their current holders only; shared by run_complete and
+  run_complete_many so a batch applies exactly the single-run rules to each item. A
+  batch reads its records in one call and writes each of the sets it changes in one
+  call, whatever its size.
 ]]
 --@include lib/status.lua
 --@include lib/run.lua
 --@include lib/owners.lua
 --@include lib/ended.lua
 
--- Complete `run_id` with `result` if the caller (token, or worker id when token is '')
--- holds it. An identical resend of a complete that already took effect answers OK with
--- duplicate = 1 and changes nothing. Returns status, duplicate, run status (or the
--- payload limit for TOO_LARGE).
-local function complete_run(k, action, now, run_id, token, worker_id, result, outcome)
-  local run = run_load(k.runs, run_id)
+-- The verdict on one complete of `run` (nil: no record): status, duplicate, run status
+-- (or the payload limit for TOO_LARGE). A holder's complete changes `run` to its
+-- completed record; an identical resend of a complete that already took effect answers
+-- OK with duplicate = 1 and changes nothing.
+local function complete_verdict(run, token, worker_id, result, outcome, max_payload)
   if not run then return ST_NOT_FOUND, 0, -1 end
   if not run_is_holder(run, token, worker_id) then
     if run.s == RUN_COMPLETED and run.lrk == 'c' and run_reported_by(run, token, worker_id)
         and run.out == result and run.oc == outcome then
       return ST_OK, 1, run.s
     end
-    redis.call('HINCRBY', k.meta, 'stat:stale_refused', 1)
     return ST_STALE, 0, run.s
   end
-  if action.max_payload >= 0 and #result > action.max_payload then
-    return ST_TOO_LARGE, 0, action.max_payload
+  if max_payload >= 0 and #result > max_payload then
+    return ST_TOO_LARGE, 0, max_payload
   end
   run.s = RUN_COMPLETED
-  run.ct = now
   run.out = result
   run.oc = outcome
   run.err = nil
   run.tb = nil
-  owned_drop(k.owned, run.o, run_id)
-  run.o = nil
   run.lrk = 'c'
   run.lrt = run.t
   run.lrw = worker_id
-  run_save(k.runs, run_id, run)
-  redis.call('ZREM', k.leases, run_id)
-  redis.call('HDEL', k.inputs, run_id)
-  redis.call('ZADD', k.done, now, run_id)
-  run_ended(k.ended, run_id)
   return ST_OK, 0, run.s
+end
+
+-- Complete each of `items` ({run_id, token ('' = token-less), result, outcome}) under the
+-- rules of complete_verdict, in order: a run named twice sees the first complete. Calls
+-- answer(status, duplicate, detail) for each item, in order; returns how many took effect.
+local function complete_runs(k, action, now, items, worker_id, answer)
+  if #items == 0 then return 0 end
+  local ids = {}
+  for i, item in ipairs(items) do ids[i] = item[1] end
+  local raws = redis.call('HMGET', k.runs, unpack(ids))
+  local loaded = {}  -- run_id -> record (false: none), as changed by this call
+  local owned, records, leases, done, ended = {}, {}, {}, {}, {}
+  local stale = 0
+  for i, item in ipairs(items) do
+    local run_id = item[1]
+    local run = loaded[run_id]
+    if run == nil then
+      run = raws[i] and cmsgpack.unpack(raws[i]) or false
+      loaded[run_id] = run
+    end
+    local holder = run and run.o
+    local status, duplicate, detail = complete_verdict(run, item[2], worker_id, item[3],
+      item[4], action.max_payload)
+    if status == ST_STALE then stale = stale + 1 end
+    if status == ST_OK and duplicate == 0 then
+      run.ct = now
+      run.o = nil
+      if holder then owned[#owned + 1] = owned_entry(holder, run_id) end
+      ended[#ended + 1] = run_id
+      records[#records + 1] = run_id
+      records[#records + 1] = cmsgpack.pack(run)
+      done[#done + 1] = now
+      done[#done + 1] = run_id
+    end
+    answer(status, duplicate, detail)
+  end
+  if stale > 0 then redis.call('HINCRBY', k.meta, 'stat:stale_refused', stale) end
+  if #ended == 0 then return 0 end
+  if #owned > 0 and k.owned then redis.call('ZREM', k.owned, unpack(owned)) end
+  redis.call('HSET', k.runs, unpack(records))
+  redis.call('ZREM', k.leases, unpack(ended))
+  redis.call('HDEL', k.inputs, unpack(ended))
+  redis.call('ZADD', k.done, unpack(done))
+  for _, run_id in ipairs(ended) do run_ended(k.ended, run_id) end
+  return #ended
 end

@@ -40,20 +40,42 @@ local function queue_lease_deadline(action, now)
   return NEVER_MS
 end
 
--- Hand `run` (PENDING, already out of `pending`) to a worker: RUNNING under a new fencing
--- token, leased until `deadline`, indexed under its owner, its start logged in `rate`
--- when `log_rate`. The caller records the owner in `owners` and the poll memo.
+-- Hand the runs `runs` (PENDING, already out of `pending`; `ids` their ids, in the same
+-- order) to a worker: each RUNNING under a new fencing token (in that order), leased
+-- until `deadline`, indexed under its owner, its start logged in `rate` when `log_rate`;
+-- one call per set for the whole batch. The caller records the owner in `owners` and
+-- the poll memo.
+local function queue_take_many(k, ids, runs, worker_id, owner, now, deadline, log_rate)
+  local n = #ids
+  if n == 0 then return end
+  local first = redis.call('HINCRBY', k.meta, 'token', n) - n
+  local owned, records, leases, rate = {}, {}, {}, {}
+  for i = 1, n do
+    local run_id, run = ids[i], runs[i]
+    run.s = RUN_RUNNING
+    run.a = run.a + 1
+    run.t = first + i
+    run.w = worker_id
+    run.o = owner
+    run.st = now
+    owned[#owned + 1] = 0
+    owned[#owned + 1] = owned_entry(owner, run_id)
+    records[#records + 1] = run_id
+    records[#records + 1] = cmsgpack.pack(run)
+    leases[#leases + 1] = deadline
+    leases[#leases + 1] = run_id
+    rate[#rate + 1] = now
+    rate[#rate + 1] = run.t
+  end
+  redis.call('ZADD', k.owned, unpack(owned))
+  redis.call('HSET', k.runs, unpack(records))
+  redis.call('ZADD', k.leases, unpack(leases))
+  if log_rate then redis.call('ZADD', k.rate, unpack(rate)) end
+end
+
+-- queue_take_many of one run.
 local function queue_take(k, run_id, run, worker_id, owner, now, deadline, log_rate)
-  run.s = RUN_RUNNING
-  run.a = run.a + 1
-  run.t = redis.call('HINCRBY', k.meta, 'token', 1)
-  run.w = worker_id
-  run.o = owner
-  run.st = now
-  redis.call('ZADD', k.owned, 0, owned_entry(owner, run_id))
-  run_save(k.runs, run_id, run)
-  redis.call('ZADD', k.leases, deadline, run_id)
-  if log_rate then redis.call('ZADD', k.rate, now, run.t) end
+  queue_take_many(k, {run_id}, {run}, worker_id, owner, now, deadline, log_rate)
 end
 
 -- Put a run back to wait for its next attempt, after its backoff. Returns 1 when it is
