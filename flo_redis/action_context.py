@@ -79,6 +79,8 @@ class ActionContext:
     _running: Running | None = field(default=None, repr=False)  # its handler, while it runs
     _revoked: bool = field(default=False, repr=False)  # cancelled: report nothing
     _trace: bytes = field(default=b"", repr=False)  # the run's packed trace context
+    # Called once the attempt is over, whatever its end (given back, lease lost too).
+    _ended: list[Callable[[], None]] | None = field(default=None, repr=False)
 
     @property
     def trace_context(self) -> dict[str, str]:

@@ -183,9 +183,14 @@ class OpenTelemetry(WorkerObserver):
         key = _key(ctx)
         task = asyncio.current_task()
         closer = None
-        if task is not None:
+        if isinstance(ctx, ActionContext):
             # A run given back or whose lease was lost hears no after_run/on_failure;
-            # its task ending closes the span (a task may run many: see _end).
+            # the end of its attempt closes the span.
+            ctx._ended = [*(ctx._ended or ()), lambda: self._close(key)]
+            task = None
+        elif task is not None:
+            # The same for a record: its task ending closes the span (a task may run
+            # many: see _end).
             def closer(_: object) -> None:
                 self._close(key)
 

@@ -39,6 +39,7 @@ from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_
 from ._poller import ActionPoller
 from ._prefetch import InHand, Prefetch
 from ._registration import Registration
+from ._slots import HandlerSlots
 from .action_context import (
     ActionContext,
     ActionHandler,
@@ -133,8 +134,17 @@ class ActionWorker(WorkerLifecycle):
         self._handlers: dict[str, ActionHandler] = {}
         self._options: dict[str, ActionRegisterOptions] = {}
         self._schedules: list[ScheduleDeclaration] = []
-        self._running: dict[str, asyncio.Task[None]] = {}  # runs whose handler runs
-        self._contexts: dict[str, ActionContext] = {}  # their contexts
+        # Runs started (in a handler, or about to be in a slot's queue) and their contexts.
+        self._running: set[str] = set()
+        self._contexts: dict[str, ActionContext] = {}
+        self._slots = HandlerSlots(
+            self.config.concurrency,
+            self._execute,
+            name="flo-handler-slot",
+            track=self._track,
+            abandon=self._release,
+            log=log,
+        )
         self._prefetch = Prefetch(self.config.concurrency, enabled=False)  # made by start()
         self._backlog = False  # the last poll took all it asked for: claim ahead
         self._wake = asyncio.Event()  # the poll loop waits for room on it
@@ -216,6 +226,8 @@ class ActionWorker(WorkerLifecycle):
 
     def _new_runner(self) -> HandlerRunner:
         # Sized here, so settings changed on the config before start take effect.
+        self._slots.reset()
+        self._slots.size = self.config.concurrency
         return HandlerRunner(self.config.concurrency, self.config.action_timeout, "flo-handler")
 
     async def _setup(self) -> None:
@@ -282,7 +294,7 @@ class ActionWorker(WorkerLifecycle):
         await self._reports.close()
 
     def _in_handler(self) -> Iterable[asyncio.Task[None]]:
-        return list(self._running.values())
+        return list(self._slots.tasks)  # a slot is in a handler or idle; both may be cancelled
 
     def _load(self) -> int:
         return len(self._running)
@@ -343,6 +355,7 @@ class ActionWorker(WorkerLifecycle):
             # Runs in hand were not started: give them back unspent.
             while self._prefetch.runs:
                 self._give_back(self._prefetch.runs.popleft())
+            self._slots.close()
 
     async def _poll(self, poll_id: str, room: int) -> Sequence[Claimed]:
         # The poller has started what it returns (handed runs as their message is read).
@@ -390,14 +403,18 @@ class ActionWorker(WorkerLifecycle):
                 run.action, max(0, run.claimed_at_ms - run.ready_at_ms) / 1000
             )
             if not in_hand and len(self._running) < concurrency:
-                self._spawn(run, now)
+                self._start(run, now)
             else:
                 in_hand.append(InHand(run, now))
+        self._slots.wake()
 
-    def _spawn(self, run: Claimed, claimed_at: float) -> None:
-        task = asyncio.create_task(self._execute(run, claimed_at), name=f"flo-run-{run.run_id}")
-        self._running[run.run_id] = task
-        self._track(task)
+    def _start(self, run: Claimed, claimed_at: float) -> None:
+        """Count ``run`` as running and queue it for a handler slot (the caller wakes
+        one, or is a slot that goes on to it)."""
+        ctx = self._context(run, claimed_at)
+        self._running.add(run.run_id)
+        self._contexts[run.run_id] = ctx
+        self._slots.queue.append(ctx)
 
     def _track(self, task: asyncio.Task[None]) -> None:
         """Count ``task`` (a handler, or a report on its way) among those start() waits
@@ -408,17 +425,32 @@ class ActionWorker(WorkerLifecycle):
     def _give_back(self, held: InHand) -> None:
         """Release a run in hand that will not be started, without spending its
         attempt."""
-        ctx = self._context(held.run, held.claimed_at)
-        release = Released().deliver(self._reports, ctx)
-        self._track(asyncio.create_task(release, name=f"flo-release-{held.run.run_id}"))
+        self._deliver(Released(), self._context(held.run, held.claimed_at))
+
+    def _release(self, ctx: ActionContext) -> None:
+        """A started run whose handler never began (its slot was cancelled): release
+        it without spending its attempt."""
+        self._running.discard(ctx.task_id)
+        self._contexts.pop(ctx.task_id, None)
+        self._deliver(Released(), ctx)
+
+    def _deliver(self, report: Report, ctx: ActionContext) -> None:
+        """Send ``report`` of ``ctx``'s run: a complete into its batch, any other in a
+        task of its own, so a handler slot never waits for a report."""
+        if isinstance(report, Completed):
+            self._reports.complete(ctx, report)
+        else:
+            send = report.deliver(self._reports, ctx)
+            self._track(asyncio.create_task(send, name=f"flo-report-{ctx.task_id}"))
 
     def _handler_done(self, run_id: str) -> None:
         """The handler finished: its slot is free while its report is still on the way
         (a pending report uses no handler capacity; ``current_load`` counts handlers),
         so the next run in hand starts in it."""
         self._contexts.pop(run_id, None)
-        if self._running.pop(run_id, None) is None:
+        if run_id not in self._running:
             return
+        self._running.discard(run_id)
         in_hand = self._prefetch.runs
         if in_hand and not self._stop.is_set():
             now = asyncio.get_running_loop().time()
@@ -428,7 +460,7 @@ class ActionWorker(WorkerLifecycle):
                 if lease_ms and now - held.claimed_at > lease_ms / 2000.0:
                     self._give_back(held)  # half its lease spent waiting
                 else:
-                    self._spawn(held.run, held.claimed_at)
+                    self._start(held.run, held.claimed_at)  # the slot ending goes on to it
         if self._waiting and self._poll_room() > 0:
             self._wake.set()
 
@@ -456,9 +488,9 @@ class ActionWorker(WorkerLifecycle):
             ctx._lease_end = claimed_at + lease_ms / 1000.0
         return ctx
 
-    async def _execute(self, run: Claimed, claimed_at: float) -> None:
-        ctx = self._context(run, claimed_at)
-        self._contexts[run.run_id] = ctx
+    async def _execute(self, ctx: ActionContext) -> None:
+        """Run one started run's handler with its hooks, in a handler slot; its report
+        is on its way when this returns."""
         loop = asyncio.get_running_loop()
         began = loop.time()
         report: Report
@@ -488,7 +520,10 @@ class ActionWorker(WorkerLifecycle):
             raise
         finally:
             self._handler_done(ctx.task_id)
-        await report.deliver(self._reports, ctx)
+            if ctx._ended:
+                for ended in ctx._ended:
+                    ended()
+        self._deliver(report, ctx)
 
     async def _run_handler(self, ctx: ActionContext) -> Report:
         handler = self._handlers.get(ctx.action_name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -360,6 +361,37 @@ async def test_concurrency_is_filled_in_one_go(client: FloClient) -> None:
         for run_id in ids:
             await finished(client, run_id)
     assert peak == 50
+
+
+_BOUND: contextvars.ContextVar[bytes | None] = contextvars.ContextVar("bound", default=None)
+
+
+async def test_each_run_sees_its_own_context_and_a_slot_goes_on_to_the_next(
+    client: FloClient,
+) -> None:
+    """Runs share a few handler slots (concurrency 2 for 30 runs), yet what a handler
+    sets in a context variable is not seen by the runs after it, as if each had a task
+    of its own; a handler that fails does not stop its slot."""
+    seen: list[bytes | None] = []
+    worker = new_worker(client, concurrency=2)
+
+    @worker.action("ctx")
+    async def handle(ctx: ActionContext) -> bytes:
+        seen.append(_BOUND.get())
+        _BOUND.set(ctx.payload)
+        await asyncio.sleep(0)
+        if ctx.payload == b"3":
+            raise NonRetryableError("fails for good")
+        return ctx.payload
+
+    await client.action.register("ctx")
+    ids = [(await client.action.invoke("ctx", str(i).encode())).run_id for i in range(30)]
+    async with running(worker):
+        ends = [await finished(client, run_id) for run_id in ids]
+    assert seen == [None] * 30
+    assert [e.status for e in ends].count(RunStatus.COMPLETED) == 29
+    assert ends[3].status == RunStatus.FAILED
+    assert ends[29].output == b"29"
 
 
 async def test_context_carries_token_and_attempt(client: FloClient) -> None:
