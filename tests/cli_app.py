@@ -8,12 +8,15 @@ cancellation and never returns.
 ``<namespace>:seen``.
 Action ``blocking``: a plain ``def`` handler that records its process id as ``hold`` does,
 then blocks its thread for an hour.
+Action ``frozen``: returns how many objects the process's garbage collector leaves alone
+(``gc.get_freeze_count()``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import time
 
@@ -64,7 +67,12 @@ def blocking(ctx: ActionContext) -> bytes:
     return b""
 
 
+async def frozen(ctx: ActionContext) -> bytes:
+    return str(gc.get_freeze_count()).encode()
+
+
 def _actions(worker: ActionWorker) -> ActionWorker:
+    worker.register_action("frozen", frozen)
     worker.register_action("hold", hold, ActionRegisterOptions(timeout_ms=120_000))
     worker.register_action("blocking", blocking, ActionRegisterOptions(timeout_ms=120_000))
     worker.register_action("stubborn", stubborn, ActionRegisterOptions(timeout_ms=120_000))

@@ -302,3 +302,17 @@ def test_an_unreachable_redis_is_one_error_line_and_exit_1(command) -> None:
     cmd = command("worker", "--url", "redis://127.0.0.1:1", "cli_app:build")
     assert cmd.exits(1)
     assert "cannot reach Redis at redis://127.0.0.1:1" in cmd.output()
+
+
+async def test_what_start_up_made_is_left_out_of_the_collectors_passes(
+    command, client: FloClient, redis_url: str, namespace: str
+) -> None:
+    """The command's process has its start-up objects frozen (gc.freeze), so the
+    collector's full passes during the work do not walk the modules and the app."""
+    cmd = command(*_worker(redis_url, namespace), "cli_app:build")
+    await _workers(client, 1)
+    run = await client.action.invoke("frozen", b"")
+    status = await _status(client, run.run_id, RunStatus.COMPLETED)
+    assert int(status.output) > 10_000  # type: ignore[attr-defined]
+    cmd.signal(signal.SIGTERM)
+    assert cmd.exits(0)
