@@ -4,7 +4,7 @@ worker's :class:`RunReporter` (completes batched, every report fenced by its tok
 resent by :func:`flo_redis._reports.send_report`), and the worker's load and completed
 counters, sent in batches.
 
-A complete is handed to the batch and its run's task ends: the batch's answer is dealt
+A complete is handed to the batch and its handler slot goes on: the batch's answer is dealt
 with where it arrives, and only the rare complete that needs more (a lost connection, a
 result too large to store) gets a task of its own, which the worker waits for as it
 waits for its handlers."""

@@ -5,7 +5,8 @@ Each item runs in a context of its own (:class:`flo_redis._in_context.InContext`
 task of its own would: whatever a handler sets in a ``ContextVar`` ends with it, and a
 cancellation of the slot reaches the handler as it would reach its own task. Items put in the
 queue wake as many slots as they need, so a handler that waits never holds up the items
-behind it; a slot whose item ends goes straight on to the next one, waking nobody.
+behind it; a slot whose item ends takes the next one in the loop's next turn, waking
+nobody.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ class HandlerSlots(Generic[T]):
                     await InContext(self._run(item), contextvars.copy_context())
                 except Exception:
                     self._log.exception("%s: an item failed", self._name)
+                # The next item starts in the loop's next turn, as a task made for it
+                # would: slots whose handlers ended together start their next ones
+                # together (measured: going straight on made round-trip handlers slower).
                 await asyncio.sleep(0)
         except asyncio.CancelledError:
             while queue:
