@@ -124,12 +124,11 @@ local unseen = out[3]
 local n, rate_room = queue_room(k, action, now, max_n)
 if n > out[3] then
   local want = n - out[3]
-  local ids, runs = {}, {}
+  local ids, runs, dropped = {}, {}, {}
   -- Take from `candidates` (pending run ids, in queue order) the runs this worker may
-  -- run, until `want` are taken: their records read a slice at a time, the runs taken
-  -- and those no longer pending dropped from `pending` in one call.
+  -- run, until `want` are taken: their records read a slice at a time; the runs taken
+  -- and those no longer pending are noted in `dropped`, to leave `pending` in one call.
   local function take(candidates)
-    local dropped = {}
     local from = 1
     while from <= #candidates and #ids < want do
       local to = math.min(#candidates, from + want - #ids - 1)
@@ -147,20 +146,34 @@ if n > out[3] then
       end
       from = to + 1
     end
-    if #dropped > 0 then redis.call('ZREM', k.pending, unpack(dropped)) end
   end
-  -- The head of the queue first. When it is full of runs whose labels this worker lacks,
-  -- one more window further on, at a cursor that moves on each such call (wrapping), so
-  -- a run behind many others' runs is reached in bounded steps, never blocked for good.
-  local head = redis.call('ZRANGE', k.pending, 0, scan - 1)
-  take(head)
-  if #ids < want and #head == scan then
+  local function drop()
+    if #dropped > 0 then redis.call('ZREM', k.pending, unpack(dropped)) end
+    dropped = {}
+  end
+  -- The head of the queue first, `scan` runs at most: as many as wanted, then, when
+  -- some of those could not be taken, the rest of the head (nothing leaves `pending`
+  -- until the head is done, so positions hold). When the head is full of runs whose
+  -- labels this worker lacks, one more window further on, at a cursor that moves on each
+  -- such call (wrapping), so a run behind many others' runs is reached in bounded steps,
+  -- never blocked for good.
+  local looked = 0
+  while #ids < want and looked < scan do
+    local asked = looked == 0 and math.min(scan, want) or scan - looked
+    local head = redis.call('ZRANGE', k.pending, looked, looked + asked - 1)
+    looked = looked + #head
+    take(head)
+    if #head < asked then break end
+  end
+  drop()
+  if #ids < want and looked == scan then
     local at = tonumber(redis.call('HGET', k.meta, 'scan_at')) or scan
     local further = redis.call('ZRANGE', k.pending, at, at + scan - 1)
     if #further == 0 then
       redis.call('HSET', k.meta, 'scan_at', scan)
     else
       take(further)
+      drop()
       redis.call('HSET', k.meta, 'scan_at', at + scan)
     end
   end

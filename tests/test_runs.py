@@ -539,3 +539,21 @@ async def test_runs_behind_a_full_window_of_unmatched_labels_are_still_reached(
     plain = (await client.action.invoke("mixed", b"plain")).run_id
     got = await client.worker.await_task("plain", ["mixed"], WorkerAwaitOptions(block_ms=0))
     assert got.task is not None and got.task.task_id == plain
+
+
+async def test_a_claim_looks_past_the_runs_it_cannot_take_within_the_head(
+    client: FloClient,
+) -> None:
+    """A claim first reads as many runs as it wants; runs it may not take (labels it
+    lacks) at the head do not make it come back short while matching ones wait behind
+    them in the same window, and the runs it skipped stay queued, in order."""
+    await client.action.register("mixed")
+    await client.worker.register("plain", ["mixed"])
+    gpu_only = ActionInvokeOptions(labels={"gpu": True})
+    gpu = await client.action.invoke_many("mixed", [b"gpu"] * 3, gpu_only)
+    plain = await client.action.invoke_many("mixed", [f"{i}".encode() for i in range(5)])
+    taken = await client.worker.await_tasks("plain", ["mixed"], 3, WorkerAwaitOptions(block_ms=0))
+    assert [t.run_id for t in taken] == [r.run_id for r in plain[:3]]
+    await client.worker.register("gpu", ["mixed"], WorkerRegisterOptions(metadata='{"gpu": true}'))
+    held = await client.worker.await_tasks("gpu", ["mixed"], 10, WorkerAwaitOptions(block_ms=0))
+    assert [t.run_id for t in held] == [r.run_id for r in gpu] + [r.run_id for r in plain[3:]]
