@@ -133,9 +133,23 @@ if room > 0 then
   if read and read[1] then
     local entries = read[1][2]
     if #entries > 0 then
-      memo.b = batch_record(g, owner, consumer, entries[1][1], entries[#entries][1], now,
-        ack_timeout_ms)
-      for _, entry in ipairs(entries) do hand_out(entry[1], 1, entry[2]) end
+      local lo, hi = entries[1][1], entries[#entries][1]
+      local past = redis.call('HGET', k.config, BATCHED_TO)
+      if past and not stream_id_before(past, lo) then
+        -- The cursor was moved back (XGROUP SETID, the group created again): Redis hands
+        -- out entries read before as first deliveries, which an earlier batch may still
+        -- name. Each is recorded on its own, so that batch never answers for it again.
+        for _, entry in ipairs(entries) do
+          group_track(g, entry[1], consumer, owner, now, ack_timeout_ms)
+          deliver(entry[1], 1, entry[2])
+        end
+      else
+        memo.b = batch_record(g, owner, consumer, lo, hi, now, ack_timeout_ms)
+        for _, entry in ipairs(entries) do hand_out(entry[1], 1, entry[2]) end
+      end
+      if not past or stream_id_before(past, hi) then
+        redis.call('HSET', k.config, BATCHED_TO, hi)
+      end
     end
   end
 end

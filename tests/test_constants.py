@@ -124,6 +124,7 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/stream.lua", "GROUP_DEAD_MAX_LEN"): "the dead-letter stream's approximate cap",
     ("lib/stream.lua", "BATCH_SEP"): "separator inside a batch's member",
     ("lib/stream.lua", "BATCH_KEEP_MS"): "how long a batch stays one with the ack timeout off",
+    ("lib/stream.lua", "BATCHED_TO"): "a config field only the group scripts read",
     ("lib/workers.lua", "WORKER_REMOVED"): "a removed worker is never listed",
     ("lib/tally.lua", "TALLY_SLOTS"): "one-minute buckets kept: the counts cover an hour",
     ("lib/tally.lua", "TALLY_TIMED_OUT"): "a meta field action_counts reads itself",

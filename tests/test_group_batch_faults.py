@@ -314,6 +314,29 @@ async def test_a_retried_poll_of_a_partitioned_stream_gets_what_it_was_handed(
     assert not [h for h in rest if h[:2] in settled]
 
 
+async def test_a_group_moved_back_does_not_give_a_live_readers_entries_away(
+    client: FloClient, raw: aioredis.Redis, redis_url: str
+) -> None:
+    """XGROUP SETID back (or the group destroyed and created again) makes Redis deliver
+    entries a second time as first deliveries: the earlier reader's batches no longer
+    answer for them, so its process ending or its ack deadline never takes them from the
+    reader that holds them now."""
+    gk = await join(client, ack_timeout_ms=300_000)
+    ids = await fill(client, 4)
+    log = stream_keys(client.namespace, "s").log
+    async with FloClient(redis_url, namespace=client.namespace) as doomed:
+        await doomed.stream.group_read("s", "g", "gone", StreamGroupReadOptions(count=4))
+        await raw.execute_command("XGROUP", "SETID", log, "g", "0")
+        assert pairs(await read(client, count=4)) == [(i, 1) for i in ids]
+    assert await held(client) == [(i, "c1", 1) for i in ids]
+    await client.stream.reclaim_gone_owners("s", "g", grace_ms=0)
+    assert await read(client, "c2") == []
+    assert await held(client) == [(i, "c1", 1) for i in ids]
+    await ack(client, ids, token=1)
+    await read(client)
+    assert (await raw.zcard(gk.due), await raw.hlen(gk.deliveries)) == (0, 0)
+
+
 async def test_a_long_running_readers_bookkeeping_stays_small(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
@@ -354,3 +377,22 @@ async def test_on_a_cluster_a_gone_readers_batch_comes_back(cluster_url: str) ->
         assert pairs(await read(client, poll_id="p#1")) == [(i, 2) for i in ids[1:]]
         await ack(client, ids[1:], token=2)
         assert await held(client) == []
+
+
+async def test_a_group_moved_back_keeps_the_new_deliveries_ack_deadline(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    gk = await join(client, ack_timeout_ms=300_000)
+    ids = await fill(client, 3)
+    log = stream_keys(client.namespace, "s").log
+    await read(client, "c0")
+    await raw.execute_command("XGROUP", "SETID", log, "g", "0")
+    assert pairs(await read(client, "c1", poll_id="w#1")) == [(i, 1) for i in ids]
+    # The earlier reading's deadline passes: the entries are c1's now, and stay so.
+    for member in await raw.zrange(gk.batch_due, 0, -1):
+        await raw.zadd(gk.batch_due, {member: 1})
+    assert await read(client, "c2") == []
+    assert await held(client) == [(i, "c1", 1) for i in ids]
+    assert pairs(await read(client, "c1", poll_id="w#1")) == [(i, 1) for i in ids]
+    await ack(client, ids, token=1)
+    assert await bookkeeping(raw, gk) == NOTHING

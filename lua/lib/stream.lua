@@ -257,6 +257,7 @@ end
 local BATCH_SEP = '\0'
 local BATCH_MAX = 1000  -- a read takes at most this many entries, so a batch holds as many
 local BATCH_KEEP_MS = 30000
+local BATCHED_TO = 'batched_to'  -- config field: the last id a batch was recorded up to
 
 local function batch_id(owner, lo, hi, consumer)
   return owner .. BATCH_SEP .. lo .. BATCH_SEP .. hi .. BATCH_SEP .. consumer
@@ -311,16 +312,23 @@ local function batch_expand(log_key, g, group, b, at)
   if owner then
     local held = batch_held(log_key, group, lo, hi)
     if #held > 0 then
+      -- An entry with a record naming an owner was recorded on its own since (read again
+      -- after the cursor moved back): its record, not the batch, speaks for it.
+      local ids = {}
+      for i, p in ipairs(held) do ids[i] = p[1] end
+      local recorded = group_delivery_owners(g.deliveries, ids)
       local record = cmsgpack.pack({o = owner, c = consumer})
       local index = {'ZADD', g.due, 'LT'}
       if not at then index = {'ZADD', g.owned} end
-      for _, p in ipairs(held) do
-        redis.call('HSETNX', g.deliveries, p[1], record)
-        index[#index + 1] = at or 0
-        index[#index + 1] = at and p[1] or owned_entry(owner, p[1])
+      for i, id in ipairs(ids) do
+        if not recorded[i] then
+          redis.call('HSETNX', g.deliveries, id, record)
+          index[#index + 1] = at or 0
+          index[#index + 1] = at and id or owned_entry(owner, id)
+          n = n + 1
+        end
       end
-      redis.call(unpack(index))
-      n = #held
+      if n > 0 then redis.call(unpack(index)) end
     end
   end
   batch_forget(g, b)
