@@ -73,12 +73,16 @@ end
 -- or nil to read it) to a parked poller that may take it now: within max_concurrency and
 -- the rate limit, a poller whose labels match, of another owner than `skip_owner` (nil:
 -- any), and whose hand-off channel has a subscriber (one without, gone or reconnecting,
--- loses its park: it claims again when back). True when handed: the run is saved RUNNING
+-- loses its park: it claims again when back). `fields`: the parked pollers to look at,
+-- when the caller read them (nil: read here). True when handed: the run is saved RUNNING
 -- and the poller told.
-local function handoff_give(k, action, run_id, run, input, now, skip_owner)
+local function handoff_give(k, action, run_id, run, input, now, skip_owner, fields)
+  fields = fields
+    or redis.call('ZRANGE', k.parked, now, '+inf', 'BYSCORE', 'LIMIT', 0, HANDOFF_SCAN)
+  if #fields == 0 then return false end
   local room, rate_room = queue_room(k, action, now, 1)
   if room < 1 then return false end
-  local fields = redis.call('ZRANGE', k.parked, now, '+inf', 'BYSCORE', 'LIMIT', 0, HANDOFF_SCAN)
+  local sent = input
   for _, field in ipairs(fields) do
     local raw = redis.call('HGET', k.polls, field)
     local memo = raw and cmsgpack.unpack(raw)
@@ -89,21 +93,22 @@ local function handoff_give(k, action, run_id, run, input, now, skip_owner)
       redis.call('ZREM', k.parked, field)
     elseif park.o ~= skip_owner and labels_match(run.lb, labels) then
       redis.call('ZREM', k.parked, field)
-      if tonumber(redis.call('PUBSUB', 'SHARDNUMSUB', park.ch)[2]) > 0 then
+      if sent == nil then
+        sent = handoff_input(k.inputs, run_id)
+      elseif sent and #sent > HANDOFF_INPUT_MAX then
+        sent = false
+      end
+      -- The message goes first: how many heard it is the subscriber check. Nobody
+      -- else sees the script half done, and a token skipped (nobody heard) is harmless.
+      local token = redis.call('HINCRBY', k.meta, 'token', 1)
+      if redis.call('SPUBLISH', park.ch, cmsgpack.pack({memo.p, run_id, token, run.a + 1,
+          run.c, run.rd or run.c, now, sent, run.tr or ''})) > 0 then
         queue_take(k, run_id, run, park.w, park.o, now, queue_lease_deadline(action, now),
-          rate_room ~= nil)
+          rate_room ~= nil, token)
         redis.call('HSETNX', k.owners, park.o, 0)
         redis.call('HSET', k.polls, field,
-          cmsgpack.pack({p = memo.p, ids = {run_id}, tokens = {run.t}, h = 1}))
+          cmsgpack.pack({p = memo.p, ids = {run_id}, tokens = {token}, h = 1}))
         redis.call('ZADD', k.poll_times, now, field)
-        local sent = input
-        if sent == nil then
-          sent = handoff_input(k.inputs, run_id)
-        elseif #sent > HANDOFF_INPUT_MAX then
-          sent = false
-        end
-        redis.call('SPUBLISH', park.ch, cmsgpack.pack({memo.p, run_id, run.t, run.a, run.c,
-          run.rd or run.c, now, sent, run.tr or ''}))
         return true
       end
     end
@@ -115,10 +120,9 @@ end
 -- while nothing waits in `pending`, so priority and FIFO order hold. False: the caller
 -- queues it as usual.
 local function handoff(k, action, run_id, run, input, now)
-  if redis.call('ZCARD', k.parked) == 0 or redis.call('ZCARD', k.pending) > 0 then
-    return false
-  end
-  return handoff_give(k, action, run_id, run, input, now)
+  local fields = redis.call('ZRANGE', k.parked, now, '+inf', 'BYSCORE', 'LIMIT', 0, HANDOFF_SCAN)
+  if #fields == 0 or redis.call('ZCARD', k.pending) > 0 then return false end
+  return handoff_give(k, action, run_id, run, input, now, nil, fields)
 end
 
 -- `n` runs (n > 0) were just queued in `pending`, ready now: hand the head of the queue to

@@ -41,14 +41,17 @@ local function queue_lease_deadline(action, now)
 end
 
 -- Hand the runs `runs` (PENDING, already out of `pending`; `ids` their ids, in the same
--- order) to a worker: each RUNNING under a new fencing token (in that order), leased
--- until `deadline`, indexed under its owner, its start logged in `rate` when `log_rate`;
--- one call per set for the whole batch. The caller records the owner in `owners` and
--- the poll memo.
-local function queue_take_many(k, ids, runs, worker_id, owner, now, deadline, log_rate)
+-- order) to a worker: each RUNNING under a new fencing token (in that order; from
+-- `first_token` on when the caller took them from `meta` already), leased until
+-- `deadline`, indexed under its owner, its start logged in `rate` when `log_rate`; one
+-- call per set for the whole batch. The caller records the owner in `owners` and the
+-- poll memo.
+local function queue_take_many(k, ids, runs, worker_id, owner, now, deadline, log_rate,
+    first_token)
   local n = #ids
   if n == 0 then return end
-  local first = redis.call('HINCRBY', k.meta, 'token', n) - n
+  local first = first_token and first_token - 1
+    or redis.call('HINCRBY', k.meta, 'token', n) - n
   local owned, records, leases, rate = {}, {}, {}, {}
   for i = 1, n do
     local run_id, run = ids[i], runs[i]
@@ -73,9 +76,9 @@ local function queue_take_many(k, ids, runs, worker_id, owner, now, deadline, lo
   if log_rate then redis.call('ZADD', k.rate, unpack(rate)) end
 end
 
--- queue_take_many of one run.
-local function queue_take(k, run_id, run, worker_id, owner, now, deadline, log_rate)
-  queue_take_many(k, {run_id}, {run}, worker_id, owner, now, deadline, log_rate)
+-- queue_take_many of one run (`token`: its token, when the caller took it already).
+local function queue_take(k, run_id, run, worker_id, owner, now, deadline, log_rate, token)
+  queue_take_many(k, {run_id}, {run}, worker_id, owner, now, deadline, log_rate, token)
 end
 
 -- Put a run back to wait for its next attempt, after its backoff. Returns 1 when it is
