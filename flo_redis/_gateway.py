@@ -146,7 +146,10 @@ class Script(Generic[R]):
         args: Sequence[Arg] = (),
         *,
         tail: Sequence[str] = (),
+        lead: bool = False,
     ) -> R:
+        """Run the script on ``session`` with the keys of ``source`` and ``args``; the
+        parsed reply. ``lead``: see :func:`flo_redis._scripts.run`."""
         if tail or type(source) is tuple:
             keys, head = self.keys(source, tail), b""
         else:
@@ -155,7 +158,7 @@ class Script(Generic[R]):
         primary = source[0] if type(source) is tuple else source
         if self.records_owner:
             await session.liveness.hold(primary.tag)
-        return self._parse(await run(session.redis, self.lua, keys, args, head), primary)
+        return self._parse(await run(session.redis, self.lua, keys, args, head, lead), primary)
 
     def _packed(self, source: Any) -> tuple[list[str], bytes]:
         """The KEYS of one key object and their packed head (:func:`packed_head`),

@@ -208,17 +208,21 @@ def cancelled(reply: Any, _keys: object) -> Cancelled:
 
 @dataclass(frozen=True, slots=True)
 class Invoked:
-    """``action_invoke``: the run id, or on TOO_LARGE the action's payload limit."""
+    """``action_invoke``: the run id, or on TOO_LARGE the action's payload limit;
+    ``handed``: the new run went straight to a parked poller."""
 
     status: int
     run_id: str
     limit: int
+    handed: bool = False
 
 
 def invoked(reply: Any, _keys: object) -> Invoked:
     status = int(reply[0])
     if status == Status.TOO_LARGE:  # the limit where the run id would be
         return Invoked(status, "", int(reply[1]))
+    if len(reply) > 3:
+        return Invoked(status, text(reply[1]) or "", -1, reply[3] == 1)
     return Invoked(status, text(reply[1]) or "" if len(reply) > 1 else "", -1)
 
 

@@ -30,6 +30,14 @@ call that finds the lane busy goes through the pool as before. Either way the ca
 the same ``EVALSHA``, with the same ``NOSCRIPT`` fallback, error translation and
 resending; the lane reconnects on its next call after any failure (a connection the
 server closed while idle is made again first, as the pool would).
+
+A call on the lane may be *led* by a ``TIME`` written with it (``lead=True``; the
+cheapest command every documented ACL user may send): Redis writes the replies of one
+event-loop turn to the clients most recently given one first, so a client it already
+owes a reply (the ``TIME``) is written to after anyone the script then publishes to.
+An invoke that hands its run to a parked poller is led this way, so the poller's
+hand-off message leaves before the invoke's own reply, as a ``BLMOVE`` consumer is
+answered before the ``LPUSH`` that served it.
 """
 
 from __future__ import annotations
@@ -85,9 +93,10 @@ class _Lane:
         self.busy = False
         self.closed = False
 
-    async def call(self, packed: bytes) -> Any:
+    async def call(self, packed: bytes, lead: bool = False) -> Any:
         """Send one packed command and answer its reply (a Redis error reply raised as
-        redis-py raises it). Any other failure, cancellation included, drops the
+        redis-py raises it); with ``lead``, a ``TIME`` goes ahead of it in the same write
+        (module docstring). Any other failure, cancellation included, drops the
         connection, to be made again by the next call."""
         self.busy = True
         try:
@@ -100,9 +109,14 @@ class _Lane:
                 await conn.connect()
                 writer = conn._writer
             try:
-                writer.write(packed)  # type: ignore[union-attr]
+                writer.write(_LEAD + packed if lead else packed)  # type: ignore[union-attr]
                 if writer.transport.get_write_buffer_size():  # type: ignore[union-attr]
                     await asyncio.wait_for(writer.drain(), conn.socket_timeout)  # type: ignore[union-attr]
+                if lead:
+                    # Its answer says nothing the call's own does not (a refusal such
+                    # as LOADING refuses the call too): read past it, even an error.
+                    with contextlib.suppress(rex.ResponseError):
+                        await conn.read_response()
                 return await conn.read_response()
             except rex.ResponseError:
                 raise  # an answer: the connection is in step
@@ -210,26 +224,30 @@ async def run(
     keys: Sequence[str],
     args: Sequence[Arg],
     head: bytes = b"",
+    lead: bool = False,
 ) -> Any:
     """Run ``script`` atomically with ``keys`` and ``args``; return its raw reply.
 
     With :func:`run_sync`, the one place a script is sent: the typed gateway
     (:mod:`flo_redis._gateway`) builds the call, this sends it. ``head`` is
     :func:`packed_head` of ``script`` and ``keys`` when the caller keeps it (b"": packed
-    here when the call takes the lane). A refusal that says the script did not run is
+    here when the call takes the lane); ``lead``: a call that takes the lane is led by a
+    ``TIME`` (module docstring). A refusal that says the script did not run is
     resent per the connection's retry policy (:func:`configure`); the last refusal is
     raised once the policy is used up."""
     settings = _SETTINGS.get(conn, _DEFAULT)
     if settings.debug:
         return await _run_logged(conn, settings, script, keys, args)
     try:
-        return await _send(conn, settings, script, keys, args, head)
+        return await _send(conn, settings, script, keys, args, head, lead)
     except ServerError as exc:
         if not is_refused_unrun(exc):
             raise
         refused = exc
     return await retry_refused(
-        lambda: _send(conn, settings, script, keys, args, head), settings.policy, refused=refused
+        lambda: _send(conn, settings, script, keys, args, head, lead),
+        settings.policy,
+        refused=refused,
     )
 
 
@@ -271,6 +289,7 @@ def packed_head(script: LuaScript, keys: Sequence[str]) -> bytes:
 
 
 _EVALSHA = b"$7\r\nEVALSHA\r\n"
+_LEAD = b"*1\r\n$4\r\nTIME\r\n"  # a call's lead (module docstring)
 _INLINE_MAX = 4096  # a longer argument is not copied into a piece of its own
 
 
@@ -306,13 +325,14 @@ async def _send(
     keys: Sequence[str],
     args: Sequence[Arg],
     head: bytes,
+    lead: bool = False,
 ) -> Any:
     lane = settings.lane
     try:
         if lane is not None and not lane.busy and not lane.closed:
             packed = _packed(head or packed_head(script, keys), len(keys), args)
             if packed is not None:
-                return await lane.call(packed)
+                return await lane.call(packed, lead)
         if settings.gate is None:
             return await conn.evalsha(script.sha, len(keys), *keys, *args)
         async with settings.gate:

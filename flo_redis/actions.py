@@ -73,6 +73,7 @@ from .schedules import (
     list_schedules,
     remove_schedule,
 )
+from .session import Session
 from .types import (
     ActionDeleteOptions,
     ActionInfo,
@@ -114,6 +115,7 @@ def _rate_limit(limit: object) -> tuple[int, int]:
 
 # The options of an invoke given none (never changed: an invoke only reads them).
 _NO_OPTIONS = ActionInvokeOptions()
+_HANDING_MAX = 1024  # queues remembered as handing (then none, until an invoke is handed)
 
 # What ``wait(..., on_progress=...)`` calls with the run's status: sync or async.
 ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None]
@@ -122,6 +124,13 @@ ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None
 class ActionOperations(ActionInspection):
     """``client.action``: register actions, invoke them, read runs; counts, runs by state
     and bulk steering come from :class:`ActionInspection`."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
+        # Queues (by tag) whose last invoke from here went straight to a parked poller:
+        # the next one is led by a TIME (flo_redis/_scripts.py), so that, handed too,
+        # its hand-off message leaves Redis before its own reply.
+        self._handing: set[str] = set()
 
     async def register(
         self,
@@ -175,7 +184,15 @@ class ActionOperations(ActionInspection):
             args, size = invoke_request(
                 keys, input_data, opts, self._session.max_payload_bytes, span.context
             )
-            result = invoke_reply(await ACTION_INVOKE(self._session, keys, args), keys, size)
+            handing = self._handing
+            lead = keys.tag in handing
+            reply = await ACTION_INVOKE(self._session, keys, args, lead=lead)
+            if reply.handed != lead:
+                if lead:
+                    handing.discard(keys.tag)
+                elif len(handing) < _HANDING_MAX:
+                    handing.add(keys.tag)
+            result = invoke_reply(reply, keys, size)
             span.sent((result.run_id,))
         return result
 

@@ -24,8 +24,9 @@
   ARGV[6] idem_key    idempotency key, or ''
   ARGV[7] priority    0 .. 255: ready runs of a lower value are claimed first; FIFO within one
   ARGV[8] trace       the producer's packed trace context (run field tr), or '' for none
-  Returns {status, run_id, existing}   status: OK | NO_ACTION | TOO_LARGE (then run_id is the
-          limit) | OUT_OF_RANGE (a bad priority; nothing written)
+  Returns {status, run_id, existing, handed}   status: OK | NO_ACTION | TOO_LARGE (then
+          run_id is the limit) | OUT_OF_RANGE (a bad priority; nothing written); handed 1:
+          the new run went straight to a parked poller
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -61,6 +62,6 @@ end
 local now = now_ms()
 local due = now + delay_ms
 if run_at_ms > due then due = run_at_ms end
-local run_id = invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority,
-  trace)
-return {ST_OK, run_id, 0}
+local run_id, handed = invoke_run(k, action, id_prefix, input, labels, now, due, idem_key,
+  priority, trace)
+return {ST_OK, run_id, 0, handed and 1 or 0}

@@ -27,6 +27,7 @@ from flo_redis import (
     RunStatus,
     WorkerCompleteOptions,
     WorkerFailOptions,
+    _scripts,
 )
 from flo_redis.codec import pack
 from flo_redis.keys import ActionKeys, action_keys, handoff_channel
@@ -813,3 +814,53 @@ async def test_a_parked_worker_learns_the_due_time_of_a_run_delayed_before_all_o
         # rather than until the upkeep finds the run due.
         await eventually(lambda: asyncio.sleep(0, claims.of(worker)), lambda n: n > before)
         assert starts.at == {}
+
+
+async def lane_commands(client: FloClient, raw: aioredis.Redis, calls: Any) -> list[str]:
+    """The commands the client's script lane sent while ``calls()`` ran, as MONITOR saw
+    them."""
+    lane = _scripts._SETTINGS[client.redis].lane
+    assert lane is not None and lane._conn is not None and lane._conn._writer is not None
+    port = str(lane._conn._writer.get_extra_info("sockname")[1])
+    seen: list[str] = []
+    async with raw.monitor() as monitor:
+        await calls()
+        await raw.echo("flo-test-end")
+        while (command := await monitor.next_command())["command"] != "ECHO flo-test-end":
+            if command["client_port"] == port:
+                seen.append(command["command"].split()[0].upper())
+    return seen
+
+
+async def test_an_invoke_after_a_hand_off_is_led_so_its_message_leaves_first(
+    client: FloClient, raw: aioredis.Redis, channel: Channel
+) -> None:
+    keys = await register(client)
+    invoked: list[str] = []
+
+    async def invoke() -> None:
+        invoked.append((await client.action.invoke("job", b"x")).run_id)
+
+    await park(client, keys)
+    assert await lane_commands(client, raw, invoke) == ["EVALSHA"]  # nothing told it yet
+    first = await channel.next()
+    assert first is not None and first[:2] == ["p1#0", invoked[0]]
+    # Handed: the next invoke is led by a TIME, so Redis writes the hand-off message
+    # before the invoke's reply (flo_redis/_scripts.py). Handed again, recorded alike.
+    await park(client, keys, "p1#1", received=f"{invoked[0]} {first[2]}")
+    assert await lane_commands(client, raw, invoke) == ["TIME", "EVALSHA"]
+    second = await channel.next()
+    assert second is not None and second[:2] == ["p1#1", invoked[1]]
+    status = await client.action.status(invoked[1])
+    assert status.status == RunStatus.RUNNING
+    await client.worker.complete(
+        "w1", "job", invoked[1], b"done", WorkerCompleteOptions(token=second[2])
+    )
+    # Nobody parked: led once more (the last was handed), queued, and not led after.
+    assert await lane_commands(client, raw, invoke) == ["TIME", "EVALSHA"]
+    assert await lane_commands(client, raw, invoke) == ["EVALSHA"]
+    assert [(await client.action.status(r)).status for r in invoked[2:]] == [
+        RunStatus.PENDING,
+        RunStatus.PENDING,
+    ]
+    assert await channel.next(timeout=0.2) is None

@@ -72,3 +72,21 @@ async def test_an_error_reply_is_typed_and_the_lane_stays_in_step(
     await client.action.register("job")
     run = await client.action.invoke("job", b"x")
     assert run.run_id.startswith("job:")
+
+
+async def test_a_led_call_refused_by_redis_leaves_the_lane_in_step(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    # A call after a hand-off is led by a TIME (module docstring): its answer is read
+    # past, and a refusal of the call itself (NOSCRIPT here) is answered as ever.
+    await client.action.register("job")
+    keys = action_keys(client.namespace, "job")
+    await raw.script_flush()
+    client.action._handing.add(keys.tag)  # as after an invoke that was handed
+    first = await client.action.invoke("job", b"a")
+    client.action._handing.add(keys.tag)
+    second = await client.action.invoke("job", b"b")
+    third = await client.action.invoke("job", b"c")
+    assert len({first.run_id, second.run_id, third.run_id}) == 3
+    for run in (first, second, third):
+        assert (await client.action.status(run.run_id)).status == RunStatus.PENDING

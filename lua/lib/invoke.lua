@@ -10,7 +10,7 @@
 -- (lib/handoff.lua) {parked, polls, poll_times, owners, owned, leases, rate} -- without
 -- `parked` a ready run is always queued; priority 0..255 (checked by the caller); trace:
 -- the producer's packed trace context, or '' (stored only when given). Returns the new
--- run id.
+-- run id, and whether it was handed to a parked poller.
 local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority,
     trace)
   local run_id = id_prefix .. redis.call('HINCRBY', k.meta, 'seq', 1)
@@ -28,10 +28,12 @@ local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_ke
     run_save(k.runs, run_id, run)
     redis.call('ZADD', k.delayed, due, run_id)
     handoff_delayed(k, run_id)
-  elseif not (k.parked and handoff(k, action, run_id, run, input, now)) then
+  elseif k.parked and handoff(k, action, run_id, run, input, now) then
+    return run_id, true
+  else
     run_save(k.runs, run_id, run)
     queue_push(k.meta, k.pending, run_id, run)
     redis.call('SPUBLISH', k.wake, '1')
   end
-  return run_id
+  return run_id, false
 end
