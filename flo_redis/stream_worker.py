@@ -39,7 +39,7 @@ from .errors import (
     is_connection_error,
 )
 from .keys import check_name
-from .observe import settle
+from .observe import overrides, settle
 from .reclaim import Reaper
 from .results import check_handler, error_text
 from .retry import is_refused_unrun, worker_backoff
@@ -172,6 +172,8 @@ class StreamWorker(WorkerLifecycle):
         self._waking = 0  # slots woken (or made) that have not looked at the queue yet
         self._closing = False
         self._room_waiter: asyncio.Future[None] | None = None
+        # The record hooks the observer has (set before start): only those are called.
+        self._hooks_before = self._hooks_after = True  # made by start()
         # Acks waiting to be sent, per partition; one task sends them (_send_acks).
         self._unacked: dict[int, list[list[str]]] = {}  # [entry id, token or ""] each
         self._ack_task: asyncio.Task[None] | None = None
@@ -194,6 +196,8 @@ class StreamWorker(WorkerLifecycle):
 
     async def _setup(self) -> None:
         self._ops = StreamOperations(self.session)
+        self._hooks_before = overrides(self.observer, "before_run")
+        self._hooks_after = overrides(self.observer, "after_run")
         await self._join()
         if self.config.redeliver_pending_on_reconnect:
             await self._drain_pending()
@@ -382,16 +386,17 @@ class StreamWorker(WorkerLifecycle):
         loop = asyncio.get_running_loop()
         began = loop.time()
         error = await self._handle(ctx)
-        try:
-            if error is None:
-                hook = observer.after_run(ctx, b"")
-            else:
-                hook = observer.on_failure(ctx, error)
-            if hook is not None:
-                await settle(hook)
-        except Exception:
-            which = "after_run" if error is None else "on_failure"
-            log.exception("%s hook of worker %s failed", which, cfg.worker_id)
+        if error is not None or self._hooks_after:
+            try:
+                if error is None:
+                    hook = observer.after_run(ctx, b"")
+                else:
+                    hook = observer.on_failure(ctx, error)
+                if hook is not None:
+                    await settle(hook)
+            except Exception:
+                which = "after_run" if error is None else "on_failure"
+                log.exception("%s hook of worker %s failed", which, cfg.worker_id)
         observer.record_handled(cfg.stream, cfg.group, error is None, loop.time() - began)
         token = record.delivery_count or None
         if error is None:
@@ -415,9 +420,10 @@ class StreamWorker(WorkerLifecycle):
         """Run ``before_run`` and the handler under ``message_timeout``; what failed
         (logged), or None if it returned."""
         try:
-            hook = self.observer.before_run(ctx)
-            if hook is not None:
-                await settle(hook)
+            if self._hooks_before:
+                hook = self.observer.before_run(ctx)
+                if hook is not None:
+                    await settle(hook)
             runner = self._handler_runner
             await runner.run(self._handler, ctx, runner.running())
         except Exception as exc:

@@ -264,3 +264,38 @@ async def test_a_stream_handler_timeout_reaches_on_failure_as_a_timeout_error(
         worker.stop()
         await task
     assert len(failures) == 1 and isinstance(failures[0], TimeoutError)
+
+
+async def test_a_stream_observer_with_one_record_hook_hears_it_for_each_record(
+    client: FloClient,
+) -> None:
+    """A worker calls only the record hooks its observer has; those it has are called."""
+    seen: list[str] = []
+
+    class AfterOnly(WorkerObserver):
+        def after_run(self, ctx: StreamContext, output: bytes) -> None:
+            seen.append(f"after:{ctx.payload.decode()}")
+
+    class BeforeOnly(WorkerObserver):
+        def before_run(self, ctx: StreamContext) -> None:
+            seen.append(f"before:{ctx.payload.decode()}")
+
+    async def handle(ctx: StreamContext) -> None:
+        pass
+
+    for round_, observer in (("a", AfterOnly()), ("b", BeforeOnly())):
+        stream = f"one-hook-{round_}"
+        for text in ("x", "y"):
+            await client.stream.append(stream, f"{round_}{text}".encode())
+        worker = client.new_stream_worker(
+            stream=stream, group="g", handler=handle, concurrency=1, batch_size=1, block_ms=200
+        )
+        worker.observer = observer
+        want = len(seen) + 2
+        task = asyncio.create_task(worker.start())
+        try:
+            await eventually(lambda: asyncio.sleep(0, len(seen)), lambda n: n == want)
+        finally:
+            worker.stop()
+            await task
+    assert seen == ["after:ax", "after:ay", "before:bx", "before:by"]
