@@ -173,7 +173,7 @@ class StreamWorker(WorkerLifecycle):
         self._closing = False
         self._room_waiter: asyncio.Future[None] | None = None
         # The record hooks the observer has (set before start): only those are called.
-        self._hooks_before = self._hooks_after = True  # made by start()
+        self._hooks_before = self._hooks_after = self._counts = True  # made by start()
         # Acks waiting to be sent, per partition; one task sends them (_send_acks).
         self._unacked: dict[int, list[list[str]]] = {}  # [entry id, token or ""] each
         self._ack_task: asyncio.Task[None] | None = None
@@ -198,6 +198,9 @@ class StreamWorker(WorkerLifecycle):
         self._ops = StreamOperations(self.session)
         self._hooks_before = overrides(self.observer, "before_run")
         self._hooks_after = overrides(self.observer, "after_run")
+        self._counts = overrides(self.observer, "record_delivered") or overrides(
+            self.observer, "record_handled"
+        )
         await self._join()
         if self.config.redeliver_pending_on_reconnect:
             await self._drain_pending()
@@ -375,7 +378,9 @@ class StreamWorker(WorkerLifecycle):
         :meth:`_queue_ack`) or nack it (a task of its own, so the slot goes on)."""
         cfg = self.config
         observer = self.observer
-        observer.record_delivered(cfg.stream, cfg.group)
+        counts = self._counts
+        if counts:
+            observer.record_delivered(cfg.stream, cfg.group)
         ctx = StreamContext(
             record=record,
             namespace=self.session.namespace,
@@ -383,8 +388,7 @@ class StreamWorker(WorkerLifecycle):
             group=cfg.group,
             consumer=cfg.consumer,
         )
-        loop = asyncio.get_running_loop()
-        began = loop.time()
+        began = asyncio.get_running_loop().time() if counts else 0.0
         error = await self._handle(ctx)
         if error is not None or self._hooks_after:
             try:
@@ -397,7 +401,9 @@ class StreamWorker(WorkerLifecycle):
             except Exception:
                 which = "after_run" if error is None else "on_failure"
                 log.exception("%s hook of worker %s failed", which, cfg.worker_id)
-        observer.record_handled(cfg.stream, cfg.group, error is None, loop.time() - began)
+        if counts:
+            took = asyncio.get_running_loop().time() - began
+            observer.record_handled(cfg.stream, cfg.group, error is None, took)
         token = record.delivery_count or None
         if error is None:
             self._queue_ack(record, token)

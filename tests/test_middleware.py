@@ -269,7 +269,8 @@ async def test_a_stream_handler_timeout_reaches_on_failure_as_a_timeout_error(
 async def test_a_stream_observer_with_one_record_hook_hears_it_for_each_record(
     client: FloClient,
 ) -> None:
-    """A worker calls only the record hooks its observer has; those it has are called."""
+    """A worker calls only the record hooks and counts its observer has; those it has are
+    called for each record."""
     seen: list[str] = []
 
     class AfterOnly(WorkerObserver):
@@ -280,10 +281,15 @@ async def test_a_stream_observer_with_one_record_hook_hears_it_for_each_record(
         def before_run(self, ctx: StreamContext) -> None:
             seen.append(f"before:{ctx.payload.decode()}")
 
+    class HandledOnly(WorkerObserver):
+        def record_handled(self, stream: str, group: str, acked: bool, duration_s: float) -> None:
+            seen.append(f"handled:{stream}:{acked}:{duration_s >= 0}")
+
     async def handle(ctx: StreamContext) -> None:
         pass
 
-    for round_, observer in (("a", AfterOnly()), ("b", BeforeOnly())):
+    observers = (("a", AfterOnly()), ("b", BeforeOnly()), ("c", HandledOnly()))
+    for round_, observer in observers:
         stream = f"one-hook-{round_}"
         for text in ("x", "y"):
             await client.stream.append(stream, f"{round_}{text}".encode())
@@ -294,8 +300,15 @@ async def test_a_stream_observer_with_one_record_hook_hears_it_for_each_record(
         want = len(seen) + 2
         task = asyncio.create_task(worker.start())
         try:
-            await eventually(lambda: asyncio.sleep(0, len(seen)), lambda n: n == want)
+            await eventually(lambda: asyncio.sleep(0, len(seen)), lambda n, want=want: n == want)
         finally:
             worker.stop()
             await task
-    assert seen == ["after:ax", "after:ay", "before:bx", "before:by"]
+    assert seen == [
+        "after:ax",
+        "after:ay",
+        "before:bx",
+        "before:by",
+        "handled:one-hook-c:True:True",
+        "handled:one-hook-c:True:True",
+    ]
