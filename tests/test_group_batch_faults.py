@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 import redis.asyncio as aioredis
+from group_batch_steps import ack, bookkeeping, fill, join, nack, pairs, read
 
 from flo_redis import (
     ConflictError,
@@ -22,50 +23,9 @@ from flo_redis import (
     StreamRecord,
     StreamTrimOptions,
 )
-from flo_redis.keys import GroupKeys, stream_keys
+from flo_redis.keys import stream_keys
 
 WAIT_S = 10.0
-
-
-async def fill(client: FloClient, n: int, stream: str = "s") -> list[StreamID]:
-    return [(await client.stream.append(stream, f"e{i}".encode())).id for i in range(n)]
-
-
-async def read(
-    client: FloClient, consumer: str = "c1", count: int = 100, stream: str = "s", **kw: object
-) -> list[StreamRecord]:
-    options = StreamGroupReadOptions(count=count, **kw)  # type: ignore[arg-type]
-    return (await client.stream.group_read(stream, "g", consumer, options)).records
-
-
-def pairs(records: list[StreamRecord]) -> list[tuple[StreamID, int]]:
-    return [(r.id, r.delivery_count) for r in records]
-
-
-async def join(client: FloClient, ack_timeout_ms: int, max_deliver: int = 10) -> GroupKeys:
-    options = StreamGroupJoinOptions(ack_timeout_ms=ack_timeout_ms, max_deliver=max_deliver)
-    await client.stream.group_join("s", "g", "c1", options)
-    return stream_keys(client.namespace, "s").group("g")
-
-
-async def ack(client: FloClient, ids: list[StreamID], token: int, consumer: str = "c1") -> None:
-    options = StreamGroupAckOptions(consumer=consumer, token=token)
-    await client.stream.group_ack("s", "g", ids, options)
-
-
-async def nack(client: FloClient, ids: list[StreamID], token: int, consumer: str = "c1") -> None:
-    options = StreamGroupNackOptions(consumer=consumer, token=token)
-    await client.stream.group_nack("s", "g", ids, options)
-
-
-async def bookkeeping(raw: aioredis.Redis, gk: GroupKeys) -> dict[str, int]:
-    return {
-        "batches": await raw.zcard(gk.batches),
-        "batch_due": await raw.zcard(gk.batch_due),
-        "due": await raw.zcard(gk.due),
-        "deliveries": await raw.hlen(gk.deliveries),
-        "owned": await raw.zcard(gk.owned),
-    }
 
 
 NOTHING = {"batches": 0, "batch_due": 0, "due": 0, "deliveries": 0, "owned": 0}

@@ -10,56 +10,18 @@ import asyncio
 import msgpack
 import pytest
 import redis.asyncio as aioredis
+from group_batch_steps import ack, bookkeeping, fill, join, pairs, read
 
 from flo_redis import (
     ConflictError,
     FloClient,
     StreamGroupAckOptions,
-    StreamGroupJoinOptions,
     StreamGroupNackOptions,
     StreamGroupReadOptions,
-    StreamID,
-    StreamRecord,
 )
-from flo_redis.keys import GroupKeys, stream_keys
+from flo_redis.keys import stream_keys
 
 WAIT_S = 10.0
-
-
-async def fill(client: FloClient, n: int) -> list[StreamID]:
-    return [(await client.stream.append("s", f"e{i}".encode())).id for i in range(n)]
-
-
-async def read(
-    client: FloClient, consumer: str = "c1", count: int = 100, **kw: object
-) -> list[StreamRecord]:
-    options = StreamGroupReadOptions(count=count, **kw)  # type: ignore[arg-type]
-    return (await client.stream.group_read("s", "g", consumer, options)).records
-
-
-def pairs(records: list[StreamRecord]) -> list[tuple[StreamID, int]]:
-    return [(r.id, r.delivery_count) for r in records]
-
-
-async def join(client: FloClient, ack_timeout_ms: int) -> GroupKeys:
-    options = StreamGroupJoinOptions(ack_timeout_ms=ack_timeout_ms)
-    await client.stream.group_join("s", "g", "c1", options)
-    return stream_keys(client.namespace, "s").group("g")
-
-
-async def ack(client: FloClient, ids: list[StreamID], token: int, consumer: str = "c1") -> None:
-    options = StreamGroupAckOptions(consumer=consumer, token=token)
-    await client.stream.group_ack("s", "g", ids, options)
-
-
-async def bookkeeping(raw: aioredis.Redis, gk: GroupKeys) -> dict[str, int]:
-    return {
-        "batches": await raw.zcard(gk.batches),
-        "batch_due": await raw.zcard(gk.batch_due),
-        "due": await raw.zcard(gk.due),
-        "deliveries": await raw.hlen(gk.deliveries),
-        "owned": await raw.zcard(gk.owned),
-    }
 
 
 async def past_ack_timeout(client: FloClient, ms: int) -> None:
