@@ -14,7 +14,9 @@ is the poller's side, used by :class:`flo_redis.worker.ActionWorker`:
   ended (by the poller's next claim in that queue): the handlers running plus the parks
   standing never exceed the capacity the worker polls with. A queue is parked in only
   while every queue after it in the look still has a slot, so a poller with fewer free
-  slots than queues still claims each queue in turn.
+  slots than queues still claims each queue in turn. A look claims the queues parked
+  in first: their parks end (their slots are free again) before any other queue is
+  claimed, so a park never holds the last free slot while another queue has work.
 - **Exactly once per hand-out.** A run can reach the poller twice — by its message, and
   again in a claim's answer (a message heard late, or one the poller could not know it
   had) — so runs are passed on once per fencing token.
@@ -211,6 +213,11 @@ class ActionPoller(ClosesOnExit):
         keys_all = self._keys
         self._rotation = (self._rotation + 1) % len(keys_all)
         order = [*keys_all[self._rotation :], *keys_all[: self._rotation]]
+        if self._standing:
+            # Queues parked in go first: each claim there ends its park and frees its
+            # slot before the other queues are looked at, so a park never keeps a
+            # queue with work from the last free slot.
+            order.sort(key=lambda keys: keys.action not in self._standing)
         for i, keys in enumerate(order):
             action = keys.action
             if self._standing.pop(action, None) is not None:

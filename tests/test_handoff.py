@@ -864,3 +864,34 @@ async def test_an_invoke_after_a_hand_off_is_led_so_its_message_leaves_first(
         RunStatus.PENDING,
     ]
     assert await channel.next(timeout=0.2) is None
+
+
+async def test_a_park_never_keeps_the_last_free_slot_from_a_queue_with_work(
+    client: FloClient,
+) -> None:
+    # Four slots, two actions, six runs waiting in "a" and none in "b". The first poll
+    # parks in the empty "b" (a park holds a slot) and takes three runs of "a". With
+    # those three still running, one slot is free: the next poll must take the fourth
+    # run of "a" -- ending the park in "b" to make room -- not park in "b" again and
+    # sleep until its block time while "a"'s runs wait.
+    for name in ("a", "b"):
+        await client.action.register(name)
+    ids = [(await client.action.invoke("a", str(i).encode())).run_id for i in range(6)]
+    worker = client.new_action_worker(concurrency=4, block_ms=60_000)
+    release = asyncio.Event()
+    began: list[str] = []
+
+    async def handler(ctx: ActionContext) -> None:
+        began.append(ctx.task_id)
+        await release.wait()
+
+    worker.register_action("a", handler)
+    worker.register_action("b", handler)
+    async with running(worker):
+        try:
+            await eventually(lambda: asyncio.sleep(0, len(began)), lambda n: n >= 4)
+            assert len(began) == 4  # never more than the concurrency
+        finally:
+            release.set()
+        for run_id in ids:
+            assert (await finished(client, run_id)).status == RunStatus.COMPLETED
