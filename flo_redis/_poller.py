@@ -17,6 +17,12 @@ is the poller's side, used by :class:`flo_redis.worker.ActionWorker`:
   slots than queues still claims each queue in turn. A look claims the queues parked
   in first: their parks end (their slots are free again) before any other queue is
   claimed, so a park never holds the last free slot while another queue has work.
+- **Claim ids.** A queue's first claim in a poll goes under the poll's id; a claim there
+  whose reply was lost (it raised) is sent again under its own id, so the script answers
+  it with what it handed then; any other claim there in the same poll (a look after a
+  wake-up, or the poll sent again after another queue's claim failed) goes under a new
+  id, ``<poll id>.<n>``, and so is never answered with runs the poller already has in
+  place of the work waiting.
 - **Exactly once per hand-out.** A run can reach the poller twice — by its message, and
   again in a claim's answer (a message heard late, or one the poller could not know it
   had) — so runs are passed on once per fencing token.
@@ -88,9 +94,11 @@ class ActionPoller(ClosesOnExit):
         self._dispatch = dispatch
         self._started: builtins.list[Claimed] = []  # runs started in this poll
         self._look_again = False  # a park was ended for the poller to look again (a drain)
-        self._poll_id = ""  # the last poll's id: leave() ends its parks
         self._rotation = 0
-        self._standing: dict[str, str] = {}  # action -> poll id of the park standing there
+        self._standing: dict[str, str] = {}  # action -> claim id of the park standing there
+        self._answered: dict[str, str] = {}  # action -> poll id a claim there was answered in
+        self._lost: dict[str, str] = {}  # action -> claim id whose reply was lost there
+        self._claims = 0  # numbers the claim ids after a queue's first in a poll
         self._received: dict[str, str] = {}  # action -> "<run id> <token>" last taken there
         self._seen: OrderedDict[str, int] = OrderedDict()  # run id -> token passed on
         self._stack = contextlib.AsyncExitStack()
@@ -124,15 +132,13 @@ class ActionPoller(ClosesOnExit):
         labels = await self._ops._gate(
             self._worker_id, namespace_keys(self._namespace), self._health_ttl_s
         )
-        self._poll_id = poll_id
         began = len(self._started)
 
         async def attempt() -> Attempt[Claimed]:
             due_ms, held = -1, False
             if len(self._started) == began and not self._look_again:
-                runs = await self._round(labels, free, poll_id, block_ms)
-                self._start(runs.items)
-                due_ms, held = runs.due_ms, runs.held
+                looked = await self._round(labels, free, poll_id, block_ms)
+                due_ms, held = looked.due_ms, looked.held
             if len(self._started) > began:
                 return Attempt(self._started[began:])
             if self._look_again:
@@ -161,12 +167,12 @@ class ActionPoller(ClosesOnExit):
         labels = await self._ops._gate(
             self._worker_id, namespace_keys(self._namespace), float("inf")
         )
-        poll_id = self._poll_id
         for keys in self._keys:
-            if keys.action in self._standing:
+            claim_id = self._standing.get(keys.action)
+            if claim_id is not None:
                 received = self._received.get(keys.action, "")
                 reply = await self._ops.claim(
-                    keys, self._worker_id, labels, 0, poll_id, 0, received
+                    keys, self._worker_id, labels, 0, claim_id, 0, received
                 )
                 self._standing.pop(keys.action, None)
                 self._start(self._fresh(keys.action, reply.runs))
@@ -205,8 +211,9 @@ class ActionPoller(ClosesOnExit):
         self, labels: bytes, free: int, poll_id: str, park_ms: int
     ) -> Attempt[Claimed]:
         """One claim per queue, from a rotating start; parks where nothing was found and
-        every later queue still has a slot (module docstring: Capacity)."""
-        claimed: builtins.list[Claimed] = []
+        every later queue still has a slot (module docstring: Capacity). The runs of
+        each claim are started as it answers, so a later claim that raises loses none
+        of them; the answer carries only when something falls due."""
         next_due = -1
         held_queues = 0
         room = free - len(self._standing)
@@ -225,29 +232,43 @@ class ActionPoller(ClosesOnExit):
             elif room <= 0:
                 continue
             may_park = park_ms > 0 and room - 1 >= len(order) - i - 1
+            claim_id = self._claim_id(action, poll_id)
+            self._lost[action] = claim_id  # until its reply arrives
             reply = await self._ops.claim(
                 keys,
                 self._worker_id,
                 labels,
                 room,
-                poll_id,
+                claim_id,
                 park_ms if may_park else 0,
                 self._received.get(action, ""),
             )
+            del self._lost[action]
+            self._answered[action] = poll_id
             if not reply.registered:
                 if self._on_unregistered is not None:
                     await self._on_unregistered(action)
                 continue
             runs = self._fresh(action, reply.runs)
-            claimed += runs
+            self._start(runs)
             room -= len(runs)
             if may_park and not reply.runs:
-                self._standing[action] = poll_id
+                self._standing[action] = claim_id
                 room -= 1
             next_due = earliest_due(next_due, reply)
             if reply.rate_next_ms >= 0:
                 held_queues += 1
-        return Attempt(claimed, next_due, held=held_queues == len(order))
+        return Attempt([], next_due, held=held_queues == len(order))
+
+    def _claim_id(self, action: str, poll_id: str) -> str:
+        """The id of the next claim in ``action``'s queue (module docstring: Claim ids)."""
+        lost = self._lost.get(action)
+        if lost is not None:
+            return lost
+        if self._answered.get(action) != poll_id:
+            return poll_id
+        self._claims += 1
+        return f"{poll_id}.{self._claims}"
 
     def _fresh(self, action: str, runs: Sequence[Claimed]) -> builtins.list[Claimed]:
         """``runs`` not passed on before under the same token."""

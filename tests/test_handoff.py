@@ -13,6 +13,7 @@ from typing import Any
 import msgpack
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions
 from polling import eventually
 from test_action_worker import finished, running
 
@@ -895,3 +896,51 @@ async def test_a_park_never_keeps_the_last_free_slot_from_a_queue_with_work(
             release.set()
         for run_id in ids:
             assert (await finished(client, run_id)).status == RunStatus.COMPLETED
+
+
+async def test_a_poll_sent_again_after_a_lost_reply_still_takes_new_work(
+    client: FloClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first poll claims queue "y" (two runs), then loses its connection on the claim
+    # of "x": the worker sends that poll again under the same poll id, so a reply lost
+    # on the way would be answered again. "y"'s reply did arrive, though: its two runs
+    # start, and "y"'s next claim must not be answered with them again (the worker
+    # drops runs it has) in place of the runs invoked there since.
+    for name in ("x", "y"):
+        await client.action.register(name)
+    first = [(await client.action.invoke("y", b"first")).run_id for _ in range(2)]
+    claim = WorkerOperations.claim
+    state = {"armed": False, "failed": 0}
+
+    async def claim_losing_x_once(ops: WorkerOperations, keys: ActionKeys, *args: Any) -> Any:
+        if keys.action == "x" and state["armed"] and not state["failed"]:
+            state["failed"] += 1
+            raise redis.exceptions.ConnectionError("connection lost (test)")
+        reply = await claim(ops, keys, *args)
+        if keys.action == "y" and reply.runs:
+            state["armed"] = True
+        return reply
+
+    monkeypatch.setattr(WorkerOperations, "claim", claim_losing_x_once)
+    worker = client.new_action_worker(concurrency=4, block_ms=60_000)
+    release = asyncio.Event()
+    began: list[bytes] = []
+
+    async def handler(ctx: ActionContext) -> None:
+        began.append(ctx.payload)
+        if ctx.payload == b"first":
+            await release.wait()
+
+    worker.register_action("x", handler)
+    worker.register_action("y", handler)
+    async with running(worker):
+        try:
+            await eventually(lambda: asyncio.sleep(0, state["failed"]), bool)
+            later = [(await client.action.invoke("y", b"later")).run_id for _ in range(2)]
+            for run_id in later:
+                assert (await finished(client, run_id)).status == RunStatus.COMPLETED
+        finally:
+            release.set()
+        for run_id in first:
+            assert (await finished(client, run_id)).status == RunStatus.COMPLETED
+    assert sorted(began) == [b"first", b"first", b"later", b"later"]
