@@ -49,7 +49,7 @@ local trace = ARGV[8]
 
 if not priority_valid(priority) then return {ST_OUT_OF_RANGE, 0} end
 
-local action = action_load(k.definition)
+local action = action_load_lean(k.definition)
 if not action then return {ST_NO_ACTION} end
 if action.max_payload >= 0 and #input > action.max_payload then
   return {ST_TOO_LARGE, action.max_payload}

@@ -105,6 +105,26 @@ async def test_an_invoke_hands_a_ready_run_to_a_parked_poller(
     assert (await client.action.status(run_id)).status == RunStatus.COMPLETED
 
 
+@pytest.mark.parametrize("timeout_ms", [60_000, 0])
+async def test_a_handed_run_is_leased_for_the_actions_timeout(
+    client: FloClient, raw: aioredis.Redis, channel: Channel, timeout_ms: int
+) -> None:
+    # An invoke reads only the settings it needs before writing; handing the run off
+    # reads the rest (the lease's length among them).
+    keys = await register(client, timeout_ms=timeout_ms, max_concurrency=5)
+    await park(client, keys)
+    run_id = (await client.action.invoke("job", b"input")).run_id
+    message = await channel.next()
+    assert message is not None
+    claimed = message[6]
+    deadline = await raw.zscore(keys.leases, run_id)
+    assert deadline is not None
+    if timeout_ms:
+        assert deadline == claimed + timeout_ms
+    else:
+        assert deadline > claimed + 10 * 365 * 86_400_000  # never expires
+
+
 async def test_a_poller_nobody_listens_for_is_not_handed_anything(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
