@@ -26,10 +26,14 @@ the client's *lane*: one connection of the client's pool kept aside for script c
 on which the ``EVALSHA`` is written as bytes packed ahead (the script's SHA and its KEYS,
 packed once per key object by the gateway) and its reply read straight back, without
 redis-py's per-command machinery (pool checkout, health check, a task per write). A
-call that finds the lane busy goes through the pool as before. Either way the call is
-the same ``EVALSHA``, with the same ``NOSCRIPT`` fallback, error translation and
-resending; the lane reconnects on its next call after any failure (a connection the
-server closed while idle is made again first, as the pool would).
+call made while the lane is busy takes the *spare lane*, a second such connection (kept
+when the pool holds four connections or more), so that two streams of calls that
+overlap -- a worker's reads and its acks or completes, each one call at a time -- both
+go the short way; a call that finds both busy goes through the pool as before. Either
+way the call is the same ``EVALSHA``, with the same ``NOSCRIPT`` fallback, error
+translation and resending: calls in flight at once were never ordered among themselves,
+whichever connections carry them. A lane reconnects on its next call after any failure
+(a connection the server closed while idle is made again first, as the pool would).
 
 A call on the lane may be *led* by a ``TIME`` written with it (``lead=True``; the
 cheapest command every documented ACL user may send): Redis writes the replies of one
@@ -137,9 +141,15 @@ class _Settings:
     debug: bool = False
     gate: asyncio.Semaphore | None = None
     lane: _Lane | None = None
+    spare: _Lane | None = None  # taken while ``lane`` is busy (module docstring)
 
 
 _DEFAULT = _Settings()
+
+# A pool of at least this many connections keeps one aside as the lane, and of at least
+# _SPARE_MIN a second as the spare lane: the pool keeps two or more for everything else.
+_LANE_MIN = 2
+_SPARE_MIN = 4
 
 # How calls on each connection pool are resent, logged and limited (set by its client).
 _SETTINGS: weakref.WeakKeyDictionary[Any, _Settings] = weakref.WeakKeyDictionary()
@@ -156,23 +166,29 @@ def configure(
     call when ``debug``, and with ``max_in_flight`` let at most that many script calls
     be in flight at once (the others wait their turn): for a pool that raises at its
     limit instead of waiting (redis-py's cluster pools). A plain ``Redis`` whose pool
-    holds two connections or more gets a lane (module docstring); :func:`release`
-    ends it. A connection never configured resends by the default policy, logs
-    nothing, limits nothing and has no lane."""
+    holds two connections or more gets a lane, and four or more a spare lane too
+    (module docstring); :func:`release` ends them. A connection never configured
+    resends by the default policy, logs nothing, limits nothing and has no lane."""
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
-    lane = None
+    lane = spare = None
     if isinstance(conn, Redis) and not debug:
         pool = conn.connection_pool
-        if getattr(pool, "max_connections", 0) >= 2:
+        size = getattr(pool, "max_connections", 0)
+        if size >= _LANE_MIN:
             lane = _Lane(pool)
-    _SETTINGS[conn] = _Settings(retry, debug, gate, lane)
+        if size >= _SPARE_MIN:
+            spare = _Lane(pool)
+    _SETTINGS[conn] = _Settings(retry, debug, gate, lane, spare)
 
 
 def release(conn: RedisConn) -> None:
-    """Forget ``conn``'s settings and stop using its lane (before closing it)."""
+    """Forget ``conn``'s settings and stop using its lanes (before closing it)."""
     settings = _SETTINGS.pop(conn, None)
-    if settings is not None and settings.lane is not None:
-        settings.lane.release()
+    if settings is None:
+        return
+    for lane in (settings.lane, settings.spare):
+        if lane is not None:
+            lane.release()
 
 
 def _unavailable(message: str) -> ServerError:
@@ -328,6 +344,8 @@ async def _send(
     lead: bool = False,
 ) -> Any:
     lane = settings.lane
+    if lane is not None and lane.busy:
+        lane = settings.spare
     try:
         if lane is not None and not lane.busy and not lane.closed:
             packed = _packed(head or packed_head(script, keys), len(keys), args)

@@ -90,3 +90,44 @@ async def test_a_led_call_refused_by_redis_leaves_the_lane_in_step(
     assert len({first.run_id, second.run_id, third.run_id}) == 3
     for run in (first, second, third):
         assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
+
+
+async def test_calls_made_while_the_lane_is_busy_take_the_spare_lane(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    await client.action.register("job")
+    await client.action.invoke("job", b"warm")  # the lane's connection is made
+    settings = _scripts._SETTINGS[client.redis]
+    assert settings.lane is not None and settings.spare is not None
+    assert settings.spare._conn is None  # no call overlapped yet
+    # Every client's commands wait a moment, so the three invokes are in flight at once:
+    # the first on the lane, the second on the spare lane, the third through the pool.
+    await raw.execute_command("CLIENT", "PAUSE", 200, "ALL")
+    runs = await asyncio.gather(*(client.action.invoke("job", b"%d" % i) for i in range(3)))
+    assert settings.spare._conn is not None
+    assert len({run.run_id for run in runs}) == 3
+    for run in runs:
+        assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
+    # The spare lane's connection closed by the server is made again on its next call.
+    assert settings.spare._conn._writer is not None
+    host, port = settings.spare._conn._writer.get_extra_info("sockname")[:2]
+    await raw.client_kill(f"{host}:{port}")
+    await asyncio.sleep(0.05)
+    await raw.execute_command("CLIENT", "PAUSE", 200, "ALL")
+    again = await asyncio.gather(*(client.action.invoke("job", b"x") for _ in range(2)))
+    for run in again:
+        assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
+
+
+@pytest.mark.parametrize(
+    ("max_connections", "lane", "spare"), [(1, False, False), (3, True, False), (4, True, True)]
+)
+async def test_a_pool_keeps_two_connections_beside_its_lanes(
+    redis_url: str, namespace: str, max_connections: int, lane: bool, spare: bool
+) -> None:
+    async with FloClient(redis_url, namespace=namespace, max_connections=max_connections) as c:
+        settings = _scripts._SETTINGS[c.redis]
+        assert (settings.lane is not None, settings.spare is not None) == (lane, spare)
+        await c.action.register("job")
+        runs = await asyncio.gather(*(c.action.invoke("job", b"x") for _ in range(20)))
+        assert len({run.run_id for run in runs}) == 20
