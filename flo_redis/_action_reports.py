@@ -22,7 +22,7 @@ from ._batch import Coalescer
 from ._reports import drop_refused, send_report
 from .action_context import ActionResult
 from .errors import NonRetryableError, PermissionDeniedError, ServerError, is_connection_error
-from .observe import WorkerObserver
+from .observe import WorkerObserver, overrides
 from .results import (
     ResultEncodingError,
     ResultSerializer,
@@ -30,8 +30,9 @@ from .results import (
     error_text,
     error_traceback,
 )
+from .run_reports import OwnComplete
 from .types import Reason, RunStatus, WorkerFailOptions
-from .worker_ops import CompleteItem, WorkerOperations
+from .worker_ops import WorkerOperations
 
 if TYPE_CHECKING:
     from .action_context import ActionContext
@@ -54,7 +55,7 @@ class Completed:
         # Into the next batch, answered there: nothing to wait for here.
         to.complete(ctx, self)
 
-    async def resend(self, to: RunReporter, ctx: ActionContext, item: CompleteItem) -> None:
+    async def resend(self, to: RunReporter, ctx: ActionContext, item: OwnComplete) -> None:
         """The batch carrying this complete lost its connection: send it again."""
         answers: list[ServerError | None] = []
 
@@ -193,10 +194,12 @@ class RunReporter:
         self.ops = ops
         self.worker_id = worker_id
         self.observer = observer
+        # Whether to tell the observer of each accepted complete (a hook of its own).
+        self.tell_completed = overrides(observer, "run_completed")
         self.refuse = refuse
         self._stopping = stopping
         self._track = track
-        self._completes: Coalescer[CompleteItem] = Coalescer(
+        self._completes: Coalescer[OwnComplete] = Coalescer(
             self._complete_batch, "flo-complete-batches", track
         )
         self._load_delta = 0
@@ -231,18 +234,18 @@ class RunReporter:
             lease_end=lambda: ctx._lease_end,
         )
 
-    def submit_complete(self, action: str, item: CompleteItem) -> Awaitable[ServerError | None]:
+    def submit_complete(self, action: str, item: OwnComplete) -> Awaitable[ServerError | None]:
         """Complete ``item`` in the next batch of ``action``'s completes; its refusal."""
         return self._completes.submit(action, item)
 
     def complete(self, ctx: ActionContext, report: Completed) -> None:
         """Complete ``ctx``'s run in the next batch of its action's completes; its answer
         is dealt with when the batch is answered."""
-        item = CompleteItem(ctx.task_id, report.data, report.outcome, ctx.token)
-        self._completes.post(ctx.action_name, item, _Answer(self, ctx, report, item))
+        answer = _Answer(self, ctx, report)
+        self._completes.post(ctx.action_name, answer, answer)
 
     def _complete_failed(
-        self, ctx: ActionContext, report: Completed, item: CompleteItem, error: BaseException
+        self, ctx: ActionContext, report: Completed, item: OwnComplete, error: BaseException
     ) -> None:
         if is_connection_error(error):
             log.info("complete of %s: connection lost (%s); sending again", ctx.task_id, error)
@@ -256,7 +259,7 @@ class RunReporter:
         self._track(asyncio.create_task(coro, name=f"flo-complete-{ctx.task_id}"))
 
     async def _complete_batch(
-        self, action: str, items: Sequence[CompleteItem]
+        self, action: str, items: Sequence[OwnComplete]
     ) -> Sequence[ServerError | None]:
         answers = await self.ops._complete_many(
             self.worker_id, action, items, tally=False, claimed=True
@@ -297,24 +300,39 @@ class RunReporter:
 
 
 class _Answer:
-    """Where the answer to one complete of a batch goes: one small object, no task."""
+    """One complete of a batch: the item sent (:class:`OwnComplete`, read from the run's
+    context and report) and where its answer goes; one small object, no task."""
 
-    __slots__ = ("ctx", "item", "report", "to")
+    __slots__ = ("ctx", "report", "to")
 
-    def __init__(
-        self, to: RunReporter, ctx: ActionContext, report: Completed, item: CompleteItem
-    ) -> None:
+    def __init__(self, to: RunReporter, ctx: ActionContext, report: Completed) -> None:
         self.to = to
         self.ctx = ctx
         self.report = report
-        self.item = item
+
+    @property
+    def task_id(self) -> str:
+        return self.ctx.task_id
+
+    @property
+    def result(self) -> bytes:
+        return self.report.data
+
+    @property
+    def outcome(self) -> str:
+        return self.report.outcome
+
+    @property
+    def token(self) -> int | None:
+        return self.ctx.token
 
     def __call__(self, refusal: ServerError | None, error: BaseException | None) -> None:
         to, ctx = self.to, self.ctx
         if error is not None:
-            to._complete_failed(ctx, self.report, self.item, error)
+            to._complete_failed(ctx, self.report, self, error)
         elif refusal is None:
-            to.observer.run_completed(ctx.action_name, self.report.outcome)
+            if to.tell_completed:
+                to.observer.run_completed(ctx.action_name, self.report.outcome)
         else:
             to._spawn(self.report.answered(to, ctx, refusal), ctx)
 

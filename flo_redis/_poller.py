@@ -273,15 +273,19 @@ class ActionPoller(ClosesOnExit):
     def _fresh(self, action: str, runs: Sequence[Claimed]) -> builtins.list[Claimed]:
         """``runs`` not passed on before under the same token."""
         fresh: builtins.list[Claimed] = []
+        if not runs:
+            return fresh
+        last = runs[-1]
+        self._received[action] = f"{last.run_id} {last.token}"
         seen = self._seen
         for run in runs:
-            self._received[action] = f"{run.run_id} {run.token}"
-            if seen.get(run.run_id) == run.token:
+            run_id, token = run.run_id, run.token
+            if seen.get(run_id) == token:
                 continue
-            seen[run.run_id] = run.token
-            if len(seen) > _SEEN_MAX:
-                seen.popitem(last=False)
+            seen[run_id] = token
             fresh.append(run)
+        while len(seen) > _SEEN_MAX:
+            seen.popitem(last=False)
         return fresh
 
 

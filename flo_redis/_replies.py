@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgpack
 
@@ -42,9 +42,10 @@ def fixed(cls: type[Reply]) -> Callable[[Any, object], Reply]:
     return parse
 
 
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """A run handed to a worker by one claim."""
+class Claimed(NamedTuple):
+    """A run handed to a worker by one claim. Immutable like the frozen dataclasses
+    here, but a named tuple: a worker reads one per run it takes, and a tuple is made
+    in a quarter of the time a frozen dataclass's ``__init__`` takes."""
 
     action: str
     run_id: str
@@ -87,19 +88,23 @@ def claim_reply(reply: Any, keys: Any) -> ClaimReply:
         return ClaimReply((), -1, False)
     end = 3 + 8 * int(reply[2])
     action = keys.action
+    # Positional, in the field order: (action, run_id, token, attempt, created_at_ms,
+    # payload, ready_at_ms, claimed_at_ms, trace).
     runs = tuple(
-        Claimed(
-            action=action,
-            run_id=reply[i].decode(),
-            token=int(reply[i + 1]),
-            attempt=int(reply[i + 2]),
-            created_at_ms=int(reply[i + 3]),
-            ready_at_ms=int(reply[i + 4]),
-            claimed_at_ms=int(reply[i + 5]),
-            payload=bytes(reply[i + 6]),
-            trace=bytes(reply[i + 7]),
-        )
-        for i in range(3, end, 8)
+        [
+            Claimed(
+                action,
+                reply[i].decode(),
+                int(reply[i + 1]),
+                int(reply[i + 2]),
+                int(reply[i + 3]),
+                bytes(reply[i + 6]),
+                int(reply[i + 4]),
+                int(reply[i + 5]),
+                bytes(reply[i + 7]),
+            )
+            for i in range(3, end, 8)
+        ]
     )
     return ClaimReply(runs, int(reply[1]), True, int(reply[end]) if len(reply) > end else -1)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ._checks import (
     check_bytes,
@@ -64,6 +65,23 @@ class CompleteItem:
     result: bytes
     outcome: str = "success"
     token: int | None = None
+
+
+class OwnComplete(Protocol):
+    """A worker's own complete of a run it claimed: what a :class:`CompleteItem` says,
+    read from the worker's own record of the run (no item is made per run)."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def result(self) -> bytes: ...
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def token(self) -> int | None: ...
 
 
 class RunReports(Operations):
@@ -143,7 +161,7 @@ class RunReports(Operations):
         self,
         worker_id: str,
         action_name: str,
-        items: Sequence[CompleteItem],
+        items: Sequence[CompleteItem] | Sequence[OwnComplete],
         namespace: str | None = None,
         *,
         tally: bool = True,
@@ -164,6 +182,7 @@ class RunReports(Operations):
                 if item.outcome == "success" and type(result) is bytes and len(result) <= limit:
                     packed.append([item.task_id, str(item.token), result, "success"])
                     continue
+                item = CompleteItem(item.task_id, result, item.outcome, item.token)
             if not isinstance(item, CompleteItem):
                 raise ValidationError(f"items[{index}] must be a CompleteItem")
             self._run_keys(action_name, item.task_id, namespace)

@@ -149,6 +149,7 @@ class ActionWorker(WorkerLifecycle):
         self._backlog = False  # the last poll took all it asked for: claim ahead
         self._wake = asyncio.Event()  # the poll loop waits for room on it
         self._hooks_before = self._hooks_after = True  # made by start()
+        self._tell_claimed = self._tell_handled = True  # ...as are these
         self._waiting = False  # ...and is waiting now
         # Made by start(), on the worker's own session.
         self._ops: WorkerOperations
@@ -239,6 +240,8 @@ class ActionWorker(WorkerLifecycle):
         # The run hooks the observer has (set before start): only those are called.
         self._hooks_before = overrides(self.observer, "before_run")
         self._hooks_after = overrides(self.observer, "after_run")
+        self._tell_claimed = overrides(self.observer, "run_claimed")
+        self._tell_handled = overrides(self.observer, "run_handled")
         self._reports = RunReporter(
             self._ops,
             self.config.worker_id,
@@ -398,10 +401,11 @@ class ActionWorker(WorkerLifecycle):
         now = asyncio.get_running_loop().time()
         in_hand = self._prefetch.runs
         concurrency = self.config.concurrency
+        if self._tell_claimed:
+            for run in runs:
+                pickup_ms = max(0, run.claimed_at_ms - run.ready_at_ms)
+                self.observer.run_claimed(run.action, pickup_ms / 1000)
         for run in runs:
-            self.observer.run_claimed(
-                run.action, max(0, run.claimed_at_ms - run.ready_at_ms) / 1000
-            )
             if not in_hand and len(self._running) < concurrency:
                 self._start(run, now)
             else:
@@ -511,7 +515,8 @@ class ActionWorker(WorkerLifecycle):
             if not isinstance(report, Released):
                 took = loop.time() - began
                 self._prefetch.handler_took(took)
-                self.observer.run_handled(ctx.action_name, report.handled, took)
+                if self._tell_handled:
+                    self.observer.run_handled(ctx.action_name, report.handled, took)
         except asyncio.CancelledError:
             # Shutdown: hand the run back without counting the attempt. The handler is
             # over, so an abort that cancels again does not cancel the release.
