@@ -191,9 +191,12 @@ class FloClient(ClosesOnExit):
         block_ms: int = 30000,
         auto_touch: bool = False,
         serializer: ResultSerializer = JSON,
+        tune_gc: bool = True,
     ) -> ActionWorker:
         """An :class:`ActionWorker` on this client's endpoint and namespace; ``serializer``
-        encodes handler results that are not bytes."""
+        encodes handler results that are not bytes; ``tune_gc`` (see
+        :class:`~flo_redis.worker.ActionWorkerOptions`) False leaves the process's garbage
+        collector alone."""
         return ActionWorker(
             self,
             worker_id=worker_id,
@@ -202,6 +205,7 @@ class FloClient(ClosesOnExit):
             block_ms=block_ms,
             auto_touch=auto_touch,
             serializer=serializer,
+            tune_gc=tune_gc,
         )
 
     def new_stream_worker(

@@ -34,6 +34,7 @@ from ._action_reports import (
 )
 from ._aio import cancel_and_wait
 from ._checks import check_count, check_seconds
+from ._gc import YoungGeneration
 from ._handlers import HandlerRunner, HandlerStopped, HandlerTimeout
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
 from ._poller import ActionPoller
@@ -91,13 +92,17 @@ _HEALTH_TTL_S = 0.5
 @dataclass
 class ActionWorkerOptions:
     """An ActionWorker's settings. ``block_ms`` 0/None means 30000; above 300000 is
-    refused with :class:`BlockTooLongError`."""
+    refused with :class:`BlockTooLongError`. ``tune_gc``: while the worker runs, the
+    garbage collector's young generation holds what its runs in flight keep alive
+    (``gc.set_threshold``, first value at least ``concurrency * 100``; put back when it
+    stops; :mod:`flo_redis._gc`); False leaves the process's collector alone."""
 
     worker_id: str = ""
     concurrency: int = 10
     action_timeout: float = 300.0
     block_ms: int = DEFAULT_WORKER_BLOCK_MS
     auto_touch: bool = False
+    tune_gc: bool = True
 
     def __post_init__(self) -> None:
         self.block_ms = worker_block_ms(self.block_ms)
@@ -120,6 +125,7 @@ class ActionWorker(WorkerLifecycle):
         block_ms: int = 30000,
         auto_touch: bool = False,
         serializer: ResultSerializer = JSON,
+        tune_gc: bool = True,
     ) -> None:
         super().__init__(parent_client)
         self.config = ActionWorkerOptions(
@@ -128,6 +134,7 @@ class ActionWorker(WorkerLifecycle):
             action_timeout=action_timeout,
             block_ms=block_ms,
             auto_touch=auto_touch,
+            tune_gc=tune_gc,
         )
         check_name("worker id", self.config.worker_id)
         self._serializer = serializer
@@ -223,7 +230,14 @@ class ActionWorker(WorkerLifecycle):
         what a worker needs."""
         if not self._handlers:
             raise ValueError("No action handlers registered")
-        await self._serve()
+        young = YoungGeneration(self.config.concurrency) if self.config.tune_gc else None
+        if young is not None:
+            young.hold()
+        try:
+            await self._serve()
+        finally:
+            if young is not None:
+                young.release()
 
     def _new_runner(self) -> HandlerRunner:
         # Sized here, so settings changed on the config before start take effect.
