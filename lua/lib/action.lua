@@ -22,17 +22,11 @@ local function action_load(def_key)
 end
 
 -- What an invoke reads before it writes: max_retries and max_payload only (nil when the
--- action is not registered). Each field an HMGET answers costs a script about half a
--- microsecond, so an invoke reads the other settings only to hand its run to a parked
--- poller (action_full).
+-- action is not registered), marked `lean`. Each field an HMGET answers costs a script
+-- about half a microsecond, so an invoke reads the other settings (action_load) only to
+-- hand its run to a parked poller (lib/handoff.lua).
 local function action_load_lean(def_key)
   local v = redis.call('HMGET', def_key, 'max_retries', 'max_payload')
   if not v[1] then return nil end
   return {max_retries = tonumber(v[1]), max_payload = tonumber(v[2]) or -1, lean = true}
-end
-
--- Every setting of `action`: read now when it came from action_load_lean.
-local function action_full(def_key, action)
-  if action.lean then return action_load(def_key) end
-  return action
 end

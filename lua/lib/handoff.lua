@@ -119,15 +119,15 @@ end
 
 -- Give new run `run_id` (not yet queued nor saved) to a parked poller (handoff_give), only
 -- while nothing waits in `pending`, so priority and FIFO order hold. `action` may hold
--- only an invoke's settings (lib/action.lua, action_load_lean): the rest is read from
--- `k.definition` once a poller is parked. False: the caller queues it as usual.
+-- only the two settings an invoke reads first (`lean`, lib/action.lua): the rest is read
+-- from `k.definition` once a poller is parked. False: the caller queues it as usual.
 local function handoff(k, action, run_id, run, input, now)
   -- With nobody parked (a busy or absent worker) one ZCARD answers: a fifth of a ZRANGE.
   if redis.call('ZCARD', k.parked) == 0 then return false end
   local fields = redis.call('ZRANGE', k.parked, now, '+inf', 'BYSCORE', 'LIMIT', 0, HANDOFF_SCAN)
   if #fields == 0 or redis.call('ZCARD', k.pending) > 0 then return false end
-  return handoff_give(k, action_full(k.definition, action), run_id, run, input, now, nil,
-    fields)
+  if action.lean then action = action_load(k.definition) end
+  return handoff_give(k, action, run_id, run, input, now, nil, fields)
 end
 
 -- `n` runs (n > 0) were just queued in `pending`, ready now: hand the head of the queue to
