@@ -265,10 +265,10 @@ def reported(reply: Any, _keys: object) -> Reported:
     return Reported(status, len(reply) > 2 and bool(int(reply[1])), int(reply[-1]), -1)
 
 
-@dataclass(frozen=True, slots=True)
-class ItemReport:
+class ItemReport(NamedTuple):
     """One item of ``run_complete_many``: its status, resend flag and detail (the run's
-    status, or on TOO_LARGE the limit)."""
+    status, or on TOO_LARGE the limit). A named tuple, as :class:`Claimed`: one is read
+    per run a worker completes."""
 
     status: int
     duplicate: bool

@@ -45,6 +45,7 @@ from .action_context import (
     ActionContext,
     ActionHandler,
     ActionResult,
+    new_context,
     start_auto_touch,
     touch_run,
 )
@@ -489,22 +490,20 @@ class ActionWorker(WorkerLifecycle):
     # --- one run -------------------------------------------------------------------
 
     def _context(self, run: Claimed, claimed_at: float) -> ActionContext:
-        ctx = ActionContext(
-            task_id=run.run_id,
-            action_name=run.action,
-            payload=run.payload,
-            attempt=run.attempt,
-            created_at=run.created_at_ms,
-            namespace=self.session.namespace,
-            _worker=self,
-            token=run.token,
-            _trace=run.trace,
-        )
         # The claim ran before its reply arrived, so the lease ends by then + its length.
         lease_ms = self._lease_ms(run.action)
-        if lease_ms > 0:
-            ctx._lease_end = claimed_at + lease_ms / 1000.0
-        return ctx
+        return new_context(
+            run.run_id,
+            run.action,
+            run.payload,
+            run.attempt,
+            run.created_at_ms,
+            self.session.namespace,
+            self,
+            run.token,
+            run.trace,
+            claimed_at + lease_ms / 1000.0 if lease_ms > 0 else None,
+        )
 
     async def _execute(self, ctx: ActionContext) -> None:
         """Run one started run's handler with its hooks, in a handler slot; its report

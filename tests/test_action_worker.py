@@ -22,6 +22,7 @@ from flo_redis import (
     RunStatus,
     WorkerStatus,
 )
+from flo_redis.action_context import new_context
 from flo_redis.types import ActionRunStatus
 from flo_redis.worker_ops import WorkerOperations
 
@@ -468,3 +469,25 @@ async def test_an_unhealthy_worker_heartbeats_and_works_again(
         )
         status = await finished(client, (await client.action.invoke("steady", b"")).run_id)
     assert status.status == RunStatus.COMPLETED
+
+
+def test_a_workers_context_carries_each_field_of_its_run() -> None:
+    """The worker makes each run's context with its fields in order (new_context): each
+    lands where ActionContext names it."""
+    holder: Any = object()
+    made = new_context("r1", "resize", b"in", 2, 1700, "shop", holder, 7, b"tr", 12.5)
+    named = ActionContext(
+        task_id="r1",
+        action_name="resize",
+        payload=b"in",
+        attempt=2,
+        created_at=1700,
+        namespace="shop",
+        _worker=holder,
+        token=7,
+        _trace=b"tr",
+        _lease_end=12.5,
+    )
+    assert made == named
+    assert (made.task_id, made.action_name, made.payload, made.token) == ("r1", "resize", b"in", 7)
+    assert not made.cancelled and made._running is None and made._ended is None
