@@ -74,19 +74,24 @@ def sid(raw: bytes | str) -> StreamID:
     """An id Redis wrote (``"ms-seq"``, both below 2**64). Its two numbers are read
     without the checks a caller's id gets; anything else is parsed by
     :meth:`StreamID.from_redis`."""
-    if isinstance(raw, bytes):
+    if isinstance(raw, bytes):  # a script's reply: the common case, a hundred a batch
         ms, _, seq = raw.partition(b"-")  # bytes.isdigit: ASCII digits only
-        plain = ms.isdigit() and seq.isdigit()
-    else:
-        text_ms, _, text_seq = raw.partition("-")
-        plain = (text_ms + text_seq).isascii() and text_ms.isdigit() and text_seq.isdigit()
-        ms, seq = text_ms.encode(), text_seq.encode()
-    if not plain:
+        if ms.isdigit() and seq.isdigit():
+            parsed = _new(StreamID)
+            parsed.timestamp_ms = int(ms)
+            parsed.sequence = int(seq)
+            return parsed
         return StreamID.from_redis(raw)
-    parsed = object.__new__(StreamID)
-    parsed.timestamp_ms = int(ms)
-    parsed.sequence = int(seq)
-    return parsed
+    text_ms, _, text_seq = raw.partition("-")
+    if (text_ms + text_seq).isascii() and text_ms.isdigit() and text_seq.isdigit():
+        parsed = _new(StreamID)
+        parsed.timestamp_ms = int(text_ms)
+        parsed.sequence = int(text_seq)
+        return parsed
+    return StreamID.from_redis(raw)
+
+
+_new = object.__new__
 
 
 def positive_arg(what: str, value: object) -> int:

@@ -37,7 +37,7 @@ def records(
             hot,
             stream,
             bytes(reply[i + body]),
-            decode_headers(reply[i + body + 1]),
+            decode_headers(reply[i + body + 1]) if reply[i + body + 1] else None,
             int(reply[i + 1]) if tokens else 0,
             partition,
         )

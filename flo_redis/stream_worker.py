@@ -173,7 +173,7 @@ class StreamWorker(WorkerLifecycle):
         self._closing = False
         self._room_waiter: asyncio.Future[None] | None = None
         # The record hooks the observer has (set before start): only those are called.
-        self._hooks_before = self._hooks_after = self._counts = True  # made by start()
+        self._hooks_before = self._hooks_after = self._counts = self._settled = True  # start()
         # Acks waiting to be sent, per partition; one task sends them (_send_acks).
         self._unacked: dict[int, list[list[str]]] = {}  # [entry id, token or ""] each
         self._ack_task: asyncio.Task[None] | None = None
@@ -201,6 +201,7 @@ class StreamWorker(WorkerLifecycle):
         self._counts = overrides(self.observer, "record_delivered") or overrides(
             self.observer, "record_handled"
         )
+        self._settled = overrides(self.observer, "record_settled")
         await self._join()
         if self.config.redeliver_pending_on_reconnect:
             await self._drain_pending()
@@ -381,13 +382,8 @@ class StreamWorker(WorkerLifecycle):
         counts = self._counts
         if counts:
             observer.record_delivered(cfg.stream, cfg.group)
-        ctx = StreamContext(
-            record=record,
-            namespace=self.session.namespace,
-            stream=cfg.stream,
-            group=cfg.group,
-            consumer=cfg.consumer,
-        )
+        # Positional (StreamContext's field order): keywords cost more, once a record.
+        ctx = StreamContext(record, self.session.namespace, cfg.stream, cfg.group, cfg.consumer)
         began = asyncio.get_running_loop().time() if counts else 0.0
         error = await self._handle(ctx)
         if error is not None or self._hooks_after:
@@ -491,9 +487,11 @@ class StreamWorker(WorkerLifecycle):
 
         what = f"ack of {len(items)} records of {cfg.stream}"
         await send_report(what, send, self._stop.is_set, log, report="ack", observer=self.observer)
+        settled = self._settled
         for (entry_id, _), answer in zip(items, answers, strict=False):
             if answer is None:
-                self.observer.record_settled(cfg.stream, cfg.group, True)
+                if settled:
+                    self.observer.record_settled(cfg.stream, cfg.group, True)
             else:
                 drop_refused(
                     f"ack of {cfg.stream}/{entry_id}",

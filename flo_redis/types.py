@@ -324,6 +324,11 @@ class StreamID:
         """The id as a hashable ``(timestamp_ms, sequence)`` tuple."""
         return (self.timestamp_ms, self.sequence)
 
+    def __repr__(self) -> str:
+        # What the generated one writes, without its recursion guard (two ints cannot
+        # recurse): ``str(record.id)`` is common in handlers and logs.
+        return f"StreamID(timestamp_ms={self.timestamp_ms!r}, sequence={self.sequence!r})"
+
 
 StreamID.MIN = StreamID(0, 0)
 StreamID.MAX = StreamID(_U64 - 1, _U64 - 1)
