@@ -297,3 +297,30 @@ async def test_each_record_runs_in_a_context_of_its_own(client: FloClient) -> No
         await eventually(lambda: asyncio.sleep(0, len(seen)), lambda n: n == 4)
         await eventually(lambda: client.stream.group_pending("ctx", "g"), lambda p: p == [])
     assert seen == [None] * 4
+
+
+async def test_an_observer_with_record_settled_hears_each_ack(client: FloClient) -> None:
+    from flo_redis.observe import WorkerObserver
+
+    class Settled(WorkerObserver):
+        def __init__(self) -> None:
+            self.acked = 0
+
+        def record_settled(self, stream: str, group: str, acked: bool) -> None:
+            assert (stream, group) == ("orders", "billing")
+            self.acked += acked
+
+    for i in range(30):
+        await client.stream.append("orders", f"order-{i}".encode())
+
+    async def handle(ctx: StreamContext) -> None:
+        pass
+
+    worker = client.new_stream_worker(
+        stream="orders", group="billing", handler=handle, batch_size=10, block_ms=500
+    )
+    observer = Settled()
+    worker.observer = observer
+    async with running(worker):
+        await eventually(lambda: asyncio.sleep(0, observer.acked), lambda n: n == 30)
+    assert await client.stream.group_pending("orders", "billing") == []

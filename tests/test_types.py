@@ -170,6 +170,35 @@ def test_stream_id_round_trips(sid: StreamID) -> None:
     assert StreamID.from_redis(text.encode()) == sid
 
 
+@pytest.mark.parametrize("sid", _IDS, ids=lambda s: s.to_redis())
+def test_stream_id_repr_is_the_dataclass_text(sid: StreamID) -> None:
+    text = f"StreamID(timestamp_ms={sid.timestamp_ms}, sequence={sid.sequence})"
+    assert repr(sid) == str(sid) == text
+
+
+@pytest.mark.parametrize("sid", _IDS, ids=lambda s: s.to_redis())
+def test_a_reply_id_reads_as_the_id_redis_wrote(sid: StreamID) -> None:
+    from flo_redis._stream_codec import sid as reply_id
+
+    text = sid.to_redis()
+    assert reply_id(text.encode()) == reply_id(text) == sid
+
+
+@pytest.mark.parametrize("raw", [b"5", "5", b"-", "+"])
+def test_a_reply_id_of_another_form_is_parsed_in_full(raw: bytes | str) -> None:
+    from flo_redis._stream_codec import sid as reply_id
+
+    assert reply_id(raw) == StreamID.from_redis(raw)
+
+
+@pytest.mark.parametrize("raw", [b"1-x", "1-x", b" 1-2", "1_0-2"])
+def test_a_malformed_reply_id_is_refused(raw: bytes | str) -> None:
+    from flo_redis._stream_codec import sid as reply_id
+
+    with pytest.raises(ValueError):
+        reply_id(raw)
+
+
 def test_stream_id_bytes_are_big_endian() -> None:
     assert StreamID(1, 2).to_bytes() == bytes(7) + b"\x01" + bytes(7) + b"\x02"
 
