@@ -389,6 +389,9 @@ class ConsumerGroups(PartitionedStreams):
             )
             if reply.status == Status.NO_GROUP:
                 raise _no_group(keys, group)
+            if reply.statuses.count(Status.OK) == len(chunk):  # the common case: all acked
+                answers += [None] * len(chunk)
+                continue
             for (entry_id, token), status, current in zip(
                 chunk, reply.statuses, reply.counts, strict=True
             ):
