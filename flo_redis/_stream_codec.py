@@ -74,19 +74,14 @@ def sid(raw: bytes | str) -> StreamID:
     """An id Redis wrote (``"ms-seq"``, both below 2**64). Its two numbers are read
     without the checks a caller's id gets; anything else is parsed by
     :meth:`StreamID.from_redis`."""
-    if isinstance(raw, bytes):  # a script's reply: the common case, a hundred a batch
-        ms, _, seq = raw.partition(b"-")  # bytes.isdigit: ASCII digits only
-        if ms.isdigit() and seq.isdigit():
-            parsed = _new(StreamID)
-            parsed.timestamp_ms = int(ms)
-            parsed.sequence = int(seq)
-            return parsed
-        return StreamID.from_redis(raw)
-    text_ms, _, text_seq = raw.partition("-")
-    if (text_ms + text_seq).isascii() and text_ms.isdigit() and text_seq.isdigit():
+    # A script's reply is bytes (the common case, a hundred a batch); a str is read as
+    # its UTF-8, whose non-ASCII characters are never digits.
+    data = raw if isinstance(raw, bytes) else raw.encode(errors="replace")
+    ms, _, seq = data.partition(b"-")  # bytes.isdigit: ASCII digits only
+    if ms.isdigit() and seq.isdigit():
         parsed = _new(StreamID)
-        parsed.timestamp_ms = int(text_ms)
-        parsed.sequence = int(text_seq)
+        parsed.timestamp_ms = int(ms)
+        parsed.sequence = int(seq)
         return parsed
     return StreamID.from_redis(raw)
 
