@@ -10,7 +10,7 @@ its steps runs in the given context, while the awaiting task stays the current t
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -18,13 +18,22 @@ T = TypeVar("T")
 
 class InContext(Generic[T]):
     """``await InContext(coro, context)``: ``coro``'s result, each step run in
-    ``context`` (which must not be entered elsewhere meanwhile)."""
+    ``context`` (which must not be entered elsewhere meanwhile). ``on_wait`` is called
+    the first time ``coro`` waits (gives the loop a turn), if it ever does; :attr:`waited`
+    says whether it did."""
 
-    __slots__ = ("_context", "_coro")
+    __slots__ = ("_context", "_coro", "_on_wait", "waited")
 
-    def __init__(self, coro: Coroutine[Any, Any, T], context: contextvars.Context) -> None:
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, T],
+        context: contextvars.Context,
+        on_wait: Callable[[], None] | None = None,
+    ) -> None:
         self._coro = coro
         self._context = context
+        self._on_wait = on_wait
+        self.waited = False
 
     def __await__(self) -> Generator[Any, Any, T]:
         run, coro = self._context.run, self._coro
@@ -35,6 +44,10 @@ class InContext(Generic[T]):
                 step = run(coro.send, value) if error is None else run(coro.throw, error)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
+            if not self.waited:
+                self.waited = True
+                if self._on_wait is not None:
+                    self._on_wait()
             try:
                 value, error = (yield step), None
             except BaseException as exc:  # a cancellation (or any error) thrown in

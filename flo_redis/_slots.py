@@ -3,10 +3,13 @@ items one after another, so an item costs no task of its own.
 
 Each item runs in a context of its own (:class:`flo_redis._in_context.InContext`), as a
 task of its own would: whatever a handler sets in a ``ContextVar`` ends with it, and a
-cancellation of the slot reaches the handler as it would reach its own task. Items put in the
-queue wake as many slots as they need, so a handler that waits never holds up the items
-behind it; a slot whose item ends takes the next one in the loop's next turn, waking
-nobody.
+cancellation of the slot reaches the handler as it would reach its own task.
+
+Items put in the queue wake one slot, which runs them one after another for as long as
+their handlers finish without waiting (a fast handler costs no wake-up, no future and no
+extra turn of the loop). The first handler that waits wakes a slot for each item still
+queued, so a handler that waits never holds up the items behind it; a slot whose waiting
+item ends takes the next one in the loop's next turn, waking nobody.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from typing import Any, Generic, TypeVar
 from ._in_context import InContext
 
 T = TypeVar("T")
+
+# Items a slot runs one after another, when none waits, before it gives the loop a turn.
+INLINE = 32
 
 
 class HandlerSlots(Generic[T]):
@@ -49,24 +55,36 @@ class HandlerSlots(Generic[T]):
         self._abandon = abandon
         self._log = log
         self._idle: deque[asyncio.Future[bool]] = deque()
-        self._waking = 0  # slots woken (or made) that have not looked at the queue yet
+        # Slots that will look at the queue again without being woken: woken or made and
+        # not yet running, or in an item that has not waited, or back from one that did.
+        self._looking = 0
         self._closing = False
 
     def wake(self) -> None:
-        """See that a slot will look at the queue for each item in it: wake idle slots,
-        or start new ones while fewer than ``size`` run (counting those already on
-        their way), so a batch of items starts in one turn of the event loop."""
-        want = len(self.queue) - self._waking
-        if want <= 0 or self._closing:
+        """See that a slot will look at the queue: if none will, wake an idle one, or
+        start one while fewer than ``size`` run. It goes through the items one after
+        another while they finish without waiting; the first that waits wakes slots
+        for the rest (:meth:`_spread`)."""
+        if self._looking or not self.queue or self._closing:
             return
-        while want and self._idle:
+        self._add(1)
+
+    def _spread(self) -> None:
+        """An item's handler waits (its slot no longer counts as looking): a slot is
+        woken (or made) for each item still queued, so they all start in the loop's next
+        turn."""
+        if not self._closing:
+            self._add(len(self.queue) - self._looking)
+
+    def _add(self, want: int) -> None:
+        while want > 0 and self._idle:
             idle = self._idle.popleft()
             if not idle.done():
                 idle.set_result(True)
-                self._waking += 1
+                self._looking += 1
                 want -= 1
-        while want and len(self.tasks) < self.size:
-            self._waking += 1
+        while want > 0 and len(self.tasks) < self.size:
+            self._looking += 1
             want -= 1
             task = asyncio.create_task(self._slot(), name=self._name)
             self.tasks.add(task)
@@ -85,39 +103,63 @@ class HandlerSlots(Generic[T]):
         """Ready for a new start (after :meth:`close`, or an aborted one)."""
         self.queue.clear()
         self._idle.clear()
-        self._waking = 0
+        self._looking = 0
         self._closing = False
 
     async def _slot(self) -> None:
-        self._waking -= 1
         loop = asyncio.get_running_loop()
         queue = self.queue
+        looking = True  # counted in self._looking
+        inline = 0  # items run one after another in this turn of the loop
+
+        def waits() -> None:
+            nonlocal looking
+            looking = False
+            self._looking -= 1
+            self._spread()
+
         try:
             while True:
                 if not queue:
+                    self._looking -= 1
+                    looking = False
                     if self._closing:
                         return
                     idle: asyncio.Future[bool] = loop.create_future()
                     self._idle.append(idle)
-                    if await idle:
-                        self._waking -= 1
+                    looking = await idle  # the waker counted it looking again
+                    inline = 0
                     continue
                 item = queue.popleft()
-                if queue:
-                    self.wake()
+                # In a context of its own, as a task of its own would be.
+                step = InContext(self._run(item), contextvars.copy_context(), waits)
                 try:
-                    # In a context of its own, as a task of its own would be.
-                    await InContext(self._run(item), contextvars.copy_context())
+                    await step
                 except Exception:
                     self._log.exception("%s: an item failed", self._name)
-                # The next item starts in the loop's next turn, as a task made for it
-                # would: slots whose handlers ended together start their next ones
-                # together (measured: going straight on made round-trip handlers slower).
-                await asyncio.sleep(0)
+                if step.waited:
+                    self._looking += 1
+                    looking = True
+                    # The next item starts in the loop's next turn, as a task made for
+                    # it would: slots whose handlers ended together start their next
+                    # ones together (measured: going straight on made round-trip
+                    # handlers slower).
+                    inline = 0
+                    await asyncio.sleep(0)
+                else:
+                    # It never gave the loop a turn: go straight on to the next, giving
+                    # the loop a turn every INLINE items so I/O and timers are not held up.
+                    inline += 1
+                    if inline >= INLINE:
+                        inline = 0
+                        await asyncio.sleep(0)
         except asyncio.CancelledError:
             while queue:
                 self._abandon(queue.popleft())
             raise
+        finally:
+            if looking:
+                self._looking -= 1
 
 
 __all__ = ["HandlerSlots"]

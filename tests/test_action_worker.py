@@ -367,12 +367,14 @@ async def test_concurrency_is_filled_in_one_go(client: FloClient) -> None:
 _BOUND: contextvars.ContextVar[bytes | None] = contextvars.ContextVar("bound", default=None)
 
 
+@pytest.mark.parametrize("waits", [True, False], ids=["handler-waits", "handler-never-waits"])
 async def test_each_run_sees_its_own_context_and_a_slot_goes_on_to_the_next(
-    client: FloClient,
+    client: FloClient, waits: bool
 ) -> None:
     """Runs share a few handler slots (concurrency 2 for 30 runs), yet what a handler
     sets in a context variable is not seen by the runs after it, as if each had a task
-    of its own; a handler that fails does not stop its slot."""
+    of its own, whether it gives the loop a turn or runs straight through; a handler
+    that fails does not stop its slot."""
     seen: list[bytes | None] = []
     worker = new_worker(client, concurrency=2)
 
@@ -380,7 +382,8 @@ async def test_each_run_sees_its_own_context_and_a_slot_goes_on_to_the_next(
     async def handle(ctx: ActionContext) -> bytes:
         seen.append(_BOUND.get())
         _BOUND.set(ctx.payload)
-        await asyncio.sleep(0)
+        if waits:
+            await asyncio.sleep(0)
         if ctx.payload == b"3":
             raise NonRetryableError("fails for good")
         return ctx.payload

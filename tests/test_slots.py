@@ -1,0 +1,139 @@
+"""Handler slots: fast handlers run one after another in one slot, a handler that waits
+never holds up the items behind it, and each item runs in a context of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from flo_redis._slots import INLINE, HandlerSlots
+
+_SEEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("seen", default=None)
+
+
+def make_slots(
+    size: int,
+    run: Callable[[int], Coroutine[Any, Any, None]],
+    abandoned: list[int] | None = None,
+) -> HandlerSlots[int]:
+    return HandlerSlots(
+        size,
+        run,
+        name="test-slot",
+        track=lambda task: None,
+        abandon=(abandoned.append if abandoned is not None else lambda item: None),
+        log=logging.getLogger("test-slots"),
+    )
+
+
+async def until(done: Callable[[], bool]) -> None:
+    """Give the loop turns until ``done()``."""
+    for _ in range(100_000):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("it never happened")
+
+
+def put(slots: HandlerSlots[int], items: range) -> None:
+    slots.queue.extend(items)
+    slots.wake()
+
+
+async def test_items_that_never_wait_run_in_order_in_one_slot_each_in_its_own_context() -> None:
+    ran: list[int] = []
+    leaked: list[int | None] = []
+    done = asyncio.Event()
+
+    async def run(item: int) -> None:
+        leaked.append(_SEEN.get())
+        _SEEN.set(item)
+        ran.append(item)
+        if item == 199:
+            done.set()
+
+    slots = make_slots(10, run)
+    put(slots, range(200))
+    await asyncio.wait_for(done.wait(), 5)
+    assert ran == list(range(200))
+    assert leaked == [None] * 200  # what one handler set is gone for the next
+    assert len(slots.tasks) == 1  # no slot was woken for items nobody waited on
+    slots.close()
+    await asyncio.gather(*slots.tasks)
+
+
+async def test_the_loop_gets_a_turn_while_fast_items_run() -> None:
+    ran: list[int] = []
+    when_timer_ran: list[int] = []
+
+    async def run(item: int) -> None:
+        ran.append(item)
+
+    slots = make_slots(4, run)
+    put(slots, range(10 * INLINE))
+    asyncio.get_running_loop().call_soon(lambda: when_timer_ran.append(len(ran)))
+    await until(lambda: len(ran) == 10 * INLINE)
+    assert when_timer_ran and when_timer_ran[0] <= INLINE
+    slots.close()
+    await asyncio.gather(*slots.tasks)
+
+
+async def test_an_item_that_waits_never_holds_up_the_ones_behind_it() -> None:
+    release = asyncio.Event()
+    started: list[int] = []
+    running = peak = 0
+    finished: list[int] = []
+
+    async def run(item: int) -> None:
+        nonlocal running, peak
+        started.append(item)
+        running += 1
+        peak = max(peak, running)
+        if item % 2 == 0:
+            await release.wait()  # the even ones wait
+        running -= 1
+        finished.append(item)
+
+    slots = make_slots(5, run)
+    put(slots, range(20))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    # Five slots: every odd item behind a waiting one went through; five even ones wait.
+    assert sorted(i for i in started if i % 2 == 0) == [0, 2, 4, 6, 8]
+    assert all(i in finished for i in range(1, 9, 2))
+    assert peak == 5 and running == 5
+    release.set()
+    await until(lambda: len(finished) == 20)
+    assert peak == 5  # never more than the slots at once
+    slots.close()
+    await asyncio.gather(*slots.tasks)
+
+
+async def test_cancelled_slots_hand_back_what_is_queued_and_work_again_after_reset() -> None:
+    gate = asyncio.Event()
+    ran: list[int] = []
+    abandoned: list[int] = []
+
+    async def run(item: int) -> None:
+        await gate.wait()
+        ran.append(item)
+
+    slots = make_slots(2, run, abandoned)
+    put(slots, range(6))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    for task in list(slots.tasks):
+        task.cancel()
+    await asyncio.gather(*slots.tasks, return_exceptions=True)
+    assert ran == [] and sorted(abandoned) == [2, 3, 4, 5]
+
+    slots.reset()
+    gate.set()
+    put(slots, range(10, 14))
+    await until(lambda: len(ran) == 4)
+    assert sorted(ran) == [10, 11, 12, 13]
+    slots.close()
+    await asyncio.gather(*slots.tasks)
