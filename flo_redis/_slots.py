@@ -25,8 +25,12 @@ from ._in_context import InContext
 
 T = TypeVar("T")
 
-# Items a slot runs one after another, when none waits, before it gives the loop a turn.
+# A slot running items one after another, none of which waits, gives the loop a turn
+# after INLINE of them or once INLINE_S seconds have passed since its last turn, whichever
+# comes first: a handler busy with the CPU holds up sockets and timers (heartbeats, lease
+# touches) no longer than it would alone, give or take INLINE_S.
 INLINE = 32
+INLINE_S = 0.002
 
 
 class HandlerSlots(Generic[T]):
@@ -111,6 +115,7 @@ class HandlerSlots(Generic[T]):
         queue = self.queue
         looking = True  # counted in self._looking
         inline = 0  # items run one after another in this turn of the loop
+        turn = loop.time()  # when this turn of the loop began for this slot
 
         def waits() -> None:
             nonlocal looking
@@ -128,7 +133,7 @@ class HandlerSlots(Generic[T]):
                     idle: asyncio.Future[bool] = loop.create_future()
                     self._idle.append(idle)
                     looking = await idle  # the waker counted it looking again
-                    inline = 0
+                    inline, turn = 0, loop.time()
                     continue
                 item = queue.popleft()
                 # In a context of its own, as a task of its own would be.
@@ -144,15 +149,16 @@ class HandlerSlots(Generic[T]):
                     # it would: slots whose handlers ended together start their next
                     # ones together (measured: going straight on made round-trip
                     # handlers slower).
-                    inline = 0
                     await asyncio.sleep(0)
+                    inline, turn = 0, loop.time()
                 else:
                     # It never gave the loop a turn: go straight on to the next, giving
-                    # the loop a turn every INLINE items so I/O and timers are not held up.
+                    # the loop one now and then (INLINE, INLINE_S) so sockets and timers
+                    # are served.
                     inline += 1
-                    if inline >= INLINE:
-                        inline = 0
+                    if inline >= INLINE or loop.time() - turn >= INLINE_S:
                         await asyncio.sleep(0)
+                        inline, turn = 0, loop.time()
         except asyncio.CancelledError:
             while queue:
                 self._abandon(queue.popleft())

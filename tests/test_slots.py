@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from flo_redis._slots import INLINE, HandlerSlots
+from flo_redis._slots import INLINE, INLINE_S, HandlerSlots
 
 _SEEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("seen", default=None)
 
@@ -77,6 +78,27 @@ async def test_the_loop_gets_a_turn_while_fast_items_run() -> None:
     asyncio.get_running_loop().call_soon(lambda: when_timer_ran.append(len(ran)))
     await until(lambda: len(ran) == 10 * INLINE)
     assert when_timer_ran and when_timer_ran[0] <= INLINE
+    slots.close()
+    await asyncio.gather(*slots.tasks)
+
+
+async def test_handlers_busy_with_the_cpu_give_the_loop_a_turn_within_inline_s() -> None:
+    """Handlers that never wait but each hold the CPU for INLINE_S / 2 or more: the loop
+    gets a turn after two of them at most, not after INLINE."""
+    ran: list[int] = []
+    when_timer_ran: list[int] = []
+
+    async def run(item: int) -> None:
+        end = time.monotonic() + INLINE_S / 2  # on the loop's clock
+        while time.monotonic() < end:
+            pass  # busy with the CPU, the loop not given a turn
+        ran.append(item)
+
+    slots = make_slots(4, run)
+    put(slots, range(12))
+    asyncio.get_running_loop().call_soon(lambda: when_timer_ran.append(len(ran)))
+    await until(lambda: len(ran) == 12)
+    assert when_timer_ran and when_timer_ran[0] <= 2
     slots.close()
     await asyncio.gather(*slots.tasks)
 
