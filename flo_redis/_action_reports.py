@@ -303,28 +303,18 @@ class _Answer:
     """One complete of a batch: the item sent (:class:`OwnComplete`, read from the run's
     context and report) and where its answer goes; one small object, no task."""
 
-    __slots__ = ("ctx", "report", "to")
+    # The item's fields are copied in once (plain attributes): the batch reads each of
+    # them, and an attribute is read in a fraction of a property's call.
+    __slots__ = ("ctx", "outcome", "report", "result", "task_id", "to", "token")
 
     def __init__(self, to: RunReporter, ctx: ActionContext, report: Completed) -> None:
         self.to = to
         self.ctx = ctx
         self.report = report
-
-    @property
-    def task_id(self) -> str:
-        return self.ctx.task_id
-
-    @property
-    def result(self) -> bytes:
-        return self.report.data
-
-    @property
-    def outcome(self) -> str:
-        return self.report.outcome
-
-    @property
-    def token(self) -> int | None:
-        return self.ctx.token
+        self.task_id = ctx.task_id
+        self.token = ctx.token
+        self.result = report.data
+        self.outcome = report.outcome
 
     def __call__(self, refusal: ServerError | None, error: BaseException | None) -> None:
         to, ctx = self.to, self.ctx

@@ -57,11 +57,15 @@ class HandlerRunner:
         self._pool = HandlerPool(concurrency, thread_prefix)
         self._running: set[Running] = set()
 
-    def running(self, on_stop: Callable[[], None] | None = None) -> Running:
-        """A handle for the next handler, its deadline starting now; ``on_stop`` is
-        called when it is stopped (its deadline passed, or :meth:`Running.stop`)."""
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
-        return Running(deadline, on_stop)
+    def running(
+        self, on_stop: Callable[[], None] | None = None, began: float | None = None
+    ) -> Running:
+        """A handle for the next handler, its deadline starting at ``began`` (loop time;
+        None: now); ``on_stop`` is called when it is stopped (its deadline passed, or
+        :meth:`Running.stop`)."""
+        if began is None:
+            began = asyncio.get_running_loop().time()
+        return Running(began + self.timeout_s, on_stop)
 
     async def run(self, handler: Callable[[Any], Any], ctx: Any, running: Running) -> Any:
         """``handler(ctx)``'s result. :class:`HandlerTimeout` once the deadline passed,

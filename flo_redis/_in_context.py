@@ -36,12 +36,12 @@ class InContext(Generic[T]):
         self.waited = False
 
     def __await__(self) -> Generator[Any, Any, T]:
-        run, coro = self._context.run, self._coro
+        run, send, throw = self._context.run, self._coro.send, self._coro.throw
         value: Any = None
         error: BaseException | None = None
         while True:
             try:
-                step = run(coro.send, value) if error is None else run(coro.throw, error)
+                step = run(send, value) if error is None else run(throw, error)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             if not self.waited:

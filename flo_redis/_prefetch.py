@@ -62,10 +62,12 @@ class Prefetch:
 
     def handler_took(self, seconds: float) -> None:
         """A handler ended ``seconds`` after it began."""
+        if seconds < 1e-6:
+            seconds = 1e-6
         if self._handler_s <= 0.0:
-            self._handler_s = max(seconds, 1e-6)
+            self._handler_s = seconds
         else:
-            self._handler_s += _WEIGHT * (max(seconds, 1e-6) - self._handler_s)
+            self._handler_s += _WEIGHT * (seconds - self._handler_s)
 
     def claim_took(self, seconds: float) -> None:
         """A claim that did not wait for work was answered after ``seconds``."""

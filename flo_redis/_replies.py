@@ -283,8 +283,10 @@ class ReportedMany:
 
 def reported_many(reply: Any, _keys: object) -> ReportedMany:
     items = tuple(
-        ItemReport(int(reply[i]), bool(int(reply[i + 1])), int(reply[i + 2]))
-        for i in range(1, len(reply) - 2, 3)
+        [
+            ItemReport(int(reply[i]), bool(int(reply[i + 1])), int(reply[i + 2]))
+            for i in range(1, len(reply) - 2, 3)
+        ]
     )
     return ReportedMany(int(reply[0]), items)
 

@@ -201,12 +201,13 @@ class RunReports(Operations):
             if reply.status == Status.NO_ACTION:
                 raise not_registered(keys)
             for sent, answer in zip(chunk, reply.items, strict=True):
-                run_id = str(sent[0])
                 status = answer.status
                 if status == Status.OK:
                     applied += 0 if answer.duplicate else 1
                     replies.append(None)
-                elif status == Status.TOO_LARGE:
+                    continue
+                run_id = str(sent[0])
+                if status == Status.TOO_LARGE:
                     replies.append(
                         refusal(
                             status,
@@ -229,6 +230,8 @@ class RunReports(Operations):
                         replies.append(exc)
         if tally and applied:
             await self._tally(worker_id, keys.namespace, -applied, applied, 0)
+        if not early:
+            return replies
         answers = iter(replies)
         return [early[i] if i in early else next(answers) for i in range(len(items))]
 

@@ -467,9 +467,10 @@ class ActionWorker(WorkerLifecycle):
         (a pending report uses no handler capacity; ``current_load`` counts handlers),
         so the next run in hand starts in it."""
         self._contexts.pop(run_id, None)
-        if run_id not in self._running:
-            return
-        self._running.discard(run_id)
+        try:
+            self._running.remove(run_id)
+        except KeyError:
+            return  # told already (a cancelled handler's run was given back)
         in_hand = self._prefetch.runs
         if in_hand and not self._stop.is_set():
             now = asyncio.get_running_loop().time()
@@ -509,16 +510,17 @@ class ActionWorker(WorkerLifecycle):
         """Run one started run's handler with its hooks, in a handler slot; its report
         is on its way when this returns."""
         loop = asyncio.get_running_loop()
-        began = loop.time()
+        began = handler_began = loop.time()
         report: Report
         try:
             try:
                 if self._hooks_before:
                     await settle(self.observer.before_run(ctx))
+                    handler_began = loop.time()  # the hook's time is not the handler's
             except Exception as exc:
                 report = failure(ctx, exc, self.config.worker_id)
             else:
-                report = await self._run_handler(ctx)
+                report = await self._run_handler(ctx, handler_began)
             if isinstance(report, Completed):
                 if self._hooks_after:
                     await self._hook("after_run", self.observer.after_run, ctx, report.data)
@@ -543,13 +545,15 @@ class ActionWorker(WorkerLifecycle):
                     ended()
         self._deliver(report, ctx)
 
-    async def _run_handler(self, ctx: ActionContext) -> Report:
+    async def _run_handler(self, ctx: ActionContext, began: float) -> Report:
+        """``ctx``'s handler's report, its time limit counted from ``began`` (loop
+        time)."""
         handler = self._handlers.get(ctx.action_name)
         if handler is None:
             return Failed(f"No handler for: {ctx.action_name}", retry=True)
         if ctx._revoked:
             return Dropped()  # cancelled before its handler began
-        running = ctx._running = self._handler_runner.running(ctx._cancel)
+        running = ctx._running = self._handler_runner.running(ctx._cancel, began)
         toucher = None
         if self.config.auto_touch:
             timeout_ms = self._options[ctx.action_name].timeout_ms
