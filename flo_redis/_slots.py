@@ -9,7 +9,8 @@ Items put in the queue wake one slot, which runs them one after another for as l
 their handlers finish without waiting (a fast handler costs no wake-up, no future and no
 extra turn of the loop). The first handler that waits wakes a slot for each item still
 queued, so a handler that waits never holds up the items behind it; a slot whose waiting
-item ends takes the next one in the loop's next turn, waking nobody.
+item ends takes the next one (in the loop's next turn, unless told otherwise), waking
+nobody.
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ class HandlerSlots(Generic[T]):
 
     ``track`` is told of every slot task it starts (the worker waits for them as for its
     handlers). A slot cancelled while items still wait (the worker aborts) hands each of
-    them to ``abandon`` and ends."""
+    them to ``abandon`` and ends, as :meth:`halt` does. ``taken``, if given, is called
+    each time a slot takes an item off the queue (a reader waiting for room reads
+    again). A slot gives the loop a turn after ``inline`` items in a row that did not
+    wait (:data:`INLINE` unless told) or :data:`INLINE_S`, whichever comes first;
+    ``turn_after_wait`` False lets a slot whose item waited go straight on to the next
+    one instead of in the loop's next turn."""
 
     def __init__(
         self,
@@ -49,8 +55,12 @@ class HandlerSlots(Generic[T]):
         track: Callable[[asyncio.Task[None]], None],
         abandon: Callable[[T], None],
         log: logging.Logger,
+        taken: Callable[[], None] | None = None,
+        inline: int = INLINE,
+        turn_after_wait: bool = True,
     ) -> None:
         self.size = size
+        self.inline = inline
         self.queue: deque[T] = deque()
         self.tasks: set[asyncio.Task[None]] = set()
         self._run = run
@@ -58,6 +68,8 @@ class HandlerSlots(Generic[T]):
         self._track = track
         self._abandon = abandon
         self._log = log
+        self._taken = taken
+        self._turn_after_wait = turn_after_wait
         self._idle: deque[asyncio.Future[bool]] = deque()
         # Slots that will look at the queue again without being woken: woken or made and
         # not yet running, or in an item that has not waited, or back from one that did.
@@ -103,6 +115,13 @@ class HandlerSlots(Generic[T]):
             if not idle.done():
                 idle.set_result(False)
 
+    def halt(self) -> None:
+        """Take no more items: each one queued goes to ``abandon``, and slots end once
+        the item they are in ends (or is cancelled)."""
+        self.close()
+        while self.queue:
+            self._abandon(self.queue.popleft())
+
     def reset(self) -> None:
         """Ready for a new start (after :meth:`close`, or an aborted one)."""
         self.queue.clear()
@@ -113,6 +132,9 @@ class HandlerSlots(Generic[T]):
     async def _slot(self) -> None:
         loop = asyncio.get_running_loop()
         queue = self.queue
+        taken = self._taken
+        most_inline = self.inline
+        turn_after_wait = self._turn_after_wait
         looking = True  # counted in self._looking
         inline = 0  # items run one after another in this turn of the loop
         turn = loop.time()  # when this turn of the loop began for this slot
@@ -136,6 +158,8 @@ class HandlerSlots(Generic[T]):
                     inline, turn = 0, loop.time()
                     continue
                 item = queue.popleft()
+                if taken is not None:
+                    taken()
                 # In a context of its own, as a task of its own would be.
                 step = InContext(self._run(item), contextvars.copy_context(), waits)
                 try:
@@ -145,18 +169,19 @@ class HandlerSlots(Generic[T]):
                 if step.waited:
                     self._looking += 1
                     looking = True
-                    # The next item starts in the loop's next turn, as a task made for
-                    # it would: slots whose handlers ended together start their next
-                    # ones together (measured: going straight on made round-trip
-                    # handlers slower).
-                    await asyncio.sleep(0)
+                    if turn_after_wait:
+                        # The next item starts in the loop's next turn, as a task made
+                        # for it would: slots whose handlers ended together start their
+                        # next ones together (measured for the ActionWorker: going
+                        # straight on made round-trip handlers slower).
+                        await asyncio.sleep(0)
                     inline, turn = 0, loop.time()
                 else:
                     # It never gave the loop a turn: go straight on to the next, giving
-                    # the loop one now and then (INLINE, INLINE_S) so sockets and timers
-                    # are served.
+                    # the loop one now and then (`inline` items, INLINE_S) so sockets and
+                    # timers are served.
                     inline += 1
-                    if inline >= INLINE or loop.time() - turn >= INLINE_S:
+                    if inline >= most_inline or loop.time() - turn >= INLINE_S:
                         await asyncio.sleep(0)
                         inline, turn = 0, loop.time()
         except asyncio.CancelledError:

@@ -134,7 +134,9 @@ async def test_an_item_that_waits_never_holds_up_the_ones_behind_it() -> None:
     await asyncio.gather(*slots.tasks)
 
 
-async def test_cancelled_slots_hand_back_what_is_queued_and_work_again_after_reset() -> None:
+def gated_slots() -> tuple[HandlerSlots[int], asyncio.Event, list[int], list[int]]:
+    """Two slots whose items wait for the gate; items 0 to 5 put in: the slots, the gate,
+    the items run and those abandoned."""
     gate = asyncio.Event()
     ran: list[int] = []
     abandoned: list[int] = []
@@ -145,6 +147,11 @@ async def test_cancelled_slots_hand_back_what_is_queued_and_work_again_after_res
 
     slots = make_slots(2, run, abandoned)
     put(slots, range(6))
+    return slots, gate, ran, abandoned
+
+
+async def test_cancelled_slots_hand_back_what_is_queued_and_work_again_after_reset() -> None:
+    slots, gate, ran, abandoned = gated_slots()
     for _ in range(10):
         await asyncio.sleep(0)
     for task in list(slots.tasks):
@@ -157,5 +164,38 @@ async def test_cancelled_slots_hand_back_what_is_queued_and_work_again_after_res
     put(slots, range(10, 14))
     await until(lambda: len(ran) == 4)
     assert sorted(ran) == [10, 11, 12, 13]
+    slots.close()
+    await asyncio.gather(*slots.tasks)
+
+
+async def test_halt_hands_back_what_is_queued_and_slots_end_after_their_item() -> None:
+    slots, gate, ran, abandoned = gated_slots()
+    await until(lambda: len(slots.queue) == 4)  # two items in their handler
+    slots.halt()
+    assert sorted(abandoned) == [2, 3, 4, 5] and not slots.queue
+    gate.set()
+    await asyncio.gather(*slots.tasks)
+    assert sorted(ran) == [0, 1]  # the items under way ran to their end, no others
+
+
+async def test_taken_is_told_of_each_item_as_a_slot_takes_it() -> None:
+    left_when_taken: list[int] = []
+    ran: list[int] = []
+
+    async def run(item: int) -> None:
+        ran.append(item)
+
+    slots: HandlerSlots[int] = HandlerSlots(
+        3,
+        run,
+        name="test-slot",
+        track=lambda task: None,
+        abandon=lambda item: None,
+        log=logging.getLogger("test-slots"),
+        taken=lambda: left_when_taken.append(len(slots.queue)),
+    )
+    put(slots, range(5))
+    await until(lambda: len(ran) == 5)
+    assert left_when_taken == [4, 3, 2, 1, 0]
     slots.close()
     await asyncio.gather(*slots.tasks)
