@@ -158,6 +158,10 @@ class WorkerLifecycle(ClosesOnExit):
         finally:
             self._handler_runner.close()
             await session.close()
+            # This start is over: a later start() works again. (A stop() before the
+            # first start() still keeps that start from taking work.)
+            self._stop.clear()
+            self._abort.clear()
             self._finished.set()
         if self._refused is not None:
             raise self._refused

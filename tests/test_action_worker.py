@@ -178,6 +178,24 @@ async def test_registration_rules(client: FloClient) -> None:
     assert client.new_action_worker(block_ms=0).config.block_ms == 30_000
 
 
+async def test_a_stopped_worker_starts_again_and_takes_work(client: FloClient) -> None:
+    """start() after a stop() (or an abort()) of the same worker serves again."""
+    worker = new_worker(client)
+    worker.register_action("again", lambda ctx: ctx.payload)
+    await client.action.register("again")
+    first = (await client.action.invoke("again", b"first")).run_id
+    async with running(worker):
+        assert (await finished(client, first)).output == b"first"
+    second = (await client.action.invoke("again", b"second")).run_id
+    task = asyncio.create_task(worker.start())
+    assert (await finished(client, second)).output == b"second"
+    worker.abort()
+    await asyncio.wait_for(task, 30)
+    third = (await client.action.invoke("again", b"third")).run_id
+    async with running(worker):
+        assert (await finished(client, third)).output == b"third"
+
+
 async def test_a_stop_while_the_poll_prepares_ends_that_poll(
     client: FloClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -133,6 +133,23 @@ async def test_stop_finishes_running_handlers_and_acks(client: FloClient) -> Non
     assert await client.stream.group_pending("s", "g") == []
 
 
+async def test_a_stopped_worker_starts_again_and_reads_on(client: FloClient) -> None:
+    """start() after a stop() of the same worker reads and acks again."""
+    seen: list[bytes] = []
+    worker = client.new_stream_worker(
+        stream="again", group="g", handler=lambda ctx: seen.append(ctx.payload), block_ms=500
+    )
+    await client.stream.append("again", b"first")
+    async with running(worker):
+        await eventually(lambda: asyncio.sleep(0, list(seen)), lambda got: got == [b"first"])
+    await client.stream.append("again", b"second")
+    async with running(worker):
+        await eventually(
+            lambda: asyncio.sleep(0, list(seen)), lambda got: got == [b"first", b"second"]
+        )
+        await eventually(lambda: client.stream.group_pending("again", "g"), lambda p: p == [])
+
+
 async def test_a_stop_while_a_read_prepares_ends_that_read(
     client: FloClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
