@@ -207,6 +207,12 @@ class WorkerLifecycle(ClosesOnExit):
 
     # --- shared pieces -----------------------------------------------------------------
 
+    def _track(self, task: asyncio.Task[None]) -> None:
+        """Count ``task`` (a handler slot, or a report on its way) among those start()
+        waits for."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _hook(self, name: str, hook: Callable[..., Hook], *args: Any) -> None:
         """Await an observer's middleware hook whose errors must not stop the worker."""
         try:

@@ -119,6 +119,9 @@ class HandlerSlots(Generic[T]):
         """Take no more items: each one queued goes to ``abandon``, and slots end once
         the item they are in ends (or is cancelled)."""
         self.close()
+        self._abandon_queued()
+
+    def _abandon_queued(self) -> None:
         while self.queue:
             self._abandon(self.queue.popleft())
 
@@ -185,8 +188,7 @@ class HandlerSlots(Generic[T]):
                         await asyncio.sleep(0)
                         inline, turn = 0, loop.time()
         except asyncio.CancelledError:
-            while queue:
-                self._abandon(queue.popleft())
+            self._abandon_queued()
             raise
         finally:
             if looking:

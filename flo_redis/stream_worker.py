@@ -173,10 +173,8 @@ class StreamWorker(WorkerLifecycle):
             abandon=_stays_pending,
             log=log,
             taken=self._taken,
-            # No turn of the loop between records (but every INLINE_S) while the two
-            # batches the queue holds at most last, and none after a record that
-            # waited: measured faster here (README, "Where the time goes").
-            inline=max(INLINE, 2 * batch_size),
+            # None after a record that waited: measured faster here (README, "Where
+            # the time goes"); `inline` is set by each start (_new_runner).
             turn_after_wait=False,
         )
         self._room_waiter: asyncio.Future[None] | None = None
@@ -198,6 +196,8 @@ class StreamWorker(WorkerLifecycle):
         cfg = self.config
         self._slots.reset()  # what an aborted run left unstarted is pending in Redis
         self._slots.size = cfg.concurrency
+        # No turn of the loop between records (but every INLINE_S) while the two batches
+        # the queue holds at most last: measured faster here.
         self._slots.inline = max(INLINE, 2 * cfg.batch_size)
         return HandlerRunner(cfg.concurrency, cfg.message_timeout, "flo-stream-handler")
 
@@ -290,11 +290,6 @@ class StreamWorker(WorkerLifecycle):
 
     def _in_handler(self) -> Iterable[asyncio.Task[None]]:
         return list(self._slots.tasks)  # a slot is in a handler or idle; both may be cancelled
-
-    def _track(self, task: asyncio.Task[None]) -> None:
-        """Count a handler slot among the tasks start() waits for."""
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     def _taken(self) -> None:
         """A slot took a record: a reader waiting for room reads again once at most a

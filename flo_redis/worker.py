@@ -435,12 +435,6 @@ class ActionWorker(WorkerLifecycle):
         self._contexts[run.run_id] = ctx
         self._slots.queue.append(ctx)
 
-    def _track(self, task: asyncio.Task[None]) -> None:
-        """Count ``task`` (a handler, or a report on its way) among those start() waits
-        for."""
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def _give_back(self, held: InHand) -> None:
         """Release a run in hand that will not be started, without spending its
         attempt."""
