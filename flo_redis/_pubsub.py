@@ -263,7 +263,10 @@ class Subscriber:
                         self._forget(name)
                     if is_denied(exc):  # e.g. CLIENT SETNAME refused on connecting
                         raise denied(f"{self._purpose} subscription", exc) from exc
-                    if isinstance(exc, rex.RedisError | OSError):
+                    # redis-py raises AttributeError ('NoneType' ... 'writelines') when
+                    # the connection is closed under a command it is sending: that is a
+                    # lost connection too, not a fault of ours.
+                    if isinstance(exc, rex.RedisError | OSError | AttributeError):
                         await self._drop(route, f"{self._purpose} subscribing", exc)
                         raise NotConnectedError(
                             f"{self._purpose} subscription failed: {exc}"
