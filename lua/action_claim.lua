@@ -78,16 +78,18 @@ if poller ~= poll_id then handoff_unpark(k.parked, poller, now) end
 local worker_labels = nil
 if labels ~= '' then worker_labels = cmsgpack.unpack(labels) end
 
+local out_n = #out  -- out's length, kept here: # is a search each time
 local function hand_out(run_id, run, input)
   out[3] = out[3] + 1
-  out[#out + 1] = run_id
-  out[#out + 1] = run.t
-  out[#out + 1] = run.a
-  out[#out + 1] = run.c
-  out[#out + 1] = run.rd or run.c
-  out[#out + 1] = run.st
-  out[#out + 1] = input or ''
-  out[#out + 1] = run.tr or ''
+  out[out_n + 1] = run_id
+  out[out_n + 2] = run.t
+  out[out_n + 3] = run.a
+  out[out_n + 4] = run.c
+  out[out_n + 5] = run.rd or run.c
+  out[out_n + 6] = run.st
+  out[out_n + 7] = input or ''
+  out[out_n + 8] = run.tr or ''
+  out_n = out_n + 8
 end
 
 -- Hand out again run_id under `token` if it is still ours; true if it was.
@@ -105,7 +107,7 @@ end
 local replayed = poll_replay(k.polls, k.poll_times, poll_id, now, hand_out_held)
 if replayed > 0 then
   out[2] = queue_next_event(k.delayed, k.leases)
-  out[#out + 1] = -1
+  out[out_n + 1] = -1
   return out
 end
 
@@ -125,31 +127,36 @@ local n, rate_room = queue_room(k, action, now, max_n)
 if n > out[3] then
   local want = n - out[3]
   local ids, runs, dropped = {}, {}, {}
+  local taken, n_dropped = 0, 0  -- #ids, #dropped
+  local unpack_record = cmsgpack.unpack
   -- Take from `candidates` (pending run ids, in queue order) the runs this worker may
   -- run, until `want` are taken: their records read a slice at a time; the runs taken
   -- and those no longer pending are noted in `dropped`, to leave `pending` in one call.
   local function take(candidates)
-    local from = 1
-    while from <= #candidates and #ids < want do
-      local to = math.min(#candidates, from + want - #ids - 1)
+    local from, last = 1, #candidates
+    while from <= last and taken < want do
+      local to = math.min(last, from + want - taken - 1)
       local raws = redis.call('HMGET', k.runs, unpack(candidates, from, to))
       for i = from, to do
         local run_id, raw = candidates[i], raws[i - from + 1]
-        local run = raw and cmsgpack.unpack(raw)
+        local run = raw and unpack_record(raw)
         if not run or run.s ~= RUN_PENDING then
-          dropped[#dropped + 1] = run_id
-        elseif labels_match(run.lb, worker_labels) then
-          dropped[#dropped + 1] = run_id
-          ids[#ids + 1] = run_id
-          runs[#runs + 1] = run
+          n_dropped = n_dropped + 1
+          dropped[n_dropped] = run_id
+        elseif run.lb == nil or labels_match(run.lb, worker_labels) then
+          n_dropped = n_dropped + 1
+          dropped[n_dropped] = run_id
+          taken = taken + 1
+          ids[taken] = run_id
+          runs[taken] = run
         end
       end
       from = to + 1
     end
   end
   local function drop()
-    if #dropped > 0 then redis.call('ZREM', k.pending, unpack(dropped)) end
-    dropped = {}
+    if n_dropped > 0 then redis.call('ZREM', k.pending, unpack(dropped, 1, n_dropped)) end
+    dropped, n_dropped = {}, 0
   end
   -- The head of the queue first, `scan` runs at most: as many as wanted, then, when
   -- some of those could not be taken, the rest of the head (nothing leaves `pending`
@@ -158,7 +165,7 @@ if n > out[3] then
   -- such call (wrapping), so a run behind many others' runs is reached in bounded steps,
   -- never blocked for good.
   local looked = 0
-  while #ids < want and looked < scan do
+  while taken < want and looked < scan do
     local asked = looked == 0 and math.min(scan, want) or scan - looked
     local head = redis.call('ZRANGE', k.pending, looked, looked + asked - 1)
     looked = looked + #head
@@ -166,7 +173,7 @@ if n > out[3] then
     if #head < asked then break end
   end
   drop()
-  if #ids < want and looked == scan then
+  if taken < want and looked == scan then
     local at = tonumber(redis.call('HGET', k.meta, 'scan_at')) or scan
     local further = redis.call('ZRANGE', k.pending, at, at + scan - 1)
     if #further == 0 then
@@ -177,13 +184,14 @@ if n > out[3] then
       redis.call('HSET', k.meta, 'scan_at', at + scan)
     end
   end
-  if #ids > 0 then
+  if taken > 0 then
     queue_take_many(k, ids, runs, worker_id, owner, now, queue_lease_deadline(action, now),
       rate_room ~= nil)
     local inputs = redis.call('HMGET', k.inputs, unpack(ids))
-    for i, run_id in ipairs(ids) do
-      poll_memo_add(memo, run_id, runs[i].t)
-      hand_out(run_id, runs[i], inputs[i])
+    for i = 1, taken do
+      local run_id, run = ids[i], runs[i]
+      poll_memo_add(memo, run_id, run.t)
+      hand_out(run_id, run, inputs[i])
     end
   end
 end
@@ -209,5 +217,5 @@ if rate_room and out[3] - unseen >= rate_room and redis.call('ZCARD', k.pending)
   local leaving = redis.call('ZRANGE', k.rate, at, at, 'WITHSCORES')
   if #leaving > 0 then rate_next = tonumber(leaving[2]) + action.rate_per_ms end
 end
-out[#out + 1] = rate_next
+out[out_n + 1] = rate_next
 return out

@@ -30,6 +30,7 @@
 --@include lib/action.lua
 --@include lib/priority.lua
 --@include lib/handoff.lua
+--@include lib/num.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], wake = KEYS[6], parked = KEYS[7], polls = KEYS[8], poll_times = KEYS[9],
   owners = KEYS[10], owned = KEYS[11], leases = KEYS[12], rate = KEYS[13]}
@@ -65,14 +66,18 @@ if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
 if trace ~= '' then run.tr = trace end
 local record = cmsgpack.pack(run)
 local run_fields, input_fields, queue_args = {}, {}, {}
+-- Ids and scores as text made here, not by Redis from numbers (lib/num.lua).
+local format, id_format = string.format, '%s%d'
+local base_score = priority_score(priority, first_q)
 for i = 0, n - 1 do
-  local run_id = id_prefix .. (first + i)
-  run_fields[#run_fields + 1] = run_id
-  run_fields[#run_fields + 1] = record
-  input_fields[#input_fields + 1] = run_id
-  input_fields[#input_fields + 1] = ARGV[FIRST_INPUT + i]
-  queue_args[#queue_args + 1] = priority_score(priority, first_q + i)
-  queue_args[#queue_args + 1] = run_id
+  local run_id = format(id_format, id_prefix, first + i)
+  local j = 2 * i
+  run_fields[j + 1] = run_id
+  run_fields[j + 2] = record
+  input_fields[j + 1] = run_id
+  input_fields[j + 2] = ARGV[FIRST_INPUT + i]
+  queue_args[j + 1] = num_arg(base_score + i)
+  queue_args[j + 2] = run_id
 end
 redis.call('HSET', k.runs, unpack(run_fields))
 redis.call('HSET', k.inputs, unpack(input_fields))

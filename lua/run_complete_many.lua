@@ -33,12 +33,13 @@ if #items > MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
-local out = {ST_OK}
+local out, out_n = {ST_OK}, 1
 local applied = complete_runs(k, action, now, items, worker_id, function(status, duplicate,
     detail)
-  out[#out + 1] = status
-  out[#out + 1] = duplicate
-  out[#out + 1] = detail
+  out[out_n + 1] = status
+  out[out_n + 2] = duplicate
+  out[out_n + 3] = detail
+  out_n = out_n + 3
 end)
 if applied > 0 then
   tally_ended(k.meta, now, 'c', applied)

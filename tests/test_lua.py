@@ -193,6 +193,30 @@ def test_loader_leaves_out_helpers_the_script_never_uses(tmp_path: Path) -> None
     assert source.rstrip().endswith("return used(f())")
 
 
+_DEFINED = re.compile(r"^local function (\w+)\((.*?)^end[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def _code_of(source: str) -> str:
+    """``source`` without its comments."""
+    return re.sub(r"--[^\n]*", "", re.sub(r"--\[\[.*?\]\]", "", source, flags=re.DOTALL))
+
+
+@pytest.mark.parametrize("name", sorted(load_all()))
+def test_every_helper_a_script_keeps_is_one_it_calls(name: str) -> None:
+    """Each helper defined costs every call of the script a closure, and the loader keeps
+    one that any text names, a comment too: a helper is named in comments as a phrase,
+    never by its function name, so the script keeps only what its code reaches."""
+    code = _code_of(load_all()[name].source)
+    bodies = {m.group(1): m.group(2) for m in _DEFINED.finditer(code)}
+    reached: set[str] = set()
+    todo = [_DEFINED.sub("", code)]
+    while todo:
+        for helper in set(re.findall(r"\w+", todo.pop())) & bodies.keys() - reached:
+            reached.add(helper)
+            todo.append(bodies[helper])
+    assert sorted(bodies.keys() - reached) == []
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [

@@ -8,6 +8,7 @@
 --@include lib/run.lua
 --@include lib/owners.lua
 --@include lib/ended.lua
+--@include lib/num.lua
 
 -- The verdict on one complete of `run` (nil: no record): status, duplicate, run status
 -- (or the payload limit for TOO_LARGE). A holder's complete changes `run` to its
@@ -28,8 +29,9 @@ local function complete_verdict(run, token, worker_id, result, outcome, max_payl
   run.s = RUN_COMPLETED
   run.out = result
   run.oc = outcome
-  run.err = nil
-  run.tb = nil
+  -- (a field set to nil is added first when absent: a table slot, maybe a rehash)
+  if run.err ~= nil then run.err = nil end
+  if run.tb ~= nil then run.tb = nil end
   run.lrk = 'c'
   run.lrt = run.t
   run.lrw = worker_id
@@ -40,43 +42,51 @@ end
 -- rules of complete_verdict, in order: a run named twice sees the first complete. Calls
 -- answer(status, duplicate, detail) for each item, in order; returns how many took effect.
 local function complete_runs(k, action, now, items, worker_id, answer)
-  if #items == 0 then return 0 end
+  local n_items = #items
+  if n_items == 0 then return 0 end
   local ids = {}
-  for i, item in ipairs(items) do ids[i] = item[1] end
+  for i = 1, n_items do ids[i] = items[i][1] end
   local raws = redis.call('HMGET', k.runs, unpack(ids))
   local loaded = {}  -- run_id -> record (false: none), as changed by this call
-  local owned, records, leases, done, ended = {}, {}, {}, {}, {}
-  local stale = 0
-  for i, item in ipairs(items) do
+  local owned, records, done, ended = {}, {}, {}, {}
+  local n_owned, n_ended, stale = 0, 0, 0
+  local at_now, max_payload = num_arg(now), action.max_payload
+  local pack, unpack_record = cmsgpack.pack, cmsgpack.unpack
+  for i = 1, n_items do
+    local item = items[i]
     local run_id = item[1]
     local run = loaded[run_id]
     if run == nil then
-      run = raws[i] and cmsgpack.unpack(raws[i]) or false
+      run = raws[i] and unpack_record(raws[i]) or false
       loaded[run_id] = run
     end
     local holder = run and run.o
     local status, duplicate, detail = complete_verdict(run, item[2], worker_id, item[3],
-      item[4], action.max_payload)
+      item[4], max_payload)
     if status == ST_STALE then stale = stale + 1 end
     if status == ST_OK and duplicate == 0 then
       run.ct = now
       run.o = nil
-      if holder then owned[#owned + 1] = owned_entry(holder, run_id) end
-      ended[#ended + 1] = run_id
-      records[#records + 1] = run_id
-      records[#records + 1] = cmsgpack.pack(run)
-      done[#done + 1] = now
-      done[#done + 1] = run_id
+      if holder then
+        n_owned = n_owned + 1
+        owned[n_owned] = owned_entry(holder, run_id)
+      end
+      n_ended = n_ended + 1
+      ended[n_ended] = run_id
+      records[2 * n_ended - 1] = run_id
+      records[2 * n_ended] = pack(run)
+      done[2 * n_ended - 1] = at_now
+      done[2 * n_ended] = run_id
     end
     answer(status, duplicate, detail)
   end
   if stale > 0 then redis.call('HINCRBY', k.meta, 'stat:stale_refused', stale) end
-  if #ended == 0 then return 0 end
-  if #owned > 0 and k.owned then redis.call('ZREM', k.owned, unpack(owned)) end
+  if n_ended == 0 then return 0 end
+  if n_owned > 0 and k.owned then redis.call('ZREM', k.owned, unpack(owned)) end
   redis.call('HSET', k.runs, unpack(records))
   redis.call('ZREM', k.leases, unpack(ended))
   redis.call('HDEL', k.inputs, unpack(ended))
   redis.call('ZADD', k.done, unpack(done))
   for _, run_id in ipairs(ended) do run_ended(k.ended, run_id) end
-  return #ended
+  return n_ended
 end

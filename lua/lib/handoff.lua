@@ -28,6 +28,9 @@ local HANDOFF_BATCH = 100
 local PARK_FORGET_BATCH = 100
 -- Parks one unpark call looks at.
 local PARK_SCAN_MAX = 1000
+-- The msgpack bytes of a memo's `h = 1` (key "h", then the integer 1), which a hand-off's
+-- memo holds and a claim's does not.
+local HANDOFF_MARK = '\161h\1'
 
 -- Park poller `field` (its poll `poll_id`) for park_ms (at most PARK_MAX_MS): the next run
 -- made ready here that it may take is handed to it and told on `channel`.
@@ -52,8 +55,11 @@ end
 -- again under a new token, a retry or a release, is not that one): each(run_id, token).
 local function handoff_unseen(polls_key, times_key, field, poll_id, received, now, each)
   local raw = redis.call('HGET', polls_key, field)
+  -- Only a hand-off's memo (h = 1, packed as the bytes a1 68 01) names a run to answer
+  -- with: a claim's memo of many runs is not decoded to learn that it is none.
+  if not raw or not string.find(raw, HANDOFF_MARK, 1, true) then return end
   local at = tonumber(redis.call('ZSCORE', times_key, field))
-  if not raw or not at or at < now - POLL_MEMORY_MS then return end
+  if not at or at < now - POLL_MEMORY_MS then return end
   local memo = cmsgpack.unpack(raw)
   if memo.h ~= 1 or memo.p == poll_id then return end
   for i = 1, #memo.ids do
@@ -117,11 +123,11 @@ local function handoff_give(k, action, run_id, run, input, now, skip_owner, fiel
   return false
 end
 
--- Give new run `run_id` (not yet queued nor saved) to a parked poller (handoff_give), only
+-- Give new run `run_id` (not yet queued nor saved) to a parked poller (as the hand-off above), only
 -- while nothing waits in `pending`, so priority and FIFO order hold. `action` may hold
 -- only the two settings an invoke reads first (`lean`, lib/action.lua): the rest is read
 -- from `k.definition` once a poller is parked. False: the caller queues it as usual.
-local function handoff(k, action, run_id, run, input, now)
+local function handoff_new(k, action, run_id, run, input, now)
   -- With nobody parked (a busy or absent worker) one ZCARD answers: a fifth of a ZRANGE.
   if redis.call('ZCARD', k.parked) == 0 then return false end
   local fields = redis.call('ZRANGE', k.parked, now, '+inf', 'BYSCORE', 'LIMIT', 0, HANDOFF_SCAN)
@@ -131,7 +137,7 @@ local function handoff(k, action, run_id, run, input, now)
 end
 
 -- `n` runs (n > 0) were just queued in `pending`, ready now: hand the head of the queue to
--- parked pollers while one may take it (handoff_give, none of `skip_owner`'s; at most n
+-- parked pollers while one may take it (hand-off above, none of `skip_owner`'s; at most n
 -- runs and HANDOFF_BATCH, never one past a run left waiting, so priority and FIFO order
 -- hold), then publish a wake-up when runs still wait. Without `k.parked` it only wakes.
 -- Returns how many runs were handed. Every script that makes runs ready calls this

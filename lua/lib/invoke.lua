@@ -13,7 +13,7 @@
 -- run id, and whether it was handed to a parked poller.
 local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority,
     trace)
-  local run_id = id_prefix .. redis.call('HINCRBY', k.meta, 'seq', 1)
+  local run_id = string.format('%s%d', id_prefix, redis.call('HINCRBY', k.meta, 'seq', '1'))
   local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
   if priority > 0 then run.p = priority end
   if due > now then run.rd = due end
@@ -28,7 +28,7 @@ local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_ke
     run_save(k.runs, run_id, run)
     redis.call('ZADD', k.delayed, due, run_id)
     handoff_delayed(k, run_id)
-  elseif k.parked and handoff(k, action, run_id, run, input, now) then
+  elseif k.parked and handoff_new(k, action, run_id, run, input, now) then
     return run_id, true
   else
     run_save(k.runs, run_id, run)

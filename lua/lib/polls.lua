@@ -22,8 +22,9 @@ local function poll_memo()
 end
 
 local function poll_memo_add(memo, id, token)
-  memo.ids[#memo.ids + 1] = id
-  memo.tokens[#memo.tokens + 1] = token
+  local n = #memo.ids + 1
+  memo.ids[n] = id
+  memo.tokens[n] = token
 end
 
 -- Hand out again what `poll_id` was handed, through replay_one(id, token), which hands
@@ -38,6 +39,9 @@ local function poll_recall(polls_key, times_key, poll_id, now)
   local raw = redis.call('HGET', polls_key, field)
   local at = tonumber(redis.call('ZSCORE', times_key, field))
   if not raw or not at or at < now - POLL_MEMORY_MS then return nil end
+  -- A memo of an earlier poll of the same poller (the usual case: each poll of a poller
+  -- asks) does not hold the text of this poll id: answered without decoding its ids.
+  if not string.find(raw, poll_id, 1, true) then return nil end
   local memo = cmsgpack.unpack(raw)
   if memo.p ~= poll_id then return nil end  -- an earlier poll of the same poller
   return memo

@@ -7,12 +7,13 @@
 --@include lib/ended.lua
 --@include lib/tally.lua
 --@include lib/priority.lua
+--@include lib/num.lua
 
 -- Queue `run` as ready to claim: after every run of a lower priority value and after
 -- those of its own queued before it (its priority `p`, default 0, stays with it).
 local function queue_push(meta_key, pending_key, run_id, run)
-  local seq = redis.call('HINCRBY', meta_key, 'qseq', 1)
-  redis.call('ZADD', pending_key, priority_score(run.p or 0, seq), run_id)
+  local seq = redis.call('HINCRBY', meta_key, 'qseq', '1')
+  redis.call('ZADD', pending_key, num_arg(priority_score(run.p or 0, seq)), run_id)
 end
 
 -- How many of `want` runs may start now: at most the action's max_concurrency minus its
@@ -45,38 +46,47 @@ end
 -- `first_token` on when the caller took them from `meta` already), leased until
 -- `deadline`, indexed under its owner, its start logged in `rate` when `log_rate`; one
 -- call per set for the whole batch. The caller records the owner in `owners` and the
--- poll memo.
+-- poll memo. Scores go to Redis as text made once (lib/num.lua).
 local function queue_take_many(k, ids, runs, worker_id, owner, now, deadline, log_rate,
     first_token)
   local n = #ids
   if n == 0 then return end
   local first = first_token and first_token - 1
     or redis.call('HINCRBY', k.meta, 'token', n) - n
-  local owned, records, leases, rate = {}, {}, {}, {}
+  local owned, records, leases = {}, {}, {}
+  local rate = log_rate and {} or nil
+  local at_deadline, at_now = num_arg(deadline), num_arg(now)
+  local prefix = owned_entry(owner, '')
+  local pack = cmsgpack.pack
+  local j = 0
   for i = 1, n do
     local run_id, run = ids[i], runs[i]
+    local token = first + i
     run.s = RUN_RUNNING
     run.a = run.a + 1
-    run.t = first + i
+    run.t = token
     run.w = worker_id
     run.o = owner
     run.st = now
-    owned[#owned + 1] = 0
-    owned[#owned + 1] = owned_entry(owner, run_id)
-    records[#records + 1] = run_id
-    records[#records + 1] = cmsgpack.pack(run)
-    leases[#leases + 1] = deadline
-    leases[#leases + 1] = run_id
-    rate[#rate + 1] = now
-    rate[#rate + 1] = run.t
+    j = j + 2
+    owned[j - 1] = '0'
+    owned[j] = prefix .. run_id
+    records[j - 1] = run_id
+    records[j] = pack(run)
+    leases[j - 1] = at_deadline
+    leases[j] = run_id
+    if rate then
+      rate[j - 1] = at_now
+      rate[j] = token
+    end
   end
   redis.call('ZADD', k.owned, unpack(owned))
   redis.call('HSET', k.runs, unpack(records))
   redis.call('ZADD', k.leases, unpack(leases))
-  if log_rate then redis.call('ZADD', k.rate, unpack(rate)) end
+  if rate then redis.call('ZADD', k.rate, unpack(rate)) end
 end
 
--- queue_take_many of one run (`token`: its token, when the caller took it already).
+-- The batch take above, of one run (`token`: its token, when the caller took it already).
 local function queue_take(k, run_id, run, worker_id, owner, now, deadline, log_rate, token)
   queue_take_many(k, {run_id}, {run}, worker_id, owner, now, deadline, log_rate, token)
 end
