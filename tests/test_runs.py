@@ -24,6 +24,7 @@ from flo_redis import (
     WorkerRegisterOptions,
     WorkerTouchOptions,
 )
+from flo_redis.keys import action_keys
 from flo_redis.types import Reason, StatusCode
 
 NOW = WorkerAwaitOptions(block_ms=0)
@@ -200,6 +201,18 @@ async def test_an_expired_lease_on_the_last_attempt_ends_timed_out(client: FloCl
     await eventually(status, lambda s: s == RunStatus.TIMED_OUT)
     assert [r.run_id for r in await client.action.failed("job")] == [run_id]
     assert await nothing_for(client)
+
+
+async def test_a_lease_of_an_action_without_a_timeout_never_ends(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    await setup(client, timeout_ms=0)
+    run_id = (await client.action.invoke("job", b"x")).run_id
+    await take(client)
+    leases = action_keys(client.namespace, "job").leases
+    assert await raw.zscore(leases, run_id) == 2**52  # the deadline standing for "never"
+    await client.action.reap("job")
+    assert (await client.action.status(run_id)).status == RunStatus.RUNNING
 
 
 async def test_touch_extends_the_lease(client: FloClient) -> None:
@@ -471,7 +484,6 @@ async def test_a_retried_poll_id_gets_the_same_runs_back(client: FloClient) -> N
 async def test_a_pollers_memo_is_replaced_by_its_next_poll(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
-    from flo_redis.keys import action_keys
 
     await setup(client)
     await client.action.invoke_many("job", [b"x"] * 30)
@@ -500,7 +512,6 @@ async def test_a_pollers_memo_is_replaced_by_its_next_poll(
 
 
 async def test_a_poll_without_an_id_keeps_no_memo(client: FloClient, raw: aioredis.Redis) -> None:
-    from flo_redis.keys import action_keys
 
     await setup(client)
     await client.action.invoke_many("job", [b"x"] * 5)
