@@ -44,6 +44,6 @@ if upto == '' then
 end
 
 local ids = redis.call('ZRANGE', set, '-inf', upto, 'BYSCORE', 'LIMIT', 0, batch)
-local timed_out = queue_forget(k, set, ids)
+local timed_out = queue_forget(k, set, ids, true)
 if set == k.failed then tally_untimed(k.meta, timed_out) end
 return {ST_OK, #ids, redis.call('ZCOUNT', set, '-inf', upto), upto}

@@ -300,6 +300,31 @@ async def test_completed_runs_beyond_retention_count_are_removed(client: FloClie
         assert (status.status, status.output) == (RunStatus.COMPLETED, b"ok")
 
 
+async def test_retention_forgets_the_idempotency_keys_of_the_runs_it_removes(
+    client: FloClient,
+) -> None:
+    await client.action.register("job", options=ActionRegisterOptions(retention_count=2))
+
+    async def run(key: str | None, output: bytes = b"ok") -> str:
+        opts = ActionInvokeOptions(idempotency_key=key) if key else None
+        run_id = (await client.action.invoke("job", b"x", opts)).run_id
+        task = await take(client, "job")
+        assert task is not None and task.task_id == run_id
+        await client.worker.complete("w1", "job", run_id, output)
+        return run_id
+
+    forgotten = await run("a")
+    # An output holding the bytes a key "ik" is packed as: decoded, found to have none.
+    await run(None, b"\xa2ik")
+    kept = await run("b")
+    with pytest.raises(NotFoundError):
+        await client.action.status(forgotten)
+    again = await client.action.invoke("job", b"x", ActionInvokeOptions(idempotency_key="a"))
+    assert again.run_id != forgotten
+    same = await client.action.invoke("job", b"x", ActionInvokeOptions(idempotency_key="b"))
+    assert same.run_id == kept
+
+
 async def test_failed_runs_are_kept_listed_and_requeueable(client: FloClient) -> None:
     await client.action.register(
         "job", options=ActionRegisterOptions(max_retries=1, retention_count=1)

@@ -191,18 +191,31 @@ local function queue_next_event(delayed_key, leases_key)
   return next_ms
 end
 
+-- The msgpack bytes of a record's key "ik" (fixstr of 2), and of s = RUN_TIMED_OUT (key
+-- "s", then that integer): a record without them has no idempotency key and did not
+-- time out.
+local RECORD_IK = '\162ik'
+local RECORD_TIMED_OUT = '\161s' .. string.char(RUN_TIMED_OUT)
+
 -- Forget the runs `ids` entirely (retention, purge): records, inputs, idempotency keys,
 -- and their entries in `set_key`; a few commands for the whole batch. Returns how many of
--- them were TIMED_OUT.
-local function queue_forget(k, set_key, ids)
+-- them were TIMED_OUT when `count_timed_out`, else 0. A record is read only for what it
+-- can tell: its idempotency key while any is kept, whether it timed out when counted;
+-- and decoded only when its bytes hold one of them (nearly none do).
+local function queue_forget(k, set_key, ids, count_timed_out)
   if #ids == 0 then return 0 end
-  local records = redis.call('HMGET', k.runs, unpack(ids))
   local idem_keys, timed_out = {}, 0
-  for i = 1, #ids do
-    if records[i] then
-      local run = cmsgpack.unpack(records[i])
-      if run.ik then idem_keys[#idem_keys + 1] = run.ik end
-      if run.s == RUN_TIMED_OUT then timed_out = timed_out + 1 end
+  local find_ik = redis.call('HLEN', k.idempotency) > 0
+  if find_ik or count_timed_out then
+    local records = redis.call('HMGET', k.runs, unpack(ids))
+    for i = 1, #ids do
+      local raw = records[i]
+      if raw and ((find_ik and string.find(raw, RECORD_IK, 1, true))
+          or (count_timed_out and string.find(raw, RECORD_TIMED_OUT, 1, true))) then
+        local run = cmsgpack.unpack(raw)
+        if run.ik then idem_keys[#idem_keys + 1] = run.ik end
+        if run.s == RUN_TIMED_OUT then timed_out = timed_out + 1 end
+      end
     end
   end
   if #idem_keys > 0 then redis.call('HDEL', k.idempotency, unpack(idem_keys)) end
@@ -218,7 +231,7 @@ local function queue_retain(k, set_key, now, max_age_ms, max_count, limit)
   local removed = 0
   if max_age_ms >= 0 then
     local old = redis.call('ZRANGE', set_key, '-inf', now - max_age_ms, 'BYSCORE', 'LIMIT', 0, limit)
-    queue_forget(k, set_key, old)
+    queue_forget(k, set_key, old, false)
     removed = #old
   end
   if max_count >= 0 and removed < limit then
@@ -226,7 +239,7 @@ local function queue_retain(k, set_key, now, max_age_ms, max_count, limit)
     if excess > 0 then
       if excess > limit - removed then excess = limit - removed end
       local ids = redis.call('ZRANGE', set_key, 0, excess - 1)
-      queue_forget(k, set_key, ids)
+      queue_forget(k, set_key, ids, false)
     end
   end
 end
