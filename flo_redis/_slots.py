@@ -35,7 +35,9 @@ INLINE_S = 0.002
 
 
 class HandlerSlots(Generic[T]):
-    """Runs ``run(item)`` for each item put in :attr:`queue`, at most ``size`` at once.
+    """Runs ``run(item, task)`` for each item put in :attr:`queue`, at most ``size`` at
+    once; ``task`` is the slot's own task, the one the item runs in (a handler is
+    cancelled through it).
 
     ``track`` is told of every slot task it starts (the worker waits for them as for its
     handlers). A slot cancelled while items still wait (the worker aborts) hands each of
@@ -49,7 +51,7 @@ class HandlerSlots(Generic[T]):
     def __init__(
         self,
         size: int,
-        run: Callable[[T], Coroutine[Any, Any, None]],
+        run: Callable[[T, asyncio.Task[Any]], Coroutine[Any, Any, None]],
         *,
         name: str,
         track: Callable[[asyncio.Task[None]], None],
@@ -134,6 +136,8 @@ class HandlerSlots(Generic[T]):
 
     async def _slot(self) -> None:
         loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        assert me is not None  # a slot is a task of its own
         queue = self.queue
         taken = self._taken
         most_inline = self.inline
@@ -164,7 +168,7 @@ class HandlerSlots(Generic[T]):
                 if taken is not None:
                     taken()
                 # In a context of its own, as a task of its own would be.
-                step = InContext(self._run(item), contextvars.copy_context(), waits)
+                step = InContext(self._run(item, me), contextvars.copy_context(), waits)
                 try:
                     await step
                 except Exception:

@@ -328,9 +328,10 @@ class StreamWorker(WorkerLifecycle):
 
     # --- one record ----------------------------------------------------------------
 
-    async def _process(self, record: StreamRecord) -> None:
-        """Run one record's handler with its hooks, then ack it (batched, see
-        :meth:`_queue_ack`) or nack it (a task of its own, so the slot goes on)."""
+    async def _process(self, record: StreamRecord, slot: asyncio.Task[Any]) -> None:
+        """Run one record's handler with its hooks, in the handler slot ``slot``, then
+        ack it (batched, see :meth:`_queue_ack`) or nack it (a task of its own, so the
+        slot goes on)."""
         cfg = self.config
         observer = self.observer
         counts = self._counts
@@ -339,7 +340,7 @@ class StreamWorker(WorkerLifecycle):
         # Positional (StreamContext's field order): keywords cost more, once a record.
         ctx = StreamContext(record, self.session.namespace, cfg.stream, cfg.group, cfg.consumer)
         began = asyncio.get_running_loop().time() if counts else 0.0
-        error = await self._handle(ctx)
+        error = await self._handle(ctx, slot)
         if error is not None or self._hooks_after:
             try:
                 if error is None:
@@ -372,7 +373,7 @@ class StreamWorker(WorkerLifecycle):
             observer=self.observer,
         )
 
-    async def _handle(self, ctx: StreamContext) -> BaseException | None:
+    async def _handle(self, ctx: StreamContext, slot: asyncio.Task[Any]) -> BaseException | None:
         """Run ``before_run`` and the handler under ``message_timeout``; what failed
         (logged), or None if it returned."""
         try:
@@ -381,7 +382,7 @@ class StreamWorker(WorkerLifecycle):
                 if hook is not None:
                     await settle(hook)
             runner = self._handler_runner
-            await runner.run(self._handler, ctx, runner.running())
+            await runner.run(self._handler, ctx, runner.running(), slot)
         except Exception as exc:
             record = ctx.record
             log.error(

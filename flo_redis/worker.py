@@ -500,9 +500,9 @@ class ActionWorker(WorkerLifecycle):
             claimed_at + lease_ms / 1000.0 if lease_ms > 0 else None,
         )
 
-    async def _execute(self, ctx: ActionContext) -> None:
-        """Run one started run's handler with its hooks, in a handler slot; its report
-        is on its way when this returns."""
+    async def _execute(self, ctx: ActionContext, slot: asyncio.Task[Any]) -> None:
+        """Run one started run's handler with its hooks, in the handler slot ``slot``;
+        its report is on its way when this returns."""
         loop = asyncio.get_running_loop()
         began = handler_began = loop.time()
         report: Report
@@ -514,7 +514,7 @@ class ActionWorker(WorkerLifecycle):
             except Exception as exc:
                 report = failure(ctx, exc, self.config.worker_id)
             else:
-                report = await self._run_handler(ctx, handler_began)
+                report = await self._run_handler(ctx, handler_began, slot)
             if isinstance(report, Completed):
                 if self._hooks_after:
                     await self._hook("after_run", self.observer.after_run, ctx, report.data)
@@ -539,9 +539,11 @@ class ActionWorker(WorkerLifecycle):
                     ended()
         self._deliver(report, ctx)
 
-    async def _run_handler(self, ctx: ActionContext, began: float) -> Report:
+    async def _run_handler(
+        self, ctx: ActionContext, began: float, slot: asyncio.Task[Any]
+    ) -> Report:
         """``ctx``'s handler's report, its time limit counted from ``began`` (loop
-        time)."""
+        time), run in the task ``slot``."""
         handler = self._handlers.get(ctx.action_name)
         if handler is None:
             return Failed(f"No handler for: {ctx.action_name}", retry=True)
@@ -553,7 +555,7 @@ class ActionWorker(WorkerLifecycle):
             timeout_ms = self._options[ctx.action_name].timeout_ms
             toucher = start_auto_touch(self._touch, ctx, running, timeout_ms)
         try:
-            result = await self._handler_runner.run(handler, ctx, running)
+            result = await self._handler_runner.run(handler, ctx, running, slot)
         except HandlerTimeout:
             return Failed("Action timed out", retry=False, error=TimeoutError("Action timed out"))
         except HandlerStopped:

@@ -17,7 +17,7 @@ _SEEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("seen", defau
 
 def make_slots(
     size: int,
-    run: Callable[[int], Coroutine[Any, Any, None]],
+    run: Callable[[int, asyncio.Task[Any]], Coroutine[Any, Any, None]],
     abandoned: list[int] | None = None,
 ) -> HandlerSlots[int]:
     return HandlerSlots(
@@ -44,12 +44,38 @@ def put(slots: HandlerSlots[int], items: range) -> None:
     slots.wake()
 
 
+async def test_each_item_is_told_the_task_it_runs_in() -> None:
+    told: list[bool] = []
+    done = asyncio.Event()
+
+    async def run(item: int, task: asyncio.Task[Any]) -> None:
+        told.append(task is asyncio.current_task())
+        if item % 2:
+            await asyncio.sleep(0)  # waits: the rest go on in other slots
+        told.append(task is asyncio.current_task())
+        if len(told) == 40:
+            done.set()
+
+    slots = HandlerSlots(
+        4,
+        run,
+        name="test-slot",
+        track=lambda task: None,
+        abandon=lambda item: None,
+        log=logging.getLogger("test-slots"),
+    )
+    put(slots, range(20))
+    await asyncio.wait_for(done.wait(), 5)
+    assert told == [True] * 40
+    slots.close()
+
+
 async def test_items_that_never_wait_run_in_order_in_one_slot_each_in_its_own_context() -> None:
     ran: list[int] = []
     leaked: list[int | None] = []
     done = asyncio.Event()
 
-    async def run(item: int) -> None:
+    async def run(item: int, _slot: asyncio.Task[Any]) -> None:
         leaked.append(_SEEN.get())
         _SEEN.set(item)
         ran.append(item)
@@ -70,7 +96,7 @@ async def test_the_loop_gets_a_turn_while_fast_items_run() -> None:
     ran: list[int] = []
     when_timer_ran: list[int] = []
 
-    async def run(item: int) -> None:
+    async def run(item: int, _slot: asyncio.Task[Any]) -> None:
         ran.append(item)
 
     slots = make_slots(4, run)
@@ -88,7 +114,7 @@ async def test_handlers_busy_with_the_cpu_give_the_loop_a_turn_within_inline_s()
     ran: list[int] = []
     when_timer_ran: list[int] = []
 
-    async def run(item: int) -> None:
+    async def run(item: int, _slot: asyncio.Task[Any]) -> None:
         end = time.monotonic() + INLINE_S / 2  # on the loop's clock
         while time.monotonic() < end:
             pass  # busy with the CPU, the loop not given a turn
@@ -109,7 +135,7 @@ async def test_an_item_that_waits_never_holds_up_the_ones_behind_it() -> None:
     running = peak = 0
     finished: list[int] = []
 
-    async def run(item: int) -> None:
+    async def run(item: int, _slot: asyncio.Task[Any]) -> None:
         nonlocal running, peak
         started.append(item)
         running += 1
@@ -141,7 +167,7 @@ def gated_slots() -> tuple[HandlerSlots[int], asyncio.Event, list[int], list[int
     ran: list[int] = []
     abandoned: list[int] = []
 
-    async def run(item: int) -> None:
+    async def run(item: int, _slot: asyncio.Task[Any]) -> None:
         await gate.wait()
         ran.append(item)
 
@@ -182,7 +208,7 @@ async def test_taken_is_told_of_each_item_as_a_slot_takes_it() -> None:
     left_when_taken: list[int] = []
     ran: list[int] = []
 
-    async def run(item: int) -> None:
+    async def run(item: int, _slot: asyncio.Task[Any]) -> None:
         ran.append(item)
 
     slots: HandlerSlots[int] = HandlerSlots(
