@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ._aio import sleep_unless_stopped
 from ._batch import Coalescer
@@ -30,7 +30,6 @@ from .results import (
     error_text,
     error_traceback,
 )
-from .run_reports import OwnComplete
 from .types import Reason, RunStatus, WorkerFailOptions
 from .worker_ops import WorkerOperations
 
@@ -55,7 +54,7 @@ class Completed:
         # Into the next batch, answered there: nothing to wait for here.
         to.complete(ctx, self)
 
-    async def resend(self, to: RunReporter, ctx: ActionContext, item: OwnComplete) -> None:
+    async def resend(self, to: RunReporter, ctx: ActionContext, item: _Own) -> None:
         """The batch carrying this complete lost its connection: send it again."""
         answers: list[ServerError | None] = []
 
@@ -199,8 +198,12 @@ class RunReporter:
         self.refuse = refuse
         self._stopping = stopping
         self._track = track
-        self._completes: Coalescer[OwnComplete] = Coalescer(
-            self._complete_batch, "flo-complete-batches", track
+        self._completes: Coalescer[_Own] = Coalescer(
+            self._complete_batch,
+            "flo-complete-batches",
+            track,
+            self._answered,
+            tell_accepted=self.tell_completed,
         )
         self._load_delta = 0
         self._completed_delta = 0
@@ -234,18 +237,31 @@ class RunReporter:
             lease_end=lambda: ctx._lease_end,
         )
 
-    def submit_complete(self, action: str, item: OwnComplete) -> Awaitable[ServerError | None]:
+    def submit_complete(self, action: str, item: _Own) -> Awaitable[ServerError | None]:
         """Complete ``item`` in the next batch of ``action``'s completes; its refusal."""
         return self._completes.submit(action, item)
 
     def complete(self, ctx: ActionContext, report: Completed) -> None:
         """Complete ``ctx``'s run in the next batch of its action's completes; its answer
-        is dealt with when the batch is answered."""
-        answer = _Answer(self, ctx, report)
-        self._completes.post(ctx.action_name, answer, answer)
+        is dealt with when the batch is answered (:meth:`_answered`)."""
+        item = _new_own(_Own, (ctx.task_id, ctx.token, report.data, report.outcome, ctx, report))
+        self._completes.post(ctx.action_name, item)
+
+    def _answered(
+        self, item: _Own, refusal: ServerError | None, error: BaseException | None
+    ) -> None:
+        """The answer to a complete posted by :meth:`complete` (an accepted one only
+        when the observer is to be told of it)."""
+        ctx, report = item.ctx, item.report
+        if error is not None:
+            self._complete_failed(ctx, report, item, error)
+        elif refusal is None:
+            self.observer.run_completed(ctx.action_name, report.outcome)
+        else:
+            self._spawn(report.answered(self, ctx, refusal), ctx)
 
     def _complete_failed(
-        self, ctx: ActionContext, report: Completed, item: OwnComplete, error: BaseException
+        self, ctx: ActionContext, report: Completed, item: _Own, error: BaseException
     ) -> None:
         if is_connection_error(error):
             log.info("complete of %s: connection lost (%s); sending again", ctx.task_id, error)
@@ -259,12 +275,12 @@ class RunReporter:
         self._track(asyncio.create_task(coro, name=f"flo-complete-{ctx.task_id}"))
 
     async def _complete_batch(
-        self, action: str, items: Sequence[OwnComplete]
+        self, action: str, items: Sequence[_Own]
     ) -> Sequence[ServerError | None]:
         answers = await self.ops._complete_many(
             self.worker_id, action, items, tally=False, claimed=True
         )
-        applied = sum(1 for a in answers if a is None)
+        applied = answers.count(None)
         self._load_delta -= applied
         self._completed_delta += applied
         return answers
@@ -299,32 +315,22 @@ class RunReporter:
             log.debug("last counter update failed (%s)", exc)
 
 
-class _Answer:
-    """One complete of a batch: the item sent (:class:`OwnComplete`, read from the run's
-    context and report) and where its answer goes; one small object, no task."""
+class _Own(NamedTuple):
+    """One complete of a batch, made by :meth:`RunReporter.complete`: the item sent
+    (:class:`OwnComplete`, read from the run's context and report) and what its answer
+    is dealt with by; one small tuple, no task or future."""
 
-    # The item's fields are copied in once (plain attributes): the batch reads each of
-    # them, and an attribute is read in a fraction of a property's call.
-    __slots__ = ("ctx", "outcome", "report", "result", "task_id", "to", "token")
+    task_id: str
+    token: int | None
+    result: bytes
+    outcome: str
+    ctx: ActionContext
+    report: Completed
 
-    def __init__(self, to: RunReporter, ctx: ActionContext, report: Completed) -> None:
-        self.to = to
-        self.ctx = ctx
-        self.report = report
-        self.task_id = ctx.task_id
-        self.token = ctx.token
-        self.result = report.data
-        self.outcome = report.outcome
 
-    def __call__(self, refusal: ServerError | None, error: BaseException | None) -> None:
-        to, ctx = self.to, self.ctx
-        if error is not None:
-            to._complete_failed(ctx, self.report, self, error)
-        elif refusal is None:
-            if to.tell_completed:
-                to.observer.run_completed(ctx.action_name, self.report.outcome)
-        else:
-            to._spawn(self.report.answered(to, ctx, refusal), ctx)
+# Makes an _Own from a tuple of its fields in C, without the named tuple's Python-level
+# __new__: one is made per complete.
+_new_own = tuple.__new__
 
 
 __all__ = [

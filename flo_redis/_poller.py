@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import itertools
 import logging
-from collections import OrderedDict
+import operator
 from collections.abc import Awaitable, Callable, Sequence
 
 from ._aio import ClosesOnExit
@@ -48,7 +49,8 @@ from .worker_ops import WorkerOperations, earliest_due
 
 log = logging.getLogger("flo_redis.worker")
 
-# Runs passed on, remembered (run id -> token) so a second copy is dropped.
+# Runs passed on, remembered (run id -> token) so a second copy is dropped: at least
+# this many, the most recent (at most twice as many).
 _SEEN_MAX = 4096
 
 
@@ -100,7 +102,7 @@ class ActionPoller(ClosesOnExit):
         self._lost: dict[str, str] = {}  # action -> claim id whose reply was lost there
         self._claims = 0  # numbers the claim ids after a queue's first in a poll
         self._received: dict[str, str] = {}  # action -> "<run id> <token>" last taken there
-        self._seen: OrderedDict[str, int] = OrderedDict()  # run id -> token passed on
+        self._seen: dict[str, int] = {}  # run id -> token passed on, oldest first
         self._stack = contextlib.AsyncExitStack()
         owner = session.owner_id
         self._inboxes = [_Inbox(self, k, handoff_channel(k.tag, owner)) for k in self._keys]
@@ -272,21 +274,29 @@ class ActionPoller(ClosesOnExit):
 
     def _fresh(self, action: str, runs: Sequence[Claimed]) -> builtins.list[Claimed]:
         """``runs`` not passed on before under the same token."""
-        fresh: builtins.list[Claimed] = []
         if not runs:
-            return fresh
+            return []
         last = runs[-1]
         self._received[action] = f"{last.run_id} {last.token}"
         seen = self._seen
-        for run in runs:
-            run_id, token = run.run_id, run.token
-            if seen.get(run_id) == token:
-                continue
-            seen[run_id] = token
-            fresh.append(run)
-        while len(seen) > _SEEN_MAX:
-            seen.popitem(last=False)
+        get = seen.get
+        fresh = [run for run in runs if get(run.run_id) != run.token]
+        before = len(seen)
+        seen.update(zip(map(_run_id, fresh), map(_token, fresh), strict=True))
+        if len(seen) - before < len(fresh):
+            # Some id was known already (a run handed out again, under a new token) or
+            # came twice in ``runs``: pass each hand-out on once, in order.
+            fresh = list({(run.run_id, run.token): run for run in fresh}.values())
+        if len(seen) > 2 * _SEEN_MAX:
+            # Forget the oldest half at once: a plain dict keeps insertion order, and
+            # dropping its first entries one by one would leave holes every lookup of
+            # the oldest walks past.
+            self._seen = dict(itertools.islice(seen.items(), len(seen) - _SEEN_MAX, None))
         return fresh
+
+
+_run_id = operator.attrgetter("run_id")
+_token = operator.attrgetter("token")
 
 
 __all__ = ["ActionPoller"]

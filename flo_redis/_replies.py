@@ -88,25 +88,26 @@ def claim_reply(reply: Any, keys: Any) -> ClaimReply:
         return ClaimReply((), -1, False)
     end = 3 + 8 * int(reply[2])
     action = keys.action
-    # Positional, in the field order: (action, run_id, token, attempt, created_at_ms,
-    # payload, ready_at_ms, claimed_at_ms, trace).
+    # One run's eight values at a time, unpacked in C (no index arithmetic per field);
+    # the numbers are the script's integers and the input and trace its strings, as
+    # Redis answers them (bytes and ints already). A Claimed is made by tuple.__new__,
+    # in the field order, without the named tuple's Python-level __new__.
+    values = iter(reply[3:end])
     runs = tuple(
         [
-            Claimed(
-                action,
-                reply[i].decode(),
-                int(reply[i + 1]),
-                int(reply[i + 2]),
-                int(reply[i + 3]),
-                bytes(reply[i + 6]),
-                int(reply[i + 4]),
-                int(reply[i + 5]),
-                bytes(reply[i + 7]),
+            _new_claimed(
+                Claimed,
+                (action, run_id.decode(), token, attempt, created, data, ready, taken, trace),
             )
-            for i in range(3, end, 8)
+            for run_id, token, attempt, created, ready, taken, data, trace in zip(
+                values, values, values, values, values, values, values, values, strict=True
+            )
         ]
     )
     return ClaimReply(runs, int(reply[1]), True, int(reply[end]) if len(reply) > end else -1)
+
+
+_new_claimed = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,30 +266,26 @@ def reported(reply: Any, _keys: object) -> Reported:
     return Reported(status, len(reply) > 2 and bool(int(reply[1])), int(reply[-1]), -1)
 
 
-class ItemReport(NamedTuple):
-    """One item of ``run_complete_many``: its status, resend flag and detail (the run's
-    status, or on TOO_LARGE the limit). A named tuple, as :class:`Claimed`: one is read
-    per run a worker completes."""
-
-    status: int
-    duplicate: bool
-    detail: int
-
-
 @dataclass(frozen=True, slots=True)
 class ReportedMany:
+    """``run_complete_many``: the call's status and, per item in the order sent, its
+    status, resend flag (1: an identical resend) and detail (the run's status, or on
+    TOO_LARGE the limit)."""
+
     status: int
-    items: tuple[ItemReport, ...]
+    statuses: tuple[int, ...]
+    duplicates: tuple[int, ...]
+    details: tuple[int, ...]
 
 
 def reported_many(reply: Any, _keys: object) -> ReportedMany:
-    items = tuple(
-        [
-            ItemReport(int(reply[i]), bool(int(reply[i + 1])), int(reply[i + 2]))
-            for i in range(1, len(reply) - 2, 3)
-        ]
-    )
-    return ReportedMany(int(reply[0]), items)
+    """``{status, (item_status, duplicate, detail) * n}``: each column read in one slice
+    (the script's integers, as Redis answers them), no object per item."""
+    status = int(reply[0])
+    if status != Status.OK:
+        return ReportedMany(status, (), (), ())
+    body = reply[1:]
+    return ReportedMany(status, tuple(body[0::3]), tuple(body[1::3]), tuple(body[2::3]))
 
 
 @dataclass(frozen=True, slots=True)

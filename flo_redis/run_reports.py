@@ -172,15 +172,21 @@ class RunReports(Operations):
         not a plain default need checking."""
         keys = self._action_keys(action_name, namespace)
         limit = self._session.max_payload_bytes
-        packed = []
+        packed: builtins.list[tuple[str, int | str, bytes, str]] = []
         # A result over the client's limit is answered on its own, never sent; its
         # neighbours go ahead.
         early: dict[int, ServerError] = {}
         for index, item in enumerate(items):
             if claimed:  # a worker's own plain complete: nothing to check
-                result = item.result
-                if item.outcome == "success" and type(result) is bytes and len(result) <= limit:
-                    packed.append([item.task_id, str(item.token), result, "success"])
+                result, token = item.result, item.token
+                if (
+                    item.outcome == "success"
+                    and type(result) is bytes
+                    and len(result) <= limit
+                    and type(token) is int
+                ):
+                    # The token as the int it is: the scripts read a token with tonumber.
+                    packed.append((item.task_id, token, result, "success"))
                     continue
                 item = CompleteItem(item.task_id, result, item.outcome, item.token)
             if not isinstance(item, CompleteItem):
@@ -192,7 +198,7 @@ class RunReports(Operations):
             except ValueTooLargeError as exc:
                 early[index] = refusal(Status.TOO_LARGE, f"result of {item.task_id!r}: {exc}")
                 continue
-            packed.append([item.task_id, token_arg(item.token), data, item.outcome])
+            packed.append((item.task_id, token_arg(item.token), data, item.outcome))
         replies: builtins.list[ServerError | None] = []
         applied = 0
         for start in range(0, len(packed), COMPLETE_BATCH):
@@ -200,10 +206,16 @@ class RunReports(Operations):
             reply = await RUN_COMPLETE_MANY(self._session, keys, [worker_id, pack(chunk)])
             if reply.status == Status.NO_ACTION:
                 raise not_registered(keys)
-            for sent, answer in zip(chunk, reply.items, strict=True):
-                status = answer.status
+            statuses = reply.statuses
+            if statuses.count(Status.OK) == len(chunk):  # the common case: all accepted
+                applied += len(chunk) - reply.duplicates.count(1)
+                replies += [None] * len(chunk)
+                continue
+            for sent, status, duplicate, detail in zip(
+                chunk, statuses, reply.duplicates, reply.details, strict=True
+            ):
                 if status == Status.OK:
-                    applied += 0 if answer.duplicate else 1
+                    applied += 0 if duplicate else 1
                     replies.append(None)
                     continue
                 run_id = str(sent[0])
@@ -212,7 +224,7 @@ class RunReports(Operations):
                         refusal(
                             status,
                             f"result of {run_id!r} is {len(sent[2])} bytes; action "
-                            f"{action_name!r} accepts at most {answer.detail} (raise the "
+                            f"{action_name!r} accepts at most {detail} (raise the "
                             "action's max_payload_bytes or store large results elsewhere and "
                             "return a reference)",
                         )
@@ -220,7 +232,7 @@ class RunReports(Operations):
                 else:
                     try:
                         self._check_report(
-                            Reported(status, False, answer.detail, -1),
+                            Reported(status, False, detail, -1),
                             keys,
                             run_id,
                             worker_id,
