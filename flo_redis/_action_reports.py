@@ -144,6 +144,8 @@ def completion(
 ) -> Completed | Failed:
     """What a handler's return value becomes: an :class:`ActionResult` as it is, any
     other value encoded by ``serializer`` (one it cannot encode fails the run)."""
+    if type(result) is bytes:  # the common case, as encode_result answers it
+        return Completed(result)
     if isinstance(result, ActionResult):
         return Completed(result.data, result.outcome)
     try:

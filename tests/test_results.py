@@ -23,6 +23,7 @@ from flo_redis import (
     StreamGroupJoinOptions,
     ValidationError,
 )
+from flo_redis.observe import WorkerObserver
 from flo_redis.types import ActionRunStatus
 
 FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT}
@@ -285,3 +286,35 @@ async def test_a_stream_worker_runs_plain_def_handlers_and_logs_failures(
 def test_a_stream_worker_refuses_a_handler_it_cannot_call(client: FloClient) -> None:
     with pytest.raises(ValidationError, match="handler of stream 'orders'"):
         client.new_stream_worker(stream="orders", group="g", handler="nope")  # type: ignore[arg-type]
+
+
+async def test_a_result_over_the_actions_limit_fails_its_run_alone_in_a_batch(
+    client: FloClient,
+) -> None:
+    # Completes finished together go in one batch; the store refuses the one result
+    # over the action's limit, which fails that run for good, and takes the others,
+    # each told to the observer once.
+    class Heard(WorkerObserver):
+        def __init__(self) -> None:
+            self.completed: list[str] = []
+
+        def run_completed(self, action: str, outcome: str) -> None:
+            self.completed.append(outcome)
+
+    limited = ActionRegisterOptions(max_payload_bytes=64)
+    await client.action.register("sized", options=limited)
+    invoked = await client.action.invoke_many("sized", [b"small"] * 7 + [b"large"])
+    worker = client.new_action_worker(block_ms=500, concurrency=8)
+    worker.observer = heard = Heard()
+
+    @worker.action("sized", limited)
+    async def sized(ctx: ActionContext) -> bytes:
+        return b"x" * 100 if ctx.payload == b"large" else b"ok"
+
+    async with running(worker):
+        ends = [await finished(client, run.run_id) for run in invoked]
+    assert [s.status for s in ends] == [RunStatus.COMPLETED] * 7 + [RunStatus.FAILED]
+    assert [s.output for s in ends[:7]] == [b"ok"] * 7
+    assert ends[7].attempt == 1  # not retried
+    assert "result refused" in (ends[7].error_message or "")
+    assert heard.completed == ["success"] * 7
