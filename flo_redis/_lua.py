@@ -40,6 +40,16 @@ _SLOT = re.compile(r"^\s*(KEYS|ARGV)\[(\d+)(?:\.\.\w+)?\]\s+(\S+)", re.MULTILINE
 _FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
 _END = re.compile(r"^end[ \t]*(?:\n|\Z)", re.MULTILINE)
 _NAME = re.compile(r"\w+")
+# What is not code: comments (long, then line) and string literals (long, quoted), so
+# that a helper named in a comment or a string is not kept for it.
+_NOT_CODE = re.compile(
+    r"--\[(=*)\[.*?\]\1\]"
+    r"|--[^\n]*"
+    r"|\[(=*)\[.*?\]\2\]"
+    r"|\"(?:\\.|[^\"\\\n])*\""
+    r"|'(?:\\.|[^'\\\n])*'",
+    re.DOTALL,
+)
 
 
 class LuaSourceError(Exception):
@@ -133,7 +143,8 @@ class _Piece:
 
 
 def _names(text: str) -> Counter[str]:
-    return Counter(_NAME.findall(text))
+    """How often the code of ``text`` names each name (comments and strings aside)."""
+    return Counter(_NAME.findall(_NOT_CODE.sub(" ", text)))
 
 
 def _without_unused(pieces: list[_Piece]) -> str:

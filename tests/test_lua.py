@@ -175,6 +175,25 @@ def test_loader_inlines_each_include_once_in_dependency_order(tmp_path: Path) ->
     assert flatten(tmp_path, "main.lua") == source
 
 
+def test_loader_leaves_out_helpers_named_only_in_comments_or_strings(tmp_path: Path) -> None:
+    lib = (
+        "local function in_comment()\n  return 1\nend\n\n"
+        "local function in_string()\n  return 2\nend\n\n"
+        "local function called()\n  return 3\nend\n"
+    )
+    main = (
+        header("main")
+        + "--@include lib/a.lua\n"
+        + "-- in_comment() would do here too\n--[[ so would\n  in_comment ]]\n"
+        + "local s = 'in_string' .. \"in_string -- \" .. [[in_comment]]\n"
+        + "return called() -- not in_string()\n"
+    )
+    source = load_all(write(tmp_path, {"main.lua": main, "lib/a.lua": lib}))["main"].source
+    assert "local function called(" in source
+    assert "local function in_comment(" not in source
+    assert "local function in_string(" not in source
+
+
 def test_loader_leaves_out_helpers_the_script_never_uses(tmp_path: Path) -> None:
     lib = (
         "local function used(x)\n  return x + 1\nend\n\n"
@@ -203,9 +222,8 @@ def _code_of(source: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(load_all()))
 def test_every_helper_a_script_keeps_is_one_it_calls(name: str) -> None:
-    """Each helper defined costs every call of the script a closure, and the loader keeps
-    one that any text names, a comment too: a helper is named in comments as a phrase,
-    never by its function name, so the script keeps only what its code reaches."""
+    """Each helper defined costs every call of the script a closure: a script keeps only
+    the helpers its code reaches."""
     code = _code_of(load_all()[name].source)
     bodies = {m.group(1): m.group(2) for m in _DEFINED.finditer(code)}
     reached: set[str] = set()
