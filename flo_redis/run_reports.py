@@ -172,7 +172,9 @@ class RunReports(Operations):
         not a plain default need checking."""
         keys = self._action_keys(action_name, namespace)
         limit = self._session.max_payload_bytes
-        packed: builtins.list[tuple[str, int | str, bytes, str]] = []
+        # Flat: run id, token, result, outcome of each item in turn (one array to decode
+        # in the script, not one per item).
+        packed: builtins.list[str | int | bytes] = []
         # A result over the client's limit is answered on its own, never sent; its
         # neighbours go ahead.
         early: dict[int, ServerError] = {}
@@ -186,7 +188,7 @@ class RunReports(Operations):
                     and type(token) is int
                 ):
                     # The token as the int it is: the scripts read a token with tonumber.
-                    packed.append((item.task_id, token, result, "success"))
+                    packed += (item.task_id, token, result, "success")
                     continue
                 item = CompleteItem(item.task_id, result, item.outcome, item.token)
             if not isinstance(item, CompleteItem):
@@ -198,32 +200,35 @@ class RunReports(Operations):
             except ValueTooLargeError as exc:
                 early[index] = refusal(Status.TOO_LARGE, f"result of {item.task_id!r}: {exc}")
                 continue
-            packed.append((item.task_id, token_arg(item.token), data, item.outcome))
+            packed += (item.task_id, token_arg(item.token), data, item.outcome)
         replies: builtins.list[ServerError | None] = []
         applied = 0
-        for start in range(0, len(packed), COMPLETE_BATCH):
-            chunk = packed[start : start + COMPLETE_BATCH]
+        for start in range(0, len(packed), 4 * COMPLETE_BATCH):
+            chunk = packed[start : start + 4 * COMPLETE_BATCH]
+            n = len(chunk) // 4
             reply = await RUN_COMPLETE_MANY(self._session, keys, [worker_id, pack(chunk)])
             if reply.status == Status.NO_ACTION:
                 raise not_registered(keys)
             statuses = reply.statuses
-            if statuses.count(Status.OK) == len(chunk):  # the common case: all accepted
-                applied += len(chunk) - reply.duplicates.count(1)
-                replies += [None] * len(chunk)
+            if statuses.count(Status.OK) == n:  # the common case: all accepted
+                applied += n - reply.duplicates.count(1)
+                replies += [None] * n
                 continue
-            for sent, status, duplicate, detail in zip(
-                chunk, statuses, reply.duplicates, reply.details, strict=True
+            for at, status, duplicate, detail in zip(
+                range(0, len(chunk), 4), statuses, reply.duplicates, reply.details, strict=True
             ):
                 if status == Status.OK:
                     applied += 0 if duplicate else 1
                     replies.append(None)
                     continue
-                run_id = str(sent[0])
+                run_id = str(chunk[at])
                 if status == Status.TOO_LARGE:
+                    sent = chunk[at + 2]
+                    size = len(sent) if isinstance(sent, bytes) else 0
                     replies.append(
                         refusal(
                             status,
-                            f"result of {run_id!r} is {len(sent[2])} bytes; action "
+                            f"result of {run_id!r} is {size} bytes; action "
                             f"{action_name!r} accepts at most {detail} (raise the "
                             "action's max_payload_bytes or store large results elsewhere and "
                             "return a reference)",

@@ -38,7 +38,7 @@ local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
 local status, duplicate, detail
-local applied = complete_runs(k, action, now, {{run_id, token, result, outcome}}, worker_id,
+local applied = complete_runs(k, action, now, {run_id, token, result, outcome}, worker_id,
   function(s, d, x) status, duplicate, detail = s, d, x end)
 if status == ST_TOO_LARGE then return {ST_TOO_LARGE, detail, RUN_RUNNING} end
 if applied > 0 then

@@ -11,9 +11,11 @@
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   ARGV[1] worker_id
-  ARGV[2] items    msgpack array of {run_id, token ('' = token-less), result, outcome}
+  ARGV[2] items    msgpack array, flat: run_id, token ('' = token-less), result, outcome
+                   of each item in turn (at most MAX_ITEMS items)
   Returns {status, (item_status, duplicate, run_status_or_limit) * n}
-          status: OK | NO_ACTION; item_status: OK | NOT_FOUND | STALE | TOO_LARGE
+          status: OK | NO_ACTION | OUT_OF_RANGE (more than MAX_ITEMS items, or a part of
+          one); item_status: OK | NOT_FOUND | STALE | TOO_LARGE
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -29,7 +31,7 @@ local items = cmsgpack.unpack(ARGV[2])
 local RETAIN_BATCH = 100
 local MAX_ITEMS = 1000
 
-if #items > MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
+if #items > 4 * MAX_ITEMS or #items % 4 ~= 0 then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()

@@ -15,7 +15,11 @@ from flo_redis import (
     ValueTooLargeError,
     WorkerAwaitOptions,
 )
+from flo_redis._gateway import RUN_COMPLETE_MANY
+from flo_redis._status import Status
 from flo_redis.actions import CompleteItem
+from flo_redis.codec import pack
+from flo_redis.keys import action_keys
 
 
 async def test_invoke_many_creates_runs_in_order(client: FloClient) -> None:
@@ -256,3 +260,21 @@ async def test_complete_many_naming_a_run_twice_applies_it_once(client: FloClien
     assert (await client.action.status(b.run_id)).output == b"B"
     info = (await client.worker.list()).workers[0]
     assert (info.tasks_completed, info.current_load) == (2, 0)
+
+
+async def test_the_complete_batch_script_refuses_a_part_of_an_item_and_changes_nothing(
+    client: FloClient,
+) -> None:
+    await client.action.register("job")
+    await client.worker.register("w", ["job"])
+    await client.action.invoke("job", b"a")
+    (run,) = await client.worker.await_tasks("w", ["job"], 1, WorkerAwaitOptions(block_ms=0))
+    keys = action_keys(client.namespace, "job")
+    # Items go flat (run id, token, result, outcome each); three values are no item.
+    reply = await RUN_COMPLETE_MANY(client, keys, ["w", pack([run.run_id, run.token, b"A"])])
+    assert reply.status == Status.OUT_OF_RANGE
+    assert (await client.action.status(run.run_id)).status == RunStatus.RUNNING
+    whole = pack([run.run_id, run.token, b"A", "success"])
+    reply = await RUN_COMPLETE_MANY(client, keys, ["w", whole])
+    assert (reply.status, list(reply.statuses)) == (Status.OK, [Status.OK])
+    assert (await client.action.status(run.run_id)).status == RunStatus.COMPLETED

@@ -38,14 +38,15 @@ local function complete_verdict(run, token, worker_id, result, outcome, max_payl
   return ST_OK, 0, run.s
 end
 
--- Complete each of `items` ({run_id, token ('' = token-less), result, outcome}) under the
--- rules of complete_verdict, in order: a run named twice sees the first complete. Calls
--- answer(status, duplicate, detail) for each item, in order; returns how many took effect.
+-- Complete each item of `items`, a flat array of run_id, token ('' = token-less), result,
+-- outcome of each item in turn, under the rules of complete_verdict, in order: a run
+-- named twice sees the first complete. Calls answer(status, duplicate, detail) for each
+-- item, in order; returns how many took effect.
 local function complete_runs(k, action, now, items, worker_id, answer)
-  local n_items = #items
+  local n_items = #items / 4
   if n_items == 0 then return 0 end
   local ids = {}
-  for i = 1, n_items do ids[i] = items[i][1] end
+  for i = 1, n_items do ids[i] = items[4 * i - 3] end
   local raws = redis.call('HMGET', k.runs, unpack(ids))
   local loaded = {}  -- run_id -> record (false: none), as changed by this call
   local owned, records, done, ended = {}, {}, {}, {}
@@ -53,16 +54,16 @@ local function complete_runs(k, action, now, items, worker_id, answer)
   local at_now, max_payload = num_arg(now), action.max_payload
   local pack, unpack_record = cmsgpack.pack, cmsgpack.unpack
   for i = 1, n_items do
-    local item = items[i]
-    local run_id = item[1]
+    local at = 4 * i - 3
+    local run_id = items[at]
     local run = loaded[run_id]
     if run == nil then
       run = raws[i] and unpack_record(raws[i]) or false
       loaded[run_id] = run
     end
     local holder = run and run.o
-    local status, duplicate, detail = complete_verdict(run, item[2], worker_id, item[3],
-      item[4], max_payload)
+    local status, duplicate, detail = complete_verdict(run, items[at + 1], worker_id,
+      items[at + 2], items[at + 3], max_payload)
     if status == ST_STALE then stale = stale + 1 end
     if status == ST_OK and duplicate == 0 then
       run.ct = now
