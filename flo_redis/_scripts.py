@@ -52,7 +52,7 @@ import logging
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias
 
 import redis.exceptions as rex
 from redis import Redis as SyncRedis
@@ -306,7 +306,6 @@ def packed_head(script: LuaScript, keys: Sequence[str]) -> bytes:
 
 _EVALSHA = b"$7\r\nEVALSHA\r\n"
 _LEAD = b"*1\r\n$4\r\nTIME\r\n"  # a call's lead (module docstring)
-_INLINE_MAX = 4096  # a longer argument is not copied into a piece of its own
 
 
 def _bulk(data: bytes) -> bytes:
@@ -316,22 +315,34 @@ def _bulk(data: bytes) -> bytes:
 def _packed(head: bytes, nkeys: int, args: Sequence[Arg]) -> bytes | None:
     """The whole ``EVALSHA`` command; None when an argument is not bytes, str or int
     (the pool's path sends it, or refuses it as redis-py does)."""
-    parts = [b"*%d\r\n" % (nkeys + len(args) + 3), _EVALSHA, head]
+    count = nkeys + len(args) + 3
+    parts = [_COUNT[count] if count < len(_COUNT) else b"*%d\r\n" % count, _EVALSHA, head]
+    append = parts.append
     for arg in args:
+        # (No typing.cast here: it is a Python call of its own, per argument.)
         kind = type(arg)
+        data: bytes
         if kind is bytes:
-            data = cast(bytes, arg)
+            data = arg  # type: ignore[assignment]
         elif kind is str:
-            data = cast(str, arg).encode()
+            data = arg.encode()  # type: ignore[union-attr]
         elif kind is int:
-            data = b"%d" % cast(int, arg)
+            data = str(arg).encode()
         else:
             return None
-        if len(data) < _INLINE_MAX:
-            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-        else:  # not copied once more into a piece of its own
-            parts += (b"$%d\r\n" % len(data), data, b"\r\n")
+        size = len(data)
+        append(_BULK[size] if size < _PREFIXED else b"$%d\r\n" % size)
+        append(data)
+        append(b"\r\n")
     return b"".join(parts)
+
+
+# "$<n>\r\n" (a bulk string of n bytes follows) and "*<n>\r\n" (a command of n parts),
+# made once for the sizes most calls have: %-formatting bytes costs more than the rest of
+# an argument's packing.
+_PREFIXED = 512
+_BULK = tuple(b"$%d\r\n" % n for n in range(_PREFIXED))
+_COUNT = tuple(b"*%d\r\n" % n for n in range(64))
 
 
 async def _send(
