@@ -9,8 +9,7 @@ Items put in the queue wake one slot, which runs them one after another for as l
 their handlers finish without waiting (a fast handler costs no wake-up, no future and no
 extra turn of the loop). The first handler that waits wakes a slot for each item still
 queued, so a handler that waits never holds up the items behind it; a slot whose waiting
-item ends takes the next one (in the loop's next turn, unless told otherwise), waking
-nobody.
+item ends goes straight on to the next one, waking nobody.
 """
 
 from __future__ import annotations
@@ -44,9 +43,8 @@ class HandlerSlots(Generic[T]):
     them to ``abandon`` and ends, as :meth:`halt` does. ``taken``, if given, is called
     each time a slot takes an item off the queue (a reader waiting for room reads
     again). A slot gives the loop a turn after ``inline`` items in a row that did not
-    wait (:data:`INLINE` unless told) or :data:`INLINE_S`, whichever comes first;
-    ``turn_after_wait`` False lets a slot whose item waited go straight on to the next
-    one instead of in the loop's next turn."""
+    wait (:data:`INLINE` unless told) or :data:`INLINE_S`, whichever comes first; after
+    an item that waited (the loop had its turn) it goes straight on to the next."""
 
     def __init__(
         self,
@@ -59,7 +57,6 @@ class HandlerSlots(Generic[T]):
         log: logging.Logger,
         taken: Callable[[], None] | None = None,
         inline: int = INLINE,
-        turn_after_wait: bool = True,
     ) -> None:
         self.size = size
         self.inline = inline
@@ -71,7 +68,6 @@ class HandlerSlots(Generic[T]):
         self._abandon = abandon
         self._log = log
         self._taken = taken
-        self._turn_after_wait = turn_after_wait
         self._idle: deque[asyncio.Future[bool]] = deque()
         # Slots that will look at the queue again without being woken: woken or made and
         # not yet running, or in an item that has not waited, or back from one that did.
@@ -141,7 +137,6 @@ class HandlerSlots(Generic[T]):
         queue = self.queue
         taken = self._taken
         most_inline = self.inline
-        turn_after_wait = self._turn_after_wait
         looking = True  # counted in self._looking
         inline = 0  # items run one after another in this turn of the loop
         turn = loop.time()  # when this turn of the loop began for this slot
@@ -176,12 +171,9 @@ class HandlerSlots(Generic[T]):
                 if step.waited:
                     self._looking += 1
                     looking = True
-                    if turn_after_wait:
-                        # The next item starts in the loop's next turn, as a task made
-                        # for it would: slots whose handlers ended together start their
-                        # next ones together (measured for the ActionWorker: going
-                        # straight on made round-trip handlers slower).
-                        await asyncio.sleep(0)
+                    # The loop had its turns while the item waited: straight on to the
+                    # next (a turn of the loop first cost round-trip handlers about a
+                    # tenth of their throughput).
                     inline, turn = 0, loop.time()
                 else:
                     # It never gave the loop a turn: go straight on to the next, giving

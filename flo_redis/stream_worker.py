@@ -173,9 +173,7 @@ class StreamWorker(WorkerLifecycle):
             abandon=_stays_pending,
             log=log,
             taken=self._taken,
-            # None after a record that waited: measured faster here (README, "Where
-            # the time goes"); `inline` is set by each start (_new_runner).
-            turn_after_wait=False,
+            # `inline` is set by each start (_new_runner).
         )
         self._room_waiter: asyncio.Future[None] | None = None
         # The record hooks the observer has (set before start): only those are called.
