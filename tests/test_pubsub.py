@@ -5,13 +5,16 @@ from wake-ups. Cluster routing is covered in test_cluster.py."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import redis.asyncio as aioredis
 from polling import eventually
 from proxy import Proxy
+from redis.asyncio.client import PubSub
 
-from flo_redis import FloClient
+from flo_redis import FloClient, NotConnectedError
 from flo_redis._listener import Listener
 from flo_redis.keys import action_keys, owner_channel
 from flo_redis.liveness import connection_name
@@ -123,6 +126,33 @@ async def test_a_lost_connection_wakes_listeners_and_arm_subscribes_again(
             assert listener.message == b"after"
     finally:
         await proxy.stop()
+
+
+async def test_a_connection_closed_under_a_subscribe_is_a_lost_connection(
+    client: FloClient, raw: aioredis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While Redis restarts, redis-py can find the connection closed between its connect
+    and its write, and raises AttributeError ('NoneType' ... 'writelines'). That is a lost
+    connection (NotConnectedError, which a worker retries), not a fault that ends it; the
+    next arm subscribes on a fresh connection."""
+    send = PubSub.ssubscribe
+    closed_under_it = [AttributeError("'NoneType' object has no attribute 'writelines'")]
+
+    async def ssubscribe(self: PubSub, *args: Any, **kwargs: Any) -> Any:
+        if closed_under_it:
+            raise closed_under_it.pop()
+        return await send(self, *args, **kwargs)
+
+    monkeypatch.setattr(PubSub, "ssubscribe", ssubscribe)
+    channel = run_channel(namespace, "r4")
+    async with client.waker.listening([channel], release=True) as listener:
+        with pytest.raises(NotConnectedError, match="subscription failed"):
+            await listener.arm()
+        await listener.arm()
+        assert await subscribers(raw, channel) == 1
+        await raw.execute_command("SPUBLISH", channel, b"after")
+        assert await listener.wait(15)
+        assert listener.message == b"after"
 
 
 async def test_liveness_never_listens_and_never_shares_the_wake_connection(
