@@ -23,8 +23,8 @@ end
 
 -- What an invoke reads before it writes: max_retries and max_payload only (nil when the
 -- action is not registered), marked `lean`. Each field an HMGET answers costs a script
--- about half a microsecond, so an invoke reads the other settings (the full load above)
--- only to hand its run to a parked poller (lib/handoff.lua).
+-- about half a microsecond, so an invoke reads the other settings (action_load) only to
+-- hand its run to a parked poller (lib/handoff.lua).
 local function action_load_lean(def_key)
   local v = redis.call('HMGET', def_key, 'max_retries', 'max_payload')
   if not v[1] then return nil end

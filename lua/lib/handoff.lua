@@ -123,7 +123,7 @@ local function handoff_give(k, action, run_id, run, input, now, skip_owner, fiel
   return false
 end
 
--- Give new run `run_id` (not yet queued nor saved) to a parked poller (as the hand-off above), only
+-- Give new run `run_id` (not yet queued nor saved) to a parked poller (handoff_give), only
 -- while nothing waits in `pending`, so priority and FIFO order hold. `action` may hold
 -- only the two settings an invoke reads first (`lean`, lib/action.lua): the rest is read
 -- from `k.definition` once a poller is parked. False: the caller queues it as usual.
@@ -137,7 +137,7 @@ local function handoff_new(k, action, run_id, run, input, now)
 end
 
 -- `n` runs (n > 0) were just queued in `pending`, ready now: hand the head of the queue to
--- parked pollers while one may take it (hand-off above, none of `skip_owner`'s; at most n
+-- parked pollers while one may take it (handoff_give, none of `skip_owner`'s; at most n
 -- runs and HANDOFF_BATCH, never one past a run left waiting, so priority and FIFO order
 -- hold), then publish a wake-up when runs still wait. Without `k.parked` it only wakes.
 -- Returns how many runs were handed. Every script that makes runs ready calls this

@@ -40,7 +40,7 @@ end
 -- Take back what `owner` holds: each of its index entries in `owned_key` is removed and
 -- passed to give_back_one(id), at most budget.left entries in all (budget is shared by
 -- the owners of one call). True once nothing of the owner is left -- the take_back that
--- the judging of owners below expects; false when the budget ran out first.
+-- owners_judge expects; false when the budget ran out first.
 local function owned_take_back(owned_key, owner, budget, give_back_one)
   if budget.left <= 0 then return false end
   for _, entry in ipairs(owned_range(owned_key, owner, budget.left)) do

@@ -86,7 +86,7 @@ local function queue_take_many(k, ids, runs, worker_id, owner, now, deadline, lo
   if rate then redis.call('ZADD', k.rate, unpack(rate)) end
 end
 
--- The batch take above, of one run (`token`: its token, when the caller took it already).
+-- queue_take_many of one run (`token`: its token, when the caller took it already).
 local function queue_take(k, run_id, run, worker_id, owner, now, deadline, log_rate, token)
   queue_take_many(k, {run_id}, {run}, worker_id, owner, now, deadline, log_rate, token)
 end

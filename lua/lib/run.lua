@@ -32,7 +32,7 @@ local function run_is_holder(run, token, worker_id)
   return run.w == worker_id
 end
 
--- The run `run_id` when the caller holds it (the holder test above); else nil and the reply to
+-- The run `run_id` when the caller holds it (run_is_holder); else nil and the reply to
 -- refuse with: {NOT_FOUND}, or {STALE, run status}, counted in stat:stale_refused.
 local function run_held(runs_key, meta_key, run_id, token, worker_id)
   local run = run_load(runs_key, run_id)

@@ -350,7 +350,7 @@ local function batches_settle(log_key, g, group, owner, limit)
 end
 
 -- Forget the bookkeeping of acked entries (at most 1000) that have any: an entry read
--- in a batch and acked on that delivery has none of its own. `owner` as for the untracking above.
+-- in a batch and acked on that delivery has none of its own. `owner` as group_untrack.
 local function group_untrack_recorded(g, ids, owner)
   if #ids == 0 or redis.call('HLEN', g.deliveries) == 0 then return end
   local raw = redis.call('HMGET', g.deliveries, unpack(ids))
