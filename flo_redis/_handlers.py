@@ -72,18 +72,18 @@ class HandlerRunner:
         handler: Callable[[Any], Any],
         ctx: Any,
         running: Running,
-        task: asyncio.Task[Any] | None = None,
+        task: asyncio.Task[Any],
     ) -> Any:
         """``handler(ctx)``'s result. :class:`HandlerTimeout` once the deadline passed,
         :class:`HandlerStopped` once :meth:`Running.stop` was called (also when the
         handler swallowed the cancellation and returned). A cancellation of the caller
-        cancels the handler and is raised as it is. ``task`` is the caller's own task
-        (the current one when not given: a handler slot knows its own, and saves asking
-        once a run)."""
+        cancels the handler and is raised as it is. ``task`` is the caller's own task,
+        the one the handler runs in (a handler slot knows its own: no asking once a
+        run)."""
         self._running.add(running)
         try:
             if CAN_UNCANCEL:
-                running._target = task if task is not None else asyncio.current_task()
+                running._target = task
                 try:
                     result = await self._pool.call(handler, ctx)
                 except asyncio.CancelledError:
