@@ -1,7 +1,7 @@
 """Handler slots: up to a worker's concurrency of long-lived tasks that run its queued
 items one after another, so an item costs no task of its own.
 
-Each item runs in a context of its own (:class:`flo_redis._in_context.InContext`), as a
+Each item runs in a context of its own (:func:`flo_redis._in_context.start_in`), as a
 task of its own would: whatever a handler sets in a ``ContextVar`` ends with it, and a
 cancellation of the slot reaches the handler as it would reach its own task.
 
@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-from ._in_context import InContext
+from ._in_context import start_in
 
 T = TypeVar("T")
 
@@ -141,12 +141,6 @@ class HandlerSlots(Generic[T]):
         inline = 0  # items run one after another in this turn of the loop
         turn = loop.time()  # when this turn of the loop began for this slot
 
-        def waits() -> None:
-            nonlocal looking
-            looking = False
-            self._looking -= 1
-            self._spread()
-
         try:
             while True:
                 if not queue:
@@ -163,12 +157,20 @@ class HandlerSlots(Generic[T]):
                 if taken is not None:
                     taken()
                 # In a context of its own, as a task of its own would be.
-                step = InContext(self._run(item, me), contextvars.copy_context(), waits)
+                waited = False
                 try:
-                    await step
+                    rest = start_in(contextvars.copy_context(), self._run(item, me))
+                    if rest is not None:
+                        # It waits, so its slot no longer counts as looking: the items
+                        # behind it get slots of their own.
+                        waited = True
+                        looking = False
+                        self._looking -= 1
+                        self._spread()
+                        await rest
                 except Exception:
                     self._log.exception("%s: an item failed", self._name)
-                if step.waited:
+                if waited:
                     self._looking += 1
                     looking = True
                     # The loop had its turns while the item waited: straight on to the

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import pytest
+
 from flo_redis._slots import INLINE, INLINE_S, HandlerSlots
 
 _SEEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("seen", default=None)
@@ -156,6 +158,54 @@ async def test_an_item_that_waits_never_holds_up_the_ones_behind_it() -> None:
     release.set()
     await until(lambda: len(finished) == 20)
     assert peak == 5  # never more than the slots at once
+    slots.close()
+    await asyncio.gather(*slots.tasks)
+
+
+async def test_an_item_that_waits_keeps_its_own_context_through_every_step() -> None:
+    leaked: list[int | None] = []
+    kept: list[bool] = []
+
+    async def run(item: int, _slot: asyncio.Task[Any]) -> None:
+        leaked.append(_SEEN.get())
+        _SEEN.set(item)
+        for _ in range(item % 3):  # none, one or two waits, while others run between
+            await asyncio.sleep(0)
+            kept.append(_SEEN.get() == item)
+        _SEEN.set(-item)
+
+    slots = make_slots(3, run)
+    put(slots, range(30))
+    await until(lambda: len(leaked) == 30 and len(kept) == 30)
+    assert kept == [True] * 30  # each step of an item saw what that item set
+    assert leaked == [None] * 30  # and nothing it set reached another item
+    slots.close()
+    await asyncio.gather(*slots.tasks)
+
+
+async def test_an_item_that_fails_is_logged_and_its_slot_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[int] = []
+
+    async def run(item: int, _slot: asyncio.Task[Any]) -> None:
+        if item == 1:
+            raise ValueError("failed at once")
+        if item == 3:
+            await asyncio.sleep(0)
+            raise ValueError("failed after a wait")
+        ran.append(item)
+
+    slots = make_slots(1, run)
+    with caplog.at_level(logging.ERROR, logger="test-slots"):
+        put(slots, range(6))
+        await until(lambda: len(ran) == 4)
+    assert ran == [0, 2, 4, 5]
+    failures = [r for r in caplog.records if r.message == "test-slot: an item failed"]
+    assert [str(r.exc_info[1]) for r in failures if r.exc_info] == [
+        "failed at once",
+        "failed after a wait",
+    ]
     slots.close()
     await asyncio.gather(*slots.tasks)
 
