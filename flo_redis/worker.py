@@ -159,6 +159,9 @@ class ActionWorker(WorkerLifecycle):
         self._hooks_before = self._hooks_after = True  # made by start()
         self._tell_claimed = self._tell_handled = True  # ...as are these
         self._waiting = False  # ...and is waiting now
+        # The loop the worker runs on, known from start(): asking asyncio for it on
+        # every run costs a getpid() system call on Python 3.11.
+        self._loop: asyncio.AbstractEventLoop | None = None
         # Made by start(), on the worker's own session.
         self._ops: WorkerOperations
         self._registration: Registration
@@ -247,6 +250,7 @@ class ActionWorker(WorkerLifecycle):
         return HandlerRunner(self.config.concurrency, self.config.action_timeout, "flo-handler")
 
     async def _setup(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._ops = WorkerOperations(self.session)
         # Runs in hand would count against a limit shared with other workers while they
         # wait, so a worker serving a limited action claims only for free slots.
@@ -413,7 +417,7 @@ class ActionWorker(WorkerLifecycle):
         """Start ``runs``, claimed or handed to the poller (it calls this), in free
         slots; the rest are held in hand, in order."""
         self._reports.claimed(len(runs))
-        now = asyncio.get_running_loop().time()
+        now = self._time()
         in_hand = self._prefetch.runs
         concurrency = self.config.concurrency
         if self._tell_claimed:
@@ -467,7 +471,7 @@ class ActionWorker(WorkerLifecycle):
             return  # told already (a cancelled handler's run was given back)
         in_hand = self._prefetch.runs
         if in_hand and not self._stop.is_set():
-            now = asyncio.get_running_loop().time()
+            now = self._time()
             while in_hand and len(self._running) < self.config.concurrency:
                 held = in_hand.popleft()
                 lease_ms = self._lease_ms(held.run.action)
@@ -477,6 +481,10 @@ class ActionWorker(WorkerLifecycle):
                     self._start(held.run, held.claimed_at)  # the slot ending goes on to it
         if self._waiting and self._poll_room() > 0:
             self._wake.set()
+
+    def _time(self) -> float:
+        """The event loop's time."""
+        return (self._loop or asyncio.get_running_loop()).time()
 
     def _lease_ms(self, action: str) -> int:
         options = self._options.get(action)
@@ -503,7 +511,7 @@ class ActionWorker(WorkerLifecycle):
     async def _execute(self, ctx: ActionContext, slot: asyncio.Task[Any]) -> None:
         """Run one started run's handler with its hooks, in the handler slot ``slot``;
         its report is on its way when this returns."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         began = handler_began = loop.time()
         report: Report
         try:
@@ -549,13 +557,14 @@ class ActionWorker(WorkerLifecycle):
             return Failed(f"No handler for: {ctx.action_name}", retry=True)
         if ctx._revoked:
             return Dropped()  # cancelled before its handler began
-        running = ctx._running = self._handler_runner.running(ctx._cancel, began)
+        runner = self._handler_runner
+        running = ctx._running = runner.running(ctx._cancel, began)
         toucher = None
         if self.config.auto_touch:
             timeout_ms = self._options[ctx.action_name].timeout_ms
             toucher = start_auto_touch(self._touch, ctx, running, timeout_ms)
         try:
-            result = await self._handler_runner.run(handler, ctx, running, slot)
+            result = await runner.run(handler, ctx, running, slot)
         except HandlerTimeout:
             return Failed("Action timed out", retry=False, error=TimeoutError("Action timed out"))
         except HandlerStopped:
