@@ -3,7 +3,10 @@
 Enqueues ``n`` no-op tasks, then runs one worker (in this process, after the enqueue has
 finished, so producer and worker never share the loop) at ``--concurrency`` until the
 ``n``-th handler call. Every queue is measured the same way: processed/s from its first
-handler call to its ``n``-th. Prints one JSON line: ``{"rate", "calls", "unique", ...}``.
+handler call to its ``n``-th. Prints one JSON line: ``{"rate", "calls", "unique", ...}``,
+with ``user_us`` and ``sys_us``: the process's CPU time per task over the same window
+(``getrusage``, every thread), a steadier figure than the rate to set two runs side by
+side on a shared machine.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import sys
 import threading
 import time
@@ -30,6 +34,7 @@ class Meter:
         self.seen: set[Any] = set()
         self.first = 0.0
         self.last = 0.0
+        self._cpu_first = self._cpu_last = (0.0, 0.0)  # (user, system) seconds
         self.done = threading.Event()
         self._lock = threading.Lock()
 
@@ -39,10 +44,12 @@ class Meter:
             self.calls += 1
             if self.calls == 1:
                 self.first = now
+                self._cpu_first = _cpu()
             if key is not None:
                 self.seen.add(key)
             if self.calls == self.n:
                 self.last = now
+                self._cpu_last = _cpu()
                 self.done.set()
 
     async def wait(self, timeout: float) -> None:
@@ -54,11 +61,21 @@ class Meter:
 
     def result(self) -> dict[str, Any]:
         elapsed = self.last - self.first
+        done = elapsed > 0
+        (user0, sys0), (user1, sys1) = self._cpu_first, self._cpu_last
         return {
-            "rate": self.n / elapsed if elapsed > 0 else None,
+            "rate": self.n / elapsed if done else None,
             "calls": self.calls,
             "unique": len(self.seen) if self.seen else None,
+            "user_us": (user1 - user0) / self.n * 1e6 if done else None,
+            "sys_us": (sys1 - sys0) / self.n * 1e6 if done else None,
         }
+
+
+def _cpu() -> tuple[float, float]:
+    """This process's user and system CPU time so far, in seconds."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
 
 
 METER = Meter(0)
