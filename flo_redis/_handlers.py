@@ -67,6 +67,27 @@ class HandlerRunner:
             began = asyncio.get_running_loop().time()
         return Running(began + self.timeout_s, on_stop)
 
+    def enter(self, running: Running, target: asyncio.Future[Any]) -> None:
+        """Watch ``running``'s deadline from now on; a stop cancels ``target`` (the task
+        its handler runs in)."""
+        self._running.add(running)
+        running._target = target
+
+    def leave(self, running: Running) -> None:
+        """``running``'s handler is over: no longer watched, and a stop cancels nothing."""
+        running._target = None
+        self._running.discard(running)
+
+    def stopped(self, running: Running) -> Exception | None:
+        """Once ``running``'s handler returned, or a cancellation reached it in the
+        caller's task (Python 3.11+): None if nobody stopped it; else the error it ends
+        with (:class:`HandlerTimeout` or :class:`HandlerStopped`), the stop's
+        cancellation taken back from the task."""
+        if not running.why:
+            return None
+        uncancel_current()
+        return self._stopped(running)
+
     async def run(
         self,
         handler: Callable[[Any], Any],
@@ -79,24 +100,27 @@ class HandlerRunner:
         handler swallowed the cancellation and returned). A cancellation of the caller
         cancels the handler and is raised as it is. ``task`` is the caller's own task,
         the one the handler runs in (a handler slot knows its own: no asking once a
-        run)."""
-        self._running.add(running)
-        try:
-            if CAN_UNCANCEL:
-                running._target = task
+        run). Its steps, for a caller that awaits an ``async def`` handler itself:
+        :meth:`enter`, await, :meth:`stopped`, :meth:`leave`."""
+        if CAN_UNCANCEL:
+            self.enter(running, task)
+            try:
                 try:
                     result = await self._pool.call(handler, ctx)
                 except asyncio.CancelledError:
-                    if not running.why:
+                    stop = self.stopped(running)
+                    if stop is None:
                         raise
-                    uncancel_current()
-                    raise self._stopped(running) from None
-                if running.why:
-                    uncancel_current()  # the handler swallowed it: its time is over anyway
-                    raise self._stopped(running)
+                    raise stop from None
+                stop = self.stopped(running)  # it swallowed the cancellation and returned
+                if stop is not None:
+                    raise stop
                 return result
-            work = asyncio.ensure_future(self._pool.call(handler, ctx))
-            running._target = work
+            finally:
+                self.leave(running)
+        work = asyncio.ensure_future(self._pool.call(handler, ctx))
+        self.enter(running, work)
+        try:
             try:
                 # Cancelling this task cancels the handler's too.
                 result = await work
@@ -108,8 +132,7 @@ class HandlerRunner:
                 raise self._stopped(running)
             return result
         finally:
-            running._target = None
-            self._running.discard(running)
+            self.leave(running)
 
     def _stopped(self, running: Running) -> Exception:
         if running.why == "timeout":

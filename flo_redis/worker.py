@@ -32,7 +32,7 @@ from ._action_reports import (
     completion,
     failure,
 )
-from ._aio import cancel_and_wait
+from ._aio import CAN_UNCANCEL, cancel_and_wait, is_async_handler
 from ._checks import check_count, check_seconds
 from ._gc import YoungGeneration
 from ._handlers import HandlerRunner, HandlerStopped, HandlerTimeout
@@ -159,6 +159,7 @@ class ActionWorker(WorkerLifecycle):
         self._hooks_before = self._hooks_after = True  # made by start()
         self._tell_claimed = self._tell_handled = True  # ...as are these
         self._waiting = False  # ...and is waiting now
+        self._awaited: dict[str, ActionHandler] = {}  # made by start()
         # The loop the worker runs on, known from start(): asking asyncio for it on
         # every run costs a getpid() system call on Python 3.11.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -261,6 +262,14 @@ class ActionWorker(WorkerLifecycle):
         self._hooks_after = overrides(self.observer, "after_run")
         self._tell_claimed = overrides(self.observer, "run_claimed")
         self._tell_handled = overrides(self.observer, "run_handled")
+        # The handlers awaited in their slot's own task; the rest go through the runner
+        # (a plain function runs in its thread pool; auto_touch keeps a lease alive;
+        # Python 3.10 cannot take a cancellation back, so each gets a task there).
+        self._awaited = (
+            {n: h for n, h in self._handlers.items() if is_async_handler(h)}
+            if CAN_UNCANCEL and not self.config.auto_touch
+            else {}
+        )
         self._reports = RunReporter(
             self._ops,
             self.config.worker_id,
@@ -522,7 +531,36 @@ class ActionWorker(WorkerLifecycle):
             except Exception as exc:
                 report = failure(ctx, exc, self.config.worker_id)
             else:
-                report = await self._run_handler(ctx, handler_began, slot)
+                handler = self._awaited.get(ctx.action_name)
+                if handler is None or ctx._revoked:
+                    report = await self._run_handler(ctx, handler_began, slot)
+                else:
+                    # An ``async def`` handler awaited right here, in the slot's task: a
+                    # coroutine fewer per run than HandlerRunner.run (the same steps).
+                    runner = self._handler_runner
+                    running = ctx._running = runner.running(ctx._cancel, handler_began)
+                    runner.enter(running, slot)
+                    try:
+                        try:
+                            result = await handler(ctx)
+                        except asyncio.CancelledError:
+                            stop = runner.stopped(running)
+                            if stop is None:
+                                raise  # the worker's own cancellation: see below
+                            report = _stopped(stop)
+                        except Exception as exc:
+                            report = failure(ctx, exc, self.config.worker_id)
+                        else:
+                            stop = runner.stopped(running)  # it swallowed the cancellation
+                            if stop is None:
+                                report = completion(
+                                    ctx, result, self._serializer, self.config.worker_id
+                                )
+                            else:
+                                report = _stopped(stop)
+                    finally:
+                        runner.leave(running)
+                        ctx._running = None  # it ended (no cycle left to collect)
             if isinstance(report, Completed):
                 if self._hooks_after:
                     await self._hook("after_run", self.observer.after_run, ctx, report.data)
@@ -551,7 +589,8 @@ class ActionWorker(WorkerLifecycle):
         self, ctx: ActionContext, began: float, slot: asyncio.Task[Any]
     ) -> Report:
         """``ctx``'s handler's report, its time limit counted from ``began`` (loop
-        time), run in the task ``slot``."""
+        time), run in the task ``slot`` through the handler runner: a plain function in
+        its thread pool, the lease kept alive by ``auto_touch``, or on Python 3.10."""
         handler = self._handlers.get(ctx.action_name)
         if handler is None:
             return Failed(f"No handler for: {ctx.action_name}", retry=True)
@@ -565,10 +604,8 @@ class ActionWorker(WorkerLifecycle):
             toucher = start_auto_touch(self._touch, ctx, running, timeout_ms)
         try:
             result = await runner.run(handler, ctx, running, slot)
-        except HandlerTimeout:
-            return Failed("Action timed out", retry=False, error=TimeoutError("Action timed out"))
-        except HandlerStopped:
-            return Dropped()  # cancelled, or the lease was lost: nobody takes a report
+        except (HandlerTimeout, HandlerStopped) as stop:
+            return _stopped(stop)
         except Exception as exc:
             return failure(ctx, exc, self.config.worker_id)
         finally:
@@ -604,6 +641,14 @@ class ActionWorker(WorkerLifecycle):
         await report_progress(
             self.session, self.config.worker_id, ctx.action_name, ctx.task_id, ctx.token, data
         )
+
+
+def _stopped(stop: Exception) -> Report:
+    """The report of a handler the runner stopped: past its time limit, a failure not
+    retried; stopped otherwise (cancelled, or its lease was lost), none at all."""
+    if isinstance(stop, HandlerTimeout):
+        return Failed("Action timed out", retry=False, error=TimeoutError("Action timed out"))
+    return Dropped()  # nobody takes a report
 
 
 __all__ = [

@@ -162,6 +162,36 @@ async def test_local_action_timeout_cancels_and_fails_without_retry(client: FloC
     )
 
 
+@pytest.mark.parametrize("auto_touch", [False, True])
+async def test_a_handler_that_swallows_its_time_limit_still_fails_timed_out(
+    client: FloClient, auto_touch: bool
+) -> None:
+    """A handler past its time limit that catches the cancellation and returns anyway is
+    failed "Action timed out" (not retried), and its slot goes on serving: awaited in
+    the slot's own task, or through the handler runner (with auto_touch)."""
+    worker = new_worker(client, action_timeout=0.2, auto_touch=auto_touch)
+
+    @worker.action("stubborn", ActionRegisterOptions(max_retries=3, timeout_ms=60_000))
+    async def stubborn(ctx: ActionContext) -> bytes:
+        if ctx.payload == b"quick":
+            return b"quick"
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return b"done anyway"
+        return b""
+
+    async with running(worker):
+        status = await finished(client, (await client.action.invoke("stubborn", b"")).run_id)
+        after = await finished(client, (await client.action.invoke("stubborn", b"quick")).run_id)
+    assert (status.status, status.attempt, status.error_message) == (
+        RunStatus.FAILED,
+        1,
+        "Action timed out",
+    )
+    assert (after.status, after.output) == (RunStatus.COMPLETED, b"quick")
+
+
 async def test_registration_rules(client: FloClient) -> None:
     worker = new_worker(client)
     with pytest.raises(ValueError, match="No action handlers"):
