@@ -78,13 +78,11 @@ class HandlerRunner:
         running._target = None
         self._running.discard(running)
 
-    def stopped(self, running: Running) -> Exception | None:
-        """Once ``running``'s handler returned, or a cancellation reached it in the
-        caller's task (Python 3.11+): None if nobody stopped it; else the error it ends
-        with (:class:`HandlerTimeout` or :class:`HandlerStopped`), the stop's
-        cancellation taken back from the task."""
-        if not running.why:
-            return None
+    def stopped(self, running: Running) -> Exception:
+        """For a handler that was stopped (``running.why`` is set) and has returned, or
+        was cancelled in the caller's task (Python 3.11+): the error it ends with
+        (:class:`HandlerTimeout` or :class:`HandlerStopped`), the stop's cancellation
+        taken back from the task."""
         uncancel_current()
         return self._stopped(running)
 
@@ -101,20 +99,18 @@ class HandlerRunner:
         cancels the handler and is raised as it is. ``task`` is the caller's own task,
         the one the handler runs in (a handler slot knows its own: no asking once a
         run). Its steps, for a caller that awaits an ``async def`` handler itself:
-        :meth:`enter`, await, :meth:`stopped`, :meth:`leave`."""
+        :meth:`enter`, await, :meth:`stopped` if ``running.why`` is set, :meth:`leave`."""
         if CAN_UNCANCEL:
             self.enter(running, task)
             try:
                 try:
                     result = await self._pool.call(handler, ctx)
                 except asyncio.CancelledError:
-                    stop = self.stopped(running)
-                    if stop is None:
+                    if not running.why:
                         raise
-                    raise stop from None
-                stop = self.stopped(running)  # it swallowed the cancellation and returned
-                if stop is not None:
-                    raise stop
+                    raise self.stopped(running) from None
+                if running.why:  # it swallowed the cancellation and returned
+                    raise self.stopped(running)
                 return result
             finally:
                 self.leave(running)

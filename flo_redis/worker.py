@@ -544,20 +544,18 @@ class ActionWorker(WorkerLifecycle):
                         try:
                             result = await handler(ctx)
                         except asyncio.CancelledError:
-                            stop = runner.stopped(running)
-                            if stop is None:
+                            if not running.why:
                                 raise  # the worker's own cancellation: see below
-                            report = _stopped(stop)
+                            report = _stopped_report(runner.stopped(running))
                         except Exception as exc:
                             report = failure(ctx, exc, self.config.worker_id)
                         else:
-                            stop = runner.stopped(running)  # it swallowed the cancellation
-                            if stop is None:
+                            if running.why:  # it swallowed the cancellation and returned
+                                report = _stopped_report(runner.stopped(running))
+                            else:
                                 report = completion(
                                     ctx, result, self._serializer, self.config.worker_id
                                 )
-                            else:
-                                report = _stopped(stop)
                     finally:
                         runner.leave(running)
                         ctx._running = None  # it ended (no cycle left to collect)
@@ -605,7 +603,7 @@ class ActionWorker(WorkerLifecycle):
         try:
             result = await runner.run(handler, ctx, running, slot)
         except (HandlerTimeout, HandlerStopped) as stop:
-            return _stopped(stop)
+            return _stopped_report(stop)
         except Exception as exc:
             return failure(ctx, exc, self.config.worker_id)
         finally:
@@ -643,7 +641,7 @@ class ActionWorker(WorkerLifecycle):
         )
 
 
-def _stopped(stop: Exception) -> Report:
+def _stopped_report(stop: Exception) -> Report:
     """The report of a handler the runner stopped: past its time limit, a failure not
     retried; stopped otherwise (cancelled, or its lease was lost), none at all."""
     if isinstance(stop, HandlerTimeout):
