@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ._aio import sleep_unless_stopped
 from ._batch import Coalescer
+from ._handlers import HandlerTimeout
 from ._reports import drop_refused, send_report
 from .action_context import ActionResult
 from .errors import NonRetryableError, PermissionDeniedError, ServerError, is_connection_error
@@ -176,6 +177,14 @@ def failure(ctx: ActionContext, exc: BaseException, worker_id: str) -> Failed:
         },
     )
     return Failed(message, retry=retry, traceback=error_traceback(exc), error=exc)
+
+
+def stopped_report(stop: Exception) -> Failed | Dropped:
+    """The report of a handler the runner stopped: past its time limit, a failure not
+    retried; stopped otherwise (cancelled, or its lease was lost), none at all."""
+    if isinstance(stop, HandlerTimeout):
+        return Failed("Action timed out", retry=False, error=TimeoutError("Action timed out"))
+    return Dropped()  # nobody takes a report
 
 
 class RunReporter:
@@ -344,4 +353,5 @@ __all__ = [
     "RunReporter",
     "completion",
     "failure",
+    "stopped_report",
 ]

@@ -31,6 +31,7 @@ from ._action_reports import (
     RunReporter,
     completion,
     failure,
+    stopped_report,
 )
 from ._aio import CAN_UNCANCEL, cancel_and_wait, is_async_handler
 from ._checks import check_count, check_seconds
@@ -546,12 +547,12 @@ class ActionWorker(WorkerLifecycle):
                         except asyncio.CancelledError:
                             if not running.why:
                                 raise  # the worker's own cancellation: see below
-                            report = _stopped_report(runner.stopped(running))
+                            report = stopped_report(runner.stopped(running))
                         except Exception as exc:
                             report = failure(ctx, exc, self.config.worker_id)
                         else:
                             if running.why:  # it swallowed the cancellation and returned
-                                report = _stopped_report(runner.stopped(running))
+                                report = stopped_report(runner.stopped(running))
                             else:
                                 report = completion(
                                     ctx, result, self._serializer, self.config.worker_id
@@ -603,7 +604,7 @@ class ActionWorker(WorkerLifecycle):
         try:
             result = await runner.run(handler, ctx, running, slot)
         except (HandlerTimeout, HandlerStopped) as stop:
-            return _stopped_report(stop)
+            return stopped_report(stop)
         except Exception as exc:
             return failure(ctx, exc, self.config.worker_id)
         finally:
@@ -639,14 +640,6 @@ class ActionWorker(WorkerLifecycle):
         await report_progress(
             self.session, self.config.worker_id, ctx.action_name, ctx.task_id, ctx.token, data
         )
-
-
-def _stopped_report(stop: Exception) -> Report:
-    """The report of a handler the runner stopped: past its time limit, a failure not
-    retried; stopped otherwise (cancelled, or its lease was lost), none at all."""
-    if isinstance(stop, HandlerTimeout):
-        return Failed("Action timed out", retry=False, error=TimeoutError("Action timed out"))
-    return Dropped()  # nobody takes a report
 
 
 __all__ = [
