@@ -4,10 +4,11 @@ never holds up the items behind it, and each item runs in a context of its own."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +16,15 @@ import pytest
 from flo_redis._slots import INLINE, INLINE_S, HandlerSlots
 
 _SEEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("seen", default=None)
+
+
+@contextlib.contextmanager
+def _bound(value: int) -> Iterator[None]:
+    token = _SEEN.set(value)
+    try:
+        yield
+    finally:
+        _SEEN.reset(token)
 
 
 def make_slots(
@@ -72,24 +82,63 @@ async def test_each_item_is_told_the_task_it_runs_in() -> None:
     slots.close()
 
 
-async def test_items_that_never_wait_run_in_order_in_one_slot_each_in_its_own_context() -> None:
+async def test_items_that_never_wait_run_in_order_in_one_slot() -> None:
     ran: list[int] = []
-    leaked: list[int | None] = []
+    started: list[asyncio.Task[None]] = []
     done = asyncio.Event()
 
     async def run(item: int, _slot: asyncio.Task[Any]) -> None:
-        leaked.append(_SEEN.get())
-        _SEEN.set(item)
         ran.append(item)
         if item == 199:
             done.set()
 
     slots = make_slots(10, run)
+    slots._track = started.append
     put(slots, range(200))
     await asyncio.wait_for(done.wait(), 5)
     assert ran == list(range(200))
-    assert leaked == [None] * 200  # what one handler set is gone for the next
-    assert len(slots.tasks) == 1  # no slot was woken for items nobody waited on
+    assert len(started) == 1  # no slot was woken for items nobody waited on
+    slots.close()
+    await asyncio.gather(*slots.tasks)
+
+
+async def test_what_an_item_leaves_set_in_its_context_is_gone_for_the_next() -> None:
+    """An item that leaves a context variable set ends its slot, and the next item runs
+    in a new one, as it was; an item that resets what it set keeps its slot."""
+    leaked: list[int | None] = []
+    started: list[asyncio.Task[None]] = []
+
+    async def run(item: int, _slot: asyncio.Task[Any]) -> None:
+        leaked.append(_SEEN.get())
+        token = _SEEN.set(item)
+        if item % 2:
+            _SEEN.reset(token)  # odd items leave the context as they found it
+
+    slots = make_slots(10, run)
+    slots._track = started.append
+    with _bound(-1):  # what the context held when the slots started is kept
+        slots.reset()
+    put(slots, range(200))
+    await until(lambda: len(leaked) == 200)
+    assert leaked == [-1] * 200  # what one item set is gone for the next
+    assert len(started) == 101  # the first slot, and one after each even item
+    slots.close()
+    await asyncio.gather(*slots.tasks)
+
+
+async def test_items_that_wait_and_leave_their_context_changed_all_run() -> None:
+    """Every slot busy, each item ending its slot: the items queued behind still run."""
+    ran: list[int] = []
+
+    async def run(item: int, _slot: asyncio.Task[Any]) -> None:
+        await asyncio.sleep(0)
+        _SEEN.set(item)
+        ran.append(item)
+
+    slots = make_slots(2, run)
+    put(slots, range(20))
+    await until(lambda: len(ran) == 20)
+    assert sorted(ran) == list(range(20))
     slots.close()
     await asyncio.gather(*slots.tasks)
 
