@@ -67,9 +67,16 @@ class HandlerRunner:
             began = asyncio.get_running_loop().time()
         return Running(began + self.timeout_s, on_stop)
 
-    def enter(self, running: Running, target: asyncio.Future[Any]) -> None:
-        """Watch ``running``'s deadline from now on; a stop cancels ``target`` (the task
-        its handler runs in)."""
+    def enter(
+        self, on_stop: Callable[[], None] | None, began: float, target: asyncio.Future[Any]
+    ) -> Running:
+        """:meth:`running`, watched from now on, for a caller that awaits its handler
+        itself: a stop cancels ``target`` (the task its handler runs in)."""
+        running = Running(began + self.timeout_s, on_stop)
+        self._watch(running, target)
+        return running
+
+    def _watch(self, running: Running, target: asyncio.Future[Any]) -> None:
         self._running.add(running)
         running._target = target
 
@@ -99,9 +106,10 @@ class HandlerRunner:
         cancels the handler and is raised as it is. ``task`` is the caller's own task,
         the one the handler runs in (a handler slot knows its own: no asking once a
         run). Its steps, for a caller that awaits an ``async def`` handler itself:
-        :meth:`enter`, await, :meth:`stopped` if ``running.why`` is set, :meth:`leave`."""
+        :meth:`enter` (in place of :meth:`running`), await, :meth:`stopped` if
+        ``running.why`` is set, :meth:`leave`."""
         if CAN_UNCANCEL:
-            self.enter(running, task)
+            self._watch(running, task)
             try:
                 try:
                     result = await self._pool.call(handler, ctx)
@@ -115,7 +123,7 @@ class HandlerRunner:
             finally:
                 self.leave(running)
         work = asyncio.ensure_future(self._pool.call(handler, ctx))
-        self.enter(running, work)
+        self._watch(running, work)
         try:
             try:
                 # Cancelling this task cancels the handler's too.

@@ -161,11 +161,14 @@ class ActionWorker(WorkerLifecycle):
         self._tell_claimed = self._tell_handled = True  # ...as are these
         self._waiting = False  # ...and is waiting now
         self._awaited: dict[str, ActionHandler] = {}  # made by start()
+        self._lease_s: dict[str, float] = {}  # ...as is each action's lease length (s)
+        self._namespace = ""  # ...and the session's namespace
         # The loop the worker runs on, known from start(): asking asyncio for it on
         # every run costs a getpid() system call on Python 3.11.
         self._loop: asyncio.AbstractEventLoop | None = None
         # Made by start(), on the worker's own session.
         self._ops: WorkerOperations
+        self._run_handlers: HandlerRunner
         self._registration: Registration
         self._names: list[str]
         self._notices: Notices
@@ -254,6 +257,11 @@ class ActionWorker(WorkerLifecycle):
     async def _setup(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._ops = WorkerOperations(self.session)
+        self._run_handlers = self._handler_runner
+        self._namespace = self.session.namespace
+        self._lease_s = {
+            name: o.timeout_ms / 1000.0 for name, o in self._options.items() if o.timeout_ms > 0
+        }
         # Runs in hand would count against a limit shared with other workers while they
         # wait, so a worker serving a limited action claims only for free slots.
         limited = any(o.max_concurrency or o.rate_limit for o in self._options.values())
@@ -470,10 +478,10 @@ class ActionWorker(WorkerLifecycle):
             send = report.deliver(self._reports, ctx)
             self._track(asyncio.create_task(send, name=f"flo-report-{ctx.task_id}"))
 
-    def _handler_done(self, run_id: str) -> None:
-        """The handler finished: its slot is free while its report is still on the way
-        (a pending report uses no handler capacity; ``current_load`` counts handlers),
-        so the next run in hand starts in it."""
+    def _handler_done(self, run_id: str, now: float) -> None:
+        """The handler finished (at loop time ``now``): its slot is free while its
+        report is still on the way (a pending report uses no handler capacity;
+        ``current_load`` counts handlers), so the next run in hand starts in it."""
         self._contexts.pop(run_id, None)
         try:
             self._running.remove(run_id)
@@ -481,11 +489,11 @@ class ActionWorker(WorkerLifecycle):
             return  # told already (a cancelled handler's run was given back)
         in_hand = self._prefetch.runs
         if in_hand and not self._stop.is_set():
-            now = self._time()
+            lease_s = self._lease_s
             while in_hand and len(self._running) < self.config.concurrency:
                 held = in_hand.popleft()
-                lease_ms = self._lease_ms(held.run.action)
-                if lease_ms and now - held.claimed_at > lease_ms / 2000.0:
+                lease = lease_s.get(held.run.action)
+                if lease is not None and now - held.claimed_at > lease / 2:
                     self._give_back(held)  # half its lease spent waiting
                 else:
                     self._start(held.run, held.claimed_at)  # the slot ending goes on to it
@@ -496,26 +504,22 @@ class ActionWorker(WorkerLifecycle):
         """The event loop's time."""
         return (self._loop or asyncio.get_running_loop()).time()
 
-    def _lease_ms(self, action: str) -> int:
-        options = self._options.get(action)
-        return options.timeout_ms if options is not None else 0
-
     # --- one run -------------------------------------------------------------------
 
     def _context(self, run: Claimed, claimed_at: float) -> ActionContext:
         # The claim ran before its reply arrived, so the lease ends by then + its length.
-        lease_ms = self._lease_ms(run.action)
+        lease = self._lease_s.get(run.action)
         return new_context(
             run.run_id,
             run.action,
             run.payload,
             run.attempt,
             run.created_at_ms,
-            self.session.namespace,
+            self._namespace,
             self,
             run.token,
             run.trace,
-            claimed_at + lease_ms / 1000.0 if lease_ms > 0 else None,
+            None if lease is None else claimed_at + lease,
         )
 
     async def _execute(self, ctx: ActionContext, slot: asyncio.Task[Any]) -> None:
@@ -524,6 +528,7 @@ class ActionWorker(WorkerLifecycle):
         loop = self._loop or asyncio.get_running_loop()
         began = handler_began = loop.time()
         report: Report
+        ended: float | None = None
         try:
             try:
                 if self._hooks_before:
@@ -538,9 +543,8 @@ class ActionWorker(WorkerLifecycle):
                 else:
                     # An ``async def`` handler awaited right here, in the slot's task: a
                     # coroutine fewer per run than HandlerRunner.run (the same steps).
-                    runner = self._handler_runner
-                    running = ctx._running = runner.running(ctx._cancel, handler_began)
-                    runner.enter(running, slot)
+                    runner = self._run_handlers
+                    running = ctx._running = runner.enter(ctx._cancel, handler_began, slot)
                     try:
                         try:
                             result = await handler(ctx)
@@ -553,6 +557,8 @@ class ActionWorker(WorkerLifecycle):
                         else:
                             if running.why:  # it swallowed the cancellation and returned
                                 report = stopped_report(runner.stopped(running))
+                            elif type(result) is bytes:  # completion's common case
+                                report = Completed(result)
                             else:
                                 report = completion(
                                     ctx, result, self._serializer, self.config.worker_id
@@ -566,23 +572,26 @@ class ActionWorker(WorkerLifecycle):
             elif isinstance(report, Failed):
                 error = report.error or RuntimeError(report.message)
                 await self._hook("on_failure", self.observer.on_failure, ctx, error)
+            ended = loop.time()
             if not isinstance(report, Released):
-                took = loop.time() - began
-                self._prefetch.handler_took(took)
+                self._prefetch.handler_took(ended - began)
                 if self._tell_handled:
-                    self.observer.run_handled(ctx.action_name, report.handled, took)
+                    self.observer.run_handled(ctx.action_name, report.handled, ended - began)
         except asyncio.CancelledError:
             # Shutdown: hand the run back without counting the attempt. The handler is
             # over, so an abort that cancels again does not cancel the release.
-            self._handler_done(ctx.task_id)
+            self._handler_done(ctx.task_id, loop.time())
             await Released().deliver(self._reports, ctx)
             raise
         finally:
-            self._handler_done(ctx.task_id)
+            self._handler_done(ctx.task_id, loop.time() if ended is None else ended)
             if ctx._ended:
-                for ended in ctx._ended:
-                    ended()
-        self._deliver(report, ctx)
+                for call in ctx._ended:
+                    call()
+        if type(report) is Completed:
+            self._reports.complete(ctx, report)
+        else:
+            self._deliver(report, ctx)
 
     async def _run_handler(
         self, ctx: ActionContext, began: float, slot: asyncio.Task[Any]
