@@ -279,14 +279,21 @@ class ActionPoller(ClosesOnExit):
         last = runs[-1]
         self._received[action] = f"{last.run_id} {last.token}"
         seen = self._seen
-        get = seen.get
-        fresh = [run for run in runs if get(run.run_id) != run.token]
-        before = len(seen)
-        seen.update(zip(map(_run_id, fresh), map(_token, fresh), strict=True))
-        if len(seen) - before < len(fresh):
-            # Some id was known already (a run handed out again, under a new token) or
-            # came twice in ``runs``: pass each hand-out on once, in order.
-            fresh = list({(run.run_id, run.token): run for run in fresh}.values())
+        if len(runs) == 1:
+            # One run (a hand-off's, nearly always): the same steps, without the passes.
+            if seen.get(last.run_id) == last.token:
+                return []
+            seen[last.run_id] = last.token
+            fresh = [last]
+        else:
+            get = seen.get
+            fresh = [run for run in runs if get(run.run_id) != run.token]
+            before = len(seen)
+            seen.update(zip(map(_run_id, fresh), map(_token, fresh), strict=True))
+            if len(seen) - before < len(fresh):
+                # Some id was known already (a run handed out again, under a new token)
+                # or came twice in ``runs``: pass each hand-out on once, in order.
+                fresh = list({(run.run_id, run.token): run for run in fresh}.values())
         if len(seen) > 2 * _SEEN_MAX:
             # Forget the oldest half at once: a plain dict keeps insertion order, and
             # dropping its first entries one by one would leave holes every lookup of

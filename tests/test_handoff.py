@@ -30,6 +30,7 @@ from flo_redis import (
     WorkerFailOptions,
     _scripts,
 )
+from flo_redis._replies import handed
 from flo_redis.codec import pack
 from flo_redis.keys import ActionKeys, action_keys, handoff_channel
 from flo_redis.reclaim import reclaim_gone_owners
@@ -46,14 +47,21 @@ class Channel:
         self.pubsub = pubsub
 
     async def next(self, timeout: float = 2.0) -> list[Any] | None:
+        data = await self.next_data(timeout)
+        if data is None:
+            return None
+        # Lua strings are msgpack str; the input is bytes whatever its encoding.
+        fields = list(msgpack.unpackb(data, raw=True))
+        return [f.decode() if i < 2 else f for i, f in enumerate(fields)]
+
+    async def next_data(self, timeout: float = 2.0) -> bytes | None:
+        """The next message as it was published."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
         while loop.time() < end:
             message = await self.pubsub.get_message(timeout=0.1)
             if message is not None and message["type"] == "smessage":
-                # Lua strings are msgpack str; the input is bytes whatever its encoding.
-                fields = list(msgpack.unpackb(message["data"], raw=True))
-                return [f.decode() if i < 2 else f for i, f in enumerate(fields)]
+                return bytes(message["data"])
         return None
 
 
@@ -145,6 +153,33 @@ async def test_a_lost_message_is_replayed_by_the_poll_id(
     # The poller never heard it: it claims again under the same poll id.
     again = await client.worker.claim(keys, "w1", b"", 1, "p1#0")
     assert [(r.run_id, r.token, r.payload) for r in again.runs] == [(run_id, token, b"x")]
+
+
+async def test_a_handed_run_reads_as_the_claim_that_replays_it_answers_it(
+    client: FloClient, channel: Channel
+) -> None:
+    # The worker reads a hand-off message and a claim's answer with two parsers: the run
+    # is the same either way, field for field. A retry, so that no two fields that could
+    # be read in each other's place are equal (token and attempt; created and ready).
+    keys = await register(client, max_retries=3)
+    await client.action.invoke("job", b"earlier")
+    await client.worker.claim(keys, "w2", b"", 1, "earlier")  # its run's token is 1
+    run = await running_run(client, keys, b"input")
+    await asyncio.sleep(0.01)  # the retry is ready after the run was created
+    await park(client, keys)
+    await client.worker.fail(
+        "w2", "job", run.run_id, "boom", WorkerFailOptions(retry=True, token=run.token)
+    )
+    data = await channel.next_data()
+    assert data is not None
+    message = handed(data, "job")
+    assert (message.poll_id, message.run_id) == ("p1#0", run.run_id)
+    assert message.run is not None
+    (replayed,) = (await client.worker.claim(keys, "w1", b"", 1, "p1#0")).runs
+    assert message.run == replayed
+    assert (replayed.attempt, replayed.payload, replayed.trace) == (2, b"input", b"")
+    assert replayed.token > replayed.attempt
+    assert replayed.created_at_ms == run.created_at_ms < replayed.ready_at_ms
 
 
 async def test_the_next_poll_answers_with_a_handed_run_not_received(
@@ -964,3 +999,26 @@ async def test_a_poll_sent_again_after_a_lost_reply_still_takes_new_work(
         for run_id in first:
             assert (await finished(client, run_id)).status == RunStatus.COMPLETED
     assert sorted(began) == [b"first", b"first", b"later", b"later"]
+
+
+async def test_the_poller_passes_each_hand_out_on_once_per_token(client: FloClient) -> None:
+    # A run can reach the poller twice, by its message and again in a claim's answer (a
+    # message heard late): it is started once per hand-out, one run or a batch.
+    from flo_redis._poller import ActionPoller
+    from flo_redis._replies import Claimed
+
+    poller = ActionPoller(
+        client.session, client.worker, "w1", ["job"], lambda runs: None, health_ttl_s=30.0
+    )
+
+    def run(run_id: str, token: int) -> Claimed:
+        return Claimed("job", run_id, token, 1, 0, b"x")
+
+    assert poller._fresh("job", [run("job:1", 1)]) == [run("job:1", 1)]
+    assert poller._fresh("job", [run("job:1", 1)]) == []  # heard, then claimed: once
+    assert poller._fresh("job", [run("job:1", 2)]) == [run("job:1", 2)]  # handed out again
+    batch = [run("job:1", 2), run("job:2", 1), run("job:3", 1), run("job:2", 1)]
+    assert poller._fresh("job", batch) == [run("job:2", 1), run("job:3", 1)]
+    assert poller._fresh("job", [run("job:3", 1), run("job:4", 1)]) == [run("job:4", 1)]
+    # What the next claim says it received last: the last run of each answer.
+    assert poller._received["job"] == "job:4 1"
