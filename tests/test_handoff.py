@@ -30,7 +30,8 @@ from flo_redis import (
     WorkerFailOptions,
     _scripts,
 )
-from flo_redis._replies import handed
+from flo_redis._poller import ActionPoller
+from flo_redis._replies import Claimed, handed
 from flo_redis.codec import pack
 from flo_redis.keys import ActionKeys, action_keys, handoff_channel
 from flo_redis.reclaim import reclaim_gone_owners
@@ -155,7 +156,7 @@ async def test_a_lost_message_is_replayed_by_the_poll_id(
     assert [(r.run_id, r.token, r.payload) for r in again.runs] == [(run_id, token, b"x")]
 
 
-async def test_a_handed_run_reads_as_the_claim_that_replays_it_answers_it(
+async def test_a_handed_run_reads_the_same_as_the_claim_that_replays_it(
     client: FloClient, channel: Channel
 ) -> None:
     # The worker reads a hand-off message and a claim's answer with two parsers: the run
@@ -1004,9 +1005,6 @@ async def test_a_poll_sent_again_after_a_lost_reply_still_takes_new_work(
 async def test_the_poller_passes_each_hand_out_on_once_per_token(client: FloClient) -> None:
     # A run can reach the poller twice, by its message and again in a claim's answer (a
     # message heard late): it is started once per hand-out, one run or a batch.
-    from flo_redis._poller import ActionPoller
-    from flo_redis._replies import Claimed
-
     poller = ActionPoller(
         client.session, client.worker, "w1", ["job"], lambda runs: None, health_ttl_s=30.0
     )
