@@ -8,8 +8,10 @@ wait behind a poll (polls hold no connection while they wait), lost reports are 
 and never converted, and ``stop()`` lets running handlers finish and still sends their
 results.
 
-The handler's context is :mod:`flo_redis.action_context`, its reports
-:mod:`flo_redis._action_reports`, and what both workers share :mod:`flo_redis._lifecycle`.
+Its runs in flight and in hand, each run's handler with its hooks, are
+:mod:`flo_redis._action_runs`; the handler's context is :mod:`flo_redis.action_context`,
+its reports :mod:`flo_redis._action_reports`, and what both workers share
+:mod:`flo_redis._lifecycle`.
 """
 
 from __future__ import annotations
@@ -23,31 +25,20 @@ from datetime import timedelta
 from typing import Any
 
 from ._action_reports import (
-    Completed,
-    Dropped,
-    Failed,
-    Released,
-    Report,
     RunReporter,
-    completion,
-    failure,
-    stopped_report,
 )
-from ._aio import CAN_UNCANCEL, cancel_and_wait, is_async_handler
+from ._action_runs import ActionRuns
+from ._aio import CAN_UNCANCEL, is_async_handler
 from ._checks import check_count, check_seconds
 from ._gc import YoungGeneration
-from ._handlers import HandlerRunner, HandlerStopped, HandlerTimeout
+from ._handlers import HandlerRunner
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
 from ._poller import ActionPoller
-from ._prefetch import InHand, Prefetch
 from ._registration import Registration
-from ._slots import HandlerSlots
 from .action_context import (
     ActionContext,
     ActionHandler,
     ActionResult,
-    new_context,
-    start_auto_touch,
     touch_run,
 )
 from .errors import (
@@ -57,7 +48,6 @@ from .errors import (
 )
 from .keys import action_keys, check_name
 from .notices import Notices
-from .observe import overrides, settle
 from .progress import encode_progress, report_progress
 from .reclaim import Reaper
 from .results import (
@@ -143,32 +133,12 @@ class ActionWorker(WorkerLifecycle):
         self._handlers: dict[str, ActionHandler] = {}
         self._options: dict[str, ActionRegisterOptions] = {}
         self._schedules: list[ScheduleDeclaration] = []
-        # Runs started (in a handler, or about to be in a slot's queue) and their contexts.
-        self._running: set[str] = set()
-        self._contexts: dict[str, ActionContext] = {}
-        self._slots = HandlerSlots(
-            self.config.concurrency,
-            self._execute,
-            name="flo-handler-slot",
-            track=self._track,
-            abandon=self._release,
-            log=log,
+        # Its runs in flight and in hand (flo_redis/_action_runs.py).
+        self._runs = ActionRuns(
+            self, track=self._track, stopped=self._stop.is_set, hook=self._hook, touch=self._touch
         )
-        self._prefetch = Prefetch(self.config.concurrency, enabled=False)  # made by start()
-        self._backlog = False  # the last poll took all it asked for: claim ahead
-        self._wake = asyncio.Event()  # the poll loop waits for room on it
-        self._hooks_before = self._hooks_after = True  # made by start()
-        self._tell_claimed = self._tell_handled = True  # ...as are these
-        self._waiting = False  # ...and is waiting now
-        self._awaited: dict[str, ActionHandler] = {}  # made by start()
-        self._lease_s: dict[str, float] = {}  # ...as is each action's lease length (s)
-        self._namespace = ""  # ...and the session's namespace
-        # The loop the worker runs on, known from start(): asking asyncio for it on
-        # every run costs a getpid() system call on Python 3.11.
-        self._loop: asyncio.AbstractEventLoop | None = None
         # Made by start(), on the worker's own session.
         self._ops: WorkerOperations
-        self._run_handlers: HandlerRunner
         self._registration: Registration
         self._names: list[str]
         self._notices: Notices
@@ -250,35 +220,11 @@ class ActionWorker(WorkerLifecycle):
 
     def _new_runner(self) -> HandlerRunner:
         # Sized here, so settings changed on the config before start take effect.
-        self._slots.reset()
-        self._slots.size = self.config.concurrency
+        self._runs.reset(self.config.concurrency)
         return HandlerRunner(self.config.concurrency, self.config.action_timeout, "flo-handler")
 
     async def _setup(self) -> None:
-        self._loop = asyncio.get_running_loop()
         self._ops = WorkerOperations(self.session)
-        self._run_handlers = self._handler_runner
-        self._namespace = self.session.namespace
-        self._lease_s = {
-            name: o.timeout_ms / 1000.0 for name, o in self._options.items() if o.timeout_ms > 0
-        }
-        # Runs in hand would count against a limit shared with other workers while they
-        # wait, so a worker serving a limited action claims only for free slots.
-        limited = any(o.max_concurrency or o.rate_limit for o in self._options.values())
-        self._prefetch = Prefetch(self.config.concurrency, enabled=not limited)
-        # The run hooks the observer has (set before start): only those are called.
-        self._hooks_before = overrides(self.observer, "before_run")
-        self._hooks_after = overrides(self.observer, "after_run")
-        self._tell_claimed = overrides(self.observer, "run_claimed")
-        self._tell_handled = overrides(self.observer, "run_handled")
-        # The handlers awaited in their slot's own task; the rest go through the runner
-        # (a plain function runs in its thread pool; auto_touch keeps a lease alive;
-        # Python 3.10 cannot take a cancellation back, so each gets a task there).
-        self._awaited = (
-            {n: h for n, h in self._handlers.items() if is_async_handler(h)}
-            if CAN_UNCANCEL and not self.config.auto_touch
-            else {}
-        )
         self._reports = RunReporter(
             self._ops,
             self.config.worker_id,
@@ -295,6 +241,26 @@ class ActionWorker(WorkerLifecycle):
             self._schedules,
             self.config.concurrency,
         )
+        # The handlers awaited in their slot's own task; the rest go through the runner
+        # (a plain function runs in its thread pool; auto_touch keeps a lease alive;
+        # Python 3.10 cannot take a cancellation back, so each gets a task there).
+        awaited = (
+            {n: h for n, h in self._handlers.items() if is_async_handler(h)}
+            if CAN_UNCANCEL and not self.config.auto_touch
+            else {}
+        )
+        self._runs.configure(
+            worker_id=self.config.worker_id,
+            namespace=self.session.namespace,
+            serializer=self._serializer,
+            observer=self.observer,
+            auto_touch=self.config.auto_touch,
+            handlers=self._handlers,
+            options=self._options,
+            awaited=awaited,
+            runner=self._handler_runner,
+            reports=self._reports,
+        )
         await self._registration.register_all()
         self._names = sorted(self._handlers)
         session = self.session
@@ -302,7 +268,7 @@ class ActionWorker(WorkerLifecycle):
             session.waker,
             session.owner_id,
             [action_keys(session.namespace, name).tag for name in self._handlers],
-            self._revoke,
+            self._runs.revoke,
         )
         await self._notices.hold()
         log.info(
@@ -334,43 +300,19 @@ class ActionWorker(WorkerLifecycle):
         await self._reports.close()
 
     def _in_handler(self) -> Iterable[asyncio.Task[None]]:
-        return list(self._slots.tasks)  # a slot is in a handler or idle; both may be cancelled
+        return list(self._runs.slots.tasks)  # a slot is in a handler or idle; both may be cancelled
 
     def _load(self) -> int:
-        return len(self._running)
+        return len(self._runs.running)
 
     # --- polling -------------------------------------------------------------------
 
     def stop(self) -> None:
         super().stop()
-        self._wake.set()
-
-    def _poll_room(self) -> int:
-        """How many runs the next poll may take now; 0: wait. With a slot free, every
-        free slot and the runs to hold in hand (flo_redis/_prefetch.py); with every slot
-        busy, a claim ahead once the runs in hand fell to half of what to hold."""
-        concurrency = self.config.concurrency
-        running = len(self._running)
-        depth = self._prefetch.depth() if self._backlog else 0
-        room = concurrency + depth - running - len(self._prefetch.runs)
-        if running < concurrency:
-            return room
-        return room if depth and room >= max(1, depth // 2) else 0
+        self._runs.wake_poll()
 
     async def _room(self) -> int:
-        room = self._poll_room()
-        if room > 0:
-            return room
-        self._wake.clear()
-        self._waiting = True
-        try:
-            await self._wake.wait()
-        finally:
-            self._waiting = False
-        # Let handlers finishing in the same moment free their slots too, so the next
-        # claim fills several at once.
-        await asyncio.sleep(0)
-        return 0
+        return await self._runs.room()
 
     async def _poll_loop(self) -> None:
         # The poller parks in the queues for hand-offs (flo_redis/_poller.py).
@@ -379,7 +321,7 @@ class ActionWorker(WorkerLifecycle):
             self._ops,
             self.config.worker_id,
             self._names,
-            self._start_runs,
+            self._runs.start,
             health_ttl_s=_HEALTH_TTL_S,
             on_unregistered=self._registration.restore_action,
         )
@@ -393,21 +335,18 @@ class ActionWorker(WorkerLifecycle):
                         await self._poller.leave()
         finally:
             # Runs in hand were not started: give them back unspent.
-            while self._prefetch.runs:
-                self._give_back(self._prefetch.runs.popleft())
-            self._slots.close()
+            self._runs.give_back_in_hand()
+            self._runs.slots.close()
 
     async def _poll(self, poll_id: str, room: int) -> Sequence[Claimed]:
         # The poller has started what it returns (handed runs as their message is read).
         # A claim ahead (every slot busy) neither waits nor parks: a run handed to a
         # parked poller is for a worker that can start it.
-        ahead = len(self._running) >= self.config.concurrency
+        ahead = self._runs.full()
         loop = asyncio.get_running_loop()
         began = loop.time()
         taken = await self._poller.poll(poll_id, room, 0 if ahead else self.config.block_ms)
-        self._backlog = len(taken) >= room
-        if ahead or len(taken) >= room > 1:  # answered without waiting for work
-            self._prefetch.claim_took(loop.time() - began)
+        self._runs.polled(taken, room, ahead, loop.time() - began)
         return taken
 
     async def _poll_failed(self, exc: Exception) -> bool:
@@ -431,215 +370,7 @@ class ActionWorker(WorkerLifecycle):
         # Started by the poller already: let the handlers begin before the next poll.
         await asyncio.sleep(0)
 
-    def _start_runs(self, runs: list[Claimed]) -> None:
-        """Start ``runs``, claimed or handed to the poller (it calls this), in free
-        slots; the rest are held in hand, in order."""
-        self._reports.claimed(len(runs))
-        now = self._time()
-        in_hand = self._prefetch.runs
-        concurrency = self.config.concurrency
-        if self._tell_claimed:
-            for run in runs:
-                pickup_ms = max(0, run.claimed_at_ms - run.ready_at_ms)
-                self.observer.run_claimed(run.action, pickup_ms / 1000)
-        for run in runs:
-            if not in_hand and len(self._running) < concurrency:
-                self._start(run, now)
-            else:
-                in_hand.append(InHand(run, now))
-        self._slots.wake()
-
-    def _start(self, run: Claimed, claimed_at: float) -> None:
-        """Count ``run`` as running and queue it for a handler slot (the caller wakes
-        one, or is a slot that goes on to it)."""
-        ctx = self._context(run, claimed_at)
-        self._running.add(run.run_id)
-        self._contexts[run.run_id] = ctx
-        self._slots.queue.append(ctx)
-
-    def _give_back(self, held: InHand) -> None:
-        """Release a run in hand that will not be started, without spending its
-        attempt."""
-        self._deliver(Released(), self._context(held.run, held.claimed_at))
-
-    def _release(self, ctx: ActionContext) -> None:
-        """A started run whose handler never began (its slot was cancelled): release
-        it without spending its attempt."""
-        self._running.discard(ctx.task_id)
-        self._contexts.pop(ctx.task_id, None)
-        self._deliver(Released(), ctx)
-
-    def _deliver(self, report: Report, ctx: ActionContext) -> None:
-        """Send ``report`` of ``ctx``'s run: a complete into its batch, any other in a
-        task of its own, so a handler slot never waits for a report."""
-        if isinstance(report, Completed):
-            self._reports.complete(ctx, report)
-        else:
-            send = report.deliver(self._reports, ctx)
-            self._track(asyncio.create_task(send, name=f"flo-report-{ctx.task_id}"))
-
-    def _handler_done(self, run_id: str, now: float) -> None:
-        """The handler finished (at loop time ``now``): its slot is free while its
-        report is still on the way (a pending report uses no handler capacity;
-        ``current_load`` counts handlers), so the next run in hand starts in it."""
-        self._contexts.pop(run_id, None)
-        try:
-            self._running.remove(run_id)
-        except KeyError:
-            return  # told already (a cancelled handler's run was given back)
-        in_hand = self._prefetch.runs
-        if in_hand and not self._stop.is_set():
-            lease_s = self._lease_s
-            while in_hand and len(self._running) < self.config.concurrency:
-                held = in_hand.popleft()
-                lease = lease_s.get(held.run.action)
-                if lease is not None and now - held.claimed_at > lease / 2:
-                    self._give_back(held)  # half its lease spent waiting
-                else:
-                    self._start(held.run, held.claimed_at)  # the slot ending goes on to it
-        if self._waiting and self._poll_room() > 0:
-            self._wake.set()
-
-    def _time(self) -> float:
-        """The event loop's time."""
-        return (self._loop or asyncio.get_running_loop()).time()
-
-    # --- one run -------------------------------------------------------------------
-
-    def _context(self, run: Claimed, claimed_at: float) -> ActionContext:
-        # The claim ran before its reply arrived, so the lease ends by then + its length.
-        lease = self._lease_s.get(run.action)
-        return new_context(
-            run.run_id,
-            run.action,
-            run.payload,
-            run.attempt,
-            run.created_at_ms,
-            self._namespace,
-            self,
-            run.token,
-            run.trace,
-            None if lease is None else claimed_at + lease,
-        )
-
-    async def _execute(self, ctx: ActionContext, slot: asyncio.Task[Any]) -> None:
-        """Run one started run's handler with its hooks, in the handler slot ``slot``;
-        its report is on its way when this returns."""
-        loop = self._loop or asyncio.get_running_loop()
-        began = handler_began = loop.time()
-        report: Report
-        ended: float | None = None
-        try:
-            try:
-                if self._hooks_before:
-                    await settle(self.observer.before_run(ctx))
-                    handler_began = loop.time()  # the hook's time is not the handler's
-            except Exception as exc:
-                report = failure(ctx, exc, self.config.worker_id)
-            else:
-                handler = self._awaited.get(ctx.action_name)
-                if handler is None or ctx._revoked:
-                    report = await self._run_handler(ctx, handler_began, slot)
-                else:
-                    # An ``async def`` handler awaited right here, in the slot's task: a
-                    # coroutine fewer per run than HandlerRunner.run (the same steps).
-                    runner = self._run_handlers
-                    running = ctx._running = runner.enter(ctx._cancel, handler_began, slot)
-                    try:
-                        try:
-                            result = await handler(ctx)
-                        except asyncio.CancelledError:
-                            if not running.why:
-                                raise  # the worker's own cancellation: see below
-                            report = stopped_report(runner.stopped(running))
-                        except Exception as exc:
-                            report = failure(ctx, exc, self.config.worker_id)
-                        else:
-                            if running.why:  # it swallowed the cancellation and returned
-                                report = stopped_report(runner.stopped(running))
-                            elif type(result) is bytes:  # completion's common case
-                                report = Completed(result)
-                            else:
-                                report = completion(
-                                    ctx, result, self._serializer, self.config.worker_id
-                                )
-                    finally:
-                        runner.leave(running)
-                        ctx._running = None  # it ended (no cycle left to collect)
-            if isinstance(report, Completed):
-                if self._hooks_after:
-                    await self._hook("after_run", self.observer.after_run, ctx, report.data)
-            elif isinstance(report, Failed):
-                error = report.error or RuntimeError(report.message)
-                await self._hook("on_failure", self.observer.on_failure, ctx, error)
-            ended = loop.time()
-            if not isinstance(report, Released):
-                self._prefetch.handler_took(ended - began)
-                if self._tell_handled:
-                    self.observer.run_handled(ctx.action_name, report.handled, ended - began)
-        except asyncio.CancelledError:
-            # Shutdown: hand the run back without counting the attempt. The handler is
-            # over, so an abort that cancels again does not cancel the release.
-            self._handler_done(ctx.task_id, loop.time())
-            await Released().deliver(self._reports, ctx)
-            raise
-        finally:
-            self._handler_done(ctx.task_id, loop.time() if ended is None else ended)
-            if ctx._ended:
-                for call in ctx._ended:
-                    call()
-        if type(report) is Completed:
-            self._reports.complete(ctx, report)
-        else:
-            self._deliver(report, ctx)
-
-    async def _run_handler(
-        self, ctx: ActionContext, began: float, slot: asyncio.Task[Any]
-    ) -> Report:
-        """``ctx``'s handler's report, its time limit counted from ``began`` (loop
-        time), run in the task ``slot`` through the handler runner: a plain function in
-        its thread pool, the lease kept alive by ``auto_touch``, or on Python 3.10."""
-        handler = self._handlers.get(ctx.action_name)
-        if handler is None:
-            return Failed(f"No handler for: {ctx.action_name}", retry=True)
-        if ctx._revoked:
-            return Dropped()  # cancelled before its handler began
-        runner = self._handler_runner
-        running = ctx._running = runner.running(ctx._cancel, began)
-        toucher = None
-        if self.config.auto_touch:
-            timeout_ms = self._options[ctx.action_name].timeout_ms
-            toucher = start_auto_touch(self._touch, ctx, running, timeout_ms)
-        try:
-            result = await runner.run(handler, ctx, running, slot)
-        except (HandlerTimeout, HandlerStopped) as stop:
-            return stopped_report(stop)
-        except Exception as exc:
-            return failure(ctx, exc, self.config.worker_id)
-        finally:
-            if toucher is not None:
-                await cancel_and_wait(toucher)
-            ctx._running = None  # it ended (and the context holds no cycle to be collected)
-        return completion(ctx, result, self._serializer, self.config.worker_id)
-
     # --- what a context asks of its worker ------------------------------------------
-
-    def _revoke(self, run_id: str, token: int) -> None:
-        """A cancel notice (:mod:`flo_redis.notices`): the run's lease was revoked, so
-        its handler is cancelled as for a lost lease (a sync handler sees
-        ``ctx.cancelled``) and reports nothing."""
-        ctx = self._contexts.get(run_id)
-        if ctx is None and self._prefetch.take(run_id, token) is not None:
-            log.info("run %s was cancelled before its handler began", run_id)
-            self._reports.left()
-            return
-        if ctx is None or ctx.token != token or ctx._revoked:
-            return
-        log.info("run %s was cancelled; cancelling its handler", run_id)
-        ctx._revoked = True
-        ctx._cancel()
-        if ctx._running is not None:
-            ctx._running.stop()
 
     async def _touch(self, ctx: ActionContext, extend_ms: int) -> None:
         await touch_run(self._ops, self.config.worker_id, ctx, extend_ms)
