@@ -98,7 +98,7 @@ class ActionRuns:
         self._options: Mapping[str, ActionRegisterOptions] = {}
         self._awaited: Mapping[str, ActionHandler] = {}
         self._lease_s: dict[str, float] = {}
-        self._runner: HandlerRunner
+        self._handler_runner: HandlerRunner
         self._reports: RunReporter
 
     def reset(self, concurrency: int) -> None:
@@ -133,7 +133,7 @@ class ActionRuns:
         self._handlers = handlers
         self._options = options
         self._awaited = awaited
-        self._runner = runner
+        self._handler_runner = runner
         self._reports = reports
         self._lease_s = {
             name: o.timeout_ms / 1000.0 for name, o in options.items() if o.timeout_ms > 0
@@ -222,11 +222,21 @@ class ActionRuns:
         self.contexts[run.run_id] = ctx
         self.slots.queue.append(ctx)
 
-    def give_back_in_hand(self) -> None:
-        """Release the runs in hand, which will not be started, without spending their
-        attempts (the worker stops)."""
+    def stop_taking(self) -> None:
+        """The poll loop ended: release the runs in hand, which will not be started,
+        without spending their attempts, and let the slots end once their queue is
+        empty."""
         while self.prefetch.runs:
             self._give_back(self.prefetch.runs.popleft())
+        self.slots.close()
+
+    def load(self) -> int:
+        """How many runs are started (in a handler, or queued for a slot)."""
+        return len(self.running)
+
+    def in_handler(self) -> list[asyncio.Task[None]]:
+        """The slots' tasks: each is in a handler or idle, and either may be cancelled."""
+        return list(self.slots.tasks)
 
     def _give_back(self, held: InHand) -> None:
         self._deliver(Released(), self._context(held.run, held.claimed_at))
@@ -314,7 +324,7 @@ class ActionRuns:
                 else:
                     # An ``async def`` handler awaited right here, in the slot's task: a
                     # coroutine fewer per run than HandlerRunner.run (the same steps).
-                    runner = self._runner
+                    runner = self._handler_runner
                     running = ctx._running = runner.enter(ctx._cancel, handler_began, slot)
                     try:
                         try:
@@ -373,7 +383,7 @@ class ActionRuns:
             return Failed(f"No handler for: {ctx.action_name}", retry=True)
         if ctx._revoked:
             return Dropped()  # cancelled before its handler began
-        runner = self._runner
+        runner = self._handler_runner
         running = ctx._running = runner.running(ctx._cancel, began)
         toucher = None
         if self._auto_touch:

@@ -300,10 +300,10 @@ class ActionWorker(WorkerLifecycle):
         await self._reports.close()
 
     def _in_handler(self) -> Iterable[asyncio.Task[None]]:
-        return list(self._runs.slots.tasks)  # a slot is in a handler or idle; both may be cancelled
+        return self._runs.in_handler()
 
     def _load(self) -> int:
-        return len(self._runs.running)
+        return self._runs.load()
 
     # --- polling -------------------------------------------------------------------
 
@@ -335,8 +335,7 @@ class ActionWorker(WorkerLifecycle):
                         await self._poller.leave()
         finally:
             # Runs in hand were not started: give them back unspent.
-            self._runs.give_back_in_hand()
-            self._runs.slots.close()
+            self._runs.stop_taking()
 
     async def _poll(self, poll_id: str, room: int) -> Sequence[Claimed]:
         # The poller has started what it returns (handed runs as their message is read).
