@@ -70,19 +70,19 @@ class ActionRuns:
         self._hook = hook
         self._touch = touch
         # Runs started (in a handler, or about to be in a slot's queue) and their contexts.
-        self.running: set[str] = set()
-        self.contexts: dict[str, ActionContext] = {}
-        self.concurrency = 1
-        self.slots = HandlerSlots(
-            self.concurrency,
-            self.execute,
+        self._running: set[str] = set()
+        self._contexts: dict[str, ActionContext] = {}
+        self._concurrency = 1
+        self._slots = HandlerSlots(
+            self._concurrency,
+            self._execute,
             name="flo-handler-slot",
             track=track,
-            abandon=self.release,
+            abandon=self._release,
             log=log,
         )
-        self.prefetch = Prefetch(self.concurrency, enabled=False)  # made by configure()
-        self.backlog = False  # the last poll took all it asked for: claim ahead
+        self._prefetch = Prefetch(self._concurrency, enabled=False)  # made by configure()
+        self._backlog = False  # the last poll took all it asked for: claim ahead
         self._wake = asyncio.Event()  # the poll loop waits for room on it
         self._waiting = False  # ...and is waiting now
         # Made by configure(), once the worker's session and settings are known.
@@ -104,9 +104,9 @@ class ActionRuns:
     def reset(self, concurrency: int) -> None:
         """Before a start: slots for ``concurrency`` handlers (the worker's setting as
         it is then)."""
-        self.concurrency = concurrency
-        self.slots.reset()
-        self.slots.size = concurrency
+        self._concurrency = concurrency
+        self._slots.reset()
+        self._slots.size = concurrency
 
     def configure(
         self,
@@ -141,7 +141,7 @@ class ActionRuns:
         # Runs in hand would count against a limit shared with other workers while they
         # wait, so a worker serving a limited action claims only for free slots.
         limited = any(o.max_concurrency or o.rate_limit for o in options.values())
-        self.prefetch = Prefetch(self.concurrency, enabled=not limited)
+        self._prefetch = Prefetch(self._concurrency, enabled=not limited)
         # The run hooks the observer has (set before start): only those are called.
         self._hooks_before = overrides(observer, "before_run")
         self._hooks_after = overrides(observer, "after_run")
@@ -152,16 +152,16 @@ class ActionRuns:
 
     def full(self) -> bool:
         """Every slot is busy: a poll now claims ahead."""
-        return len(self.running) >= self.concurrency
+        return len(self._running) >= self._concurrency
 
     def poll_room(self) -> int:
         """How many runs the next poll may take now; 0: wait. With a slot free, every
         free slot and the runs to hold in hand (flo_redis/_prefetch.py); with every slot
         busy, a claim ahead once the runs in hand fell to half of what to hold."""
-        concurrency = self.concurrency
-        running = len(self.running)
-        depth = self.prefetch.depth() if self.backlog else 0
-        room = concurrency + depth - running - len(self.prefetch.runs)
+        concurrency = self._concurrency
+        running = len(self._running)
+        depth = self._prefetch.depth() if self._backlog else 0
+        room = concurrency + depth - running - len(self._prefetch.runs)
         if running < concurrency:
             return room
         return room if depth and room >= max(1, depth // 2) else 0
@@ -190,9 +190,9 @@ class ActionRuns:
     def polled(self, taken: Sequence[Claimed], room: int, ahead: bool, took_s: float) -> None:
         """A poll for ``room`` runs (``ahead``: every slot busy) took ``taken`` in
         ``took_s`` seconds."""
-        self.backlog = len(taken) >= room
+        self._backlog = len(taken) >= room
         if ahead or len(taken) >= room > 1:  # answered without waiting for work
-            self.prefetch.claim_took(took_s)
+            self._prefetch.claim_took(took_s)
 
     # --- starting runs ------------------------------------------------------------------
 
@@ -201,51 +201,51 @@ class ActionRuns:
         slots; the rest are held in hand, in order."""
         self._reports.claimed(len(runs))
         now = self._time()
-        in_hand = self.prefetch.runs
-        concurrency = self.concurrency
+        in_hand = self._prefetch.runs
+        concurrency = self._concurrency
         if self._tell_claimed:
             for run in runs:
                 pickup_ms = max(0, run.claimed_at_ms - run.ready_at_ms)
                 self._observer.run_claimed(run.action, pickup_ms / 1000)
         for run in runs:
-            if not in_hand and len(self.running) < concurrency:
+            if not in_hand and len(self._running) < concurrency:
                 self._start(run, now)
             else:
                 in_hand.append(InHand(run, now))
-        self.slots.wake()
+        self._slots.wake()
 
     def _start(self, run: Claimed, claimed_at: float) -> None:
         """Count ``run`` as running and queue it for a handler slot (the caller wakes
         one, or is a slot that goes on to it)."""
         ctx = self._context(run, claimed_at)
-        self.running.add(run.run_id)
-        self.contexts[run.run_id] = ctx
-        self.slots.queue.append(ctx)
+        self._running.add(run.run_id)
+        self._contexts[run.run_id] = ctx
+        self._slots.queue.append(ctx)
 
     def stop_taking(self) -> None:
         """The poll loop ended: release the runs in hand, which will not be started,
         without spending their attempts, and let the slots end once their queue is
         empty."""
-        while self.prefetch.runs:
-            self._give_back(self.prefetch.runs.popleft())
-        self.slots.close()
+        while self._prefetch.runs:
+            self._give_back(self._prefetch.runs.popleft())
+        self._slots.close()
 
     def load(self) -> int:
         """How many runs are started (in a handler, or queued for a slot)."""
-        return len(self.running)
+        return len(self._running)
 
     def in_handler(self) -> list[asyncio.Task[None]]:
         """The slots' tasks: each is in a handler or idle, and either may be cancelled."""
-        return list(self.slots.tasks)
+        return list(self._slots.tasks)
 
     def _give_back(self, held: InHand) -> None:
         self._deliver(Released(), self._context(held.run, held.claimed_at))
 
-    def release(self, ctx: ActionContext) -> None:
+    def _release(self, ctx: ActionContext) -> None:
         """A started run whose handler never began (its slot was cancelled): release
         it without spending its attempt."""
-        self.running.discard(ctx.task_id)
-        self.contexts.pop(ctx.task_id, None)
+        self._running.discard(ctx.task_id)
+        self._contexts.pop(ctx.task_id, None)
         self._deliver(Released(), ctx)
 
     def _deliver(self, report: Report, ctx: ActionContext) -> None:
@@ -261,15 +261,15 @@ class ActionRuns:
         """The handler finished (at loop time ``now``): its slot is free while its
         report is still on the way (a pending report uses no handler capacity;
         ``current_load`` counts handlers), so the next run in hand starts in it."""
-        self.contexts.pop(run_id, None)
+        self._contexts.pop(run_id, None)
         try:
-            self.running.remove(run_id)
+            self._running.remove(run_id)
         except KeyError:
             return  # told already (a cancelled handler's run was given back)
-        in_hand = self.prefetch.runs
+        in_hand = self._prefetch.runs
         if in_hand and not self._stopped():
             lease_s = self._lease_s
-            while in_hand and len(self.running) < self.concurrency:
+            while in_hand and len(self._running) < self._concurrency:
                 held = in_hand.popleft()
                 lease = lease_s.get(held.run.action)
                 if lease is not None and now - held.claimed_at > lease / 2:
@@ -302,7 +302,7 @@ class ActionRuns:
             None if lease is None else claimed_at + lease,
         )
 
-    async def execute(self, ctx: ActionContext, slot: asyncio.Task[Any]) -> None:
+    async def _execute(self, ctx: ActionContext, slot: asyncio.Task[Any]) -> None:
         """Run one started run's handler with its hooks, in the handler slot ``slot``;
         its report is on its way when this returns."""
         loop = self._loop or asyncio.get_running_loop()
@@ -353,7 +353,7 @@ class ActionRuns:
                 await self._hook("on_failure", observer.on_failure, ctx, error)
             ended = loop.time()
             if not isinstance(report, Released):
-                self.prefetch.handler_took(ended - began)
+                self._prefetch.handler_took(ended - began)
                 if self._tell_handled:
                     observer.run_handled(ctx.action_name, report.handled, ended - began)
         except asyncio.CancelledError:
@@ -407,8 +407,8 @@ class ActionRuns:
         """A cancel notice (:mod:`flo_redis.notices`): the run's lease was revoked, so
         its handler is cancelled as for a lost lease (a sync handler sees
         ``ctx.cancelled``) and reports nothing. A run in hand is dropped unstarted."""
-        ctx = self.contexts.get(run_id)
-        if ctx is None and self.prefetch.take(run_id, token) is not None:
+        ctx = self._contexts.get(run_id)
+        if ctx is None and self._prefetch.take(run_id, token) is not None:
             log.info("run %s was cancelled before its handler began", run_id)
             self._reports.left()
             return

@@ -24,9 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from ._action_reports import (
-    RunReporter,
-)
+from ._action_reports import RunReporter
 from ._action_runs import ActionRuns
 from ._aio import CAN_UNCANCEL, is_async_handler
 from ._checks import check_count, check_seconds
