@@ -6,6 +6,11 @@ failure with a given cause (``Connection refused``, ``Connection closed by serve
 timeout ...) is one WARNING, repeats are DEBUG, and the first success afterwards is one
 INFO line saying how long it lasted and how many calls failed. Outages are kept per
 Redis address, so a process talking to two servers tells each one's story.
+
+Just after Redis is back, a connection left idle through the outage still fails once
+when it is next used ("Connection closed by server"). A failure with one of the ended
+outage's causes within :data:`SETTLE_S` of its end is told as part of that outage
+(DEBUG), not as a new one: a new cause, or the same one later, opens a new outage.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from redis.asyncio.cluster import RedisCluster
 
 from .errors import NotConnectedError, is_connection_error
 
+# How long after an outage ends a failure with one of its causes is still its tail.
+SETTLE_S = 2.0
+
 # Parts of a message that change between two failures of one cause.
 _NOISE = re.compile(r"\b\d+(\.\d+)?\s*(ms|s)\b|0x[0-9a-f]+")
 
@@ -35,6 +43,8 @@ class _Outage:
 
 _lock = threading.Lock()
 _outages: dict[str, _Outage] = {}
+# Outages that ended: when (monotonic seconds) and their causes, for their tail.
+_ended: dict[str, tuple[float, list[str]]] = {}
 
 
 Conn = Redis | RedisCluster
@@ -68,6 +78,13 @@ def cause_of(exc: BaseException) -> str:
     return _NOISE.sub("#", text)
 
 
+def _is_tail(where: str, cause: str, now: float) -> bool:
+    """A failure at ``now`` with ``cause`` is the tail of the outage of ``where`` that
+    ended within :data:`SETTLE_S` with that cause among its own."""
+    ended = _ended.get(where)
+    return ended is not None and now - ended[0] < SETTLE_S and cause in ended[1]
+
+
 def failed(log: logging.Logger, server: Server, what: str, exc: BaseException) -> None:
     """``what`` (a poll, a reclaim, a subscription ...) failed to reach ``server`` (an
     address, or a connection as :func:`address` takes): a WARNING for a new cause,
@@ -77,15 +94,20 @@ def failed(log: logging.Logger, server: Server, what: str, exc: BaseException) -
         return
     where = server if isinstance(server, str) else address(server)
     cause = cause_of(exc)
+    now = time.monotonic()
     with _lock:
         outage = _outages.get(where)
-        if outage is None:
-            outage = _outages[where] = _Outage(time.monotonic())
-        outage.failures += 1
-        new = cause not in outage.causes
-        if new:
-            outage.causes.append(cause)
-    if new:
+        tail = outage is None and _is_tail(where, cause, now)
+        if not tail:
+            if outage is None:
+                outage = _outages[where] = _Outage(now)
+            outage.failures += 1
+            new = cause not in outage.causes
+            if new:
+                outage.causes.append(cause)
+    if tail:
+        log.debug("%s failed on a connection left from the outage (%s)", what, exc)
+    elif new:
         log.warning(
             "Redis at %s unreachable (%s: %s); retrying quietly until it is back",
             where,
@@ -103,6 +125,8 @@ def reached(log: logging.Logger, server: Server) -> None:
     where = server if isinstance(server, str) else address(server)
     with _lock:
         outage = _outages.pop(where, None)
+        if outage is not None:
+            _ended[where] = (time.monotonic(), outage.causes)
     if outage is not None:
         log.info(
             "Redis at %s reachable again after %.1f s (%d failed calls)",

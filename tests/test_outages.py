@@ -6,9 +6,10 @@ import asyncio
 import logging
 
 import pytest
+import redis
 from polling import eventually
 
-from flo_redis import ActionContext, ConnectionFailedError, FloClient, FloError, RunStatus
+from flo_redis import ActionContext, ConnectionFailedError, FloClient, FloError, RunStatus, _outage
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
 
@@ -78,3 +79,40 @@ async def test_an_http_server_at_the_url_is_a_typed_error() -> None:
     finally:
         server.close()
         await server.wait_closed()
+
+
+def test_a_connection_left_from_an_outage_failing_once_more_is_not_a_new_outage(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = logging.getLogger("flo_redis.test")
+    where = "10.255.0.1:6399"  # this test's own address: outages are kept per address
+    closed = redis.exceptions.ConnectionError("Connection closed by server.")
+    refused = redis.exceptions.ConnectionError("Error 111 connecting to 10.255.0.1:6399.")
+
+    def lines() -> list[tuple[int, str]]:
+        told = [(r.levelno, r.getMessage()) for r in caplog.records]
+        caplog.clear()
+        return told
+
+    with caplog.at_level(logging.DEBUG, logger="flo_redis.test"):
+        _outage.failed(log, where, "poll", closed)
+        _outage.reached(log, where)
+        assert [level for level, _ in lines()] == [logging.WARNING, logging.INFO]
+        # Just after it is back, an idle pooled connection fails once with the cause
+        # the outage had: part of that outage, so no warning and no second "back".
+        _outage.failed(log, where, "reclaim", closed)
+        _outage.reached(log, where)
+        told = lines()
+        assert [level for level, _ in told] == [logging.DEBUG]
+        assert "left from the outage" in told[0][1]
+        assert not _outage.down(where)
+        # A cause the outage did not have is a new outage, told as one.
+        _outage.failed(log, where, "poll", refused)
+        _outage.reached(log, where)
+        assert [level for level, _ in lines()] == [logging.WARNING, logging.INFO]
+        # So is the same cause once the outage's tail is over.
+        monkeypatch.setattr(_outage, "SETTLE_S", 0.0)
+        _outage.failed(log, where, "poll", closed)
+        assert _outage.down(where)
+        _outage.reached(log, where)
+        assert [level for level, _ in lines()] == [logging.WARNING, logging.INFO]
