@@ -25,8 +25,9 @@ from .action_context import ActionResult
 from .errors import NonRetryableError, PermissionDeniedError, ServerError, is_connection_error
 from .observe import WorkerObserver, overrides
 from .results import (
-    ResultEncodingError,
     ResultSerializer,
+    check_outcome,
+    check_result_data,
     encode_result,
     error_text,
     error_traceback,
@@ -147,11 +148,11 @@ def completion(
     other value encoded by ``serializer`` (one it cannot encode fails the run)."""
     if type(result) is bytes:  # the common case, as encode_result answers it
         return Completed(result)
-    if isinstance(result, ActionResult):
-        return Completed(result.data, result.outcome)
     try:
+        if isinstance(result, ActionResult):
+            return Completed(check_result_data(result.data), check_outcome(result.outcome))
         return Completed(encode_result(result, serializer))
-    except ResultEncodingError as exc:
+    except Exception as exc:  # a bad outcome, or a serializer's own error: the run fails
         return failure(ctx, exc, worker_id)
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ._handlers import Running
 from ._trace_context import unpack_context
 from .errors import ServerError, is_connection_error
-from .results import ResultSerializer, encode_result
+from .results import ResultSerializer, check_outcome, encode_result
 from .types import Reason, StatusCode, WorkerTouchOptions
 
 if TYPE_CHECKING:
@@ -130,8 +130,10 @@ class ActionContext:
             raise asyncio.CancelledError("run cancelled: its lease was lost")
 
     def result(self, outcome: str, value: Any = None) -> ActionResult:
-        """A result with a named outcome; ``value`` is encoded as a return value is (bytes
+        """A result with a named outcome (a str of at most 255 UTF-8 bytes, else
+        :class:`ValidationError` here); ``value`` is encoded as a return value is (bytes
         as they are, anything else by the worker's serializer), None gives no data."""
+        outcome = check_outcome(outcome)
         data = b"" if value is None else encode_result(value, self._worker._serializer)
         return ActionResult(outcome, data)
 

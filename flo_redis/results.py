@@ -15,10 +15,12 @@ refused when it is registered.
 
 from __future__ import annotations
 
+import inspect
 import json
 import traceback
 from typing import Any, Protocol, runtime_checkable
 
+from ._checks import MAX_NAME_SIZE, check_text
 from .errors import NonRetryableError, ValidationError
 
 # The tail of a traceback kept with a failed run (the innermost frames say the most).
@@ -62,13 +64,55 @@ def encode_result(value: Any, serializer: ResultSerializer) -> bytes:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     try:
-        return serializer.dumps(value)
+        data = serializer.dumps(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ResultEncodingError(
             f"the handler returned a {type(value).__module__}.{type(value).__qualname__}, "
-            f"which the {serializer.name} serializer cannot encode ({exc}); return bytes or "
-            "an encodable value, or give the worker a serializer that handles it"
+            f"which the {serializer_name(serializer)} serializer cannot encode ({exc}); "
+            "return bytes or an encodable value, or give the worker a serializer that "
+            "handles it"
         ) from exc
+    if not isinstance(data, bytes):
+        raise ResultEncodingError(
+            f"the {serializer_name(serializer)} serializer's dumps returned a "
+            f"{type(data).__name__}, not bytes; make it return bytes"
+        )
+    return data
+
+
+def check_outcome(outcome: object) -> str:
+    """A named outcome (``ctx.result``, :class:`ActionResult`): a str of at most
+    :data:`MAX_NAME_SIZE` UTF-8 bytes, else :class:`ValidationError`."""
+    return check_text("outcome", outcome, limit=MAX_NAME_SIZE)
+
+
+def check_result_data(data: object) -> bytes:
+    """An :class:`ActionResult`'s data: bytes (a bytearray or memoryview as bytes)."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise ValidationError(
+        f"an ActionResult's data must be bytes, got {type(data).__name__}; build it with "
+        "ctx.result(outcome, value), which encodes the value"
+    )
+
+
+def serializer_name(serializer: object) -> str:
+    """What a serializer is called in messages: its ``name``, else its class's."""
+    name = getattr(serializer, "name", None)
+    return name if isinstance(name, str) and name else type(serializer).__name__
+
+
+def check_serializer(serializer: object) -> None:
+    """Refuse a serializer that cannot encode anything (no callable ``dumps``), when the
+    worker is made rather than at its first result."""
+    if not callable(getattr(serializer, "dumps", None)):
+        raise ValidationError(
+            "serializer must have a dumps(value) -> bytes method (see "
+            f"flo_redis.results.ResultSerializer), got {type(serializer).__name__} "
+            f"{serializer!r}"
+        )
 
 
 def error_text(exc: BaseException) -> str:
@@ -87,12 +131,25 @@ def error_traceback(exc: BaseException) -> str:
 
 
 def check_handler(what: str, fn: object) -> None:
-    """Refuse a handler that can never be called, before it is registered."""
+    """Refuse a handler that can never be called with its context, before it is
+    registered: not callable, or its signature takes no positional argument (or needs
+    more than one)."""
     if not callable(fn):
         raise ValidationError(
             f"the handler of {what} must be an async function or a plain function taking "
             f"the context, got {type(fn).__name__} {fn!r}"
         )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # no signature to read (some builtins): it is tried when called
+    try:
+        signature.bind(None)
+    except TypeError as exc:
+        raise ValidationError(
+            f"the handler of {what} must take the context as its one positional argument "
+            f"({exc}); define it as `def handler(ctx)` or `async def handler(ctx)`"
+        ) from None
 
 
 __all__ = [
@@ -102,7 +159,11 @@ __all__ = [
     "ResultEncodingError",
     "ResultSerializer",
     "check_handler",
+    "check_outcome",
+    "check_result_data",
+    "check_serializer",
     "encode_result",
     "error_text",
     "error_traceback",
+    "serializer_name",
 ]

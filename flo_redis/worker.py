@@ -43,6 +43,7 @@ from .errors import (
     BlockTooLongError,
     NotFoundError,
     ServerError,
+    ValidationError,
 )
 from .keys import action_keys, check_name
 from .notices import Notices
@@ -52,6 +53,7 @@ from .results import (
     JSON,
     ResultSerializer,
     check_handler,
+    check_serializer,
 )
 from .schedules import Missed, ScheduleDeclaration, check_spec, check_timezone
 
@@ -127,6 +129,7 @@ class ActionWorker(WorkerLifecycle):
             tune_gc=tune_gc,
         )
         check_name("worker id", self.config.worker_id)
+        check_serializer(serializer)
         self._serializer = serializer
         self._handlers: dict[str, ActionHandler] = {}
         self._options: dict[str, ActionRegisterOptions] = {}
@@ -190,9 +193,15 @@ class ActionWorker(WorkerLifecycle):
         """Register ``handler`` for ``name``; ValueError if the name already has one.
         ``options.namespace`` is ignored: the worker's namespace is used. ``handler`` is
         an ``async def`` function or a plain one (run in a bounded thread pool);
-        :class:`ValidationError` for anything that cannot be called."""
+        :class:`ValidationError` for anything that cannot be called with the context,
+        or options that are not an :class:`ActionRegisterOptions`."""
         check_name("action name", name)
         check_handler(f"action {name!r}", handler)
+        if options is not None and not isinstance(options, ActionRegisterOptions):
+            raise ValidationError(
+                f"the options of action {name!r} must be an ActionRegisterOptions, got "
+                f"{type(options).__name__}; e.g. ActionRegisterOptions(timeout_ms=60_000)"
+            )
         if name in self._handlers:
             raise ValueError(f"Action handler already registered: {name}")
         self._handlers[name] = handler

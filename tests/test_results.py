@@ -318,3 +318,114 @@ async def test_a_result_over_the_actions_limit_fails_its_run_alone_in_a_batch(
     assert ends[7].attempt == 1  # not retried
     assert "result refused" in (ends[7].error_message or "")
     assert heard.completed == ["success"] * 7
+
+
+def test_registration_refuses_a_handler_that_cannot_take_the_context(client: FloClient) -> None:
+    worker = client.new_action_worker()
+    with pytest.raises(ValidationError, match="must take the context as its one positional"):
+        worker.register_action("none", lambda: b"")  # type: ignore[arg-type,misc]
+    with pytest.raises(ValidationError, match="must take the context as its one positional"):
+        worker.register_action("two", lambda ctx, extra: b"")  # type: ignore[arg-type,misc]
+    with pytest.raises(ValidationError, match=r"handler of stream 'orders'.*positional"):
+        client.new_stream_worker(stream="orders", group="g", handler=lambda: None)  # type: ignore[arg-type,misc]
+    assert not worker._handlers
+
+    # What can take it is taken: one argument, extras with defaults, *args.
+    worker.register_action("one", lambda ctx: b"")
+    worker.register_action("defaults", lambda ctx, extra=1: b"")
+    worker.register_action("star", lambda *args: b"")
+    assert sorted(worker._handlers) == ["defaults", "one", "star"]
+
+
+def test_registration_refuses_options_that_are_not_register_options(client: FloClient) -> None:
+    worker = client.new_action_worker()
+    with pytest.raises(ValidationError, match="options of action 'a' must be an ActionRegister"):
+        worker.action("a", {"timeout_ms": 5})(lambda ctx: b"")  # type: ignore[arg-type]
+    assert not worker._handlers
+
+
+@pytest.mark.parametrize("serializer", [None, 5, "json", object()])
+def test_a_worker_refuses_a_serializer_without_dumps(client: FloClient, serializer: object) -> None:
+    with pytest.raises(ValidationError, match=r"serializer must have a dumps\(value\) -> bytes"):
+        client.new_action_worker(serializer=serializer)  # type: ignore[arg-type]
+
+
+async def test_a_serializer_that_raises_or_returns_no_bytes_fails_the_run_not_strands_it(
+    client: FloClient,
+) -> None:
+    class Broken:
+        name = "broken"
+
+        def dumps(self, value: Any) -> bytes:
+            if value == "raise":
+                raise RuntimeError("encoder down")
+            return "not bytes"  # type: ignore[return-value]
+
+    worker = client.new_action_worker(block_ms=500, serializer=Broken())
+
+    @worker.action("give", ActionRegisterOptions(max_retries=1, timeout_ms=60_000))
+    async def give(ctx: ActionContext) -> object:
+        return ctx.json()
+
+    async with running(worker):
+        raised = await finished(client, (await client.action.invoke("give", b'"raise"')).run_id)
+        wrong = await finished(client, (await client.action.invoke("give", b'"str"')).run_id)
+    # Each fails on its first attempt with the reason, instead of staying RUNNING until
+    # its lease (60 s) ran out.
+    assert (raised.status, raised.attempt) == (RunStatus.FAILED, 1)
+    assert raised.error_message == "RuntimeError: encoder down"
+    assert (wrong.status, wrong.attempt) == (RunStatus.FAILED, 1)
+    assert wrong.error_message is not None
+    assert "serializer's dumps returned a str, not bytes" in wrong.error_message
+
+
+async def test_a_bad_outcome_fails_its_run_and_leaves_the_rest_of_its_batch_completed(
+    client: FloClient,
+) -> None:
+    from flo_redis.action_context import ActionResult
+
+    worker = client.new_action_worker(block_ms=500, concurrency=8)
+    gate = asyncio.Event()
+
+    @worker.action("name", ActionRegisterOptions(max_retries=1, timeout_ms=60_000))
+    async def name(ctx: ActionContext) -> object:
+        await gate.wait()  # finish together, so their completes share a batch
+        kind = ctx.json()
+        if kind == "long":
+            return ctx.result("o" * 300, 1)
+        if kind == "not-str":
+            return ActionResult(5, b"")  # type: ignore[arg-type]
+        if kind == "not-bytes":
+            return ActionResult("made", "text")  # type: ignore[arg-type]
+        return ctx.result("made", kind)
+
+    async with running(worker):
+        ids = [
+            (await client.action.invoke("name", f'"{kind}"'.encode())).run_id
+            for kind in ("long", "not-str", "not-bytes", "fine")
+        ]
+        await eventually(lambda: client.action.counts("name"), lambda c: c.running == 4)
+        gate.set()
+        long, not_str, not_bytes, fine = [await finished(client, i) for i in ids]
+    assert (long.status, long.attempt) == (RunStatus.FAILED, 1)
+    assert long.error_message == "ValidationError: outcome is longer than 255 bytes"
+    assert (not_str.status, not_str.error_message) == (
+        RunStatus.FAILED,
+        "ValidationError: outcome must be a str, got int",
+    )
+    assert not_bytes.status == RunStatus.FAILED
+    assert not_bytes.error_message is not None
+    assert "an ActionResult's data must be bytes, got str" in not_bytes.error_message
+    assert (fine.status, fine.output, fine.outcome) == (RunStatus.COMPLETED, b'"fine"', "made")
+
+
+def test_ctx_result_refuses_a_bad_outcome_where_it_is_called(client: FloClient) -> None:
+    from flo_redis.action_context import new_context
+
+    worker = client.new_action_worker()
+    ctx = new_context("r:1", "a", b"", 1, 0, "ns", worker, 1, b"", None)
+    with pytest.raises(ValidationError, match="outcome is longer than 255 bytes"):
+        ctx.result("o" * 256)
+    with pytest.raises(ValidationError, match="outcome must be a str, got int"):
+        ctx.result(5, b"")  # type: ignore[arg-type]
+    assert ctx.result("é" * 127, b"x").outcome == "é" * 127  # 254 bytes: taken
