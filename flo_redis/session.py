@@ -39,6 +39,7 @@ from .errors import ConnectionFailedError, NotConnectedError, RedisVersionError,
 from .keys import ActionKeys, action_keys, check_name, check_namespace
 from .liveness import DEFAULT_GRACE_MS, Liveness
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from .types import MAX_VALUE_SIZE
 
 log = logging.getLogger("flo_redis.client")
 
@@ -70,7 +71,7 @@ class ClientSettings:
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
         check_count("timeout_ms", self.timeout_ms, 1)
-        check_count("max_payload_bytes", self.max_payload_bytes, 1)
+        check_count("max_payload_bytes", self.max_payload_bytes, 1, MAX_VALUE_SIZE)
         check_count("max_connections", self.max_connections, 1, 10_000)
         if not isinstance(self.retry, RetryPolicy):
             raise ValidationError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")

@@ -24,19 +24,27 @@ from types import TracebackType
 from typing import Any
 
 import redis
+from redis import exceptions as rex
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
 from . import _runs as runs
-from ._checks import check_count, check_int
+from ._checks import check_count
+from ._endpoint import MIN_REDIS, redact, version_tuple
 from ._gateway import ACTION_INVOKE, RUN_CANCEL
-from ._scripts import redis_errors
+from ._scripts import redis_errors, translated
 from ._trace_context import ProducerTracer, invoke_span
 from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
-from .errors import FloError
+from .errors import ConnectionFailedError, FloError, RedisVersionError
 from .keys import ActionKeys, action_keys, action_of_run, check_namespace
-from .types import ActionInvokeOptions, ActionInvokeResult, ActionRunStatus, ActionStatusOptions
+from .types import (
+    MAX_VALUE_SIZE,
+    ActionInvokeOptions,
+    ActionInvokeResult,
+    ActionRunStatus,
+    ActionStatusOptions,
+)
 
 
 class SyncActionOperations:
@@ -58,7 +66,7 @@ class SyncActionOperations:
         limit = self._client.max_payload_bytes
         with invoke_span(self._client.tracer, keys.namespace, name, 1) as span:
             args, size = runs.invoke_request(keys, input_data, opts, limit, span.context)
-            reply = ACTION_INVOKE.call_sync(self._client.redis, keys, args)
+            reply = ACTION_INVOKE.call_sync(self._client.checked(), keys, args)
             result = runs.invoke_reply(reply, keys, size)
             span.sent((result.run_id,))
         return result
@@ -68,7 +76,7 @@ class SyncActionOperations:
         opts = options or ActionStatusOptions()
         keys = self._keys(action_of_run(run_id), opts.namespace)
         with redis_errors("status"):
-            pipe = self._client.redis.pipeline(transaction=False)
+            pipe = self._client.checked().pipeline(transaction=False)
             pipe.hget(keys.runs, run_id)
             pipe.zscore(keys.delayed, run_id)
             raw, due = pipe.execute()
@@ -80,7 +88,7 @@ class SyncActionOperations:
         is told to cancel the handler. :class:`ConflictError` if the run already
         finished, :class:`NotFoundError` if unknown."""
         keys = self._keys(action_of_run(run_id), namespace)
-        conn = self._client.redis
+        conn = self._client.checked()
         with redis_errors("cancel"):
             raw = conn.hget(keys.runs, run_id)
         args, tail = runs.cancel_request(run_id, keys, raw)
@@ -108,7 +116,7 @@ class SyncActionOperations:
         deadline = time.monotonic() + timeout_ms / 1000.0
         expected = run_id.encode()
         seen = runs.NO_PROGRESS
-        pubsub = self._client.redis.pubsub()  # type: ignore[no-untyped-call]
+        pubsub = self._client.checked().pubsub()  # type: ignore[no-untyped-call]
         try:
             with redis_errors("wait"):
                 pubsub.ssubscribe(keys.ended)
@@ -161,7 +169,7 @@ class SyncFloClient:
     ) -> None:
         url = normalize_endpoint(endpoint)
         check_count("timeout_ms", timeout_ms, 1)
-        check_int("max_payload_bytes", max_payload_bytes)
+        check_count("max_payload_bytes", max_payload_bytes, 1, MAX_VALUE_SIZE)
         self.namespace = check_namespace(namespace)
         self.max_payload_bytes = max_payload_bytes
         # Called around each invoke (flo_redis.tracing); None: invokes store no trace.
@@ -181,6 +189,19 @@ class SyncFloClient:
         else:
             self.redis = redis.Redis.from_url(url, **kwargs)
         self.action = SyncActionOperations(self)
+        self._version_checked = False
+        self._endpoint = url
+
+    def checked(self) -> redis.Redis | RedisCluster:
+        """The connection, once the server it reaches was checked (the first call asks
+        for its version): :class:`RedisVersionError` for a server older than 7.0,
+        :class:`ConnectionFailedError` when nothing answers, as ``FloClient`` does."""
+        if not self._version_checked:
+            version = _server_version(self.redis, self._endpoint)
+            if version_tuple(version) < MIN_REDIS:
+                raise RedisVersionError(version)
+            self._version_checked = True
+        return self.redis
 
     def close(self) -> None:
         self.redis.close()
@@ -195,6 +216,28 @@ class SyncFloClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _server_version(conn: redis.Redis | RedisCluster, endpoint: str) -> str:
+    """The lowest ``redis_version`` among the server (every primary of a cluster), as
+    the asyncio client reads it when it connects."""
+    try:
+        if isinstance(conn, RedisCluster):
+            replies: dict[str, dict[str, Any]] = conn.info(
+                "server", target_nodes=RedisCluster.PRIMARIES
+            )
+            versions = [str(info.get("redis_version", "0")) for info in replies.values()]
+            return min(versions or ["0"], key=version_tuple)
+        info: dict[str, Any] = conn.info("server")
+        return str(info.get("redis_version", "0"))
+    except (rex.ConnectionError, rex.TimeoutError, rex.RedisClusterException, OSError) as exc:
+        raise ConnectionFailedError(
+            f"cannot reach Redis at {redact(endpoint)} ({exc}). Start one with "
+            "`docker compose up -d` in the flo-redis checkout, or install and run "
+            "`redis-server`, or point the endpoint at your Redis."
+        ) from exc
+    except rex.RedisError as exc:
+        raise translated("connect (INFO server: the server's version)", exc) from exc
 
 
 __all__ = ["SyncActionOperations", "SyncFloClient"]

@@ -29,6 +29,7 @@ from flo_redis import (
     WorkerRegisterOptions,
 )
 from flo_redis.actions import CompleteItem
+from flo_redis.sync import SyncFloClient
 from flo_redis.tasks import Claimed
 
 
@@ -204,10 +205,13 @@ def test_owner_id_is_checked_when_the_client_is_made(redis_url: str, bad: Any) -
         FloClient(redis_url, owner_id=bad)
 
 
-@pytest.mark.parametrize("bad", [True, 0, -5, 1.5, "10"])
+@pytest.mark.parametrize("bad", [True, 0, -5, 1.5, "10", 16 * 1024 * 1024 + 1, 10**12])
 def test_max_payload_bytes_is_checked(redis_url: str, bad: Any) -> None:
+    # Both clients take at most the largest value a run keeps (16 MiB).
     with pytest.raises(ValidationError, match="max_payload_bytes"):
         FloClient(redis_url, max_payload_bytes=bad)
+    with pytest.raises(ValidationError, match="max_payload_bytes"):
+        SyncFloClient(redis_url, max_payload_bytes=bad)
 
 
 async def test_list_by_prefix_finds_names_above_the_basic_plane(client: FloClient) -> None:

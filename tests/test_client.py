@@ -26,6 +26,7 @@ from flo_redis import (
 )
 from flo_redis._endpoint import MIN_REDIS, normalize_endpoint
 from flo_redis._endpoint import version_tuple as _version_tuple
+from flo_redis.sync import SyncFloClient
 
 
 @pytest.fixture
@@ -134,7 +135,10 @@ async def old_redis(version: str) -> AsyncIterator[int]:
                 for _ in range(int(line[1:])):
                     await reader.readline()  # $len
                     parts.append((await reader.readline()).strip())
-                if parts and parts[0].upper() == b"INFO":
+                if parts and parts[0].upper() == b"HELLO":  # RESP3 asked for: a map
+                    proto = int(parts[1]) if len(parts) > 1 else 2
+                    writer.write(b"%%1\r\n$5\r\nproto\r\n:%d\r\n" % proto)
+                elif parts and parts[0].upper() == b"INFO":
                     body = f"# Server\r\nredis_version:{version}\r\n".encode()
                     writer.write(b"$%d\r\n%s\r\n" % (len(body), body))
                 else:
@@ -159,6 +163,19 @@ async def test_a_redis_older_than_7_is_refused() -> None:
         assert "6.2.14" in str(info.value)
         assert isinstance(info.value, ConnectionFailedError)
         assert not client.is_connected
+
+
+async def test_the_blocking_client_refuses_a_redis_older_than_7_before_its_first_call() -> None:
+    async with old_redis("6.2.14") as port:
+
+        def invoke() -> RedisVersionError:
+            with SyncFloClient(f"redis://127.0.0.1:{port}") as flo:
+                with pytest.raises(RedisVersionError) as info:
+                    flo.action.invoke("job", b"{}")
+                return info.value
+
+        refused = await asyncio.to_thread(invoke)
+    assert "6.2.14" in str(refused)
 
 
 # --- lifecycle --------------------------------------------------------------------
