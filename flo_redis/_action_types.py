@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._type_base import (
+    LUA_INT,
+    MAX_TIME_MS,
     MAX_VALUE_SIZE,
     U32,
     ActionType,
@@ -142,7 +144,8 @@ class ActionRegisterOptions:
       * ``max_payload_bytes``: largest invoke input accepted; None: no limit
         beyond MAX_VALUE_SIZE.
       * ``retention_ms`` / ``retention_count``: how long / how many finished
-        runs are kept; None: the library default.
+        runs are kept (at most 2**53 - 1, what the scripts hold exactly); None:
+        the library default.
       * ``description``: free text shown by action.list.
       * ``rate_limit``: a :class:`RateLimit`, so many starts per window across
         all workers; None: no limit.
@@ -181,8 +184,8 @@ class ActionRegisterOptions:
             )
         max_payload = self.max_payload_bytes
         check_optional_int_field(name, "max_payload_bytes", max_payload, 1, MAX_VALUE_SIZE + 1)
-        check_optional_int_field(name, "retention_ms", self.retention_ms, 1, None)
-        check_optional_int_field(name, "retention_count", self.retention_count, 1, None)
+        check_optional_int_field(name, "retention_ms", self.retention_ms, 1, LUA_INT)
+        check_optional_int_field(name, "retention_count", self.retention_count, 1, LUA_INT)
 
 
 @dataclass
@@ -190,17 +193,21 @@ class ActionInvokeOptions:
     """Options for invoking an action.
 
     ``labels``: only workers registered with every key/value here receive the run.
+    Values are JSON's: str, int, float, bool, None (a list or dict never matches);
+    any other: ValidationError at invoke.
 
     flo_redis's fields:
       * ``delay_ms``: offer the run only after this many ms (0: at once).
       * ``run_at_ms``: offer the run at this epoch-ms time; not with ``delay_ms``.
+        Both at most MAX_TIME_MS (the end of the year 9999).
       * ``idempotency_key``: an invoke repeating a key the action has seen
-        returns the first run's id instead of creating a run.
+        returns the first run's id instead of creating a run. A str of at most
+        255 UTF-8 bytes; any other: ValidationError at invoke.
       * ``priority``: 0 (the default) to 255; ready runs of a lower value are
         claimed first, FIFO within one. A run keeps it through delays, retries
         and re-queues. Out of range: ValidationError at invoke.
 
-    Raises ValueError for a negative time, both times set, or an empty key.
+    Raises ValueError for a time out of range, both times set, or an empty key.
     """
 
     namespace: str | None = None
@@ -212,8 +219,8 @@ class ActionInvokeOptions:
 
     def __post_init__(self) -> None:
         name = "ActionInvokeOptions"
-        check_int_field(name, "delay_ms", self.delay_ms, 0, None)
-        check_optional_int_field(name, "run_at_ms", self.run_at_ms, 0, None)
+        check_int_field(name, "delay_ms", self.delay_ms, 0, MAX_TIME_MS + 1)
+        check_optional_int_field(name, "run_at_ms", self.run_at_ms, 0, MAX_TIME_MS + 1)
         if self.run_at_ms is not None and self.delay_ms:
             raise ValueError(f"{name}: give delay_ms or run_at_ms, not both")
         if self.idempotency_key is not None and not self.idempotency_key:

@@ -146,6 +146,39 @@ def check_text(what: str, value: object, *, optional: bool = False, limit: int =
     return value
 
 
+LABEL_TYPES = (str, int, float, bool, type(None), list, dict)
+"""What a label value may be: JSON's types (a list or dict is taken, and never matches)."""
+
+
+def check_labels(labels: object) -> None:
+    """Invoke labels: None, or a dict whose values are JSON's types (:data:`LABEL_TYPES`);
+    any other value would be stored with a tag no worker's labels ever match."""
+    if labels is None:
+        return
+    if not isinstance(labels, Mapping):
+        raise ValidationError(f"labels must be a dict, got {type(labels).__name__}")
+    for key, value in labels.items():
+        if not isinstance(value, LABEL_TYPES):
+            raise ValidationError(
+                f"label {key!r} is a {type(value).__name__}; label values must be str, int, "
+                "float, bool, None, list or dict (only the first five can match a worker's)"
+            )
+
+
+def check_idempotency_key(value: object) -> str:
+    """An invoke's idempotency key: None ('': none), or a str of at most MAX_NAME_SIZE
+    UTF-8 bytes; an int, bytes or other type is refused rather than turned into text."""
+    return check_text("idempotency_key", value, optional=True, limit=MAX_NAME_SIZE)
+
+
+def check_callback(what: str, value: object) -> None:
+    """None, or something callable (a function or coroutine function)."""
+    if value is not None and not callable(value):
+        raise ValidationError(
+            f"{what} must be a function or coroutine function, or None; got {type(value).__name__}"
+        )
+
+
 def check_list(what: str, values: object) -> list[Any]:
     """A list or tuple (of anything), as a list; anything else is refused."""
     if isinstance(values, str | bytes) or not isinstance(values, list | tuple):

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._checks import check_bytes, check_count, check_priority, not_registered, raise_run_refusal
+from ._checks import (
+    check_bytes,
+    check_count,
+    check_idempotency_key,
+    check_labels,
+    check_priority,
+    not_registered,
+    raise_run_refusal,
+)
 from ._replies import Cancelled, Invoked
 from ._scripts import Arg
 from ._status import Status, refusal
@@ -32,6 +40,8 @@ def invoke_request(
     anything is sent. ``trace`` is the packed trace context to store (b"": none)."""
     data = check_bytes("input_data", input_data, limit)
     priority = check_priority(opts.priority)
+    check_labels(opts.labels)
+    idempotency_key = check_idempotency_key(opts.idempotency_key)
     labels = pack(tag_labels(opts.labels)) if opts.labels else b""
     return (
         [
@@ -40,7 +50,7 @@ def invoke_request(
             labels,
             opts.delay_ms,
             opts.run_at_ms or 0,
-            opts.idempotency_key or "",
+            idempotency_key,
             priority,
             trace,
         ],

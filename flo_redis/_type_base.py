@@ -42,16 +42,23 @@ DEFAULT_WORKER_BLOCK_MS: int = 30_000
 
 U32 = 2**32
 U64 = 2**64
+#: Ints the Lua scripts hold exactly stay below this: they compute in doubles.
+LUA_INT = 2**53
+#: The last millisecond of the year 9999, the latest time ``datetime`` holds: the
+#: latest ``run_at_ms`` and the longest ``delay_ms`` an invoke takes. Far below
+#: LUA_INT, so the scripts keep now + such a delay exact.
+MAX_TIME_MS = 253_402_300_799_999
 
 
 def check_int_field(owner: str, name: str, value: object, low: int, high: int | None) -> None:
     """Raise ValueError (naming ``owner.name``) unless ``value`` is an int, not a bool, in
-    [low, high); ``high`` None: no upper bound."""
+    [low, high); ``high`` None: no upper bound. Worded as the call-time checks
+    (:func:`flo_redis._checks.check_count`); a ValueError, as flo's option classes raise."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{owner}.{name} must be an int, not {value!r}")
+        raise ValueError(f"{owner}.{name} must be an int, got {value!r}")
     if value < low or (high is not None and value >= high):
-        bound = f"[{low}, {high})" if high is not None else f">= {low}"
-        raise ValueError(f"{owner}.{name} must be in {bound}, not {value}")
+        taken = f"in [{low}, {high - 1}]" if high is not None else f">= {low}"
+        raise ValueError(f"{owner}.{name} must be an int {taken}, got {value!r}")
 
 
 def check_optional_int_field(

@@ -18,8 +18,10 @@ from . import _scripts
 from ._checks import (
     MAX_LIST_LIMIT,
     check_bytes,
+    check_callback,
     check_count,
     check_cursor,
+    check_labels,
     check_list,
     check_options,
     check_priority,
@@ -177,7 +179,8 @@ class ActionOperations(ActionInspection):
         self, name: str, input_data: bytes, options: ActionInvokeOptions | None = None
     ) -> ActionInvokeResult:
         """Create a run of ``name`` with ``input_data``; :class:`NotFoundError` if the action
-        is not registered, :class:`ValueTooLargeError` for an oversized input."""
+        is not registered, :class:`ValueTooLargeError` for an oversized input,
+        :class:`ValidationError` for a bad label or idempotency key (nothing is written)."""
         opts = _NO_OPTIONS if options is None else check_options(options, ActionInvokeOptions)
         keys = self._action_keys(name, opts.namespace)
         with invoke_span(self._session.tracer, keys.namespace, name, 1) as span:
@@ -214,6 +217,7 @@ class ActionOperations(ActionInspection):
             )
         keys = self._action_keys(name, opts.namespace)
         priority = check_priority(opts.priority)
+        check_labels(opts.labels)
         limit = self._session.max_payload_bytes
         items = check_list("inputs", inputs)
         data = [check_bytes(f"inputs[{i}]", x, limit) for i, x in enumerate(items)]
@@ -302,8 +306,10 @@ class ActionOperations(ActionInspection):
         function or coroutine function) is called with the run's status each time its
         handler reported a new progress value, woken by that report too; it sees the
         latest value each time it looks (quick successive values may coalesce), and the
-        last one before the end."""
+        last one before the end; one that is not callable is refused up front
+        (:class:`ValidationError`)."""
         timeout_ms = check_wait_ms(timeout_ms)
+        check_callback("on_progress", on_progress)
         keys = self._action_keys(action_of_run(run_id), namespace)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from . import _scripts
-from ._checks import check_bytes, check_count, check_int, check_priority
+from ._checks import check_bytes, check_count, check_int, check_options, check_priority
 from ._gateway import (
     QUEUE_ACK,
     QUEUE_DEQUEUE,
@@ -91,7 +91,7 @@ class QueueOperations:
     ) -> int:
         """Add ``payload`` to ``queue``; returns its sequence number. ``priority`` 0-255,
         lower is taken first; FIFO within one priority. Wakes blocked dequeues."""
-        opts = options or EnqueueOptions()
+        opts = check_options(options, EnqueueOptions)
         keys = self._keys(queue, opts.namespace)
         priority = check_priority(opts.priority)
         data = check_bytes("payload", payload, self._session.max_payload_bytes)
@@ -105,7 +105,7 @@ class QueueOperations:
         """Deliver up to ``count`` messages (1..1000), lowest priority first, waiting up
         to ``block_ms`` for the first one (None or 0: answer now). Each stays invisible to
         other consumers for ``visibility_timeout_ms`` unless acked or nacked first."""
-        opts = options or DequeueOptions()
+        opts = check_options(options, DequeueOptions)
         keys = self._keys(queue, opts.namespace)
         check_count("count", count, 1, MAX_COUNT)
         block_ms = 0 if opts.block_ms is None else opts.block_ms
@@ -133,18 +133,18 @@ class QueueOperations:
         nothing; one not delivered to this client now (or delivered again since the
         token in ``options.tokens``) is refused with :class:`ConflictError` after the
         others took effect; a seq never handed out is :class:`NotFoundError`."""
-        opts = options or AckOptions()
+        opts = check_options(options, AckOptions)
         await self._report(QUEUE_ACK, "ack", queue, seqs, opts.tokens, opts.namespace)
 
     async def nack(self, queue: str, seqs: list[int], options: NackOptions | None = None) -> None:
         """Give delivered messages back: each is ready again at once (or dead-lettered
         past its ``max_deliveries``). Refusals as for :meth:`ack`."""
-        opts = options or NackOptions()
+        opts = check_options(options, NackOptions)
         await self._report(QUEUE_NACK, "nack", queue, seqs, opts.tokens, opts.namespace)
 
     async def dlq_list(self, queue: str, options: DlqListOptions | None = None) -> DequeueResult:
         """The dead letters, oldest first (at most ``options.limit``); changes nothing."""
-        opts = options or DlqListOptions()
+        opts = check_options(options, DlqListOptions)
         keys = self._keys(queue, opts.namespace)
         limit = check_count("limit", opts.limit, 1, MAX_COUNT)
         return DequeueResult(_listed(await QUEUE_DLQ_LIST(self._session, keys, [limit])))
@@ -155,9 +155,9 @@ class QueueOperations:
         """Move dead letters back to the queue with a fresh delivery count, in their
         priority's FIFO place. A seq that is not a dead letter is :class:`NotFoundError`
         (raised after the others were requeued)."""
+        opts = check_options(options, DlqRequeueOptions)
         if not seqs:
             return
-        opts = options or DlqRequeueOptions()
         keys = self._keys(queue, opts.namespace)
         wanted = _seqs_arg(seqs, queue)
         missing: builtins.list[int] = []
@@ -176,7 +176,7 @@ class QueueOperations:
         self, queue: str, count: int, options: PeekOptions | None = None
     ) -> DequeueResult:
         """Up to ``count`` ready messages in delivery order, without taking them."""
-        opts = options or PeekOptions()
+        opts = check_options(options, PeekOptions)
         keys = self._keys(queue, opts.namespace)
         check_count("count", count, 1, MAX_COUNT)
         return DequeueResult(_listed(await QUEUE_PEEK(self._session, keys, [count])))

@@ -26,11 +26,13 @@ from typing import Any
 
 from . import _outage
 from ._aio import sleep_unless_stopped
-from ._checks import check_count, check_int, check_seconds
+from ._checks import check_count, check_seconds
 from ._handlers import HandlerRunner, HandlerTimeout
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
 from ._reports import drop_refused, send_report
 from ._slots import INLINE, HandlerSlots
+from ._stream_codec import MAX_COUNT
+from ._type_base import U32
 from .errors import (
     PermissionDeniedError,
     ServerError,
@@ -58,7 +60,11 @@ _MAX_DRAIN_PAGES = 1000
 @dataclass
 class StreamWorkerOptions:
     """A StreamWorker's settings; ``block_ms`` 0/None means 30000, above 300000 is
-    refused with :class:`BlockTooLongError`."""
+    refused with :class:`BlockTooLongError`. The other numbers are checked here too, with
+    a :class:`ValidationError` naming the setting: ``concurrency`` 1 .. 2**32 - 1 (as a
+    registered worker's), ``batch_size`` 1 .. 1000 (the most one group read or claim
+    takes), ``message_timeout`` (0, a year] in seconds, ``claim_min_idle_ms``
+    0 .. 2**32 - 1 (as a group's ``ack_timeout_ms``)."""
 
     stream: str
     group: str = ""
@@ -73,10 +79,11 @@ class StreamWorkerOptions:
 
     def __post_init__(self) -> None:
         self.block_ms = worker_block_ms(self.block_ms)
-        check_count("concurrency", self.concurrency, 1)
-        check_count("batch_size", self.batch_size, 1)
+        check_count("concurrency", self.concurrency, 1, U32 - 1)
+        fix = f"a group read takes at most {MAX_COUNT} records"
+        check_count("batch_size", self.batch_size, 1, MAX_COUNT, fix=fix)
         check_seconds("message_timeout", self.message_timeout)
-        check_int("claim_min_idle_ms", self.claim_min_idle_ms)
+        check_count("claim_min_idle_ms", self.claim_min_idle_ms, 0, U32 - 1)
 
 
 @dataclass

@@ -30,7 +30,7 @@ from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
 from . import _runs as runs
-from ._checks import check_count
+from ._checks import check_callback, check_count
 from ._endpoint import MIN_REDIS, redact, version_tuple
 from ._gateway import ACTION_INVOKE, RUN_CANCEL
 from ._scripts import redis_errors, translated
@@ -111,6 +111,7 @@ class SyncActionOperations:
         thread) with the run's status each time its handler reported a new progress
         value, woken by that report, as ``FloClient.action.wait`` does."""
         timeout_ms = runs.check_wait_ms(timeout_ms)
+        check_callback("on_progress", on_progress)
         keys = self._keys(action_of_run(run_id), namespace)
         options = ActionStatusOptions(namespace=namespace)
         deadline = time.monotonic() + timeout_ms / 1000.0

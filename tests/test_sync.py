@@ -208,3 +208,24 @@ async def test_the_blocking_client_on_a_cluster(cluster_url: str) -> None:
     assert [(s.status, s.output) for s in done] == [
         (RunStatus.COMPLETED, n.encode()) for n in names
     ]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (ActionInvokeOptions(idempotency_key=5), "idempotency_key must be a str, got int"),  # type: ignore[arg-type]
+        (ActionInvokeOptions(idempotency_key="k" * 256), "idempotency_key is longer than 255"),
+        (ActionInvokeOptions(labels={"zone": b"eu"}), "label 'zone' is a bytes"),
+    ],
+)
+async def test_the_blocking_client_refuses_what_the_asyncio_one_refuses(
+    client: FloClient, flo: SyncFloClient, options: ActionInvokeOptions, message: str
+) -> None:
+    await client.action.register("job")
+    with pytest.raises(ValidationError, match=message):
+        flo.action.invoke("job", b"{}", options)
+    with pytest.raises(ValidationError, match=message):
+        await client.action.invoke("job", b"{}", options)
+    assert (await client.action.counts("job")).pending == 0  # nothing written
+    with pytest.raises(ValidationError, match="on_progress must be a function"):
+        flo.action.wait("job:1", 1000, on_progress=5)  # type: ignore[arg-type]
