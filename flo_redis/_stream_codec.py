@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import msgpack
 
 from ._checks import check_count
+from ._type_base import LUA_INT
 from .codec import pack
 from .errors import ValidationError, ValueTooLargeError, validate_block_ms
 from .types import StreamID, StreamRecord
@@ -89,8 +90,10 @@ def sid(raw: bytes | str) -> StreamID:
 _new = object.__new__
 
 
-def positive_arg(what: str, value: object) -> int:
-    return check_count(what, value, 1)
+def positive_arg(what: str, value: object, high: int = LUA_INT) -> int:
+    """An int in [1, ``high``]; 2**53 unless told, what a script holds exactly (it
+    computes in doubles)."""
+    return check_count(what, value, 1, high)
 
 
 def merge(batches: Sequence[list[StreamRecord]], count: int, tail: bool) -> list[StreamRecord]:

@@ -36,6 +36,7 @@ from ._partitions import decode_cursor, encode_cursor
 from ._status import Status, refusal
 from ._stream_codec import DEFAULT_COUNT, MAX_COUNT, block_ms_arg, count_arg, ids_arg, stream_id_arg
 from ._stream_replies import Settled
+from ._type_base import LUA_INT
 from ._wake import Attempt
 from .codec import pack
 from .errors import ServerError, ValidationError
@@ -255,7 +256,7 @@ class ConsumerGroups(PartitionedStreams):
         opts = check_options(options, StreamGroupReadOptions)
         check_name("group name", group)
         check_name("consumer", consumer)
-        check_count("min_idle_ms", min_idle_ms, 0)
+        check_count("min_idle_ms", min_idle_ms, 0, LUA_INT)
         start = stream_id_arg("start_id", start_id)
         take = count_arg("count", count, DEFAULT_COUNT)
         parts = await self._partitions(stream, opts.namespace, opts.partition)
@@ -438,7 +439,7 @@ class ConsumerGroups(PartitionedStreams):
         consumer = check_optional_name("consumer", opts.consumer)
         token = opts.token
         if token is not None:
-            check_count("token", token, 1, fix="a record's delivery_count")
+            check_count("token", token, 1, LUA_INT, fix="a record's delivery_count")
         redis_ids = ids_arg(ids)
         fence = "" if token is None else str(token)
         for i in range(0, len(redis_ids), MAX_COUNT):

@@ -38,6 +38,7 @@ from ._stream_codec import (
     stream_id_arg,
 )
 from ._trace_context import append_span, with_trace_headers
+from ._type_base import LUA_INT
 from ._wake import Attempt
 from .errors import ValidationError, ValueTooLargeError
 from .keys import StreamKeys, stream_keys
@@ -198,7 +199,8 @@ class StreamOperations(ConsumerGroups, DeadLetters, StreamInspection):
         elif opts.max_len is not None:
             mode, bound = "max_len", str(positive_arg("max_len", opts.max_len))
         else:
-            mode, bound = "max_age", str(positive_arg("max_age_seconds", opts.max_age_seconds))
+            age = positive_arg("max_age_seconds", opts.max_age_seconds, LUA_INT // 1000)
+            mode, bound = "max_age", str(age)
         outcomes = await asyncio.gather(
             *(self._trim_partition(k, mode, bound, opts.dry_run) for k in parts)
         )

@@ -27,6 +27,9 @@ from flo_redis import (
     NackOptions,
     PeekOptions,
     StreamContext,
+    StreamGroupAckOptions,
+    StreamID,
+    StreamTrimOptions,
     ValidationError,
     WaitTimeoutError,
 )
@@ -262,3 +265,34 @@ async def test_wait_takes_a_plain_function_as_on_progress(client: FloClient) -> 
     run = await client.action.invoke("job", b"x")
     with pytest.raises(WaitTimeoutError):
         await client.action.wait(run.run_id, timeout_ms=50, on_progress=lambda status: None)
+
+
+# --- stream calls: numbers the scripts hold exactly ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda c: c.stream.trim("s", StreamTrimOptions(max_len=10**30)), "max_len"),
+        (
+            lambda c: c.stream.trim("s", StreamTrimOptions(max_age_seconds=2**53)),
+            "max_age_seconds",
+        ),
+        (
+            lambda c: c.stream.group_ack(
+                "s", "g", [StreamID(1, 0)], StreamGroupAckOptions(token=2**70)
+            ),
+            "token",
+        ),
+        (
+            lambda c: c.stream.group_claim("s", "g", "c", 10**30, StreamID(0, 0), 10),
+            "min_idle_ms",
+        ),
+    ],
+    ids=["max_len", "max_age_seconds", "ack token", "claim min_idle_ms"],
+)
+async def test_stream_calls_refuse_numbers_no_script_holds_exactly(
+    client: FloClient, call: Any, name: str
+) -> None:
+    with pytest.raises(ValidationError, match=rf"{name} must be an int in \[\d+, \d+\]"):
+        await call(client)
