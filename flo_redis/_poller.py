@@ -26,12 +26,21 @@ is the poller's side, used by :class:`flo_redis.worker.ActionWorker`:
 - **Exactly once per hand-out.** A run can reach the poller twice — by its message, and
   again in a claim's answer (a message heard late, or one the poller could not know it
   had) — so runs are passed on once per fencing token.
-- **Leaving.** :meth:`ActionPoller.leave` ends the parks still standing and starts what
-  was handed to them, like any claimed run.
+- **Leaving.** :meth:`ActionPoller.leave` first leaves the hand-off channels, so from
+  then on the scripts' subscriber check refuses any park of the poller still standing
+  (the run goes to another poller, or waits). It then ends every park the poller may
+  hold: each park standing, and, in a queue whose last claim raised, whatever that
+  claim left (the park it was to end, if it never ran; the one it made, if only its
+  reply was lost), by a claim for nothing (``max_n = 0``) under the park's id or the
+  lost claim's. That claim answers with what was handed to the park (or claimed by the
+  lost claim) and not received, which is started like any claimed run (or, with no
+  slot free, held in hand and given back unspent). It is sent again while Redis does
+  not answer (a failover's write pause), for at most :data:`_LEAVE_PATIENCE_S`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import itertools
@@ -39,11 +48,14 @@ import logging
 import operator
 from collections.abc import Awaitable, Callable, Sequence
 
+from . import _outage
 from ._aio import ClosesOnExit
 from ._listener import Listener
 from ._replies import Claimed, handed
 from ._wake import Attempt, long_poll
+from .errors import is_connection_error
 from .keys import ActionKeys, action_keys, handoff_channel, namespace_keys
+from .retry import worker_backoff
 from .session import Session
 from .worker_ops import WorkerOperations, earliest_due
 
@@ -52,6 +64,11 @@ log = logging.getLogger("flo_redis.worker")
 # Runs passed on, remembered (run id -> token) so a second copy is dropped: at least
 # this many, the most recent (at most twice as many).
 _SEEN_MAX = 4096
+
+# A stopping poller sends the claim that ends a park again, while Redis does not answer
+# (a failover pauses writes for a few seconds), for at most this long; past it, a run
+# handed to that park and not received comes back when its lease ends.
+_LEAVE_PATIENCE_S = 10.0
 
 
 class _LookAgain(Exception):
@@ -111,11 +128,13 @@ class ActionPoller(ClosesOnExit):
     async def __aenter__(self) -> ActionPoller:
         waker = self._session.waker
         for inbox in self._inboxes:
-            await self._stack.enter_async_context(waker.attached(inbox))
+            # Left on close (release): a channel subscribed with nobody listening would
+            # pass the scripts' subscriber check, and a run handed there would never start.
+            await self._stack.enter_async_context(waker.attached(inbox, release=True))
         return self
 
     async def close(self) -> None:
-        """Stop listening to the hand-off channels."""
+        """Stop listening to the hand-off channels, and unsubscribe them."""
         await self._stack.aclose()
 
     @property
@@ -163,23 +182,56 @@ class ActionPoller(ClosesOnExit):
         return started
 
     async def leave(self) -> None:
-        """End every park still standing, and start what was handed to them."""
-        if not self._standing:
+        """Leave the hand-off channels, end every park the poller may still hold, and
+        start what was handed to them (module docstring: Leaving). A park it cannot end
+        (an error other than a lost connection, or Redis still unreachable after
+        :data:`_LEAVE_PATIENCE_S`) is logged and left to the subscriber check, which
+        refuses it."""
+        await self.close()
+        ending = {**self._standing, **self._lost}  # a lost claim's id replays what it did
+        if not ending:
             return
-        labels = await self._ops._gate(
-            self._worker_id, namespace_keys(self._namespace), float("inf")
-        )
+        deadline = asyncio.get_running_loop().time() + _LEAVE_PATIENCE_S
         for keys in self._keys:
-            claim_id = self._standing.get(keys.action)
+            claim_id = ending.get(keys.action)
             if claim_id is not None:
-                received = self._received.get(keys.action, "")
-                reply = await self._ops.claim(
-                    keys, self._worker_id, labels, 0, claim_id, 0, received
-                )
-                self._standing.pop(keys.action, None)
-                self._start(self._fresh(keys.action, reply.runs))
+                await self._end_park(keys, claim_id, deadline)
 
     # --- internals -------------------------------------------------------------------
+
+    async def _end_park(self, keys: ActionKeys, claim_id: str, deadline: float) -> None:
+        """End the poller's park in ``keys``' queue by a claim for nothing under
+        ``claim_id``, sent again on a connection error until ``deadline`` (loop time),
+        and start what it answers with. The claim takes nothing new and parks nowhere,
+        so the worker's labels play no part and the health gate is not asked: a
+        draining worker ends its parks too."""
+        action = keys.action
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while True:
+            received = self._received.get(action, "")
+            try:
+                reply = await self._ops.claim(keys, self._worker_id, b"", 0, claim_id, 0, received)
+            except Exception as exc:
+                if not is_connection_error(exc) or loop.time() >= deadline:
+                    log.warning(
+                        "worker %s could not end its park in %s's queue (%s); a run handed "
+                        "to it comes back when its lease ends",
+                        self._worker_id,
+                        action,
+                        exc,
+                    )
+                    return
+                _outage.failed(log, self._session.redis, "ending a park", exc)
+                await asyncio.sleep(min(worker_backoff(failures), deadline - loop.time()))
+                failures += 1
+                continue
+            if failures:
+                _outage.reached(log, self._session.redis)
+            self._standing.pop(action, None)
+            self._lost.pop(action, None)
+            self._start(self._fresh(action, reply.runs))
+            return
 
     def _start(self, runs: builtins.list[Claimed]) -> None:
         if runs:
