@@ -337,7 +337,8 @@ class ActionWorker(WorkerLifecycle):
                 try:
                     await super()._poll_loop()
                 finally:
-                    # Runs handed to parks still standing are this worker's: start them.
+                    # Leave the hand-off channels, end every park the poller may hold
+                    # (sent again while Redis does not answer) and start what was handed.
                     with contextlib.suppress(Exception):
                         await self._poller.leave()
         finally:
