@@ -59,6 +59,12 @@ def normalize_endpoint(endpoint: str, *, cluster: bool = False) -> str:
             raise InvalidEndpointError(f"endpoint {endpoint!r} has an invalid port") from exc
         if not parts.hostname:
             raise InvalidEndpointError(f"endpoint {endpoint!r} names no host")
+        database = parts.path.strip("/")
+        if database and not database.isdigit():
+            raise InvalidEndpointError(
+                f"endpoint {endpoint!r}: its path names the database, a number "
+                f"(redis://host:6379/0), not {database!r}"
+            )
     elif not parts.path:
         raise InvalidEndpointError(f"endpoint {endpoint!r} names no socket path")
     return endpoint

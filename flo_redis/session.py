@@ -191,6 +191,12 @@ class Session:
                 await conn.aclose()
                 if is_denied(exc):
                     raise denied("connect (INFO server: the server's version)", exc) from exc
+                if "DB index is out of range" in str(exc):
+                    raise ConnectionFailedError(
+                        f"Redis at {redact(endpoint)} has no database of the number in the "
+                        "URL's path (DB index is out of range): use one below the server's "
+                        "`databases` setting (16 by default), e.g. redis://host:6379/0"
+                    ) from exc
                 raise ConnectionFailedError(
                     f"what answers at {redact(endpoint)} is not a Redis server "
                     f"({type(exc).__name__}: {exc}); check the host and port in the URL"

@@ -179,7 +179,7 @@ class WorkerOperations(RunReports):
         all_keys = [action_keys(ns_name, t) for t in task_types]
         labels = await self._gate(worker_id, namespace_keys(ns_name), health_ttl_s)
         # Without a poll id the caller cannot retry this poll, so no replay memo is kept.
-        poll_id = opts.poll_id or ""
+        poll_id = "" if opts.poll_id is None else check_name("poll id", opts.poll_id)
 
         async def attempt() -> Attempt[Claimed]:
             return await self._claim_round(

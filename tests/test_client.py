@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
@@ -90,7 +91,16 @@ async def test_acl_user_and_password(server: RedisServer, namespace: str) -> Non
 
 
 @pytest.mark.parametrize(
-    "endpoint", ["http://localhost:6379", "", "   ", "redis://localhost:notaport", "unix://"]
+    "endpoint",
+    [
+        "http://localhost:6379",
+        "",
+        "   ",
+        "redis://localhost:notaport",
+        "unix://",
+        "redis://localhost:6379/abc",  # the path names a database, a number
+        "redis+cluster://localhost:7000/x1",
+    ],
 )
 def test_bad_endpoints(endpoint: str) -> None:
     with pytest.raises(InvalidEndpointError):
@@ -153,6 +163,14 @@ async def old_redis(version: str) -> AsyncIterator[int]:
     finally:
         listener.close()
         await listener.wait_closed()
+
+
+async def test_a_database_the_server_does_not_have_is_named_as_such(redis_url: str) -> None:
+    parts = urlsplit(redis_url)
+    client = FloClient(f"{parts.scheme}://{parts.netloc}/999")
+    with pytest.raises(ConnectionFailedError, match="no database of the number in the URL"):
+        await client.connect()
+    assert not client.is_connected
 
 
 async def test_a_redis_older_than_7_is_refused() -> None:

@@ -32,6 +32,7 @@ from flo_redis import (
     StreamTrimOptions,
     ValidationError,
     WaitTimeoutError,
+    WorkerAwaitOptions,
 )
 from flo_redis._type_base import MAX_TIME_MS
 from flo_redis.stream_worker import StreamWorkerOptions
@@ -296,3 +297,19 @@ async def test_stream_calls_refuse_numbers_no_script_holds_exactly(
 ) -> None:
     with pytest.raises(ValidationError, match=rf"{name} must be an int in \[\d+, \d+\]"):
         await call(client)
+
+
+# --- await_task: the poll id --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "poll_id", [5, "a{b", "x" * 300, ""], ids=["int", "brace", "long", "empty"]
+)
+async def test_await_task_refuses_a_poll_id_no_retry_could_name(
+    client: FloClient, poll_id: object
+) -> None:
+    await client.action.register("job")
+    await client.worker.register("w1", ["job"])
+    opts = WorkerAwaitOptions(block_ms=0, poll_id=poll_id)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="poll id"):
+        await client.worker.await_task("w1", ["job"], opts)
