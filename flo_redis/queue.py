@@ -168,8 +168,8 @@ class QueueOperations:
         if missing:
             raise refusal(
                 Status.NOT_FOUND,
-                f"seq(s) {missing} of queue {queue!r} are not dead letters (never handed out, "
-                "acked, or already requeued); list them with dlq_list",
+                f"seq(s) {_few(missing)} of queue {queue!r} are not dead letters (never "
+                "handed out, acked, or already requeued); list them with dlq_list",
             )
 
     async def peek(
@@ -268,15 +268,25 @@ class QueueOperations:
         if unknown:
             raise refusal(
                 Status.NOT_FOUND,
-                f"{verb}: seq(s) {unknown} of queue {queue!r} not found (never handed out)",
+                f"{verb}: seq(s) {_few(unknown)} of queue {queue!r} not found (never "
+                "handed out)",
             )
         if stale:
             raise refusal(
                 Status.STALE,
-                f"{verb} of seq(s) {stale} of queue {queue!r} refused: not delivered to this "
-                "client now (delivered again since, given back, or never dequeued here); "
+                f"{verb} of seq(s) {_few(stale)} of queue {queue!r} refused: not delivered "
+                "to this client now (delivered again since, given back, or never dequeued "
+                "here); "
                 "those changed nothing",
             )
+
+
+def _few(seqs: Sequence[int], most: int = 10) -> str:
+    """Seqs for an error message: all of a few, the first ``most`` and a count of many."""
+    if len(seqs) <= most:
+        return str(list(seqs))
+    shown = ", ".join(map(str, seqs[:most]))
+    return f"[{shown}, ... {len(seqs) - most} more]"
 
 
 def _reclaim_refused(status: int) -> Exception:

@@ -388,3 +388,16 @@ async def test_queues_and_namespaces_are_apart(client: FloClient, namespace: str
     assert [m.payload for m in (await client.queue.peek("a", 5)).messages] == [b"1"]
     other = await client.queue.peek("a", 5, PeekOptions(namespace=f"{namespace}-x"))
     assert [m.payload for m in other.messages] == [b"2"]
+
+
+async def test_an_ack_of_many_unknown_seqs_names_the_first_few_and_counts_the_rest(
+    client: FloClient,
+) -> None:
+    await client.queue.enqueue("jobs", b"x")
+    with pytest.raises(NotFoundError) as info:
+        await client.queue.ack("jobs", list(range(1000, 4000)))
+    message = str(info.value)
+    assert "[1000, 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009, ... 2990 more]" in message
+    assert len(message) < 300
+    with pytest.raises(NotFoundError, match=r"seq\(s\) \[1000, 1001\] of queue 'jobs'"):
+        await client.queue.ack("jobs", [1000, 1001])
