@@ -77,12 +77,41 @@ class Schedule:
 
 def _croniter() -> Any:
     try:
-        from croniter import croniter
+        import croniter
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise ImportError(
             "cron schedules need the 'cron' extra: pip install 'flo-redis[cron]'"
         ) from exc
     return croniter
+
+
+def _cron_after(cron: str, start: datetime) -> datetime:
+    """The first time after ``start`` that ``cron`` matches; :class:`ValidationError`
+    for an expression that matches no date at all (``30 2 31 2 *``: February 31st)."""
+    croniter = _croniter()
+    try:
+        following: datetime = croniter.croniter(cron, start).get_next(datetime)
+    except croniter.CroniterBadDateError as exc:
+        raise ValidationError(
+            f"cron expression {cron!r} never matches a date; check its day-of-month and "
+            "month fields (a day that month never has, such as February 30th or 31st, or "
+            "the 31st of a 30-day month)"
+        ) from exc
+    return following
+
+
+def check_cron(expression: object) -> str:
+    """``expression`` if it is a cron expression that matches a date; otherwise
+    :class:`ValidationError` saying why: not five valid fields, or fields that no date
+    satisfies (so the schedule would never fire, and computing its next occurrence
+    would fail)."""
+    if not isinstance(expression, str) or not _croniter().croniter.is_valid(expression):
+        raise ValidationError(
+            f"{expression!r} is not a cron expression; write five fields "
+            "'minute hour day-of-month month day-of-week', e.g. '*/5 * * * *'"
+        )
+    _cron_after(expression, datetime.now(dt_timezone.utc))
+    return expression
 
 
 def check_spec(spec: object) -> tuple[str | None, timedelta | None]:
@@ -96,12 +125,7 @@ def check_spec(spec: object) -> tuple[str | None, timedelta | None]:
             )
         return None, spec
     if isinstance(spec, str):
-        if not _croniter().is_valid(spec):
-            raise ValidationError(
-                f"{spec!r} is not a cron expression; write five fields "
-                "'minute hour day-of-month month day-of-week', e.g. '*/5 * * * *'"
-            )
-        return spec, None
+        return check_cron(spec), None
     raise ValidationError(
         "a schedule is a cron expression (str) or an interval (datetime.timedelta), "
         f"got {type(spec).__name__}"
@@ -127,9 +151,9 @@ def _occurrence_after(
     if every is not None:
         step = int(every.total_seconds() * 1000)
         return anchor_ms + step * ((after_ms - anchor_ms) // step + 1)
+    assert cron is not None  # a schedule has a cron expression or an interval
     start = datetime.fromtimestamp(after_ms / 1000, dt_timezone.utc).astimezone(ZoneInfo(tz))
-    following = _croniter()(cron, start).get_next(datetime)
-    return int(following.timestamp() * 1000)
+    return int(_cron_after(cron, start).timestamp() * 1000)
 
 
 def _record(
@@ -262,6 +286,7 @@ __all__ = [
     "Missed",
     "Schedule",
     "ScheduleDeclaration",
+    "check_cron",
     "check_missed",
     "check_spec",
     "check_timezone",

@@ -24,7 +24,7 @@ from flo_redis._gateway import SCHEDULE_DUE, SCHEDULE_FIRE
 from flo_redis._status import Status
 from flo_redis.errors import NotFoundError, ValidationError
 from flo_redis.keys import action_keys, run_id_prefix
-from flo_redis.schedules import Missed, fire_due
+from flo_redis.schedules import Missed, check_cron, fire_due
 
 HERE = Path(__file__).resolve().parent
 SECOND = timedelta(seconds=1)
@@ -183,6 +183,8 @@ async def test_schedules_are_listed_replaced_and_removed_by_name(client: FloClie
     [
         ("known", "61 * * * *", {}, ValidationError, "not a cron expression"),
         ("known", "every day", {}, ValidationError, "not a cron expression"),
+        ("known", "30 2 31 2 *", {}, ValidationError, "never matches a date; check its day"),
+        ("known", "0 0 31 4,6,9,11 *", {}, ValidationError, "never matches a date"),
         ("known", "* * * * *", {"timezone": "Mars/Olympus"}, ValidationError, "unknown time zone"),
         ("known", timedelta(milliseconds=200), {}, ValidationError, "at least a second"),
         ("known", 60, {}, ValidationError, "cron expression .str. or an interval"),
@@ -224,3 +226,27 @@ async def test_worker_cron_registers_and_schedules_its_handler(client: FloClient
         worker.stop()
         await task
     assert set(seen) == {b"ping"}
+
+
+@pytest.mark.parametrize("expression", ["30 2 31 2 *", "* * 30 2 *", "0 0 31 4,6,9,11 *"])
+async def test_worker_cron_refuses_an_expression_that_never_matches_a_date(
+    client: FloClient, expression: str
+) -> None:
+    worker = client.new_action_worker(worker_id="never-worker", block_ms=200)
+    with pytest.raises(ValidationError, match="never matches a date; check its day-of-month"):
+
+        @worker.cron(expression)
+        async def never(ctx: ActionContext) -> None:  # pragma: no cover - never runs
+            pass
+
+    with pytest.raises(ValidationError, match="never matches a date"):
+        check_cron(expression)
+    assert await client.action.schedules() == []
+
+
+def test_check_cron_takes_a_leap_day_and_refuses_what_is_not_cron() -> None:
+    assert check_cron("0 0 29 2 *") == "0 0 29 2 *"  # every fourth year is a date
+    with pytest.raises(ValidationError, match="not a cron expression"):
+        check_cron("61 * * * *")
+    with pytest.raises(ValidationError, match="not a cron expression"):
+        check_cron(None)

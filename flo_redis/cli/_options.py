@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -34,3 +35,26 @@ def env_option(flag: str, about: str, **settings: Any) -> Callable[[F], F]:
 def namespace_option(what: str) -> Callable[[F], F]:
     """``--namespace``; env ``FLO_REDIS_NAMESPACE``. ``what`` ends its help line."""
     return env_option("--namespace", f"Namespace {what}", default="default")
+
+
+class Seconds(click.types.FloatParamType):
+    """A finite number of seconds from ``low`` to ``high`` (no upper bound for None),
+    refused as the arguments are parsed, so a bad one is a usage error (exit 2) before
+    anything is sent. Unlike click's ``FloatRange``, which lets ``nan`` through (it
+    compares false) and ``inf`` when there is no upper bound."""
+
+    name = "seconds"
+
+    def __init__(self, low: float, high: float | None = None) -> None:
+        self.low = low
+        self.high = high
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        seconds = super().convert(value, param, ctx)
+        high = math.inf if self.high is None else self.high
+        if math.isfinite(seconds) and self.low <= seconds <= high:
+            return seconds
+        taken = f"{self.low:g} or more" if self.high is None else f"{self.low:g} to {high:g}"
+        self.fail(f"expected a finite number of seconds, {taken}; got {value!r}", param, ctx)

@@ -15,7 +15,7 @@ import click
 from ..client import FloClient
 from ..errors import FloError
 from ..types import WorkerInfo, WorkerListOptions, WorkerStatus
-from ._options import namespace_option, url_option
+from ._options import Seconds, namespace_option, url_option
 
 # Action workers heartbeat every 30 s: 60 s means two missed in a row.
 DEFAULT_MAX_AGE_S = 60.0
@@ -79,7 +79,7 @@ async def probe(
 @click.option("--action", metavar="NAME", help="Check every worker registered for NAME.")
 @click.option(
     "--max-heartbeat-age",
-    type=click.FloatRange(min=0),
+    type=Seconds(0),
     default=DEFAULT_MAX_AGE_S,
     show_default=True,
     help="Seconds; an older heartbeat is unhealthy.",

@@ -6,14 +6,23 @@ import json
 
 import click
 
+from .._runs import MAX_WAIT_MS
+from .._type_base import MAX_TIME_MS
 from ..client import FloClient
 from ..errors import WaitTimeoutError
 from ..types import ActionInvokeOptions, ActionRunStatus, RunStatus
 from ._ops import connection_options, json_option, print_json, with_client
+from ._options import Seconds
 
 
 def register(group: click.Group) -> None:
     group.add_command(invoke)
+
+
+def _key_given(ctx: click.Context, param: click.Parameter, key: str | None) -> str | None:
+    if key == "":
+        raise click.BadParameter("must not be empty; leave the option out to invoke without one")
+    return key
 
 
 @click.command("invoke")
@@ -21,11 +30,13 @@ def register(group: click.Group) -> None:
 @json_option
 @click.argument("action")
 @click.option("--data", default="null", show_default=True, help="The input, as JSON text.")
-@click.option("--delay-ms", type=click.IntRange(0), default=0, help="Run no earlier than this.")
-@click.option("--idempotency-key", default=None, help="Invoke at most once per key.")
+@click.option("--delay-ms", type=click.IntRange(0, MAX_TIME_MS), default=0,
+              help="Run no earlier than this many ms from now.")  # fmt: skip
+@click.option("--idempotency-key", default=None, callback=_key_given,
+              help="Invoke at most once per key.")  # fmt: skip
 @click.option("--wait", is_flag=True, help="Wait until the run finishes; print its result.")
-@click.option("--timeout", type=click.FloatRange(0), default=60.0, show_default=True,
-              help="Seconds --wait waits at most.")  # fmt: skip
+@click.option("--timeout", type=Seconds(0, MAX_WAIT_MS / 1000), default=60.0, show_default=True,
+              help="Seconds --wait waits at most (a day at most).")  # fmt: skip
 def invoke(
     url: str,
     namespace: str,
@@ -44,14 +55,17 @@ def invoke(
         json.loads(data)
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--data") from exc
-    opts = ActionInvokeOptions(delay_ms=delay_ms, idempotency_key=idempotency_key)
+    try:
+        opts = ActionInvokeOptions(delay_ms=delay_ms, idempotency_key=idempotency_key)
+    except ValueError as exc:  # what the options refuse beyond the checks above
+        raise click.UsageError(str(exc)) from exc
 
     async def run(client: FloClient) -> tuple[str, ActionRunStatus | None]:
         run_id = (await client.action.invoke(action, data.encode(), opts)).run_id
         if not wait:
             return run_id, None
         try:
-            return run_id, await client.action.wait(run_id, timeout_ms=int(timeout * 1000))
+            return run_id, await client.action.wait(run_id, timeout_ms=round(timeout * 1000))
         except WaitTimeoutError:
             return run_id, None
 

@@ -12,6 +12,7 @@ from rich.live import Live
 from ..client import FloClient
 from ..discovery import Overview, overview
 from ._ops import age, connection_options, console, json_option, print_json, table, with_client
+from ._options import Seconds
 
 SPARK = "▁▂▃▄▅▆▇█"
 SPARK_MINUTES = 15
@@ -70,7 +71,7 @@ def register(group: click.Group) -> None:
 @click.option("--watch", is_flag=True, help="Refresh in place, like top, until Ctrl-C.")
 @click.option(
     "--interval",
-    type=click.FloatRange(0.1, 3600),
+    type=Seconds(0.1, 3600),
     default=2.0,
     show_default=True,
     help="Seconds between refreshes with --watch.",

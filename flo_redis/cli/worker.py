@@ -28,12 +28,13 @@ from typing import Any
 import click
 
 from .._endpoint import redact
+from .._type_base import U32
 from ..client import FloClient
 from ..errors import FloError
 from ..worker import ActionWorker
 from . import _supervisor, _targets
 from ._logging import LOG_FORMATS, LOG_LEVELS, setup_logging
-from ._options import env_option, namespace_option, url_option
+from ._options import Seconds, env_option, namespace_option, url_option
 
 log = logging.getLogger("flo_redis.cli")
 
@@ -44,6 +45,9 @@ ABORT_GRACE_S = 5.0
 EXIT_HUNG = 3
 # How often a supervised process checks that its supervisor is still there.
 _PARENT_CHECK_S = 1.0
+# The most --processes: enough for any one machine's cores, few enough that a typo
+# (an extra digit or ten) is refused rather than forking without end.
+MAX_PROCESSES = 1024
 
 
 @dataclass
@@ -60,7 +64,10 @@ class WorkerProcess:
 
 
 Sidecar = Callable[[WorkerProcess], Coroutine[Any, Any, None]]
+# What a sidecar refuses of the command's options together (click.BadParameter).
+ParamsCheck = Callable[[dict[str, Any]], None]
 _SIDECARS: list[Sidecar] = []
+_CHECKS: list[ParamsCheck] = []
 
 
 class _Shutdown:
@@ -237,11 +244,16 @@ async def _run(workers: list[_targets.Worker], client: FloClient, params: dict[s
     return code
 
 
-def add_sidecar(sidecar: Sidecar, *options: click.Option) -> None:
+def add_sidecar(sidecar: Sidecar, *options: click.Option, check: ParamsCheck | None = None) -> None:
     """Run ``sidecar(process)`` beside the workers of every worker process (cancelled
     once they stopped; one that fails stops them, and the process exits 1), and add
-    ``options`` to the command (read them from ``process.params``)."""
+    ``options`` to the command (read them from ``process.params``). ``check(params)``
+    refuses what no single option's type can (options that do not go together) with
+    ``click.BadParameter``, once the command line is parsed and before any process
+    starts."""
     _SIDECARS.append(sidecar)
+    if check is not None:
+        _CHECKS.append(check)
     worker_command.params[-1:-1] = options  # before the TARGET argument
 
 
@@ -251,7 +263,7 @@ def add_sidecar(sidecar: Sidecar, *options: click.Option) -> None:
 @env_option(
     "--concurrency",
     "Handlers each worker runs at once; default: the worker's own setting",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, U32 - 1),
     default=None,
 )
 @env_option(
@@ -270,13 +282,13 @@ def add_sidecar(sidecar: Sidecar, *options: click.Option) -> None:
     "--shutdown-timeout",
     "Seconds running handlers get to finish after the first signal; then they are "
     "cancelled and their runs given back",
-    type=click.FloatRange(min=0),
+    type=Seconds(0),
     default=30.0,
 )
 @env_option(
     "--processes",
     "Worker processes to run under a supervisor that restarts any that die",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_PROCESSES),
     default=1,
 )
 @click.argument("targets", metavar="MODULE:ATTR...", nargs=-1, required=True)
@@ -284,6 +296,8 @@ def add_sidecar(sidecar: Sidecar, *options: click.Option) -> None:
 def worker_command(ctx: click.Context, /, targets: tuple[str, ...], **params: Any) -> None:
     """Run the workers MODULE:ATTR names: an ActionWorker, a StreamWorker, or a function
     (plain or async) that builds one from a FloClient. Several run in one process."""
+    for check in _CHECKS:
+        check(params)
     setup_logging(params["log_level"], params["log_format"])
     if params["processes"] > 1:
         args = _supervisor.child_args(ctx, processes_param="processes")

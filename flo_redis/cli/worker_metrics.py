@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+from typing import Any
 
 import click
 
 from .worker import WorkerProcess, add_sidecar
 
 log = logging.getLogger("flo_redis.cli")
+
+MAX_PORT = 65535
 
 
 def _needs_metrics_extra(
@@ -25,6 +28,18 @@ def _needs_metrics_extra(
     if port is not None and importlib.util.find_spec("prometheus_client") is None:
         raise click.BadParameter("needs the 'metrics' extra: pip install 'flo-redis[metrics]'")
     return port
+
+
+def _ports_fit(params: dict[str, Any]) -> None:
+    """Under ``--processes N`` process i serves on PORT + i: each must be a port."""
+    port = params.get("metrics_port")
+    last = None if not port else port + params["processes"] - 1
+    if last is not None and last > MAX_PORT:
+        raise click.BadParameter(
+            f"{params['processes']} processes would serve on ports {port} to {last}, past "
+            f"{MAX_PORT}; use a port of at most {MAX_PORT - params['processes'] + 1}, or 0",
+            param_hint="'--metrics-port'",
+        )
 
 
 async def serve_worker_metrics(process: WorkerProcess) -> None:
@@ -54,7 +69,7 @@ def register(group: click.Group) -> None:
         click.Option(
             ["--metrics-port"],
             envvar="FLO_REDIS_METRICS_PORT",
-            type=click.IntRange(0, 65535),
+            type=click.IntRange(0, MAX_PORT),
             default=None,
             callback=_needs_metrics_extra,
             help="Serve Prometheus metrics at http://HOST:PORT/metrics; process i of "
@@ -67,4 +82,5 @@ def register(group: click.Group) -> None:
             show_default=True,
             help="Address the metrics endpoint listens on (env FLO_REDIS_METRICS_HOST).",
         ),
+        check=_ports_fit,
     )
