@@ -18,7 +18,10 @@ class Message:
     """A queue message as delivered (or peeked, or listed as a dead letter).
 
     ``delivery_count`` counts the deliveries so far, this one included (0 for a message
-    never delivered); it is also the delivery's fencing token (``AckOptions.tokens``)."""
+    never delivered), across dead-lettering and ``dlq_requeue`` too: it is also the
+    delivery's fencing token (``AckOptions.tokens``), so it never goes back. After a
+    requeue, ``max_deliveries`` counts the deliveries since (a requeued message is
+    delivered that many more times)."""
 
     seq: int
     payload: bytes
@@ -50,10 +53,12 @@ class DequeueOptions:
     300000). ``visibility_timeout_ms``: how long each delivered message stays invisible
     before it is delivered again unless acked or nacked (1 .. 12 h).
     ``max_deliveries``: a message nacked, expired or taken back from a dead consumer after
-    this many deliveries goes to the dead-letter queue instead (1 .. 1000).
+    this many deliveries (since its last ``dlq_requeue``) goes to the dead-letter queue
+    instead (1 .. 1000).
     ``poll_id``: reuse one when sending a dequeue again after its reply was lost: within
     two minutes it is answered with the messages that poll was handed and still holds
-    (None: a fresh id per call, which dequeue itself reuses when it resends)."""
+    (None: a fresh id per call, which dequeue itself reuses when it resends; a
+    ``DequeueReplyLostError`` names it)."""
 
     namespace: str | None = None
     block_ms: int | None = None

@@ -21,6 +21,7 @@ __all__ = [
     "BlockTooLongError",
     "ConflictError",
     "ConnectionFailedError",
+    "DequeueReplyLostError",
     "FloError",
     "GenericServerError",
     "IncompleteResponseError",
@@ -74,6 +75,21 @@ class NonRetryableError(FloError):
 class NotConnectedError(FloError):
     """A call was made on a client that is not connected (never connected,
     closed, or dropped after a timeout). Call ``connect()`` or ``reconnect()``."""
+
+
+class DequeueReplyLostError(NotConnectedError):
+    """A queue dequeue whose reply may have been lost went unanswered while its
+    deliveries could still be handed over: Redis may have handed messages to
+    ``poll_id`` that never arrived. Those stay delivered to this client until their
+    visibility timeout (``visibility_timeout_ms``), then come back (their delivery
+    counted). Until then, and within two minutes of the lost call, ``dequeue`` with
+    ``DequeueOptions(poll_id=err.poll_id)`` gets them now. It is a
+    :class:`NotConnectedError`: the connection was lost."""
+
+    def __init__(self, message: str, poll_id: str, visibility_timeout_ms: int) -> None:
+        super().__init__(message)
+        self.poll_id = poll_id
+        self.visibility_timeout_ms = visibility_timeout_ms
 
 
 class ConnectionFailedError(FloError):

@@ -5,11 +5,13 @@ with flo's signatures and result types, a dequeued message is *delivered*: invis
 other consumers until it is acked (removed), nacked (ready again at once) or its
 visibility timeout passes (ready again) — or until its consumer's process is gone, which
 Redis tells through owner liveness (:mod:`flo_redis.liveness`) within about a second.
-Each delivery raises the message's ``delivery_count``, which is also its fencing token;
-past ``max_deliveries`` a message goes to the dead-letter queue, where ``dlq_list`` shows
-it and ``dlq_requeue`` gives it back. Priorities are strict (0 first, 255 last), FIFO
-within one. Every transition is one script (``lua/queue_*.lua``) on the queue's single
-hash slot; a blocking dequeue sleeps on the queue's wake channel, not on a timer.
+Each delivery raises the message's ``delivery_count``, which is also its fencing token
+and only grows, across dead-lettering and requeues too; past ``max_deliveries`` deliveries
+(counted since its last requeue) a message goes to the dead-letter queue, where
+``dlq_list`` shows it and ``dlq_requeue`` gives it back. Priorities are strict (0 first,
+255 last), FIFO within one. Every transition is one script (``lua/queue_*.lua``) on the
+queue's single hash slot; a blocking dequeue sleeps on the queue's wake channel, not on a
+timer.
 
 Ack and nack are answered for the client that dequeued the message (its owner id): a
 message since delivered again, or never delivered to this client, is refused as stale
@@ -53,11 +55,18 @@ from ._queue_types import (
     PeekOptions,
 )
 from ._status import Status, refusal
+from ._type_base import LUA_INT
 from ._wake import Attempt, long_poll
 from .codec import pack
-from .errors import ValidationError, is_connection_error, validate_block_ms
+from .errors import (
+    DequeueReplyLostError,
+    ValidationError,
+    is_connection_error,
+    validate_block_ms,
+)
 from .keys import QueueKeys, check_name, queue_keys
 from .reclaim import RECLAIM_BATCH, ReclaimResult, sweep
+from .retry import Backoff, is_refused_unrun
 from .session import Session
 
 __all__ = ["QueueOperations"]
@@ -70,8 +79,16 @@ MAX_VISIBILITY_MS = 12 * 3600 * 1000
 MAX_DELIVERIES = 1000
 MAX_SEQ = 2**45 - 1
 """Sequence numbers stay below 2^45 (they share a sorted-set score with the priority)."""
-_LOST_REPLY_PAUSES_S = (0.05, 0.25)
-"""Pauses before the second and third send of a dequeue whose reply was lost."""
+RESEND_AT_MOST_S = 60.0
+"""A dequeue whose reply was lost is sent again (same poll id) until Redis answers, for
+as long as its deliveries can still be handed over — their visibility timeout — but at
+most this long: half the two minutes a poll id is remembered (``lib/polls.lua``), so a
+caller given :class:`DequeueReplyLostError` still has a minute to ask with its poll id."""
+_RESEND_PAUSE_S = (0.05, 0.5)
+"""The jittered pause before each resend: first ceiling, doubling to the last."""
+_UNREACHED_SENDS = 3
+"""Sends of a dequeue that never reached Redis (nothing could have been handed out)
+before the error is raised as it is."""
 RECLAIM_EVERY_S = 0.25
 """How often a client's dequeues look for gone consumers while messages are out."""
 
@@ -104,7 +121,12 @@ class QueueOperations:
     ) -> DequeueResult:
         """Deliver up to ``count`` messages (1..1000), lowest priority first, waiting up
         to ``block_ms`` for the first one (None or 0: answer now). Each stays invisible to
-        other consumers for ``visibility_timeout_ms`` unless acked or nacked first."""
+        other consumers for ``visibility_timeout_ms`` unless acked or nacked first.
+
+        A dequeue whose connection drops is sent again under the same poll id until Redis
+        answers — the replay hands over what a lost reply carried, as that delivery — for
+        up to the visibility timeout (at most :data:`RESEND_AT_MOST_S`); then it raises
+        :class:`DequeueReplyLostError`, naming the poll id."""
         opts = check_options(options, DequeueOptions)
         keys = self._keys(queue, opts.namespace)
         check_count("count", count, 1, MAX_COUNT)
@@ -118,8 +140,8 @@ class QueueOperations:
         args: list[_scripts.Arg] = [self._session.owner_id, count, visibility, limit, poll_id]
 
         async def attempt() -> Attempt[Message]:
-            until_reclaim_s = await self._reclaim_if_due(keys)
-            messages, next_deadline_ms = await self._take(keys, args)
+            until_reclaim_s = await self._reclaim_if_due_or_later(keys)
+            messages, next_deadline_ms = await self._take(keys, args, poll_id, visibility)
             if next_deadline_ms < 0:
                 return Attempt(messages)
             # Messages are out: one may come back by its deadline, or from a consumer
@@ -152,8 +174,10 @@ class QueueOperations:
     async def dlq_requeue(
         self, queue: str, seqs: list[int], options: DlqRequeueOptions | None = None
     ) -> None:
-        """Move dead letters back to the queue with a fresh delivery count, in their
-        priority's FIFO place. A seq that is not a dead letter is :class:`NotFoundError`
+        """Move dead letters back to the queue with a fresh allowance of
+        ``max_deliveries``, in their priority's FIFO place. ``delivery_count`` (the
+        token) goes on from where it was, so a report from a delivery before the dead
+        letter stays refused. A seq that is not a dead letter is :class:`NotFoundError`
         (raised after the others were requeued)."""
         opts = check_options(options, DlqRequeueOptions)
         if not seqs:
@@ -196,6 +220,17 @@ class QueueOperations:
 
     # --- internals -----------------------------------------------------------------
 
+    async def _reclaim_if_due_or_later(self, keys: QueueKeys) -> float:
+        """:meth:`_reclaim_if_due`, put off (to its next turn) when the connection drops:
+        a dequeue does not fail for its side job; its own send is resent (:meth:`_take`)."""
+        try:
+            return await self._reclaim_if_due(keys)
+        except Exception as exc:
+            if not (is_connection_error(exc) or is_refused_unrun(exc)):
+                raise
+            log.info("dequeue from %r: reclaim put off (%s)", keys.queue, exc)
+            return RECLAIM_EVERY_S
+
     async def _reclaim_if_due(self, keys: QueueKeys) -> float:
         """Look for gone consumers if this client has not for RECLAIM_EVERY_S (sooner
         when a suspect's grace ends); returns the seconds until the next look is due."""
@@ -214,21 +249,39 @@ class QueueOperations:
         return max(due - now, 0.0)
 
     async def _take(
-        self, keys: QueueKeys, args: Sequence[_scripts.Arg]
+        self, keys: QueueKeys, args: Sequence[_scripts.Arg], poll_id: str, visibility_ms: int
     ) -> tuple[builtins.list[Message], int]:
         """One dequeue: the messages, and the ms until the earliest visibility deadline
-        still running (-1: no message is out). A call whose reply was lost
-        (the connection dropped) is sent again with the same poll id, which the script
-        answers with what it handed that poll: nothing is taken twice or stranded."""
-        for pause in (*_LOST_REPLY_PAUSES_S, None):
+        still running (-1: no message is out). A call whose reply was lost (the
+        connection dropped, or Redis refused it unrun) is sent again with the same poll
+        id until Redis answers, which the script does with what it handed that poll:
+        nothing is taken twice or stranded. It gives up (:class:`DequeueReplyLostError`)
+        once the deliveries it may have made would have timed out anyway, or after
+        :data:`RESEND_AT_MOST_S`."""
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + min(visibility_ms / 1000.0, RESEND_AT_MOST_S)
+        pause = Backoff(*_RESEND_PAUSE_S)
+        sends = 0
+        reached = False  # a send may have run: its reply is what may be lost
+        while True:
+            sends += 1
             try:
                 reply = await QUEUE_DEQUEUE(self._session, keys, args)  # holds liveness first
                 break
             except Exception as exc:
-                if pause is None or not is_connection_error(exc):
+                if not (is_connection_error(exc) or is_refused_unrun(exc)):
                     raise
-                log.info("dequeue from %r: reply lost (%s); asking again", keys.queue, exc)
-                await asyncio.sleep(pause)
+                reached = reached or not _never_sent(exc)
+                if not reached and sends >= _UNREACHED_SENDS:
+                    raise  # Redis was never reached: nothing was handed out, nothing lost
+                left = give_up_at - loop.time()
+                if left <= 0:
+                    raise _reply_lost(keys.queue, poll_id, visibility_ms, sends) from exc
+                if sends == 1:
+                    log.info("dequeue from %r: no reply (%s); asking again", keys.queue, exc)
+                await asyncio.sleep(min(pause.next(), left))  # the last send at give_up_at
+        if sends > 1:
+            log.info("dequeue from %r: answered after %d sends", keys.queue, sends)
         _check_status(reply.status, "dequeue")
         messages = list(reply.messages)
         if reply.next_deadline_ms < 0:
@@ -268,8 +321,7 @@ class QueueOperations:
         if unknown:
             raise refusal(
                 Status.NOT_FOUND,
-                f"{verb}: seq(s) {_few(unknown)} of queue {queue!r} not found (never "
-                "handed out)",
+                f"{verb}: seq(s) {_few(unknown)} of queue {queue!r} not found (never handed out)",
             )
         if stale:
             raise refusal(
@@ -287,6 +339,40 @@ def _few(seqs: Sequence[int], most: int = 10) -> str:
         return str(list(seqs))
     shown = ", ".join(map(str, seqs[:most]))
     return f"[{shown}, ... {len(seqs) - most} more]"
+
+
+def _never_sent(exc: BaseException) -> bool:
+    """Whether a failed call never reached Redis: no connection could be made (redis-py
+    says "Error 111 connecting to ...", "Timeout connecting to server") or the client's
+    liveness, held before any send, could not be. Such a call ran nothing."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = str(seen)
+        if "connecting to" in text or "liveness subscription failed" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _reply_lost(queue: str, poll_id: str, visibility_ms: int, sends: int) -> Exception:
+    said = (
+        f"dequeue from queue {queue!r}: Redis did not answer ({sends} sends of poll id "
+        f"{poll_id!r}); messages it may have handed out stay delivered to this client "
+    )
+    if visibility_ms / 1000.0 <= RESEND_AT_MOST_S:
+        then = (
+            f"until their visibility timeout ({visibility_ms} ms), which runs out about "
+            "now: they come back to the next dequeue, that delivery counted"
+        )
+    else:
+        then = (
+            f"and come back after their visibility timeout ({visibility_ms} ms), that "
+            "delivery counted; to get them now, dequeue again within a minute with "
+            f"DequeueOptions(poll_id={poll_id!r})"
+        )
+    return DequeueReplyLostError(
+        f"{said}{then}; check that Redis is reachable", poll_id, visibility_ms
+    )
 
 
 def _reclaim_refused(status: int) -> Exception:
@@ -337,6 +423,6 @@ def _tokens_arg(seqs: Sequence[int], tokens: Mapping[int, int] | None) -> builti
     for seq in seqs:
         token = tokens.get(seq, 0)
         if token != 0:
-            check_count(f"tokens[{seq}]", token, 1, MAX_DELIVERIES)
+            check_count(f"tokens[{seq}]", token, 1, LUA_INT)
         out.append(token)
     return out

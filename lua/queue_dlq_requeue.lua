@@ -1,8 +1,10 @@
 --[[ queue_dlq_requeue
   Move dead letters back to the queue: each named message in the dead letters is ready
-  again in its priority's FIFO place with its delivery count reset to 0, and the queue's
-  waiting consumers are woken. Each seq is answered on its own: OK, or NOT_FOUND when it
-  is not a dead letter (never handed out, acked, or already requeued).
+  again in its priority's FIFO place with a fresh delivery limit (b = d: the limit counts
+  deliveries from here; d, the token, goes on growing, so a report from a delivery
+  before is never taken for a later one), and the queue's waiting consumers are woken.
+  Each seq is answered on its own: OK, or NOT_FOUND when it is not a dead letter (never
+  handed out, acked, or already requeued).
   KEYS[1] meta    HASH  seq counter
   KEYS[2] msgs    HASH  seq -> msgpack record (lib/message.lua)
   KEYS[3] ready   ZSET  seq -> priority * 2^45 + seq
@@ -24,7 +26,7 @@ local ready = 0
 for _, seq in ipairs(seqs) do
   local m = msg_load(k.msgs, seq)
   if m and redis.call('ZREM', k.dead, seq) == 1 then
-    m.d = 0
+    m.b = m.d
     m.x = nil
     msg_make_ready(k, seq, m)
     ready = ready + 1

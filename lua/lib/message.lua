@@ -1,7 +1,9 @@
 --[[ lib/message
   Messages of a plain queue (client.queue): a msgpack record per message in `msgs`
-  (p priority, t enqueued ms, d deliveries so far, m delivery limit of the current
-  delivery, o owner holding it, x ms it was dead-lettered), its payload in `bodies`, and
+  (p priority, t enqueued ms, d deliveries so far, ever: the token, only grows; b the
+  value of d at its last requeue from the dead letters, absent until one; m delivery
+  limit of the current delivery, counted from b; o owner holding it, x ms it was
+  dead-lettered), its payload in `bodies`, and
   the message's place: `ready` (priority, then FIFO), `leases` (delivered, invisible until
   the deadline) or `dead`. Helpers take the keys they touch from the caller's KEYS table.
 ]]
@@ -26,12 +28,13 @@ local function msg_make_ready(k, seq, m)
 end
 
 -- A delivery ended without an ack (nack, visibility timeout, owner gone): the message is
--- ready again, or dead-lettered once it has been delivered its limit of times.
+-- ready again, or dead-lettered once it has been delivered its limit of times since its
+-- last requeue (d - b: d itself never goes back, it is the token).
 -- Returns 1 when it became ready, 0 when it went to the dead letters.
 local function msg_release(k, seq, m, now)
   redis.call('ZREM', k.leases, seq)
   owned_drop(k.owned, m.o, seq)
-  if m.d >= m.m then
+  if m.d - (m.b or 0) >= m.m then
     m.o = nil
     m.x = now
     msg_save(k.msgs, seq, m)
