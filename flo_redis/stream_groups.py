@@ -161,7 +161,11 @@ class ConsumerGroups(PartitionedStreams):
         token. A retry with the same ``poll_id`` (within two minutes) gets the entries
         that poll was handed instead of new ones. A partitioned stream is read from
         every partition (or only ``partition``), one script call each, starting at a
-        different partition each call so that none is starved."""
+        different partition each call so that none is starved; a retry of a poll id this
+        client sent before first replays what each partition handed to it (all of them,
+        before any partition reads afresh, so a fresh read filling ``count`` never keeps
+        a lost reply's entries from coming back), then fills ``count`` from the
+        partitions that had nothing to replay."""
         since = self._session.waker.generation  # an interrupt from here on ends this read
         opts = check_options(options, StreamGroupReadOptions)
         check_name("group name", group)
@@ -173,22 +177,41 @@ class ConsumerGroups(PartitionedStreams):
         parts = await self._partitions(stream, opts.namespace, opts.partition)
         owner = self._session.owner_id
         poll_id = opts.poll_id or ""
+        order, retry = parts, False
+        if len(parts) > 1:  # once per call: every look of one long poll starts there
+            ns = parts[0].namespace
+            first = self._next_turn(ns, stream, group) % len(parts)
+            order = parts[first:] + parts[:first]
+            retry = self._sent_before(poll_id, ns, stream, group)
 
         async def read_one(keys: StreamKeys, room: int) -> Attempt[StreamRecord]:
+            """``room`` 0: only what ``poll_id`` was handed there and is still held."""
             reply = await GROUP_READ(
                 self._session, (keys, keys.group(group)), [group, consumer, owner, room, poll_id]
             )
             return Attempt(reply.records, reply.wait_ms)
 
         async def attempt() -> Attempt[StreamRecord]:
+            nonlocal retry
             if len(parts) == 1:
                 return await read_one(parts[0], count)
-            first = self._next_turn(parts[0].namespace, stream, group) % len(parts)
             got: builtins.list[StreamRecord] = []
             waits: builtins.list[int] = []
-            for keys in parts[first:] + parts[:first]:
+            replayed: set[int] = set()  # read again, these would replay again
+            if retry:  # the first look of a retried poll
+                retry = False
+                for keys in parts:
+                    found = await read_one(keys, 0)
+                    if found.items:
+                        replayed.add(keys.partition)
+                        got += found.items
+                    if found.due_ms >= 0:
+                        waits.append(found.due_ms)
+            for keys in order:
                 if len(got) >= count:
                     break
+                if keys.partition in replayed:
+                    continue
                 found = await read_one(keys, count - len(got))
                 got += found.items
                 if found.due_ms >= 0:

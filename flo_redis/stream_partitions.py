@@ -4,7 +4,8 @@ A stream has one partition unless it was created with more (:meth:`create`); eac
 partition is a complete stream with its own hash slot (:mod:`flo_redis._partitions` has
 where the count lives and which partition a record goes to). :class:`PartitionedStreams`
 answers the keys of every partition of a stream (or of the one an option names), keeps
-the per-client turn counters that spread appends and group reads over them, merges
+the per-client turn counters that spread appends and group reads over them (and the poll
+ids of its recent group reads, so that a retried one is known as such), merges
 per-partition answers in id order, waits for records on the partitions' wake channels,
 and puts each stream used in its namespace's stream registry.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
@@ -36,6 +38,10 @@ class _PerPartition(Protocol):
 
 P = TypeVar("P", bound=_PerPartition)
 
+POLLS_KEPT = 4096
+"""How many pollers' (or other poll ids') last group reads a client remembers, the
+least recently used forgotten first."""
+
 
 def merged(batches: Sequence[Sequence[P]], count: int) -> builtins.list[P]:
     """The first ``count`` items of per-partition batches, in id order (then partition)."""
@@ -52,6 +58,7 @@ class PartitionedStreams:
         self._session = session
         self._counts = PartitionCounts(session)
         self._turn: dict[tuple[str, ...], itertools.count[int]] = {}
+        self._polls: OrderedDict[tuple[str, ...], str] = OrderedDict()  # see _sent_before
         self._listed: set[tuple[str, str]] = set()  # streams this client registered
 
     def _keys(self, stream: str, namespace: str | None) -> StreamKeys:
@@ -80,6 +87,23 @@ class PartitionedStreams:
         if counter is None:
             counter = self._turn[key] = itertools.count()
         return next(counter)
+
+    def _sent_before(self, poll_id: str, *key: str) -> bool:
+        """Whether this client sent a read under ``poll_id`` (for ``key``) before: a retry.
+        Remembered as the scripts keep poll memos (``lua/lib/polls.lua``): the last poll
+        id of each poller ``<poller>#<n>``, any other poll id on its own; at most
+        :data:`POLLS_KEPT`, the least recently used forgotten first."""
+        if not poll_id:
+            return False
+        head, sep, _ = poll_id.rpartition("#")
+        field = (*key, head if sep and head else poll_id)
+        polls = self._polls
+        again = polls.get(field) == poll_id
+        polls[field] = poll_id
+        polls.move_to_end(field)
+        if len(polls) > POLLS_KEPT:
+            polls.popitem(last=False)
+        return again
 
     async def _long_poll(
         self,

@@ -8,10 +8,14 @@ read is under way while the handlers run, with at most one batch waiting for a f
 handler slot. Acks are sent in batches (one script call per partition while the one
 before is on its way); acks and nacks carry the delivery's token, never wait behind a
 read, are resent after a lost connection and never converted. On ``abort()`` records
-not started yet stay pending, for a later delivery. After a connection failure the
-worker first re-processes the entries it had been given (``group_claim`` over its own
-pending list), then resumes reading; on stop it finishes its handlers and leaves. On a
-partitioned stream it reads every partition and acks each record in its own partition.
+not started yet stay pending, for a later delivery. At start (with
+``redeliver_pending_on_reconnect``) the worker first re-processes the entries its consumer
+was given and did not ack (``group_claim`` over its own pending list), then reads. A read
+whose reply was lost is sent again under its poll id, which hands back the very records
+it read (same delivery, same count; within two minutes), on every partition: a blip never takes
+back, redelivers or dead-letters a record the worker holds. On stop it finishes its
+handlers and leaves. On a partitioned stream it reads every partition and acks each
+record in its own partition.
 """
 
 from __future__ import annotations
@@ -269,10 +273,6 @@ class StreamWorker(WorkerLifecycle):
         _outage.failed(log, self.session.redis, "group read", exc)
         return True
 
-    async def _after_failed_poll(self, exc: Exception) -> None:
-        if is_connection_error(exc) and self.config.redeliver_pending_on_reconnect:
-            await self._drain_pending()
-
     async def _take(self, items: Sequence[StreamRecord]) -> None:
         if self._abort.is_set():
             return  # read as the worker aborted: they stay pending, for a later delivery
@@ -307,7 +307,12 @@ class StreamWorker(WorkerLifecycle):
             self._room_waiter.set_result(None)
 
     async def _drain_pending(self) -> None:
-        """Re-process the entries this consumer was given but did not ack."""
+        """Re-process the entries this consumer was given but did not ack: at start
+        only, while the worker holds none of them. Never after a failed read: each
+        entry it claims is delivered again (its count raised, dead-lettered at
+        ``max_deliver``), and the consumer's pending list then also holds the records
+        in the slots, in handlers and being acked. What a read whose reply was lost had
+        taken comes back from its retry, under the same poll id (:meth:`_poll_loop`)."""
         cursor = StreamID()
         for _ in range(_MAX_DRAIN_PAGES):
             if self._stop.is_set():

@@ -3,7 +3,9 @@
   or unacked past the group's ack timeout) with their delivery count raised, then new
   entries. An entry already delivered max_deliver times is dead-lettered instead of
   delivered again. Creates the group (at the beginning of the stream) when missing.
-  A retried poll (same poll id) gets back what that poll was handed, not new entries.
+  A retried poll (same poll id) gets back what that poll was handed, not new entries;
+  with count 0 only that, never a fresh read (a partitioned read replays every partition
+  before it reads any afresh).
   New entries are recorded as one batch (lib/stream.lua, "Batches"); batches fallen due
   become per-entry redeliveries, and the reader's oldest fully acked batches are forgotten.
   KEYS[1] log         STREAM  the records (the group lives here)
@@ -20,7 +22,7 @@
   ARGV[1] group
   ARGV[2] consumer
   ARGV[3] owner     the reading process's owner id
-  ARGV[4] count     at most this many entries (1..1000)
+  ARGV[4] count     at most this many entries (1..1000); 0: only replay poll_id's memo
   ARGV[5] poll_id   '' or an id the caller reuses when it retries this poll
   Returns {status, wait_ms, n, (id, token, payload, headers) * n}
           status: OK; wait_ms: ms until the next entry falls due again, or -1
@@ -66,7 +68,8 @@ group_ensure(k.log, k.config, group, now)
 ack_timeout_ms, max_deliver = group_settings(k.config)
 
 -- A retried poll: answer with what this poll id was handed, where still this delivery.
--- When none of it is still delivered to us (acked, or taken back), read afresh.
+-- When none of it is still delivered to us (acked, or taken back), read afresh, unless
+-- asked for the replay only (count 0).
 local asked = poll_recall(polls, poll_times, poll_id, now)
 if asked then
   for i = 1, #asked.ids do
@@ -86,7 +89,7 @@ if asked then
     end
   end
 end
-if out[3] > 0 then
+if out[3] > 0 or count == 0 then
   out[2] = wait_ms()
   return out
 end
