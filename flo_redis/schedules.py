@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import enum
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -88,16 +89,24 @@ def _croniter() -> Any:
 def _cron_after(cron: str, start: datetime) -> datetime:
     """The first time after ``start`` that ``cron`` matches; :class:`ValidationError`
     for an expression that matches no date at all (``30 2 31 2 *``: February 31st)."""
+    return next(_cron_times(cron, start))
+
+
+def _cron_times(cron: str, start: datetime) -> Iterator[datetime]:
+    """The times after ``start`` that ``cron`` matches, in order (as ``start``: a naive
+    one gives wall-clock times); :class:`ValidationError` for an expression that matches
+    no date at all."""
     croniter = _croniter()
-    try:
-        following: datetime = croniter.croniter(cron, start).get_next(datetime)
-    except croniter.CroniterBadDateError as exc:
-        raise ValidationError(
-            f"cron expression {cron!r} never matches a date; check its day-of-month and "
-            "month fields (a day that month never has, such as February 30th or 31st, or "
-            "the 31st of a 30-day month)"
-        ) from exc
-    return following
+    times = croniter.croniter(cron, start)
+    while True:
+        try:
+            yield times.get_next(datetime)
+        except croniter.CroniterBadDateError as exc:
+            raise ValidationError(
+                f"cron expression {cron!r} never matches a date; check its day-of-month "
+                "and month fields (a day that month never has, such as February 30th or "
+                "31st, or the 31st of a 30-day month)"
+            ) from exc
 
 
 def check_cron(expression: object) -> str:
@@ -152,8 +161,28 @@ def _occurrence_after(
         step = int(every.total_seconds() * 1000)
         return anchor_ms + step * ((after_ms - anchor_ms) // step + 1)
     assert cron is not None  # a schedule has a cron expression or an interval
-    start = datetime.fromtimestamp(after_ms / 1000, dt_timezone.utc).astimezone(ZoneInfo(tz))
-    return int(_cron_after(cron, start).timestamp() * 1000)
+    # The expression is matched against the zone's wall clock (naive times), each match
+    # then placed on the time line: "0 9 * * *" is 09:00 local on every day, the days the
+    # clocks change included. A wall-clock time the clock shows twice (the hour repeated
+    # when it goes back) is one occurrence, at its first showing; one it skips (the hour
+    # lost when it goes forward) comes that much later, just after the change (fold 0,
+    # PEP 495). Matches that fall at or before ``after_ms`` on the time line (inside a
+    # repeated hour) are stepped over.
+    zone = ZoneInfo(tz)
+    wall = datetime.fromtimestamp(after_ms / 1000, dt_timezone.utc).astimezone(zone)
+    matches = _cron_times(cron, wall.replace(tzinfo=None))
+    for _, match in zip(range(_MAX_CRON_STEPS), matches, strict=False):
+        instant = int(match.replace(tzinfo=zone).timestamp() * 1000)
+        if instant > after_ms:
+            return instant
+    raise ValidationError(  # pragma: no cover - a repeated hour holds at most 60 matches
+        f"cron expression {cron!r} has no occurrence after {after_ms} ms in {tz}"
+    )
+
+
+# Matches looked at for one occurrence: within a repeated hour a match may fall before the
+# time searched from (at most one a minute, 60), never more.
+_MAX_CRON_STEPS = 1000
 
 
 def _record(
@@ -277,6 +306,15 @@ async def fire_due(session: Session, action: str, namespace: str | None = None) 
             log.debug("schedule %r of %r fired %s (due %d)", name, action, reply.run_id, due_ms)
         elif reply.status == Status.NO_ACTION:
             raise not_registered(keys)
+        elif reply.status == Status.OUT_OF_RANGE:  # the next occurrence is not after due
+            log.warning(
+                "schedule %r of %r: next occurrence %d is not after its due time %d; "
+                "not fired (remove and set the schedule again)",
+                name,
+                action,
+                following,
+                due_ms,
+            )
     return created
 
 

@@ -12,8 +12,9 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import redis.asyncio as aioredis
@@ -24,7 +25,7 @@ from flo_redis._gateway import SCHEDULE_DUE, SCHEDULE_FIRE
 from flo_redis._status import Status
 from flo_redis.errors import NotFoundError, ValidationError
 from flo_redis.keys import action_keys, run_id_prefix
-from flo_redis.schedules import Missed, check_cron, fire_due
+from flo_redis.schedules import Missed, Schedule, check_cron, fire_due
 
 HERE = Path(__file__).resolve().parent
 SECOND = timedelta(seconds=1)
@@ -250,3 +251,72 @@ def test_check_cron_takes_a_leap_day_and_refuses_what_is_not_cron() -> None:
         check_cron("61 * * * *")
     with pytest.raises(ValidationError, match="not a cron expression"):
         check_cron(None)
+
+
+# --- the days the clocks change ------------------------------------------------------
+
+
+def _at(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
+
+
+def _walk(cron: str, tz: str, start: str, n: int) -> list[str]:
+    """The ``n`` occurrences after ``start``, each as its zone's wall clock shows it."""
+    zone, t, shown = ZoneInfo(tz), _at(start), []
+    for _ in range(n):
+        t = Schedule("a", "s", cron, None, tz, b"", Missed.ALL, t).following(t, t)
+        shown.append(datetime.fromtimestamp(t / 1000, zone).isoformat())
+    return shown
+
+
+@pytest.mark.parametrize(
+    ("cron", "tz", "start", "expected"),
+    [
+        # Clocks go back (01:00-02:00 shown twice): 09:00 stays 09:00, an occurrence in
+        # the repeated hour fires once, at its first showing.
+        ("0 9 * * *", "America/New_York", "2024-11-02T09:00:00-04:00",
+         ["2024-11-03T09:00:00-05:00", "2024-11-04T09:00:00-05:00"]),
+        ("59 1 * * *", "America/New_York", "2024-11-02T01:59:00-04:00",
+         ["2024-11-03T01:59:00-04:00", "2024-11-04T01:59:00-05:00"]),
+        ("*/30 * * * *", "America/New_York", "2024-11-03T00:30:00-04:00",
+         ["2024-11-03T01:00:00-04:00", "2024-11-03T01:30:00-04:00",
+          "2024-11-03T02:00:00-05:00"]),
+        ("0 0 * * *", "Europe/Berlin", "2024-10-26T00:00:00+02:00",
+         ["2024-10-27T00:00:00+02:00", "2024-10-28T00:00:00+01:00"]),
+        # Clocks go forward (02:00-03:00 skipped): 09:00 stays 09:00; 02:30 comes an
+        # hour later that day, just after the change.
+        ("0 9 * * *", "America/New_York", "2024-03-09T09:00:00-05:00",
+         ["2024-03-10T09:00:00-04:00", "2024-03-11T09:00:00-04:00"]),
+        ("30 2 * * *", "America/New_York", "2024-03-09T02:30:00-05:00",
+         ["2024-03-10T03:30:00-04:00", "2024-03-11T02:30:00-04:00"]),
+        # A half-hour change.
+        ("0 2 * * *", "Australia/Lord_Howe", "2024-04-06T02:00:00+11:00",
+         ["2024-04-07T02:00:00+10:30", "2024-04-08T02:00:00+10:30"]),
+    ],
+)  # fmt: skip
+def test_cron_occurrences_keep_their_wall_clock_time_across_clock_changes(
+    cron: str, tz: str, start: str, expected: list[str]
+) -> None:
+    assert _walk(cron, tz, start, len(expected)) == expected
+
+
+async def test_a_missed_all_schedule_fires_on_through_the_clocks_going_back(
+    client: FloClient, raw: aioredis.Redis, namespace: str
+) -> None:
+    await client.action.register("nightly")
+    await client.action.schedule("nightly", "59 1 * * *", timezone="America/New_York", missed="all")
+    keys = action_keys(namespace, "nightly")
+    # As if no worker had run since the occurrence before the clocks went back.
+    await raw.zadd(keys.schedule_due, {"nightly": _at("2024-11-02T01:59:00-04:00")})
+    dues = []
+    for _ in range(4):
+        assert await fire_due(client.session, "nightly") == 1  # each missed one, once
+        (schedule,) = await client.action.schedules("nightly")
+        dues.append(schedule.next_due_ms)
+    assert dues == [
+        _at("2024-11-03T01:59:00-04:00"),
+        _at("2024-11-04T01:59:00-05:00"),
+        _at("2024-11-05T01:59:00-05:00"),
+        _at("2024-11-06T01:59:00-05:00"),
+    ]
+    assert len(await occurrences(raw, namespace, "nightly")) == 4
