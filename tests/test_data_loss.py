@@ -106,3 +106,39 @@ async def test_a_stream_worker_reads_again_after_its_group_is_gone(server: Redis
         await eventually(lambda: asyncio.sleep(0, seen), lambda s: s == [b"before", b"after"])
         worker.stop()
         await asyncio.wait_for(task, 30)
+
+
+async def test_runs_made_after_the_loss_under_earlier_ids_and_tokens_are_worked(
+    server: RedisServer,
+) -> None:
+    # Redis numbers runs and tokens from 1 again once its data is gone: job:1 token 1
+    # after the loss is a new hand-out, not the job:1 the worker passed on before it.
+    async with FloClient(server.url, namespace="loss") as client:
+        worker = client.new_action_worker(block_ms=1000)
+        handled: list[bytes] = []
+
+        @worker.action("job", OPTIONS)
+        async def job(ctx: ActionContext) -> bytes:
+            handled.append(ctx.payload)
+            return ctx.payload
+
+        task = asyncio.create_task(worker.start())
+        before = [await eventually(lambda: _invoke(client, b"before"), timeout=15)]
+        before += [(await client.action.invoke("job", b"before")).run_id for _ in range(2)]
+        for run_id in before:
+            await eventually(lambda r=run_id: _completed(client, r))
+
+        raw = aioredis.Redis.from_url(server.url)
+        await raw.flushall()
+        await raw.aclose()
+
+        after = [await eventually(lambda: _invoke(client, b"after"), timeout=30)]
+        after += [(await client.action.invoke("job", b"after")).run_id for _ in range(4)]
+        assert set(before) <= set(after)  # the same ids again
+        for run_id in after:
+            await eventually(lambda r=run_id: _completed(client, r), timeout=30)
+        # Each on its first attempt: none was dropped as a repeat and left to its lease.
+        assert [(await client.action.status(r)).attempt for r in after] == [1] * 5
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert handled == [b"before"] * 3 + [b"after"] * 5
