@@ -402,3 +402,26 @@ async def test_cancel_a_running_run_from_its_page(
     # Cancelling it again is refused, and said so.
     status, body = await post(browser, url, {"id": run_id, "csrf": csrf})
     assert status == 409 and "already ended CANCELLED" in body
+
+
+async def test_a_loopback_dashboard_answers_only_requests_addressed_to_it(
+    read_only: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    # A page whose name was made to resolve to 127.0.0.1 (DNS rebinding) sends its own
+    # name as Host: refused, so it cannot read the dashboard through a browser.
+    port = read_only.url.rstrip("/").rsplit(":", 1)[1]
+    for name in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost"):
+        async with browser.get(read_only.url, headers={"Host": name}) as response:
+            assert response.status == 200, name
+    async with browser.get(read_only.url, headers={"Host": f"attacker.example:{port}"}) as response:
+        assert response.status == 403
+        assert "answers only requests addressed to it" in await response.text()
+
+
+async def test_a_path_that_looks_like_another_site_never_links_there(
+    read_only: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    status, body = await get(browser, read_only.url + "/evil.example/x")  # //evil.example/x
+    assert status == 404
+    hrefs = re.findall(r'href="([^"]*)"', body)
+    assert hrefs and not any("evil.example" in href for href in hrefs)

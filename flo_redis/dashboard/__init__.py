@@ -25,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..client import FloClient
 from .app import create_app
-from .guard import Guard
+from .guard import Guard, is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -52,7 +52,7 @@ async def start_dashboard(
     """Serve the dashboard of ``client``'s namespace at ``http://host:port/`` (port 0:
     a free one). With ``token`` (16 characters or more) it accepts changes from a browser
     that logged in with it; without, it is read-only. ``client`` must stay connected."""
-    app = create_app(client, Guard(token))
+    app = create_app(client, Guard(token, loopback_only=is_loopback(host)))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

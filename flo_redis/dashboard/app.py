@@ -16,6 +16,7 @@ from typing import Any
 
 import jinja2
 from aiohttp import web
+from yarl import URL
 
 from ..client import FloClient
 from ..errors import ConflictError, FloError, NotFoundError, ValidationError
@@ -103,6 +104,7 @@ def _templates() -> jinja2.Environment:
 async def _guarded_pages(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Security headers on every answer; library errors and refusals as pages."""
     try:
+        request.app[GUARD].check_host(request)
         response = await handler(request)
     except Refused as exc:
         response = await _page(request, "refused.html", {"why": exc.why, "login": exc.login}, 403)
@@ -129,7 +131,8 @@ async def _page(
         now_ms = int(datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000)
     refresh = request.query.get("refresh", "")
     kept = {k: v for k, v in request.query.items() if k not in ("done", "refresh")}
-    here = request.rel_url.with_query(kept)
+    # The page's own path, never read as another site (//evil.example/x is a path).
+    here = URL(local_path(request.rel_url.path)).with_query(kept)
     html = (
         app[TEMPLATES]
         .get_template(template)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -44,11 +45,25 @@ class Access:
 class Guard:
     """Holds the write token (None: read-only) and the secret of this run."""
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, *, loopback_only: bool = False) -> None:
         if token is not None and len(token) < 16:
             raise ValueError("the write token must be at least 16 characters")
         self._token = token
         self._secret = secrets.token_bytes(32)
+        # Listening on a loopback address: only requests addressed to a loopback name
+        # are answered, so a page whose name was made to resolve to 127.0.0.1 (DNS
+        # rebinding) cannot read the dashboard through the visitor's browser.
+        self.loopback_only = loopback_only
+
+    def check_host(self, request: web.Request) -> None:
+        """Raise :class:`Refused` for a request addressed to a name this dashboard does
+        not serve (see ``loopback_only``)."""
+        if self.loopback_only and not is_loopback(urlsplit(f"//{request.host}").hostname):
+            raise Refused(
+                "this dashboard listens on a loopback address and answers only requests "
+                "addressed to it (localhost, 127.0.0.1 or [::1]); to serve another name, "
+                "start it with --host"
+            )
 
     @property
     def writable(self) -> bool:
@@ -103,6 +118,18 @@ class Guard:
             raise Refused("changes need the dashboard's token: log in first", login=True)
         if not hmac.compare_digest(csrf.encode(), self._mac("csrf", nonce).encode()):
             raise Refused("the form is stale or forged (CSRF check failed): reload the page")
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` (a name or an address, without brackets) is this machine's own."""
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def local_path(target: str, default: str = "/") -> str:
