@@ -32,6 +32,7 @@ from .results import (
     error_text,
     error_traceback,
 )
+from .retry import is_refused_unrun
 from .types import Reason, RunStatus, WorkerFailOptions
 from .worker_ops import WorkerOperations
 
@@ -275,8 +276,8 @@ class RunReporter:
     def _complete_failed(
         self, ctx: ActionContext, report: Completed, item: _Own, error: BaseException
     ) -> None:
-        if is_connection_error(error):
-            log.info("complete of %s: connection lost (%s); sending again", ctx.task_id, error)
+        if is_connection_error(error) or is_refused_unrun(error):
+            log.info("complete of %s: not answered (%s); sending again", ctx.task_id, error)
             self._spawn(report.resend(self, ctx, item), ctx)
         elif isinstance(error, PermissionDeniedError):
             self.refuse(error)

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from .errors import ServerError, is_connection_error
 from .observe import NO_OBSERVER, WorkerObserver
-from .retry import Backoff
+from .retry import Backoff, is_refused_unrun
 
 #: The first pause before a report is sent again...
 RESEND_FIRST_S = 0.1
@@ -47,10 +47,12 @@ async def send_report(
     """Send one report; True once the store accepted it, False if refused or given up.
 
     ``sent`` counts sends the caller already made (lost to a connection error). Lost
-    sends are repeated until the store answers, or until ``lease_end()`` (an
-    event-loop time by which the report's lease has surely ended; None: not known)
-    has passed, or until :data:`STOP_RESEND_S` after ``stopping()`` became true. The
-    ``observer`` hears of each resend and refusal of this ``report`` kind."""
+    sends, and sends Redis refused without running them (``LOADING`` while a restarted
+    Redis loads its data, a cluster moving the slot), are repeated until the store
+    answers, or until ``lease_end()`` (an event-loop time by which the report's lease
+    has surely ended; None: not known) has passed, or until :data:`STOP_RESEND_S`
+    after ``stopping()`` became true. The ``observer`` hears of each resend and
+    refusal of this ``report`` kind."""
     loop = asyncio.get_running_loop()
     backoff: Backoff | None = None  # made on the first resend: most reports need none
     stop_deadline: float | None = None
@@ -69,11 +71,12 @@ async def send_report(
         try:
             await send()
             return True
-        except ServerError as exc:
-            drop_refused(what, exc, log, report=report, observer=observer)
-            return False
         except Exception as exc:
-            if not is_connection_error(exc):
+            unrun = is_refused_unrun(exc)  # e.g. LOADING after a restart: it did not run
+            if isinstance(exc, ServerError) and not unrun:
+                drop_refused(what, exc, log, report=report, observer=observer)
+                return False
+            if not (unrun or is_connection_error(exc)):
                 raise
             if stopping():
                 if stop_deadline is None:
@@ -81,7 +84,7 @@ async def send_report(
                 if loop.time() >= stop_deadline:
                     log.error("%s given up while stopping (%s)", what, exc)
                     return False
-            log.info("%s: connection lost (%s); sending again", what, exc)
+            log.info("%s: not answered (%s); sending again", what, exc)
 
 
 def drop_refused(

@@ -26,6 +26,7 @@ from flo_redis import (
     RunStatus,
     is_connection_error,
 )
+from flo_redis._scripts import SCRIPTS
 from flo_redis.types import ActionRunStatus
 
 LONG_LEASE = ActionRegisterOptions(timeout_ms=300_000)
@@ -210,3 +211,39 @@ async def test_an_oversized_result_fails_its_run_at_once_and_no_neighbour(
             assert run.status == RunStatus.COMPLETED
     assert "5000 bytes" in (by_id[ids[10]].error_message or "")
     assert "at most 100" in (by_id[tiny_ids[1]].error_message or "")
+
+
+@pytest.mark.parametrize(
+    ("outcome", "script"), [("complete", "run_complete_many"), ("fail", "run_fail")]
+)
+async def test_a_report_redis_refuses_unrun_while_loading_is_sent_again(
+    client: FloClient, proxy: Proxy, namespace: str, outcome: str, script: str
+) -> None:
+    # A restarted Redis loading its data answers -LOADING (and runs nothing) for as long
+    # as the load takes: longer than a call's own few retries. The report is sent again
+    # until it lands, not dropped with the run left RUNNING for its whole lease.
+    handled: list[int] = []
+    async with FloClient(proxy.url, namespace=namespace) as via_proxy:
+        worker = via_proxy.new_action_worker(concurrency=2, block_ms=500)
+
+        @worker.action("job", LONG_LEASE)
+        async def job(ctx: ActionContext) -> bytes:
+            handled.append(ctx.attempt)
+            if outcome == "fail":
+                raise NonRetryableError("boom")
+            return b"done"
+
+        await client.action.register("job", options=LONG_LEASE)
+        proxy.answer_loading(SCRIPTS[script].sha.encode(), times=10)  # about a second
+        run_id = (await client.action.invoke("job", b"x")).run_id
+        task = asyncio.create_task(worker.start())
+        try:
+            ended = await eventually(
+                lambda: client.action.status(run_id), lambda s: s.status in _ENDED, timeout=20
+            )
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+    expected = RunStatus.COMPLETED if outcome == "complete" else RunStatus.FAILED
+    assert (ended.status, ended.attempt, handled) == (expected, 1, [1])
+    assert proxy.loading_answers == 10  # every refusal was answered by a send again
