@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from .errors import InvalidEndpointError
+from .errors import ConnectionFailedError, InvalidEndpointError
 
 #: Commands one client has in flight at most (one connection each); more wait their turn.
 DEFAULT_MAX_CONNECTIONS = 100
@@ -156,6 +156,16 @@ async def server_version(conn: Redis | RedisCluster) -> str:
         return min(versions or ["0"], key=version_tuple)
     info: dict[str, Any] = await conn.info("server")
     return str(info.get("redis_version", "0"))
+
+
+def unreachable(endpoint: str, exc: BaseException) -> ConnectionFailedError:
+    """The error for a Redis that does not answer at ``endpoint``, saying how to start
+    one (both clients raise it)."""
+    return ConnectionFailedError(
+        f"cannot reach Redis at {redact(endpoint)} ({exc}). Start one with "
+        "`docker compose up -d` in the flo-redis checkout, or install and run "
+        "`redis-server`, or point the endpoint at your Redis."
+    )
 
 
 def version_tuple(version: str) -> tuple[int, int]:

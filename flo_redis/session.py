@@ -30,6 +30,7 @@ from ._endpoint import (
     is_tls_failure,
     redact,
     server_version,
+    unreachable,
     version_tuple,
 )
 from ._scripts import RedisConn, configure, redis_errors, release
@@ -182,11 +183,7 @@ class Session:
                         "certificate, and give ssl_certfile / ssl_keyfile if the server asks "
                         "clients for a certificate."
                     ) from exc
-                raise ConnectionFailedError(
-                    f"cannot reach Redis at {redact(endpoint)} ({exc}). Start one with "
-                    "`docker compose up -d` in the flo-redis checkout, or install and run "
-                    "`redis-server`, or point the endpoint at your Redis."
-                ) from exc
+                raise unreachable(endpoint, exc) from exc
             except rex.RedisError as exc:
                 await conn.aclose()
                 if is_denied(exc):

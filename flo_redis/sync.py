@@ -31,12 +31,12 @@ from redis.retry import Retry
 
 from . import _runs as runs
 from ._checks import check_callback, check_count
-from ._endpoint import MIN_REDIS, redact, version_tuple
+from ._endpoint import MIN_REDIS, unreachable, version_tuple
 from ._gateway import ACTION_INVOKE, RUN_CANCEL
 from ._scripts import redis_errors, translated
 from ._trace_context import ProducerTracer, invoke_span
 from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
-from .errors import ConnectionFailedError, FloError, RedisVersionError
+from .errors import FloError, RedisVersionError
 from .keys import ActionKeys, action_keys, action_of_run, check_namespace
 from .types import (
     MAX_VALUE_SIZE,
@@ -232,11 +232,7 @@ def _server_version(conn: redis.Redis | RedisCluster, endpoint: str) -> str:
         info: dict[str, Any] = conn.info("server")
         return str(info.get("redis_version", "0"))
     except (rex.ConnectionError, rex.TimeoutError, rex.RedisClusterException, OSError) as exc:
-        raise ConnectionFailedError(
-            f"cannot reach Redis at {redact(endpoint)} ({exc}). Start one with "
-            "`docker compose up -d` in the flo-redis checkout, or install and run "
-            "`redis-server`, or point the endpoint at your Redis."
-        ) from exc
+        raise unreachable(endpoint, exc) from exc
     except rex.RedisError as exc:
         raise translated("connect (INFO server: the server's version)", exc) from exc
 
