@@ -6,9 +6,11 @@ channels mean to the scripts is in ``lua/README.md`` ("Wake-ups", "Liveness"). A
 subscriber routes a channel to the primary owning its hash slot, with one connection of
 its own (the client's settings) and one reader task per node; sends one ``SSUBSCRIBE``
 per slot (a cluster refuses several slots in one); and counts a channel as subscribed
-once Redis confirmed it. A subscription lost — connection dropped, slot moved (Redis unsubscribes
-it), subscribe redirected (``MOVED``/``TRYAGAIN``) — is made again where the slot lives
-now, after reloading the slot map. The users' real differences are named parameters:
+once Redis confirmed it. A subscription lost — connection dropped, slot moved (Redis
+unsubscribes it), subscribe redirected (``MOVED``/``TRYAGAIN``) — is made again where the
+slot lives now, after reloading the slot map; all of them after a call of the client was
+answered by a replica (:meth:`Subscriber.move`: a failover made their node one). The
+users' real differences are named parameters:
 
 - ``deliver``: wake-ups hand each message to the listeners of its channel; liveness
   expects none (nothing is ever published on a liveness channel).
@@ -64,6 +66,7 @@ import redis.exceptions as rex
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
 
 from . import _outage
@@ -73,6 +76,25 @@ from ._listener import Listener
 from .errors import NotConnectedError, PermissionDeniedError, is_connection_error
 
 SUBSCRIBE_TIMEOUT_S = 5.0
+
+
+async def _connect_to_primary(conn: AbstractConnection) -> None:
+    """Connect as usual, then refuse a replica as a connection that failed: after a
+    failover, the address may lead to the old primary (now a replica) for a while, and
+    what is subscribed there hears the primary's messages but is counted by nobody
+    (liveness, hand-offs). A server that will not say (``INFO`` refused) counts as a
+    primary."""
+    await conn.on_connect()
+    await conn.send_command("INFO", "replication")
+    try:
+        info = await conn.read_response()
+    except rex.ResponseError:
+        return
+    if isinstance(info, bytes) and (b"role:slave" in info or b"role:replica" in info):
+        raise rex.ConnectionError(
+            "the server at this address is a replica now (a failover); "
+            "subscribing again once it leads to the primary"
+        )
 
 
 class _Route:
@@ -320,6 +342,8 @@ class Subscriber:
             settings.pop("maint_notifications_pool_handler", None)
             if self._client_name is not None:
                 settings["client_name"] = self._client_name
+            if not isinstance(conn, RedisCluster):  # a cluster's replicas redirect
+                settings["redis_connect_func"] = _connect_to_primary
             route = _Route(
                 name, Redis(connection_pool=ConnectionPool(connection_class=cls, **settings))
             )
@@ -498,12 +522,25 @@ class Subscriber:
                 route.pubsub.shard_channels.pop(channel, None)
             self._lost([name])
 
-    async def _drop(self, route: _Route, what: str, cause: BaseException) -> None:
+    async def move(self) -> None:
+        """Make every connection again, and every subscription on it: the node they are
+        on answered as a replica (a failover), where the primary counts none of them."""
+        for route in list(self._routes.values()):
+            self._log.warning(
+                "%s subscriptions on %s: Redis there is now a replica; subscribing again",
+                self._purpose,
+                route.name or "redis",
+            )
+            await self._drop(route)
+
+    async def _drop(
+        self, route: _Route, what: str | None = None, cause: BaseException | None = None
+    ) -> None:
         """Forget a node's connection and its subscriptions, which are made again (by the
-        keeper, or by listeners woken to arm again)."""
+        keeper, or by listeners woken to arm again); ``what`` failed with ``cause``."""
         if self._routes.get(route.name) is not route:
             return
-        if not self._closed:
+        if not self._closed and what is not None and cause is not None:
             _outage.failed(self._log, self._connection, what, cause)
         del self._routes[route.name]
         self._lost(n for n in list(route.channels) if self._route_of.get(n) == route.name)

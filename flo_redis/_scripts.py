@@ -15,11 +15,11 @@ its keys have moved; redis-py retries for a while, then the call is refused as
 :class:`UnavailableError` (it did not run, so it is safe to repeat).
 
 Resending is decided here and nowhere else: a call refused *without running* (Redis
-``LOADING``, ``TRYAGAIN``, a cluster redirection redis-py gave up following — each
-raised with ``ran == Ran.NO``) is sent again as the client's :class:`RetryPolicy`
-allows (:func:`configure`); a call that may have run (a lost connection, a timeout, an
-answer of any kind) is never resent. With ``debug`` each call and its answer is logged
-on ``flo_redis.requests`` at DEBUG.
+``LOADING``, ``TRYAGAIN``, a cluster redirection redis-py gave up following,
+``READONLY`` — each raised with ``ran == Ran.NO``) is sent again as the client's
+:class:`RetryPolicy` allows (:func:`configure`); a call that may have run (a lost
+connection, a timeout, an answer of any kind) is never resent. With ``debug`` each
+call and its answer is logged on ``flo_redis.requests`` at DEBUG.
 
 On one Redis (not a cluster) a call made while no other script call is in flight takes
 the client's *lane*: one connection of the client's pool kept aside for script calls,
@@ -34,6 +34,16 @@ way the call is the same ``EVALSHA``, with the same ``NOSCRIPT`` fallback, error
 translation and resending: calls in flight at once were never ordered among themselves,
 whichever connections carry them. A lane reconnects on its next call after any failure
 (a connection the server closed while idle is made again first, as the pool would).
+
+A Redis that answers ``READONLY`` was made a replica by a failover while this client
+stayed connected to it (a managed Redis moves its primary's address to the replica it
+promotes; connections made before stay where they were, and nothing closes them): every
+write there is refused, and nothing reconnects by itself. Its scripts refused at their
+first write, so nothing ran; the client then closes its idle pooled connections and its
+lanes, so the call's resend (and every later call) connects again through the address,
+to the primary, and tells the client's ``on_replica`` (:func:`configure`), which moves
+its subscriptions too: on a replica they would still hear what the primary publishes,
+but the primary counts none of them (liveness, hand-offs).
 
 A call on the lane may be *led* by a ``TIME`` written with it (``lead=True``; the
 cheapest command every documented ACL user may send): Redis writes the replies of one
@@ -50,7 +60,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -134,6 +144,13 @@ class _Lane:
         """Stop using the lane (its connection is closed with its pool)."""
         self.closed = True
 
+    async def drop(self) -> None:
+        """Close the lane's connection unless a call is on it (that call answers for
+        itself): the next call connects again."""
+        conn = self._conn
+        if conn is not None and not self.busy:
+            await conn.disconnect(nowait=True)
+
 
 @dataclass(frozen=True, slots=True)
 class _Settings:
@@ -142,6 +159,7 @@ class _Settings:
     gate: asyncio.Semaphore | None = None
     lane: _Lane | None = None
     spare: _Lane | None = None  # taken while ``lane`` is busy (module docstring)
+    on_replica: Callable[[], None] | None = None  # a call was answered READONLY
 
 
 _DEFAULT = _Settings()
@@ -161,13 +179,16 @@ def configure(
     retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     debug: bool = False,
     max_in_flight: int = 0,
+    on_replica: Callable[[], None] | None = None,
 ) -> None:
     """Resend calls on ``conn`` refused without running as ``retry`` allows, log every
     call when ``debug``, and with ``max_in_flight`` let at most that many script calls
     be in flight at once (the others wait their turn): for a pool that raises at its
-    limit instead of waiting (redis-py's cluster pools). A plain ``Redis`` whose pool
-    holds two connections or more gets a lane, and four or more a spare lane too
-    (module docstring); :func:`release` ends them. A connection never configured
+    limit instead of waiting (redis-py's cluster pools). ``on_replica`` is called (in
+    the event loop, never awaited) each time a call is answered ``READONLY``, after
+    the connections that reached the replica were closed (module docstring). A plain
+    ``Redis`` whose pool holds two connections or more gets a lane, and four or more a
+    spare lane too (module docstring); :func:`release` ends them. A connection never configured
     resends by the default policy, logs nothing, limits nothing and has no lane."""
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
     lane = spare = None
@@ -178,7 +199,7 @@ def configure(
             lane = _Lane(pool)
         if size >= _SPARE_MIN:
             spare = _Lane(pool)
-    _SETTINGS[conn] = _Settings(retry, debug, gate, lane, spare)
+    _SETTINGS[conn] = _Settings(retry, debug, gate, lane, spare, on_replica)
 
 
 def release(conn: RedisConn) -> None:
@@ -214,6 +235,12 @@ def translated(what: str, exc: rex.RedisError) -> Exception:
         return RequestTimeoutError(f"{what}: Redis did not answer in time ({exc})")
     if isinstance(exc, rex.BusyLoadingError):
         return _unavailable(f"{what}: Redis is loading its data set; retry shortly")
+    if isinstance(exc, rex.ReadOnlyError):
+        # Refused at the script's first write: nothing ran (module docstring).
+        return _unavailable(
+            f"{what}: Redis answered as a read-only replica (a failover made the server "
+            "at this address a replica); connecting again to reach the primary"
+        )
     if isinstance(exc, rex.ConnectionError):
         return NotConnectedError(f"{what}: connection to Redis lost ({exc})")
     if isinstance(exc, rex.TryAgainError | rex.ClusterDownError | rex.MovedError | rex.AskError):
@@ -290,12 +317,26 @@ async def _run_logged(
 
 
 def run_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-    """:func:`run` for redis-py's blocking client (``flo_redis.sync``)."""
+    """:func:`run` for redis-py's blocking client (``flo_redis.sync``). A call answered
+    ``READONLY`` did not run: the pool's idle connections are closed and it is sent once
+    more, connecting again, to the primary (module docstring)."""
     with redis_errors(script.name):
         try:
-            return conn.evalsha(script.sha, len(keys), *keys, *args)
-        except rex.NoScriptError:
-            return conn.eval(script.source, len(keys), *keys, *args)
+            return _evalsha_sync(conn, script, keys, args)
+        except rex.ReadOnlyError:
+            if isinstance(conn, SyncRedis):
+                with contextlib.suppress(Exception):  # it can only fail as the socket did
+                    conn.connection_pool.disconnect(inuse_connections=False)
+        return _evalsha_sync(conn, script, keys, args)
+
+
+def _evalsha_sync(
+    conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]
+) -> Any:
+    try:
+        return conn.evalsha(script.sha, len(keys), *keys, *args)
+    except rex.NoScriptError:
+        return conn.eval(script.source, len(keys), *keys, *args)
 
 
 def packed_head(script: LuaScript, keys: Sequence[str]) -> bytes:
@@ -369,14 +410,32 @@ async def _send(
     except rex.NoScriptError:
         pass
     except rex.RedisError as exc:
-        raise translated(script.name, exc) from exc
+        raise await _refused(conn, settings, script.name, exc) from exc
     # Not known there (a restart, SCRIPT FLUSH, a new node): send the source, which
     # also loads it.
-    with redis_errors(script.name):
+    try:
         if settings.gate is None:
             return await conn.eval(script.source, len(keys), *keys, *args)
         async with settings.gate:
             return await conn.eval(script.source, len(keys), *keys, *args)
+    except rex.RedisError as exc:
+        raise await _refused(conn, settings, script.name, exc) from exc
+
+
+async def _refused(
+    conn: RedisConn, settings: _Settings, what: str, exc: rex.RedisError
+) -> Exception:
+    """The flo error for ``exc``; after a ``READONLY``, first close the connections that
+    reach the replica and tell ``on_replica`` (module docstring)."""
+    if isinstance(exc, rex.ReadOnlyError) and isinstance(conn, Redis):
+        for lane in (settings.lane, settings.spare):
+            if lane is not None:
+                await lane.drop()
+        with contextlib.suppress(Exception):  # closing can only fail as the socket did
+            await conn.connection_pool.disconnect(inuse_connections=False)
+        if settings.on_replica is not None:
+            settings.on_replica()
+    return translated(what, exc)
 
 
 def _failure(exc: Exception) -> str:

@@ -95,6 +95,10 @@ class Liveness:
         self._subscriptions.reopen()  # after close(): holding again takes it back
         await self._subscriptions.ensure([channel])
 
+    async def move(self) -> None:
+        """Subscribe again on new connections (``Subscriber.move``: after a failover)."""
+        await self._subscriptions.move()
+
     async def close(self) -> None:
         """Drop every subscription and connection (the owner then looks gone)."""
         await self._subscriptions.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import socket
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import redis.exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from ._aio import cancel_and_wait
 from ._checks import check_count
 from ._denied import denied, is_denied
 from ._endpoint import (
@@ -100,6 +102,9 @@ class Session:
         self._waker: Waker | None = None
         self._liveness: Liveness | None = None
         self._connect_lock = asyncio.Lock()
+        # Moving the subscriptions off a replica (_on_replica): the task, and when it began.
+        self._moving: asyncio.Task[None] | None = None
+        self._moved_at = -math.inf
         # Called around each invoke (flo_redis.tracing); None: invokes store no trace.
         self.tracer: ProducerTracer | None = None
 
@@ -146,6 +151,23 @@ class Session:
         """Wake every long poll of this session now; they return empty. Never blocks."""
         if self._waker is not None:
             self._waker.interrupt()
+
+    def _on_replica(self) -> None:
+        """A call was answered ``READONLY``: a failover made the server this client
+        reached a replica (``flo_redis._scripts``). The calls' connections are made
+        again; so are the subscriptions', at most once a second: on the replica they
+        would still hear what the primary publishes, but the primary would count none
+        of them, and a live worker would look gone."""
+        loop = asyncio.get_running_loop()
+        if self._moving is not None and not self._moving.done():
+            return
+        if loop.time() - self._moved_at < _MOVE_EVERY_S:
+            return
+        self._moved_at = loop.time()
+        subscribers = [s for s in (self._waker, self._liveness) if s is not None]
+        self._moving = loop.create_task(
+            _move_all(subscribers), name="flo-redis-subscriptions-off-replica"
+        )
 
     async def connect(self) -> None:
         """Connect and check the server: reachable, authenticated, Redis 7.0 or newer.
@@ -208,6 +230,7 @@ class Session:
                 max_in_flight=self.settings.max_connections
                 if isinstance(conn, RedisCluster)
                 else 0,
+                on_replica=self._on_replica,
             )
             self._redis = conn
             self._waker = Waker(conn)
@@ -217,6 +240,8 @@ class Session:
     async def close(self) -> None:
         """Close every connection of this session. Safe to call twice."""
         async with self._connect_lock:
+            await cancel_and_wait(self._moving, quiet=True)
+            self._moving = None
             waker, conn, live = self._waker, self._redis, self._liveness
             self._waker = None
             self._redis = None
@@ -230,6 +255,18 @@ class Session:
                 await conn.aclose()
                 if self.settings.debug:
                     log.debug("Disconnected from %s", redact(self.settings.endpoint))
+
+
+# The subscriptions are moved off a replica at most this often (Session._on_replica).
+_MOVE_EVERY_S = 1.0
+
+
+async def _move_all(subscribers: list[Waker | Liveness]) -> None:
+    for subscriber in subscribers:
+        try:
+            await subscriber.move()
+        except Exception as exc:  # closing a connection fails only as its socket did
+            log.debug("moving subscriptions off a replica: %s", exc)
 
 
 class Operations:

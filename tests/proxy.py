@@ -73,6 +73,11 @@ class Proxy:
         self.refusing = True
         self.cut_all()
 
+    def retarget(self, host: str, port: int) -> None:
+        """New connections go to ``host:port`` from now on; those made before stay where
+        they are, as a managed Redis's address moved to a promoted replica leaves them."""
+        self._upstream = (host, port)
+
     def restore(self) -> None:
         """End a :meth:`blackout`: new connections reach Redis again."""
         self.refusing = False
