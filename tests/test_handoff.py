@@ -736,10 +736,20 @@ class Starts:
         return worker
 
 
+async def parks_of(raw: aioredis.Redis, action: str, namespace: str, worker_id: str) -> int:
+    """How many of worker ``worker_id``'s pollers are parked in ``action``'s queue (another
+    worker's parks there do not count)."""
+    keys = action_keys(namespace, action)
+    fields = await raw.zrange(keys.parked, 0, -1)
+    memos = [await raw.hget(keys.polls, field) for field in fields]
+    parks = [msgpack.unpackb(memo).get("k") for memo in memos if memo]
+    return sum(1 for park in parks if park and park["w"] == worker_id)
+
+
 async def parked_idle(worker: ActionWorker, raw: aioredis.Redis, claims: Claims) -> int:
-    """Wait until the worker is parked in the queue; its claims sent until then."""
+    """Wait until the worker itself is parked in the queue; its claims sent until then."""
     ns = worker._parent.namespace  # type: ignore[attr-defined]
-    await eventually(lambda: parked_pollers(raw, "job", ns), bool)
+    await eventually(lambda: parks_of(raw, "job", ns, worker.config.worker_id), bool)
     return claims.of(worker)
 
 
