@@ -17,6 +17,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.maint_notifications import MaintNotificationsConfig
 
 from .errors import ConnectionFailedError, InvalidEndpointError
 
@@ -108,6 +109,14 @@ def connect_redis(
         url = scheme[: -len(_CLUSTER_SUFFIX)] + endpoint[len(scheme) :]
         spare = max_connections + _CLUSTER_SPARE_CONNECTIONS
         return RedisCluster.from_url(url, max_connections=spare, **kwargs)
+    if hasattr(BlockingConnectionPool, "maint_notifications_enabled"):
+        # redis-py 8.1's asyncio pool, with maintenance notifications on (its default,
+        # "auto"), hands out a pooled connection the server closed while it sat idle (a
+        # restart, a failover, CLIENT KILL, the server's idle timeout): the check that
+        # would make it again is skipped, and the first call on it fails as "Connection
+        # closed by server" although Redis is back. Notifications off, the check runs;
+        # flo-redis does not use them (its own outage handling reconnects).
+        kwargs["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
     pool = BlockingConnectionPool.from_url(
         endpoint, max_connections=max_connections, timeout=timeout_s, **kwargs
     )

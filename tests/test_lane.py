@@ -119,6 +119,29 @@ async def test_calls_made_while_the_lane_is_busy_take_the_spare_lane(
         assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
 
 
+async def test_calls_after_a_restart_cut_every_idle_connection_all_succeed(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    """What a restart does to a client (its idle connections closed by the server, its
+    scripts forgotten): the next calls go through, none fails as "connection closed".
+    A script the server forgot is sent whole through the pool, on a pooled connection
+    that sat idle through the cut."""
+    await client.action.register("job")
+    await client.queue.enqueue("q", b"m")
+    delivered = (await client.queue.dequeue("q", 1)).messages
+    # Calls in flight at once leave connections idle in the pool beside the lanes.
+    await raw.execute_command("CLIENT", "PAUSE", 100, "ALL")
+    await asyncio.gather(*(client.action.invoke("job", b"%d" % i) for i in range(6)))
+    await raw.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    await raw.script_flush()
+    await asyncio.sleep(0.05)
+    await client.queue.ack("q", [delivered[0].seq])
+    run = await client.action.invoke("job", b"after")
+    await client.queue.enqueue("q", b"after")
+    assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
+    assert [m.payload for m in (await client.queue.peek("q", 10)).messages] == [b"after"]
+
+
 @pytest.mark.parametrize(
     ("max_connections", "lane", "spare"), [(1, False, False), (3, True, False), (4, True, True)]
 )
