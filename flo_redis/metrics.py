@@ -17,6 +17,7 @@ exporter's, read from Redis rather than from one worker.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
@@ -29,7 +30,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "flo_redis.metrics needs the 'metrics' extra: pip install 'flo-redis[metrics]'"
     ) from exc
 
+from .errors import ValidationError
 from .observe import WorkerObserver
+
+log = logging.getLogger("flo_redis.metrics")
 
 Buckets = tuple[float, ...]
 
@@ -48,6 +52,11 @@ RUN_COUNTERS = {  # labels: action
     "reclaimed": "Runs of gone worker processes taken back by this process's reaper.",
 }
 COMPLETED_DOC = "Runs completed (the store accepted the complete), by named outcome."
+MAX_OUTCOMES = 20
+"""Named outcomes one action's completions are counted under, by default; the rest are
+counted as :data:`OTHER_OUTCOME`. An outcome is the handler's choice (a str of up to
+255 bytes): one that carries an id would otherwise make a time series of every run."""
+OTHER_OUTCOME = "_other"
 RECORD_COUNTERS = {  # labels: stream, group
     "delivered": "Stream records delivered to this process's consumers.",
     "acked": "Stream records acked.",
@@ -64,10 +73,23 @@ Counters = dict[str, Counter]
 class PrometheusObserver(WorkerObserver):
     """Counts every worker event into metrics of ``registry`` (the process's default
     registry unless given). Create one per registry and share it between workers: the
-    metrics are registered once, when it is created."""
+    metrics are registered once, when it is created.
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    Completions are labelled with the first ``max_outcomes`` distinct outcomes of each
+    action (:data:`MAX_OUTCOMES`); later new ones are counted as :data:`OTHER_OUTCOME`,
+    with one WARNING per action that says so."""
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, max_outcomes: int = MAX_OUTCOMES
+    ) -> None:
+        if isinstance(max_outcomes, bool) or not isinstance(max_outcomes, int) or max_outcomes < 1:
+            raise ValidationError(
+                f"max_outcomes must be an int of at least 1, got {max_outcomes!r}"
+            )
         reg = REGISTRY if registry is None else registry
+        self._max_outcomes = max_outcomes
+        self._outcomes: dict[str, set[str]] = {}  # action -> outcomes labelled so far
+        self._overflowed: set[str] = set()  # actions told of their OTHER_OUTCOME
 
         def counters(family: str, labels: tuple[str, ...], docs: dict[str, str]) -> Counters:
             return {
@@ -111,7 +133,7 @@ class PrometheusObserver(WorkerObserver):
         self._handler_duration.labels(action, result).observe(duration_s)
 
     def run_completed(self, action: str, outcome: str) -> None:
-        self._runs["completed"].labels(action, outcome).inc()
+        self._runs["completed"].labels(action, self._outcome(action, outcome)).inc()
 
     def run_failed(self, action: str, retried: bool) -> None:
         self._runs["retried" if retried else "failed"].labels(action).inc()
@@ -140,6 +162,28 @@ class PrometheusObserver(WorkerObserver):
 
     def report_refused(self, report: str) -> None:
         self._reports["refused"].labels(report).inc()
+
+    def _outcome(self, action: str, outcome: str) -> str:
+        """The label ``outcome`` is counted under: itself, while the action has fewer
+        than ``max_outcomes`` labelled (or it is one of them), else OTHER_OUTCOME."""
+        known = self._outcomes.setdefault(action, set())
+        if outcome in known:
+            return outcome
+        if len(known) < self._max_outcomes:
+            known.add(outcome)
+            return outcome
+        if action not in self._overflowed:
+            self._overflowed.add(action)  # said once per action
+            log.warning(
+                "action %r has completed with more than %d distinct outcomes; %r and any "
+                "later new one are counted as outcome=%r (an outcome should name a kind of "
+                "result, not carry an id; raise max_outcomes if more kinds are meant)",
+                action,
+                self._max_outcomes,
+                outcome,
+                OTHER_OUTCOME,
+            )
+        return OTHER_OUTCOME
 
 
 @dataclass

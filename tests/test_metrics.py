@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 
@@ -22,9 +23,10 @@ from flo_redis import (
     NonRetryableError,
     RunStatus,
     StreamContext,
+    ValidationError,
 )
 from flo_redis._lifecycle import WorkerLifecycle
-from flo_redis.metrics import MetricsServer, PrometheusObserver, serve_metrics
+from flo_redis.metrics import OTHER_OUTCOME, MetricsServer, PrometheusObserver, serve_metrics
 from flo_redis.observe import WorkerObserver
 from flo_redis.types import WorkerRegisterOptions
 
@@ -123,6 +125,50 @@ async def test_action_metrics_match_a_known_history(
     assert value(samples, handled, action="pay", result="completed") == 7
     assert value(samples, handled, action="pay", result="failed") == 7
     assert value(samples, "flo_redis_reports_refused_total", report="complete") == 0
+
+
+async def test_outcomes_past_the_limit_are_counted_as_other(
+    client: FloClient,
+    registry: CollectorRegistry,
+    endpoint: MetricsServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    worker = client.new_action_worker(block_ms=500)
+    worker.observer = PrometheusObserver(registry, max_outcomes=3)
+
+    @worker.action("ship")
+    async def ship(ctx: ActionContext) -> object:
+        return ctx.result(ctx.input().decode())  # an id as the outcome: a misuse
+
+    await client.action.register("ship")
+    outcomes = [b"a", b"b", b"a", b"c", b"order-1", b"order-2", b"b", b"order-3"]
+    with caplog.at_level(logging.WARNING, logger="flo_redis.metrics"):
+        async with working(worker):
+            for payload in outcomes:  # one at a time: the order outcomes are first seen in
+                run_id = (await client.action.invoke("ship", payload)).run_id
+                await eventually(
+                    lambda r=run_id: client.action.status(r),
+                    lambda s: s.status == RunStatus.COMPLETED,
+                )
+            counted = "flo_redis_runs_completed_total"
+            samples = await eventually(
+                lambda: scrape(endpoint),
+                lambda s: value(s, counted, action="ship", outcome="b") == 2,
+            )
+    labelled = {
+        dict(labels)["outcome"]: n
+        for (name, labels), n in samples.items()
+        if name == counted and dict(labels)["action"] == "ship"
+    }
+    assert labelled == {"a": 2, "b": 2, "c": 1, OTHER_OUTCOME: 3}
+    warned = [r for r in caplog.records if r.name == "flo_redis.metrics"]
+    assert len(warned) == 1 and "'ship'" in warned[0].getMessage()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3"])
+def test_max_outcomes_out_of_range_is_refused(registry: CollectorRegistry, bad: object) -> None:
+    with pytest.raises(ValidationError, match="max_outcomes"):
+        PrometheusObserver(registry, max_outcomes=bad)  # type: ignore[arg-type]
 
 
 async def test_a_refused_complete_is_counted_not_completed(
