@@ -133,3 +133,11 @@ def test_a_bad_number_from_the_environment_is_refused_alike(redis_url: str, name
     )
     refused(result, "'--shutdown-timeout'", "got 'nan'")
     assert registered_workers(redis_url, namespace) == 0
+
+
+@pytest.mark.parametrize("origin", ["dash.example.com", "https://dash.example.com/admin"])
+def test_a_dashboard_origin_that_is_not_one_is_refused(
+    redis_url: str, namespace: str, origin: str
+) -> None:
+    result = cli(redis_url, namespace, "dashboard", "--port", "0", "--origin", origin)
+    refused(result, "'--origin'", "https://dash.example.com", repr(origin))

@@ -418,6 +418,50 @@ async def test_a_loopback_dashboard_answers_only_requests_addressed_to_it(
         assert "answers only requests addressed to it" in await response.text()
 
 
+async def test_behind_a_proxy_the_public_origin_is_served_and_may_change(
+    client: FloClient, browser: aiohttp.ClientSession
+) -> None:
+    # Listening on loopback, reached by browsers at https://dash.example.com through a
+    # proxy that forwards their Host (the first form) or puts its own (the second).
+    dash = await start_dashboard(
+        client, port=0, token=TOKEN, origins=["https://Dash.Example.com:443/"]
+    )
+    try:
+        public = {"Host": "dash.example.com"}
+        async with browser.get(dash.url, headers=public) as response:
+            assert response.status == 200
+        async with browser.get(dash.url, headers={"Host": "attacker.example"}) as response:
+            assert response.status == 403 and "--origin" in await response.text()
+        csrf = await log_in(browser, dash)
+        first, second, third = [await failed_run(client, "pay", "declined") for _ in range(3)]
+        url = dash.url + "run/requeue"
+        mine = "https://dash.example.com"
+        status, _ = await post(browser, url, {"id": first, "csrf": csrf}, Origin=mine, **public)
+        assert status == 200
+        status, _ = await post(browser, url, {"id": second, "csrf": csrf}, Origin=mine)
+        assert status == 200
+        assert (await client.action.status(first)).status == RunStatus.PENDING
+        assert (await client.action.status(second)).status == RunStatus.PENDING
+        # Another site, or the same name over plain http, is still refused.
+        for origin in ("https://evil.example", "http://dash.example.com"):
+            status, body = await post(browser, url, {"id": third, "csrf": csrf}, Origin=origin)
+            assert status == 403 and "another site" in body, origin
+        assert (await client.action.status(third)).status == RunStatus.FAILED
+    finally:
+        await dash.close()
+
+
+@pytest.mark.parametrize(
+    "origin",
+    ["dash.example.com", "ftp://dash.example.com", "https://x.example/path", "https://x:ab"],
+)
+async def test_an_origin_that_is_not_one_is_refused_at_start(
+    client: FloClient, origin: str
+) -> None:
+    with pytest.raises(ValueError, match="origin"):
+        await start_dashboard(client, port=0, origins=[origin])
+
+
 async def test_a_path_that_looks_like_another_site_never_links_there(
     read_only: RunningDashboard, browser: aiohttp.ClientSession
 ) -> None:

@@ -2,7 +2,8 @@
 
 Read-only unless started with ``--write``; then changes need the token from
 ``FLO_REDIS_DASHBOARD_TOKEN`` (or one drawn at start and printed once), typed into the
-dashboard's log-in page. Binds 127.0.0.1 unless ``--host`` says otherwise.
+dashboard's log-in page. Binds 127.0.0.1 unless ``--host`` says otherwise; behind a
+reverse proxy, ``--origin https://dash.example.com`` names the address browsers use.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from ._options import namespace_option, url_option
 TOKEN_ENV = "FLO_REDIS_DASHBOARD_TOKEN"
 
 
-async def _serve(url: str, namespace: str, host: str, port: int, token: str | None) -> int:
+async def _serve(
+    url: str, namespace: str, host: str, port: int, token: str | None, origins: tuple[str, ...]
+) -> int:
     from ..dashboard import start_dashboard
 
     client = FloClient(url, namespace=namespace)
@@ -34,7 +37,9 @@ async def _serve(url: str, namespace: str, host: str, port: int, token: str | No
         return 1
     try:
         try:
-            running = await start_dashboard(client, host=host, port=port, token=token)
+            running = await start_dashboard(
+                client, host=host, port=port, token=token, origins=origins
+            )
         except OSError as exc:
             click.echo(f"flo-redis dashboard: cannot listen on {host}:{port}: {exc}", err=True)
             return 1
@@ -53,6 +58,17 @@ async def _serve(url: str, namespace: str, host: str, port: int, token: str | No
     return 0
 
 
+def _origins(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    from ..dashboard.guard import public_origin
+
+    try:
+        return tuple(public_origin(origin) for origin in value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command("dashboard")
 @url_option
 @namespace_option("to show")
@@ -66,7 +82,19 @@ async def _serve(url: str, namespace: str, host: str, port: int, token: str | No
     help=f"Allow changes (requeue, drain, replay) after log-in with the token in ${TOKEN_ENV}; "
     "without it one is drawn and printed.",
 )
-def dashboard_command(url: str, namespace: str, host: str, port: int, write: bool) -> None:
+@click.option(
+    "--origin",
+    "origins",
+    multiple=True,
+    callback=_origins,
+    metavar="URL",
+    help="The address browsers reach the dashboard at through a reverse proxy, like "
+    "https://dash.example.com (repeatable): requests addressed to it and changes sent "
+    "from it are accepted.",
+)
+def dashboard_command(
+    url: str, namespace: str, host: str, port: int, write: bool, origins: tuple[str, ...]
+) -> None:
     """Serve a web dashboard of the namespace's actions, runs, workers and streams."""
     token: str | None = None
     if write:
@@ -77,7 +105,7 @@ def dashboard_command(url: str, namespace: str, host: str, port: int, write: boo
         elif len(token) < 16:
             raise click.BadParameter(f"${TOKEN_ENV} must be at least 16 characters")
     with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(asyncio.run(_serve(url, namespace, host, port, token)))
+        sys.exit(asyncio.run(_serve(url, namespace, host, port, token, origins)))
 
 
 def register(group: click.Group) -> None:

@@ -14,6 +14,7 @@ In a program (the command does the same)::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 try:
@@ -48,11 +49,16 @@ async def start_dashboard(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     token: str | None = None,
+    origins: Iterable[str] = (),
 ) -> RunningDashboard:
     """Serve the dashboard of ``client``'s namespace at ``http://host:port/`` (port 0:
     a free one). With ``token`` (16 characters or more) it accepts changes from a browser
-    that logged in with it; without, it is read-only. ``client`` must stay connected."""
-    app = create_app(client, Guard(token, loopback_only=is_loopback(host)))
+    that logged in with it; without, it is read-only. ``origins``: the addresses a
+    browser reaches it at through a reverse proxy (``https://dash.example.com``), whose
+    requests and changes it then accepts too (:mod:`.guard`); ValueError for one that
+    is not an origin. ``client`` must stay connected."""
+    guard = Guard(token, loopback_only=is_loopback(host), origins=origins)
+    app = create_app(client, guard)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

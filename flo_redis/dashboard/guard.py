@@ -6,6 +6,12 @@ SameSite=Strict) and every form carries a CSRF token derived from that session. 
 HMACs under a secret drawn when the dashboard starts, so nothing is stored and a restart
 logs everybody out. A change is made only for a POST whose session and CSRF token are
 valid and whose ``Origin`` (when the browser sends one) is the dashboard itself.
+
+Behind a reverse proxy the browser's address is not the one the dashboard listens on:
+the proxy forwards the browser's ``Host`` (which a loopback dashboard would refuse) or
+puts its own (which no ``Origin`` then matches). The dashboard's public origins
+(``origins``, ``--origin https://dash.example.com``) are accepted as both: as a name a
+request may be addressed to, and as the ``Origin`` of a change.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -45,25 +52,33 @@ class Access:
 class Guard:
     """Holds the write token (None: read-only) and the secret of this run."""
 
-    def __init__(self, token: str | None, *, loopback_only: bool = False) -> None:
+    def __init__(
+        self, token: str | None, *, loopback_only: bool = False, origins: Iterable[str] = ()
+    ) -> None:
         if token is not None and len(token) < 16:
             raise ValueError("the write token must be at least 16 characters")
         self._token = token
         self._secret = secrets.token_bytes(32)
         # Listening on a loopback address: only requests addressed to a loopback name
-        # are answered, so a page whose name was made to resolve to 127.0.0.1 (DNS
-        # rebinding) cannot read the dashboard through the visitor's browser.
+        # (or to a public origin's) are answered, so a page whose name was made to
+        # resolve to 127.0.0.1 (DNS rebinding) cannot read the dashboard through the
+        # visitor's browser.
         self.loopback_only = loopback_only
+        self.origins = frozenset(public_origin(o) for o in origins)
+        self._hosts = frozenset(urlsplit(o).netloc for o in self.origins)
 
     def check_host(self, request: web.Request) -> None:
         """Raise :class:`Refused` for a request addressed to a name this dashboard does
         not serve (see ``loopback_only``)."""
-        if self.loopback_only and not is_loopback(urlsplit(f"//{request.host}").hostname):
-            raise Refused(
-                "this dashboard listens on a loopback address and answers only requests "
-                "addressed to it (localhost, 127.0.0.1 or [::1]); to serve another name, "
-                "start it with --host"
-            )
+        if not self.loopback_only or is_loopback(urlsplit(f"//{request.host}").hostname):
+            return
+        if any(_netloc(scheme, request.host) in self._hosts for scheme in _DEFAULT_PORTS):
+            return
+        raise Refused(
+            "this dashboard listens on a loopback address and answers only requests "
+            "addressed to it (localhost, 127.0.0.1 or [::1]); to serve another name, "
+            "start it with --host, or behind a proxy name its public address with --origin"
+        )
 
     @property
     def writable(self) -> bool:
@@ -111,13 +126,61 @@ class Guard:
         if not self.writable:
             raise Refused("this dashboard is read-only: start it with --write to make changes")
         origin = request.headers.get("Origin")
-        if origin is not None and urlsplit(origin).netloc != request.host:
-            raise Refused("the form was sent from another site")
+        if origin is not None and not self._own_origin(origin, request.host):
+            raise Refused(
+                "the form was sent from another site (behind a proxy, name the dashboard's "
+                "public address with --origin)"
+            )
         nonce = self._nonce(request)
         if nonce is None:
             raise Refused("changes need the dashboard's token: log in first", login=True)
         if not hmac.compare_digest(csrf.encode(), self._mac("csrf", nonce).encode()):
             raise Refused("the form is stale or forged (CSRF check failed): reload the page")
+
+    def _own_origin(self, origin: str, host: str) -> bool:
+        """Whether a browser's ``Origin`` is this dashboard: the address the request was
+        sent to, or one of its public origins."""
+        if urlsplit(origin).netloc == host:
+            return True
+        try:
+            return public_origin(origin) in self.origins
+        except ValueError:
+            return False
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _netloc(scheme: str, netloc: str) -> str:
+    """``netloc`` lowercased, without the scheme's default port (as browsers send it)."""
+    netloc = netloc.lower()
+    host, colon, port = netloc.rpartition(":")
+    return host if colon and port == str(_DEFAULT_PORTS[scheme]) else netloc
+
+
+def public_origin(origin: str) -> str:
+    """``origin`` (``http(s)://host[:port]``, nothing after it) as a browser sends it in
+    ``Origin``: scheme and host lowercased, a default port left out. ValueError names
+    what is wrong with a value that is not one."""
+    parts = urlsplit(origin.strip())
+    if (
+        parts.scheme.lower() not in _DEFAULT_PORTS
+        or not parts.hostname
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+    ):
+        raise ValueError(
+            f"an origin is http:// or https:// and a host, with a port if not the "
+            f"default, and nothing after it (like https://dash.example.com), got {origin!r}"
+        )
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:
+        raise ValueError(f"the port of origin {origin!r} is not a number from 0 to 65535") from None
+    scheme = parts.scheme.lower()
+    return f"{scheme}://{_netloc(scheme, parts.netloc)}"
 
 
 def is_loopback(host: str | None) -> bool:
