@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.maint_notifications import MaintNotificationsConfig
@@ -108,7 +109,9 @@ def connect_redis(
         scheme = urlsplit(endpoint).scheme
         url = scheme[: -len(_CLUSTER_SUFFIX)] + endpoint[len(scheme) :]
         spare = max_connections + _CLUSTER_SPARE_CONNECTIONS
-        return RedisCluster.from_url(url, max_connections=spare, **kwargs)
+        cluster = RedisCluster.from_url(url, max_connections=spare, **kwargs)
+        _look_before_sending(cluster)
+        return cluster
     if hasattr(BlockingConnectionPool, "maint_notifications_enabled"):
         # redis-py 8.1's asyncio pool, with maintenance notifications on (its default,
         # "auto"), hands out a pooled connection the server closed while it sat idle (a
@@ -121,6 +124,49 @@ def connect_redis(
         endpoint, max_connections=max_connections, timeout=timeout_s, **kwargs
     )
     return Redis.from_pool(pool)
+
+
+# Connection classes made to look before they send (_look_before_sending), by the class
+# they are made from.
+_LOOKING: dict[type[Connection], type[Connection]] = {}
+
+
+def _looking(base: type[Connection]) -> type[Connection]:
+    made = _LOOKING.get(base)
+    if made is None:
+
+        class Looking(base):  # type: ignore[valid-type, misc]
+            async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+                reader = self._reader
+                if reader is not None and reader.at_eof():  # closed by the server while idle
+                    await self.disconnect(nowait=True)  # and connected again to send
+                await super().send_packed_command(command, check_health)
+
+        Looking.__name__ = Looking.__qualname__ = f"Looking{base.__name__}"
+        made = _LOOKING[base] = Looking
+    return made
+
+
+def plain_connection_class(cls: type[Any]) -> type[Any]:
+    """The redis-py class a cluster node's connection class was made from (a pub/sub
+    connection is made again by its own reader, never silently before a send)."""
+    return next((base for base, made in _LOOKING.items() if made is cls), cls)
+
+
+def _look_before_sending(cluster: RedisCluster) -> None:
+    """Make every connection of ``cluster`` look before it sends a command whether the
+    server closed it while it sat idle (a node's restart or failover, CLIENT KILL, the
+    server's idle timeout), and connect again first if so. redis-py's asyncio cluster
+    takes a node's next free connection without a look, so the first call on each such
+    connection would fail as "Connection closed by server" although the node is back;
+    a command never written there ran nowhere, so sending it on a new connection is
+    safe. (A plain client's pool makes that check itself: :func:`connect_redis`.)"""
+    manager = cluster.nodes_manager
+    base = manager.connection_kwargs.get("connection_class", Connection)
+    looking = _looking(base)
+    manager.connection_kwargs["connection_class"] = looking
+    for node in manager.startup_nodes.values():
+        node.connection_class = looking
 
 
 def is_tls_failure(exc: BaseException, *, tls: bool = False) -> bool:
@@ -158,13 +204,20 @@ async def server_version(conn: Redis | RedisCluster) -> str:
     """The lowest ``redis_version`` among the server (every primary of a cluster)."""
     if isinstance(conn, RedisCluster):
         await conn.initialize()
-        replies: dict[str, dict[str, Any]] = await conn.info(
-            "server", target_nodes=RedisCluster.PRIMARIES
-        )
-        versions = [str(info.get("redis_version", "0")) for info in replies.values()]
-        return min(versions or ["0"], key=version_tuple)
+        return lowest_version(await conn.info("server", target_nodes=RedisCluster.PRIMARIES))
     info: dict[str, Any] = await conn.info("server")
     return str(info.get("redis_version", "0"))
+
+
+def lowest_version(replies: dict[str, Any]) -> str:
+    """The lowest ``redis_version`` in the ``INFO server`` of a cluster's primaries.
+    redis-py answers a command sent to several nodes with a reply per node, but one
+    sent to a single node (a cluster of one primary, as a one-shard managed cluster
+    is) with that node's reply alone."""
+    per_node = bool(replies) and all(isinstance(info, dict) for info in replies.values())
+    infos = list(replies.values()) if per_node else [replies]
+    versions = [str(info.get("redis_version", "0")) for info in infos]
+    return min(versions or ["0"], key=version_tuple)
 
 
 def unreachable(endpoint: str, exc: BaseException) -> ConnectionFailedError:

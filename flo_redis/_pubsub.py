@@ -72,6 +72,7 @@ from redis.crc import key_slot
 from . import _outage
 from ._aio import cancel_and_wait
 from ._denied import denied, is_denied
+from ._endpoint import plain_connection_class
 from ._listener import Listener
 from .errors import NotConnectedError, PermissionDeniedError, is_connection_error
 
@@ -329,6 +330,7 @@ class Subscriber:
             if node is None:
                 raise NotConnectedError(f"no cluster node owns {self._purpose} channel {channel!r}")
             name, cls, kwargs = node.name, node.connection_class, node.connection_kwargs
+            cls = plain_connection_class(cls)
         else:
             main = conn.connection_pool
             name, cls, kwargs = "", main.connection_class, main.connection_kwargs

@@ -31,7 +31,7 @@ from redis.retry import Retry
 
 from . import _runs as runs
 from ._checks import check_callback, check_count
-from ._endpoint import MIN_REDIS, unreachable, version_tuple
+from ._endpoint import MIN_REDIS, lowest_version, unreachable, version_tuple
 from ._gateway import ACTION_INVOKE, RUN_CANCEL
 from ._scripts import redis_errors, translated
 from ._trace_context import ProducerTracer, invoke_span
@@ -224,11 +224,7 @@ def _server_version(conn: redis.Redis | RedisCluster, endpoint: str) -> str:
     the asyncio client reads it when it connects."""
     try:
         if isinstance(conn, RedisCluster):
-            replies: dict[str, dict[str, Any]] = conn.info(
-                "server", target_nodes=RedisCluster.PRIMARIES
-            )
-            versions = [str(info.get("redis_version", "0")) for info in replies.values()]
-            return min(versions or ["0"], key=version_tuple)
+            return lowest_version(conn.info("server", target_nodes=RedisCluster.PRIMARIES))
         info: dict[str, Any] = conn.info("server")
         return str(info.get("redis_version", "0"))
     except (rex.ConnectionError, rex.TimeoutError, rex.RedisClusterException, OSError) as exc:

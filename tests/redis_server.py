@@ -84,7 +84,8 @@ class RedisServer(_RedisServer):
 @dataclass
 class RedisCluster:
     """A private Redis Cluster of ``masters`` redis-servers on free ports, no replicas,
-    joined with ``redis-cli --cluster create``; all 16384 slots covered when started."""
+    joined with ``redis-cli --cluster create`` (one alone given every slot); all 16384
+    slots covered when started."""
 
     masters: int = 3
     servers: list[RedisServer] = field(default_factory=list)
@@ -113,6 +114,10 @@ class RedisCluster:
             )  # fmt: skip
             self.servers.append(server.start())
         try:
+            if self.masters == 1:  # redis-cli makes clusters of three primaries or more
+                self.cli(self.ports[0], "cluster", "addslotsrange", "0", "16383")
+                self._wait_ok()
+                return self
             nodes = [f"127.0.0.1:{port}" for port in self.ports]
             create = [
                 cli,

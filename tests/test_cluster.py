@@ -37,6 +37,7 @@ from flo_redis._replies import handed
 from flo_redis._runs import cancel_reply
 from flo_redis.keys import action_keys, handoff_channel, queue_keys, stream_keys
 from flo_redis.notices import tell
+from flo_redis.sync import SyncFloClient
 
 pytestmark = pytest.mark.cluster
 
@@ -110,6 +111,22 @@ async def test_the_client_connects_by_url_or_option(cluster_url: str) -> None:
 
 
 # --- actions --------------------------------------------------------------------------
+
+
+async def test_a_cluster_of_one_primary_is_served_by_both_clients() -> None:
+    """A one-shard cluster (a managed cluster's smallest): redis-py answers a command to
+    every primary with that one node's reply alone, not a reply per node."""
+    one = await asyncio.to_thread(RedisCluster(masters=1).start)
+    try:
+        async with FloClient(one.url, namespace="one") as client:
+            await client.action.register("job")
+            run_id = (await client.action.invoke("job", b"")).run_id
+            with SyncFloClient(one.url, namespace="one") as sync:
+                assert sync.action.status(run_id).status == RunStatus.PENDING
+                other = sync.action.invoke("job", b"").run_id
+            assert (await client.action.status(other)).status == RunStatus.PENDING
+    finally:
+        one.stop()
 
 
 async def test_invoke_claim_complete_across_slots(cclient: FloClient, craw: ClusterClient) -> None:
@@ -299,6 +316,24 @@ async def test_scripts_survive_script_flush_on_every_node(
     for port in cluster_nodes.ports:
         cluster_nodes.cli(port, "script", "flush")
     assert len((await cclient.stream.group_read("s", "g", "c")).records) == 3
+
+
+async def test_calls_after_every_node_cut_its_idle_connections_all_succeed(
+    cclient: FloClient, craw: ClusterClient, cluster_nodes: RedisCluster
+) -> None:
+    """What a node's restart does to a client (its idle connections closed by the server):
+    the next calls on every node go through, none fails as "connection closed"."""
+    names = await names_on_distinct_nodes(craw, cclient.namespace, 3)
+    for name in names:
+        await cclient.action.register(name)
+    # Calls in flight at once leave several idle connections to each node.
+    await asyncio.gather(*(cclient.action.invoke(n, b"x") for n in names for _ in range(4)))
+    for port in cluster_nodes.ports:
+        cluster_nodes.cli(port, "client", "kill", "type", "normal", "skipme", "yes")
+    await asyncio.sleep(0.05)
+    runs = [await cclient.action.invoke(n, b"after") for n in names for _ in range(6)]
+    for run in runs:
+        assert (await cclient.action.status(run.run_id)).status == RunStatus.PENDING
 
 
 # --- partitioned streams ----------------------------------------------------------------
