@@ -90,6 +90,7 @@ class PrometheusObserver(WorkerObserver):
         self._max_outcomes = max_outcomes
         self._outcomes: dict[str, set[str]] = {}  # action -> outcomes labelled so far
         self._overflowed: set[str] = set()  # actions told of their OTHER_OUTCOME
+        self._outcomes_lock = threading.Lock()  # workers may run in threads of their own
 
         def counters(family: str, labels: tuple[str, ...], docs: dict[str, str]) -> Counters:
             return {
@@ -166,14 +167,17 @@ class PrometheusObserver(WorkerObserver):
     def _outcome(self, action: str, outcome: str) -> str:
         """The label ``outcome`` is counted under: itself, while the action has fewer
         than ``max_outcomes`` labelled (or it is one of them), else OTHER_OUTCOME."""
-        known = self._outcomes.setdefault(action, set())
-        if outcome in known:
-            return outcome
-        if len(known) < self._max_outcomes:
-            known.add(outcome)
-            return outcome
-        if action not in self._overflowed:
-            self._overflowed.add(action)  # said once per action
+        known = self._outcomes.get(action)
+        if known is not None and outcome in known:
+            return outcome  # the common case: no lock
+        with self._outcomes_lock:
+            known = self._outcomes.setdefault(action, set())
+            if outcome in known or len(known) < self._max_outcomes:
+                known.add(outcome)
+                return outcome
+            told = action in self._overflowed
+            self._overflowed.add(action)
+        if not told:  # said once per action
             log.warning(
                 "action %r has completed with more than %d distinct outcomes; %r and any "
                 "later new one are counted as outcome=%r (an outcome should name a kind of "
