@@ -419,13 +419,17 @@ async def test_a_loopback_dashboard_answers_only_requests_addressed_to_it(
 
 
 async def test_behind_a_proxy_the_public_origin_is_served_and_may_change(
-    client: FloClient, browser: aiohttp.ClientSession
+    client: FloClient,
 ) -> None:
     # Listening on loopback, reached by browsers at https://dash.example.com through a
     # proxy that forwards their Host (the first form) or puts its own (the second).
     dash = await start_dashboard(
         client, port=0, token=TOKEN, origins=["https://Dash.Example.com:443/"]
     )
+    # The session cookie is Secure (every public origin is https): this browser talks
+    # to the dashboard's own address as the proxy would, and is let send it there.
+    jar = aiohttp.CookieJar(unsafe=True, treat_as_secure_origin=[dash.url])
+    browser = aiohttp.ClientSession(cookie_jar=jar)
     try:
         public = {"Host": "dash.example.com"}
         async with browser.get(dash.url, headers=public) as response:
@@ -433,6 +437,7 @@ async def test_behind_a_proxy_the_public_origin_is_served_and_may_change(
         async with browser.get(dash.url, headers={"Host": "attacker.example"}) as response:
             assert response.status == 403 and "--origin" in await response.text()
         csrf = await log_in(browser, dash)
+        assert all(cookie["secure"] for cookie in jar)
         first, second, third = [await failed_run(client, "pay", "declined") for _ in range(3)]
         url = dash.url + "run/requeue"
         mine = "https://dash.example.com"
@@ -442,24 +447,50 @@ async def test_behind_a_proxy_the_public_origin_is_served_and_may_change(
         assert status == 200
         assert (await client.action.status(first)).status == RunStatus.PENDING
         assert (await client.action.status(second)).status == RunStatus.PENDING
-        # Another site, or the same name over plain http, is still refused.
-        for origin in ("https://evil.example", "http://dash.example.com"):
-            status, body = await post(browser, url, {"id": third, "csrf": csrf}, Origin=origin)
-            assert status == 403 and "another site" in body, origin
+        # Another site, or the same name over plain http, is still refused, whichever
+        # Host the proxy sends.
+        for origin in ("https://evil.example", "http://dash.example.com", "null"):
+            for host in ({}, public):
+                form = {"id": third, "csrf": csrf}
+                status, body = await post(browser, url, form, Origin=origin, **host)
+                assert status == 403 and "another site" in body, (origin, host)
         assert (await client.action.status(third)).status == RunStatus.FAILED
+    finally:
+        await browser.close()
+        await dash.close()
+
+
+async def test_a_dashboard_reached_without_tls_keeps_its_cookie_plain(
+    client: FloClient, writable: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    await log_in(browser, writable)
+    assert [cookie["secure"] for cookie in browser.cookie_jar] == [""]
+    dash = await start_dashboard(client, port=0, token=TOKEN, origins=["http://dash.lan"])
+    try:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as other:
+            await log_in(other, dash)
+            assert [cookie["secure"] for cookie in other.cookie_jar] == [""]
     finally:
         await dash.close()
 
 
 @pytest.mark.parametrize(
     "origin",
-    ["dash.example.com", "ftp://dash.example.com", "https://x.example/path", "https://x:ab"],
+    [
+        "dash.example.com",
+        "ftp://dash.example.com",
+        "https://x.example/path",
+        "https://x:ab",
+        "https://[::1",
+        "https://dash.example.com",  # one str, not a list of them
+    ],
 )
 async def test_an_origin_that_is_not_one_is_refused_at_start(
     client: FloClient, origin: str
 ) -> None:
+    origins = origin if origin == "https://dash.example.com" else [origin]
     with pytest.raises(ValueError, match="origin"):
-        await start_dashboard(client, port=0, origins=[origin])
+        await start_dashboard(client, port=0, origins=origins)
 
 
 async def test_a_path_that_looks_like_another_site_never_links_there(

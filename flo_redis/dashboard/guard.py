@@ -64,15 +64,23 @@ class Guard:
         # resolve to 127.0.0.1 (DNS rebinding) cannot read the dashboard through the
         # visitor's browser.
         self.loopback_only = loopback_only
+        if isinstance(origins, str):
+            raise ValueError(
+                f"origins is a list of origins, like ['https://dash.example.com'], not one "
+                f"str ({origins!r})"
+            )
         self.origins = frozenset(public_origin(o) for o in origins)
         self._hosts = frozenset(urlsplit(o).netloc for o in self.origins)
+        # Reached only over TLS (every public origin https): the session cookie is sent
+        # over TLS only. Browsers take a Secure cookie from http://localhost too.
+        self._secure = bool(self.origins) and all(o.startswith("https:") for o in self.origins)
 
     def check_host(self, request: web.Request) -> None:
         """Raise :class:`Refused` for a request addressed to a name this dashboard does
         not serve (see ``loopback_only``)."""
         if not self.loopback_only or is_loopback(urlsplit(f"//{request.host}").hostname):
             return
-        if any(_netloc(scheme, request.host) in self._hosts for scheme in _DEFAULT_PORTS):
+        if self._public_host(request.host):
             return
         raise Refused(
             "this dashboard listens on a loopback address and answers only requests "
@@ -115,6 +123,7 @@ class Guard:
             httponly=True,
             samesite="Strict",
             path="/",
+            secure=self._secure,
         )
 
     @staticmethod
@@ -137,15 +146,21 @@ class Guard:
         if not hmac.compare_digest(csrf.encode(), self._mac("csrf", nonce).encode()):
             raise Refused("the form is stale or forged (CSRF check failed): reload the page")
 
+    def _public_host(self, host: str) -> bool:
+        """Whether ``host`` (a request's ``Host``) names one of the public origins."""
+        return any(_netloc(scheme, host) in self._hosts for scheme in _DEFAULT_PORTS)
+
     def _own_origin(self, origin: str, host: str) -> bool:
-        """Whether a browser's ``Origin`` is this dashboard: the address the request was
-        sent to, or one of its public origins."""
-        if urlsplit(origin).netloc == host:
-            return True
+        """Whether a browser's ``Origin`` is this dashboard: one of its public origins,
+        or the address the request was sent to when that is not a public name (whose
+        origin counts with its own scheme only: ``http://`` for an ``https://`` one is
+        another site)."""
         try:
-            return public_origin(origin) in self.origins
+            if public_origin(origin) in self.origins:
+                return True
         except ValueError:
-            return False
+            return False  # "null", or not an origin at all
+        return urlsplit(origin).netloc == host and not self._public_host(host)
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -162,7 +177,12 @@ def public_origin(origin: str) -> str:
     """``origin`` (``http(s)://host[:port]``, nothing after it) as a browser sends it in
     ``Origin``: scheme and host lowercased, a default port left out. ValueError names
     what is wrong with a value that is not one."""
-    parts = urlsplit(origin.strip())
+    if not isinstance(origin, str):
+        raise ValueError(f"an origin is a str like https://dash.example.com, got {origin!r}")
+    try:
+        parts = urlsplit(origin.strip())
+    except ValueError:  # an unclosed IPv6 bracket
+        parts = urlsplit("")
     if (
         parts.scheme.lower() not in _DEFAULT_PORTS
         or not parts.hostname
