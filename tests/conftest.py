@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 import redis.asyncio as aioredis
 from cli_command import Command
+from proxy import Proxy, proxying
 from redis_server import RedisCluster, RedisServer, discard_all
 
 from flo_redis import FloClient
@@ -55,6 +56,13 @@ def namespace() -> str:
 async def client(redis_url: str, namespace: str) -> AsyncIterator[FloClient]:
     async with FloClient(redis_url, namespace=namespace) as c:
         yield c
+
+
+@pytest.fixture
+async def proxy(redis_url: str) -> AsyncIterator[Proxy]:
+    """A proxy to the test Redis (tests/proxy.py: cut, silence or answer for it)."""
+    async with proxying(redis_url) as running:
+        yield running
 
 
 @pytest.fixture

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 
 @dataclass(eq=False)
@@ -45,6 +47,12 @@ class Proxy:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
+
+    @classmethod
+    async def to(cls, redis_url: str) -> Proxy:
+        """A started proxy to the Redis at ``redis_url``."""
+        parts = urlsplit(redis_url)
+        return await cls(parts.hostname or "127.0.0.1", parts.port or 6379).start()
 
     async def start(self) -> Proxy:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -164,3 +172,13 @@ class Proxy:
         finally:
             link.close()
             self._links.discard(link)
+
+
+@contextlib.asynccontextmanager
+async def proxying(redis_url: str) -> AsyncIterator[Proxy]:
+    """A proxy to the Redis at ``redis_url`` for the block, stopped after it."""
+    proxy = await Proxy.to(redis_url)
+    try:
+        yield proxy
+    finally:
+        await proxy.stop()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from polling import eventually
@@ -148,8 +147,7 @@ async def test_a_stop_after_a_park_claims_reply_was_lost_leaves_no_park(
 ) -> None:
     await client.action.register("job", options=OPTIONS)
     keys = action_keys(namespace, "job")
-    parts = urlsplit(redis_url)
-    proxy = await Proxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
+    proxy = await Proxy.to(redis_url)
     try:
         async with FloClient(proxy.url, namespace=namespace) as via_proxy:
             slow = Slow(via_proxy)

@@ -18,7 +18,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import urlsplit
 
 import msgpack
 import pytest
@@ -341,8 +340,7 @@ async def test_a_redis_restart_does_not_make_live_owners_look_gone() -> None:
 async def test_a_claim_whose_reply_is_cut_is_replayed_on_retry(
     raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
-    parts = urlsplit(redis_url)
-    proxy = await Proxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
+    proxy = await Proxy.to(redis_url)
     try:
         async with FloClient(proxy.url, namespace=namespace) as client:
             action = "cut"
@@ -371,8 +369,7 @@ async def test_a_silent_liveness_connection_is_replaced(
     raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
     """A partition sends no reset: an unanswered PING makes the owner subscribe again."""
-    parts = urlsplit(redis_url)
-    proxy = await Proxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
+    proxy = await Proxy.to(redis_url)
     through_proxy = aioredis.Redis.from_url(proxy.url)
     live = Liveness(f"silent-{namespace}", lambda: through_proxy, ping_every_s=0.2)
     tag = action_keys(namespace, "quiet").tag

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
@@ -107,8 +106,7 @@ async def test_a_wake_channel_stays_subscribed_between_polls(
 async def test_a_lost_connection_wakes_listeners_and_arm_subscribes_again(
     redis_url: str, raw: aioredis.Redis, namespace: str
 ) -> None:
-    parts = urlsplit(redis_url)
-    proxy = await Proxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
+    proxy = await Proxy.to(redis_url)
     channel = run_channel(namespace, "r3")
     try:
         async with (

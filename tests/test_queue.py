@@ -14,7 +14,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
@@ -120,8 +119,7 @@ async def test_a_blocking_dequeue_with_nothing_returns_empty(client: FloClient) 
 async def test_a_dequeue_whose_reply_is_lost_is_answered_again_not_stranded(
     redis_url: str, raw: aioredis.Redis, namespace: str
 ) -> None:
-    parts = urlsplit(redis_url)
-    proxy = await Proxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
+    proxy = await Proxy.to(redis_url)
     try:
         async with FloClient(proxy.url, namespace=namespace) as client:
             sent = [await client.queue.enqueue(Q, b"%d" % i) for i in range(3)]

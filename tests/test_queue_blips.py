@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
 from polling import eventually
-from proxy import Proxy
+from proxy import Proxy, proxying
 from redis_server import RedisServer
 
 from flo_redis import (
@@ -40,14 +39,10 @@ def delivered(messages: list[Message]) -> list[tuple[int, int]]:
 
 @pytest.fixture
 async def proxy(redis_url: str, raw: aioredis.Redis) -> AsyncIterator[Proxy]:
-    parts = urlsplit(redis_url)
-    proxy = await Proxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
-    # Loaded up front, so the client sends EVALSHA and the proxy can tell its dequeue.
-    await raw.script_load(SCRIPTS["queue_dequeue"].source)
-    try:
-        yield proxy
-    finally:
-        await proxy.stop()
+    async with proxying(redis_url) as running:
+        # Loaded up front, so the client sends EVALSHA and the proxy can tell its dequeue.
+        await raw.script_load(SCRIPTS["queue_dequeue"].source)
+        yield running
 
 
 async def acked(client: FloClient, seq: int, token: int) -> bool:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 import pytest
 from polling import eventually
@@ -31,16 +29,6 @@ from flo_redis.types import ActionRunStatus
 
 LONG_LEASE = ActionRegisterOptions(timeout_ms=300_000)
 _ENDED = (RunStatus.COMPLETED, RunStatus.FAILED)
-
-
-@pytest.fixture
-async def proxy(redis_url: str) -> AsyncIterator[Proxy]:
-    upstream = urlsplit(redis_url)
-    running = await Proxy(upstream.hostname or "127.0.0.1", upstream.port or 6379).start()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 async def _statuses(client: FloClient, ids: list[str]) -> list[ActionRunStatus] | None:

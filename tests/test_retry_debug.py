@@ -4,8 +4,6 @@ only that; ``debug=True`` logs connections and requests."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
@@ -25,16 +23,6 @@ from flo_redis.keys import action_keys
 
 FAST = RetryPolicy(max_attempts=4, initial_backoff_ms=1, max_backoff_ms=5)
 INVOKE = SCRIPTS["action_invoke"].sha.encode()
-
-
-@pytest.fixture
-async def proxy(redis_url: str) -> AsyncIterator[Proxy]:
-    parts = urlsplit(redis_url)
-    p = await Proxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
-    try:
-        yield p
-    finally:
-        await p.stop()
 
 
 async def pending_runs(raw: aioredis.Redis, namespace: str, action: str) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 import pytest
 from polling import eventually
@@ -31,16 +30,6 @@ from flo_redis.types import (
 )
 
 READ = SCRIPTS["group_read"].sha.encode()
-
-
-@pytest.fixture
-async def proxy(redis_url: str) -> AsyncIterator[Proxy]:
-    upstream = urlsplit(redis_url)
-    running = await Proxy(upstream.hostname or "127.0.0.1", upstream.port or 6379).start()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 @pytest.fixture

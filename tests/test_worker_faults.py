@@ -73,14 +73,11 @@ async def test_redis_restart_while_handlers_run_loses_and_doubles_nothing() -> N
 async def test_a_complete_whose_reply_is_cut_is_resent_and_applied_once(
     redis_url: str, namespace: str
 ) -> None:
-    from urllib.parse import urlsplit
-
     from proxy import Proxy
 
     from flo_redis._scripts import SCRIPTS
 
-    upstream = urlsplit(redis_url)
-    proxy = await Proxy(upstream.hostname or "127.0.0.1", upstream.port or 6379).start()
+    proxy = await Proxy.to(redis_url)
     try:
         async with FloClient(proxy.url, namespace=namespace) as client:
             worker = client.new_action_worker(block_ms=500)
