@@ -131,14 +131,20 @@ def connect_redis(
 _LOOKING: dict[type[Connection], type[Connection]] = {}
 
 
+def closed_by_server(conn: Any) -> bool:
+    """Whether redis-py connection ``conn`` is open on this side but the server closed
+    it (while it sat idle): its next command would fail unwritten, so make it again."""
+    reader = conn._reader
+    return reader is not None and bool(reader.at_eof())
+
+
 def _looking(base: type[Connection]) -> type[Connection]:
     made = _LOOKING.get(base)
     if made is None:
 
         class Looking(base):  # type: ignore[valid-type, misc]
             async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-                reader = self._reader
-                if reader is not None and reader.at_eof():  # closed by the server while idle
+                if closed_by_server(self):
                     await self.disconnect(nowait=True)  # and connected again to send
                 await super().send_packed_command(command, check_health)
 

@@ -72,6 +72,7 @@ from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.cluster import RedisCluster as SyncRedisCluster
 
 from ._denied import denied, is_denied
+from ._endpoint import closed_by_server
 from ._lua import LuaScript, load_all
 from .errors import (
     InternalServerError,
@@ -118,7 +119,7 @@ class _Lane:
             if conn is None:
                 conn = self._conn = await self._pool.get_connection()  # type: ignore[no-untyped-call]
             writer = conn._writer
-            if writer is None or writer.is_closing() or conn._reader.at_eof():  # type: ignore[union-attr]
+            if writer is None or writer.is_closing() or closed_by_server(conn):
                 await conn.disconnect()
                 await conn.connect()
                 writer = conn._writer
