@@ -373,7 +373,8 @@ async def run_backlog(s: Settings) -> Metrics:
     names = {lua.sha: name for name, lua in load_all().items()}
     which = "none"
     if slowest is not None:
-        sha = bytes(slowest["command"]).split()[1].decode(errors="replace")
+        # EVALSHA names the SHA; FCALL a function whose name ends in it.
+        sha = bytes(slowest["command"]).split()[1].decode(errors="replace")[-40:]
         which = names.get(sha, sha[:12])
     return {
         "slowest_script_ms": int(slowest["duration"]) / 1000.0 if slowest else 0.0,

@@ -169,7 +169,7 @@ class Script(Generic[R]):
         keys = self.keys(source)
         if len(self._heads) >= _HEADS_MAX:
             self._heads.clear()
-        self._heads[id(source)] = (source, keys, head := packed_head(self.lua, keys))
+        self._heads[id(source)] = (source, keys, head := packed_head(keys))
         return keys, head
 
     def call_sync(

@@ -15,10 +15,16 @@ flattened depth first, each file at most once; a cycle or a missing file is refu
 flattened script never names again (``local function f(`` at the start of a line, its
 body ending at the next line that is exactly ``end``) is left out: Redis runs a script's
 whole text on every call, so each helper defined costs every call a closure.
+
+:func:`library` puts every script in one Redis Functions library instead: the helpers of
+``lib/`` once, at the top, and each script's own text as a function of it. Redis runs
+a library's top level once, when it is loaded, so a call pays for its script's own code
+alone (lua/README.md, "Functions").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import re
@@ -68,6 +74,7 @@ class LuaScript:
     keys_tail: str | None  # the name of a "KEYS[i..n] name" tail, if the script has one
     returns: str
     variadic_argv: bool = False  # the last ARGV entry is "ARGV[i..n]": i and beyond
+    function: str = ""  # its name as a Redis Function of :func:`library` (``FCALL``)
 
     @property
     def variadic_keys(self) -> bool:
@@ -97,8 +104,14 @@ def _read(root: Traversable, rel: str) -> str:
 def flatten(root: Traversable, rel: str) -> str:
     """The source of ``rel`` with every include inlined once, in dependency order, and
     without the helper functions it never uses (module docstring)."""
+    return _without_unused([_Piece.of(text) for text in _pieces(root, [rel])])
+
+
+def _pieces(root: Traversable, names: list[str]) -> list[str]:
+    """``names`` and everything they include, each file once, in dependency order: each
+    file's text between its includes."""
     seen: set[str] = set()
-    pieces: list[str] = []  # the flattened source, in order: each file's text between includes
+    pieces: list[str] = []
 
     def expand(name: str, stack: tuple[str, ...]) -> None:
         if name in stack:
@@ -115,8 +128,9 @@ def flatten(root: Traversable, rel: str) -> str:
             at = match.end()
         pieces.append(text[at:])
 
-    expand(rel, ())
-    return _without_unused([_Piece.of(text) for text in pieces])
+    for name in names:
+        expand(name, ())
+    return pieces
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,3 +235,59 @@ def load_all(root: Traversable | None = None) -> dict[str, LuaScript]:
             name, source, sha, keys, argv, tail, returns, bool(_VARIADIC_ARGV.search(text))
         )
     return scripts
+
+
+@dataclass(frozen=True, slots=True)
+class LuaLibrary:
+    """Every script as a Redis Function of one library (:func:`library`)."""
+
+    name: str  # the library's name: flo_<id>, the id naming this set of scripts
+    source: str  # what ``FUNCTION LOAD`` is sent
+    functions: dict[str, str]  # the function's name -> the script's name
+
+    def script_at(self, line: int) -> str | None:
+        """The name of the script whose function holds line ``line`` of the source."""
+        name = None
+        for found in _REGISTER.finditer(self.source, 0, _offset(self.source, line)):
+            name = self.functions.get(found.group(1))
+        return name
+
+
+_REGISTER = re.compile(r"^redis\.register_function\('(\w+)'", re.MULTILINE)
+
+
+def _offset(text: str, line: int) -> int:
+    at = 0
+    for _ in range(line - 1):
+        at = text.find("\n", at) + 1
+        if at == 0:
+            return len(text)
+    return at
+
+
+def library(
+    scripts: dict[str, LuaScript], root: Traversable | None = None
+) -> tuple[LuaLibrary, dict[str, LuaScript]]:
+    """The library of ``scripts`` (as :func:`load_all` made them from ``root``), and the
+    scripts with their function names. Its id is the hash of the scripts' SHAs, so each
+    version of the scripts is a library of its own; each function's name holds the
+    library's id and its script's SHA (Function names are unique across libraries)."""
+    base = root if root is not None else lua_root()
+    digest = hashlib.sha1()
+    for name in sorted(scripts):
+        digest.update(f"{name} {scripts[name].sha}\n".encode())
+    lib_id = digest.hexdigest()[:12]
+    lib_name = f"flo_{lib_id}"
+    helpers = sorted(e.name for e in base.joinpath("lib").iterdir() if e.name.endswith(".lua"))
+    parts = [f"#!lua name={lib_name}\n", "".join(_pieces(base, [f"lib/{n}" for n in helpers]))]
+    named: dict[str, LuaScript] = {}
+    functions: dict[str, str] = {}
+    for name, script in sorted(scripts.items()):
+        function = f"{lib_name}_{script.sha}"
+        body = _INCLUDE.sub("", _read(base, f"{name}.lua"))
+        parts.append(
+            f"\nredis.register_function('{function}', function(KEYS, ARGV)\n{body}\nend)\n"
+        )
+        functions[function] = name
+        named[name] = dataclasses.replace(script, function=function)
+    return LuaLibrary(lib_name, "".join(parts), functions), named

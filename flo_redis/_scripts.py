@@ -1,11 +1,25 @@
 """The only place scripts are sent to Redis (:func:`run`, :func:`run_sync`); the typed
 gateway in front of it is :mod:`flo_redis._gateway`.
 
-Scripts are called by SHA (``EVALSHA``); a server that does not know the SHA (restart,
-``SCRIPT FLUSH``, a new cluster node) answers ``NOSCRIPT`` and the call is repeated once
-with the full source (``EVAL``), which also caches it there. The SHA is the hash of the
-flattened source, so a fleet running mixed versions never runs another version's code.
-Connection failures surface as flo's connection errors (:func:`redis_errors`).
+On one Redis (not a cluster) scripts are called as Redis Functions (``FCALL``) of one
+library holding them all (:func:`flo_redis._lua.library`): Redis ran the library's
+helpers once, when it was loaded, so a call runs its own script's code alone. A server
+that does not have the library (a new server, a restart without persistence,
+``FUNCTION FLUSH``) answers "Function not found": the library is loaded
+(``FUNCTION LOAD``, one load at a time per client) and the call sent again. A client
+that may not call or load functions (an ACL user without ``+fcall``; a proxy that does
+not know the command) calls its scripts by SHA from then on, as it does on a cluster
+(redis-py asks the server for an ``FCALL``'s keys before routing it, a round trip per
+call). A call Redis refuses as out of memory is sent by SHA too: a function that may
+write is refused before it starts, while a script is refused only at its first write,
+so reading (counts, listings) goes on as before.
+
+By SHA (``EVALSHA``), a server that does not know the SHA (restart, ``SCRIPT FLUSH``, a
+new cluster node) answers ``NOSCRIPT`` and the call is repeated once with the full
+source (``EVAL``), which also caches it there. The SHA is the hash of the flattened
+source, and the library's name the hash of every SHA, so a fleet running mixed versions
+never runs another version's code. Connection failures surface as flo's connection
+errors (:func:`redis_errors`).
 
 On Redis Cluster every script's keys share one hash slot (``keys.py``), and redis-py
 routes each call by its keys to the primary owning that slot, following ``MOVED`` and
@@ -23,16 +37,16 @@ call and its answer is logged on ``flo_redis.requests`` at DEBUG.
 
 On one Redis (not a cluster) a call made while no other script call is in flight takes
 the client's *lane*: one connection of the client's pool kept aside for script calls,
-on which the ``EVALSHA`` is written as bytes packed ahead (the script's SHA and its KEYS,
-packed once per key object by the gateway) and its reply read straight back, without
+on which the ``FCALL`` (or ``EVALSHA``) is written as bytes packed ahead (the script's
+KEYS, packed once per key object by the gateway) and its reply read straight back, without
 redis-py's per-command machinery (pool checkout, health check, a task per write). A
 call made while the lane is busy takes the *spare lane*, a second such connection (kept
 when the pool holds four connections or more), so that two streams of calls that
 overlap -- a worker's reads and its acks or completes, each one call at a time -- both
 go the short way; a call that finds both busy goes through the pool as before. Either
-way the call is the same ``EVALSHA``, with the same ``NOSCRIPT`` fallback, error
-translation and resending: calls in flight at once were never ordered among themselves,
-whichever connections carry them. A lane reconnects on its next call after any failure
+way the call is the same, with the same fallbacks, error translation and resending:
+calls in flight at once were never ordered among themselves, whichever connections
+carry them. A lane reconnects on its next call after any failure
 (a connection the server closed while idle is made again first, as the pool would).
 
 A Redis that answers ``READONLY`` was made a replica by a failover while this client
@@ -59,6 +73,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -73,7 +88,7 @@ from redis.cluster import RedisCluster as SyncRedisCluster
 
 from ._denied import denied, is_denied
 from ._endpoint import closed_by_server
-from ._lua import LuaScript, load_all
+from ._lua import LuaLibrary, LuaScript, library, load_all
 from .errors import (
     InternalServerError,
     NotConnectedError,
@@ -91,7 +106,9 @@ RedisConn: TypeAlias = "Redis | RedisCluster"
 SyncConn: TypeAlias = "SyncRedis | SyncRedisCluster"  # flo_redis.sync
 Arg: TypeAlias = "str | bytes | int"
 
-SCRIPTS: dict[str, LuaScript] = load_all()
+LIBRARY: LuaLibrary
+SCRIPTS: dict[str, LuaScript]
+LIBRARY, SCRIPTS = library(load_all())
 
 log = logging.getLogger("flo_redis.requests")
 
@@ -153,6 +170,67 @@ class _Lane:
             await conn.disconnect(nowait=True)
 
 
+class _Functions:
+    """Whether one client calls its scripts as functions (``on``), and the loading of
+    the library for it (module docstring): ``loads`` counts the loads made, so calls
+    that found the library missing together cause one."""
+
+    __slots__ = ("alock", "loads", "lock", "on")
+
+    def __init__(self) -> None:
+        self.on = True
+        self.loads = 0
+        self.lock = threading.Lock()  # the blocking client's loads (:func:`run_sync`)
+        self.alock: asyncio.Lock | None = None  # the asyncio client's (made in its loop)
+
+    def off(self, why: str) -> None:
+        """Call by SHA from now on."""
+        if self.on:
+            self.on = False
+            log.info("calling scripts by SHA: %s", why)
+
+    def loaded(self, outcome: Exception | None) -> bool:
+        """Take in the outcome of ``FUNCTION LOAD`` (None: loaded). True: the library is
+        there; False: the call goes by SHA, and every later one too when the load was
+        refused for good (the user may not load functions, the server does not know
+        the command, or it would not take the library). A refusal that passes (out of
+        memory: this call by SHA) or a failure to reach Redis (raised as flo's error
+        for it) changes nothing."""
+        self.loads += 1
+        if outcome is None or "already exists" in str(outcome):
+            return True
+        if isinstance(outcome, rex.OutOfMemoryError):
+            return False
+        text = str(outcome).lower()
+        if isinstance(outcome, rex.ResponseError) and (
+            is_denied(outcome) or "unknown" in text or "error registering" in text
+        ):
+            self.off(f"FUNCTION LOAD was refused ({outcome})")
+            return False
+        if isinstance(outcome, rex.RedisError):
+            raise translated("loading the scripts", outcome) from outcome
+        raise outcome
+
+
+_MISSING, _BY_SHA, _ONCE_BY_SHA = "missing", "by sha", "once by sha"
+
+
+def _function_refusal(exc: rex.ResponseError, attempt: int) -> str | None:
+    """What an ``FCALL`` refused without running asks for (module docstring): the
+    library loaded (_MISSING), calls by SHA from now on (_BY_SHA), this one by SHA
+    (_ONCE_BY_SHA); None for an answer of the function itself. A function still not
+    found on the second attempt, after a load, does not stay there (calls go by SHA)."""
+    text = str(exc)
+    if text.startswith("Function not found"):
+        return _MISSING if attempt == 1 else _BY_SHA
+    lowered = text.lower()
+    if "'fcall'" in lowered and (is_denied(exc) or "unknown command" in lowered):
+        return _BY_SHA
+    if isinstance(exc, rex.OutOfMemoryError):
+        return _ONCE_BY_SHA
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Settings:
     policy: RetryPolicy = DEFAULT_RETRY_POLICY
@@ -161,6 +239,7 @@ class _Settings:
     lane: _Lane | None = None
     spare: _Lane | None = None  # taken while ``lane`` is busy (module docstring)
     on_replica: Callable[[], None] | None = None  # a call was answered READONLY
+    functions: _Functions | None = None  # None: scripts go by SHA (a cluster)
 
 
 _DEFAULT = _Settings()
@@ -188,19 +267,21 @@ def configure(
     limit instead of waiting (redis-py's cluster pools). ``on_replica`` is called (in
     the event loop, never awaited) each time a call is answered ``READONLY``, after
     the connections that reached the replica were closed (module docstring). A plain
-    ``Redis`` whose pool holds two connections or more gets a lane, and four or more a
-    spare lane too (module docstring); :func:`release` ends them. A connection never configured
-    resends by the default policy, logs nothing, limits nothing and has no lane."""
+    ``Redis`` calls its scripts as functions, and one whose pool holds two connections
+    or more gets a lane, and four or more a spare lane too (module docstring);
+    :func:`release` ends them. A connection never configured resends by the default
+    policy, logs nothing, limits nothing, has no lane and calls by SHA."""
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
-    lane = spare = None
-    if isinstance(conn, Redis) and not debug:
+    lane = spare = functions = None
+    if isinstance(conn, Redis):
+        functions = _Functions()
         pool = conn.connection_pool
         size = getattr(pool, "max_connections", 0)
-        if size >= _LANE_MIN:
+        if size >= _LANE_MIN and not debug:
             lane = _Lane(pool)
-        if size >= _SPARE_MIN:
+        if size >= _SPARE_MIN and not debug:
             spare = _Lane(pool)
-    _SETTINGS[conn] = _Settings(retry, debug, gate, lane, spare, on_replica)
+    _SETTINGS[conn] = _Settings(retry, debug, gate, lane, spare, on_replica, functions)
 
 
 def release(conn: RedisConn) -> None:
@@ -255,7 +336,7 @@ def translated(what: str, exc: rex.RedisError) -> Exception:
         return ValidationError(f"{what}: {exc}")
     if isinstance(exc, rex.ResponseError):
         if is_denied(exc):
-            return denied(what, exc, SCRIPTS)
+            return denied(what, exc, SCRIPTS, LIBRARY)
         return InternalServerError(f"{what}: Redis refused the command: {exc}")
     # What answered is not speaking Redis's protocol (an HTTP server at the URL, a TLS
     # port spoken to in plain text ...), or redis-py refused a value.
@@ -323,30 +404,62 @@ def run_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Seque
     more, connecting again, to the primary (module docstring)."""
     with redis_errors(script.name):
         try:
-            return _evalsha_sync(conn, script, keys, args)
+            return _send_sync(conn, script, keys, args)
         except rex.ReadOnlyError:
             if isinstance(conn, SyncRedis):
                 with contextlib.suppress(Exception):  # it can only fail as the socket did
                     conn.connection_pool.disconnect(inuse_connections=False)
-        return _evalsha_sync(conn, script, keys, args)
+        return _send_sync(conn, script, keys, args)
 
 
-def _evalsha_sync(
-    conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]
-) -> Any:
+# The blocking clients' function state (:class:`_Functions`), made at their first call.
+_SYNC_FUNCTIONS: weakref.WeakKeyDictionary[SyncRedis, _Functions] = weakref.WeakKeyDictionary()
+_SYNC_MADE = threading.Lock()
+
+
+def _send_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    functions = None
+    if isinstance(conn, SyncRedis):
+        functions = _SYNC_FUNCTIONS.get(conn)
+        if functions is None:
+            with _SYNC_MADE:
+                functions = _SYNC_FUNCTIONS.setdefault(conn, _Functions())
+    for attempt in (1, 2) if functions is not None and functions.on else ():
+        assert functions is not None
+        seen = functions.loads
+        try:
+            return conn.fcall(script.function, len(keys), *keys, *args)
+        except rex.ResponseError as exc:
+            refusal = _function_refusal(exc, attempt)
+            if refusal is None:
+                raise
+            if refusal == _BY_SHA:
+                functions.off(f"FCALL was refused ({exc})")
+            if refusal != _MISSING:
+                break
+        with functions.lock:
+            if functions.loads == seen:
+                try:
+                    conn.function_load(LIBRARY.source)
+                except Exception as exc:
+                    if not functions.loaded(exc):
+                        break
+                else:
+                    functions.loaded(None)
+            elif not functions.on:
+                break
     try:
         return conn.evalsha(script.sha, len(keys), *keys, *args)
     except rex.NoScriptError:
         return conn.eval(script.source, len(keys), *keys, *args)
 
 
-def packed_head(script: LuaScript, keys: Sequence[str]) -> bytes:
-    """The part of ``EVALSHA`` that stays the same from call to call of ``script`` with
-    ``keys``, in Redis's protocol: the SHA, the KEYS count and the KEYS."""
-    return b"".join(_bulk(x.encode()) for x in (script.sha, str(len(keys)), *keys))
+def packed_head(keys: Sequence[str]) -> bytes:
+    """The part of a script call that stays the same from call to call with ``keys``, in
+    Redis's protocol: the KEYS count and the KEYS."""
+    return b"".join(_bulk(x.encode()) for x in (str(len(keys)), *keys))
 
 
-_EVALSHA = b"$7\r\nEVALSHA\r\n"
 _LEAD = b"*1\r\n$4\r\nTIME\r\n"  # a call's lead (module docstring)
 
 
@@ -354,11 +467,12 @@ def _bulk(data: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
-def _packed(head: bytes, nkeys: int, args: Sequence[Arg]) -> bytes | None:
-    """The whole ``EVALSHA`` command; None when an argument is not bytes, str or int
-    (the pool's path sends it, or refuses it as redis-py does)."""
+def _packed(name: bytes, head: bytes, nkeys: int, args: Sequence[Arg]) -> bytes | None:
+    """The whole command: ``name`` (the command and the script's name, :data:`_NAMES`),
+    ``head`` (:func:`packed_head`), then ``args``; None when an argument is not bytes,
+    str or int (the pool's path sends it, or refuses it as redis-py does)."""
     count = nkeys + len(args) + 3
-    parts = [_COUNT[count] if count < len(_COUNT) else b"*%d\r\n" % count, _EVALSHA, head]
+    parts = [_COUNT[count] if count < len(_COUNT) else b"*%d\r\n" % count, name, head]
     append = parts.append
     for arg in args:
         # (No typing.cast here: it is a Python call of its own, per argument.)
@@ -385,6 +499,13 @@ def _packed(head: bytes, nkeys: int, args: Sequence[Arg]) -> bytes | None:
 _PREFIXED = 512
 _BULK = tuple(b"$%d\r\n" % n for n in range(_PREFIXED))
 _COUNT = tuple(b"*%d\r\n" % n for n in range(64))
+# (script name, by function?) -> the command and the script's name, packed.
+_NAMES = {
+    (script.name, by_function): _bulk(b"FCALL" if by_function else b"EVALSHA")
+    + _bulk((script.function if by_function else script.sha).encode())
+    for script in SCRIPTS.values()
+    for by_function in (True, False)
+}
 
 
 async def _send(
@@ -396,18 +517,26 @@ async def _send(
     head: bytes,
     lead: bool = False,
 ) -> Any:
-    lane = settings.lane
-    if lane is not None and lane.busy:
-        lane = settings.spare
+    functions = settings.functions
+    for attempt in (1, 2) if functions is not None and functions.on else ():
+        assert functions is not None
+        seen = functions.loads
+        try:
+            return await _call(conn, settings, script, True, keys, args, head, lead)
+        except rex.ResponseError as exc:
+            refusal = _function_refusal(exc, attempt)
+            if refusal is None:
+                raise await _refused(conn, settings, script.name, exc) from exc
+            if refusal == _BY_SHA:
+                functions.off(f"FCALL was refused ({exc})")
+            if refusal != _MISSING:
+                break
+        except rex.RedisError as exc:
+            raise await _refused(conn, settings, script.name, exc) from exc
+        if not await _load(conn, settings, functions, seen):
+            break
     try:
-        if lane is not None and not lane.busy and not lane.closed:
-            packed = _packed(head or packed_head(script, keys), len(keys), args)
-            if packed is not None:
-                return await lane.call(packed, lead)
-        if settings.gate is None:
-            return await conn.evalsha(script.sha, len(keys), *keys, *args)
-        async with settings.gate:
-            return await conn.evalsha(script.sha, len(keys), *keys, *args)
+        return await _call(conn, settings, script, False, keys, args, head, lead)
     except rex.NoScriptError:
         pass
     except rex.RedisError as exc:
@@ -421,6 +550,52 @@ async def _send(
             return await conn.eval(script.source, len(keys), *keys, *args)
     except rex.RedisError as exc:
         raise await _refused(conn, settings, script.name, exc) from exc
+
+
+async def _call(
+    conn: RedisConn,
+    settings: _Settings,
+    script: LuaScript,
+    by_function: bool,
+    keys: Sequence[str],
+    args: Sequence[Arg],
+    head: bytes,
+    lead: bool,
+) -> Any:
+    """One ``FCALL`` (``by_function``) or ``EVALSHA`` of ``script``, on a lane when one
+    is free; redis-py's errors are raised as they come."""
+    lane = settings.lane
+    if lane is not None and lane.busy:
+        lane = settings.spare
+    if lane is not None and not lane.busy and not lane.closed:
+        name = _NAMES[script.name, by_function]
+        packed = _packed(name, head or packed_head(keys), len(keys), args)
+        if packed is not None:
+            return await lane.call(packed, lead)
+    command = ("FCALL", script.function) if by_function else ("EVALSHA", script.sha)
+    if settings.gate is None:
+        return await conn.execute_command(*command, len(keys), *keys, *args)
+    async with settings.gate:
+        return await conn.execute_command(*command, len(keys), *keys, *args)
+
+
+async def _load(conn: RedisConn, settings: _Settings, functions: _Functions, seen: int) -> bool:
+    """Load the library, unless a load was made since the caller's call was refused
+    (``seen``: the loads counted then); one load at a time. False: calls go by SHA."""
+    if functions.alock is None:
+        functions.alock = asyncio.Lock()
+    async with functions.alock:
+        if functions.loads != seen:
+            return functions.on
+        try:
+            if settings.gate is None:
+                await conn.execute_command("FUNCTION", "LOAD", LIBRARY.source)
+            else:
+                async with settings.gate:
+                    await conn.execute_command("FUNCTION", "LOAD", LIBRARY.source)
+        except Exception as exc:
+            return functions.loaded(exc)
+        return functions.loaded(None)
 
 
 async def _refused(

@@ -35,6 +35,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     discard_all()
 
 
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    """A redis-server of the test module's own (its ACL users, its command counts)."""
+    running = RedisServer().start()
+    try:
+        yield running
+    finally:
+        running.discard()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _remove_tmp_paths(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory

@@ -12,6 +12,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import redis.asyncio as aioredis
+import redis.exceptions as rex
+
+from flo_redis._scripts import LIBRARY, SCRIPTS
+
 
 @dataclass(eq=False)
 class _Link:
@@ -50,7 +55,14 @@ class Proxy:
 
     @classmethod
     async def to(cls, redis_url: str) -> Proxy:
-        """A started proxy to the Redis at ``redis_url``."""
+        """A started proxy to the Redis at ``redis_url``, which has every script loaded
+        (as functions and by SHA): a call through the proxy is never a load, whose text
+        (a ``FUNCTION LOAD`` names every script's SHA) a request marker would match."""
+        async with aioredis.Redis.from_url(redis_url) as conn:
+            with contextlib.suppress(rex.ResponseError):  # it is loaded already
+                await conn.function_load(LIBRARY.source)
+            for script in SCRIPTS.values():
+                await conn.script_load(script.source)
         parts = urlsplit(redis_url)
         return await cls(parts.hostname or "127.0.0.1", parts.port or 6379).start()
 

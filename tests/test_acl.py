@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,15 +43,6 @@ def documented(user: str) -> list[str]:
 
 def lacking(rights: list[str], optional: set[str] = OPTIONAL) -> list[str]:
     return [r for r in rights if r[0] in "+~&" and r not in optional]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.discard()
 
 
 def user_url(server: RedisServer, rights: list[str]) -> str:

@@ -909,13 +909,13 @@ async def test_an_invoke_after_a_hand_off_is_led_so_its_message_leaves_first(
         invoked.append((await client.action.invoke("job", b"x")).run_id)
 
     await park(client, keys)
-    assert await lane_commands(client, raw, invoke) == ["EVALSHA"]  # nothing told it yet
+    assert await lane_commands(client, raw, invoke) == ["FCALL"]  # nothing told it yet
     first = await channel.next()
     assert first is not None and first[:2] == ["p1#0", invoked[0]]
     # Handed: the next invoke is led by a TIME, so Redis writes the hand-off message
     # before the invoke's reply (flo_redis/_scripts.py). Handed again, recorded alike.
     await park(client, keys, "p1#1", received=f"{invoked[0]} {first[2]}")
-    assert await lane_commands(client, raw, invoke) == ["TIME", "EVALSHA"]
+    assert await lane_commands(client, raw, invoke) == ["TIME", "FCALL"]
     second = await channel.next()
     assert second is not None and second[:2] == ["p1#1", invoked[1]]
     status = await client.action.status(invoked[1])
@@ -924,8 +924,8 @@ async def test_an_invoke_after_a_hand_off_is_led_so_its_message_leaves_first(
         "w1", "job", invoked[1], b"done", WorkerCompleteOptions(token=second[2])
     )
     # Nobody parked: led once more (the last was handed), queued, and not led after.
-    assert await lane_commands(client, raw, invoke) == ["TIME", "EVALSHA"]
-    assert await lane_commands(client, raw, invoke) == ["EVALSHA"]
+    assert await lane_commands(client, raw, invoke) == ["TIME", "FCALL"]
+    assert await lane_commands(client, raw, invoke) == ["FCALL"]
     assert [(await client.action.status(r)).status for r in invoked[2:]] == [
         RunStatus.PENDING,
         RunStatus.PENDING,

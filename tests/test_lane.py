@@ -7,21 +7,28 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
+from script_state import by_sha, forget_scripts, library_loaded
 
 from flo_redis import FloClient, InternalServerError, NotFoundError, RunStatus, _scripts
 from flo_redis._scripts import SCRIPTS
 from flo_redis.keys import action_keys
 
 
-async def test_an_invoke_after_script_flush_loads_the_script_again(
-    client: FloClient, raw: aioredis.Redis
+@pytest.mark.parametrize("sha", [False, True], ids=["function", "by-sha"])
+async def test_an_invoke_after_the_server_forgot_the_scripts_loads_them_again(
+    client: FloClient, raw: aioredis.Redis, sha: bool
 ) -> None:
+    if sha:
+        by_sha(client)
     await client.action.register("job")
     first = await client.action.invoke("job", b"a")
-    await raw.script_flush()
+    await forget_scripts(raw)
     second = await client.action.invoke("job", b"b")
     assert first.run_id != second.run_id
-    assert (await raw.script_exists(SCRIPTS["action_invoke"].sha)) == [True]
+    if sha:
+        assert (await raw.script_exists(SCRIPTS["action_invoke"].sha)) == [True]
+    else:
+        assert await library_loaded(raw)
     assert (await client.action.status(second.run_id)).status == RunStatus.PENDING
 
 
@@ -78,10 +85,11 @@ async def test_a_led_call_refused_by_redis_leaves_the_lane_in_step(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
     # A call after a hand-off is led by a TIME (module docstring): its answer is read
-    # past, and a refusal of the call itself (NOSCRIPT here) is answered as ever.
+    # past, and a refusal of the call itself (function not found here) is answered as
+    # ever.
     await client.action.register("job")
     keys = action_keys(client.namespace, "job")
-    await raw.script_flush()
+    await forget_scripts(raw)
     client.action._handing.add(keys.tag)  # as after an invoke that was handed
     first = await client.action.invoke("job", b"a")
     client.action._handing.add(keys.tag)
@@ -133,7 +141,7 @@ async def test_calls_after_a_restart_cut_every_idle_connection_all_succeed(
     await raw.execute_command("CLIENT", "PAUSE", 100, "ALL")
     await asyncio.gather(*(client.action.invoke("job", b"%d" % i) for i in range(6)))
     await raw.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-    await raw.script_flush()
+    await forget_scripts(raw)
     await asyncio.sleep(0.05)
     await client.queue.ack("q", [delivered[0].seq])
     run = await client.action.invoke("job", b"after")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from pathlib import Path
@@ -9,11 +10,13 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
+from redis.exceptions import ResponseError
+from script_state import by_sha, forget_scripts, library_loaded
 
 from flo_redis import ActionRegisterOptions, FloClient, RunStatus, WorkerAwaitOptions
 from flo_redis._gateway import ACTION_CLAIM, ACTION_DELETE, ALL, RUN_TOUCH, Script
-from flo_redis._lua import _HEADER, LuaSourceError, flatten, load_all
-from flo_redis._scripts import SCRIPTS
+from flo_redis._lua import _HEADER, LuaSourceError, flatten, library, load_all
+from flo_redis._scripts import LIBRARY, SCRIPTS
 from flo_redis._status import Status
 from flo_redis.keys import ActionKeys, HandoffChannel, action_keys, namespace_keys
 
@@ -258,6 +261,32 @@ def test_the_sha_is_the_flattened_source(tmp_path: Path) -> None:
     assert load_all(tmp_path)["main"].sha != first  # a helper change is a new version
 
 
+def test_the_library_holds_each_helper_once_and_each_script_as_a_function(
+    tmp_path: Path,
+) -> None:
+    files = {
+        "one.lua": header("one") + "--@include lib/a.lua\nreturn A\n",
+        "two.lua": header("two") + "--@include lib/a.lua\n--@include lib/b.lua\nreturn A + B\n",
+        "lib/a.lua": "local A = 1\n",
+        "lib/b.lua": "--@include lib/a.lua\nlocal B = A + 1\n",
+    }
+    write(tmp_path, files)
+    lib, scripts = library(load_all(tmp_path), tmp_path)
+    assert lib.source.startswith(f"#!lua name={lib.name}\n")
+    assert lib.source.count("local A = 1") == 1 and lib.source.count("local B = A + 1") == 1
+    assert lib.source.index("local A") < lib.source.index("local B")
+    assert "--@include" not in lib.source
+    for name, script in scripts.items():
+        assert script.function == f"{lib.name}_{script.sha}"
+        assert lib.functions[script.function] == name
+        line = lib.source[: lib.source.index(f"'{script.function}'")].count("\n") + 2
+        assert lib.script_at(line) == name
+    write(tmp_path, {"lib/b.lua": "--@include lib/a.lua\nlocal B = A + 2\n"})
+    changed, again = library(load_all(tmp_path), tmp_path)
+    assert changed.name != lib.name  # a new version is a library of its own
+    assert again["one"].function != scripts["one"].function  # unique across libraries
+
+
 # --- against Redis ----------------------------------------------------------------
 
 
@@ -267,19 +296,37 @@ async def test_every_script_compiles_in_redis(raw: aioredis.Redis) -> None:
         assert sha == script.sha, name
 
 
-async def test_operations_survive_script_flush(client: FloClient, raw: aioredis.Redis) -> None:
+async def test_every_script_is_a_function_of_the_library(raw: aioredis.Redis) -> None:
+    with contextlib.suppress(ResponseError):  # loaded already
+        await raw.function_load(LIBRARY.source)
+    [listed] = await raw.function_list(library=LIBRARY.name)
+    functions = dict(zip(listed[::2], listed[1::2], strict=True))[b"functions"]
+    names = {dict(zip(f[::2], f[1::2], strict=True))[b"name"].decode() for f in functions}
+    assert names == {script.function for script in SCRIPTS.values()}
+    assert {LIBRARY.functions[name] for name in names} == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("sha", [False, True], ids=["function", "by-sha"])
+async def test_operations_survive_the_server_forgetting_the_scripts(
+    client: FloClient, raw: aioredis.Redis, sha: bool
+) -> None:
+    if sha:
+        by_sha(client)
     await client.action.register("job", options=ActionRegisterOptions(max_retries=2))
     await client.worker.register("w1", ["job"])
     run_id = (await client.action.invoke("job", b"x")).run_id
-    await raw.script_flush()
+    await forget_scripts(raw)
     task = (await client.worker.await_task("w1", ["job"], WorkerAwaitOptions(block_ms=0))).task
     assert task is not None and task.task_id == run_id
-    await raw.script_flush()
+    await forget_scripts(raw)
     await client.worker.touch("w1", "job", run_id)
-    await raw.script_flush()
+    await forget_scripts(raw)
     await client.worker.complete("w1", "job", run_id, b"done")
     assert (await client.action.status(run_id)).status == RunStatus.COMPLETED
-    assert (await raw.script_exists(SCRIPTS["run_complete"].sha)) == [True]
+    if sha:
+        assert (await raw.script_exists(SCRIPTS["run_complete"].sha)) == [True]
+    else:
+        assert await library_loaded(raw)
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,11 @@ again, so a report from a delivery before the dead letter stays refused."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 from polling import eventually
-from proxy import Proxy, proxying
+from proxy import Proxy
 from redis_server import RedisServer
 
 from flo_redis import (
@@ -35,14 +34,6 @@ DEQUEUE_SHA = SCRIPTS["queue_dequeue"].sha.encode()
 
 def delivered(messages: list[Message]) -> list[tuple[int, int]]:
     return [(m.seq, m.delivery_count) for m in messages]
-
-
-@pytest.fixture
-async def proxy(redis_url: str, raw: aioredis.Redis) -> AsyncIterator[Proxy]:
-    async with proxying(redis_url) as running:
-        # Loaded up front, so the client sends EVALSHA and the proxy can tell its dequeue.
-        await raw.script_load(SCRIPTS["queue_dequeue"].source)
-        yield running
 
 
 async def acked(client: FloClient, seq: int, token: int) -> bool:

@@ -33,9 +33,7 @@ READ = SCRIPTS["group_read"].sha.encode()
 
 
 @pytest.fixture
-async def via_proxy(proxy: Proxy, namespace: str, client: FloClient) -> AsyncIterator[FloClient]:
-    # Loaded straight on Redis: an EVALSHA through the proxy never falls back to a load.
-    await client.session.redis.script_load(SCRIPTS["group_read"].source)
+async def via_proxy(proxy: Proxy, namespace: str) -> AsyncIterator[FloClient]:
     async with FloClient(proxy.url, namespace=namespace) as c:
         yield c
 

@@ -193,9 +193,9 @@ end
 
 -- The msgpack bytes of a record's key "ik" (fixstr of 2), and of s = RUN_TIMED_OUT (key
 -- "s", then that integer): a record without them has no idempotency key and did not
--- time out.
+-- time out. (Written out: a Function library's own code runs without `string`.)
 local RECORD_IK = '\162ik'
-local RECORD_TIMED_OUT = '\161s' .. string.char(RUN_TIMED_OUT)
+local RECORD_TIMED_OUT = '\161s\5' -- RUN_TIMED_OUT
 
 -- Forget the runs `ids` entirely (retention, purge): records, inputs, idempotency keys,
 -- and their entries in `set_key`; a few commands for the whole batch. Returns how many of

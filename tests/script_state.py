@@ -1,0 +1,27 @@
+"""What a server knows of the scripts, and how a client calls them, for tests of the
+loading paths (flo_redis/_scripts.py, module docstring)."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from flo_redis import FloClient, _scripts
+from flo_redis._scripts import LIBRARY
+
+
+async def forget_scripts(raw: aioredis.Redis) -> None:
+    """Drop every script and function from the server, as a restart without persistence
+    does."""
+    await raw.script_flush()
+    await raw.function_flush()
+
+
+async def library_loaded(raw: aioredis.Redis) -> bool:
+    return bool(await raw.function_list(library=LIBRARY.name))
+
+
+def by_sha(client: FloClient) -> None:
+    """Make ``client`` call its scripts by SHA, as one refused ``FCALL`` does."""
+    functions = _scripts._SETTINGS[client.redis].functions
+    assert functions is not None
+    functions.off("a test calls by SHA")
