@@ -143,6 +143,8 @@ def _looking(base: type[Connection]) -> type[Connection]:
     if made is None:
 
         class Looking(base):  # type: ignore[valid-type, misc]
+            made_from = base  # plain_connection_class
+
             async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
                 if closed_by_server(self):
                     await self.disconnect(nowait=True)  # and connected again to send
@@ -156,7 +158,8 @@ def _looking(base: type[Connection]) -> type[Connection]:
 def plain_connection_class(cls: type[Any]) -> type[Any]:
     """The redis-py class a cluster node's connection class was made from (a pub/sub
     connection is made again by its own reader, never silently before a send)."""
-    return next((base for base, made in _LOOKING.items() if made is cls), cls)
+    made_from: type[Any] = cls.__dict__.get("made_from", cls)
+    return made_from
 
 
 def _look_before_sending(cluster: RedisCluster) -> None:
