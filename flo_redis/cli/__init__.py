@@ -28,6 +28,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "streams",
     "invoke",
     "exporter",
+    "scripts",
 )
 
 
