@@ -245,41 +245,23 @@ class LuaLibrary:
     source: str  # what ``FUNCTION LOAD`` is sent
     functions: dict[str, str]  # the function's name -> the script's name
 
-    def script_at(self, line: int) -> str | None:
-        """The name of the script whose function holds line ``line`` of the source."""
-        name = None
-        for found in _REGISTER.finditer(self.source, 0, _offset(self.source, line)):
-            name = self.functions.get(found.group(1))
-        return name
-
-
-_REGISTER = re.compile(r"^redis\.register_function\('(\w+)'", re.MULTILINE)
-
-
-def _offset(text: str, line: int) -> int:
-    at = 0
-    for _ in range(line - 1):
-        at = text.find("\n", at) + 1
-        if at == 0:
-            return len(text)
-    return at
-
 
 def library(
     scripts: dict[str, LuaScript], root: Traversable | None = None
 ) -> tuple[LuaLibrary, dict[str, LuaScript]]:
     """The library of ``scripts`` (as :func:`load_all` made them from ``root``), and the
-    scripts with their function names. Its id is the hash of the scripts' SHAs, so each
-    version of the scripts is a library of its own; each function's name holds the
-    library's id and its script's SHA (Function names are unique across libraries)."""
+    scripts with their function names. Its id is the hash of the helpers and the
+    scripts' SHAs, so each version of the scripts is a library of its own; each
+    function's name holds the library's id and its script's SHA (Function names are
+    unique across libraries)."""
     base = root if root is not None else lua_root()
-    digest = hashlib.sha1()
+    names = sorted(e.name for e in base.joinpath("lib").iterdir() if e.name.endswith(".lua"))
+    helpers = "".join(_pieces(base, [f"lib/{n}" for n in names]))
+    digest = hashlib.sha1(helpers.encode())  # and a helper no script uses
     for name in sorted(scripts):
         digest.update(f"{name} {scripts[name].sha}\n".encode())
-    lib_id = digest.hexdigest()[:12]
-    lib_name = f"flo_{lib_id}"
-    helpers = sorted(e.name for e in base.joinpath("lib").iterdir() if e.name.endswith(".lua"))
-    parts = [f"#!lua name={lib_name}\n", "".join(_pieces(base, [f"lib/{n}" for n in helpers]))]
+    lib_name = f"flo_{digest.hexdigest()[:12]}"
+    parts = [f"#!lua name={lib_name}\n", helpers]
     named: dict[str, LuaScript] = {}
     functions: dict[str, str] = {}
     for name, script in sorted(scripts.items()):

@@ -17,7 +17,7 @@ so reading (counts, listings) goes on as before.
 By SHA (``EVALSHA``), a server that does not know the SHA (restart, ``SCRIPT FLUSH``, a
 new cluster node) answers ``NOSCRIPT`` and the call is repeated once with the full
 source (``EVAL``), which also caches it there. The SHA is the hash of the flattened
-source, and the library's name the hash of every SHA, so a fleet running mixed versions
+source, and the library's name a hash of them all, so a fleet running mixed versions
 never runs another version's code. Connection failures surface as flo's connection
 errors (:func:`redis_errors`).
 

@@ -279,12 +279,16 @@ def test_the_library_holds_each_helper_once_and_each_script_as_a_function(
     for name, script in scripts.items():
         assert script.function == f"{lib.name}_{script.sha}"
         assert lib.functions[script.function] == name
-        line = lib.source[: lib.source.index(f"'{script.function}'")].count("\n") + 2
-        assert lib.script_at(line) == name
+        registered = f"redis.register_function('{script.function}', function(KEYS, ARGV)\n"
+        assert registered + header(name) in lib.source  # the script's own text, as it is
     write(tmp_path, {"lib/b.lua": "--@include lib/a.lua\nlocal B = A + 2\n"})
     changed, again = library(load_all(tmp_path), tmp_path)
     assert changed.name != lib.name  # a new version is a library of its own
     assert again["one"].function != scripts["one"].function  # unique across libraries
+    write(tmp_path, {"lib/c.lua": "local function unused()\n  return 3\nend\n"})
+    added, same = library(load_all(tmp_path), tmp_path)
+    assert {n: s.sha for n, s in same.items()} == {n: s.sha for n, s in again.items()}
+    assert added.name != changed.name  # a helper no script uses is in the library too
 
 
 # --- against Redis ----------------------------------------------------------------
