@@ -86,8 +86,10 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.cluster import RedisCluster as SyncRedisCluster
 
+from . import _functions
 from ._denied import denied, is_denied
 from ._endpoint import closed_by_server
+from ._functions import BY_SHA, MISSING, Functions
 from ._lua import LuaLibrary, LuaScript, library, load_all
 from .errors import (
     InternalServerError,
@@ -170,67 +172,6 @@ class _Lane:
             await conn.disconnect(nowait=True)
 
 
-class _Functions:
-    """Whether one client calls its scripts as functions (``on``), and the loading of
-    the library for it (module docstring): ``loads`` counts the loads made, so calls
-    that found the library missing together cause one."""
-
-    __slots__ = ("alock", "loads", "lock", "on")
-
-    def __init__(self) -> None:
-        self.on = True
-        self.loads = 0
-        self.lock = threading.Lock()  # the blocking client's loads (:func:`run_sync`)
-        self.alock: asyncio.Lock | None = None  # the asyncio client's (made in its loop)
-
-    def off(self, why: str) -> None:
-        """Call by SHA from now on."""
-        if self.on:
-            self.on = False
-            log.info("calling scripts by SHA: %s", why)
-
-    def loaded(self, outcome: Exception | None) -> bool:
-        """Take in the outcome of ``FUNCTION LOAD`` (None: loaded). True: the library is
-        there; False: the call goes by SHA, and every later one too when the load was
-        refused for good (the user may not load functions, the server does not know
-        the command, or it would not take the library). A refusal that passes (out of
-        memory: this call by SHA) or a failure to reach Redis (raised as flo's error
-        for it) changes nothing."""
-        self.loads += 1
-        if outcome is None or "already exists" in str(outcome):
-            return True
-        if isinstance(outcome, rex.OutOfMemoryError):
-            return False
-        text = str(outcome).lower()
-        if isinstance(outcome, rex.ResponseError) and (
-            is_denied(outcome) or "unknown" in text or "error registering" in text
-        ):
-            self.off(f"FUNCTION LOAD was refused ({outcome})")
-            return False
-        if isinstance(outcome, rex.RedisError):
-            raise translated("loading the scripts", outcome) from outcome
-        raise outcome
-
-
-_MISSING, _BY_SHA, _ONCE_BY_SHA = "missing", "by sha", "once by sha"
-
-
-def _function_refusal(exc: rex.ResponseError, attempt: int) -> str | None:
-    """What an ``FCALL`` refused without running asks for (module docstring): the
-    library loaded (_MISSING), calls by SHA from now on (_BY_SHA), this one by SHA
-    (_ONCE_BY_SHA); None for an answer of the function itself. A function still not
-    found on the second attempt, after a load, does not stay there (calls go by SHA)."""
-    text = str(exc)
-    if text.startswith("Function not found"):
-        return _MISSING if attempt == 1 else _BY_SHA
-    lowered = text.lower()
-    if "'fcall'" in lowered and (is_denied(exc) or "unknown command" in lowered):
-        return _BY_SHA
-    if isinstance(exc, rex.OutOfMemoryError):
-        return _ONCE_BY_SHA
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class _Settings:
     policy: RetryPolicy = DEFAULT_RETRY_POLICY
@@ -239,7 +180,7 @@ class _Settings:
     lane: _Lane | None = None
     spare: _Lane | None = None  # taken while ``lane`` is busy (module docstring)
     on_replica: Callable[[], None] | None = None  # a call was answered READONLY
-    functions: _Functions | None = None  # None: scripts go by SHA (a cluster)
+    functions: Functions | None = None  # None: scripts go by SHA (a cluster)
 
 
 _DEFAULT = _Settings()
@@ -274,7 +215,7 @@ def configure(
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
     lane = spare = functions = None
     if isinstance(conn, Redis):
-        functions = _Functions()
+        functions = Functions()
         pool = conn.connection_pool
         size = getattr(pool, "max_connections", 0)
         if size >= _LANE_MIN and not debug:
@@ -412,8 +353,8 @@ def run_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Seque
         return _send_sync(conn, script, keys, args)
 
 
-# The blocking clients' function state (:class:`_Functions`), made at their first call.
-_SYNC_FUNCTIONS: weakref.WeakKeyDictionary[SyncRedis, _Functions] = weakref.WeakKeyDictionary()
+# The blocking clients' function state (:class:`Functions`), made at their first call.
+_SYNC_FUNCTIONS: weakref.WeakKeyDictionary[SyncRedis, Functions] = weakref.WeakKeyDictionary()
 _SYNC_MADE = threading.Lock()
 
 
@@ -423,26 +364,29 @@ def _send_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Seq
         functions = _SYNC_FUNCTIONS.get(conn)
         if functions is None:
             with _SYNC_MADE:
-                functions = _SYNC_FUNCTIONS.setdefault(conn, _Functions())
+                functions = _SYNC_FUNCTIONS.setdefault(conn, Functions())
     for attempt in (1, 2) if functions is not None and functions.on else ():
         assert functions is not None
         seen = functions.loads
         try:
             return conn.fcall(script.function, len(keys), *keys, *args)
         except rex.ResponseError as exc:
-            refusal = _function_refusal(exc, attempt)
+            refusal = _functions.refusal(exc, attempt)
             if refusal is None:
                 raise
-            if refusal == _BY_SHA:
+            if refusal == BY_SHA:
                 functions.off(f"FCALL was refused ({exc})")
-            if refusal != _MISSING:
+            if refusal != MISSING:
                 break
         with functions.lock:
             if functions.loads == seen:
                 try:
                     conn.function_load(LIBRARY.source)
-                except Exception as exc:
-                    if not functions.loaded(exc):
+                except rex.RedisError as exc:
+                    verdict = functions.loaded(exc)
+                    if verdict is None:
+                        raise  # as any failure (run_sync translates it)
+                    if not verdict:
                         break
                 else:
                     functions.loaded(None)
@@ -524,12 +468,12 @@ async def _send(
         try:
             return await _call(conn, settings, script, True, keys, args, head, lead)
         except rex.ResponseError as exc:
-            refusal = _function_refusal(exc, attempt)
+            refusal = _functions.refusal(exc, attempt)
             if refusal is None:
                 raise await _refused(conn, settings, script.name, exc) from exc
-            if refusal == _BY_SHA:
+            if refusal == BY_SHA:
                 functions.off(f"FCALL was refused ({exc})")
-            if refusal != _MISSING:
+            if refusal != MISSING:
                 break
         except rex.RedisError as exc:
             raise await _refused(conn, settings, script.name, exc) from exc
@@ -579,7 +523,7 @@ async def _call(
         return await conn.execute_command(*command, len(keys), *keys, *args)
 
 
-async def _load(conn: RedisConn, settings: _Settings, functions: _Functions, seen: int) -> bool:
+async def _load(conn: RedisConn, settings: _Settings, functions: Functions, seen: int) -> bool:
     """Load the library, unless a load was made since the caller's call was refused
     (``seen``: the loads counted then); one load at a time. False: calls go by SHA."""
     if functions.alock is None:
@@ -593,9 +537,13 @@ async def _load(conn: RedisConn, settings: _Settings, functions: _Functions, see
             else:
                 async with settings.gate:
                     await conn.execute_command("FUNCTION", "LOAD", LIBRARY.source)
-        except Exception as exc:
-            return functions.loaded(exc)
-        return functions.loaded(None)
+        except rex.RedisError as exc:
+            verdict = functions.loaded(exc)
+            if verdict is None:
+                raise await _refused(conn, settings, "loading the scripts", exc) from exc
+            return verdict
+        functions.loaded(None)
+        return True
 
 
 async def _refused(
