@@ -488,10 +488,7 @@ async def _send(
     # Not known there (a restart, SCRIPT FLUSH, a new node): send the source, which
     # also loads it.
     try:
-        if settings.gate is None:
-            return await conn.eval(script.source, len(keys), *keys, *args)
-        async with settings.gate:
-            return await conn.eval(script.source, len(keys), *keys, *args)
+        return await _command(conn, settings, "EVAL", script.source, len(keys), *keys, *args)
     except rex.RedisError as exc:
         raise await _refused(conn, settings, script.name, exc) from exc
 
@@ -517,10 +514,16 @@ async def _call(
         if packed is not None:
             return await lane.call(packed, lead)
     command = ("FCALL", script.function) if by_function else ("EVALSHA", script.sha)
+    return await _command(conn, settings, *command, len(keys), *keys, *args)
+
+
+async def _command(conn: RedisConn, settings: _Settings, *args: Arg) -> Any:
+    """``args`` sent through the pool, within the connection's limit on calls in flight
+    (:func:`configure`, ``max_in_flight``)."""
     if settings.gate is None:
-        return await conn.execute_command(*command, len(keys), *keys, *args)
+        return await conn.execute_command(*args)
     async with settings.gate:
-        return await conn.execute_command(*command, len(keys), *keys, *args)
+        return await conn.execute_command(*args)
 
 
 async def _load(conn: RedisConn, settings: _Settings, functions: Functions, seen: int) -> bool:
@@ -532,11 +535,7 @@ async def _load(conn: RedisConn, settings: _Settings, functions: Functions, seen
         if functions.loads != seen:
             return functions.on
         try:
-            if settings.gate is None:
-                await conn.execute_command("FUNCTION", "LOAD", LIBRARY.source)
-            else:
-                async with settings.gate:
-                    await conn.execute_command("FUNCTION", "LOAD", LIBRARY.source)
+            await _command(conn, settings, "FUNCTION", "LOAD", LIBRARY.source)
         except rex.RedisError as exc:
             verdict = functions.loaded(exc)
             if verdict is None:
