@@ -3,6 +3,8 @@ loading paths (flo_redis/_scripts.py, module docstring)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.asyncio as aioredis
 
 from flo_redis import FloClient, _scripts
@@ -18,6 +20,17 @@ async def forget_scripts(raw: aioredis.Redis) -> None:
 
 async def library_loaded(raw: aioredis.Redis) -> bool:
     return bool(await raw.function_list(library=LIBRARY.name))
+
+
+async def library_functions(raw: aioredis.Redis) -> set[str]:
+    """The names of the functions the server holds in this version's library."""
+    [listed] = await raw.function_list(library=LIBRARY.name)
+    return {_pairs(f)[b"name"].decode() for f in _pairs(listed)[b"functions"]}
+
+
+def _pairs(reply: list[Any]) -> dict[bytes, Any]:
+    """A flat [name, value, ...] reply as a dict."""
+    return dict(zip(reply[::2], reply[1::2], strict=True))
 
 
 def by_sha(client: FloClient) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
+from script_state import library_functions
 from test_acl import documented
 
 from flo_redis import ActionRegisterOptions, FloClient, PermissionDeniedError, RunStatus
@@ -42,11 +43,6 @@ async def calls(admin: aioredis.Redis) -> dict[str, int]:
         out[name] = int(entry.get("calls", 0))
         out[f"{name} refused"] = int(entry.get("rejected_calls", 0))
     return out
-
-
-def pairs(reply: list[Any]) -> dict[bytes, Any]:
-    """A flat [name, value, ...] reply as a dict."""
-    return dict(zip(reply[::2], reply[1::2], strict=True))
 
 
 def user_url(server: RedisServer, *rights: str) -> str:
@@ -85,11 +81,7 @@ async def test_scripts_run_as_functions_of_one_library(
     assert counted["fcall"] > 0
     assert counted["evalsha"] == 0 and counted["eval"] == 0
     assert counted["function|load"] == 1  # the server had none: loaded once
-    [listed] = await admin.function_list(library=LIBRARY.name)
-    functions = pairs(listed)[b"functions"]
-    assert {pairs(f)[b"name"].decode() for f in functions} == {
-        script.function for script in SCRIPTS.values()
-    }
+    assert await library_functions(admin) == {script.function for script in SCRIPTS.values()}
 
 
 async def test_calls_that_find_the_library_missing_together_load_it_once(

@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 from redis.exceptions import ResponseError
-from script_state import by_sha, forget_scripts, library_loaded
+from script_state import by_sha, forget_scripts, library_functions, library_loaded
 
 from flo_redis import ActionRegisterOptions, FloClient, RunStatus, WorkerAwaitOptions
 from flo_redis._gateway import ACTION_CLAIM, ACTION_DELETE, ALL, RUN_TOUCH, Script
@@ -303,9 +303,7 @@ async def test_every_script_compiles_in_redis(raw: aioredis.Redis) -> None:
 async def test_every_script_is_a_function_of_the_library(raw: aioredis.Redis) -> None:
     with contextlib.suppress(ResponseError):  # loaded already
         await raw.function_load(LIBRARY.source)
-    [listed] = await raw.function_list(library=LIBRARY.name)
-    functions = dict(zip(listed[::2], listed[1::2], strict=True))[b"functions"]
-    names = {dict(zip(f[::2], f[1::2], strict=True))[b"name"].decode() for f in functions}
+    names = await library_functions(raw)
     assert names == {script.function for script in SCRIPTS.values()}
     assert {LIBRARY.functions[name] for name in names} == set(SCRIPTS)
 
