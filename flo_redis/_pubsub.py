@@ -113,7 +113,7 @@ class _Route:
         if self.reader is not asyncio.current_task():
             await cancel_and_wait(self.reader, quiet=True)
         with contextlib.suppress(Exception):
-            await self.pubsub.aclose()  # type: ignore[no-untyped-call]
+            await self.pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
         with contextlib.suppress(Exception):
             await self.redis.aclose()
 

@@ -117,7 +117,7 @@ class SyncActionOperations:
         deadline = time.monotonic() + timeout_ms / 1000.0
         expected = run_id.encode()
         seen = runs.NO_PROGRESS
-        pubsub = self._client.checked().pubsub()  # type: ignore[no-untyped-call]
+        pubsub = self._client.checked().pubsub()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
         try:
             with redis_errors("wait"):
                 pubsub.ssubscribe(keys.ended)
