@@ -25,8 +25,9 @@ from . import _queue_replies as q
 from . import _replies as r
 from . import _schedule_replies as sch
 from . import _stream_replies as sr
+from ._lane import packed_head
 from ._lua import LuaSourceError
-from ._scripts import SCRIPTS, Arg, RedisConn, SyncConn, packed_head, run, run_sync
+from ._scripts import SCRIPTS, Arg, RedisConn, SyncConn, run, run_sync
 from .keys import (
     ActionKeys,
     GroupKeys,

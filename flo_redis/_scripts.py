@@ -36,18 +36,11 @@ connection, a timeout, an answer of any kind) is never resent. With ``debug`` ea
 call and its answer is logged on ``flo_redis.requests`` at DEBUG.
 
 On one Redis (not a cluster) a call made while no other script call is in flight takes
-the client's *lane*: one connection of the client's pool kept aside for script calls,
-on which the ``FCALL`` (or ``EVALSHA``) is written as bytes packed ahead (the script's
-KEYS, packed once per key object by the gateway) and its reply read straight back, without
-redis-py's per-command machinery (pool checkout, health check, a task per write). A
-call made while the lane is busy takes the *spare lane*, a second such connection (kept
-when the pool holds four connections or more), so that two streams of calls that
-overlap -- a worker's reads and its acks or completes, each one call at a time -- both
-go the short way; a call that finds both busy goes through the pool as before. Either
-way the call is the same, with the same fallbacks, error translation and resending:
-calls in flight at once were never ordered among themselves, whichever connections
-carry them. A lane reconnects on its next call after any failure
-(a connection the server closed while idle is made again first, as the pool would).
+the client's *lane* (:mod:`flo_redis._lane`): a connection of its pool kept aside for
+script calls, the command written as bytes packed ahead; a second, the *spare lane*, is
+taken while the first is busy, and a call that finds both busy goes through the pool.
+Either way the call is the same, with the same fallbacks, error translation and
+resending.
 
 A Redis that answers ``READONLY`` was made a replica by a failover while this client
 stayed connected to it (a managed Redis moves its primary's address to the replica it
@@ -59,13 +52,8 @@ to the primary, and tells the client's ``on_replica`` (:func:`configure`), which
 its subscriptions too: on a replica they would still hear what the primary publishes,
 but the primary counts none of them (liveness, hand-offs).
 
-A call on the lane may be *led* by a ``TIME`` written with it (``lead=True``; the
-cheapest command every documented ACL user may send): Redis writes the replies of one
-event-loop turn to the clients most recently given one first, so a client it already
-owes a reply (the ``TIME``) is written to after anyone the script then publishes to.
-An invoke that hands its run to a parked poller is led this way, so the poller's
-hand-off message leaves before the invoke's own reply, as a ``BLMOVE`` consumer is
-answered before the ``LPUSH`` that served it.
+A call on the lane may be *led* by a ``TIME`` written with it (``lead=True``,
+:mod:`flo_redis._lane`), so that what the script publishes leaves before its reply.
 """
 
 from __future__ import annotations
@@ -83,13 +71,13 @@ import redis.exceptions as rex
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.cluster import RedisCluster as SyncRedisCluster
 
 from . import _functions
 from ._denied import denied, is_denied
-from ._endpoint import closed_by_server
 from ._functions import BY_SHA, MISSING, Functions
+from ._lane import Arg as Arg  # the arguments scripts take (re-exported)
+from ._lane import Lane, bulk, packed_command, packed_head
 from ._lua import LuaLibrary, LuaScript, library, load_all
 from .errors import (
     InternalServerError,
@@ -106,7 +94,6 @@ from .types import Ran, Reason, StatusCode
 
 RedisConn: TypeAlias = "Redis | RedisCluster"
 SyncConn: TypeAlias = "SyncRedis | SyncRedisCluster"  # flo_redis.sync
-Arg: TypeAlias = "str | bytes | int"
 
 LIBRARY: LuaLibrary
 SCRIPTS: dict[str, LuaScript]
@@ -115,70 +102,13 @@ LIBRARY, SCRIPTS = library(load_all())
 log = logging.getLogger("flo_redis.requests")
 
 
-class _Lane:
-    """One connection of a pool kept aside for script calls one at a time (module
-    docstring). ``busy`` while a call is on it; a call that finds it busy uses the pool."""
-
-    __slots__ = ("_conn", "_pool", "busy", "closed")
-
-    def __init__(self, pool: ConnectionPool) -> None:
-        self._pool = pool
-        self._conn: AbstractConnection | None = None
-        self.busy = False
-        self.closed = False
-
-    async def call(self, packed: bytes, lead: bool = False) -> Any:
-        """Send one packed command and answer its reply (a Redis error reply raised as
-        redis-py raises it); with ``lead``, a ``TIME`` goes ahead of it in the same write
-        (module docstring). Any other failure, cancellation included, drops the
-        connection, to be made again by the next call."""
-        self.busy = True
-        try:
-            conn = self._conn
-            if conn is None:
-                conn = self._conn = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-            writer = conn._writer
-            if writer is None or writer.is_closing() or closed_by_server(conn):
-                await conn.disconnect()
-                await conn.connect()
-                writer = conn._writer
-            try:
-                writer.write(_LEAD + packed if lead else packed)  # type: ignore[union-attr]
-                if writer.transport.get_write_buffer_size():  # type: ignore[union-attr]
-                    await asyncio.wait_for(writer.drain(), conn.socket_timeout)  # type: ignore[union-attr]
-                if lead:
-                    # Its answer says nothing the call's own does not (a refusal such
-                    # as LOADING refuses the call too): read past it, even an error.
-                    with contextlib.suppress(rex.ResponseError):
-                        await conn.read_response()
-                return await conn.read_response()
-            except rex.ResponseError:
-                raise  # an answer: the connection is in step
-            except BaseException:
-                await conn.disconnect(nowait=True)
-                raise
-        finally:
-            self.busy = False
-
-    def release(self) -> None:
-        """Stop using the lane (its connection is closed with its pool)."""
-        self.closed = True
-
-    async def drop(self) -> None:
-        """Close the lane's connection unless a call is on it (that call answers for
-        itself): the next call connects again."""
-        conn = self._conn
-        if conn is not None and not self.busy:
-            await conn.disconnect(nowait=True)
-
-
 @dataclass(frozen=True, slots=True)
 class _Settings:
     policy: RetryPolicy = DEFAULT_RETRY_POLICY
     debug: bool = False
     gate: asyncio.Semaphore | None = None
-    lane: _Lane | None = None
-    spare: _Lane | None = None  # taken while ``lane`` is busy (module docstring)
+    lane: Lane | None = None
+    spare: Lane | None = None  # taken while ``lane`` is busy (module docstring)
     on_replica: Callable[[], None] | None = None  # a call was answered READONLY
     functions: Functions | None = None  # None: scripts go by SHA (a cluster)
 
@@ -219,9 +149,9 @@ def configure(
         pool = conn.connection_pool
         size = getattr(pool, "max_connections", 0)
         if size >= _LANE_MIN and not debug:
-            lane = _Lane(pool)
+            lane = Lane(pool)
         if size >= _SPARE_MIN and not debug:
-            spare = _Lane(pool)
+            spare = Lane(pool)
     _SETTINGS[conn] = _Settings(retry, debug, gate, lane, spare, on_replica, functions)
 
 
@@ -398,55 +328,10 @@ def _send_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Seq
         return conn.eval(script.source, len(keys), *keys, *args)
 
 
-def packed_head(keys: Sequence[str]) -> bytes:
-    """The part of a script call that stays the same from call to call with ``keys``, in
-    Redis's protocol: the KEYS count and the KEYS."""
-    return b"".join(_bulk(x.encode()) for x in (str(len(keys)), *keys))
-
-
-_LEAD = b"*1\r\n$4\r\nTIME\r\n"  # a call's lead (module docstring)
-
-
-def _bulk(data: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(data), data)
-
-
-def _packed(name: bytes, head: bytes, nkeys: int, args: Sequence[Arg]) -> bytes | None:
-    """The whole command: ``name`` (the command and the script's name, :data:`_NAMES`),
-    ``head`` (:func:`packed_head`), then ``args``; None when an argument is not bytes,
-    str or int (the pool's path sends it, or refuses it as redis-py does)."""
-    count = nkeys + len(args) + 3
-    parts = [_COUNT[count] if count < len(_COUNT) else b"*%d\r\n" % count, name, head]
-    append = parts.append
-    for arg in args:
-        # (No typing.cast here: it is a Python call of its own, per argument.)
-        kind = type(arg)
-        data: bytes
-        if kind is bytes:
-            data = arg  # type: ignore[assignment]
-        elif kind is str:
-            data = arg.encode()  # type: ignore[union-attr]
-        elif kind is int:
-            data = str(arg).encode()
-        else:
-            return None
-        size = len(data)
-        append(_BULK[size] if size < _PREFIXED else b"$%d\r\n" % size)
-        append(data)
-        append(b"\r\n")
-    return b"".join(parts)
-
-
-# "$<n>\r\n" (a bulk string of n bytes follows) and "*<n>\r\n" (a command of n parts),
-# made once for the sizes most calls have: %-formatting bytes costs more than the rest of
-# an argument's packing.
-_PREFIXED = 512
-_BULK = tuple(b"$%d\r\n" % n for n in range(_PREFIXED))
-_COUNT = tuple(b"*%d\r\n" % n for n in range(64))
 # (script name, by function?) -> the command and the script's name, packed.
 _NAMES = {
-    (script.name, by_function): _bulk(b"FCALL" if by_function else b"EVALSHA")
-    + _bulk((script.function if by_function else script.sha).encode())
+    (script.name, by_function): bulk(b"FCALL" if by_function else b"EVALSHA")
+    + bulk((script.function if by_function else script.sha).encode())
     for script in SCRIPTS.values()
     for by_function in (True, False)
 }
@@ -510,7 +395,7 @@ async def _call(
         lane = settings.spare
     if lane is not None and not lane.busy and not lane.closed:
         name = _NAMES[script.name, by_function]
-        packed = _packed(name, head or packed_head(keys), len(keys), args)
+        packed = packed_command(name, head or packed_head(keys), len(keys), args)
         if packed is not None:
             return await lane.call(packed, lead)
     command = ("FCALL", script.function) if by_function else ("EVALSHA", script.sha)

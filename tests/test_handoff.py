@@ -913,7 +913,7 @@ async def test_an_invoke_after_a_hand_off_is_led_so_its_message_leaves_first(
     first = await channel.next()
     assert first is not None and first[:2] == ["p1#0", invoked[0]]
     # Handed: the next invoke is led by a TIME, so Redis writes the hand-off message
-    # before the invoke's reply (flo_redis/_scripts.py). Handed again, recorded alike.
+    # before the invoke's reply (flo_redis/_lane.py). Handed again, recorded alike.
     await park(client, keys, "p1#1", received=f"{invoked[0]} {first[2]}")
     assert await lane_commands(client, raw, invoke) == ["TIME", "FCALL"]
     second = await channel.next()

@@ -1,4 +1,4 @@
-"""Script calls on the client's lane (``_scripts``, module docstring): the same answers,
+"""Script calls on the client's lane (``flo_redis._lane``): the same answers,
 refusals and recoveries as through the connection pool."""
 
 from __future__ import annotations
