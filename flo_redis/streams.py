@@ -6,8 +6,9 @@ wake-ups between attempts of a blocking read, and turns replies into flo's resul
 classes. :class:`StreamOperations` is composed of:
 
 - plain streams (this module): append, read, info, trim;
-- :mod:`flo_redis.stream_groups`: consumer groups (join, read, pending, claim, ack, nack,
-  their settings, and what gone consumers held);
+- :mod:`flo_redis.stream_groups`: consumer groups (join, read, pending, claim, their
+  settings, and what gone consumers held);
+- :mod:`flo_redis.stream_acks`: their acks and nacks, one entry or many;
 - :mod:`flo_redis.stream_dead_letters`: a group's dead letters and their replay;
 - :mod:`flo_redis.stream_ops`: listing streams and counting each group's work;
 - :mod:`flo_redis.stream_partitions`: partition fan-out, which all of them build on.
@@ -42,6 +43,7 @@ from ._type_base import LUA_INT
 from ._wake import Attempt
 from .errors import ValidationError, ValueTooLargeError
 from .keys import StreamKeys, stream_keys
+from .stream_acks import GroupAcks
 from .stream_dead_letters import DeadLetter, DeadLetters, StreamDeadLetterOptions
 from .stream_groups import ConsumerGroups, StreamGroupSettings, reap_target
 from .stream_ops import StreamInspection
@@ -61,7 +63,7 @@ from .types import (
 TRIM_BATCH = 1000  # records one trim script call removes (or counts) at most
 
 
-class StreamOperations(ConsumerGroups, DeadLetters, StreamInspection):
+class StreamOperations(ConsumerGroups, GroupAcks, DeadLetters, StreamInspection):
     """``client.stream``: append-only streams and consumer groups on Redis Streams, their
     dead letters, and (from :class:`StreamInspection`) the namespace's streams and each
     group's lag."""
