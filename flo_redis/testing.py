@@ -105,6 +105,7 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 err = self.process.stderr.read().decode() if self.process.stderr else ""
+                self.stop()
                 raise RuntimeError(f"{self.binary} exited at start: {err}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
@@ -114,18 +115,26 @@ class RedisServer:
             except OSError:
                 pass
             time.sleep(0.02)
-        raise RuntimeError(f"redis-server on port {self.port} did not start in 10 s")
+        self.stop(signal.SIGKILL)  # started but never answering: nothing is left running
+        raise RuntimeError(
+            f"{self.binary} on port {self.port} did not answer PING within "
+            f"{START_TIMEOUT_S:g} s; its log: {self.workdir / 'redis.log'}"
+        )
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the process (its data folder stays, so :meth:`start` can resume it)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(sig)
             try:
-                self.process.wait(10)
+                process.wait(10)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self.process = None
+                process.kill()
+                process.wait(5)
+        if process.stderr is not None:
+            process.stderr.close()
 
     def restart(self) -> None:
         self.stop()
