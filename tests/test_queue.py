@@ -282,11 +282,12 @@ def consumer_process(url: str, namespace: str, n: int) -> Iterator[subprocess.Po
         cwd=HERE,
         stdout=subprocess.PIPE,
     )
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait(10)
+    with proc:  # closes its stdout pipe once it is reaped
+        try:
+            yield proc
+        finally:
+            proc.kill()
+            proc.wait(10)
 
 
 @pytest.mark.slow
