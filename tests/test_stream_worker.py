@@ -311,7 +311,7 @@ async def test_each_record_runs_in_a_context_of_its_own(client: FloClient) -> No
         seen.append(_BOUND.get())
         _BOUND.set([ctx.payload])
         if ctx.payload == b"wait":
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):  # builtin TimeoutError from 3.11
                 if sys.version_info >= (3, 11):  # asyncio.timeout cancels the current task
                     async with asyncio.timeout(0.05):
                         await asyncio.sleep(5)
