@@ -65,7 +65,7 @@ class Lane:
                 await conn.connect()
                 writer = conn._writer
             try:
-                writer.write(LEAD + packed if lead else packed)  # type: ignore[union-attr]
+                writer.write(_LEAD + packed if lead else packed)  # type: ignore[union-attr]
                 if writer.transport.get_write_buffer_size():  # type: ignore[union-attr]
                     await asyncio.wait_for(writer.drain(), conn.socket_timeout)  # type: ignore[union-attr]
                 if lead:
@@ -100,7 +100,7 @@ def packed_head(keys: Sequence[str]) -> bytes:
     return b"".join(bulk(x.encode()) for x in (str(len(keys)), *keys))
 
 
-LEAD = b"*1\r\n$4\r\nTIME\r\n"  # a call's lead (module docstring)
+_LEAD = b"*1\r\n$4\r\nTIME\r\n"  # a call's lead (module docstring)
 
 
 def bulk(data: bytes) -> bytes:
