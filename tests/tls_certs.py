@@ -28,11 +28,26 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
+# The extensions RFC 5280 asks of a CA and of what it signs: Python 3.13 verifies
+# strictly (ssl.VERIFY_X509_STRICT) and refuses a CA without keyUsage.
+_CA_EXTENSIONS = (
+    "basicConstraints=critical,CA:TRUE",
+    "keyUsage=critical,keyCertSign,cRLSign",
+    "subjectKeyIdentifier=hash",
+)
+_LEAF_EXTENSIONS = (
+    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+    "authorityKeyIdentifier=keyid,issuer\nsubjectKeyIdentifier=hash\n"
+)
+
+
 def _signed(folder: Path, name: str, ca: str, extensions: str) -> None:
+    """A key and a certificate ``name`` signed by ``ca``, with ``extensions`` besides
+    every leaf's own."""
     _openssl("genrsa", "-out", f"{name}.key", "2048", cwd=folder)
     _openssl("req", "-new", "-key", f"{name}.key", "-subj", f"/CN={name}", "-out",
              f"{name}.csr", cwd=folder)  # fmt: skip
-    (folder / f"{name}.ext").write_text(extensions)
+    (folder / f"{name}.ext").write_text(_LEAF_EXTENSIONS + extensions)
     _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
              "-CAcreateserial", "-days", "2", "-sha256", "-extfile", f"{name}.ext",
              "-out", f"{name}.crt", cwd=folder)  # fmt: skip
@@ -46,26 +61,17 @@ def make_authority(folder: Path, name: str = "ca") -> Authority:
             pytest.fail(message)
         pytest.skip(message)
     folder.mkdir(parents=True, exist_ok=True)
-    # The extensions RFC 5280 asks of a CA and of what it signs: Python 3.13 verifies
-    # strictly (ssl.VERIFY_X509_STRICT) and refuses a CA without keyUsage.
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
              "-out", f"{name}.crt", "-days", "2", "-subj", f"/CN=flo-redis test {name}",
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             "-addext", "subjectKeyIdentifier=hash",
+             *(arg for ext in _CA_EXTENSIONS for arg in ("-addext", ext)),
              cwd=folder)  # fmt: skip
-    leaf = (
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-        "authorityKeyIdentifier=keyid,issuer\nsubjectKeyIdentifier=hash\n"
-    )
     _signed(
         folder,
         f"{name}-server",
         name,
-        leaf + "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-        "extendedKeyUsage=serverAuth,clientAuth\n",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
     )
-    _signed(folder, f"{name}-client", name, leaf + "extendedKeyUsage=clientAuth\n")
+    _signed(folder, f"{name}-client", name, "extendedKeyUsage=clientAuth\n")
     return Authority(
         ca=folder / f"{name}.crt",
         server_cert=folder / f"{name}-server.crt",
