@@ -16,6 +16,12 @@ N-th, as for the peers):
 Rate (one call at a time for ``--seconds``):
   evalsha       ``EVALSHA`` of ``return 1``
   flo-invoke    ``client.action.invoke``
+  invoke-commands  what bounds an invoke: the Redis commands ``action_invoke`` makes for
+                a run ready now with nobody parked, in a script of nothing else, on the
+                invoke's own KEYS and ARGV, sent as flo's lane sends (one kept
+                connection, the command packed once); no checks, no Python around it
+  keys-return   ``return 1`` with those KEYS and ARGV, sent the same way: the
+                transport alone
 Pickup (the parent pushes one task at a time, ``time.time()`` as the payload; latency =
 handler start - that time):
   blmove        an idle consumer blocked in ``BLMOVE``: one round trip from ``LPUSH`` to
@@ -202,6 +208,74 @@ async def run_flo_invoke(args: argparse.Namespace) -> dict[str, Any]:
     return {"rate": rate, "note": "client.action.invoke, one at a time"}
 
 
+# The Redis commands of an invoke of a run ready now, nobody parked and no idempotency key,
+# in the order lua/action_invoke.lua and lua/lib/invoke.lua make them: the action's
+# settings, the clock, the run id, the input, the parked pollers, the record, the queue
+# order, the queue, the wake-up. ARGV[3] is the record, packed by the caller here.
+INVOKE_COMMANDS = """
+redis.call('HMGET', KEYS[1], 'max_retries', 'max_payload')
+redis.call('TIME')
+local id = ARGV[1] .. redis.call('HINCRBY', KEYS[2], 'seq', '1')
+redis.call('HSET', KEYS[4], id, ARGV[2])
+redis.call('ZCARD', KEYS[9])
+redis.call('HSET', KEYS[3], id, ARGV[3])
+redis.call('ZADD', KEYS[5], redis.call('HINCRBY', KEYS[2], 'qseq', '1'), id)
+redis.call('SPUBLISH', KEYS[8], '1')
+return {0, id, 0, 0}
+"""
+
+
+async def _kept(args: argparse.Namespace, script: str) -> dict[str, Any]:
+    """``script`` one call at a time with the KEYS and ARGV of ``client.action.invoke``
+    of a 2-byte input, sent as flo's lane sends a script: one connection kept aside, the
+    command packed once, written and its reply read straight back."""
+    import msgpack
+
+    from flo_redis import ActionRegisterOptions, FloClient
+    from flo_redis._gateway import ACTION_INVOKE
+    from flo_redis._runs import invoke_request
+    from flo_redis.keys import action_keys
+    from flo_redis.types import ActionInvokeOptions
+
+    async with FloClient(args.url, namespace="bench") as client:
+        await client.action.register("task", options=ActionRegisterOptions())
+    keys = action_keys("bench", "task")
+    names = ACTION_INVOKE.keys(keys)
+    argv, _ = invoke_request(keys, b"{}", ActionInvokeOptions(), 1 << 20, b"")
+    record = {"s": 0, "a": 0, "t": 0, "c": int(time.time() * 1000), "mr": 3}
+    argv[2] = msgpack.packb(record)  # INVOKE_COMMANDS stores it as the record
+    async with aioredis.Redis.from_url(args.url) as r:
+        sha = await r.script_load(script)
+        parts = [b"EVALSHA", sha.encode(), str(len(names)).encode()]
+        parts += [str(x).encode() if isinstance(x, int) else _bytes(x) for x in (*names, *argv)]
+        packed = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+        conn = await r.connection_pool.get_connection()
+        writer = conn._writer
+        assert writer is not None
+
+        async def call() -> Any:
+            writer.write(packed)
+            return await conn.read_response()
+
+        try:
+            rate = await _rate(call, args.seconds)
+        finally:
+            await r.connection_pool.release(conn)
+    return {"rate": rate, "note": f"{len(names)} KEYS, {len(argv)} ARGV, on a kept connection"}
+
+
+def _bytes(x: str | bytes) -> bytes:
+    return x if isinstance(x, bytes) else x.encode()
+
+
+async def run_invoke_commands(args: argparse.Namespace) -> dict[str, Any]:
+    return await _kept(args, INVOKE_COMMANDS)
+
+
+async def run_keys_return(args: argparse.Namespace) -> dict[str, Any]:
+    return await _kept(args, "return 1")
+
+
 def emit(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
 
@@ -230,6 +304,8 @@ THROUGHPUT: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[st
 OTHER: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "evalsha": run_evalsha,
     "flo-invoke": run_flo_invoke,
+    "invoke-commands": run_invoke_commands,
+    "keys-return": run_keys_return,
     "blmove": run_blmove,
 }
 

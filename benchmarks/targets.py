@@ -62,6 +62,10 @@ RUNS = [
     Run("flo_stream", "flo StreamWorker, batch 100", "throughput", "flo-stream", "noop"),
     Run("evalsha", "bare EVALSHA of `return 1`, one at a time", "rate", "evalsha"),
     Run("flo_invoke", "flo invoke, one at a time", "rate", "flo-invoke"),
+    Run("invoke_cmds", "the invoke's Redis commands alone, kept connection", "rate",
+        "invoke-commands"),
+    Run("keys_return", "`return 1` with the invoke's KEYS and ARGV, kept connection", "rate",
+        "keys-return"),
     Run("blmove", "raw BLMOVE consumer, idle", "pickup", "blmove"),
     Run("flo_pickup", "flo ActionWorker, idle", "pickup", "flo"),
 ]  # fmt: skip
@@ -89,6 +93,8 @@ TARGETS = [
     Target("ActionWorker no-op vs BLMPOP, own round trips", "flo_noop", "floor_own", "rate", None),
     Target("StreamWorker vs XREADGROUP + XACK", "flo_stream", "xreadgroup", "rate", 1.0),
     Target("single invoke vs bare EVALSHA", "flo_invoke", "evalsha", "rate", 0.9),
+    Target("the invoke's commands alone vs bare EVALSHA", "invoke_cmds", "evalsha", "rate", None),
+    Target("single invoke vs its commands alone", "flo_invoke", "invoke_cmds", "rate", None),
 ]
 
 # Each repeat runs these groups in order; within a group the baseline goes first on odd
@@ -97,7 +103,7 @@ GROUPS = [
     ["blmove", "flo_pickup"],
     ["floor", "floor_own", "bare_loop", "flo_noop", "flo_rt"],
     ["xreadgroup", "flo_stream"],
-    ["evalsha", "flo_invoke"],
+    ["evalsha", "keys_return", "invoke_cmds", "flo_invoke"],
 ]
 
 
@@ -124,7 +130,10 @@ async def _measured(run: Run, url: str, sizes: Sizes) -> dict[str, Any]:
         event = await _result(child, 180)
     finally:
         await child.close()
-    return {"rate": float(event["rate"]), "rss_mb": child.peak_rss / 2**20}
+    got = {"rate": float(event["rate"]), "rss_mb": child.peak_rss / 2**20}
+    if event.get("user_us") is not None:  # throughput: the process's CPU time per task
+        got["cpu_us"] = float(event["user_us"]) + float(event["sys_us"])
+    return got
 
 
 async def _pickup(run: Run, url: str, sizes: Sizes) -> dict[str, Any]:
@@ -233,6 +242,8 @@ def _figure(value: float | None, metric: str) -> str:
         return "n/a"
     if metric.endswith("_ms"):
         return f"{value:.2f} ms"
+    if metric.endswith("_us"):
+        return f"{value:.1f} us"
     return f"{value:,.0f}/s"
 
 
