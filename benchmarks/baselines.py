@@ -228,11 +228,13 @@ return {0, id, 0, 0}
 async def _kept(args: argparse.Namespace, script: str) -> dict[str, Any]:
     """``script`` one call at a time with the KEYS and ARGV of ``client.action.invoke``
     of a 2-byte input, sent as flo's lane sends a script: one connection kept aside, the
-    command packed once, written and its reply read straight back."""
+    command packed once by the lane's own packer, written and its reply read straight
+    back."""
     import msgpack
 
     from flo_redis import ActionRegisterOptions, FloClient
     from flo_redis._gateway import ACTION_INVOKE
+    from flo_redis._lane import bulk, packed_command, packed_head
     from flo_redis._runs import invoke_request
     from flo_redis.keys import action_keys
     from flo_redis.types import ActionInvokeOptions
@@ -246,9 +248,9 @@ async def _kept(args: argparse.Namespace, script: str) -> dict[str, Any]:
     argv[2] = msgpack.packb(record)  # INVOKE_COMMANDS stores it as the record
     async with aioredis.Redis.from_url(args.url) as r:
         sha = await r.script_load(script)
-        parts = [b"EVALSHA", sha.encode(), str(len(names)).encode()]
-        parts += [str(x).encode() if isinstance(x, int) else _bytes(x) for x in (*names, *argv)]
-        packed = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+        name = bulk(b"EVALSHA") + bulk(sha.encode())
+        packed = packed_command(name, packed_head(names), len(names), argv)
+        assert packed is not None  # every argument is bytes, str or int
         conn = await r.connection_pool.get_connection()
         writer = conn._writer
         assert writer is not None
@@ -262,10 +264,6 @@ async def _kept(args: argparse.Namespace, script: str) -> dict[str, Any]:
         finally:
             await r.connection_pool.release(conn)
     return {"rate": rate, "note": f"{len(names)} KEYS, {len(argv)} ARGV, on a kept connection"}
-
-
-def _bytes(x: str | bytes) -> bytes:
-    return x if isinstance(x, bytes) else x.encode()
 
 
 async def run_invoke_commands(args: argparse.Namespace) -> dict[str, Any]:
