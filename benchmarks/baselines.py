@@ -227,14 +227,14 @@ return {0, id, 0, 0}
 
 async def _kept(args: argparse.Namespace, script: str) -> dict[str, Any]:
     """``script`` one call at a time with the KEYS and ARGV of ``client.action.invoke``
-    of a 2-byte input, sent as flo's lane sends a script: one connection kept aside, the
-    command packed once by the lane's own packer, written and its reply read straight
-    back."""
+    of a 2-byte input, on a :class:`flo_redis._lane.Lane` of its own: one connection
+    kept aside, the command packed once by the lane's own packer, written and its reply
+    read straight back, as flo's script calls are sent."""
     import msgpack
 
     from flo_redis import ActionRegisterOptions, FloClient
     from flo_redis._gateway import ACTION_INVOKE
-    from flo_redis._lane import bulk, packed_command, packed_head
+    from flo_redis._lane import Lane, bulk, packed_command, packed_head
     from flo_redis._runs import invoke_request
     from flo_redis.keys import action_keys
     from flo_redis.types import ActionInvokeOptions
@@ -251,18 +251,9 @@ async def _kept(args: argparse.Namespace, script: str) -> dict[str, Any]:
         name = bulk(b"EVALSHA") + bulk(sha.encode())
         packed = packed_command(name, packed_head(names), len(names), argv)
         assert packed is not None  # every argument is bytes, str or int
-        conn = await r.connection_pool.get_connection()
-        writer = conn._writer
-        assert writer is not None
-
-        async def call() -> Any:
-            writer.write(packed)
-            return await conn.read_response()
-
-        try:
-            rate = await _rate(call, args.seconds)
-        finally:
-            await r.connection_pool.release(conn)
+        lane = Lane(r.connection_pool)
+        rate = await _rate(lambda: lane.call(packed), args.seconds)
+        lane.release()  # its connection closes with the pool
     return {"rate": rate, "note": f"{len(names)} KEYS, {len(argv)} ARGV, on a kept connection"}
 
 
