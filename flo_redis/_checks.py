@@ -28,7 +28,9 @@ class ActionNamed(Protocol):
 
 MAX_NAME_SIZE = 255
 
-FORBIDDEN_IN_NAMES = re.compile(r"[{}\x00-\x1f\x7f]")
+# Braces would break the hash tag; control characters (C0, DEL and C1, U+0080-U+009F,
+# which some terminals obey as escapes) have no place in a name shown to people.
+FORBIDDEN_IN_NAMES = re.compile(r"[{}\x00-\x1f\x7f-\x9f]")
 
 
 def _check(kind: str, name: object, *, allow_colon: bool = True) -> str:
@@ -48,7 +50,7 @@ def _check(kind: str, name: object, *, allow_colon: bool = True) -> str:
     if bad is not None:
         raise ValidationError(
             f"{kind} {name!r} contains {bad.group()!r}; braces and control characters "
-            "are not allowed in names"
+            "(U+0000-U+001F, U+007F-U+009F) are not allowed in names"
         )
     if not allow_colon and ":" in name:
         raise ValidationError(f"{kind} {name!r} contains ':'; use another separator such as '.'")

@@ -12,18 +12,21 @@ registry. Reading them never scans the key space.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._registry import registered_namespaces, registry_names, remember
 from .action_ops import ActionCounts
-from .errors import NotFoundError
+from .errors import NotFoundError, ValidationError
 from .keys import namespace_keys
 from .stream_ops import GroupCounts
 from .types import WorkerInfo, WorkerListOptions
 
 if TYPE_CHECKING:
     from .client import FloClient
+
+log = logging.getLogger("flo_redis.discovery")
 
 
 async def namespaces(client: FloClient) -> tuple[str, ...]:
@@ -70,7 +73,9 @@ class Overview:
 
 async def overview(client: FloClient, namespace: str | None = None) -> Overview:
     """Counts of every action, the workers and every stream group of the namespace.
-    An action deleted while this reads is left out."""
+    An action deleted while this reads is left out, and so is (with a WARNING) an
+    action or stream whose name is no longer taken (a control character an earlier
+    version let through)."""
     ns = client.get_namespace(namespace)
 
     async def counts(name: str) -> ActionCounts | None:
@@ -78,6 +83,16 @@ async def overview(client: FloClient, namespace: str | None = None) -> Overview:
             return await client.action.counts(name, namespace=ns)
         except NotFoundError:
             return None
+        except ValidationError as exc:
+            log.warning("action left out of the overview: %s", exc)
+            return None
+
+    async def stream_groups(name: str) -> tuple[GroupCounts, ...]:
+        try:
+            return await client.stream.groups(name, namespace=ns)
+        except ValidationError as exc:
+            log.warning("stream left out of the overview: %s", exc)
+            return ()
 
     at_ms, actions, streams, workers = await asyncio.gather(
         client.server_time_ms(),
@@ -86,7 +101,7 @@ async def overview(client: FloClient, namespace: str | None = None) -> Overview:
         all_workers(client, ns),
     )
     found = await asyncio.gather(*(counts(a) for a in actions))
-    groups = await asyncio.gather(*(client.stream.groups(s, namespace=ns) for s in streams))
+    groups = await asyncio.gather(*(stream_groups(s) for s in streams))
     return Overview(
         namespace=ns,
         at_ms=at_ms,

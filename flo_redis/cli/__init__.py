@@ -15,6 +15,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the flo-redis command needs the 'cli' extra: pip install 'flo-redis[cli]'"
     ) from exc
 
+from ._render import SafeGroup
+
 # Modules that each define ``register(group)``; listed once so the command's shape is
 # readable here, and each subcommand family stays in its own room.
 _COMMAND_MODULES: tuple[str, ...] = (
@@ -32,7 +34,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SafeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="flo-redis", prog_name="flo-redis")
 def main() -> None:
     """Run flo-redis workers and operate their queues."""

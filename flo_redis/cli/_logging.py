@@ -1,7 +1,9 @@
 """Log set-up for the command: plain text lines or one JSON object per line.
 
 The library only logs through ``logging.getLogger("flo_redis.<area>")``; where those
-lines go and how they look is decided here, for the command's process alone.
+lines go and how they look is decided here, for the command's process alone. A text
+line is cleaned for the terminal (:mod:`._render`); a JSON line escapes control
+characters itself.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import json
 import logging
 import sys
 from datetime import datetime, timezone
+
+from ._render import TerminalFormatter
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -50,7 +54,7 @@ class JsonFormatter(logging.Formatter):
 def setup_logging(level: str, fmt: str) -> None:
     """Send every logger's records at ``level`` and above to stderr in ``fmt``."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TerminalFormatter(_TEXT))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -1,5 +1,6 @@
 """What the operator commands share: connection options, running a coroutine with a
-client, ``--json`` output, confirmation of destructive steps, rich tables."""
+client, ``--json`` output, confirmation of destructive steps, rich tables. Everything
+is printed through :mod:`._render`, which makes it safe for a terminal."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import asyncio
 import dataclasses
 import enum
 import json
-import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ..client import FloClient
 from ..errors import FloError
+from . import _render
 from ._options import namespace_option, url_option
 
 T = TypeVar("T")
@@ -62,7 +63,7 @@ def with_client(url: str, namespace: str, work: Callable[[FloClient], Awaitable[
 def confirm(yes: bool, question: str) -> None:
     """Ask before a destructive step unless ``--yes``; abort (exit 1) on no."""
     if not yes:
-        click.confirm(question, abort=True)
+        _render.ask(question)
 
 
 def plain(value: Any) -> Any:
@@ -85,11 +86,14 @@ def plain(value: Any) -> Any:
 
 
 def print_json(value: Any) -> None:
-    click.echo(json.dumps(plain(value), indent=2, sort_keys=False))
+    """``value`` as JSON, exact: JSON escapes every control character itself (and, with
+    ``ensure_ascii``, everything beyond ASCII), so the terminal cleaning changes nothing."""
+    _render.say(json.dumps(plain(value), indent=2, sort_keys=False, ensure_ascii=True))
 
 
 def console() -> Console:
-    return Console(file=sys.stdout, soft_wrap=False)
+    """Where tables are drawn: strings as plain, cleaned text (:mod:`._render`)."""
+    return _render.console()
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:

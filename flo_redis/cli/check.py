@@ -16,6 +16,7 @@ from ..client import FloClient
 from ..errors import FloError
 from ..types import WorkerInfo, WorkerListOptions, WorkerStatus
 from ._options import Seconds, namespace_option, url_option
+from ._render import say
 
 # Action workers heartbeat every 30 s: 60 s means two missed in a row.
 DEFAULT_MAX_AGE_S = 60.0
@@ -92,7 +93,7 @@ def check_command(
     if (worker_id is None) == (action is None):
         raise click.UsageError("name one of --worker ID or --action NAME")
     healthy, line = asyncio.run(probe(url, namespace, worker_id, action, max_heartbeat_age))
-    click.echo(f"{'ok' if healthy else 'unhealthy'}: {line}")
+    say(f"{'ok' if healthy else 'unhealthy'}: {line}")
     sys.exit(0 if healthy else 1)
 
 

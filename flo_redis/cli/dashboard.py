@@ -20,6 +20,7 @@ import click
 from ..client import FloClient
 from ..errors import FloError
 from ._options import namespace_option, url_option
+from ._render import say
 
 TOKEN_ENV = "FLO_REDIS_DASHBOARD_TOKEN"
 
@@ -33,7 +34,7 @@ async def _serve(
     try:
         await client.connect()
     except FloError as exc:
-        click.echo(f"flo-redis dashboard: {exc}", err=True)
+        say(f"flo-redis dashboard: {exc}", err=True)
         return 1
     try:
         try:
@@ -41,10 +42,10 @@ async def _serve(
                 client, host=host, port=port, token=token, origins=origins
             )
         except OSError as exc:
-            click.echo(f"flo-redis dashboard: cannot listen on {host}:{port}: {exc}", err=True)
+            say(f"flo-redis dashboard: cannot listen on {host}:{port}: {exc}", err=True)
             return 1
         mode = "changes allowed after log-in with the token" if token else "read-only"
-        click.echo(f"dashboard of namespace {namespace!r} at {running.url} ({mode}); Ctrl-C stops")
+        say(f"dashboard of namespace {namespace!r} at {running.url} ({mode}); Ctrl-C stops")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -101,7 +102,7 @@ def dashboard_command(
         token = os.environ.get(TOKEN_ENV) or None
         if token is None:
             token = secrets.token_urlsafe(24)
-            click.echo(f"write token (log in with it; set {TOKEN_ENV} to choose one): {token}")
+            say(f"write token (log in with it; set {TOKEN_ENV} to choose one): {token}")
         elif len(token) < 16:
             raise click.BadParameter(f"${TOKEN_ENV} must be at least 16 characters")
     with contextlib.suppress(KeyboardInterrupt):

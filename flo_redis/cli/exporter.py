@@ -11,6 +11,7 @@ import click
 from ..client import FloClient
 from ..discovery import Overview, namespaces, overview
 from ._ops import connection_options, with_client
+from ._render import say
 
 DEFAULT_PORT = 9401
 
@@ -42,7 +43,7 @@ def exporter(url: str, namespace: str, port: int, host: str, all_namespaces: boo
             return await asyncio.gather(*(overview(client, n) for n in names))
 
         server = serve_metrics(port, host, queue_registry(asyncio.get_running_loop(), read))
-        click.echo(f"serving {server.url}", nl=True)
+        say(f"serving {server.url}")
         try:
             await asyncio.Event().wait()
         finally:

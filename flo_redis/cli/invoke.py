@@ -13,6 +13,7 @@ from ..errors import WaitTimeoutError
 from ..types import ActionInvokeOptions, ActionRunStatus, RunStatus
 from ._ops import connection_options, json_option, print_json, with_client
 from ._options import Seconds
+from ._render import say
 
 
 def register(group: click.Group) -> None:
@@ -74,19 +75,19 @@ def invoke(
         if as_json:
             print_json({"run_id": run_id})
         else:
-            click.echo(run_id)
+            say(run_id)
         return
     if finished is None:
         if as_json:
             print_json({"run_id": run_id, "status": None})
         else:
-            click.echo(f"{run_id}: not finished after {timeout:g} s", err=True)
+            say(f"{run_id}: not finished after {timeout:g} s", err=True)
         raise SystemExit(2)
     if as_json:
         print_json(finished)
     elif finished.status == RunStatus.COMPLETED:
-        click.echo((finished.output or b"").decode(errors="replace"))
+        say((finished.output or b"").decode(errors="replace"))
     else:
-        click.echo(f"{run_id}: {finished.status.name}: {finished.error_message}", err=True)
+        say(f"{run_id}: {finished.status.name}: {finished.error_message}", err=True)
     if finished.status != RunStatus.COMPLETED:
         raise SystemExit(1)

@@ -11,6 +11,7 @@ from ..errors import ValidationError
 from ..keys import action_of_run
 from ..types import ActionRunStatus
 from . import _ops as ops
+from ._render import say
 
 STATES = click.Choice([s.value for s in RunState])
 
@@ -76,7 +77,7 @@ def list_runs(
         )
     )
     if page.cursor is not None:
-        click.echo(f"more: --cursor '{page.cursor.decode()}'")
+        say(f"more: --cursor '{page.cursor.decode()}'")
 
 
 def _when(run: ActionRunStatus, now_ms: int) -> str:
@@ -136,7 +137,7 @@ def cancel(url: str, namespace: str, as_json: bool, yes: bool, run_id: str) -> N
     if as_json:
         ops.print_json(after)
     else:
-        click.echo(f"cancelled {run_id} (it was {before.status.name})")
+        say(f"cancelled {run_id} (it was {before.status.name})")
 
 
 @runs.command("requeue")
@@ -170,7 +171,7 @@ def requeue(url: str, namespace: str, yes: bool, action: str, run_ids: tuple[str
         done = await client.action.requeue_failed(action)
         return f"re-queued {done.count} run(s) of {action} in {done.calls} call(s)"
 
-    click.echo(ops.with_client(url, namespace, run))
+    say(ops.with_client(url, namespace, run))
 
 
 @runs.command("purge")
@@ -196,4 +197,4 @@ def purge(url: str, namespace: str, yes: bool, action: str, state: str) -> None:
         done = await client.action.purge(action, state)
         return f"purged {done.count} {state} run(s) of {action} in {done.calls} call(s)"
 
-    click.echo(ops.with_client(url, namespace, run))
+    say(ops.with_client(url, namespace, run))

@@ -18,6 +18,7 @@ from .._scripts import LIBRARY, redis_errors
 from ..client import FloClient
 from . import _ops as ops
 from ._options import url_option
+from ._render import say
 
 PREFIX = "flo_"
 
@@ -88,9 +89,7 @@ def list_libraries(url: str, as_json: bool) -> None:
         )
     )
     if not any(lib["this_version"] for lib in found):
-        click.echo(
-            f"{LIBRARY.name} is not loaded: the first call loads it (or: flo-redis scripts load)"
-        )
+        say(f"{LIBRARY.name} is not loaded: the first call loads it (or: flo-redis scripts load)")
 
 
 @scripts.command("load")
@@ -108,7 +107,7 @@ def load(url: str) -> None:
         return True
 
     loaded = ops.with_client(url, "default", work)
-    click.echo(f"{LIBRARY.name} {'loaded' if loaded else 'was loaded already'}")
+    say(f"{LIBRARY.name} {'loaded' if loaded else 'was loaded already'}")
 
 
 @scripts.command("prune")
@@ -123,7 +122,7 @@ def prune(url: str, yes: bool) -> None:
         if not lib["this_version"]
     ]
     if not others:
-        click.echo("no other flo-redis library on the server")
+        say("no other flo-redis library on the server")
         return
     ops.confirm(
         yes,
@@ -141,4 +140,4 @@ def prune(url: str, yes: bool) -> None:
                         raise
 
     ops.with_client(url, "default", work)
-    click.echo(f"deleted {len(others)}: {', '.join(others)}")
+    say(f"deleted {len(others)}: {', '.join(others)}")

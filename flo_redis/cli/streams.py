@@ -12,6 +12,7 @@ from ..stream_ops import GroupCounts
 from ..streams import DeadLetter, StreamDeadLetterOptions
 from ..types import StreamID, StreamInfo
 from . import _ops as ops
+from ._render import say
 
 
 def register(group: click.Group) -> None:
@@ -195,4 +196,4 @@ def replay(
         return len(done)
 
     n = ops.with_client(url, namespace, run)
-    click.echo(f"replayed {n} dead letter(s) of {group} onto {stream}")
+    say(f"replayed {n} dead letter(s) of {group} onto {stream}")

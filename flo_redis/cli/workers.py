@@ -8,6 +8,7 @@ from ..client import FloClient
 from ..discovery import all_workers
 from ..types import WorkerInfo
 from . import _ops as ops
+from ._render import say
 
 
 def register(group: click.Group) -> None:
@@ -73,7 +74,7 @@ def _worker_step(name: str, about: str, done: str) -> None:
     def step(url: str, namespace: str, yes: bool, worker_id: str) -> None:
         ops.confirm(yes, f"{name.capitalize()} worker {worker_id!r} in namespace {namespace!r}?")
         ops.with_client(url, namespace, lambda c: getattr(c.worker, name)(worker_id))
-        click.echo(f"worker {worker_id} {done}")
+        say(f"worker {worker_id} {done}")
 
 
 _worker_step(
