@@ -30,6 +30,7 @@ from ._lua import LuaSourceError
 from ._scripts import SCRIPTS, Arg, RedisConn, SyncConn, run, run_sync
 from .keys import (
     ActionKeys,
+    DashboardKeys,
     GroupKeys,
     HandoffChannel,
     NamespaceKeys,
@@ -273,6 +274,11 @@ QUEUE_PEEK = Script("queue_peek", Q, q.listed)
 QUEUE_DLQ_LIST = Script("queue_dlq_list", Q, q.listed)
 QUEUE_DLQ_REQUEUE = Script("queue_dlq_requeue", Q, q.per_seq)
 QUEUE_RECLAIM = Script("queue_reclaim", Q, r.reclaimed, tail="channels")
+
+# The dashboard's log-ins and sessions (flo_redis.dashboard.guard).
+DASHBOARD_LOGIN = Script("dashboard_login", DashboardKeys, r.number)
+DASHBOARD_SESSION_TOUCH = Script("dashboard_session_touch", DashboardKeys, r.number)
+DASHBOARD_SESSION_CLOSE = Script("dashboard_session_close", DashboardKeys, r.done)
 
 ALL: dict[str, Script[Any]] = {s.name: s for s in globals().values() if isinstance(s, Script)}
 """Every declared script by name (a test holds this equal to the files in ``lua/``)."""

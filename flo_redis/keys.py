@@ -334,3 +334,30 @@ def queue_keys(namespace: str, queue: str) -> QueueKeys:
     check_name("queue name", queue)
     tag = f"{{{namespace}:{queue}}}"
     return _keyed(QueueKeys, f"{PREFIX}:q:{tag}", namespace=namespace, queue=queue, tag=tag)
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardKeys:
+    """Keys of the dashboard of one namespace (``flo_redis.dashboard.guard``): its
+    failed log-ins, those of one client address, and one session; all in one hash
+    slot, under the tag ``{<namespace>}``. The session key is named by an HMAC of the
+    browser's session id, never the id itself."""
+
+    namespace: str
+    failures: str  # ZSET  attempt id -> ms: the dashboard's failed log-ins
+    address_failures: str  # ZSET  attempt id -> ms: one client address's failed log-ins
+    session: str  # STRING  the session's start ms; expires at the session's end
+
+
+def dashboard_keys(namespace: str, address: str = "-", session: str = "-") -> DashboardKeys:
+    """The dashboard keys of ``namespace`` (validated) for one client ``address`` and
+    one ``session`` (a hex digest): both are made by the dashboard, never taken from
+    a request as they are."""
+    check_namespace(namespace)
+    base = f"{PREFIX}:dash:{{{namespace}}}"
+    return DashboardKeys(
+        namespace=namespace,
+        failures=f"{base}:login-failures",
+        address_failures=f"{base}:login-failures:{address}",
+        session=f"{base}:session:{session}",
+    )

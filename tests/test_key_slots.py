@@ -20,6 +20,7 @@ from flo_redis.keys import (
     HandoffChannel,
     OwnerChannel,
     action_keys,
+    dashboard_keys,
     namespace_keys,
     notice_channel,
     owner_channel,
@@ -59,6 +60,9 @@ def script_keys(script: str, namespace: str, name: str, partition: int = 0) -> l
     elif family == "queue":
         qk = queue_keys(namespace, name)
         tag, source, tails = qk.tag, qk, {}
+    elif family == "dashboard":
+        source = dashboard_keys(namespace, "2001:db8::/64", "ab" * 32)
+        tag, tails = "", {}
     elif family == "worker":
         source = namespace_keys(namespace)
         tag, tails = "", {}

@@ -14,19 +14,30 @@ import os
 import secrets
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from ..client import FloClient
 from ..errors import FloError
-from ._options import namespace_option, url_option
+from ._options import Seconds, env_option, namespace_option, url_option
 from ._render import say
 
+if TYPE_CHECKING:
+    from ..dashboard.guard import SessionPolicy
+
 TOKEN_ENV = "FLO_REDIS_DASHBOARD_TOKEN"
+_MAX_SESSION_S = 365 * 86400
 
 
 async def _serve(
-    url: str, namespace: str, host: str, port: int, token: str | None, origins: tuple[str, ...]
+    url: str,
+    namespace: str,
+    host: str,
+    port: int,
+    token: str | None,
+    origins: tuple[str, ...],
+    policy: SessionPolicy,
 ) -> int:
     from ..dashboard import start_dashboard
 
@@ -39,7 +50,7 @@ async def _serve(
     try:
         try:
             running = await start_dashboard(
-                client, host=host, port=port, token=token, origins=origins
+                client, host=host, port=port, token=token, origins=origins, policy=policy
             )
         except OSError as exc:
             say(f"flo-redis dashboard: cannot listen on {host}:{port}: {exc}", err=True)
@@ -93,8 +104,29 @@ def _origins(
     "https://dash.example.com (repeatable): requests addressed to it and changes sent "
     "from it are accepted.",
 )
+@env_option(
+    "--session-idle",
+    "Seconds a logged-in browser's session lasts without a request; default 1800",
+    type=Seconds(1, _MAX_SESSION_S),
+    default=None,
+    show_default=False,
+)
+@env_option(
+    "--session-max",
+    "Seconds a session lasts at most after its log-in, used or not; default 28800",
+    type=Seconds(1, _MAX_SESSION_S),
+    default=None,
+    show_default=False,
+)
 def dashboard_command(
-    url: str, namespace: str, host: str, port: int, write: bool, origins: tuple[str, ...]
+    url: str,
+    namespace: str,
+    host: str,
+    port: int,
+    write: bool,
+    origins: tuple[str, ...],
+    session_idle: float | None,
+    session_max: float | None,
 ) -> None:
     """Serve a web dashboard of the namespace's actions, runs, workers and streams."""
     token: str | None = None
@@ -106,7 +138,14 @@ def dashboard_command(
         elif len(token) < 16:
             raise click.BadParameter(f"${TOKEN_ENV} must be at least 16 characters")
     with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(asyncio.run(_serve(url, namespace, host, port, token, origins)))
+        from ..dashboard.guard import SessionPolicy
+
+        default = SessionPolicy()
+        policy = SessionPolicy(
+            idle_s=default.idle_s if session_idle is None else session_idle,
+            max_s=default.max_s if session_max is None else session_max,
+        )
+        sys.exit(asyncio.run(_serve(url, namespace, host, port, token, origins, policy)))
 
 
 def register(group: click.Group) -> None:

@@ -14,6 +14,7 @@ In a program (the command does the same)::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -25,11 +26,20 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..client import FloClient
-from .app import create_app
-from .guard import Guard, is_loopback
+from .app import HEADERS, create_app
+from .guard import Guard, SessionPolicy, is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+
+
+class _SecuredRequest(web.Request):
+    """A request whose every answer gets the security headers, also one aiohttp makes
+    itself for a request it could not read (which never reaches the app's hooks)."""
+
+    async def _prepare_hook(self, response: web.StreamResponse) -> None:
+        response.headers.update(HEADERS)
+        await super()._prepare_hook(response)
 
 
 @dataclass
@@ -50,17 +60,25 @@ async def start_dashboard(
     port: int = DEFAULT_PORT,
     token: str | None = None,
     origins: Iterable[str] = (),
+    policy: SessionPolicy | None = None,
 ) -> RunningDashboard:
     """Serve the dashboard of ``client``'s namespace at ``http://host:port/`` (port 0:
     a free one). With ``token`` (16 characters or more) it accepts changes from a browser
     that logged in with it; without, it is read-only. ``origins``: the addresses a
     browser reaches it at through a reverse proxy (``https://dash.example.com``), whose
     requests and changes it then accepts too (:mod:`.guard`); ValueError for one that
-    is not an origin. ``client`` must stay connected."""
-    guard = Guard(token, loopback_only=is_loopback(host), origins=origins)
+    is not an origin. ``policy``: how long sessions last and how failed log-ins are
+    throttled (:class:`~.guard.SessionPolicy`; its defaults without). ``client`` must
+    stay connected.
+
+    Every answer carries the security headers (:data:`.app.HEADERS`), the errors aiohttp
+    gives for a request it cannot read (before the app sees it) included."""
+    guard = Guard(token, loopback_only=is_loopback(host), origins=origins, policy=policy)
     app = create_app(client, guard)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
+    assert runner.server is not None
+    runner.server.request_factory = functools.partial(app._make_request, _cls=_SecuredRequest)
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
@@ -68,4 +86,11 @@ async def start_dashboard(
     return RunningDashboard(f"http://{shown}:{bound}/", runner)
 
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "RunningDashboard", "create_app", "start_dashboard"]
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "RunningDashboard",
+    "SessionPolicy",
+    "create_app",
+    "start_dashboard",
+]

@@ -10,7 +10,9 @@ before anything is sent to Redis.
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Awaitable, Callable, Mapping
+from html import escape
 from importlib import resources
 from typing import Any
 
@@ -23,8 +25,10 @@ from ..errors import ConflictError, FloError, NotFoundError, ValidationError
 from ..keys import action_of_run
 from ..types import StreamID
 from . import data
-from .guard import Guard, Refused, local_path
+from .guard import Guard, Refused, Throttled, local_path
 from .sparkline import sparkline
+
+log = logging.getLogger("flo_redis.dashboard")
 
 CLIENT: web.AppKey[FloClient] = web.AppKey("client", FloClient)
 GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
@@ -61,6 +65,7 @@ def create_app(client: FloClient, guard: Guard) -> web.Application:
     """The dashboard for ``client``'s namespace. The client must be connected while the
     app serves; the caller owns it."""
     app = web.Application(middlewares=[_guarded_pages])
+    app.on_response_prepare.append(_secured)
     app[CLIENT] = client
     app[GUARD] = guard
     app[TEMPLATES] = _templates()
@@ -100,24 +105,54 @@ def _templates() -> jinja2.Environment:
 # --- middleware ------------------------------------------------------------------------
 
 
+async def _secured(_request: web.Request, response: web.StreamResponse) -> None:
+    """The security headers, on every answer the app gives: pages, redirects, every
+    error (aiohttp's own too) and the stylesheet."""
+    response.headers.update(HEADERS)
+
+
 @web.middleware
 async def _guarded_pages(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Security headers on every answer; library errors and refusals as pages."""
+    """Library errors, refusals and anything unexpected as pages (the headers come from
+    :func:`_secured`); never a bare 500."""
     try:
         request.app[GUARD].check_host(request)
-        response = await handler(request)
+        return await handler(request)
+    except Throttled as exc:
+        response = await _error_page(request, "refused.html", {"why": exc.why, "login": False}, 429)
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
     except Refused as exc:
-        response = await _page(request, "refused.html", {"why": exc.why, "login": exc.login}, 403)
+        context = {"why": exc.why, "login": exc.login}
+        return await _error_page(request, "refused.html", context, 403)
     except FloError as exc:
         status = next((code for kind, code in _STATUS_OF if isinstance(exc, kind)), 502)
-        response = await _page(request, "error.html", {"error": str(exc)}, status)
+        return await _error_page(request, "error.html", {"error": str(exc)}, status)
     except web.HTTPException as exc:
         if exc.status < 400:  # a redirect after a change
-            exc.headers.update(HEADERS)
             raise
-        response = await _page(request, "error.html", {"error": exc.reason}, exc.status)
-    response.headers.update(HEADERS)
-    return response
+        response = await _error_page(request, "error.html", {"error": exc.reason}, exc.status)
+        if "Allow" in exc.headers:  # 405: the methods the path takes
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
+    except Exception:
+        log.exception("dashboard page %s %s failed", request.method, request.rel_url.path)
+        context = {"error": "the dashboard failed to answer; its log says why"}
+        return await _error_page(request, "error.html", context, 500)
+
+
+async def _error_page(
+    request: web.Request, template: str, context: Mapping[str, Any], status: int
+) -> web.Response:
+    """An error page; when even that cannot be drawn (Redis is gone while the session
+    is read), a plain one that needs nothing."""
+    try:
+        return await _page(request, template, context, status)
+    except Exception:
+        log.exception("dashboard error page %s failed", status)
+        text = context.get("error") or context.get("why") or ""
+        html = f"<!doctype html><title>{status}</title><p>{escape(str(text))}</p>"
+        return web.Response(text=html, content_type="text/html", status=status)
 
 
 async def _page(
@@ -137,7 +172,7 @@ async def _page(
         app[TEMPLATES]
         .get_template(template)
         .render(
-            access=app[GUARD].access(request),
+            access=await app[GUARD].access(request, client),
             namespace=client.namespace,
             now_ms=now_ms,
             done=_done(request),
@@ -154,7 +189,9 @@ def _done(request: web.Request) -> str:
     """The note of a finished change; its only input besides the kind is a count."""
     note = DONE.get(request.query.get("done", ""), "")
     count = request.query.get("n", "")
-    return note.format(n=int(count) if count.isdigit() else "The")
+    # ASCII digits only ("²" is a digit to str.isdigit), and few enough to be a count.
+    counted = count.isascii() and count.isdigit() and len(count) <= 12
+    return note.format(n=int(count) if counted else "The")
 
 
 def _required(request: web.Request, name: str) -> str:
@@ -232,7 +269,7 @@ async def _form(request: web.Request) -> Mapping[str, str]:
     """The POSTed form, once the guard allowed the change."""
     form = await request.post()
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
-    request.app[GUARD].check_change(request, fields.get("csrf", ""))
+    await request.app[GUARD].check_change(request, request.app[CLIENT], fields.get("csrf", ""))
     return fields
 
 
@@ -250,14 +287,15 @@ async def login(request: web.Request) -> web.StreamResponse:
     token = form.get("token")
     target = local_path(str(form.get("next", "")))
     response = web.HTTPSeeOther(f"{target}{'&' if '?' in target else '?'}done=login")
-    request.app[GUARD].log_in(token if isinstance(token, str) else "", response)
+    token_text = token if isinstance(token, str) else ""
+    await request.app[GUARD].log_in(request, request.app[CLIENT], token_text, response)
     raise response
 
 
 async def logout(request: web.Request) -> web.StreamResponse:
     await _form(request)
     response = web.HTTPSeeOther("/?done=logout")
-    Guard.log_out(response)
+    await request.app[GUARD].log_out(request, request.app[CLIENT], response)
     raise response
 
 
@@ -318,7 +356,10 @@ async def replay(request: web.Request) -> web.StreamResponse:
 def _when(ms: int | None) -> str:
     if not ms:
         return "—"
-    at = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    try:
+        at = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # past the year 9999 (or before 1)
+        return f"{ms} ms since 1970"
     return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 

@@ -1,17 +1,28 @@
-"""Who may change anything through the dashboard: write access, sessions and CSRF.
+"""Who may change anything through the dashboard: write access, sessions, CSRF, log-in
+throttling.
 
 A dashboard is read-only unless it was started with a token. With one, an operator logs
 in by typing the token once; the browser then holds a session cookie (HttpOnly,
-SameSite=Strict) and every form carries a CSRF token derived from that session. Both are
-HMACs under a secret drawn when the dashboard starts, so nothing is stored and a restart
-logs everybody out. A change is made only for a POST whose session and CSRF token are
-valid and whose ``Origin`` (when the browser sends one) is the dashboard itself.
+SameSite=Strict) naming a random session id, and every form carries a CSRF value
+derived from it. A change is made only for a POST whose session is open and whose CSRF
+value and ``Origin`` (when the browser sends one) are the dashboard's own.
+
+Sessions live in Redis (:func:`flo_redis.keys.dashboard_keys`), so every process of a
+dashboard (several behind a load balancer, or one restarted) knows them, and a log-out
+ends one for all. Redis holds only an HMAC of the session id under the token: a user who
+can read the namespace cannot log in with what it finds there, and a dashboard started
+with another token knows none of the old sessions. A session ends after
+``idle_s`` without a request and ``max_s`` after its log-in, used or not
+(:class:`SessionPolicy`). Failed log-ins are counted per client address and for the
+dashboard as a whole; past either limit within the window, log-ins are refused (429)
+until the oldest counted failure is older than the window, whatever the token.
 
 Behind a reverse proxy the browser's address is not the one the dashboard listens on:
 the proxy forwards the browser's ``Host`` (which a loopback dashboard would refuse) or
 puts its own (which no ``Origin`` then matches). The dashboard's public origins
 (``origins``, ``--origin https://dash.example.com``) are accepted as both: as a name a
-request may be addressed to, and as the ``Origin`` of a change.
+request may be addressed to, and as the ``Origin`` of a change. There every request
+comes from the proxy's address, so the per-address limit counts all browsers together.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import math
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,7 +38,16 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from .._checks import check_count
+from .._gateway import DASHBOARD_LOGIN, DASHBOARD_SESSION_CLOSE, DASHBOARD_SESSION_TOUCH
+from .._status import Status
+from ..client import FloClient
+from ..errors import ValidationError
+from ..keys import DashboardKeys, dashboard_keys
+
 SESSION_COOKIE = "flo_dashboard_session"
+_MAX_SECONDS = 365 * 86400
+_MAX_LIMIT = 10_000
 
 
 class Refused(Exception):
@@ -36,6 +57,47 @@ class Refused(Exception):
         super().__init__(why)
         self.why = why
         self.login = login
+
+
+class Throttled(Refused):
+    """A log-in refused for too many failed ones; try again in ``retry_after_s``."""
+
+    def __init__(self, why: str, retry_after_s: int) -> None:
+        super().__init__(why)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    """How long a session lasts and how failed log-ins are throttled.
+
+    A session ends ``idle_s`` after its last request, and ``max_s`` after its log-in
+    whatever its use. Within ``window_s``, one client address may fail to log in
+    ``failures_per_address`` times and all addresses together ``failures_total``
+    times; past either, log-ins are refused until the oldest failure counted is older
+    than the window. ValueError for a setting out of its range."""
+
+    idle_s: float = 1800.0  # 30 minutes
+    max_s: float = 8 * 3600.0  # 8 hours
+    window_s: float = 900.0  # 15 minutes
+    failures_per_address: int = 10
+    failures_total: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("idle_s", "max_s", "window_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{name} is a number of seconds, got {value!r}")
+            if not (math.isfinite(value) and 1 <= value <= _MAX_SECONDS):
+                raise ValueError(f"{name} is 1 to {_MAX_SECONDS} seconds, got {value!r}")
+        for name in ("failures_per_address", "failures_total"):
+            try:
+                check_count(name, getattr(self, name), 1, _MAX_LIMIT)
+            except ValidationError as exc:
+                raise ValueError(str(exc)) from None
+
+    def args(self) -> list[str]:
+        return [str(round(self.idle_s * 1000)), str(round(self.max_s * 1000))]
 
 
 @dataclass(frozen=True)
@@ -49,16 +111,37 @@ class Access:
     csrf: str
 
 
+def client_address(request: web.Request) -> str:
+    """The client's address as the failures of one client are counted: an IPv4 address,
+    or the /64 network of an IPv6 one (one host commonly holds a whole /64)."""
+    try:
+        address = ipaddress.ip_address(request.remote or "")
+    except ValueError:
+        return "unknown"
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
 class Guard:
-    """Holds the write token (None: read-only) and the secret of this run."""
+    """Holds the write token (None: read-only) and the session policy."""
 
     def __init__(
-        self, token: str | None, *, loopback_only: bool = False, origins: Iterable[str] = ()
+        self,
+        token: str | None,
+        *,
+        loopback_only: bool = False,
+        origins: Iterable[str] = (),
+        policy: SessionPolicy | None = None,
     ) -> None:
         if token is not None and len(token) < 16:
             raise ValueError("the write token must be at least 16 characters")
         self._token = token
-        self._secret = secrets.token_bytes(32)
+        # Every MAC is keyed by the token: another token knows none of these sessions.
+        self._secret = hashlib.sha256(b"flo-redis dashboard\0" + (token or "").encode()).digest()
+        self.policy = policy if policy is not None else SessionPolicy()
         # Listening on a loopback address: only requests addressed to a loopback name
         # (or to a public origin's) are answered, so a page whose name was made to
         # resolve to 127.0.0.1 (DNS rebinding) cannot read the dashboard through the
@@ -92,45 +175,79 @@ class Guard:
     def writable(self) -> bool:
         return self._token is not None
 
-    def _mac(self, purpose: str, nonce: str) -> str:
-        msg = f"{purpose}:{nonce}".encode()
+    def _mac(self, purpose: str, session_id: str) -> str:
+        msg = f"{purpose}:{session_id}".encode()
         return hmac.new(self._secret, msg, hashlib.sha256).hexdigest()
 
-    def _nonce(self, request: web.Request) -> str | None:
-        """The nonce of this browser's valid session cookie, else None."""
-        if not self.writable:
+    def _keys(self, client: FloClient, session_id: str, address: str = "-") -> DashboardKeys:
+        return dashboard_keys(client.namespace, address, self._mac("session", session_id))
+
+    async def _session(self, request: web.Request, client: FloClient) -> str | None:
+        """This browser's session id if its session is open (kept for another idle
+        period), else None."""
+        session_id = request.cookies.get(SESSION_COOKIE, "")
+        if not self.writable or not (20 <= len(session_id) <= 64 and session_id.isascii()):
             return None
-        nonce, _, mac = request.cookies.get(SESSION_COOKIE, "").partition(".")
-        if nonce and hmac.compare_digest(mac, self._mac("session", nonce)):
-            return nonce
-        return None
+        reply = await DASHBOARD_SESSION_TOUCH(
+            client.session, self._keys(client, session_id), self.policy.args()
+        )
+        return session_id if reply.status == Status.OK else None
 
-    def access(self, request: web.Request) -> Access:
-        nonce = self._nonce(request)
-        csrf = self._mac("csrf", nonce) if nonce else ""
-        return Access(self.writable, nonce is not None, csrf)
+    async def access(self, request: web.Request, client: FloClient) -> Access:
+        session_id = await self._session(request, client)
+        csrf = self._mac("csrf", session_id) if session_id else ""
+        return Access(self.writable, session_id is not None, csrf)
 
-    def log_in(self, token: str, response: web.StreamResponse) -> None:
-        """Start a session on ``response`` if ``token`` is the write token."""
+    async def log_in(
+        self, request: web.Request, client: FloClient, token: str, response: web.StreamResponse
+    ) -> None:
+        """Open a session on ``response`` if ``token`` is the write token. Refused for a
+        wrong one; :class:`Throttled` past the failed log-ins' limits (then even the
+        right token is refused)."""
         if self._token is None:
             raise Refused("this dashboard is read-only: start it with --write to make changes")
-        if not hmac.compare_digest(token.encode(), self._token.encode()):
+        given = token.encode(errors="replace")  # a lone surrogate is no token's either
+        right = hmac.compare_digest(given, self._token.encode())
+        session_id = secrets.token_urlsafe(32)
+        policy = self.policy
+        reply = await DASHBOARD_LOGIN(
+            client.session,
+            self._keys(client, session_id, client_address(request)),
+            [
+                "1" if right else "0",
+                secrets.token_hex(8),
+                str(round(policy.window_s * 1000)),
+                str(policy.failures_per_address),
+                str(policy.failures_total),
+                *policy.args(),
+            ],
+        )
+        if reply.status == Status.OUT_OF_RANGE:
+            wait_s = max(1, math.ceil(reply.value / 1000))
+            raise Throttled(
+                f"too many failed log-ins; try again in {wait_s} s", retry_after_s=wait_s
+            )
+        if reply.status != Status.OK:
             raise Refused("that is not this dashboard's token", login=True)
-        nonce = secrets.token_hex(16)
         response.set_cookie(
             SESSION_COOKIE,
-            f"{nonce}.{self._mac('session', nonce)}",
+            session_id,
             httponly=True,
             samesite="Strict",
             path="/",
             secure=self._secure,
         )
 
-    @staticmethod
-    def log_out(response: web.StreamResponse) -> None:
+    async def log_out(
+        self, request: web.Request, client: FloClient, response: web.StreamResponse
+    ) -> None:
+        """End this browser's session, for every process of the dashboard."""
+        session_id = await self._session(request, client)
+        if session_id is not None:
+            await DASHBOARD_SESSION_CLOSE(client.session, self._keys(client, session_id))
         response.del_cookie(SESSION_COOKIE, path="/")
 
-    def check_change(self, request: web.Request, csrf: str) -> None:
+    async def check_change(self, request: web.Request, client: FloClient, csrf: str) -> None:
         """Raise :class:`Refused` unless this POST may change something."""
         if not self.writable:
             raise Refused("this dashboard is read-only: start it with --write to make changes")
@@ -140,10 +257,10 @@ class Guard:
                 "the form was sent from another site (behind a proxy, name the dashboard's "
                 "public address with --origin)"
             )
-        nonce = self._nonce(request)
-        if nonce is None:
+        session_id = await self._session(request, client)
+        if session_id is None:
             raise Refused("changes need the dashboard's token: log in first", login=True)
-        if not hmac.compare_digest(csrf.encode(), self._mac("csrf", nonce).encode()):
+        if not hmac.compare_digest(csrf.encode(), self._mac("csrf", session_id).encode()):
             raise Refused("the form is stale or forged (CSRF check failed): reload the page")
 
     def _public_host(self, host: str) -> bool:
