@@ -9,6 +9,7 @@ any one node (the others are discovered).
 
 from __future__ import annotations
 
+import re
 import ssl
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,40 +36,50 @@ _CLUSTER_SUFFIX = "+cluster"
 def normalize_endpoint(endpoint: str, *, cluster: bool = False) -> str:
     """A Redis URL for ``endpoint``; flo's bare ``host:port`` becomes ``redis://host:port``.
     With ``cluster`` (or a ``redis+cluster://`` / ``rediss+cluster://`` URL) the result
-    has the ``+cluster`` scheme, so every connection made from it reaches a cluster."""
-    if not isinstance(endpoint, str) or not endpoint.strip():
+    has the ``+cluster`` scheme, so every connection made from it reaches a cluster.
+    A refusal names the endpoint with its password hidden (:func:`redact`)."""
+    if not isinstance(endpoint, str):
+        raise InvalidEndpointError(
+            f"endpoint must be a Redis URL (a str), got {type(endpoint).__name__}"
+        )
+    if not endpoint.strip():
         raise InvalidEndpointError(f"endpoint must be a Redis URL, got {endpoint!r}")
     endpoint = endpoint.strip()
     if "://" not in endpoint:
         endpoint = f"redis://{endpoint}"
-    parts = urlsplit(endpoint)
+    shown = redact(endpoint)
+    try:
+        parts = urlsplit(endpoint)
+    except ValueError as exc:  # an unclosed IPv6 bracket
+        raise InvalidEndpointError(f"endpoint {shown!r} is not a URL ({exc})") from None
     if parts.scheme not in _SCHEMES:
         raise InvalidEndpointError(
-            f"endpoint {endpoint!r} has scheme {parts.scheme!r}; use redis://, rediss://, "
-            "unix://, or redis+cluster:// / rediss+cluster:// for a Redis Cluster"
+            f"endpoint {shown!r} has scheme {redact(parts.scheme)!r}; use redis://, "
+            "rediss://, unix://, or redis+cluster:// / rediss+cluster:// for a Redis Cluster"
         )
     if cluster and not parts.scheme.endswith(_CLUSTER_SUFFIX):
         if parts.scheme == "unix":
             raise InvalidEndpointError(
-                f"endpoint {endpoint!r}: a Redis Cluster is reached over TCP, not a unix socket"
+                f"endpoint {shown!r}: a Redis Cluster is reached over TCP, not a unix socket"
             )
         endpoint = parts.scheme + _CLUSTER_SUFFIX + endpoint[len(parts.scheme) :]
         parts = urlsplit(endpoint)
+        shown = redact(endpoint)
     if parts.scheme != "unix":
         try:
             parts.port  # noqa: B018 - validates the port
-        except ValueError as exc:
-            raise InvalidEndpointError(f"endpoint {endpoint!r} has an invalid port") from exc
+        except ValueError:
+            raise InvalidEndpointError(f"endpoint {shown!r} has an invalid port") from None
         if not parts.hostname:
-            raise InvalidEndpointError(f"endpoint {endpoint!r} names no host")
+            raise InvalidEndpointError(f"endpoint {shown!r} names no host")
         database = parts.path.strip("/")
         if database and not database.isdigit():
             raise InvalidEndpointError(
-                f"endpoint {endpoint!r}: its path names the database, a number "
-                f"(redis://host:6379/0), not {database!r}"
+                f"endpoint {shown!r}: its path names the database, a number "
+                f"(redis://host:6379/0), not {redact(database)!r}"
             )
     elif not parts.path:
-        raise InvalidEndpointError(f"endpoint {endpoint!r} names no socket path")
+        raise InvalidEndpointError(f"endpoint {shown!r} names no socket path")
     return endpoint
 
 
@@ -202,11 +213,30 @@ def is_tls_failure(exc: BaseException, *, tls: bool = False) -> bool:
     return False
 
 
+# A query argument that carries a secret (redis-py reads ``?password=...`` as the
+# password; ``ssl_password`` unlocks a TLS key).
+_SECRET_ARGUMENT = re.compile(r"(?i)([?&][^=&#]*(?:pass|secret|token)[^=&#]*=)[^&#]*")
+
+
 def redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@")
-    return url
+    """``url`` as it may be shown in a message or a log line: a password in it reads
+    ``***``, and so does every query argument that carries one (``?password=``,
+    ``ssl_password=``).
+
+    Works on any text, a URL that does not parse included. Everything before the last
+    ``@`` after the scheme is taken for the user and password (a password with an
+    unencoded ``/``, ``?``, ``#`` or ``@`` in it too); the part before its first ``:``
+    is shown as the user name, and without a ``:`` the whole of it is hidden (a password
+    written where the user name goes)."""
+    text = str(url)
+    start = text.find("://")
+    start = 0 if start < 0 else start + 3
+    at = text.rfind("@", start)
+    if at >= 0:
+        user, colon, _ = text[start:at].partition(":")
+        shown = f"{user}:***" if colon else "***"
+        text = f"{text[:start]}{shown}{text[at:]}"
+    return _SECRET_ARGUMENT.sub(r"\1***", text)
 
 
 async def server_version(conn: Redis | RedisCluster) -> str:

@@ -14,7 +14,7 @@ import logging
 import math
 import secrets
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit
 
 import redis.exceptions as rex
@@ -84,6 +84,14 @@ class ClientSettings:
     @property
     def timeout_s(self) -> float:
         return self.timeout_ms / 1000.0
+
+    def __repr__(self) -> str:
+        """The settings, with the endpoint's password hidden (:func:`redact`)."""
+        shown = (
+            f"{f.name}={redact(self.endpoint) if f.name == 'endpoint' else getattr(self, f.name)!r}"
+            for f in fields(self)
+        )
+        return f"ClientSettings({', '.join(shown)})"
 
 
 class Session:

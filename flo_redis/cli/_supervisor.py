@@ -34,9 +34,17 @@ KILL_AFTER_S = 10.0
 _TICK_S = 0.1
 
 
+# Options whose value may hold a secret (the password in a Redis URL), by the
+# environment variable that carries them to a child instead of its command line: a
+# process's command line is readable by every user of the machine (``ps``), its
+# environment only by its own user.
+SECRET_OPTIONS = {"url": "FLO_REDIS_URL"}
+
+
 def child_args(ctx: click.Context, *, processes_param: str) -> list[str]:
     """The command line that runs this command again as one child: every option with
-    its resolved value (extensions' options too), ``processes`` set to 1."""
+    its resolved value (extensions' options too), ``processes`` set to 1; the
+    :data:`SECRET_OPTIONS` are left to :func:`child_env`."""
     assert ctx.command.name is not None
     args = [sys.executable, "-m", "flo_redis.cli", ctx.command.name]
     positional: list[str] = []
@@ -44,7 +52,7 @@ def child_args(ctx: click.Context, *, processes_param: str) -> list[str]:
         value = ctx.params.get(param.name or "")
         if param.name == processes_param:
             value = 1
-        if value is None:
+        if value is None or param.name in SECRET_OPTIONS:
             continue
         if isinstance(param, click.Argument):
             positional += [str(v) for v in value] if param.nargs != 1 else [str(value)]
@@ -63,6 +71,15 @@ def child_args(ctx: click.Context, *, processes_param: str) -> list[str]:
     return [*args, "--", *positional]
 
 
+def child_env(ctx: click.Context) -> dict[str, str]:
+    """The :data:`SECRET_OPTIONS` of this command, as the environment of a child."""
+    return {
+        env: str(ctx.params[name])
+        for name, env in SECRET_OPTIONS.items()
+        if ctx.params.get(name) is not None
+    }
+
+
 @dataclass
 class _Child:
     index: int
@@ -75,8 +92,11 @@ class _Child:
 class Supervisor:
     """Runs ``args`` as ``count`` children until a signal; restarts those that die."""
 
-    def __init__(self, args: list[str], count: int, params: dict[str, Any]) -> None:
+    def __init__(
+        self, args: list[str], count: int, params: dict[str, Any], env: dict[str, str]
+    ) -> None:
         self.args = args
+        self.env = env  # added to each child's environment (child_env)
         self.children = [_Child(i) for i in range(count)]
         self.shutdown_timeout = float(params["shutdown_timeout"])
         self.signals = 0
@@ -98,7 +118,7 @@ class Supervisor:
                 child.process.send_signal(sig)
 
     def _start(self, child: _Child) -> None:
-        env = {**os.environ, INDEX_ENV: str(child.index), PARENT_ENV: str(os.getpid())}
+        env = {**os.environ, **self.env, INDEX_ENV: str(child.index), PARENT_ENV: str(os.getpid())}
         child.process = subprocess.Popen(self.args, env=env, start_new_session=True)
         child.started = time.monotonic()
         log.info("worker process %d started (pid %d)", child.index, child.process.pid)

@@ -301,7 +301,8 @@ def worker_command(ctx: click.Context, /, targets: tuple[str, ...], **params: An
     setup_logging(params["log_level"], params["log_format"])
     if params["processes"] > 1:
         args = _supervisor.child_args(ctx, processes_param="processes")
-        sys.exit(_supervisor.Supervisor(args, params["processes"], params).run())
+        env = _supervisor.child_env(ctx)
+        sys.exit(_supervisor.Supervisor(args, params["processes"], params, env).run())
     found = [(spec, _targets.load(spec)) for spec in targets]  # before anything connects
     code = asyncio.run(serve(found, params))
     if any(t.is_alive() for t in threading.enumerate() if t is not threading.main_thread()):
