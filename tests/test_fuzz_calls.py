@@ -120,15 +120,11 @@ _BLOCKING_OPTIONS = {
 }
 
 
-@pytest.mark.parametrize(("group", "name"), _calls())
-async def test_bad_arguments_are_refused_typed_and_write_nothing(
-    client: FloClient,
-    raw: aioredis.Redis,
-    namespace: str,
-    valid: dict[str, Any],
-    group: str,
-    name: str,
-) -> None:
+def valid_call(
+    client: FloClient, group: str, name: str, valid: dict[str, Any]
+) -> tuple[Any, list[inspect.Parameter], dict[str, Any]]:
+    """``client.<group>.<name>``, its parameters (but the SKIPPED) and a valid value for
+    each (from the ``valid`` fixture)."""
     method = getattr(getattr(client, group), name)
     params = [
         p
@@ -145,6 +141,19 @@ async def test_bad_arguments_are_refused_typed_and_write_nothing(
             base[p.name] = valid[p.name]
         else:
             raise AssertionError(f"no valid value known for {group}.{name}({p.name})")
+    return method, params, base
+
+
+@pytest.mark.parametrize(("group", "name"), _calls())
+async def test_bad_arguments_are_refused_typed_and_write_nothing(
+    client: FloClient,
+    raw: aioredis.Redis,
+    namespace: str,
+    valid: dict[str, Any],
+    group: str,
+    name: str,
+) -> None:
+    method, params, base = valid_call(client, group, name, valid)
     raw_errors = []
     for p in params:
         for bad in BAD:

@@ -6,7 +6,6 @@ process's command line."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import re
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 from polling import eventually
-from test_fuzz_calls import _BLOCKING_OPTIONS, BAD, SKIPPED, _calls, valid  # noqa: F401
+from test_fuzz_calls import BAD, _calls, valid, valid_call  # noqa: F401
 
 from flo_redis import FloClient, FloError
 from flo_redis._endpoint import normalize_endpoint, redact
@@ -131,20 +130,7 @@ async def test_no_error_or_log_line_of_the_fuzzed_calls_holds_the_password(
     client logged in with the password."""
     said: list[str] = [repr(client), repr(client.settings), repr(client.session)]
     for group, name in _calls():
-        method = getattr(getattr(client, group), name)
-        params = [
-            p
-            for p in inspect.signature(method).parameters.values()
-            if (group, name, p.name) not in SKIPPED
-        ]
-        base: dict[str, Any] = {}
-        for p in params:
-            if p.name == "items" and group == "stream":
-                base["items"] = [(valid["ids"][0], None)]
-            elif p.name == "options" and (group, name) in _BLOCKING_OPTIONS:
-                base["options"] = _BLOCKING_OPTIONS[(group, name)]
-            else:
-                base[p.name] = valid[p.name]
+        method, params, base = valid_call(client, group, name, valid)
         for p in params:
             for bad in BAD:
                 try:
