@@ -398,3 +398,26 @@ def test_the_command_refuses_a_session_time_out_of_range() -> None:
                 check=False,
             )
             assert done.returncode == 2 and option in done.stderr, done.stderr
+
+
+@pytest.mark.cluster
+async def test_sessions_and_the_throttle_work_on_a_cluster(
+    cluster_url: str, namespace: str
+) -> None:
+    async with FloClient(cluster_url, namespace=namespace) as client:
+        await client.worker.register("w1", ["pay"], WorkerRegisterOptions())
+        policy = SessionPolicy(failures_per_address=1)
+        dash = await start_dashboard(client, port=0, token=TOKEN, policy=policy)
+        try:
+            async with aiohttp.ClientSession(cookie_jar=jar()) as browser:
+                csrf = await log_in(browser, dash)
+                assert await drain(browser, dash, csrf) == 200
+                await browser.post(dash.url + "logout", data={"csrf": csrf})
+                assert await drain(browser, dash, csrf) == 403
+                form = {"token": "wrong-token-xxxxxxxx"}
+                async with browser.post(dash.url + "login", data=form) as response:
+                    assert response.status == 403
+                async with browser.post(dash.url + "login", data={"token": TOKEN}) as response:
+                    assert response.status == 429
+        finally:
+            await dash.close()
