@@ -5,6 +5,7 @@ option objects, cursors, tokens; and the refusals a run script's status maps to.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeGuard, TypeVar
@@ -207,6 +208,28 @@ def check_seconds(what: str, value: object, high: float = 86_400.0 * 365) -> flo
     return float(value)
 
 
+def stored_int(raw: object, low: int, high: int) -> int | None:
+    """A number read back from a settings hash, as the scripts read it (``arg_int`` in
+    ``lua/lib/checked.lua``: a number, whole, in [``low``, ``high``]); None for anything
+    else (absent, text, NaN, a fraction, out of range), which the scripts read as not set."""
+    if raw is None:
+        return None
+    try:
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        value = float(text) if "_" not in text else math.nan
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not (math.isfinite(value) and value.is_integer() and low <= value <= high):
+        return None
+    return int(value)
+
+
+def stored_or(raw: object, low: int, high: int, default: int) -> int:
+    """:func:`stored_int`, or ``default`` where the scripts read their default."""
+    value = stored_int(raw, low, high)
+    return default if value is None else value
+
+
 def check_optional_name(kind: str, value: object) -> str:
     """A name that may be absent: '' for None or '', else checked as a name."""
     if value is None or value == "":
@@ -247,6 +270,17 @@ def not_registered(keys: ActionNamed) -> Exception:
     )
 
 
+def bad_settings(keys: ActionNamed) -> Exception:
+    """The refusal for an action whose stored settings do not parse (``lua/lib/action.lua``):
+    it takes no new runs and hands out none until registered again."""
+    return refusal(
+        Status.BAD_SETTING,
+        f"action {keys.action!r} in namespace {keys.namespace!r} has stored settings that "
+        "do not parse (written by hand, or by another version); register it again "
+        "(action.register, or start a worker that serves it)",
+    )
+
+
 def raise_refusal(
     status: int, keys: ActionNamed, what: str, messages: Mapping[int, str] | None = None
 ) -> None:
@@ -257,6 +291,8 @@ def raise_refusal(
         return
     if status == Status.NO_ACTION:
         raise not_registered(keys)
+    if status == Status.BAD_SETTING:
+        raise bad_settings(keys)
     message = (messages or {}).get(status)
     raise refusal(status, message or f"{what}: refused ({Status(status).name})")
 

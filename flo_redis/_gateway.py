@@ -12,6 +12,12 @@ builds KEYS by header name, checks the ARGV count, holds the owner's liveness ch
 first for scripts that record an owner (so work taken is never judged a gone owner's),
 sends the script through :func:`flo_redis._scripts.run` and answers the parsed reply. A
 header's variadic tail (``KEYS[i..n] name``) is declared here too and passed as ``tail=``.
+
+A script that refuses an argument as not what its header takes answers
+``{BAD_ARG, i}`` before it reads or writes anything (``lua/lib/checked.lua``); that is
+raised here, for every script alike, as :class:`BadRequestError` (reason ``MALFORMED``,
+``ran`` NO) naming ``ARGV[i]`` by its header name. The calls above check their
+arguments first, so it stands for a value that got past them.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from . import _stream_replies as sr
 from ._lane import packed_head
 from ._lua import LuaSourceError
 from ._scripts import SCRIPTS, Arg, RedisConn, SyncConn, run, run_sync
+from ._status import Status, refusal
 from .keys import (
     ActionKeys,
     DashboardKeys,
@@ -43,6 +50,7 @@ R = TypeVar("R")
 
 # Key objects whose packed KEYS one script keeps (then it starts again).
 _HEADS_MAX = 1024
+_BAD_ARG = int(Status.BAD_ARG)
 
 
 class _Holder(Protocol):
@@ -160,7 +168,10 @@ class Script(Generic[R]):
         primary = source[0] if type(source) is tuple else source
         if self.records_owner:
             await session.liveness.hold(primary.tag)
-        return self._parse(await run(session.redis, self.lua, keys, args, head, lead), primary)
+        reply = await run(session.redis, self.lua, keys, args, head, lead)
+        if reply[0] == _BAD_ARG:
+            raise self._refused_arg(reply, args)
+        return self._parse(reply, primary)
 
     def _packed(self, source: Any) -> tuple[list[str], bytes]:
         """The KEYS of one key object and their packed head (:func:`packed_head`),
@@ -184,7 +195,23 @@ class Script(Generic[R]):
         keys = self.keys(source, tail)
         self._check_args(args)
         primary = source[0] if type(source) is tuple else source
-        return self._parse(run_sync(conn, self.lua, keys, args), primary)
+        reply = run_sync(conn, self.lua, keys, args)
+        if reply[0] == _BAD_ARG:
+            raise self._refused_arg(reply, args)
+        return self._parse(reply, primary)
+
+    def _refused_arg(self, reply: Any, args: Sequence[Arg]) -> Exception:
+        """The error for the script's ``{BAD_ARG, i}``, naming ``ARGV[i]``."""
+        index = int(reply[1]) if len(reply) > 1 else 0
+        names = self.lua.argv
+        name = names[min(index, len(names)) - 1] if index >= 1 and names else "?"
+        value = args[index - 1] if 1 <= index <= len(args) else None
+        shown = repr(value if not isinstance(value, bytes) or len(value) <= 64 else value[:64])
+        return refusal(
+            Status.BAD_ARG,
+            f"{self.name}: ARGV[{index}] {name} = {shown} is not what the script takes "
+            f"(see the header of lua/{self.name}.lua); nothing was written",
+        )
 
     def _check_args(self, args: Sequence[Arg]) -> None:
         argc = len(args)

@@ -47,9 +47,16 @@ class Registration:
         await self.register_worker()
 
     async def restore_action(self, name: str) -> None:
-        """This worker's action was found not registered (its Redis lost its data):
-        register it again with this worker's options, so invokes are accepted again."""
-        log.warning("action %r is not registered (Redis lost its data?); registering again", name)
+        """This worker's action was found not registered (its Redis lost its data), or
+        registered with stored settings that do not parse (written by hand, or by another
+        version): register it again with this worker's options, so invokes and claims are
+        accepted again."""
+        log.warning(
+            "action %r is not registered, or its stored settings do not parse (Redis lost "
+            "its data, or they were written by hand); registering it again",
+            name,
+        )
+
         await self._register_action(name)
 
     async def _register_action(self, name: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._checks import (
+    bad_settings,
     check_bytes,
     check_count,
     check_idempotency_key,
@@ -23,7 +24,7 @@ from ._replies import Cancelled, Invoked
 from ._scripts import Arg
 from ._status import Status, refusal
 from .codec import pack, tag_labels, text, unpack_record
-from .errors import ValidationError, ValueTooLargeError, WaitTimeoutError
+from .errors import ValueTooLargeError, WaitTimeoutError
 from .keys import ActionKeys, notice_channel, run_id_prefix
 from .notices import cancel_notice
 from .types import ActionInvokeOptions, ActionInvokeResult, ActionRunStatus, RunStatus
@@ -61,8 +62,8 @@ def invoke_request(
 def invoke_reply(reply: Invoked, keys: ActionKeys, size: int) -> ActionInvokeResult:
     if reply.status == Status.NO_ACTION:
         raise not_registered(keys)
-    if reply.status == Status.OUT_OF_RANGE:
-        raise ValidationError("priority must be an int in [0, 255]")
+    if reply.status == Status.BAD_SETTING:
+        raise bad_settings(keys)
     if reply.status == Status.TOO_LARGE:
         raise ValueTooLargeError(
             f"input_data is {size} bytes; action {keys.action!r} accepts at most "

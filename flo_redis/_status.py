@@ -21,12 +21,20 @@ class Status(IntEnum):
     NO_GROUP = 9
     WRONG_OWNER = 10
     OWNER_ALIVE = 11
+    BAD_ARG = 12
+    """A script refused an argument that is not what its header takes: ``{BAD_ARG, i}``
+    names ``ARGV[i]``; the gateway raises it (:mod:`flo_redis._gateway`)."""
+    BAD_SETTING = 13
+    """An action's stored settings do not parse (written by hand, or by another version):
+    it takes no new runs and hands out none until it is registered again."""
 
 
 _MAPPING: dict[Status, tuple[StatusCode, Reason]] = {
     Status.NOT_FOUND: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
     Status.NO_ACTION: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
     Status.NO_GROUP: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
+    Status.BAD_SETTING: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
+    Status.BAD_ARG: (StatusCode.BAD_REQUEST, Reason.MALFORMED),
     Status.STALE: (StatusCode.CONFLICT, Reason.STALE_REPORT),
     Status.CONFLICT: (StatusCode.CONFLICT, Reason.CONDITION_FAILED),
     Status.WRONG_OWNER: (StatusCode.CONFLICT, Reason.CONDITION_FAILED),

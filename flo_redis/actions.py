@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TypeAlias
@@ -17,6 +18,7 @@ from typing import TypeAlias
 from . import _scripts
 from ._checks import (
     MAX_LIST_LIMIT,
+    bad_settings,
     check_bytes,
     check_callback,
     check_count,
@@ -27,7 +29,9 @@ from ._checks import (
     check_priority,
     check_text,
     not_registered,
+    raise_refusal,
     raise_run_refusal,
+    stored_int,
 )
 from ._gateway import (
     ACTION_DELETE,
@@ -54,6 +58,7 @@ from ._runs import (
 )
 from ._status import Status, refusal
 from ._trace_context import invoke_span
+from ._type_base import LUA_INT, U32
 from .action_ops import ActionInspection
 from .codec import decoded, pack, tag_labels, text, unpack_record
 from .errors import ValidationError, ValueTooLargeError
@@ -100,6 +105,8 @@ INVOKE_BATCH = 1000  # runs per action_invoke_many call
 MAX_RATE_STARTS = 10_000  # RateLimit.max: the claim script logs each start in the window
 MAX_RATE_WINDOW_MS = 86_400_000  # RateLimit.per_ms: a day
 
+log = logging.getLogger("flo_redis.actions")
+
 
 def _rate_limit(limit: object) -> tuple[int, int]:
     """``(max, per_ms)`` of a :class:`RateLimit`, ``(0, 0)`` for None (no limit)."""
@@ -113,6 +120,39 @@ def _rate_limit(limit: object) -> tuple[int, int]:
         check_count("rate_limit.max", limit.max, 1, MAX_RATE_STARTS),
         check_count("rate_limit.per_ms", limit.per_ms, 1, MAX_RATE_WINDOW_MS),
     )
+
+
+def _action_info(namespace: str, name: str, stored: dict[bytes, bytes]) -> ActionInfo:
+    """An action's settings as ``action.list`` shows them, read as the scripts read them
+    (``lua/lib/action.lua``): a setting that does not parse shows its default, and is
+    logged at WARNING: until the action is registered again, no run of it is invoked,
+    claimed or handed out."""
+    bad = []
+
+    def setting(field: str, default: int, high: int = U32 - 1) -> int:
+        raw = stored.get(field.encode())
+        value = None if raw is None else stored_int(raw, 0, high)
+        if raw is not None and value is None:
+            bad.append(f"{field} = {raw!r}")
+        return default if value is None else value
+
+    defaults = ActionRegisterOptions()
+    info = ActionInfo(
+        name=name,
+        action_type=ActionType(setting("action_type", 0, max(ActionType))),
+        timeout_ms=setting("timeout_ms", defaults.timeout_ms),
+        max_retries=setting("max_retries", defaults.max_retries),
+        description=text(stored.get(b"description")),
+    )
+    if bad:
+        log.warning(
+            "action %r in namespace %r: stored %s does not parse (written by hand, or by "
+            "another version); it takes no new runs until registered again",
+            name,
+            namespace,
+            ", ".join(bad),
+        )
+    return info
 
 
 # The options of an invoke given none (never changed: an invoke only reads them).
@@ -247,12 +287,10 @@ class ActionOperations(ActionInspection):
             reply = await ACTION_INVOKE_MANY(
                 self._session, keys, [prefix, labels, priority, trace, *chunk]
             )
-            if reply.status == Status.NO_ACTION:
-                raise not_registered(keys)
+            if reply.status in (Status.NO_ACTION, Status.BAD_SETTING):
+                raise_refusal(reply.status, keys, "invoke_many")
             if reply.status == Status.OUT_OF_RANGE:
-                raise ValidationError(
-                    f"invoke_many: {len(chunk)} inputs at priority {priority} refused"
-                )
+                raise ValidationError(f"invoke_many: {len(chunk)} inputs refused in one call")
             if reply.status == Status.TOO_LARGE:
                 index = start + reply.index
                 raise ValueTooLargeError(
@@ -268,14 +306,17 @@ class ActionOperations(ActionInspection):
         """Before the first of several calls: every input within the action's own limit,
         so no later call is refused after earlier ones created runs."""
         with _scripts.redis_errors("invoke_many"):
-            limit = await self._session.redis.hget(keys.definition, "max_payload")
-        if limit is None:
+            stored = await self._session.redis.hget(keys.definition, "max_payload")
+        if stored is None:
             raise not_registered(keys)
+        limit = stored_int(stored, 0, LUA_INT)
+        if limit is None:
+            raise bad_settings(keys)
         for index, item in enumerate(data):
-            if 0 <= int(limit) < len(item):
+            if limit < len(item):
                 raise ValueTooLargeError(
                     f"inputs[{index}] is {len(item)} bytes; action {keys.action!r} accepts "
-                    f"at most {int(limit)} (its max_payload_bytes); nothing was created"
+                    f"at most {limit} (its max_payload_bytes); nothing was created"
                 )
 
     async def status(
@@ -364,17 +405,8 @@ class ActionOperations(ActionInspection):
                     pipe.hgetall(action_keys(ns, n).definition)
                 defs = await pipe.execute()
         for n, d in zip(names, defs, strict=True):
-            if not d:
-                continue  # deleted between the two reads
-            infos.append(
-                ActionInfo(
-                    name=n,
-                    action_type=ActionType(int(d.get(b"action_type", 0))),
-                    timeout_ms=int(d[b"timeout_ms"]),
-                    max_retries=int(d[b"max_retries"]),
-                    description=text(d.get(b"description")),
-                )
-            )
+            if d:  # else deleted between the two reads
+                infos.append(_action_info(ns, n, d))
         return ActionListResult(actions=infos, cursor=names[-1].encode() if more else None)
 
     async def delete(self, name: str, options: ActionDeleteOptions | None = None) -> None:

@@ -332,8 +332,6 @@ class RunReports(Operations):
                 f"{state} and this worker's lease is no longer current (taken back, or "
                 "finished); drop the report",
             )
-        if status == Status.OUT_OF_RANGE:
-            raise refusal(status, f"{what}: extend_ms must be at most {reply.limit}")
         raise_run_refusal(status, keys, run_id)
 
     async def tally(

@@ -24,7 +24,7 @@ from datetime import timezone as dt_timezone
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ._checks import check_bytes, not_registered
+from ._checks import check_bytes, not_registered, raise_refusal
 from ._gateway import SCHEDULE_DUE, SCHEDULE_FIRE, SCHEDULE_REMOVE, SCHEDULE_SET
 from ._status import Status
 from .codec import pack, text, unpack_record
@@ -304,9 +304,10 @@ async def fire_due(session: Session, action: str, namespace: str | None = None) 
         if reply.status == Status.OK and not reply.existing:
             created += 1
             log.debug("schedule %r of %r fired %s (due %d)", name, action, reply.run_id, due_ms)
-        elif reply.status == Status.NO_ACTION:
-            raise not_registered(keys)
-        elif reply.status == Status.OUT_OF_RANGE:  # the next occurrence is not after due
+        elif reply.status in (Status.NO_ACTION, Status.BAD_SETTING):
+            raise_refusal(reply.status, keys, "schedule")
+        elif reply.status == Status.OUT_OF_RANGE:
+            # the next occurrence is not after due
             log.warning(
                 "schedule %r of %r: next occurrence %d is not after its due time %d; "
                 "not fired (remove and set the schedule again)",

@@ -19,7 +19,7 @@ import builtins
 from dataclasses import dataclass
 
 from . import _scripts
-from ._checks import check_count, check_options
+from ._checks import check_count, check_options, stored_or
 from ._gateway import (
     GROUP_CLAIM,
     GROUP_JOIN,
@@ -31,7 +31,7 @@ from ._gateway import (
 from ._partitions import decode_cursor, encode_cursor
 from ._status import Status, refusal
 from ._stream_codec import DEFAULT_COUNT, MAX_COUNT, block_ms_arg, count_arg, stream_id_arg
-from ._type_base import LUA_INT
+from ._type_base import LUA_INT, U32
 from ._wake import Attempt
 from .keys import StreamKeys, check_name
 from .liveness import DEFAULT_GRACE_MS
@@ -372,6 +372,6 @@ class ConsumerGroups(PartitionedStreams):
         with _scripts.redis_errors("group_settings"):
             raw = await self._session.redis.hmget(gk.config, ["ack_timeout_ms", "max_deliver"])
         return StreamGroupSettings(
-            ack_timeout_ms=int(raw[0]) if raw[0] is not None else DEFAULT_ACK_TIMEOUT_MS,
-            max_deliver=int(raw[1]) if raw[1] is not None else DEFAULT_MAX_DELIVER,
+            ack_timeout_ms=stored_or(raw[0], 0, U32 - 1, DEFAULT_ACK_TIMEOUT_MS),
+            max_deliver=stored_or(raw[1], 1, U32 - 1, DEFAULT_MAX_DELIVER),
         )

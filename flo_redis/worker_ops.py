@@ -21,6 +21,7 @@ from ._checks import (
     check_names,
     check_options,
     check_text,
+    stored_or,
 )
 from ._gateway import (
     ACTION_CLAIM,
@@ -35,6 +36,7 @@ from ._gateway import (
 from ._registry import remember
 from ._replies import Claimed, ClaimReply
 from ._status import Status, refusal
+from ._type_base import LUA_INT
 from ._wake import Attempt, long_poll
 from .codec import (
     check_metadata,
@@ -272,8 +274,8 @@ class WorkerOperations(RunReports):
         conn = self._session.redis
         with _scripts.redis_errors("configure"):
             current = await conn.hmget(ns.config, ["heartbeat_timeout_ms", "remove_after_ms"])
-            hb = fields.get("heartbeat_timeout_ms", int(current[0] or 90_000))
-            rm = fields.get("remove_after_ms", int(current[1] or 300_000))
+            hb = fields.get("heartbeat_timeout_ms", stored_or(current[0], 0, LUA_INT, 90_000))
+            rm = fields.get("remove_after_ms", stored_or(current[1], 0, LUA_INT, 300_000))
             if rm < hb:
                 raise ValidationError(
                     f"remove_after_ms ({rm}) must not be shorter than heartbeat_timeout_ms "

@@ -25,14 +25,14 @@
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
-  ARGV[4] max_n       how many runs the worker can take now (0: only end the poller's park
-                      and answer with what was handed to it)
+  ARGV[4] max_n       how many runs the worker can take now, 0 .. 2^32 - 1 (0: only end
+                      the poller's park and answer with what was handed to it)
   ARGV[5] poll_id     '' or an id the caller reuses when it retries this poll
-  ARGV[6] scan        pending runs inspected per window (label routing); at most two
-                      windows: the head, and one at a cursor that moves past runs
+  ARGV[6] scan        pending runs inspected per window (label routing), 1 .. 1000; at
+                      most two windows: the head, and one at a cursor that moves past runs
                       no worker asking took (meta field scan_at)
   ARGV[7] park_ms     when nothing is handed to a "<poller>#<n>" poll, park the poller
-                      for this long (at most 60000; 0: do not park)
+                      for this long (0 .. 60000; 0: do not park)
   ARGV[8] received    "<run id> <token>" of the run this poller received here last (by
                       hand-off for its previous poll), or '' (a run handed to that poll
                       and not received -- another run, or the same run under another
@@ -40,7 +40,8 @@
                       of this poll's answer)
   Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
           claimed_ms, input, trace) * n, rate_next_ms}
-          status: OK | NO_ACTION; next_due_ms: when a delayed run becomes ready or a
+          status: OK | NO_ACTION | BAD_SETTING (the action's stored settings do not
+          parse); next_due_ms: when a delayed run becomes ready or a
           lease expires, whichever is first, or -1; ready_ms: when the run became ready
           to claim; claimed_ms: when it was handed out (claimed - ready = pickup latency);
           rate_next_ms: when runs wait only for the rate limit, the server time its next
@@ -55,6 +56,7 @@
 --@include lib/owners.lua
 --@include lib/polls.lua
 --@include lib/handoff.lua
+--@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
@@ -62,21 +64,30 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]
-local max_n = tonumber(ARGV[4])
+local max_n = arg_int(ARGV[4], 0, U32_MAX)
 local poll_id = ARGV[5]
-local scan = tonumber(ARGV[6])
-local park_ms = tonumber(ARGV[7])
+local scan = arg_int(ARGV[6], 1, 1000)
+local park_ms = arg_int(ARGV[7], 0, PARK_MAX_MS)
 local received = ARGV[8]
 local BATCH = 100
 
+if owner == '' then return {ST_BAD_ARG, 2} end
+local worker_labels = nil
+if labels ~= '' then
+  worker_labels = arg_map(labels)
+  if not worker_labels then return {ST_BAD_ARG, 3} end
+end
+if not max_n then return {ST_BAD_ARG, 4} end
+if not scan then return {ST_BAD_ARG, 6} end
+if not park_ms then return {ST_BAD_ARG, 7} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
+if action.bad then return {ST_BAD_SETTING} end
 local now = now_ms()
 local out = {ST_OK, -1, 0}
 local poller = poll_field(poll_id)
 if poller ~= poll_id then handoff_unpark(k.parked, poller, now) end
-local worker_labels = nil
-if labels ~= '' then worker_labels = cmsgpack.unpack(labels) end
+
 
 local out_n = #out  -- out's length, kept here: # is a search each time
 local function hand_out(run_id, run, input)

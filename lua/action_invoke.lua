@@ -19,14 +19,14 @@
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] input       payload bytes
   ARGV[3] labels      msgpack map of type-tagged labels, or ''
-  ARGV[4] delay_ms    run no earlier than now + delay_ms
-  ARGV[5] run_at_ms   run no earlier than this server time (0 = not set)
+  ARGV[4] delay_ms    run no earlier than now + delay_ms (0 .. MAX_TIME_MS)
+  ARGV[5] run_at_ms   run no earlier than this server time (0 = not set; at most MAX_TIME_MS)
   ARGV[6] idem_key    idempotency key, or ''
   ARGV[7] priority    0 .. 255: ready runs of a lower value are claimed first; FIFO within one
   ARGV[8] trace       the producer's packed trace context (run field tr), or '' for none
   Returns {status, run_id, existing, handed}   status: OK | NO_ACTION | TOO_LARGE (then
-          run_id is the limit) | OUT_OF_RANGE (a bad priority; nothing written); handed 1:
-          the new run went straight to a parked poller
+          run_id is the limit) | BAD_SETTING (the action's stored settings do not parse;
+          nothing written); handed 1: the new run went straight to a parked poller
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -34,6 +34,7 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/invoke.lua
+--@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8],
   parked = KEYS[9], polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12],
@@ -41,16 +42,22 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
 local id_prefix = ARGV[1]
 local input = ARGV[2]
 local labels = ARGV[3]
-local delay_ms = tonumber(ARGV[4])
-local run_at_ms = tonumber(ARGV[5])
+local MAX_TIME_MS = 253402300799999  -- the end of the year 9999
+local delay_ms = arg_int(ARGV[4], 0, MAX_TIME_MS)
+local run_at_ms = arg_int(ARGV[5], 0, MAX_TIME_MS)
 local idem_key = ARGV[6]
-local priority = tonumber(ARGV[7])
+local priority = arg_int(ARGV[7], 0, PRIORITY_MAX)
 local trace = ARGV[8]
 
-if not priority_valid(priority) then return {ST_OUT_OF_RANGE, 0} end
+if labels ~= '' and not arg_map(labels) then return {ST_BAD_ARG, 3} end
+if not delay_ms then return {ST_BAD_ARG, 4} end
+if not run_at_ms then return {ST_BAD_ARG, 5} end
+if not priority then return {ST_BAD_ARG, 7} end
 
 local action = action_load_lean(k.definition)
 if not action then return {ST_NO_ACTION} end
+if action.bad then return {ST_BAD_SETTING} end
+
 if action.max_payload >= 0 and #input > action.max_payload then
   return {ST_TOO_LARGE, action.max_payload}
 end

@@ -22,7 +22,8 @@
   ARGV[5..n] inputs   payload bytes, one per run (at most 1000)
   Returns {status, first_seq, n}   run ids are id_prefix .. (first_seq + i), i = 0 .. n-1
           status: OK | NO_ACTION | TOO_LARGE (then first_seq is the limit, n the index)
-          | OUT_OF_RANGE (too many inputs, or a bad priority; nothing written)
+          | OUT_OF_RANGE (no input, or too many; nothing written) | BAD_SETTING (the
+          action's stored settings do not parse; nothing written)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -31,22 +32,27 @@
 --@include lib/priority.lua
 --@include lib/handoff.lua
 --@include lib/num.lua
+--@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], wake = KEYS[6], parked = KEYS[7], polls = KEYS[8], poll_times = KEYS[9],
   owners = KEYS[10], owned = KEYS[11], leases = KEYS[12], rate = KEYS[13]}
 local id_prefix = ARGV[1]
 local labels = ARGV[2]
-local priority = tonumber(ARGV[3])
+local priority = arg_int(ARGV[3], 0, PRIORITY_MAX)
 local trace = ARGV[4]
 local FIRST_INPUT = 5
 local MAX_RUNS = 1000
 
+if labels ~= '' and not arg_map(labels) then return {ST_BAD_ARG, 2} end
+if not priority then return {ST_BAD_ARG, 3} end
 local n = #ARGV - FIRST_INPUT + 1
-if n < 1 or n > MAX_RUNS or not priority_valid(priority) then
+if n < 1 or n > MAX_RUNS then
   return {ST_OUT_OF_RANGE, MAX_RUNS, n}
 end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
+if action.bad then return {ST_BAD_SETTING} end
+
 if action.max_payload >= 0 then
   for i = FIRST_INPUT, #ARGV do
     if #ARGV[i] > action.max_payload then

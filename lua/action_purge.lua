@@ -14,9 +14,10 @@
   KEYS[8] failed   ZSET  run_id -> finished ms
   KEYS[9] idempotency HASH  idempotency key -> run_id
   ARGV[1] state    pending | delayed | completed | failed
-  ARGV[2] upto     delete runs scored at or below this; '' = the highest score now
+  ARGV[2] upto     delete runs scored at or below this (an integer 0 .. 2^53 - 1); '' =
+                   the highest score now
   ARGV[3] batch    1 .. 500
-  Returns {status, purged, remaining, upto}   status: OK | NO_ACTION | OUT_OF_RANGE;
+  Returns {status, purged, remaining, upto}   status: OK | NO_ACTION;
           remaining: runs of the state left at or below upto
 ]]
 --@include lib/status.lua
@@ -24,24 +25,27 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/states.lua
+--@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], done = KEYS[7], failed = KEYS[8], idempotency = KEYS[9]}
-local state = ARGV[1]
-local upto = ARGV[2]
-local batch = tonumber(ARGV[3])
 local MAX_BATCH = 500
+local state = ARGV[1]
+local upto = arg_int_or_none(ARGV[2], 0, INT_MAX)
+local batch = arg_int(ARGV[3], 1, MAX_BATCH)
 
 local set = state ~= 'running' and state_set(k, state)
-if not set or not batch or batch < 1 or batch > MAX_BATCH
-    or (upto ~= '' and not tonumber(upto)) then
-  return {ST_OUT_OF_RANGE}
-end
+if not set then return {ST_BAD_ARG, 1} end
+if upto == nil then return {ST_BAD_ARG, 2} end
+if not batch then return {ST_BAD_ARG, 3} end
 if redis.call('EXISTS', k.definition) == 0 then return {ST_NO_ACTION} end
-if upto == '' then
+if upto then
+  upto = string.format('%d', upto)
+else
   local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
   if #last == 0 then return {ST_OK, 0, 0, '-inf'} end
   upto = last[2]
 end
+
 
 local ids = redis.call('ZRANGE', set, '-inf', upto, 'BYSCORE', 'LIMIT', 0, batch)
 local timed_out = queue_forget(k, set, ids, true)

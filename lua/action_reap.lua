@@ -21,7 +21,7 @@
   KEYS[16] poll_times  ZSET  poll memo -> time ms
   KEYS[17] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[18] rate    ZSET  token -> start ms: the action's starts within its rate window
-  ARGV[1] batch    at most this many items per step
+  ARGV[1] batch    at most this many items per step (1 .. 1000)
   Returns {status, ready, next_due_ms}   status: OK | NO_ACTION; ready: runs made ready
           (handed or queued)
 ]]
@@ -31,14 +31,17 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/handoff.lua
+--@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   done = KEYS[9], idempotency = KEYS[10], wake = KEYS[11], owned = KEYS[12],
   ended = KEYS[13], parked = KEYS[14], polls = KEYS[15], poll_times = KEYS[16],
   owners = KEYS[17], rate = KEYS[18]}
-local batch = tonumber(ARGV[1])
+local batch = arg_int(ARGV[1], 1, 1000)
 
-local action = action_load(k.definition)
+if not batch then return {ST_BAD_ARG, 1} end
+local action
+ = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
 local ready = queue_expire(k, now, batch, action.backoff_ms, action.backoff_max_ms)

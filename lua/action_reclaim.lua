@@ -27,7 +27,8 @@
   KEYS[16] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[17..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
                         in the same order
-  ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone (>= 0)
+  ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone
+                    (0 .. 2^32 - 1)
   ARGV[2] batch     at most this many index entries of gone owners (1..1000)
   ARGV[3] owners    msgpack array of owner ids (at most 100)
   Returns {status, reclaimed, wait_ms, more}
@@ -42,17 +43,22 @@
 --@include lib/action.lua
 --@include lib/owners.lua
 --@include lib/handoff.lua
+--@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   delayed = KEYS[5], leases = KEYS[6], failed = KEYS[7], owners = KEYS[8], owned = KEYS[9],
   wake = KEYS[10], ended = KEYS[11], inputs = KEYS[12], parked = KEYS[13], polls = KEYS[14],
   poll_times = KEYS[15], rate = KEYS[16]}
 local channels = {}
 for i = 17, #KEYS do channels[#channels + 1] = KEYS[i] end
-local grace_ms = tonumber(ARGV[1])
-local batch = tonumber(ARGV[2])
-local owners = cmsgpack.unpack(ARGV[3])
+local grace_ms = arg_int(ARGV[1], 0, U32_MAX)
+local batch = arg_int(ARGV[2], 1, RECLAIM_MAX_BATCH)
+local owners = arg_names(ARGV[3], RECLAIM_MAX_OWNERS)
 local GC_BATCH = 20
 local GONE = 'owner gone: worker process died'
+
+if not grace_ms then return {ST_BAD_ARG, 1} end
+if not batch then return {ST_BAD_ARG, 2} end
+if not owners then return {ST_BAD_ARG, 3} end
 
 if reclaim_refused(grace_ms, batch, owners, channels) then return {ST_OUT_OF_RANGE} end
 local action = action_load(k.definition)

@@ -1,13 +1,28 @@
 --[[ action_register
   Register an action, or replace its settings (the last registration wins).
   KEYS[1] definition HASH  the action's settings
-  ARGV[1] settings  msgpack map of setting name -> integer or string
+  ARGV[1] settings  msgpack map of setting name -> integer or string; timeout_ms and
+                    max_retries given, and each setting lib/action.lua reads in its range
   Returns {status}   status: OK (lib/status.lua)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
+--@include lib/action.lua
 local definition_key = KEYS[1]
-local settings = cmsgpack.unpack(ARGV[1])
+local settings = arg_map(ARGV[1])
+
+local function valid(s)
+  if not (s and s.timeout_ms and s.max_retries) then return false end
+  for name, value in pairs(s) do
+    if type(name) ~= 'string' or (type(value) ~= 'string' and type(value) ~= 'number') then
+      return false
+    end
+  end
+  return not action_settings({s.timeout_ms, s.max_retries, s.backoff_ms, s.backoff_max_ms,
+    s.max_concurrency, s.max_payload, s.retention_ms, s.retention_count, s.rate_max,
+    s.rate_per_ms}).bad
+end
+if not valid(settings) then return {ST_BAD_ARG, 1} end
 
 local now = now_ms()
 redis.call('DEL', definition_key)

@@ -18,9 +18,10 @@
   KEYS[12] poll_times  ZSET  poll memo -> time ms
   KEYS[13] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[14] rate    ZSET  token -> start ms: the action's starts within its rate window
-  ARGV[1] upto     re-queue runs that failed at or before this ms; '' = the newest now
+  ARGV[1] upto     re-queue runs that failed at or before this ms (0 .. 2^53); '' = the
+                   newest now
   ARGV[2] batch    1 .. 500
-  Returns {status, requeued, remaining, upto}   status: OK | NO_ACTION | OUT_OF_RANGE;
+  Returns {status, requeued, remaining, upto}   status: OK | NO_ACTION;
           remaining: failed runs left at or before upto
 ]]
 --@include lib/status.lua
@@ -29,24 +30,27 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/handoff.lua
+--@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   failed = KEYS[5], wake = KEYS[6], inputs = KEYS[7], leases = KEYS[8], owned = KEYS[9],
   parked = KEYS[10], polls = KEYS[11], poll_times = KEYS[12], owners = KEYS[13],
   rate = KEYS[14]}
-local upto = ARGV[1]
-local batch = tonumber(ARGV[2])
 local MAX_BATCH = 500
+local upto = arg_int_or_none(ARGV[1], 0, INT_MAX)
+local batch = arg_int(ARGV[2], 1, MAX_BATCH)
 
-if not batch or batch < 1 or batch > MAX_BATCH or (upto ~= '' and not tonumber(upto)) then
-  return {ST_OUT_OF_RANGE}
-end
+if upto == nil then return {ST_BAD_ARG, 1} end
+if not batch then return {ST_BAD_ARG, 2} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
-if upto == '' then
+if upto then
+  upto = string.format('%d', upto)
+else
   local last = redis.call('ZRANGE', k.failed, -1, -1, 'WITHSCORES')
   if #last == 0 then return {ST_OK, 0, 0, '-inf'} end
   upto = last[2]
 end
+
 
 local ids = redis.call('ZRANGE', k.failed, '-inf', upto, 'BYSCORE', 'LIMIT', 0, batch)
 local now = now_ms()

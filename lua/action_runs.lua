@@ -9,26 +9,31 @@
   KEYS[5] done     ZSET  run_id -> finished ms
   KEYS[6] failed   ZSET  run_id -> finished ms
   ARGV[1] state        pending | delayed | running | completed | failed
-  ARGV[2] after_score  the cursor's score, or '' for the first page
+  ARGV[2] after_score  the cursor's score (an integer 0 .. 2^53), or '' for the first page
   ARGV[3] after_id     the cursor's run id (the last run of the previous page)
   ARGV[4] limit        1 .. 1024
-  Returns {status, more, n, (run_id, score, record) * n}   status: OK | OUT_OF_RANGE;
+  Returns {status, more, n, (run_id, score, record) * n}   status: OK;
           more: 1 when runs follow the last one; score: the run's score in its set
 ]]
 --@include lib/status.lua
 --@include lib/states.lua
+--@include lib/checked.lua
 local k = {runs = KEYS[1], pending = KEYS[2], delayed = KEYS[3], leases = KEYS[4],
   done = KEYS[5], failed = KEYS[6]}
 local state = ARGV[1]
 local after_score = ARGV[2]
 local after_id = ARGV[3]
-local limit = tonumber(ARGV[4])
+local limit = arg_int(ARGV[4], 1, 1024)
 
 local set = state_set(k, state)
-if not set or not limit or limit < 1 or limit > 1024
-    or (after_score ~= '' and not tonumber(after_score)) then
-  return {ST_OUT_OF_RANGE}
+if not set then return {ST_BAD_ARG, 1} end
+if after_score ~= '' then
+  local score = arg_int(after_score, 0, INT_MAX)
+  if not score then return {ST_BAD_ARG, 2} end
+  after_score = string.format('%d', score)
 end
+if not limit then return {ST_BAD_ARG, 4} end
+
 local newest_first = state == 'completed' or state == 'failed'
 
 -- Where the page starts: just past the cursor's run while it is still in the set with the

@@ -12,19 +12,24 @@
   KEYS[6] owned       ZSET    "<owner>\0<entry id>": the deliveries each owner holds
   ARGV[1] group
   ARGV[2] consumer  '' or the acking consumer (checked only with a token)
-  ARGV[3] token     '' (any consumer may ack) or the caller's delivery count
-  ARGV[4] ids       msgpack list of entry ids
+  ARGV[3] token     '' (any consumer may ack) or the caller's delivery count (1 .. 2^53)
+  ARGV[4] ids       msgpack list of entry ids (at most 1000)
   Returns {status, acked, stale_id, current_count, holder}
           status: OK | NO_GROUP | STALE (nothing acked; stale_id was delivered again)
 ]]
 --@include lib/status.lua
 --@include lib/stream.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], config = KEYS[2]}
 local g = {due = KEYS[3], deliveries = KEYS[4], owners = KEYS[5], owned = KEYS[6]}
 local group = ARGV[1]
 local consumer = ARGV[2]
 local token = ARGV[3]
-local ids = cmsgpack.unpack(ARGV[4])
+local ids = arg_stream_ids(ARGV[4], BATCH_MAX)
+
+if not group_named(k.config, group) then return {ST_BAD_ARG, 1} end
+if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 3} end
+if not ids then return {ST_BAD_ARG, 4} end
 
 if not group_exists(k.log, k.config) then return {ST_NO_GROUP, 0, '', 0, ''} end
 local held = {}

@@ -11,7 +11,7 @@
   KEYS[6] owned       ZSET    "<owner>\0<entry id>": the deliveries each owner holds
   ARGV[1] group
   ARGV[2] consumer  '' or the acking consumer (checked where an item has a token)
-  ARGV[3] items     msgpack list of {entry id, token ('' = any consumer may ack)}
+  ARGV[3] items     msgpack list of {entry id, token (1 .. 2^53; '' = any consumer may ack)}
   ARGV[4] owner     '' or the acking process's owner id: where the entries' owner index
                     entries are looked for first (the same outcome either way, cheaper
                     when the acker is the reader)
@@ -20,15 +20,25 @@
 ]]
 --@include lib/status.lua
 --@include lib/stream.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], config = KEYS[2]}
 local g = {due = KEYS[3], deliveries = KEYS[4], owners = KEYS[5], owned = KEYS[6]}
 local group = ARGV[1]
 local consumer = ARGV[2]
-local items = cmsgpack.unpack(ARGV[3])
+local items = arg_array(ARGV[3], INT_MAX)
 local owner = ARGV[4] or ''
 local MAX_ITEMS = 1000
 
+if not group_named(k.config, group) then return {ST_BAD_ARG, 1} end
+if not items then return {ST_BAD_ARG, 3} end
 if #items > MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
+for _, item in ipairs(items) do
+  if type(item) ~= 'table' or not arg_stream_id(item[1])
+      or (item[2] ~= '' and not arg_int(item[2], 1, INT_MAX)) then
+    return {ST_BAD_ARG, 3}
+  end
+end
+
 if not group_exists(k.log, k.config) then return {ST_NO_GROUP} end
 local out = {ST_OK}
 local held = {}

@@ -15,26 +15,34 @@
   ARGV[1] group
   ARGV[2] consumer
   ARGV[3] owner        the claiming process's owner id
-  ARGV[4] min_idle_ms  0: only the consumer's own entries
-  ARGV[5] start        first id to inspect (inclusive)
+  ARGV[4] min_idle_ms  0 .. 2^53; 0: only the consumer's own entries
+  ARGV[5] start        first id to inspect (inclusive), or '-'
   ARGV[6] count        at most this many entries taken (1..1000)
-  ARGV[7] scan         at most this many entries inspected (>= count)
+  ARGV[7] scan         at most this many entries inspected (1..1000)
   Returns {status, done, next_id, n, (id, token, payload, headers) * n}
           status: OK; done: 1 when the scan reached the end (next_id is then '')
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/stream.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], config = KEYS[2]}
 local g = {due = KEYS[3], deliveries = KEYS[4], dead = KEYS[5], owners = KEYS[6],
   owned = KEYS[7]}
 local group = ARGV[1]
 local consumer = ARGV[2]
 local owner = ARGV[3]
-local min_idle_ms = tonumber(ARGV[4])
+local min_idle_ms = arg_int(ARGV[4], 0, INT_MAX)
 local start = ARGV[5]
-local count = tonumber(ARGV[6])
-local scan = tonumber(ARGV[7])
+local count = arg_int(ARGV[6], 1, BATCH_MAX)
+local scan = arg_int(ARGV[7], 1, BATCH_MAX)
+
+if not group_named(k.config, group) then return {ST_BAD_ARG, 1} end
+if owner == '' then return {ST_BAD_ARG, 3} end
+if not min_idle_ms then return {ST_BAD_ARG, 4} end
+if start ~= '-' and not arg_stream_id(start) then return {ST_BAD_ARG, 5} end
+if not count then return {ST_BAD_ARG, 6} end
+if not scan then return {ST_BAD_ARG, 7} end
 
 if not group_exists(k.log, k.config) then return {ST_OK, 1, '', 0} end
 local now = now_ms()

@@ -14,6 +14,7 @@ local k = {log = KEYS[1], config = KEYS[2]}
 local group = ARGV[1]
 local consumer = ARGV[2]
 
+if not group_named(k.config, group) then return {ST_BAD_ARG, 1} end
 if not group_exists(k.log, k.config) then return {ST_OK, 0} end
 local held = redis.call('XPENDING', k.log, group, '-', '+', 1, consumer)
 if #held > 0 then return {ST_OK, 0} end

@@ -12,11 +12,16 @@
 ]]
 --@include lib/status.lua
 --@include lib/stream.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], config = KEYS[2]}
 local group = ARGV[1]
 local consumer = ARGV[2]
 local start = ARGV[3]
-local count = tonumber(ARGV[4])
+local count = arg_int(ARGV[4], 1, BATCH_MAX)
+
+if not group_named(k.config, group) then return {ST_BAD_ARG, 1} end
+if start ~= '-' and not arg_stream_id(start) then return {ST_BAD_ARG, 3} end
+if not count then return {ST_BAD_ARG, 4} end
 
 if not group_exists(k.log, k.config) then return {ST_OK, 0} end
 local entries

@@ -31,6 +31,7 @@
 --@include lib/clock.lua
 --@include lib/stream.lua
 --@include lib/polls.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], config = KEYS[2]}
 local g = {due = KEYS[3], deliveries = KEYS[4], dead = KEYS[5], owners = KEYS[8],
   owned = KEYS[9], batches = KEYS[10], batch_due = KEYS[11]}
@@ -39,8 +40,12 @@ local poll_times = KEYS[7]
 local group = ARGV[1]
 local consumer = ARGV[2]
 local owner = ARGV[3]
-local count = tonumber(ARGV[4])
+local count = arg_int(ARGV[4], 0, BATCH_MAX)
 local poll_id = ARGV[5]
+
+if not group_named(k.config, group) then return {ST_BAD_ARG, 1} end
+if owner == '' then return {ST_BAD_ARG, 3} end
+if not count then return {ST_BAD_ARG, 4} end
 
 local now = now_ms()
 local out = {ST_OK, -1, 0}

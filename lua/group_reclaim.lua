@@ -19,7 +19,8 @@
   KEYS[10..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[4],
                         in the same order
   ARGV[1] group
-  ARGV[2] grace_ms  how long an owner must stay absent before it is judged gone (>= 0)
+  ARGV[2] grace_ms  how long an owner must stay absent before it is judged gone
+                    (0 .. 2^32 - 1)
   ARGV[3] batch     at most this many index entries of gone owners (1..1000)
   ARGV[4] owners    msgpack array of owner ids (at most 100)
   Returns {status, reclaimed, wait_ms, more}
@@ -31,15 +32,22 @@
 --@include lib/clock.lua
 --@include lib/stream.lua
 --@include lib/owners.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], config = KEYS[2], wake = KEYS[7]}
 local g = {due = KEYS[3], deliveries = KEYS[4], owners = KEYS[5], owned = KEYS[6],
   batches = KEYS[8], batch_due = KEYS[9]}
 local channels = {}
 for i = 10, #KEYS do channels[#channels + 1] = KEYS[i] end
 local group = ARGV[1]
-local grace_ms = tonumber(ARGV[2])
-local batch = tonumber(ARGV[3])
-local owners = cmsgpack.unpack(ARGV[4])
+local grace_ms = arg_int(ARGV[2], 0, U32_MAX)
+local batch = arg_int(ARGV[3], 1, RECLAIM_MAX_BATCH)
+local owners = arg_names(ARGV[4], RECLAIM_MAX_OWNERS)
+
+if not group_named(k.config, group) then return {ST_BAD_ARG, 1} end
+if not grace_ms then return {ST_BAD_ARG, 2} end
+
+if not batch then return {ST_BAD_ARG, 3} end
+if not owners then return {ST_BAD_ARG, 4} end
 
 if reclaim_refused(grace_ms, batch, owners, channels) then return {ST_OUT_OF_RANGE} end
 if not group_exists(k.log, k.config) then return {ST_NO_GROUP} end

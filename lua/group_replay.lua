@@ -12,15 +12,22 @@
 ]]
 --@include lib/status.lua
 --@include lib/stream.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], meta = KEYS[2], dead = KEYS[3], wake = KEYS[4]}
 local ids = ARGV[1]
-local count = tonumber(ARGV[2])
+local count = arg_int(ARGV[2], 1, BATCH_MAX)
 
+if ids ~= '' then
+  ids = arg_stream_ids(ids, BATCH_MAX)
+  if not ids then return {ST_BAD_ARG, 1} end
+end
+if not count then return {ST_BAD_ARG, 2} end
 local letters = {}
 if ids == '' then
   letters = redis.call('XRANGE', k.dead, '-', '+', 'COUNT', count)
 else
-  for _, id in ipairs(cmsgpack.unpack(ids)) do
+  for _, id in ipairs(ids) do
+
     if #letters >= count then break end
     local found = redis.call('XRANGE', k.dead, id, id)
     if #found > 0 then letters[#letters + 1] = found[1] end

@@ -12,7 +12,7 @@
   ARGV[1] owner   the consumer process the messages were delivered to
   ARGV[2] seqs    msgpack array of sequence numbers (at most 1000)
   ARGV[3] tokens  msgpack array, same length: delivery count each ack is for (0: any)
-  Returns {status, n, status_1, ..., status_n}   status: OK | OUT_OF_RANGE;
+  Returns {status, n, status_1, ..., status_n}   status: OK;
           status_i: OK | STALE | NOT_FOUND
 ]]
 --@include lib/status.lua
@@ -21,9 +21,11 @@ local k = {meta = KEYS[1], msgs = KEYS[2], bodies = KEYS[3], leases = KEYS[4], o
 local owner = ARGV[1]
 local seqs = ARGV[2]
 local tokens = ARGV[3]
-seqs, tokens = msg_parse_reports(seqs, tokens, MSG_MAX_COUNT)
+local malformed
+seqs, tokens, malformed = msg_parse_reports(seqs, tokens, MSG_MAX_COUNT)
 
-if not seqs then return {ST_OUT_OF_RANGE, 0} end
+if malformed then return {ST_BAD_ARG, malformed == 'seqs' and 2 or 3} end
+
 local out = {ST_OK, #seqs}
 local stale = 0
 for i, seq in ipairs(seqs) do

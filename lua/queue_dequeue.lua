@@ -25,7 +25,7 @@
   ARGV[5] poll_id         '' or an id the caller reuses when it retries this poll
   Returns {status, now_ms, next_deadline_ms, n, seq_1, payload_1, enqueued_at_1,
            delivery_count_1, priority_1, ...}
-          status: OK | OUT_OF_RANGE; next_deadline_ms: the earliest visibility deadline
+          status: OK; next_deadline_ms: the earliest visibility deadline
           still running (-1: none)
 ]]
 --@include lib/status.lua
@@ -37,17 +37,17 @@ local k = {meta = KEYS[1], msgs = KEYS[2], bodies = KEYS[3], ready = KEYS[4],
 local polls = KEYS[10]
 local poll_times = KEYS[11]
 local owner = ARGV[1]
-local count = tonumber(ARGV[2])
-local visibility_ms = tonumber(ARGV[3])
-local max_deliveries = tonumber(ARGV[4])
+local count = arg_int(ARGV[2], 1, MSG_MAX_COUNT)
+local visibility_ms = arg_int(ARGV[3], 1, MSG_MAX_VISIBILITY_MS)
+local max_deliveries = arg_int(ARGV[4], 1, MSG_MAX_DELIVERIES)
 local poll_id = ARGV[5]
 local EXPIRE_BATCH = 100
 
-if owner == '' or not count or count < 1 or count > MSG_MAX_COUNT
-    or not visibility_ms or visibility_ms < 1 or visibility_ms > MSG_MAX_VISIBILITY_MS
-    or not max_deliveries or max_deliveries < 1 or max_deliveries > MSG_MAX_DELIVERIES then
-  return {ST_OUT_OF_RANGE, 0, -1, 0}
-end
+if owner == '' then return {ST_BAD_ARG, 1} end
+if not count then return {ST_BAD_ARG, 2} end
+if not visibility_ms then return {ST_BAD_ARG, 3} end
+if not max_deliveries then return {ST_BAD_ARG, 4} end
+
 local now = now_ms()
 local back = msg_expire(k, now, EXPIRE_BATCH)
 

@@ -11,7 +11,7 @@
   KEYS[4] dead    ZSET  seq -> ms it was dead-lettered
   KEYS[5] wake    CHANNEL  sharded channel announcing messages to take
   ARGV[1] seqs    msgpack array of sequence numbers (at most 1000)
-  Returns {status, n, status_1, ..., status_n}   status: OK | OUT_OF_RANGE;
+  Returns {status, n, status_1, ..., status_n}   status: OK;
           status_i: OK | NOT_FOUND
 ]]
 --@include lib/status.lua
@@ -20,7 +20,8 @@ local k = {meta = KEYS[1], msgs = KEYS[2], ready = KEYS[3], dead = KEYS[4], wake
 local seqs = ARGV[1]
 seqs = msg_parse_reports(seqs, seqs, MSG_MAX_COUNT)
 
-if not seqs then return {ST_OUT_OF_RANGE, 0} end
+if not seqs then return {ST_BAD_ARG, 1} end
+
 local out = {ST_OK, #seqs}
 local ready = 0
 for _, seq in ipairs(seqs) do

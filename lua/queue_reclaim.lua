@@ -16,7 +16,8 @@
   KEYS[8] wake    CHANNEL  sharded channel announcing messages to take
   KEYS[9..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
                         in the same order
-  ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone (>= 0)
+  ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone
+                    (0 .. 2^32 - 1)
   ARGV[2] batch     at most this many index entries of gone owners (1..1000)
   ARGV[3] owners    msgpack array of owner ids (at most 100)
   Returns {status, reclaimed, wait_ms, more}
@@ -28,17 +29,20 @@
 --@include lib/clock.lua
 --@include lib/message.lua
 --@include lib/owners.lua
+--@include lib/checked.lua
 local k = {meta = KEYS[1], msgs = KEYS[2], ready = KEYS[3], leases = KEYS[4], dead = KEYS[5],
   owners = KEYS[6], owned = KEYS[7], wake = KEYS[8]}
 local channels = {}
 for i = 9, #KEYS do channels[#channels + 1] = KEYS[i] end
-local grace_ms = tonumber(ARGV[1])
-local batch = tonumber(ARGV[2])
-local owners = ARGV[3]
-local ok
-ok, owners = pcall(cmsgpack.unpack, owners)
+local grace_ms = arg_int(ARGV[1], 0, U32_MAX)
+local batch = arg_int(ARGV[2], 1, RECLAIM_MAX_BATCH)
+local owners = arg_names(ARGV[3], RECLAIM_MAX_OWNERS)
 
-if not ok or reclaim_refused(grace_ms, batch, owners, channels) then
+if not grace_ms then return {ST_BAD_ARG, 1} end
+if not batch then return {ST_BAD_ARG, 2} end
+if not owners then return {ST_BAD_ARG, 3} end
+if reclaim_refused(grace_ms, batch, owners, channels) then
+
   return {ST_OUT_OF_RANGE, 0, -1, 0}
 end
 local now = now_ms()

@@ -11,7 +11,8 @@
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   ARGV[1] run_id
-  ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
+  ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
+                     decides)
   ARGV[3] worker_id
   ARGV[4] result     output bytes
   ARGV[5] outcome
@@ -19,6 +20,7 @@
           status: OK | NOT_FOUND | NO_ACTION | STALE | TOO_LARGE; duplicate: 1 for a resend
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/queue.lua
@@ -34,6 +36,7 @@ local result = ARGV[4]
 local outcome = ARGV[5]
 local RETAIN_BATCH = 100
 
+if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()

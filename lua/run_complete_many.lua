@@ -11,13 +11,15 @@
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   ARGV[1] worker_id
-  ARGV[2] items    msgpack array, flat: run_id, token ('' = token-less), result, outcome
-                   of each item in turn (at most MAX_ITEMS items)
+  ARGV[2] items    msgpack array, flat: run_id, token (1 .. 2^53; '' = token-less), result,
+                   outcome of each item in turn (at most MAX_ITEMS items)
+
   Returns {status, (item_status, duplicate, run_status_or_limit) * n}
-          status: OK | NO_ACTION | OUT_OF_RANGE (more than MAX_ITEMS items, or a part of
-          one); item_status: OK | NOT_FOUND | STALE | TOO_LARGE
+          status: OK | NO_ACTION | OUT_OF_RANGE (more than MAX_ITEMS items);
+          item_status: OK | NOT_FOUND | STALE | TOO_LARGE
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/queue.lua
@@ -27,11 +29,21 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
   ended = KEYS[9]}
 local worker_id = ARGV[1]
-local items = cmsgpack.unpack(ARGV[2])
+local items = arg_array(ARGV[2], INT_MAX)
 local RETAIN_BATCH = 100
 local MAX_ITEMS = 1000
 
-if #items > 4 * MAX_ITEMS or #items % 4 ~= 0 then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
+if not items or #items % 4 ~= 0 then return {ST_BAD_ARG, 2} end
+if #items > 4 * MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
+
+for i = 1, #items, 4 do
+  local token = items[i + 1]
+  if type(items[i]) ~= 'string' or type(items[i + 2]) ~= 'string'
+      or type(items[i + 3]) ~= 'string' or (token ~= '' and not arg_int(token, 1, INT_MAX)) then
+    return {ST_BAD_ARG, 2}
+  end
+end
+
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()

@@ -20,7 +20,8 @@
   KEYS[15] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[16] rate    ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] run_id
-  ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
+  ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
+                     decides)
   ARGV[3] worker_id
   ARGV[4] message    error message
   ARGV[5] retry      1 = re-queue while attempts remain, 0 = final
@@ -29,6 +30,7 @@
           status: OK | NOT_FOUND | NO_ACTION | STALE; run_status: the run's status after
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/queue.lua
@@ -42,8 +44,11 @@ local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
 local message = ARGV[4]
-local retry = tonumber(ARGV[5])
+local retry = arg_int(ARGV[5], 0, 1)
 local traceback = ARGV[6]
+
+if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
+if not retry then return {ST_BAD_ARG, 5} end
 
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end

@@ -5,13 +5,15 @@
   KEYS[2] meta     HASH  counters; stat:stale_refused counts refused reports
   KEYS[3] ended    CHANNEL  sharded channel told the ids of runs that end or progress
   ARGV[1] run_id
-  ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
+  ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
+                     decides)
   ARGV[3] worker_id
   ARGV[4] value      the progress bytes, at most 1024
   Returns {status, run_status_or_limit}
           status: OK | NOT_FOUND | STALE | TOO_LARGE (then the limit)
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/ended.lua
@@ -24,6 +26,7 @@ local worker_id = ARGV[3]
 local value = ARGV[4]
 local MAX_PROGRESS_BYTES = 1024
 
+if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
 if #value > MAX_PROGRESS_BYTES then return {ST_TOO_LARGE, MAX_PROGRESS_BYTES} end
 local run, refused = run_held(runs_key, meta_key, run_id, token, worker_id)
 if not run then return refused end

@@ -18,11 +18,13 @@
   KEYS[12] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[13] rate    ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] run_id
-  ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
+  ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
+                     decides)
   ARGV[3] worker_id
   Returns {status, run_status}   status: OK | NOT_FOUND | NO_ACTION | STALE
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/queue.lua
@@ -36,6 +38,7 @@ local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
 
+if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local run = run_load(k.runs, run_id)

@@ -5,13 +5,15 @@
   KEYS[2] leases   ZSET  run_id -> lease deadline ms
   KEYS[3] meta     HASH  counters; stat:stale_refused counts refused reports
   ARGV[1] run_id
-  ARGV[2] token      fencing token from the claim, or '' (then the worker id decides)
+  ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
+                     decides)
   ARGV[3] worker_id
   ARGV[4] extend_ms  1 .. 3600000
   Returns {status, deadline_ms_or_run_status}
-          status: OK | NOT_FOUND | STALE | OUT_OF_RANGE
+          status: OK | NOT_FOUND | STALE
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 local runs_key = KEYS[1]
@@ -20,12 +22,12 @@ local meta_key = KEYS[3]
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
-local extend_ms = tonumber(ARGV[4])
 local MAX_EXTEND_MS = 3600000
+local extend_ms = arg_int(ARGV[4], 1, MAX_EXTEND_MS)
 
-if not extend_ms or extend_ms < 1 or extend_ms > MAX_EXTEND_MS then
-  return {ST_OUT_OF_RANGE, MAX_EXTEND_MS}
-end
+if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
+if not extend_ms then return {ST_BAD_ARG, 4} end
+
 local run, refused = run_held(runs_key, meta_key, run_id, token, worker_id)
 if not run then return refused end
 local deadline = now_ms() + extend_ms

@@ -9,9 +9,13 @@
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
+--@include lib/checked.lua
 local k = {schedules = KEYS[1], schedule_due = KEYS[2]}
-local limit = tonumber(ARGV[1])
-local only_due = ARGV[2] == '1'
+local limit = arg_int(ARGV[1], 1, 1000)
+local only_due = arg_flag(ARGV[2])
+
+if not limit then return {ST_BAD_ARG, 1} end
+if only_due == nil then return {ST_BAD_ARG, 2} end
 
 local now = now_ms()
 local upto = '+inf'

@@ -23,12 +23,13 @@
   KEYS[17] rate         ZSET  token -> start ms: the action's starts within its rate window
   ARGV[1] id_prefix  run ids are id_prefix .. sequence
   ARGV[2] name       schedule name
-  ARGV[3] due_ms     the occurrence being fired, as read from schedule_due (decimal text,
-                     also the run's idempotency key suffix)
-  ARGV[4] next_ms    the occurrence after it (> due_ms), computed by the client
+  ARGV[3] due_ms     the occurrence being fired, as read from schedule_due (decimal text
+                     of an integer 0 .. 2^53, also the run's idempotency key suffix)
+  ARGV[4] next_ms    the occurrence after it (> due_ms, at most 2^53), computed by the client
   Returns {status, run_id, existing}   status: OK | NO_ACTION | NOT_FOUND (no such
     schedule) | STALE (its due time is no longer due_ms) | CONFLICT (not due yet) |
-    OUT_OF_RANGE (next_ms <= due_ms)
+    OUT_OF_RANGE (next_ms <= due_ms) | BAD_SETTING (the action's stored settings do not
+    parse)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -36,6 +37,7 @@
 --@include lib/queue.lua
 --@include lib/action.lua
 --@include lib/invoke.lua
+--@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8],
   schedules = KEYS[9], schedule_due = KEYS[10], parked = KEYS[11], polls = KEYS[12],
@@ -44,13 +46,17 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
 local id_prefix = ARGV[1]
 local name = ARGV[2]
 local due_ms = ARGV[3]
-local next_ms = tonumber(ARGV[4])
+local next_ms = arg_int(ARGV[4], 0, INT_MAX)
 
+local due = arg_int(due_ms, 0, INT_MAX)
+if not due or string.format('%d', due) ~= due_ms then return {ST_BAD_ARG, 3} end
+if not next_ms then return {ST_BAD_ARG, 4} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
+if action.bad then return {ST_BAD_SETTING} end
 local record = redis.call('HGET', k.schedules, name)
 if not record then return {ST_NOT_FOUND} end
-local due = tonumber(due_ms)
+
 if tonumber(redis.call('ZSCORE', k.schedule_due, name)) ~= due then return {ST_STALE} end
 if next_ms <= due then return {ST_OUT_OF_RANGE} end
 local now = now_ms()

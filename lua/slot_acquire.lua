@@ -11,23 +11,24 @@
   ARGV[2] capacity  number of slots (1..1000); 0: the action's max_concurrency
   ARGV[3] lease_ms  the slot is taken back this long after acquire (1..86400000); 0: never
   Returns {status, slot, token, deadline_ms}
-          status: OK | NO_ACTION | OUT_OF_RANGE; slot 0 when every slot is held
+          status: OK | NO_ACTION | OUT_OF_RANGE (capacity 0 and the action has no
+          max_concurrency); slot 0 when every slot is held
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/action.lua
 local k = {definition = KEYS[1], meta = KEYS[2], slots = KEYS[3]}
-local owner = ARGV[1]
-local capacity = tonumber(ARGV[2])
-local lease_ms = tonumber(ARGV[3])
 local MAX_SLOTS = 1000
 local MAX_LEASE_MS = 86400000
+local owner = ARGV[1]
+local capacity = arg_int(ARGV[2], 0, MAX_SLOTS)
+local lease_ms = arg_int(ARGV[3], 0, MAX_LEASE_MS)
 
-if owner == '' or not capacity or capacity < 0 or capacity > MAX_SLOTS
-    or not lease_ms or lease_ms < 0 or lease_ms > MAX_LEASE_MS then
-  return {ST_OUT_OF_RANGE}
-end
+if owner == '' then return {ST_BAD_ARG, 1} end
+if not capacity then return {ST_BAD_ARG, 2} end
+if not lease_ms then return {ST_BAD_ARG, 3} end
+
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 if capacity == 0 then capacity = math.min(action.max_concurrency, MAX_SLOTS) end

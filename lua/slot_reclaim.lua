@@ -8,9 +8,9 @@
   KEYS[2] slots    HASH  slot index -> msgpack holder {o, t, d, sx}, or {r}/{x} once free
   KEYS[3] channel  CHANNEL  the expected owner's liveness channel in this slot (refused
                             as OUT_OF_RANGE unless named for that owner)
-  ARGV[1] slot            the slot index
+  ARGV[1] slot            the slot index (1 .. 1000)
   ARGV[2] expected_owner  the owner the caller believes holds it
-  ARGV[3] grace_ms        how long the owner must stay absent (>= 0)
+  ARGV[3] grace_ms        how long the owner must stay absent (0 .. 2^32 - 1)
   Returns {status, reclaimed, wait_ms}
           status: OK | NOT_FOUND | WRONG_OWNER | OWNER_ALIVE | OUT_OF_RANGE;
           reclaimed: 1 if the slot is free now, 0 while its owner is only suspected;
@@ -19,12 +19,16 @@
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/owners.lua
+--@include lib/checked.lua
 local k = {meta = KEYS[1], slots = KEYS[2], channel = KEYS[3]}
 local slot = ARGV[1]
 local expected_owner = ARGV[2]
-local grace_ms = tonumber(ARGV[3])
+local grace_ms = arg_int(ARGV[3], 0, U32_MAX)
 
-if not grace_ms or grace_ms < 0 or not owner_channel_of(k.channel, expected_owner) then
+if not arg_int(slot, 1, 1000) then return {ST_BAD_ARG, 1} end
+if not grace_ms then return {ST_BAD_ARG, 3} end
+if not owner_channel_of(k.channel, expected_owner) then
+
   return {ST_OUT_OF_RANGE, 0, -1}
 end
 local raw = redis.call('HGET', k.slots, slot)

@@ -6,18 +6,22 @@
   effect is answered OK.
   KEYS[1] meta     HASH  counters (stat:* statistics)
   KEYS[2] slots    HASH  slot index -> msgpack holder {o, t, d, sx}, or {r}/{x} once free
-  ARGV[1] slot     the slot index from acquire
+  ARGV[1] slot     the slot index from acquire (1 .. 1000)
   ARGV[2] owner    the releasing owner id
-  ARGV[3] token    the token from acquire
+  ARGV[3] token    the token from acquire (1 .. 2^53)
   Returns {status, holder_token}
           status: OK | NOT_FOUND | WRONG_OWNER | STALE; holder_token: the current
           holder's token when refused, else 0
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 local k = {meta = KEYS[1], slots = KEYS[2]}
 local slot = ARGV[1]
 local owner = ARGV[2]
-local token = tonumber(ARGV[3])
+local token = arg_int(ARGV[3], 1, INT_MAX)
+
+if not arg_int(slot, 1, 1000) then return {ST_BAD_ARG, 1} end
+if not token then return {ST_BAD_ARG, 3} end
 
 local raw = redis.call('HGET', k.slots, slot)
 if not raw then return {ST_NOT_FOUND, 0} end

@@ -9,9 +9,12 @@
 ]]
 --@include lib/status.lua
 --@include lib/stream.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], meta = KEYS[2], wake = KEYS[3]}
 local payload = ARGV[1]
 local headers = ARGV[2]
+
+if headers ~= '' and not arg_map(headers) then return {ST_BAD_ARG, 2} end
 
 local id = stream_add(k.log, k.meta, payload, headers)
 redis.call('SPUBLISH', k.wake, '1')

@@ -9,8 +9,11 @@
   Returns {status, partitions}   status: OK | CONFLICT; partitions: the recorded count
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], meta = KEYS[2]}
-local partitions = tonumber(ARGV[1])
+local partitions = arg_int(ARGV[1], 1, 1024)
+
+if not partitions then return {ST_BAD_ARG, 1} end
 
 local recorded = tonumber(redis.call('HGET', k.meta, 'partitions'))
 if recorded then

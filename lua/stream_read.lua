@@ -3,19 +3,25 @@
   the oldest ones, or with `tail` the newest ones (still returned oldest first).
   A missing stream reads as empty. Changes nothing.
   KEYS[1] log   STREAM  the records
-  ARGV[1] start   first id, '-' for the beginning
-  ARGV[2] stop    last id, '+' for the end
+  ARGV[1] start   first id, or '-' for the beginning
+  ARGV[2] stop    last id, or '+' for the end
   ARGV[3] count   at most this many records (1..1000)
   ARGV[4] tail    '1' for the newest records, '0' for the oldest
   Returns {status, n, (id, payload, headers) * n}   status: OK
 ]]
 --@include lib/status.lua
 --@include lib/stream.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1]}
 local start = ARGV[1]
 local stop = ARGV[2]
-local count = tonumber(ARGV[3])
-local tail = ARGV[4] == '1'
+local count = arg_int(ARGV[3], 1, BATCH_MAX)
+local tail = arg_flag(ARGV[4])
+
+if start ~= '-' and not arg_stream_id(start) then return {ST_BAD_ARG, 1} end
+if stop ~= '+' and not arg_stream_id(stop) then return {ST_BAD_ARG, 2} end
+if not count then return {ST_BAD_ARG, 3} end
+if tail == nil then return {ST_BAD_ARG, 4} end
 
 local entries
 if tail then

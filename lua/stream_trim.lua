@@ -7,22 +7,33 @@
   KEYS[1] log   STREAM  the records
   KEYS[2] meta  HASH    bytes: payload and header bytes held
   ARGV[1] mode     'before' | 'below' | 'max_age' | 'max_len'
-  ARGV[2] bound    an id, seconds or a length, by mode
-  ARGV[3] dry_run  '1' to count without removing
+  ARGV[2] bound    an id, seconds (0 .. 2^53 / 1000) or a length (0 .. 2^53), by mode
+  ARGV[3] dry_run  '1' to count without removing, '0' to remove
   ARGV[4] after    dry runs: '' or the last id counted by the previous call
-  ARGV[5] batch    at most this many records per call
+  ARGV[5] batch    at most this many records per call (1 .. 1000)
   Returns {status, n, more, last_id, cutoff, length, entries_added}
           status: OK | NOT_FOUND (no such stream); cutoff: the 'below' id of a max_age trim
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/stream.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], meta = KEYS[2]}
 local mode = ARGV[1]
 local bound = ARGV[2]
-local dry_run = ARGV[3] == '1'
+local dry_run = arg_flag(ARGV[3])
 local after = ARGV[4]
-local batch = tonumber(ARGV[5])
+local batch = arg_int(ARGV[5], 1, BATCH_MAX)
+
+local bound_ok
+if mode == 'before' or mode == 'below' then bound_ok = arg_stream_id(bound)
+elseif mode == 'max_age' then bound_ok = arg_int(bound, 0, 9007199254740)
+elseif mode == 'max_len' then bound_ok = arg_int(bound, 0, INT_MAX)
+else return {ST_BAD_ARG, 1} end
+if not bound_ok then return {ST_BAD_ARG, 2} end
+if dry_run == nil then return {ST_BAD_ARG, 3} end
+if after ~= '' and not arg_stream_id(after) then return {ST_BAD_ARG, 4} end
+if not batch then return {ST_BAD_ARG, 5} end
 
 if redis.call('EXISTS', k.log) == 0 then return {ST_NOT_FOUND} end
 local cutoff = ''

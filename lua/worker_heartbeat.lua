@@ -6,7 +6,7 @@
   KEYS[2] workers  HASH  worker_id -> msgpack record
   KEYS[3] worker_ids ZSET  worker ids
   ARGV[1] worker_id
-  ARGV[2] current_load
+  ARGV[2] current_load  0 .. 2^32 - 1
   Returns {status, worker_status}   status: OK | NOT_FOUND
 ]]
 --@include lib/status.lua
@@ -16,7 +16,9 @@ local config_key = KEYS[1]
 local workers_key = KEYS[2]
 local worker_ids_key = KEYS[3]
 local worker_id = ARGV[1]
-local current_load = tonumber(ARGV[2])
+local current_load = arg_int(ARGV[2], 0, U32_MAX)
+
+if not current_load then return {ST_BAD_ARG, 2} end
 
 local rec = worker_load(workers_key, worker_id)
 if not rec then return {ST_NOT_FOUND} end

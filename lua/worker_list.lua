@@ -16,7 +16,9 @@ local config_key = KEYS[1]
 local workers_key = KEYS[2]
 local worker_ids_key = KEYS[3]
 local after = ARGV[1]
-local limit = tonumber(ARGV[2])
+local limit = arg_int(ARGV[2], 1, 1024)
+
+if not limit then return {ST_BAD_ARG, 2} end
 
 local low = '-'
 if after ~= '' then low = '(' .. after end

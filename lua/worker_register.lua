@@ -3,7 +3,8 @@
   KEYS[1] workers  HASH  worker_id -> msgpack record
   KEYS[2] worker_ids ZSET  worker ids, for paging in id order
   ARGV[1] worker_id
-  ARGV[2] rec      the worker's record, msgpack map: wt, mc, mid, md, tt (lib/workers.lua)
+  ARGV[2] rec      the worker's record, msgpack map: wt, mc, mid, md, tt (lib/workers.lua);
+                   mc 0 .. 2^32 - 1, tt an array of names, mid and md text when given
   Returns {status}   status: OK
 ]]
 --@include lib/status.lua
@@ -12,7 +13,15 @@
 local workers_key = KEYS[1]
 local worker_ids_key = KEYS[2]
 local worker_id = ARGV[1]
-local rec = cmsgpack.unpack(ARGV[2])
+local rec = arg_map(ARGV[2])
+
+if not (rec and arg_int(rec.wt, 0, 1) and arg_int(rec.mc, 0, U32_MAX)
+    and (rec.mid == nil or type(rec.mid) == 'string')
+    and (rec.md == nil or type(rec.md) == 'string')
+    and (rec.tt == nil or names_ok(rec.tt, INT_MAX))) then
+
+  return {ST_BAD_ARG, 2}
+end
 
 local now = now_ms()
 rec.st = WORKER_ACTIVE

@@ -3,7 +3,7 @@
   and failed totals. The load never goes below zero. Unknown workers are ignored.
   KEYS[1] workers  HASH  worker_id -> msgpack record
   ARGV[1] worker_id
-  ARGV[2] load_delta
+  ARGV[2] load_delta       -(2^32 - 1) .. 2^32 - 1, as the two below
   ARGV[3] completed_delta
   ARGV[4] failed_delta
   Returns {status}   status: OK | NOT_FOUND
@@ -12,9 +12,13 @@
 --@include lib/workers.lua
 local workers_key = KEYS[1]
 local worker_id = ARGV[1]
-local load_delta = tonumber(ARGV[2])
-local completed_delta = tonumber(ARGV[3])
-local failed_delta = tonumber(ARGV[4])
+local load_delta = arg_int(ARGV[2], -U32_MAX, U32_MAX)
+local completed_delta = arg_int(ARGV[3], -U32_MAX, U32_MAX)
+local failed_delta = arg_int(ARGV[4], -U32_MAX, U32_MAX)
+
+if not load_delta then return {ST_BAD_ARG, 2} end
+if not completed_delta then return {ST_BAD_ARG, 3} end
+if not failed_delta then return {ST_BAD_ARG, 4} end
 
 local rec = worker_load(workers_key, worker_id)
 if not rec then return {ST_NOT_FOUND} end

@@ -7,6 +7,7 @@ import pytest
 from flo_redis import (
     ActionInvokeOptions,
     ActionRegisterOptions,
+    BadRequestError,
     ConflictError,
     FloClient,
     NotFoundError,
@@ -271,8 +272,9 @@ async def test_the_complete_batch_script_refuses_a_part_of_an_item_and_changes_n
     (run,) = await client.worker.await_tasks("w", ["job"], 1, WorkerAwaitOptions(block_ms=0))
     keys = action_keys(client.namespace, "job")
     # Items go flat (run id, token, result, outcome each); three values are no item.
-    reply = await RUN_COMPLETE_MANY(client, keys, ["w", pack([run.run_id, run.token, b"A"])])
-    assert reply.status == Status.OUT_OF_RANGE
+    with pytest.raises(BadRequestError, match=r"ARGV\[2\] items"):
+        await RUN_COMPLETE_MANY(client, keys, ["w", pack([run.run_id, run.token, b"A"])])
+
     assert (await client.action.status(run.run_id)).status == RunStatus.RUNNING
     whole = pack([run.run_id, run.token, b"A", "success"])
     reply = await RUN_COMPLETE_MANY(client, keys, ["w", whole])

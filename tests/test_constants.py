@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from flo_redis import (
+    ActionRegisterOptions,
     FloClient,
     RunStatus,
     ValidationError,
@@ -31,6 +32,7 @@ from flo_redis import (
     tasks,
 )
 from flo_redis._status import Status
+from flo_redis._type_base import LUA_INT, MAX_TIME_MS, U32, U64
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 _CONSTANT = re.compile(r"^local ([A-Z][A-Z0-9_]*) = (-?\d+|'[^']*')", re.MULTILINE)
@@ -80,6 +82,16 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ("lib/message.lua", "MSG_MAX_DELIVERIES"): [(queue.MAX_DELIVERIES, "queue.MAX_DELIVERIES")],
     ("lib/priority.lua", "PRIORITY_SEQ_SPAN"): [(queue.MAX_SEQ + 1, "queue.MAX_SEQ + 1")],
     ("lib/priority.lua", "PRIORITY_MAX"): [(_checks.MAX_PRIORITY, "_checks.MAX_PRIORITY")],
+    ("lib/checked.lua", "INT_MAX"): [(LUA_INT, "_type_base.LUA_INT")],
+    ("lib/checked.lua", "U32_MAX"): [(U32 - 1, "_type_base.U32 - 1")],
+    ("lib/checked.lua", "U64_MAX_TEXT"): [(str(U64 - 1), "str(_type_base.U64 - 1)")],
+    ("lib/action.lua", "ACTION_TIMEOUT_MS"): [
+        (ActionRegisterOptions().timeout_ms, "ActionRegisterOptions().timeout_ms"),
+    ],
+    ("lib/action.lua", "ACTION_MAX_RETRIES"): [
+        (ActionRegisterOptions().max_retries, "ActionRegisterOptions().max_retries"),
+    ],
+    ("action_invoke.lua", "MAX_TIME_MS"): [(MAX_TIME_MS, "_type_base.MAX_TIME_MS")],
 }
 
 # Python batch sizes of a script that accepts up to a maximum: (Lua max) -> Python values.

@@ -84,6 +84,7 @@ end
 -- when the caller read them (nil: read here). True when handed: the run is saved RUNNING
 -- and the poller told.
 local function handoff_give(k, action, run_id, run, input, now, skip_owner, fields)
+  if action.bad then return false end  -- a claim refuses it too: nothing is leased
   fields = fields
     or redis.call('ZRANGE', k.parked, now, '+inf', 'BYSCORE', 'LIMIT', 0, HANDOFF_SCAN)
   if #fields == 0 then return false end

@@ -11,6 +11,8 @@
 --@include lib/owners.lua
 --@include lib/priority.lua
 --@include lib/record.lua
+--@include lib/checked.lua
+
 
 -- Most messages one call delivers, lists or settles; the longest visibility timeout; the
 -- highest delivery limit a dequeue may set.
@@ -88,18 +90,22 @@ local function msg_unheld_status(meta_key, seq, m)
   return ST_NOT_FOUND
 end
 
--- Parse a msgpack array of sequence numbers and one of tokens (same length, 0: none).
--- Returns seqs, tokens or nil when malformed or longer than `limit`.
+-- Parse a msgpack array of sequence numbers (integers 1 .. 2^53, at most `limit`) and
+-- one of tokens (the same length; integers 0 .. 2^53, 0: none). Returns seqs (as text)
+-- and tokens, or nil, nil and which of the two is malformed: 'seqs' or 'tokens'.
 local function msg_parse_reports(packed_seqs, packed_tokens, limit)
-  local ok, seqs = pcall(cmsgpack.unpack, packed_seqs)
-  local ok2, tokens = pcall(cmsgpack.unpack, packed_tokens)
-  if not ok or not ok2 or type(seqs) ~= 'table' or type(tokens) ~= 'table'
-      or #seqs ~= #tokens or #seqs > limit then
-    return nil
-  end
+  local seqs, tokens = arg_array(packed_seqs, limit), arg_array(packed_tokens, limit)
+  if not seqs then return nil, nil, 'seqs' end
   for i = 1, #seqs do
-    if type(seqs[i]) ~= 'number' or type(tokens[i]) ~= 'number' then return nil end
-    seqs[i] = string.format('%d', seqs[i])
+    local seq = arg_int(seqs[i], 1, INT_MAX)
+    if not seq then return nil, nil, 'seqs' end
+    seqs[i] = string.format('%d', seq)
+  end
+  if not tokens or #tokens ~= #seqs then return nil, nil, 'tokens' end
+  for i = 1, #tokens do
+    local token = arg_int(tokens[i], 0, INT_MAX)
+    if not token then return nil, nil, 'tokens' end
+    tokens[i] = token
   end
   return seqs, tokens
 end

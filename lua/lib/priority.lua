@@ -6,11 +6,6 @@
 local PRIORITY_SEQ_SPAN = 35184372088832
 local PRIORITY_MAX = 255
 
--- Is `p` (a number or nil) a priority: an integer 0 .. PRIORITY_MAX?
-local function priority_valid(p)
-  return p ~= nil and p >= 0 and p <= PRIORITY_MAX and p == math.floor(p)
-end
-
 -- The sorted-set score of sequence number `seq` at priority `p`.
 local function priority_score(p, seq)
   return p * PRIORITY_SEQ_SPAN + seq

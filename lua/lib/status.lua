@@ -13,3 +13,5 @@ local ST_CONFLICT = 8       -- the item is not in a state that allows the operat
 local ST_NO_GROUP = 9       -- the stream group does not exist
 local ST_WRONG_OWNER = 10   -- the lease / slot is held by another owner
 local ST_OWNER_ALIVE = 11   -- the lease owner is alive; nothing to reclaim
+local ST_BAD_ARG = 12       -- ARGV[i] is not what the header takes: {ST_BAD_ARG, i}
+local ST_BAD_SETTING = 13   -- a setting stored for the action does not parse

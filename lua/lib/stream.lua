@@ -11,6 +11,8 @@
   out or taken back from a gone owner).
 ]]
 --@include lib/owners.lua
+--@include lib/checked.lua
+
 local GROUP_ACK_TIMEOUT_MS = 30000
 local GROUP_MAX_DELIVER = 10
 local GROUP_DEAD_MAX_LEN = 10000
@@ -63,13 +65,24 @@ local function stream_added(log_key)
   return 0
 end
 
--- The group's settings: ack timeout (0 = never redeliver on timeout) and max deliveries.
+-- The group's settings: ack timeout (0 = never redeliver on timeout) and max deliveries;
+-- one that does not parse (written by hand) reads as its default.
 local function group_settings(config_key)
   local v = redis.call('HMGET', config_key, 'ack_timeout_ms', 'max_deliver')
-  return tonumber(v[1]) or GROUP_ACK_TIMEOUT_MS, tonumber(v[2]) or GROUP_MAX_DELIVER
+  return arg_int(v[1], 0, U32_MAX) or GROUP_ACK_TIMEOUT_MS,
+    arg_int(v[2], 1, U32_MAX) or GROUP_MAX_DELIVER
+end
+
+-- Is `group` (an argument) the group whose config key is `config_key`
+-- (flo_redis.keys: '...:g:<group>:cfg')? Redis refuses a command naming a group the
+-- stream lacks, so a script is never handed one that its keys do not name.
+local function group_named(config_key, group)
+  local suffix = ':g:' .. group .. ':cfg'
+  return group ~= '' and #config_key > #suffix and string.sub(config_key, -#suffix) == suffix
 end
 
 -- Whether the group exists: its config hash and its stream are both there.
+
 local function group_exists(log_key, config_key)
   return redis.call('EXISTS', config_key) == 1 and redis.call('EXISTS', log_key) == 1
 end

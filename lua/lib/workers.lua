@@ -3,9 +3,11 @@
   st stored status (ACTIVE or DRAINING), cl current load, mc max concurrency, tc/tf tasks
   completed/failed, ra registered ms, hb last heartbeat ms, mid machine id, md metadata
   JSON, tt task types. UNHEALTHY and "removed" are derived from the heartbeat age and the
-  namespace's settings (config hash: heartbeat_timeout_ms, remove_after_ms).
+  namespace's settings (config hash: heartbeat_timeout_ms, remove_after_ms; one that does
+  not parse reads as its default).
 ]]
 --@include lib/record.lua
+--@include lib/checked.lua
 local WORKER_ACTIVE = 0
 local WORKER_DRAINING = 2
 local WORKER_UNHEALTHY = 3
@@ -15,7 +17,9 @@ local DEFAULT_REMOVE_AFTER_MS = 300000
 
 local function workers_settings(config_key)
   local v = redis.call('HMGET', config_key, 'heartbeat_timeout_ms', 'remove_after_ms')
-  return tonumber(v[1]) or DEFAULT_HEARTBEAT_TIMEOUT_MS, tonumber(v[2]) or DEFAULT_REMOVE_AFTER_MS
+  return arg_int(v[1], 0, INT_MAX) or DEFAULT_HEARTBEAT_TIMEOUT_MS,
+    arg_int(v[2], 0, INT_MAX) or DEFAULT_REMOVE_AFTER_MS
+
 end
 
 local worker_load, worker_save = record_load, record_save
