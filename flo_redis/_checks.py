@@ -11,8 +11,18 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeGuard, TypeVar
 
 from ._status import Status, refusal
+from ._type_base import LUA_INT, MAX_TIME_MS, U32
 from .errors import NamespaceTooLargeError, ValidationError, ValueTooLargeError
-from .types import MAX_NAMESPACE_SIZE
+from .types import (
+    MAX_NAMESPACE_SIZE,
+    MAX_VALUE_SIZE,
+    ActionInvokeOptions,
+    ActionRegisterOptions,
+    StreamGroupJoinOptions,
+    StreamReadOptions,
+    StreamTrimOptions,
+    WorkerFailOptions,
+)
 
 MAX_LIST_LIMIT = 1024
 
@@ -73,14 +83,99 @@ Options = TypeVar("Options")
 
 def check_options(value: object, cls: type[Options]) -> Options:
     """``value`` if it is a ``cls`` (flo's option dataclass for the call), ``cls()`` for
-    None; anything else is refused before anything is sent."""
+    None; anything else is refused before anything is sent. Its fields are checked here,
+    where it is used, whatever they were set to after it was made (:data:`_FIELDS`;
+    the call checks the others it takes): :class:`ValidationError` naming the field and
+    what it takes."""
     if value is None:
         return cls()
     if not isinstance(value, cls):
         raise ValidationError(
             f"options must be a {cls.__name__} or None, got {type(value).__name__}"
         )
+    check_namespace_field(cls.__name__, getattr(value, "namespace", None))
+    for field, check in _FIELDS.get(cls, ()):
+        check(f"{cls.__name__}.{field}", getattr(value, field))
+    whole = _WHOLE.get(cls)
+    if whole is not None:
+        whole(cls.__name__, value)
     return value
+
+
+def check_namespace_field(owner: str, value: object) -> None:
+    """An option's ``namespace``: None (the client's) or a valid namespace."""
+    if value is not None:
+        try:
+            check_namespace(value)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            raise type(exc)(f"{owner}.namespace: {exc}") from None
+
+
+FieldCheck = Callable[[str, object], object]
+
+
+def _int_in(low: int, high: int, *, optional: bool = False) -> FieldCheck:
+    """A field that is an int in [low, high] (or None when ``optional``)."""
+
+    def check(what: str, value: object) -> object:
+        return value if optional and value is None else check_count(what, value, low, high)
+
+    return check
+
+
+def _bool(what: str, value: object) -> object:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{what} must be a bool (True or False), got {value!r}")
+    return value
+
+
+def _register_fields(what: str, opts: object) -> None:
+    """ActionRegisterOptions: the backoff's maximum is not below its base."""
+    assert isinstance(opts, ActionRegisterOptions)
+    if opts.retry_backoff_max_ms < opts.retry_backoff_ms:
+        raise ValidationError(
+            f"{what}: retry_backoff_max_ms ({opts.retry_backoff_max_ms}) must not be below "
+            f"retry_backoff_ms ({opts.retry_backoff_ms})"
+        )
+
+
+def _invoke_times(what: str, opts: object) -> None:
+    """ActionInvokeOptions: delay_ms or run_at_ms, not both."""
+    assert isinstance(opts, ActionInvokeOptions)
+    if opts.run_at_ms is not None and opts.delay_ms:
+        raise ValidationError(f"{what}: give delay_ms or run_at_ms, not both")
+
+
+_U32_FIELD = _int_in(0, U32 - 1)
+# The fields checked where an option object is used (check_options), by class: those a
+# call would otherwise send as they are. ``"*"`` checks the object as a whole, after.
+_FIELDS: dict[type, tuple[tuple[str, FieldCheck], ...]] = {
+    ActionRegisterOptions: (
+        ("timeout_ms", _U32_FIELD),
+        ("max_retries", _U32_FIELD),
+        ("retry_backoff_ms", _U32_FIELD),
+        ("retry_backoff_max_ms", _U32_FIELD),
+        ("max_concurrency", _U32_FIELD),
+        ("max_payload_bytes", _int_in(1, MAX_VALUE_SIZE, optional=True)),
+        ("retention_ms", _int_in(1, LUA_INT - 1, optional=True)),
+        ("retention_count", _int_in(1, LUA_INT - 1, optional=True)),
+    ),
+    ActionInvokeOptions: (
+        ("delay_ms", _int_in(0, MAX_TIME_MS)),
+        ("run_at_ms", _int_in(0, MAX_TIME_MS, optional=True)),
+    ),
+    StreamGroupJoinOptions: (
+        ("ack_timeout_ms", _int_in(0, U32 - 1, optional=True)),
+        ("max_deliver", _int_in(1, U32 - 1, optional=True)),
+    ),
+    WorkerFailOptions: (("retry", _bool),),
+    StreamReadOptions: (("tail", _bool),),
+    StreamTrimOptions: (("dry_run", _bool),),
+}
+_WHOLE: dict[type, Callable[[str, object], None]] = {
+    ActionRegisterOptions: _register_fields,
+    ActionInvokeOptions: _invoke_times,
+}
 
 
 def check_bytes(what: str, value: object, limit: int) -> bytes:

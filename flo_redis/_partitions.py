@@ -15,6 +15,7 @@ import zlib
 
 from . import _scripts
 from ._checks import check_count, is_int
+from ._lru import Lru
 from .errors import ValidationError
 from .session import Session
 from .types import StreamID
@@ -67,10 +68,10 @@ class PartitionCounts:
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        self._known: dict[tuple[str, str], tuple[int, float]] = {}
+        self._known: Lru[tuple[str, str], tuple[int, float]] = Lru()
 
     def remember(self, namespace: str, stream: str, partitions: int) -> None:
-        self._known[(namespace, stream)] = (partitions, float("inf"))
+        self._known.put((namespace, stream), (partitions, float("inf")))
 
     async def get(self, namespace: str, stream: str, meta_key: str) -> int:
         """The partition count of ``stream`` (1 when none was recorded)."""
@@ -81,7 +82,7 @@ class PartitionCounts:
         with _scripts.redis_errors("partitions"):
             raw = await self._session.redis.hget(meta_key, "partitions")
         if raw is None:
-            self._known[(namespace, stream)] = (1, now + UNRECORDED_TTL_S)
+            self._known.put((namespace, stream), (1, now + UNRECORDED_TTL_S))
             return 1
         count = int(raw)
         self.remember(namespace, stream, count)

@@ -251,7 +251,7 @@ class ActionPoller(ClosesOnExit):
         if not message.run_id:
             # The park was ended (a drain): ask the health gate again, then look.
             self._standing.pop(action, None)
-            self._ops._gate_ok.pop((self._namespace, self._worker_id), None)
+            self._ops._gate_ok.pop((self._namespace, self._worker_id))
             self._look_again = True
             return
         if message.run is None:

@@ -19,10 +19,12 @@ from ._checks import (
     check_priority,
     not_registered,
     raise_run_refusal,
+    stored_int,
 )
 from ._replies import Cancelled, Invoked
 from ._scripts import Arg
 from ._status import Status, refusal
+from ._type_base import LUA_INT
 from .codec import pack, tag_labels, text, unpack_record
 from .errors import ValueTooLargeError, WaitTimeoutError
 from .keys import ActionKeys, notice_channel, run_id_prefix
@@ -107,7 +109,7 @@ def status_reply(run_id: str, keys: ActionKeys, raw: Any, due: Any = None) -> Ac
         )
     rec = unpack_record(raw)
     waiting = due is not None and int(rec["s"]) == RunStatus.PENDING
-    return run_status(run_id, rec, int(float(due)) if waiting else None)
+    return run_status(run_id, rec, stored_int(due, 0, LUA_INT) if waiting else None)
 
 
 def cancel_request(run_id: str, keys: ActionKeys, raw: Any) -> tuple[list[Arg], list[str]]:

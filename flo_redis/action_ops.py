@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import builtins
 import enum
+import re
 from dataclasses import dataclass
 
-from ._checks import MAX_LIST_LIMIT, check_count, not_registered
+from ._checks import MAX_LIST_LIMIT, check_count, not_registered, stored_int
 from ._gateway import ACTION_COUNTS, ACTION_PURGE, ACTION_REQUEUE_FAILED, ACTION_RUNS, Script
 from ._replies import ActionCounts as ActionCounts  # defined beside its parser
 from ._replies import BulkStep
 from ._runs import run_status
 from ._scripts import Arg
 from ._status import Status, refusal
+from ._type_base import LUA_INT
 from .codec import unpack_record
 from .errors import ValidationError
 from .keys import ActionKeys
@@ -80,17 +82,21 @@ def state_arg(state: RunState | str) -> RunState:
         raise ValidationError(f"state {state!r} is not one of: {choices}") from None
 
 
-def _cursor_arg(cursor: bytes | None) -> tuple[str, str]:
+_SCORE = re.compile(r"0|[1-9][0-9]{0,15}")
+
+
+def run_cursor(cursor: bytes | None) -> tuple[str, str]:
+    """A ``runs`` page cursor (``b"<score> <run id>"``, as a page returned it) as the
+    score and run id the script takes; ('', '') for None. The score is read strictly, as
+    the decimal integer a page writes (never ``nan``, ``inf``, an exponent or
+    underscores, which ``float`` would take): anything else is refused with
+    :class:`ValidationError` before anything is sent."""
     if cursor is None:
         return "", ""
     if not isinstance(cursor, bytes) or len(cursor) > 4096:
         raise ValidationError("cursor must be the bytes a previous page returned")
     score, sep, run_id = cursor.decode(errors="replace").partition(" ")
-    try:
-        float(score)
-    except ValueError:
-        score = ""
-    if not sep or not score or not run_id:
+    if not sep or not run_id or not _SCORE.fullmatch(score) or int(score) > LUA_INT:
         raise ValidationError(
             f"cursor {cursor!r} is malformed; pass back the cursor a previous page returned"
         )
@@ -123,7 +129,7 @@ class ActionInspection(Operations):
         for the next; paging stays in order while runs come and go."""
         st = state_arg(state)
         check_count("limit", limit, 1, MAX_LIST_LIMIT)
-        after_score, after_id = _cursor_arg(cursor)
+        after_score, after_id = run_cursor(cursor)
         keys = self._action_keys(name, namespace)
         reply = await ACTION_RUNS(self._session, keys, [st.value, after_score, after_id, limit])
         if reply.status != Status.OK:
@@ -135,7 +141,7 @@ class ActionInspection(Operations):
             run_id, score, raw = row.run_id, row.score, row.record
             last = f"{score} {run_id}".encode()
             if raw:
-                due = int(float(score)) if st is RunState.DELAYED else None
+                due = stored_int(score, 0, LUA_INT) if st is RunState.DELAYED else None
                 found.append(run_status(run_id, unpack_record(raw), due))
         return RunPage(name, st, tuple(found), last if more and last else None)
 

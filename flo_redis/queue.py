@@ -42,6 +42,7 @@ from ._gateway import (
     QUEUE_RECLAIM,
     Script,
 )
+from ._lru import Lru
 from ._queue_replies import Listed, PerSeq
 from ._queue_types import (
     AckOptions,
@@ -98,7 +99,7 @@ class QueueOperations:
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        self._reclaim_due: dict[str, float] = {}
+        self._reclaim_due: Lru[str, float] = Lru()  # queue tag -> when to look again
 
     def _keys(self, queue: str, namespace: str | None) -> QueueKeys:
         return queue_keys(self._session.get_namespace(namespace), queue)
@@ -235,17 +236,17 @@ class QueueOperations:
         """Look for gone consumers if this client has not for RECLAIM_EVERY_S (sooner
         when a suspect's grace ends); returns the seconds until the next look is due."""
         now = asyncio.get_running_loop().time()
-        due = self._reclaim_due.get(keys.tag, 0.0)
+        due = self._reclaim_due.get(keys.tag) or 0.0
         if now < due:
             return due - now
         due = now + RECLAIM_EVERY_S
-        self._reclaim_due[keys.tag] = due
+        self._reclaim_due.put(keys.tag, due)
         result = await self.reclaim_gone_owners(keys.queue, keys.namespace)
         if result.more:
             due = now
         elif result.wait_ms >= 0:
             due = min(due, now + result.wait_ms / 1000.0 + 0.005)
-        self._reclaim_due[keys.tag] = due
+        self._reclaim_due.put(keys.tag, due)
         return max(due - now, 0.0)
 
     async def _take(

@@ -106,7 +106,6 @@ class ConsumerGroups(PartitionedStreams):
         opts = check_options(options, StreamGroupJoinOptions)
         check_name("group name", group)
         check_name("consumer", consumer)
-        opts.__post_init__()
         parts = await self._partitions(stream, opts.namespace)
         args: builtins.list[_scripts.Arg] = [
             group,

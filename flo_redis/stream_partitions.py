@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import builtins
 import itertools
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 from ._gateway import STREAM_CREATE
+from ._lru import Lru
 from ._partitions import PartitionCounts, partition_arg, partitions_arg
 from ._registry import remember
 from ._status import Status, refusal
@@ -57,9 +57,9 @@ class PartitionedStreams:
     def __init__(self, session: Session) -> None:
         self._session = session
         self._counts = PartitionCounts(session)
-        self._turn: dict[tuple[str, ...], itertools.count[int]] = {}
-        self._polls: OrderedDict[tuple[str, ...], str] = OrderedDict()  # see _sent_before
-        self._listed: set[tuple[str, str]] = set()  # streams this client registered
+        self._turn: Lru[tuple[str, ...], itertools.count[int]] = Lru()
+        self._polls: Lru[tuple[str, ...], str] = Lru(POLLS_KEPT)  # see _sent_before
+        self._listed: Lru[tuple[str, str], bool] = Lru()  # streams this client registered
 
     def _keys(self, stream: str, namespace: str | None) -> StreamKeys:
         return stream_keys(self._session.get_namespace(namespace), stream)
@@ -85,7 +85,8 @@ class PartitionedStreams:
         """A per-client counter (round-robin appends, fair group reads)."""
         counter = self._turn.get(key)
         if counter is None:
-            counter = self._turn[key] = itertools.count()
+            counter = itertools.count()
+            self._turn.put(key, counter)
         return next(counter)
 
     def _sent_before(self, poll_id: str, *key: str) -> bool:
@@ -97,12 +98,8 @@ class PartitionedStreams:
             return False
         head, sep, _ = poll_id.rpartition("#")
         field = (*key, head if sep and head else poll_id)
-        polls = self._polls
-        again = polls.get(field) == poll_id
-        polls[field] = poll_id
-        polls.move_to_end(field)
-        if len(polls) > POLLS_KEPT:
-            polls.popitem(last=False)
+        again = self._polls.get(field) == poll_id
+        self._polls.put(field, poll_id)
         return again
 
     async def _long_poll(
@@ -120,10 +117,10 @@ class PartitionedStreams:
 
     async def _remember_stream(self, namespace: str, stream: str) -> None:
         """Put ``stream`` in its namespace's stream registry, once per client."""
-        if (namespace, stream) in self._listed:
+        if self._listed.get((namespace, stream)):
             return
         await remember(self._session.redis, namespace, namespace_keys(namespace).streams, stream)
-        self._listed.add((namespace, stream))
+        self._listed.put((namespace, stream), True)
 
     async def create(self, stream: str, partitions: int = 1, namespace: str | None = None) -> int:
         """Create ``stream`` with ``partitions`` partitions (1..1024), each in its own hash

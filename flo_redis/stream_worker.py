@@ -82,6 +82,11 @@ class StreamWorkerOptions:
     claim_min_idle_ms: int = 0
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Refuse a bad setting (:class:`ValidationError` naming it): when made, and again
+        when the worker starts, so a setting changed in between is checked where used."""
         self.block_ms = worker_block_ms(self.block_ms)
         check_count("concurrency", self.concurrency, 1, U32 - 1)
         fix = f"a group read takes at most {MAX_COUNT} records"
@@ -196,6 +201,7 @@ class StreamWorker(WorkerLifecycle):
     async def start(self) -> None:
         """Join the group and process records until :meth:`stop`; returns once running
         handlers finished, their acks were sent and the consumer left the group."""
+        self.config.check()
         await self._serve()
 
     # --- the lifecycle's steps --------------------------------------------------------

@@ -30,7 +30,7 @@ from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
 from . import _runs as runs
-from ._checks import check_callback, check_count
+from ._checks import check_callback, check_count, check_options
 from ._endpoint import MIN_REDIS, lowest_version, unreachable, version_tuple
 from ._gateway import ACTION_INVOKE, RUN_CANCEL
 from ._scripts import redis_errors, translated
@@ -61,7 +61,7 @@ class SyncActionOperations:
         self, name: str, input_data: bytes, options: ActionInvokeOptions | None = None
     ) -> ActionInvokeResult:
         """Create a run of ``name``, as ``FloClient.action.invoke`` does."""
-        opts = options or ActionInvokeOptions()
+        opts = check_options(options, ActionInvokeOptions)
         keys = self._keys(name, opts.namespace)
         limit = self._client.max_payload_bytes
         with invoke_span(self._client.tracer, keys.namespace, name, 1) as span:
@@ -73,7 +73,7 @@ class SyncActionOperations:
 
     def status(self, run_id: str, options: ActionStatusOptions | None = None) -> ActionRunStatus:
         """The run's current state; :class:`NotFoundError` for an unknown run."""
-        opts = options or ActionStatusOptions()
+        opts = check_options(options, ActionStatusOptions)
         keys = self._keys(action_of_run(run_id), opts.namespace)
         with redis_errors("status"):
             pipe = self._client.checked().pipeline(transaction=False)

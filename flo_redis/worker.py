@@ -27,7 +27,7 @@ from typing import Any
 from ._action_reports import RunReporter
 from ._action_runs import ActionRuns
 from ._aio import CAN_UNCANCEL, is_async_handler
-from ._checks import check_count, check_seconds
+from ._checks import check_count, check_options, check_seconds
 from ._gc import YoungGeneration
 from ._handlers import HandlerRunner
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
@@ -97,9 +97,17 @@ class ActionWorkerOptions:
     tune_gc: bool = True
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Refuse a bad setting (:class:`ValidationError` naming it): when made, and again
+        when the worker starts, so a setting changed in between is checked where used."""
         self.block_ms = worker_block_ms(self.block_ms)
         check_count("concurrency", self.concurrency, 1)
         check_seconds("action_timeout", self.action_timeout)
+        for flag in ("auto_touch", "tune_gc"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValidationError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
 
 
 class ActionWorker(WorkerLifecycle):
@@ -202,6 +210,7 @@ class ActionWorker(WorkerLifecycle):
                 f"the options of action {name!r} must be an ActionRegisterOptions, got "
                 f"{type(options).__name__}; e.g. ActionRegisterOptions(timeout_ms=60_000)"
             )
+        check_options(options, ActionRegisterOptions)  # and again at start, when registered
         if name in self._handlers:
             raise ValueError(f"Action handler already registered: {name}")
         self._handlers[name] = handler
@@ -216,6 +225,8 @@ class ActionWorker(WorkerLifecycle):
         what a worker needs."""
         if not self._handlers:
             raise ValueError("No action handlers registered")
+        self.config.check()
+        check_name("worker id", self.config.worker_id)
         young = YoungGeneration(self.config.concurrency) if self.config.tune_gc else None
         if young is not None:
             young.hold()

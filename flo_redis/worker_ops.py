@@ -33,6 +33,7 @@ from ._gateway import (
     WORKER_POLL,
     WORKER_REGISTER,
 )
+from ._lru import Lru
 from ._registry import remember
 from ._replies import Claimed, ClaimReply
 from ._status import Status, refusal
@@ -90,8 +91,9 @@ class WorkerOperations(RunReports):
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        self._labels_cache: dict[str, bytes] = {}
-        self._gate_ok: dict[tuple[str, str], tuple[float, bytes]] = {}
+        # Bounded (flo_redis/_lru.py): a client may poll for thousands of workers.
+        self._labels_cache: Lru[str, bytes] = Lru()
+        self._gate_ok: Lru[tuple[str, str], tuple[float, bytes]] = Lru()
         self._rotation = 0
 
     def _ns(self, namespace: str | None) -> NamespaceKeys:
@@ -321,8 +323,8 @@ class WorkerOperations(RunReports):
         if packed is None:
             labels = worker_labels(metadata)
             packed = pack(labels) if labels else b""
-            self._labels_cache[metadata] = packed
-        self._gate_ok[(ns.namespace, worker_id)] = (loop.time(), packed)
+            self._labels_cache.put(metadata, packed)
+        self._gate_ok.put((ns.namespace, worker_id), (loop.time(), packed))
         return packed
 
     async def _claim_round(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .._runs import FINAL
-from ..action_ops import RunPage, RunState
+from ..action_ops import RunPage, RunState, run_cursor
 from ..client import FloClient
 from ..errors import ValidationError
 from ..keys import action_of_run
@@ -30,11 +30,22 @@ def runs() -> None:
     """List, show, cancel, re-queue and purge runs."""
 
 
+def _cursor_given(ctx: click.Context, param: click.Parameter, cursor: str | None) -> str | None:
+    """A ``--cursor`` as a page printed it ("<score> <run id>"), read strictly."""
+    if cursor:
+        try:
+            run_cursor(cursor.encode())
+        except ValidationError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return cursor
+
+
 @ops.list_command(runs)
 @click.argument("action")
 @click.option("--state", type=STATES, default="pending", show_default=True)
 @click.option("--limit", type=click.IntRange(1, 1024), default=20, show_default=True)
-@click.option("--cursor", default=None, help="Continue after a previous page.")
+@click.option("--cursor", default=None, callback=_cursor_given,
+              help="Continue after a previous page.")  # fmt: skip
 def list_runs(
     url: str,
     namespace: str,
