@@ -4,7 +4,7 @@ itself registered, registered again when Redis lost them, and its heartbeats."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import copy
 import logging
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -60,7 +60,10 @@ class Registration:
         await self._register_action(name)
 
     async def _register_action(self, name: str) -> None:
-        options = dataclasses.replace(self._actions[name], namespace=None)
+        # A copy in the session's namespace, checked as given now (check_options), not
+        # made again: dataclasses.replace would raise its ValueError first.
+        options = copy.copy(self._actions[name])
+        options.namespace = None
         await ActionOperations(self._session).register(name, ActionType.USER, options)
         for declared in self._schedules:
             if declared.action == name:

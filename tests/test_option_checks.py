@@ -9,33 +9,45 @@ ValidationError.
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from cli_command import Command
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from flo_redis import (
     AckOptions,
+    ActionContext,
     ActionInvokeOptions,
     ActionRegisterOptions,
+    ActionStatusOptions,
     DequeueOptions,
     DlqListOptions,
     DlqRequeueOptions,
     EnqueueOptions,
     FloClient,
     NackOptions,
+    NotFoundError,
     PeekOptions,
     StreamContext,
     StreamGroupAckOptions,
+    StreamGroupJoinOptions,
     StreamID,
+    StreamReadOptions,
     StreamTrimOptions,
     ValidationError,
     WaitTimeoutError,
     WorkerAwaitOptions,
+    WorkerFailOptions,
 )
 from flo_redis._type_base import MAX_TIME_MS
 from flo_redis.stream_worker import StreamWorkerOptions
+from flo_redis.sync import SyncFloClient
 
 
 async def keyspace(raw: aioredis.Redis, namespace: str) -> dict[bytes, bytes | None]:
@@ -313,3 +325,211 @@ async def test_await_task_refuses_a_poll_id_no_retry_could_name(
     opts = WorkerAwaitOptions(block_ms=0, poll_id=poll_id)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="poll id"):
         await client.worker.await_task("w1", ["job"], opts)
+
+
+# --- options changed after they were made: checked where they are used ---------------
+
+U32_MAX = 2**32 - 1
+# (option class, field, low, high, optional): the ranges a call takes.
+MUTABLE: list[tuple[type, str, int, int, bool]] = [
+    (ActionRegisterOptions, "timeout_ms", 0, U32_MAX, False),
+    (ActionRegisterOptions, "max_retries", 0, U32_MAX, False),
+    (ActionRegisterOptions, "max_concurrency", 0, U32_MAX, False),
+    (ActionRegisterOptions, "retry_backoff_max_ms", 0, U32_MAX, False),
+    (ActionRegisterOptions, "retention_ms", 1, 2**53 - 1, True),
+    (ActionRegisterOptions, "max_payload_bytes", 1, 16 * 1024 * 1024, True),
+    (ActionInvokeOptions, "delay_ms", 0, MAX_TIME_MS, False),
+    (ActionInvokeOptions, "run_at_ms", 0, MAX_TIME_MS, True),
+    (StreamGroupJoinOptions, "ack_timeout_ms", 0, U32_MAX, True),
+    (StreamGroupJoinOptions, "max_deliver", 1, U32_MAX, True),
+]
+VALUES = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.integers(min_value=-2, max_value=2**32 + 2),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([float("nan"), float("inf"), 10**20, "abc", "5", True, None, b"1", [1]]),
+)
+
+
+async def _use(client: FloClient, opts: object) -> None:
+    """Make the call that takes ``opts``."""
+    if isinstance(opts, ActionRegisterOptions):
+        await client.action.register("job", options=opts)
+    elif isinstance(opts, ActionInvokeOptions):
+        await client.action.register("job")
+        await client.action.invoke("job", b"x", opts)
+    else:
+        assert isinstance(opts, StreamGroupJoinOptions)
+        await client.stream.group_join("s", "g", "c", opts)
+
+
+def _taken(value: object, low: int, high: int, optional: bool) -> bool:
+    if value is None:
+        return optional
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(MUTABLE), value=VALUES)
+def test_an_option_changed_after_it_was_made_is_checked_where_used(
+    redis_url: str, case: tuple[type, str, int, int, bool], value: object
+) -> None:
+    cls, field, low, high, optional = case
+
+    async def check() -> None:
+        namespace = f"t-{uuid.uuid4().hex[:12]}"
+        async with FloClient(redis_url, namespace=namespace) as client:
+            opts = cls()
+            setattr(opts, field, value)  # after construction: __post_init__ saw the default
+            raw = client.redis
+            before = await keyspace(raw, namespace)  # type: ignore[arg-type]
+            if _taken(value, low, high, optional):
+                await _use(client, opts)
+                return
+            with pytest.raises(ValidationError) as caught:
+                await _use(client, opts)
+            assert f"{cls.__name__}.{field} must be an int" in str(caught.value)
+            assert f"[{low}, {high}]" in str(caught.value)
+            if cls is not ActionInvokeOptions:  # its register ran before
+                assert await keyspace(raw, namespace) == before  # type: ignore[arg-type]
+
+    asyncio.run(check())
+
+
+async def test_the_examples_of_the_report_are_refused(client: FloClient) -> None:
+    opts = ActionInvokeOptions()
+    opts.delay_ms = float("nan")  # type: ignore[assignment]
+    await client.action.register("job")
+    with pytest.raises(ValidationError, match=r"ActionInvokeOptions\.delay_ms must be an int"):
+        await client.action.invoke("job", b"x", opts)
+    register = ActionRegisterOptions()
+    register.timeout_ms = "abc"  # type: ignore[assignment]
+    with pytest.raises(ValidationError, match=r"ActionRegisterOptions\.timeout_ms"):
+        await client.action.register("other", options=register)
+    register = ActionRegisterOptions()
+    register.max_retries = 10**20
+    with pytest.raises(ValidationError, match=r"max_retries must be an int in \[0, 4294967295\]"):
+        await client.action.register("other", options=register)
+    with pytest.raises(NotFoundError):  # nothing was stored
+        await client.action.invoke("other", b"x")
+
+
+async def test_a_backoff_below_its_base_after_construction_is_refused(client: FloClient) -> None:
+    opts = ActionRegisterOptions(retry_backoff_ms=100, retry_backoff_max_ms=200)
+    opts.retry_backoff_ms = 500
+    with pytest.raises(ValidationError, match="must not be below retry_backoff_ms"):
+        await client.action.register("job", options=opts)
+
+
+async def test_both_times_set_after_construction_are_refused(client: FloClient) -> None:
+    await client.action.register("job")
+    opts = ActionInvokeOptions(delay_ms=10)
+    opts.run_at_ms = 5
+    with pytest.raises(ValidationError, match="delay_ms or run_at_ms, not both"):
+        await client.action.invoke("job", b"x", opts)
+
+
+@pytest.mark.parametrize(
+    ("opts", "field"),
+    [
+        (WorkerFailOptions(retry="no"), "WorkerFailOptions.retry"),  # type: ignore[arg-type]
+        (StreamReadOptions(tail=1), "StreamReadOptions.tail"),  # type: ignore[arg-type]
+        (StreamTrimOptions(max_len=1, dry_run="yes"), "StreamTrimOptions.dry_run"),  # type: ignore[arg-type]
+        (ActionStatusOptions(namespace="a{b"), "ActionStatusOptions.namespace"),
+    ],
+)
+async def test_flags_and_namespaces_are_checked_where_used(
+    client: FloClient, opts: Any, field: str
+) -> None:
+    await client.action.register("job")
+    await client.worker.register("w", ["job"])
+    run = await client.action.invoke("job", b"x")
+    await client.stream.append("s", b"x")
+    call = {
+        WorkerFailOptions: lambda: client.worker.fail("w", "job", run.run_id, "e", opts),
+        StreamReadOptions: lambda: client.stream.read("s", opts),
+        StreamTrimOptions: lambda: client.stream.trim("s", opts),
+        ActionStatusOptions: lambda: client.action.status(run.run_id, opts),
+    }[type(opts)]
+    with pytest.raises(ValidationError, match=field.replace(".", r"\.")):
+        await call()
+
+
+def test_the_blocking_client_checks_options_where_used(redis_url: str, namespace: str) -> None:
+    with SyncFloClient(redis_url, namespace=namespace) as flo:
+        opts = ActionInvokeOptions()
+        opts.delay_ms = -1
+        with pytest.raises(ValidationError, match=r"ActionInvokeOptions\.delay_ms"):
+            flo.action.invoke("job", b"x", opts)
+        with pytest.raises(ValidationError, match="options must be a ActionInvokeOptions"):
+            flo.action.invoke("job", b"x", {"delay_ms": 1})  # type: ignore[arg-type]
+
+
+# --- worker settings changed after construction ------------------------------------
+
+
+async def test_an_action_worker_checks_its_settings_again_at_start(client: FloClient) -> None:
+    worker = client.new_action_worker()
+
+    @worker.action("job")
+    async def job(ctx: ActionContext) -> None:
+        return None
+
+    worker.config.concurrency = 0
+    with pytest.raises(ValidationError, match="concurrency must be an int >= 1, got 0"):
+        await worker.start()
+    worker.config.concurrency = 2
+    worker.config.action_timeout = float("nan")
+    with pytest.raises(ValidationError, match="action_timeout"):
+        await worker.start()
+
+
+async def test_a_worker_checks_its_actions_options_when_given_and_at_start(
+    client: FloClient, raw: aioredis.Redis, namespace: str
+) -> None:
+    worker = client.new_action_worker()
+    bad = ActionRegisterOptions()
+    bad.timeout_ms = -5
+    with pytest.raises(ValidationError, match=r"ActionRegisterOptions\.timeout_ms"):
+        worker.register_action("early", lambda ctx: None, bad)
+    opts = ActionRegisterOptions()
+
+    @worker.action("job", opts)
+    async def job(ctx: ActionContext) -> None:
+        return None
+
+    opts.max_retries = 2**40  # changed after it was given
+    before = await keyspace(raw, namespace)
+    with pytest.raises(ValidationError, match=r"ActionRegisterOptions\.max_retries"):
+        await asyncio.wait_for(worker.start(), 30)
+    assert await keyspace(raw, namespace) == before
+
+
+async def test_a_stream_worker_checks_its_settings_again_at_start(client: FloClient) -> None:
+    worker = client.new_stream_worker(stream="s", group="g", handler=handle)
+    worker.config.batch_size = 5000
+    with pytest.raises(ValidationError, match="batch_size must be an int in"):
+        await worker.start()
+    worker.config.batch_size = 10
+    worker.config.message_timeout = float("inf")
+    with pytest.raises(ValidationError, match="message_timeout"):
+        await worker.start()
+
+
+# --- the command --------------------------------------------------------------------
+
+
+def test_the_worker_command_refuses_options_changed_after_they_were_given(
+    command: Callable[..., Command], redis_url: str, namespace: str
+) -> None:
+    cmd = command("worker", "--url", redis_url, "--namespace", namespace, "option_app:worker")
+    assert cmd.exits(1)
+    assert "ActionRegisterOptions.timeout_ms must be an int in [0, 4294967295], got nan" in (
+        cmd.output()
+    )
+
+    async def written() -> dict[bytes, bytes | None]:
+        async with aioredis.Redis.from_url(redis_url) as raw:
+            return await keyspace(raw, namespace)
+
+    assert asyncio.run(written()) == {}
