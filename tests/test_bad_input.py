@@ -77,6 +77,15 @@ def _calls() -> dict[str, Call]:
             options=ActionRegisterOptions(description=object()),  # type: ignore[arg-type]
         ),
         "list: cursor 'a'": lambda w: w.client.action.list(ActionListOptions(cursor="a")),  # type: ignore[arg-type]
+        "runs: cursor 'nan'": lambda w: w.client.action.runs("job", cursor=b"nan job:1"),
+        "runs: cursor 'inf'": lambda w: w.client.action.runs("job", cursor=b"inf job:1"),
+        "runs: cursor '1_0'": lambda w: w.client.action.runs("job", cursor=b"1_0 job:1"),
+        "register: max_retries 10**20 set after": lambda w: w.client.action.register(
+            "b", options=_changed(ActionRegisterOptions(), max_retries=10**20)
+        ),
+        "register: timeout_ms 'abc' set after": lambda w: w.client.action.register(
+            "b", options=_changed(ActionRegisterOptions(), timeout_ms="abc")
+        ),
         "worker list: cursor 'a'": lambda w: w.client.worker.list(WorkerListOptions(cursor="a")),  # type: ignore[arg-type]
         "worker register: a str for the task types": lambda w: w.client.worker.register(
             "w2",
@@ -142,6 +151,13 @@ def _calls() -> dict[str, Call]:
 
 
 _FIRST: list[Any] = []
+
+
+def _changed(opts: Any, **fields: Any) -> Any:
+    """``opts`` with ``fields`` set after it was made (its constructor never saw them)."""
+    for name, value in fields.items():
+        setattr(opts, name, value)
+    return opts
 
 
 async def _reclaim(w: World, **kwargs: Any) -> Any:
