@@ -148,7 +148,8 @@ def _invoke_times(what: str, opts: object) -> None:
 
 _U32_FIELD = _int_in(0, U32 - 1)
 # The fields checked where an option object is used (check_options), by class: those a
-# call would otherwise send as they are. ``"*"`` checks the object as a whole, after.
+# call would otherwise send as they are (it checks the others itself); _WHOLE checks the
+# object as a whole, after them.
 _FIELDS: dict[type, tuple[tuple[str, FieldCheck], ...]] = {
     ActionRegisterOptions: (
         ("timeout_ms", _U32_FIELD),

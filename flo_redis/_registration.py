@@ -56,7 +56,6 @@ class Registration:
             "its data, or they were written by hand); registering it again",
             name,
         )
-
         await self._register_action(name)
 
     async def _register_action(self, name: str) -> None:
