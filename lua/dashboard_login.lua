@@ -11,8 +11,8 @@
   ARGV[3] window_ms      how long a failure counts, 1..2^31
   ARGV[4] address_limit  failures one address may have within the window, 1..10000
   ARGV[5] total_limit    failures all addresses may have within the window, 1..10000
-  ARGV[6] idle_ms        a session unused this long ends
-  ARGV[7] max_ms         a session ends this long after its start, used or not
+  ARGV[6] idle_ms        a session unused this long ends, 1..2^53
+  ARGV[7] max_ms         a session ends this long after its start, used or not, 1..2^53
   Returns {status, ms}   status: OK (a session opened; ms: when it ends unless used)
                          | CONFLICT (a wrong token, counted) | OUT_OF_RANGE (throttled;
                          ms: until the oldest counted failure stops counting)
@@ -20,16 +20,24 @@
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/num.lua
+--@include lib/checked.lua
 local failures_key = KEYS[1]
 local address_failures_key = KEYS[2]
 local session_key = KEYS[3]
-local right = ARGV[1] == '1'
+local right = arg_flag(ARGV[1])
 local attempt_id = ARGV[2]
-local window_ms = tonumber(ARGV[3])
-local address_limit = tonumber(ARGV[4])
-local total_limit = tonumber(ARGV[5])
-local idle_ms = tonumber(ARGV[6])
-local max_ms = tonumber(ARGV[7])
+local window_ms = arg_int(ARGV[3], 1, 2147483648)
+local address_limit = arg_int(ARGV[4], 1, 10000)
+local total_limit = arg_int(ARGV[5], 1, 10000)
+local idle_ms = arg_int(ARGV[6], 1, INT_MAX)
+local max_ms = arg_int(ARGV[7], 1, INT_MAX)
+
+if right == nil then return {ST_BAD_ARG, 1} end
+if not window_ms then return {ST_BAD_ARG, 3} end
+if not address_limit then return {ST_BAD_ARG, 4} end
+if not total_limit then return {ST_BAD_ARG, 5} end
+if not idle_ms then return {ST_BAD_ARG, 6} end
+if not max_ms then return {ST_BAD_ARG, 7} end
 
 local now = now_ms()
 local since = num_arg(now - window_ms)

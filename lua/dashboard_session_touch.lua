@@ -2,16 +2,20 @@
   A request of a logged-in browser: its session, if it has not ended, is kept for
   another idle period, never past its absolute end.
   KEYS[1] session  STRING  the session's start ms; expires at its end
-  ARGV[1] idle_ms  a session unused this long ends
-  ARGV[2] max_ms   a session ends this long after its start, used or not
+  ARGV[1] idle_ms  a session unused this long ends, 1..2^53
+  ARGV[2] max_ms   a session ends this long after its start, used or not, 1..2^53
   Returns {status, ends_ms}   status: OK | NOT_FOUND (ended, logged out or never opened)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/num.lua
+--@include lib/checked.lua
 local session_key = KEYS[1]
-local idle_ms = tonumber(ARGV[1])
-local max_ms = tonumber(ARGV[2])
+local idle_ms = arg_int(ARGV[1], 1, INT_MAX)
+local max_ms = arg_int(ARGV[2], 1, INT_MAX)
+
+if not idle_ms then return {ST_BAD_ARG, 1} end
+if not max_ms then return {ST_BAD_ARG, 2} end
 
 local started = tonumber(redis.call('GET', session_key))
 if not started then

@@ -35,10 +35,16 @@ from flo_redis import (
     WorkerAwaitOptions,
     _gateway,
 )
-from flo_redis._gateway import ALL, SCHEDULE_FIRE
+from flo_redis._gateway import (
+    ALL,
+    DASHBOARD_LOGIN,
+    DASHBOARD_SESSION_CLOSE,
+    DASHBOARD_SESSION_TOUCH,
+    SCHEDULE_FIRE,
+)
 from flo_redis._scripts import SCRIPTS
 from flo_redis._status import Status
-from flo_redis.keys import action_keys, run_id_prefix
+from flo_redis.keys import action_keys, dashboard_keys, run_id_prefix
 from flo_redis.progress import report_progress
 from flo_redis.reclaim import reclaim_owners
 
@@ -49,6 +55,7 @@ TEXT = {
     "idem_key", "trace", "message", "traceback", "result", "outcome", "value", "expected",
     "consumer", "name", "after_id", "expected_owner", "inputs", "owner",
     "worker_list.after",  # a worker id, where stream_trim's `after` is a stream id
+    "attempt_id",
 }  # fmt: skip
 # An argument may be left out: '' is its "not given" (the header says so).
 MAY_BE_EMPTY = {
@@ -168,6 +175,13 @@ async def _workload(c: FloClient) -> None:
     await c.queue.reclaim_gone_owners("q")
     await act.register("gone")
     await act.delete("gone")
+    # the dashboard's sessions (flo_redis/dashboard/guard.py)
+    dash = dashboard_keys(c.namespace, "127.0.0.1", "ab" * 32)
+    await DASHBOARD_LOGIN(
+        c.session, dash, ["1", "a1", "900000", "10", "100", "1800000", "28800000"]
+    )
+    await DASHBOARD_SESSION_TOUCH(c.session, dash, ["1800000", "28800000"])
+    await DASHBOARD_SESSION_CLOSE(c.session, dash)
 
 
 async def quiet(call: Any) -> None:
