@@ -4,8 +4,8 @@ the right the user lacks.
 Redis says which command it refused when the command came from the client, but only the
 script and line when it came from inside a script; that line is found in the script's
 flattened source (or, for a function, in the library's), so the message names the
-command either way. The rights a worker and a
-producer need are in the README, section "Redis ACL".
+command either way. Each role's rights: ``flo-redis acl ROLE`` (:mod:`flo_redis.roles`;
+README, section "Redis ACL").
 """
 
 from __future__ import annotations
@@ -24,8 +24,16 @@ _COMMAND = re.compile(r"permissions to run the '([\w|]+)' command")
 _SCRIPT_LINE = re.compile(r"script: ([0-9a-f]{40}), on @user_script:(\d+)")
 _FUNCTION_LINE = re.compile(r"script: (\w+), on @user_function:(\d+)")
 _CALL = re.compile(r"redis\.p?call\(\s*'(\w+)'(?:,\s*'(\w+)')?")
-# Redis says NOPERM; Valkey, from a script, "ACL failure in script: No permissions ...".
-_MARKERS = ("noperm", "no permissions", "can't run this command", "can't publish to the channel")
+# Redis says NOPERM; from a script, "The user executing the script can't run this
+# command" / "can't access at least one of the keys"; Valkey "ACL failure in script: No
+# permissions ...".
+_MARKERS = (
+    "noperm",
+    "no permissions",
+    "can't run this command",
+    "can't access at least one of the keys",
+    "can't publish to the channel",
+)
 
 
 def is_denied(exc: BaseException) -> bool:
@@ -71,7 +79,7 @@ def denied(
     text = str(exc)
     command: str | None = None
     lowered = text.lower()
-    if "access one of the keys" in lowered or "access a key" in lowered:
+    if "one of the keys" in lowered or "access a key" in lowered:
         right = f"key access {KEY_PATTERN}"
     elif "channel" in lowered:
         right = f"channel access {CHANNEL_PATTERN}"
@@ -83,7 +91,7 @@ def denied(
         right = f"+{command}" if command else "the command"
     return PermissionDeniedError(
         f"{what}: Redis refused it to this user (NOPERM: {text}); the user needs {right}. "
-        "The rights a worker and a producer need are in the README, section 'Redis ACL'",
+        "Each role's rights: flo-redis acl ROLE (README, section 'Redis ACL')",
         right,
     )
 

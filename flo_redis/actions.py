@@ -211,9 +211,10 @@ class ActionOperations(ActionInspection):
             settings["owner"] = opts.owner
         if opts.description is not None:
             settings["description"] = opts.description
-        conn = self._session.redis
+        # Listed first: a user refused the registry is refused before anything is written.
+        index = namespace_keys(keys.namespace).actions
+        await remember(self._session.redis, keys.namespace, index, name)
         await ACTION_REGISTER(self._session, keys, [pack(settings)])
-        await remember(conn, keys.namespace, namespace_keys(keys.namespace).actions, name)
 
     async def invoke(
         self, name: str, input_data: bytes, options: ActionInvokeOptions | None = None
@@ -413,11 +414,11 @@ class ActionOperations(ActionInspection):
         """Delete the action with all its runs; :class:`NotFoundError` if not registered."""
         opts = check_options(options, ActionDeleteOptions)
         keys = self._action_keys(name, opts.namespace)
-        conn = self._session.redis
-        with _scripts.redis_errors("delete"):
-            await conn.zrem(namespace_keys(keys.namespace).actions, name)
-        # meta stays (run ids are never reused); the data keys go.
+        # meta stays (run ids are never reused); the data keys go, then the name from the
+        # registry: a user refused the delete is refused before anything is written.
         reply = await ACTION_DELETE(self._session, keys, tail=keys.all_data_keys())
+        with _scripts.redis_errors("delete"):
+            await self._session.redis.zrem(namespace_keys(keys.namespace).actions, name)
         if not reply.flag:
             raise not_registered(keys)
 

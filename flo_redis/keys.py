@@ -192,16 +192,23 @@ def namespaces_key() -> str:
     return f"{PREFIX}:namespaces"
 
 
+# An owner's channels in a queue's slot are ``<kind prefix><tag>:<owner>``; scripts hold
+# a channel named to them against the name built so (lib/owners.lua, ``OWNER_CHANNELS``).
+LIVE_CHANNEL = f"{PREFIX}:live:"
+NOTICE_CHANNEL = f"{PREFIX}:note:"
+HANDOFF_CHANNEL = f"{PREFIX}:hand:"
+
+
 def owner_channel(tag: str, owner: str) -> str:
     """The liveness channel of ``owner`` in the slot of ``tag`` (never published to)."""
-    return f"{PREFIX}:live:{tag}:{owner}"
+    return f"{LIVE_CHANNEL}{tag}:{owner}"
 
 
 def notice_channel(tag: str, owner: str) -> str:
     """The notice channel of ``owner`` in the slot of ``tag``: scripts tell the owner
     there that a run it holds was cancelled (``run_cancel``). It rides the owner's
     wake-up connection, never the liveness one."""
-    return f"{PREFIX}:note:{tag}:{owner}"
+    return f"{NOTICE_CHANNEL}{tag}:{owner}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +225,7 @@ class OwnerChannel:
 def handoff_channel(tag: str, owner: str) -> str:
     """The channel on which runs are handed to ``owner``'s parked pollers in the slot of
     ``tag`` (``lua/lib/handoff.lua``)."""
-    return f"{PREFIX}:hand:{tag}:{owner}"
+    return f"{HANDOFF_CHANNEL}{tag}:{owner}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,3 +368,37 @@ def dashboard_keys(namespace: str, address: str = "-", session: str = "-") -> Da
         address_failures=f"{base}:login-failures:{address}",
         session=f"{base}:session:{session}",
     )
+
+
+# The ACL patterns that cover one namespace's keys and channels (flo_redis.roles builds a
+# role's ACL SETUSER line from them). A namespace's queue, stream and owner keys and
+# channels all carry a hash tag starting "{<namespace>:" (names hold no braces, and a
+# namespace no colon, so no other namespace's tag starts so); its registries and its
+# dashboard's keys carry the tag "{<namespace>}". The namespace registry
+# (namespaces_key) belongs to no namespace: only roles over every namespace reach it.
+
+
+def glob_escaped(text: str) -> str:
+    """``text`` as a literal in a Redis glob pattern (ACL key and channel patterns)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def acl_key_patterns(namespace: str | None) -> tuple[str, ...]:
+    """The key patterns reaching every key of ``namespace`` and no other namespace's
+    (None: every flo-redis key, the namespace registry included)."""
+    if namespace is None:
+        return (f"{PREFIX}:*",)
+    ns = glob_escaped(check_namespace(namespace))
+    return (f"{PREFIX}:*{{{ns}:*", f"{PREFIX}:*{{{ns}}}:*")
+
+
+def acl_channel_patterns(namespace: str | None, owners: tuple[str, ...]) -> tuple[str, ...]:
+    """The channel patterns reaching ``namespace``'s queue channels (wake-ups, ends: the
+    channels named like a queue's keys) and, of its owners' channels, the kinds
+    ``owners`` names (:data:`LIVE_CHANNEL`, :data:`NOTICE_CHANNEL`,
+    :data:`HANDOFF_CHANNEL`). None: those of every namespace."""
+    tag = "{" + glob_escaped(check_namespace(namespace)) + ":*" if namespace is not None else "*"
+    if set(owners) == {LIVE_CHANNEL, NOTICE_CHANNEL, HANDOFF_CHANNEL}:
+        return (f"{PREFIX}:{tag}" if namespace is None else f"{PREFIX}:*{tag}",)
+    streams = f"{PREFIX}:s" + ("" if namespace is None else "*")  # partitions: flo:s<p>:
+    return tuple(prefix + tag for prefix in (f"{PREFIX}:a:", streams, f"{PREFIX}:q:", *owners))

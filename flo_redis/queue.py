@@ -140,6 +140,10 @@ class QueueOperations:
         poll_id = uuid.uuid4().hex if opts.poll_id is None else check_name("poll id", opts.poll_id)
         args: list[_scripts.Arg] = [self._session.owner_id, count, visibility, limit, poll_id]
 
+        # Liveness first (the dequeue itself would hold it): a user refused it is refused
+        # before the reclaim's side job writes anything.
+        await self._session.liveness.hold(keys.tag)
+
         async def attempt() -> Attempt[Message]:
             until_reclaim_s = await self._reclaim_if_due_or_later(keys)
             messages, next_deadline_ms = await self._take(keys, args, poll_id, visibility)

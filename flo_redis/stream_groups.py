@@ -113,9 +113,8 @@ class ConsumerGroups(PartitionedStreams):
             "" if opts.ack_timeout_ms is None else opts.ack_timeout_ms,
             "" if opts.max_deliver is None else opts.max_deliver,
         ]
+        await self._remember_stream(parts[0].namespace, stream)  # first: see append
         await asyncio.gather(*(GROUP_JOIN(self._session, (k, k.group(group)), args) for k in parts))
-        ns = parts[0].namespace
-        await self._remember_stream(ns, stream)
 
     async def group_leave(
         self,

@@ -130,6 +130,7 @@ class PartitionedStreams:
         without one. A stream never created has one partition."""
         count = partitions_arg(partitions)
         keys = self._keys(stream, namespace)
+        await self._remember_stream(keys.namespace, stream)  # first: see append
         reply = await STREAM_CREATE(self._session, keys, [count])
         recorded = reply.value
         if reply.status == Status.CONFLICT:
@@ -139,7 +140,6 @@ class PartitionedStreams:
                 f"partition(s); the count is fixed when a stream is first created or used",
             )
         self._counts.remember(keys.namespace, stream, recorded)
-        await self._remember_stream(keys.namespace, stream)
         return recorded
 
     async def partitions(self, stream: str, namespace: str | None = None) -> int:

@@ -103,12 +103,13 @@ class StreamOperations(ConsumerGroups, GroupAcks, DeadLetters, StreamInspection)
             else:
                 partition = self._next_turn(first.namespace, stream) % count
         keys = first if partition == 0 else stream_keys(first.namespace, stream, partition)
+        # Listed first: a user refused the registry is refused before anything is written.
+        await self._remember_stream(first.namespace, stream)
         with append_span(self._session.tracer, first.namespace, stream, partition) as span:
             if span.headers:
                 headers = headers_arg(with_trace_headers(opts.headers, span.headers))
             reply = await STREAM_APPEND(self._session, keys, [data, headers])
             span.sent((reply.id.to_redis(),))
-        await self._remember_stream(first.namespace, stream)
         return StreamAppendResult(id=reply.id, partition=partition)
 
     async def read(

@@ -123,8 +123,8 @@ class WorkerOperations(RunReports):
             record["mid"] = opts.machine_id
         if opts.metadata is not None:
             record["md"] = opts.metadata
-        await WORKER_REGISTER(self._session, ns, [worker_id, pack(record)])
         await remember(self._session.redis, ns.namespace)
+        await WORKER_REGISTER(self._session, ns, [worker_id, pack(record)])
 
     async def heartbeat(
         self, worker_id: str, current_load: int = 0, namespace: str | None = None

@@ -1,7 +1,9 @@
 --[[ group_replay
   Append dead letters of a group back to its stream as new records (same payload and
   headers), removing them from the dead letters. Every group of the stream sees them as
-  new records; the original ids stay retired. Wakes waiting readers.
+  new records; the original ids stay retired. Wakes waiting readers. A caller that may
+  append but not delete dead letters is refused (NOPERM) before anything is written,
+  not left with each record twice.
   KEYS[1] log   STREAM   the records
   KEYS[2] meta  HASH     bytes: payload and header bytes held
   KEYS[3] dead  STREAM   the group's dead letters
@@ -34,6 +36,9 @@ else
   end
 end
 
+if #letters > 0 and not redis.acl_check_cmd('XDEL', k.dead, letters[1][1]) then
+  return redis.error_reply("NOPERM this user has no permissions to run the 'xdel' command")
+end
 local out = {ST_OK, #letters}
 for _, letter in ipairs(letters) do
   local payload, headers = stream_fields(letter[2])

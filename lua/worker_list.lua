@@ -1,6 +1,7 @@
 --[[ worker_list
   One page of the worker registry in id order, with each worker's current status. Workers
-  silent past the removal delay met on the page are removed and left out.
+  silent past the removal delay met on the page are removed and left out (left out only,
+  for a caller that may not write: a read-only user leaves the removal to the next).
   KEYS[1] config   HASH  namespace settings
   KEYS[2] workers  HASH  worker_id -> msgpack record
   KEYS[3] worker_ids ZSET  worker ids
@@ -36,7 +37,8 @@ for _, worker_id in ipairs(ids) do
   local status = WORKER_REMOVED
   if rec then status = worker_status(rec, now, hb_timeout, remove_after) end
   if status == WORKER_REMOVED then
-    worker_remove(workers_key, worker_ids_key, worker_id)
+    local removed = redis.pcall('HDEL', workers_key, worker_id)  -- refused to read-only
+    if type(removed) ~= 'table' then redis.call('ZREM', worker_ids_key, worker_id) end
   else
     out[#out + 1] = worker_id
     out[#out + 1] = redis.call('HGET', workers_key, worker_id)

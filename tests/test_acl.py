@@ -1,13 +1,13 @@
-"""The README's Redis ACL: a worker and a producer with exactly those rights work; a user
-lacking any one of them gets PermissionDeniedError naming what to grant."""
+"""The worker and producer roles (``flo-redis acl``; README, "Redis ACL"): users with
+exactly those rights work, over every namespace or narrowed to one; a user lacking any
+one of them gets PermissionDeniedError naming what to grant. (Every role over the whole
+API: test_roles.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import uuid
-from pathlib import Path
 
 import pytest
 import redis
@@ -21,39 +21,54 @@ from flo_redis import (
     RunStatus,
     StreamContext,
 )
+from flo_redis.roles import rules
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-# Without it a waiter cannot leave a channel (it stays subscribed until the connection
-# closes); everything still works, so a user lacking it is not refused.
-OPTIONAL = {"+sunsubscribe"}
+# Rights whose refusal a worker or producer shows in the flows below. Not the script
+# commands each of two ways may send (FCALL with FUNCTION LIST, else EVALSHA and EVAL:
+# either suffices), nor SUNSUBSCRIBE (without it a waiter stays subscribed until its
+# connection closes; everything still works).
+SHOWN = {
+    "+evalsha",
+    "+time",
+    "+info",
+    "+spublish",
+    "+ssubscribe",
+    "+client|setname",
+    "+ping",
+    "+hset",
+    "+zadd",
+}
 # A producer's cancel tells those waiting on the run only with it (lib/ended.lua asks
 # PUBSUB SHARDNUMSUB first, and a refusal means nobody is told); invoking, waiting and
-# reading work without it.
-PRODUCER_OPTIONAL = {"+pubsub|shardnumsub"}
+# reading work without it. A worker's reclaim needs it.
+WORKER_SHOWN = SHOWN | {"+pubsub|shardnumsub"}
 
 
-def documented(user: str) -> list[str]:
-    """The rights the README's ``ACL SETUSER <user>`` line grants (after the password)."""
-    line = re.search(rf"^ACL SETUSER {user} on >\S+ (.+)$", README.read_text(), re.MULTILINE)
-    assert line is not None, f"README has no ACL SETUSER line for {user}"
-    return line.group(1).split()
+def lacking(role: str, shown: set[str]) -> list[str]:
+    """The rights of ``role`` whose absence the flows show: its key patterns, the
+    channel patterns of actions (the flows wait for runs; a worker's one pattern covers
+    every channel) and the commands of ``shown`` it holds."""
+    return [r for r in rules(role) if r[0] == "~" or r in ("&flo:*", "&flo:a:*") or r in shown]
 
 
-def lacking(rights: list[str], optional: set[str] = OPTIONAL) -> list[str]:
-    return [r for r in rights if r[0] in "+~&" and r not in optional]
-
-
-def user_url(server: RedisServer, rights: list[str]) -> str:
+def user_url(server: RedisServer, rights: list[str] | tuple[str, ...]) -> str:
     name = f"u{uuid.uuid4().hex[:8]}"
     admin = redis.Redis.from_url(server.url)
     try:
-        admin.execute_command("ACL", "SETUSER", name, "on", ">pw", *rights)
+        admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", *rights)
         admin.script_flush()  # as on a fresh server: scripts are loaded with EVAL first
     finally:
         admin.close()
     return server.url.replace("redis://", f"redis://{name}:pw@")
+
+
+def without(role: str, *rights: str) -> list[str]:
+    """``role``'s rights but ``rights``; a user lacking EVALSHA also lacks FCALL, so
+    that the refusal shows (either call suffices)."""
+    dropped = {*rights, "+fcall"} if "+evalsha" in rights else set(rights)
+    return [r for r in rules(role) if r not in dropped]
 
 
 async def work_and_wait(
@@ -109,22 +124,29 @@ async def work_and_wait(
 
 
 def expect_named(refusal: PermissionDeniedError, right: str) -> None:
-    if right.startswith("+@"):
-        assert refusal.right.startswith("+"), refusal  # the command of that category
+    if right[0] in "~&":
+        kind = "key" if right[0] == "~" else "channel"
+        assert refusal.right.startswith(f"{kind} access"), (right, str(refusal))
     else:
         assert right in refusal.right, (right, str(refusal))
-    assert "README" in str(refusal)
+    assert "flo-redis acl" in str(refusal)
 
 
-async def test_the_documented_rights_are_enough(server: RedisServer) -> None:
-    worker = user_url(server, documented("flo-worker"))
-    producer = user_url(server, documented("flo-producer"))
+async def test_the_roles_rights_are_enough(server: RedisServer) -> None:
+    worker = user_url(server, rules("worker"))
+    producer = user_url(server, rules("producer"))
     await work_and_wait(worker, producer, "acl-ok")
 
 
-@pytest.mark.parametrize("right", lacking(documented("flo-worker")))
+async def test_the_roles_rights_narrowed_to_a_namespace_are_enough(server: RedisServer) -> None:
+    worker = user_url(server, rules("worker", "acl-shop"))
+    producer = user_url(server, rules("producer", "acl-shop"))
+    await work_and_wait(worker, producer, "acl-shop")
+
+
+@pytest.mark.parametrize("right", lacking("worker", WORKER_SHOWN))
 async def test_a_worker_lacking_a_right_is_told_which(server: RedisServer, right: str) -> None:
-    rights = [r for r in documented("flo-worker") if r != right]
+    rights = without("worker", right)
     # A refused keep-alive PING shows only once the liveness connection has been quiet.
     settle_s = 15.0 if right == "+ping" else 0.0
     namespace = f"acl-w-{uuid.uuid4().hex[:6]}"
@@ -133,17 +155,17 @@ async def test_a_worker_lacking_a_right_is_told_which(server: RedisServer, right
     expect_named(info.value, right)
 
 
-@pytest.mark.parametrize("right", lacking(documented("flo-producer"), OPTIONAL | PRODUCER_OPTIONAL))
+@pytest.mark.parametrize("right", lacking("producer", SHOWN))
 async def test_a_producer_lacking_a_right_is_told_which(server: RedisServer, right: str) -> None:
-    rights = [r for r in documented("flo-producer") if r != right]
+    rights = without("producer", right)
     with pytest.raises(PermissionDeniedError) as info:
         await work_and_wait(server.url, user_url(server, rights), f"acl-p-{uuid.uuid4().hex[:6]}")
     expect_named(info.value, right)
 
 
-async def test_the_documented_rights_run_streams_too(server: RedisServer) -> None:
-    worker_url = user_url(server, documented("flo-worker"))
-    producer_url = user_url(server, documented("flo-producer"))
+async def test_the_roles_rights_run_streams_too(server: RedisServer) -> None:
+    worker_url = user_url(server, rules("worker", "acl-s"))
+    producer_url = user_url(server, rules("producer", "acl-s"))
     seen: list[bytes] = []
 
     async def handle(ctx: StreamContext) -> None:
@@ -171,8 +193,9 @@ async def test_the_documented_rights_run_streams_too(server: RedisServer) -> Non
 
 
 async def test_a_stream_worker_lacking_a_right_is_told_which(server: RedisServer) -> None:
-    rights = [r for r in documented("flo-worker") if r != "+evalsha"]
-    async with FloClient(user_url(server, rights), namespace="acl-s2") as client:
+    async with FloClient(
+        user_url(server, without("worker", "+evalsha")), namespace="acl-s2"
+    ) as client:
         worker = client.new_stream_worker(
             stream="orders", group="billing", handler=lambda ctx: None, block_ms=500
         )

@@ -31,6 +31,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "invoke",
     "exporter",
     "scripts",
+    "acl",
 )
 
 
