@@ -26,15 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
 import redis.exceptions as rex
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
+from redis.connection import ConnectionPool as SyncPool
 
 from ._endpoint import closed_by_server
 
 Arg: TypeAlias = "str | bytes | int"
+# Awaited with a connection before a call is written on it (Lane.call, pooled_call).
+Check: TypeAlias = Callable[[Any], Awaitable[None]]
 
 
 class Lane:
@@ -49,11 +52,13 @@ class Lane:
         self.busy = False
         self.closed = False
 
-    async def call(self, packed: bytes, lead: bool = False) -> Any:
+    async def call(self, packed: bytes, lead: bool = False, check: Check | None = None) -> Any:
         """Send one packed command and answer its reply (a Redis error reply raised as
         redis-py raises it); with ``lead``, a ``TIME`` goes ahead of it in the same write
-        (module docstring). Any other failure, cancellation included, drops the
-        connection, to be made again by the next call."""
+        (module docstring); ``check`` is awaited with the connection first (it may send
+        commands of its own, and refuse the call by raising a Redis error reply). Any
+        other failure, cancellation included, drops the connection, to be made again by
+        the next call."""
         self.busy = True
         try:
             conn = self._conn
@@ -65,6 +70,8 @@ class Lane:
                 await conn.connect()
                 writer = conn._writer
             try:
+                if check is not None:
+                    await check(conn)
                 writer.write(_LEAD + packed if lead else packed)  # type: ignore[union-attr]
                 if writer.transport.get_write_buffer_size():  # type: ignore[union-attr]
                     await asyncio.wait_for(writer.drain(), conn.socket_timeout)  # type: ignore[union-attr]
@@ -92,6 +99,40 @@ class Lane:
         conn = self._conn
         if conn is not None and not self.busy:
             await conn.disconnect(nowait=True)
+
+
+async def pooled_call(pool: ConnectionPool, check: Check, *args: Arg) -> Any:
+    """``args`` sent as one command on a connection of ``pool``, once ``check`` returned
+    for that connection (:meth:`Lane.call`); the reply as redis-py reads it. A failure
+    that is not a Redis error reply drops the connection, as redis-py does."""
+    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await check(conn)
+        await conn.send_command(*args)
+        return await conn.read_response()
+    except rex.ResponseError:
+        raise
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
+    finally:
+        await pool.release(conn)
+
+
+def pooled_call_sync(pool: SyncPool, check: Callable[[Any], None], *args: Arg) -> Any:
+    """:func:`pooled_call` for redis-py's blocking client."""
+    conn = pool.get_connection()
+    try:
+        check(conn)
+        conn.send_command(*args)  # type: ignore[no-untyped-call]
+        return conn.read_response()
+    except rex.ResponseError:
+        raise
+    except BaseException:
+        conn.disconnect()  # type: ignore[no-untyped-call]
+        raise
+    finally:
+        pool.release(conn)
 
 
 def packed_head(keys: Sequence[str]) -> bytes:

@@ -75,9 +75,9 @@ from redis.cluster import RedisCluster as SyncRedisCluster
 
 from . import _functions
 from ._denied import denied, is_denied
-from ._functions import BY_SHA, MISSING, Functions
+from ._functions import BY_SHA, MISSING, Functions, LibraryRefused
 from ._lane import Arg as Arg  # the arguments scripts take (re-exported)
-from ._lane import Lane, bulk, packed_command, packed_head
+from ._lane import Lane, bulk, packed_command, packed_head, pooled_call, pooled_call_sync
 from ._lua import LuaLibrary, LuaScript, library, load_all
 from .errors import (
     InternalServerError,
@@ -145,7 +145,7 @@ def configure(
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
     lane = spare = functions = None
     if isinstance(conn, Redis):
-        functions = Functions()
+        functions = Functions(LIBRARY)
         pool = conn.connection_pool
         size = getattr(pool, "max_connections", 0)
         if size >= _LANE_MIN and not debug:
@@ -294,12 +294,14 @@ def _send_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Seq
         functions = _SYNC_FUNCTIONS.get(conn)
         if functions is None:
             with _SYNC_MADE:
-                functions = _SYNC_FUNCTIONS.setdefault(conn, Functions())
+                functions = _SYNC_FUNCTIONS.setdefault(conn, Functions(LIBRARY))
     for attempt in (1, 2) if functions is not None and functions.on else ():
-        assert functions is not None
-        seen = functions.loads
+        assert functions is not None and isinstance(conn, SyncRedis)
+        command = ("FCALL", script.function, len(keys), *keys, *args)
         try:
-            return conn.fcall(script.function, len(keys), *keys, *args)
+            return pooled_call_sync(conn.connection_pool, functions.verify_sync, *command)
+        except LibraryRefused:
+            break
         except rex.ResponseError as exc:
             refusal = _functions.refusal(exc, attempt)
             if refusal is None:
@@ -308,20 +310,7 @@ def _send_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Seq
                 functions.off(f"FCALL was refused ({exc})")
             if refusal != MISSING:
                 break
-        with functions.lock:
-            if functions.loads == seen:
-                try:
-                    conn.function_load(LIBRARY.source)
-                except rex.RedisError as exc:
-                    verdict = functions.loaded(exc)
-                    if verdict is None:
-                        raise  # as any failure (run_sync translates it)
-                    if not verdict:
-                        break
-                else:
-                    functions.loaded(None)
-            elif not functions.on:
-                break
+            functions.forget()
     try:
         return conn.evalsha(script.sha, len(keys), *keys, *args)
     except rex.NoScriptError:
@@ -349,9 +338,10 @@ async def _send(
     functions = settings.functions
     for attempt in (1, 2) if functions is not None and functions.on else ():
         assert functions is not None
-        seen = functions.loads
         try:
             return await _call(conn, settings, script, True, keys, args, head, lead)
+        except LibraryRefused:
+            break  # nothing was written: by SHA
         except rex.ResponseError as exc:
             refusal = _functions.refusal(exc, attempt)
             if refusal is None:
@@ -360,10 +350,9 @@ async def _send(
                 functions.off(f"FCALL was refused ({exc})")
             if refusal != MISSING:
                 break
+            functions.forget()  # gone since it was checked: checked (loaded) again
         except rex.RedisError as exc:
             raise await _refused(conn, settings, script.name, exc) from exc
-        if not await _load(conn, settings, functions, seen):
-            break
     try:
         return await _call(conn, settings, script, False, keys, args, head, lead)
     except rex.NoScriptError:
@@ -389,7 +378,11 @@ async def _call(
     lead: bool,
 ) -> Any:
     """One ``FCALL`` (``by_function``) or ``EVALSHA`` of ``script``, on a lane when one
-    is free; redis-py's errors are raised as they come."""
+    is free; redis-py's errors are raised as they come. An ``FCALL`` is written only on
+    a connection whose server was found to hold the shipped library
+    (:meth:`Functions.verify`; :class:`LibraryRefused` otherwise)."""
+    functions = settings.functions if by_function else None
+    check = functions.verify if functions is not None else None
     lane = settings.lane
     if lane is not None and lane.busy:
         lane = settings.spare
@@ -397,8 +390,10 @@ async def _call(
         name = _NAMES[script.name, by_function]
         packed = packed_command(name, head or packed_head(keys), len(keys), args)
         if packed is not None:
-            return await lane.call(packed, lead)
+            return await lane.call(packed, lead, check)
     command = ("FCALL", script.function) if by_function else ("EVALSHA", script.sha)
+    if check is not None and isinstance(conn, Redis):
+        return await pooled_call(conn.connection_pool, check, *command, len(keys), *keys, *args)
     return await _command(conn, settings, *command, len(keys), *keys, *args)
 
 
@@ -409,25 +404,6 @@ async def _command(conn: RedisConn, settings: _Settings, *args: Arg) -> Any:
         return await conn.execute_command(*args)
     async with settings.gate:
         return await conn.execute_command(*args)
-
-
-async def _load(conn: RedisConn, settings: _Settings, functions: Functions, seen: int) -> bool:
-    """Load the library, unless a load was made since the caller's call was refused
-    (``seen``: the loads counted then); one load at a time. False: calls go by SHA."""
-    if functions.alock is None:
-        functions.alock = asyncio.Lock()
-    async with functions.alock:
-        if functions.loads != seen:
-            return functions.on
-        try:
-            await _command(conn, settings, "FUNCTION", "LOAD", LIBRARY.source)
-        except rex.RedisError as exc:
-            verdict = functions.loaded(exc)
-            if verdict is None:
-                raise await _refused(conn, settings, "loading the scripts", exc) from exc
-            return verdict
-        functions.loaded(None)
-        return True
 
 
 async def _refused(

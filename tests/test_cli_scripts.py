@@ -40,7 +40,30 @@ def test_load_then_list_shows_this_versions_library(server: RedisServer) -> None
     again = cli(server.url, "scripts", "load")
     assert "was loaded already" in again.output
     [library] = listed(server.url)["libraries"]
-    assert library == {"library": LIBRARY.name, "functions": len(SCRIPTS), "this_version": True}
+    assert library == {
+        "library": LIBRARY.name,
+        "functions": len(SCRIPTS),
+        "this_version": True,
+        "shipped": True,
+    }
+
+
+def test_a_library_of_this_versions_name_with_other_code_is_reported_then_replaced(
+    server: RedisServer,
+) -> None:
+    tampered = LIBRARY.source + "\n-- one line more\n"
+    with redis.Redis.from_url(server.url) as conn:
+        conn.function_flush()
+        conn.function_load(tampered)
+    [library] = listed(server.url)["libraries"]
+    assert library["this_version"] and library["shipped"] is False
+    assert "NOT THE SHIPPED CODE" in cli(server.url, "scripts", "list").output
+
+    refused = cli(server.url, "scripts", "load")
+    assert refused.exit_code == 1 and "its code differs" in refused.output
+    replaced = cli(server.url, "scripts", "load", "--replace")
+    assert replaced.exit_code == 0 and f"{LIBRARY.name} replaced" in replaced.output
+    assert listed(server.url)["libraries"][0]["shipped"] is True
 
 
 def test_prune_deletes_other_versions_libraries_after_asking(server: RedisServer) -> None:

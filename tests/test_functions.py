@@ -5,6 +5,8 @@ that may not call or load functions, or a call Redis refuses as out of memory.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,11 +14,12 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
+from roles_world import role_url
 from script_state import library_functions
-from test_acl import documented
 
 from flo_redis import ActionRegisterOptions, FloClient, PermissionDeniedError, RunStatus
 from flo_redis._scripts import LIBRARY, SCRIPTS
+from flo_redis.keys import action_keys
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
 
@@ -38,7 +41,7 @@ async def calls(admin: aioredis.Redis) -> dict[str, int]:
     """Calls and refusals of the commands that run scripts, since the last reset."""
     stats: dict[str, Any] = await admin.info("commandstats")
     out = {}
-    for name in ("fcall", "evalsha", "eval", "function|load"):
+    for name in ("fcall", "evalsha", "eval", "function|load", "function|list"):
         entry = stats.get(f"cmdstat_{name}", {})
         out[name] = int(entry.get("calls", 0))
         out[f"{name} refused"] = int(entry.get("rejected_calls", 0))
@@ -160,16 +163,92 @@ async def test_a_read_refused_as_out_of_memory_is_answered_by_sha(
     assert counted["evalsha"] >= 1
 
 
-async def test_the_readme_rights_with_fcall_run_every_script_as_a_function(
+async def test_the_roles_call_the_library_an_admin_loaded_as_functions(
     server: RedisServer, admin: aioredis.Redis
 ) -> None:
-    # The README's worker rights hold FUNCTION LOAD (+@write); +fcall adds the calls.
-    await run_one(
-        user_url(server, "resetkeys", "resetchannels", *documented("flo-worker"), "+fcall")
-    )
+    async with FloClient(role_url(server, "admin"), namespace="fn-admin") as client:
+        await client.action.register("job")  # its first call loads the library
+    assert await admin.function_list(library=LIBRARY.name)
+    await admin.config_resetstat()
+    await run_one(role_url(server, "worker"))
+    async with FloClient(role_url(server, "producer"), namespace="fn-admin") as producer:
+        run = await producer.action.invoke("job", b"x")
+        assert (await producer.action.status(run.run_id)).status == RunStatus.PENDING
     counted = await calls(admin)
-    assert counted["fcall"] > 0 and counted["function|load"] == 1
+    assert counted["fcall"] > 0 and counted["function|load"] == 0
     assert counted["evalsha"] == 0 and counted["eval"] == 0
+
+
+async def test_a_role_that_may_not_load_the_library_calls_by_sha(
+    server: RedisServer, admin: aioredis.Redis
+) -> None:
+    await run_one(role_url(server, "worker"))
+    counted = await calls(admin)
+    assert counted["function|load refused"] >= 1 and counted["fcall"] == 0
+    assert counted["evalsha"] > 0
+    assert await admin.function_list(library=LIBRARY.name) == []
+
+
+def tampered(extra: str) -> str:
+    """The shipped library with ``extra`` as the first line of action_invoke."""
+    function = SCRIPTS["action_invoke"].function
+    head = f"redis.register_function('{function}', function(KEYS, ARGV)\n"
+    assert head in LIBRARY.source
+    return LIBRARY.source.replace(head, head + extra + "\n")
+
+
+async def test_a_tampered_library_is_refused_and_never_called(
+    server: RedisServer, admin: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An admin loads the library with one line more in action_invoke: it copies each
+    # input to the action's definition, where another user could read it.
+    await admin.function_load(tampered("redis.call('HSET', KEYS[1], 'stolen', ARGV[2])"))
+    await admin.config_resetstat()
+    async with FloClient(role_url(server, "admin"), namespace="fn-owner") as owner:
+        await owner.action.register("job")
+    with caplog.at_level(logging.ERROR, logger="flo_redis.requests"):
+        async with FloClient(role_url(server, "producer"), namespace="fn-owner") as client:
+            run = await client.action.invoke("job", b"secret")
+            assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
+    assert await admin.hget(action_keys("fn-owner", "job").definition, "stolen") is None
+    counted = await calls(admin)
+    assert counted["fcall"] == 0 and counted["evalsha"] > 0
+    assert any("not the one this version" in r.getMessage() for r in caplog.records)
+
+
+async def test_functions_of_the_library_held_by_another_library_are_never_called(
+    server: RedisServer, admin: aioredis.Redis
+) -> None:
+    # The shipped functions' names, registered by a library of another name: an FCALL
+    # by name would run them. The client finds no library of its own name, and its load
+    # is refused (the names are taken): it calls by SHA.
+    source = tampered("redis.call('HSET', KEYS[1], 'stolen', ARGV[2])")
+    await admin.function_load(source.replace(f"name={LIBRARY.name}", "name=other", 1))
+    await admin.config_resetstat()
+    async with FloClient(server.url, namespace="fn-other") as client:
+        await client.action.register("job")
+        await client.action.invoke("job", b"secret")
+    assert await admin.hget(action_keys("fn-other", "job").definition, "stolen") is None
+    assert (await calls(admin))["fcall"] == 0
+
+
+async def test_the_library_is_checked_on_every_new_connection(
+    server: RedisServer, admin: aioredis.Redis
+) -> None:
+    async with FloClient(server.url, namespace="fn-check") as client:
+        await client.action.register("job")
+        checked = (await calls(admin))["function|list"]
+        assert checked >= 1
+        await client.action.invoke("job", b"x")
+        assert (await calls(admin))["function|list"] == checked  # once per connection
+        await admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        # The library is swapped while the client is away; its next connection checks.
+        await admin.function_load(tampered("redis.call('HSET', KEYS[1], 'x', 1)"), replace=True)
+        with contextlib.suppress(Exception):
+            await client.action.invoke("job", b"y")  # a call on a killed connection
+        await client.action.invoke("job", b"z")
+        assert (await calls(admin))["function|list"] > checked
+        assert await admin.hget(action_keys("fn-check", "job").definition, "x") is None
 
 
 async def test_a_refusal_from_inside_a_function_names_the_right_to_grant(

@@ -3,7 +3,10 @@
 Each version of flo-redis calls its scripts as functions of a library of its own
 (``lua/README.md``, "Functions"); an old version's stays on the server until it is
 deleted. Deleting one a process still calls is safe: that process loads it again at its
-next call. Libraries are the server's, not a namespace's.
+next call (where its user may; else it calls by SHA). Libraries are the server's, not a
+namespace's: loading and pruning them is the admin role's (``flo-redis acl admin``).
+This version's library is compared with the one shipped, by its code: a library of its
+name holding other code is reported, never taken for it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import click
 import redis.exceptions as rex
 from redis.asyncio.cluster import RedisCluster
 
+from .._functions import OTHER, SAME, verdict
 from .._scripts import LIBRARY, redis_errors
 from ..client import FloClient
 from . import _ops as ops
@@ -59,14 +63,24 @@ async def _libraries(client: FloClient) -> list[dict[str, Any]]:
         fields = _pairs(entry)
         name = _text(fields["library_name"])
         if name.startswith(PREFIX):
-            out.append(
-                {
-                    "library": name,
-                    "functions": len(fields["functions"]),
-                    "this_version": name == LIBRARY.name,
-                }
-            )
+            lib = {
+                "library": name,
+                "functions": len(fields["functions"]),
+                "this_version": name == LIBRARY.name,
+            }
+            if name == LIBRARY.name:
+                lib["shipped"] = await _found(client) == SAME
+            out.append(lib)
     return sorted(out, key=lambda lib: (not lib["this_version"], lib["library"]))
+
+
+async def _found(client: FloClient) -> str:
+    """What the server holds under this version's library name, by its code."""
+    with redis_errors("FUNCTION LIST"):
+        reply = await _redis(client).execute_command(
+            "FUNCTION", "LIST", "WITHCODE", "LIBRARYNAME", LIBRARY.name
+        )
+    return verdict(reply, LIBRARY)
 
 
 @scripts.command("list")
@@ -83,31 +97,57 @@ def list_libraries(url: str, as_json: bool) -> None:
             f"Function libraries (this version: {LIBRARY.name})",
             ["library", "functions", "this version"],
             [
-                (lib["library"], lib["functions"], "yes" if lib["this_version"] else "")
+                (lib["library"], lib["functions"], _this_version(lib.get("shipped")))
                 for lib in found
             ],
         )
     )
     if not any(lib["this_version"] for lib in found):
-        say(f"{LIBRARY.name} is not loaded: the first call loads it (or: flo-redis scripts load)")
+        say(
+            f"{LIBRARY.name} is not loaded: the first call loads it where the user may "
+            "(or, as an admin: flo-redis scripts load)"
+        )
+    elif not all(lib.get("shipped", True) for lib in found):
+        say(f"{_NOT_SHIPPED}; load the shipped one: flo-redis scripts load --replace")
+
+
+_NOT_SHIPPED = (
+    f"{LIBRARY.name} on the server is not the one this version ships (its code differs): "
+    "clients refuse it and call their scripts by SHA"
+)
+
+
+def _this_version(shipped: bool | None) -> str:
+    if shipped is None:
+        return ""
+    return "yes" if shipped else "NOT THE SHIPPED CODE"
 
 
 @scripts.command("load")
 @url_option
-def load(url: str) -> None:
-    """Load this version's library now (a first call would), e.g. as an admin user
-    before workers whose user may call functions but not load them start."""
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Replace a library of this version's name that holds other code.",
+)
+def load(url: str, replace: bool) -> None:
+    """Load this version's library now, as an admin user (flo-redis acl admin), before
+    workers and producers start: their users may call functions but not load them. A
+    library of its name holding other code is reported, and replaced with --replace."""
 
-    async def work(client: FloClient) -> bool:
-        conn = _redis(client)
+    async def work(client: FloClient) -> str:
+        found = await _found(client)
+        if found == SAME or (found == OTHER and not replace):
+            return found
         with redis_errors("FUNCTION LOAD"):
-            if await conn.function_list(library=LIBRARY.name):
-                return False
-            await conn.function_load(LIBRARY.source)
-        return True
+            await _redis(client).function_load(LIBRARY.source, replace=found == OTHER)
+        return "loaded" if found != OTHER else "replaced"
 
-    loaded = ops.with_client(url, "default", work)
-    say(f"{LIBRARY.name} {'loaded' if loaded else 'was loaded already'}")
+    outcome = ops.with_client(url, "default", work)
+    if outcome == OTHER:
+        raise click.ClickException(f"{_NOT_SHIPPED}; replace it: flo-redis scripts load --replace")
+    said = {SAME: "was loaded already", "loaded": "loaded", "replaced": "replaced"}
+    say(f"{LIBRARY.name} {said[outcome]}")
 
 
 @scripts.command("prune")
