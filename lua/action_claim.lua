@@ -20,7 +20,9 @@
   KEYS[13] ended   CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   KEYS[14] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[15] parked  ZSET  poller -> park deadline ms: pollers waiting for a hand-off
-  KEYS[16] handoff CHANNEL  the caller's hand-off channel in this queue (lib/handoff.lua)
+  KEYS[16] handoff CHANNEL  the caller's hand-off channel in this queue (lib/handoff.lua);
+                            refused (OUT_OF_RANGE) unless exactly the owner's hand-off
+                            channel in this queue's slot (lib/channels.lua)
   KEYS[17] wake    CHANNEL  sharded channel announcing new work
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
@@ -41,7 +43,8 @@
   Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
           claimed_ms, input, trace) * n, rate_next_ms}
           status: OK | NO_ACTION | BAD_SETTING (the action's stored settings do not
-          parse); next_due_ms: when a delayed run becomes ready or a
+          parse) | OUT_OF_RANGE (a hand-off
+          channel not the owner's); next_due_ms: when a delayed run becomes ready or a
           lease expires, whichever is first, or -1; ready_ms: when the run became ready
           to claim; claimed_ms: when it was handed out (claimed - ready = pickup latency);
           rate_next_ms: when runs wait only for the rate limit, the server time its next
@@ -80,6 +83,7 @@ end
 if not max_n then return {ST_BAD_ARG, 4} end
 if not scan then return {ST_BAD_ARG, 6} end
 if not park_ms then return {ST_BAD_ARG, 7} end
+if not channel_of(k.handoff, HANDOFF_CHANNEL, k.runs, owner) then return {ST_OUT_OF_RANGE} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 if action.bad then return {ST_BAD_SETTING} end

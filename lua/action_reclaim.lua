@@ -32,8 +32,9 @@
   ARGV[2] batch     at most this many index entries of gone owners (1..1000)
   ARGV[3] owners    msgpack array of owner ids (at most 100)
   Returns {status, reclaimed, wait_ms, more}
-          status: OK | NO_ACTION | OUT_OF_RANGE (also: a channel not named for its
-          owner); reclaimed: runs taken back; wait_ms: when
+          status: OK | NO_ACTION | OUT_OF_RANGE (also: a channel that is not exactly
+          its owner's liveness channel in this queue's slot, lib/channels.lua);
+          reclaimed: runs taken back; wait_ms: when
           the earliest suspect's grace ends (-1: no suspect); more: 1 if the batch ran out
 ]]
 --@include lib/status.lua
@@ -60,7 +61,7 @@ if not grace_ms then return {ST_BAD_ARG, 1} end
 if not batch then return {ST_BAD_ARG, 2} end
 if not owners then return {ST_BAD_ARG, 3} end
 
-if reclaim_refused(grace_ms, batch, owners, channels) then return {ST_OUT_OF_RANGE} end
+if reclaim_refused(grace_ms, batch, owners, channels, k.owners) then return {ST_OUT_OF_RANGE} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()

@@ -24,7 +24,9 @@
   ARGV[3] batch     at most this many index entries of gone owners (1..1000)
   ARGV[4] owners    msgpack array of owner ids (at most 100)
   Returns {status, reclaimed, wait_ms, more}
-          status: OK | NO_GROUP | OUT_OF_RANGE; reclaimed: entries made due again;
+          status: OK | NO_GROUP | OUT_OF_RANGE (also: a channel that is not exactly
+          its owner's liveness channel in this partition's slot, lib/channels.lua);
+          reclaimed: entries made due again;
           wait_ms: when the earliest suspect's grace ends (-1: none); more: 1 if the
           batch ran out
 ]]
@@ -49,7 +51,7 @@ if not grace_ms then return {ST_BAD_ARG, 2} end
 if not batch then return {ST_BAD_ARG, 3} end
 if not owners then return {ST_BAD_ARG, 4} end
 
-if reclaim_refused(grace_ms, batch, owners, channels) then return {ST_OUT_OF_RANGE} end
+if reclaim_refused(grace_ms, batch, owners, channels, k.log) then return {ST_OUT_OF_RANGE} end
 if not group_exists(k.log, k.config) then return {ST_NO_GROUP} end
 local now = now_ms()
 local reclaimed, budget = 0, {left = batch}

@@ -21,8 +21,8 @@
   ARGV[2] batch     at most this many index entries of gone owners (1..1000)
   ARGV[3] owners    msgpack array of owner ids (at most 100)
   Returns {status, reclaimed, wait_ms, more}
-          status: OK | OUT_OF_RANGE (also: a channel not named for its owner);
-          reclaimed: deliveries taken back; wait_ms: when the earliest suspect's grace
+          status: OK | OUT_OF_RANGE (also: a channel that is not exactly its owner's
+          liveness channel in this queue's slot, lib/channels.lua); reclaimed: deliveries taken back; wait_ms: when the earliest suspect's grace
           ends (-1: none); more: 1 if the batch ran out
 ]]
 --@include lib/status.lua
@@ -41,8 +41,7 @@ local owners = arg_names(ARGV[3], RECLAIM_MAX_OWNERS)
 if not grace_ms then return {ST_BAD_ARG, 1} end
 if not batch then return {ST_BAD_ARG, 2} end
 if not owners then return {ST_BAD_ARG, 3} end
-if reclaim_refused(grace_ms, batch, owners, channels) then
-
+if reclaim_refused(grace_ms, batch, owners, channels, k.owners) then
   return {ST_OUT_OF_RANGE, 0, -1, 0}
 end
 local now = now_ms()

@@ -7,7 +7,8 @@
   KEYS[1] meta     HASH  counters (stat:* statistics)
   KEYS[2] slots    HASH  slot index -> msgpack holder {o, t, d, sx}, or {r}/{x} once free
   KEYS[3] channel  CHANNEL  the expected owner's liveness channel in this slot (refused
-                            as OUT_OF_RANGE unless named for that owner)
+                            as OUT_OF_RANGE unless it is exactly that owner's channel in
+                            this queue's slot: lib/channels.lua)
   ARGV[1] slot            the slot index (1 .. 1000)
   ARGV[2] expected_owner  the owner the caller believes holds it
   ARGV[3] grace_ms        how long the owner must stay absent (0 .. 2^32 - 1)
@@ -27,8 +28,7 @@ local grace_ms = arg_int(ARGV[3], 0, U32_MAX)
 
 if not arg_int(slot, 1, 1000) then return {ST_BAD_ARG, 1} end
 if not grace_ms then return {ST_BAD_ARG, 3} end
-if not owner_channel_of(k.channel, expected_owner) then
-
+if not owner_channel_of(k.channel, expected_owner, k.slots) then
   return {ST_OUT_OF_RANGE, 0, -1}
 end
 local raw = redis.call('HGET', k.slots, slot)

@@ -24,6 +24,7 @@ from flo_redis import (
     _stream_codec,
     action_ops,
     actions,
+    keys,
     progress,
     queue,
     reclaim,
@@ -92,6 +93,9 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
         (ActionRegisterOptions().max_retries, "ActionRegisterOptions().max_retries"),
     ],
     ("action_invoke.lua", "MAX_TIME_MS"): [(MAX_TIME_MS, "_type_base.MAX_TIME_MS")],
+    ("lib/channels.lua", "LIVE_CHANNEL"): [(keys.LIVE_CHANNEL, "keys.LIVE_CHANNEL")],
+    ("lib/channels.lua", "NOTICE_CHANNEL"): [(keys.NOTICE_CHANNEL, "keys.NOTICE_CHANNEL")],
+    ("lib/channels.lua", "HANDOFF_CHANNEL"): [(keys.HANDOFF_CHANNEL, "keys.HANDOFF_CHANNEL")],
 }
 
 # Python batch sizes of a script that accepts up to a maximum: (Lua max) -> Python values.

@@ -5,6 +5,7 @@
   owner seen absent is first suspected, and judged gone only once it stayed absent for a
   grace period. Nothing is ever published on a liveness channel.
 ]]
+--@include lib/channels.lua
 
 -- Index entries of the runs handed to an owner: "<owner>\0<run_id>", score 0, so that
 -- one owner's entries form one lexicographic range.
@@ -52,23 +53,24 @@ local function owned_take_back(owned_key, owner, budget, give_back_one)
   return #owned_range(owned_key, owner, 1) == 0
 end
 
--- Is `channel` named for `owner` (flo_redis.keys.owner_channel: "...:<owner>")? A
--- caller pairing an owner with someone else's channel is refused, not believed.
-local function owner_channel_of(channel, owner)
-  local suffix = ':' .. owner
-  return #channel > #suffix and string.sub(channel, -#suffix) == suffix
+-- Is `channel` exactly `owner`'s liveness channel in the slot of `key`, a key of the
+-- queue (flo_redis.keys.owner_channel)? Anything else -- "x:<owner>", another queue's or
+-- another owner's channel -- has no subscriber to speak for the owner: refused.
+local function owner_channel_of(channel, owner, key)
+  return type(owner) == 'string' and channel_of(channel, LIVE_CHANNEL, key, owner)
 end
 
 -- Is a reclaim's request malformed? grace_ms >= 0, batch in 1..RECLAIM_MAX_BATCH, owners
--- an array of at most RECLAIM_MAX_OWNERS ids, channels[i] the liveness channel named for
--- owners[i]. A reclaim answers OUT_OF_RANGE, before any write, when this is true.
-local function reclaim_refused(grace_ms, batch, owners, channels)
+-- an array of at most RECLAIM_MAX_OWNERS ids, channels[i] the liveness channel of
+-- owners[i] in the slot of `key` (a key of the queue). A reclaim answers OUT_OF_RANGE,
+-- before any write, when this is true.
+local function reclaim_refused(grace_ms, batch, owners, channels, key)
   if not grace_ms or grace_ms < 0 or not batch or batch < 1 or batch > RECLAIM_MAX_BATCH
       or type(owners) ~= 'table' or #owners ~= #channels or #owners > RECLAIM_MAX_OWNERS then
     return true
   end
   for i, owner in ipairs(owners) do
-    if not owner_channel_of(channels[i], owner) then return true end
+    if not owner_channel_of(channels[i], owner, key) then return true end
   end
   return false
 end
