@@ -22,7 +22,7 @@ from ._checks import (
     stored_int,
 )
 from ._replies import Cancelled, Invoked
-from ._scripts import Arg
+from ._scripts import Arg, RedisConn, redis_errors
 from ._status import Status, refusal
 from ._type_base import LUA_INT
 from .codec import pack, tag_labels, text, unpack_record
@@ -122,6 +122,18 @@ def cancel_request(run_id: str, keys: ActionKeys, raw: Any) -> tuple[list[Arg], 
         if rec.get("s") == RunStatus.RUNNING:
             holder = text(rec.get("o")) or ""
     return [run_id, holder], [notice_channel(keys.tag, holder)] if holder else []
+
+
+async def cancel_confirmed(conn: RedisConn, keys: ActionKeys, run_id: str, token: int) -> bool:
+    """Whether Redis says a cancel revoked the lease ``token`` of ``run_id``: its record
+    is CANCELLED under that token (the fencing token a cancel leaves in place). What a
+    worker asks before it acts on a cancel notice (:mod:`flo_redis.notices`)."""
+    with redis_errors("confirming a cancel notice"):
+        raw = await conn.hget(keys.runs, run_id)
+    if raw is None:
+        return False
+    rec = unpack_record(raw)
+    return rec.get("s") == RunStatus.CANCELLED and int(rec.get("t", 0)) == token
 
 
 def cancel_reply(reply: Cancelled, keys: ActionKeys, run_id: str) -> tuple[str, str] | None:

@@ -8,13 +8,20 @@ wake-up connection it already has, never the liveness one — and cancels the ha
 for a lost lease. A notice can be missed (the subscription was being made again, or the
 run changed hands between the cancel's two steps); the holder then learns at its next
 touch, which is refused, as before.
+
+A notice is a claim, not a proof: anyone who may publish on the channel (a producer
+cancels, so it may) can send one, with an owner and token read from the run's record. So
+a worker acts on a notice only once Redis confirms it: the run's record says CANCELLED
+under the notice's token (:func:`flo_redis._runs.cancel_confirmed`, one ``HGET``). A
+notice Redis does not confirm is logged at WARNING and dropped; the handler goes on, and
+its reports are fenced by its token as always.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from ._listener import Listener
 from ._scripts import RedisConn, redis_errors
@@ -70,10 +77,15 @@ class _NoticeListener(Listener):
             self._on_notice(message)
 
 
+# Notices heard and not confirmed yet, at most (more are dropped: the touch tells).
+_HEARD_MAX = 1024
+
+
 class Notices:
     """One owner's cancel notices for the queues of ``tags``: calls
-    ``on_cancel(run_id, token)`` for each, while :meth:`run` keeps the subscriptions
-    standing (subscribed again after a lost connection or a moved slot)."""
+    ``on_cancel(run_id, token)`` for each that ``confirm(run_id, token)`` finds true in
+    Redis (module docstring), while :meth:`run` keeps the subscriptions standing
+    (subscribed again after a lost connection or a moved slot)."""
 
     def __init__(
         self,
@@ -81,9 +93,12 @@ class Notices:
         owner: str,
         tags: Iterable[str],
         on_cancel: Callable[[str, int], None],
+        confirm: Callable[[str, int], Awaitable[bool]],
     ) -> None:
         self._waker = waker
         self._on_cancel = on_cancel
+        self._confirm = confirm
+        self._heard_notices: asyncio.Queue[tuple[str, int]] = asyncio.Queue(_HEARD_MAX)
         channels = sorted({notice_channel(tag, owner) for tag in tags})
         self._listener = _NoticeListener(waker, channels, self._heard)
 
@@ -92,7 +107,31 @@ class Notices:
         if notice is None:
             log.warning("unreadable cancel notice %r", data)
             return
-        self._on_cancel(*notice)
+        try:
+            self._heard_notices.put_nowait(notice)
+        except asyncio.QueueFull:
+            log.info("cancel notice for run %s dropped (too many to confirm)", notice[0])
+
+    async def _confirming(self) -> None:
+        """Act on each notice heard that Redis confirms (module docstring)."""
+        while True:
+            run_id, token = await self._heard_notices.get()
+            try:
+                confirmed = await self._confirm(run_id, token)
+            except FloError as exc:
+                log.info(
+                    "cancel notice for run %s not confirmed (%s); the touch tells", run_id, exc
+                )
+                continue
+            if confirmed:
+                self._on_cancel(run_id, token)
+            else:
+                log.warning(
+                    "cancel notice for run %s (token %d) not confirmed by Redis: the run is "
+                    "not cancelled under that token; ignored",
+                    run_id,
+                    token,
+                )
 
     async def hold(self) -> bool:
         """Subscribe now and wait until Redis confirms (at most 5 s); False, logged, if
@@ -109,6 +148,9 @@ class Notices:
     async def run(self) -> None:
         """Listen until the task is cancelled: its worker does that once its last
         handler ended, so a run cancelled while the worker stops is still told."""
+        await asyncio.gather(self._listening(), self._confirming())
+
+    async def _listening(self) -> None:
         failures = 0
         async with self._waker.attached(self._listener):
             while True:

@@ -33,6 +33,7 @@ from ._handlers import HandlerRunner
 from ._lifecycle import ClientLike, WorkerLifecycle, generate_worker_id, worker_block_ms
 from ._poller import ActionPoller
 from ._registration import Registration
+from ._runs import cancel_confirmed
 from .action_context import (
     ActionContext,
     ActionHandler,
@@ -45,7 +46,7 @@ from .errors import (
     ServerError,
     ValidationError,
 )
-from .keys import action_keys, check_name
+from .keys import action_keys, action_of_run, check_name
 from .notices import Notices
 from .progress import encode_progress, report_progress
 from .reclaim import Reaper
@@ -282,11 +283,17 @@ class ActionWorker(WorkerLifecycle):
         await self._registration.register_all()
         self._names = sorted(self._handlers)
         session = self.session
+
+        async def confirm(run_id: str, token: int) -> bool:
+            keys = action_keys(session.namespace, action_of_run(run_id))
+            return await cancel_confirmed(session.redis, keys, run_id, token)
+
         self._notices = Notices(
             session.waker,
             session.owner_id,
             [action_keys(session.namespace, name).tag for name in self._handlers],
             self._runs.revoke,
+            confirm,
         )
         await self._notices.hold()
         log.info(
