@@ -43,6 +43,7 @@ from flo_redis.stream_acks import StreamGroupAckOptions
 from flo_redis.testing import RedisServer
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+THREAT_MODEL = Path(__file__).resolve().parent.parent / "docs" / "threat-model.md"
 
 # What each role needs, by level: every operation below names its level.
 NEEDS = {
@@ -485,6 +486,8 @@ def test_the_docs_hold_the_lines_flo_redis_acl_prints() -> None:
         printed = CliRunner().invoke(main, list(args))
         assert printed.exit_code == 0, printed.output
         assert printed.output.strip() == line, args
+    for args, line in documented_lines(THREAT_MODEL.read_text()).items():
+        assert CliRunner().invoke(main, list(args)).output.strip() == line
 
 
 def test_acl_refuses_a_namespace_for_admin_and_an_unknown_role() -> None:
