@@ -19,7 +19,8 @@ version.
 - **producer** registers actions, invokes, cancels what it invoked, appends and
   enqueues, and schedules, besides what read-only does.
 - **operator** steers besides: re-queues, purges and deletes, drains and removes
-  workers, trims streams, replays dead letters, reclaims by hand.
+  workers, trims streams, replays dead letters, reclaims by hand; the user of a
+  dashboard started with ``--write`` (its log-ins and sessions).
 - **worker** runs ``ActionWorker``, ``StreamWorker``, queue consumers and slots: it
   holds liveness channels, which no other role but admin may subscribe to (a channel
   kept subscribed keeps a dead worker's work from coming back), besides what a
@@ -106,6 +107,10 @@ _OPERATOR_SCRIPTS = (
     "group_reclaim",
     "queue_dlq_requeue",
     "queue_reclaim",
+    # A dashboard started with --write: its log-ins and sessions.
+    "dashboard_login",
+    "dashboard_session_touch",
+    "dashboard_session_close",
 )
 _WORKER_SCRIPTS = (
     *_PRODUCER_SCRIPTS,

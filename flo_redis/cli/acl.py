@@ -7,6 +7,7 @@ import click
 
 from ..errors import ValidationError
 from ..roles import ROLES, setuser_line
+from ._render import say
 
 
 def register(group: click.Group) -> None:
@@ -26,6 +27,6 @@ def acl(role: str, namespace: str | None, user: str | None) -> None:
     read-only. Run it in redis-cli with the password put in place of ROLE-PASSWORD;
     it starts with `reset`, so running it again leaves exactly these rights."""
     try:
-        click.echo(setuser_line(role, namespace, user))
+        say(setuser_line(role, namespace, user))
     except ValidationError as exc:
         raise click.UsageError(str(exc)) from exc
