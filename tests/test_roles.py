@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+import aiohttp
 import pytest
 import redis
 from click.testing import CliRunner
@@ -37,6 +38,7 @@ from flo_redis import (
 )
 from flo_redis._denied import is_denied
 from flo_redis.cli import main
+from flo_redis.dashboard import start_dashboard
 from flo_redis.keys import action_keys, handoff_channel, notice_channel, owner_channel
 from flo_redis.roles import ROLES, setuser_line
 from flo_redis.stream_acks import StreamGroupAckOptions
@@ -495,3 +497,36 @@ def test_acl_refuses_a_namespace_for_admin_and_an_unknown_role() -> None:
     assert CliRunner().invoke(main, ["acl", "root"]).exit_code == 2
     line = setuser_line("worker", "a*b", user="w")
     assert "~flo:*{a\\\\*b:*" in line  # quoted for redis-cli: a glob-escaped star
+
+
+async def test_an_operator_serves_a_dashboard_that_makes_changes(server: RedisServer) -> None:
+    """A dashboard started with --write, as an operator narrowed to its namespace: it
+    logs in (its session in Redis), drains a worker, and logs out; a read-only user
+    serves it read-only."""
+    ns = f"a-{uuid.uuid4().hex[:8]}"
+    await build_world(server.url, ns)
+    token = "a-long-enough-write-token"
+    async with FloClient(role_url(server, "operator", ns), namespace=ns) as client:
+        dash = await start_dashboard(client, port=0, token=token)
+        try:
+            jar = aiohttp.CookieJar(unsafe=True)
+            async with aiohttp.ClientSession(cookie_jar=jar) as http:
+                async with http.post(dash.url + "login", data={"token": token, "next": "/"}) as r:
+                    body = await r.text()
+                    assert r.status == 200 and "write access" in body, body
+                csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"', body)
+                assert csrf is not None
+                form = {"id": "w1", "csrf": csrf.group(1), "next": "/workers"}
+                async with http.post(dash.url + "worker/drain", data=form) as r:
+                    assert r.status == 200, await r.text()
+        finally:
+            await dash.close()
+        workers = (await client.worker.list()).workers
+        assert [w.status.name for w in workers if w.worker_id == "w1"] == ["DRAINING"]
+    async with FloClient(role_url(server, "read-only", ns), namespace=ns) as reader:
+        dash = await start_dashboard(reader, port=0)
+        try:
+            async with aiohttp.ClientSession() as http, http.get(dash.url) as r:
+                assert r.status == 200
+        finally:
+            await dash.close()
