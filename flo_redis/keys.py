@@ -321,10 +321,10 @@ class QueueKeys:
     namespace: str
     queue: str
     tag: str
-    meta: str  # HASH  seq: the last sequence number; stat:* counters
-    msgs: str  # HASH  seq -> msgpack record {p, t, d, m, o, x} (lua/lib/message.lua)
+    meta: str  # HASH  seq: the last sequence number (lua/lib/ids.lua), seq0, qseq; stat:*
+    msgs: str  # HASH  seq -> msgpack record {p, t, d, m, o, x, q} (lua/lib/message.lua)
     bodies: str  # HASH  seq -> payload bytes
-    ready: str  # ZSET  seq -> priority * 2^45 + seq (lowest first)
+    ready: str  # ZSET  seq -> priority * 2^45 + queue order q (lowest first)
     leases: str  # ZSET  seq -> visibility deadline ms (delivered, not yet acked)
     dead: str  # ZSET  seq -> ms it was dead-lettered
     owners: str  # HASH  owner id -> ms since it is suspected gone (0: not suspected)

@@ -78,8 +78,8 @@ MAX_COUNT = 1000
 """Most messages one dequeue, peek, ack, nack or requeue script call handles."""
 MAX_VISIBILITY_MS = 12 * 3600 * 1000
 MAX_DELIVERIES = 1000
-MAX_SEQ = 2**45 - 1
-"""Sequence numbers stay below 2^45 (they share a sorted-set score with the priority)."""
+MAX_SEQ = 2**53 - 1
+"""Sequence numbers stay below 2^53, exact in the scripts' numbers (``lua/lib/ids.lua``)."""
 RESEND_AT_MOST_S = 60.0
 """A dequeue whose reply was lost is sent again (same poll id) until Redis answers, for
 as long as its deliveries can still be handed over — their visibility timeout — but at

@@ -33,6 +33,7 @@
 --@include lib/handoff.lua
 --@include lib/num.lua
 --@include lib/checked.lua
+--@include lib/ids.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], wake = KEYS[6], parked = KEYS[7], polls = KEYS[8], poll_times = KEYS[9],
   owners = KEYS[10], owned = KEYS[11], leases = KEYS[12], rate = KEYS[13]}
@@ -62,8 +63,7 @@ if action.max_payload >= 0 then
 end
 
 local now = now_ms()
-local last = redis.call('HINCRBY', k.meta, 'seq', n)
-local first = last - n + 1
+local first = ids_take(k.meta, 'seq', n, now)
 local last_q = redis.call('HINCRBY', k.meta, 'qseq', n)
 local first_q = last_q - n + 1
 local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}

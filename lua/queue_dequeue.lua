@@ -10,7 +10,7 @@
   KEYS[1] meta    HASH  seq counter; stat:* counters
   KEYS[2] msgs    HASH  seq -> msgpack record (lib/message.lua)
   KEYS[3] bodies  HASH  seq -> payload bytes
-  KEYS[4] ready   ZSET  seq -> priority * 2^45 + seq
+  KEYS[4] ready   ZSET  seq -> priority * 2^45 + queue order
   KEYS[5] leases  ZSET  seq -> visibility deadline ms
   KEYS[6] dead    ZSET  seq -> ms it was dead-lettered
   KEYS[7] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)

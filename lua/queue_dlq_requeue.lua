@@ -7,7 +7,7 @@
   handed out, acked, or already requeued).
   KEYS[1] meta    HASH  seq counter
   KEYS[2] msgs    HASH  seq -> msgpack record (lib/message.lua)
-  KEYS[3] ready   ZSET  seq -> priority * 2^45 + seq
+  KEYS[3] ready   ZSET  seq -> priority * 2^45 + queue order
   KEYS[4] dead    ZSET  seq -> ms it was dead-lettered
   KEYS[5] wake    CHANNEL  sharded channel announcing messages to take
   ARGV[1] seqs    msgpack array of sequence numbers (at most 1000)

@@ -5,7 +5,7 @@
   on its own as in queue_ack (a resent nack of a message already given back is STALE).
   KEYS[1] meta    HASH  seq counter; stat:* counters
   KEYS[2] msgs    HASH  seq -> msgpack record (lib/message.lua)
-  KEYS[3] ready   ZSET  seq -> priority * 2^45 + seq
+  KEYS[3] ready   ZSET  seq -> priority * 2^45 + queue order
   KEYS[4] leases  ZSET  seq -> visibility deadline ms
   KEYS[5] dead    ZSET  seq -> ms it was dead-lettered
   KEYS[6] owned   ZSET  "<owner>\0<seq>" (score 0): the deliveries each owner holds

@@ -3,7 +3,7 @@
   deliver them. Writes nothing.
   KEYS[1] msgs    HASH  seq -> msgpack record (lib/message.lua)
   KEYS[2] bodies  HASH  seq -> payload bytes
-  KEYS[3] ready   ZSET  seq -> priority * 2^45 + seq
+  KEYS[3] ready   ZSET  seq -> priority * 2^45 + queue order
   ARGV[1] count   1 .. 1000
   Returns {status, n, seq_1, payload_1, enqueued_at_1, delivery_count_1, priority_1, ...}
           status: OK

@@ -8,7 +8,7 @@
   visibility deadline applies to it. At most `batch` index entries of gone owners per call.
   KEYS[1] meta    HASH  seq counter; stat:* counters
   KEYS[2] msgs    HASH  seq -> msgpack record (lib/message.lua)
-  KEYS[3] ready   ZSET  seq -> priority * 2^45 + seq
+  KEYS[3] ready   ZSET  seq -> priority * 2^45 + queue order
   KEYS[4] leases  ZSET  seq -> visibility deadline ms
   KEYS[5] dead    ZSET  seq -> ms it was dead-lettered
   KEYS[6] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)

@@ -59,7 +59,7 @@ run.lrw = nil
 queue_bury(k, run_id, run, now_ms(), RUN_CANCELLED)
 local told = 0
 if holder ~= '' and holder == expected and notice then
-  redis.call('SPUBLISH', notice, token .. ' ' .. run_id)
+  redis.call('SPUBLISH', notice, string.format('%d %s', token, run_id))
   told = 1
 end
 return {ST_OK, was, holder, token, told}

@@ -18,6 +18,7 @@
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/action.lua
+--@include lib/ids.lua
 local k = {definition = KEYS[1], meta = KEYS[2], slots = KEYS[3]}
 local MAX_SLOTS = 1000
 local MAX_LEASE_MS = 86400000
@@ -44,7 +45,7 @@ for slot = 1, capacity do
     if expired then redis.call('HINCRBY', k.meta, 'stat:slot_reclaimed_deadline', 1) end
     local deadline = NEVER_MS
     if lease_ms > 0 then deadline = now + lease_ms end
-    local token = redis.call('HINCRBY', k.meta, 'slot_token', 1)
+    local token = ids_take(k.meta, 'slot_token', 1, now)
     redis.call('HSET', k.slots, slot, cmsgpack.pack({o = owner, t = token, d = deadline}))
     return {ST_OK, slot, token, deadline}
   end

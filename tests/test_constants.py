@@ -81,7 +81,6 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
         (queue.MAX_VISIBILITY_MS, "queue.MAX_VISIBILITY_MS"),
     ],
     ("lib/message.lua", "MSG_MAX_DELIVERIES"): [(queue.MAX_DELIVERIES, "queue.MAX_DELIVERIES")],
-    ("lib/priority.lua", "PRIORITY_SEQ_SPAN"): [(queue.MAX_SEQ + 1, "queue.MAX_SEQ + 1")],
     ("lib/priority.lua", "PRIORITY_MAX"): [(_checks.MAX_PRIORITY, "_checks.MAX_PRIORITY")],
     ("lib/checked.lua", "INT_MAX"): [(LUA_INT, "_type_base.LUA_INT")],
     ("lib/checked.lua", "U32_MAX"): [(U32 - 1, "_type_base.U32 - 1")],
@@ -148,6 +147,9 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/tally.lua", "TALLY_SLOTS"): "one-minute buckets kept: the counts cover an hour",
     ("lib/tally.lua", "TALLY_TIMED_OUT"): "a meta field action_counts reads itself",
     ("queue_dequeue.lua", "EXPIRE_BATCH"): "expired deliveries taken back per dequeue",
+    ("lib/priority.lua", "PRIORITY_SEQ_SPAN"): "queue orders per priority (a counter, never an id)",
+    ("lib/ids.lua", "IDS_PER_MS"): "ids and tokens a counter takes per ms of server time",
+    ("lib/ids.lua", "IDS_TRAIL"): "how far a counter may trail the server clock",
 }
 
 

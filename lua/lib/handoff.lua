@@ -14,6 +14,7 @@
 --@include lib/action.lua
 --@include lib/labels.lua
 --@include lib/polls.lua
+--@include lib/ids.lua
 
 -- A park lasts at most this long; the poller claims again by then.
 local PARK_MAX_MS = 60000
@@ -63,7 +64,7 @@ local function handoff_unseen(polls_key, times_key, field, poll_id, received, no
   local memo = cmsgpack.unpack(raw)
   if memo.h ~= 1 or memo.p == poll_id then return end
   for i = 1, #memo.ids do
-    if memo.ids[i] .. ' ' .. memo.tokens[i] ~= received then
+    if string.format('%s %d', memo.ids[i], memo.tokens[i]) ~= received then
       each(memo.ids[i], memo.tokens[i])
     end
   end
@@ -108,7 +109,7 @@ local function handoff_give(k, action, run_id, run, input, now, skip_owner, fiel
       end
       -- The message goes first: how many heard it is the subscriber check. Nobody
       -- else sees the script half done, and a token skipped (nobody heard) is harmless.
-      local token = redis.call('HINCRBY', k.meta, 'token', 1)
+      local token = ids_take(k.meta, 'token', 1, now)
       if redis.call('SPUBLISH', park.ch, cmsgpack.pack({memo.p, run_id, token, run.a + 1,
           run.c, run.rd or run.c, now, sent, run.tr or ''})) > 0 then
         queue_take(k, run_id, run, park.w, park.o, now, queue_lease_deadline(action, now),

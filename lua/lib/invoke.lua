@@ -5,6 +5,7 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/handoff.lua
+--@include lib/ids.lua
 
 -- k: {meta, runs, inputs, pending, delayed, idempotency, wake}, and for the hand-off
 -- (lib/handoff.lua) {parked, polls, poll_times, owners, owned, leases, rate} -- without
@@ -13,7 +14,7 @@
 -- run id, and whether it was handed to a parked poller.
 local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority,
     trace)
-  local run_id = string.format('%s%d', id_prefix, redis.call('HINCRBY', k.meta, 'seq', '1'))
+  local run_id = string.format('%s%d', id_prefix, (ids_take(k.meta, 'seq', 1, now)))
   local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
   if priority > 0 then run.p = priority end
   if due > now then run.rd = due end

@@ -22,11 +22,12 @@ local MSG_MAX_DELIVERIES = 1000
 
 local msg_load, msg_save = record_load, record_save
 
--- Make a message ready to be delivered, in its priority's FIFO place.
+-- Make a message ready to be delivered, in its priority's FIFO place (its queue order
+-- `q`; a message queued by an older version has none: its seq was its order).
 local function msg_make_ready(k, seq, m)
   m.o = nil
   msg_save(k.msgs, seq, m)
-  redis.call('ZADD', k.ready, priority_score(m.p, tonumber(seq)), seq)
+  redis.call('ZADD', k.ready, priority_score(m.p, m.q or tonumber(seq)), seq)
 end
 
 -- A delivery ended without an ack (nack, visibility timeout, owner gone): the message is
@@ -81,12 +82,15 @@ local function msg_reply(out, bodies_key, seq, m)
 end
 
 -- The per-seq answer for a report (ack / nack) on a message that is not held as asked:
--- unknown (never handed out, or already acked) vs delivered elsewhere / not delivered.
+-- delivered elsewhere or not delivered (STALE), gone within the span of seqs the counter
+-- handed out since it was made (OK: acked already), or outside it (NOT_FOUND: never
+-- handed out, or handed out before Redis lost the data that held it).
 local function msg_unheld_status(meta_key, seq, m)
   if m then return ST_STALE end
   local n = tonumber(seq)
-  local last = tonumber(redis.call('HGET', meta_key, 'seq') or '0')
-  if n and n >= 1 and n <= last and n == math.floor(n) then return ST_OK end
+  local span = redis.call('HMGET', meta_key, 'seq0', 'seq')
+  local first, last = tonumber(span[1]) or 1, tonumber(span[2]) or 0
+  if n and n >= first and n <= last and n == math.floor(n) then return ST_OK end
   return ST_NOT_FOUND
 end
 

@@ -8,6 +8,7 @@
 --@include lib/tally.lua
 --@include lib/priority.lua
 --@include lib/num.lua
+--@include lib/ids.lua
 
 -- Queue `run` as ready to claim: after every run of a lower priority value and after
 -- those of its own queued before it (its priority `p`, default 0, stays with it).
@@ -51,8 +52,7 @@ local function queue_take_many(k, ids, runs, worker_id, owner, now, deadline, lo
     first_token)
   local n = #ids
   if n == 0 then return end
-  local first = first_token and first_token - 1
-    or redis.call('HINCRBY', k.meta, 'token', n) - n
+  local first = (first_token or ids_take(k.meta, 'token', n, now)) - 1
   local owned, records, leases = {}, {}, {}
   local rate = log_rate and {} or nil
   local at_deadline, at_now = num_arg(deadline), num_arg(now)
