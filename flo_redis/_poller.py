@@ -25,8 +25,8 @@ is the poller's side, used by :class:`flo_redis.worker.ActionWorker`:
   place of the work waiting.
 - **Exactly once per hand-out.** A run can reach the poller twice — by its message, and
   again in a claim's answer (a message heard late, or one the poller could not know it
-  had) — so runs are passed on once per hand-out: its fencing token and its run's
-  creation time (a Redis that lost its data numbers runs and tokens from 1 again).
+  had) — so runs are passed on once per hand-out: its fencing token, which no other
+  hand-out of the queue ever gets, even after Redis lost its data (``lua/lib/ids.lua``).
 - **Leaving.** :meth:`ActionPoller.leave` first leaves the hand-off channels, so from
   then on the scripts' subscriber check refuses any park of the poller still standing
   (the run goes to another poller, or waits). It then ends every park the poller may
@@ -120,8 +120,8 @@ class ActionPoller(ClosesOnExit):
         self._lost: dict[str, str] = {}  # action -> claim id whose reply was lost there
         self._claims = 0  # numbers the claim ids after a queue's first in a poll
         self._received: dict[str, str] = {}  # action -> "<run id> <token>" last taken there
-        # Run id -> (token, created ms) of the hand-outs passed on, oldest first.
-        self._seen: dict[str, tuple[int, int]] = {}
+        # Run id -> token of the hand-outs passed on, oldest first.
+        self._seen: dict[str, int] = {}
         self._stack = contextlib.AsyncExitStack()
         owner = session.owner_id
         self._inboxes = [_Inbox(self, k, handoff_channel(k.tag, owner)) for k in self._keys]
@@ -327,7 +327,7 @@ class ActionPoller(ClosesOnExit):
         return f"{poll_id}.{self._claims}"
 
     def _fresh(self, action: str, runs: Sequence[Claimed]) -> builtins.list[Claimed]:
-        """``runs`` not passed on before as the same hand-out (token and creation time)."""
+        """``runs`` not passed on before as the same hand-out (the same token)."""
         if not runs:
             return []
         last = runs[-1]
@@ -335,16 +335,15 @@ class ActionPoller(ClosesOnExit):
         seen = self._seen
         if len(runs) == 1:
             # One run (a hand-off's, nearly always): the same steps, without the passes.
-            handout = (last.token, last.created_at_ms)
-            if seen.get(last.run_id) == handout:
+            if seen.get(last.run_id) == last.token:
                 return []
-            seen[last.run_id] = handout
+            seen[last.run_id] = last.token
             fresh = [last]
         else:
             get = seen.get
-            fresh = [run for run in runs if get(run.run_id) != _handout(run)]
+            fresh = [run for run in runs if get(run.run_id) != run.token]
             before = len(seen)
-            seen.update(zip(map(_run_id, fresh), map(_handout, fresh), strict=True))
+            seen.update(zip(map(_run_id, fresh), map(_token, fresh), strict=True))
             if len(seen) - before < len(fresh):
                 # Some id was known already (a run handed out again, under a new token)
                 # or came twice in ``runs``: pass each hand-out on once, in order.
@@ -358,9 +357,7 @@ class ActionPoller(ClosesOnExit):
 
 
 _run_id = operator.attrgetter("run_id")
-# A hand-out: its token, and when its run was made. A Redis that lost its data numbers
-# runs and tokens from 1 again; the new run m:1 (token 1) is not the m:1 passed on before.
-_handout = operator.attrgetter("token", "created_at_ms")
+_token = operator.attrgetter("token")
 
 
 __all__ = ["ActionPoller"]
