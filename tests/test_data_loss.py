@@ -18,6 +18,7 @@ from flo_redis import (
     ActionRegisterOptions,
     FloClient,
     FloError,
+    NotFoundError,
     RunStatus,
     StreamContext,
 )
@@ -108,11 +109,11 @@ async def test_a_stream_worker_reads_again_after_its_group_is_gone(server: Redis
         await asyncio.wait_for(task, 30)
 
 
-async def test_runs_made_after_the_loss_under_earlier_ids_and_tokens_are_worked(
+async def test_runs_made_after_the_loss_get_ids_never_seen_and_are_worked(
     server: RedisServer,
 ) -> None:
-    # Redis numbers runs and tokens from 1 again once its data is gone: job:1 token 1
-    # after the loss is a new hand-out, not the job:1 the worker passed on before it.
+    # Ids and tokens never repeat, even once Redis's data is gone (lua/lib/ids.lua): what
+    # the worker passed on before the flush is never taken for a run made after it.
     async with FloClient(server.url, namespace="loss") as client:
         worker = client.new_action_worker(block_ms=1000)
         handled: list[bytes] = []
@@ -134,11 +135,14 @@ async def test_runs_made_after_the_loss_under_earlier_ids_and_tokens_are_worked(
 
         after = [await eventually(lambda: _invoke(client, b"after"), timeout=30)]
         after += [(await client.action.invoke("job", b"after")).run_id for _ in range(4)]
-        assert set(before) <= set(after)  # the same ids again
+        assert not set(before) & set(after)
         for run_id in after:
             await eventually(lambda r=run_id: _completed(client, r), timeout=30)
         # Each on its first attempt: none was dropped as a repeat and left to its lease.
         assert [(await client.action.status(r)).attempt for r in after] == [1] * 5
+        for run_id in before:
+            with pytest.raises(NotFoundError):
+                await client.action.status(run_id)
         worker.stop()
         await asyncio.wait_for(task, 30)
     assert handled == [b"before"] * 3 + [b"after"] * 5

@@ -49,7 +49,7 @@ LOOKUPS: dict[str, Lookup] = {
 async def ready(client: FloClient) -> FloClient:
     await client.action.register("job")
     await client.worker.register("w1", ["job"])
-    await client.action.invoke("job", b"x")  # job:1 exists; the ids above never did
+    await client.action.invoke("job", b"x")  # a run of job exists; the ids above never did
     return client
 
 
