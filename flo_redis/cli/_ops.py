@@ -96,15 +96,28 @@ def console() -> Console:
     return _render.console()
 
 
-def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:
-    """A rich table; numbers right-aligned."""
+def table(
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    whole: Sequence[int] = (),
+) -> Table:
+    """A rich table; numbers right-aligned. Where the terminal is too narrow, a cell wraps
+    rather than loses its end; the columns ``whole`` names (ids to copy) are never cut."""
     out = Table(title=title, title_justify="left", expand=False)
     materialized = [[("" if v is None else str(v)) for v in row] for row in rows]
     for i, name in enumerate(columns):
         numeric = bool(materialized) and all(
             r[i].lstrip("-").isdigit() for r in materialized if r[i]
         )
-        out.add_column(name, justify="right" if numeric else "left")
+        widest = max((len(r[i]) for r in materialized), default=0) if i in whole else None
+        out.add_column(
+            name,
+            justify="right" if numeric else "left",
+            overflow="fold",
+            no_wrap=i in whole,
+            min_width=widest,
+        )
     for row in materialized:
         out.add_row(*row)
     return out

@@ -85,6 +85,7 @@ def list_runs(
                 )
                 for r in page.runs
             ],
+            whole=[0],
         )
     )
     if page.cursor is not None:
