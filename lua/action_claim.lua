@@ -63,7 +63,8 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
-  ended = KEYS[13], rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16], wake = KEYS[17]}
+  ended = ended_channel(KEYS[13]), rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16],
+  wake = KEYS[17]}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]

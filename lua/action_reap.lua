@@ -35,7 +35,7 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   done = KEYS[9], idempotency = KEYS[10], wake = KEYS[11], owned = KEYS[12],
-  ended = KEYS[13], parked = KEYS[14], polls = KEYS[15], poll_times = KEYS[16],
+  ended = ended_channel(KEYS[13]), parked = KEYS[14], polls = KEYS[15], poll_times = KEYS[16],
   owners = KEYS[17], rate = KEYS[18]}
 local batch = arg_int(ARGV[1], 1, 1000)
 

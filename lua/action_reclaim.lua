@@ -47,8 +47,8 @@
 --@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   delayed = KEYS[5], leases = KEYS[6], failed = KEYS[7], owners = KEYS[8], owned = KEYS[9],
-  wake = KEYS[10], ended = KEYS[11], inputs = KEYS[12], parked = KEYS[13], polls = KEYS[14],
-  poll_times = KEYS[15], rate = KEYS[16]}
+  wake = KEYS[10], ended = ended_channel(KEYS[11]), inputs = KEYS[12], parked = KEYS[13],
+  polls = KEYS[14], poll_times = KEYS[15], rate = KEYS[16]}
 local channels = {}
 for i = 17, #KEYS do channels[#channels + 1] = KEYS[i] end
 local grace_ms = arg_int(ARGV[1], 0, U32_MAX)

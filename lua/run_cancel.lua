@@ -32,7 +32,7 @@
 --@include lib/queue.lua
 --@include lib/channels.lua
 local k = {meta = KEYS[1], runs = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
-  leases = KEYS[5], failed = KEYS[6], owned = KEYS[7], ended = KEYS[8]}
+  leases = KEYS[5], failed = KEYS[6], owned = KEYS[7], ended = ended_channel(KEYS[8])}
 local notice = #KEYS > 8 and KEYS[#KEYS] or nil  -- the tail: none, or one channel
 local run_id = ARGV[1]
 local expected = ARGV[2]

@@ -28,7 +28,7 @@
 --@include lib/complete.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
-  ended = KEYS[9]}
+  ended = ended_channel(KEYS[9])}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]

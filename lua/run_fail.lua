@@ -38,7 +38,7 @@
 --@include lib/handoff.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8], wake = KEYS[9],
-  owned = KEYS[10], ended = KEYS[11], parked = KEYS[12], polls = KEYS[13],
+  owned = KEYS[10], ended = ended_channel(KEYS[11]), parked = KEYS[12], polls = KEYS[13],
   poll_times = KEYS[14], owners = KEYS[15], rate = KEYS[16]}
 local run_id = ARGV[1]
 local token = ARGV[2]

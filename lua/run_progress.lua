@@ -19,7 +19,7 @@
 --@include lib/ended.lua
 local runs_key = KEYS[1]
 local meta_key = KEYS[2]
-local ended_key = KEYS[3]
+local ended = ended_channel(KEYS[3])
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
@@ -33,5 +33,5 @@ if not run then return refused end
 run.pg = value
 run.pt = now_ms()
 run_save(runs_key, run_id, run)
-run_ended(ended_key, run_id)
+run_ended(ended, run_id)
 return {ST_OK, run.s}

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import redis.asyncio as aioredis
+from cli_command import Command
 from polling import eventually
 
 from flo_redis import (
+    ActionContext,
     ActionRegisterOptions,
     FloClient,
     NotFoundError,
@@ -19,6 +24,8 @@ from flo_redis import (
     WorkerFailOptions,
 )
 from flo_redis.keys import action_keys
+from flo_redis.progress import report_progress
+from flo_redis.sync import SyncFloClient
 
 
 async def take(client: FloClient, action: str) -> str:
@@ -140,3 +147,181 @@ async def test_wait_on_a_cluster_is_woken_on_the_node_of_each_queue(cluster_url:
     assert [(s.status, s.output) for s in done] == [
         (RunStatus.COMPLETED, n.encode()) for n in names
     ]
+
+
+# --- an end nobody waited on, then a wait: the same under FCALL and EVALSHA -------------
+
+
+async def listeners(raw: aioredis.Redis, channel: str) -> int:
+    [_, count] = await raw.execute_command("PUBSUB", "SHARDNUMSUB", channel)
+    return int(count)
+
+
+async def subscribed(raw: aioredis.Redis, channel: str) -> None:
+    """Until someone (the wait under test) listens on ``channel``, and a moment more, in
+    which the wait reads the run (it subscribes first): what happens next reaches it as
+    a message. (On a very slow machine the read may come later; the test then passes
+    without having told the message from the read.)"""
+    await eventually(lambda: listeners(raw, channel), lambda n: n >= 1)
+    await asyncio.sleep(0.3)
+
+
+async def end_completed(client: FloClient, action: str, run_id: str) -> None:
+    await client.worker.complete("w1", action, await take(client, action), b"done")
+
+
+async def end_failed(client: FloClient, action: str, run_id: str) -> None:
+    failed = WorkerFailOptions(retry=False)
+    await client.worker.fail("w1", action, await take(client, action), "gone", failed)
+
+
+async def end_cancelled(client: FloClient, action: str, run_id: str) -> None:
+    await client.action.cancel(run_id)
+
+
+async def end_timed_out(client: FloClient, action: str, run_id: str) -> None:
+    await take(client, action)
+
+    async def reaped() -> RunStatus:
+        await client.action.reap(action)  # what every worker's reaper does
+        return (await client.action.status(run_id)).status
+
+    await eventually(reaped, lambda s: s == RunStatus.TIMED_OUT)
+
+
+ENDS = {
+    "completed": (end_completed, RunStatus.COMPLETED),
+    "failed": (end_failed, RunStatus.FAILED),
+    "cancelled": (end_cancelled, RunStatus.CANCELLED),
+    "timed-out": (end_timed_out, RunStatus.TIMED_OUT),
+}
+
+
+@pytest.mark.parametrize("how", sorted(ENDS))
+async def test_a_wait_hears_its_run_end_after_an_end_nobody_waited_on(
+    client: FloClient, raw: aioredis.Redis, how: str
+) -> None:
+    end, final = ENDS[how]
+    once = ActionRegisterOptions(timeout_ms=200, max_retries=1)  # its lease ends it
+    await client.action.register("job", options=once if how == "timed-out" else None)
+    channel = action_keys(client.namespace, "job").ended
+    first = (await client.action.invoke("job", b"")).run_id
+    await end(client, "job", first)  # nobody waits on the queue
+    second = (await client.action.invoke("job", b"")).run_id
+    waiter = asyncio.create_task(client.action.wait(second, timeout_ms=60_000))
+    await subscribed(raw, channel)
+    await end(client, "job", second)
+    status = await asyncio.wait_for(waiter, 30)  # woken by the end, not by its deadline
+    assert (status.run_id, status.status) == (second, final)
+
+
+async def test_on_progress_hears_a_report_after_one_nobody_heard(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    await client.action.register("job")
+    channel = action_keys(client.namespace, "job").ended
+    await client.worker.register("w1", ["job"])
+
+    async def held() -> tuple[str, int]:
+        [run] = await client.worker.await_tasks("w1", ["job"], 1)
+        return run.run_id, run.token
+
+    first = (await client.action.invoke("job", b"")).run_id
+    _, token = await held()
+    await report_progress(client, "w1", "job", first, token, b"half")  # nobody hears it
+    await client.worker.complete("w1", "job", first, b"done")
+
+    second = (await client.action.invoke("job", b"")).run_id
+    _, token = await held()
+    heard: list[bytes | None] = []
+    waiter = asyncio.create_task(
+        client.action.wait(second, 60_000, on_progress=lambda s: heard.append(s.progress))
+    )
+    await subscribed(raw, channel)
+    await report_progress(client, "w1", "job", second, token, b"half")
+
+    async def heard_so_far() -> list[bytes | None]:
+        return heard
+
+    await eventually(heard_so_far, lambda h: b"half" in h, timeout=30)
+    await client.worker.complete("w1", "job", second, b"done")
+    assert (await asyncio.wait_for(waiter, 30)).status == RunStatus.COMPLETED
+
+
+# The reported case, through each way a user waits: a worker runs each run for 0.2 s; one
+# run is invoked and ends with nobody waiting, then the next is waited on (30 s at most).
+SHORT_RUN_S = 0.2
+WAIT_S = 30.0
+
+
+@contextlib.asynccontextmanager
+async def short_runs(client: FloClient) -> AsyncIterator[None]:
+    """A worker that runs each run of "job" for 0.2 s, after one run ended unwatched."""
+    await client.action.register("job")
+    worker = client.new_action_worker(block_ms=500)
+
+    @worker.action("job")
+    async def job(ctx: ActionContext) -> bytes:
+        await asyncio.sleep(SHORT_RUN_S)
+        return b"done"
+
+    task = asyncio.create_task(worker.start())
+    try:
+        unwatched = (await client.action.invoke("job", b"")).run_id
+        await eventually(
+            lambda: client.action.status(unwatched),
+            lambda s: s.status == RunStatus.COMPLETED,
+            timeout=30,
+        )
+        yield
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+def well_before_the_timeout(started: float) -> bool:
+    """The wait returned by the run's end: well inside its 30 s, not at its deadline."""
+    return time.monotonic() - started < WAIT_S / 2
+
+
+async def test_a_short_run_waited_on_after_an_unwatched_one_returns_with_its_end(
+    client: FloClient,
+) -> None:
+    async with short_runs(client):
+        started = time.monotonic()
+        run_id = (await client.action.invoke("job", b"")).run_id
+        status = await client.action.wait(run_id, timeout_ms=int(WAIT_S * 1000))
+        assert status.status == RunStatus.COMPLETED
+        assert well_before_the_timeout(started)
+
+
+async def test_the_blocking_wait_after_an_unwatched_run_returns_with_its_end(
+    client: FloClient, redis_url: str
+) -> None:
+    with SyncFloClient(redis_url, namespace=client.namespace) as flo:
+        async with short_runs(client):
+
+            def invoke_and_wait() -> RunStatus:
+                run_id = flo.action.invoke("job", b"").run_id
+                return flo.action.wait(run_id, timeout_ms=int(WAIT_S * 1000)).status
+
+            started = time.monotonic()
+            assert await asyncio.to_thread(invoke_and_wait) == RunStatus.COMPLETED
+            assert well_before_the_timeout(started)
+
+
+def cli_env(redis_url: str, namespace: str) -> dict[str, str]:
+    return {"FLO_REDIS_URL": redis_url, "FLO_REDIS_NAMESPACE": namespace}
+
+
+async def test_invoke_wait_on_the_command_line_after_an_unwatched_run_returns_with_its_end(
+    client: FloClient, redis_url: str, command: Callable[..., Command]
+) -> None:
+    async with short_runs(client):
+        started = time.monotonic()
+        cli = command("invoke", "job", "--data", "{}", "--wait", "--timeout", str(WAIT_S),
+                      env=cli_env(redis_url, client.namespace))  # fmt: skip
+        code = await asyncio.to_thread(cli.wait, WAIT_S * 2)
+        assert code == 0, cli.output()
+        assert cli.output().strip().endswith("done")
+        assert well_before_the_timeout(started)

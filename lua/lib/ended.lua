@@ -2,18 +2,28 @@
   Telling waiters (client.action.wait) that a run ended: its id is SPUBLISHed on the
   queue's `ended` channel, and only while someone is subscribed there (one
   PUBSUB SHARDNUMSUB per script call, so a queue nobody waits on pays nothing else).
+  The count is kept in the channel's table, which the script makes for its call
+  (ended_channel): nothing of it outlives the call, so a waiter who subscribes after one
+  call is counted by the next, called by FCALL or by SHA alike.
   This runs after the script's writes, so it must not fail: both calls are pcalls, and a
   refusal (an ACL without those rights) only means nobody is told.
 ]]
-local ENDED_LISTENERS = {}
 
-local function run_ended(channel, run_id)
-  local listeners = ENDED_LISTENERS[channel]
+-- The `ended` channel `name` for one script call: a local of the script (a KEYS entry's
+-- table), never kept at file level, where a Functions library would keep it for good.
+local function ended_channel(name)
+  return {name = name, listeners = nil}
+end
+
+-- Tell the waiters on `ended` (from ended_channel) that `run_id` ended; the channel's
+-- subscribers are counted at the call's first end, and that count serves its others.
+local function run_ended(ended, run_id)
+  local listeners = ended.listeners
   if listeners == nil then
-    local reply = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel)
+    local reply = redis.pcall('PUBSUB', 'SHARDNUMSUB', ended.name)
     listeners = 0
     if type(reply) == 'table' and reply.err == nil then listeners = tonumber(reply[2]) end
-    ENDED_LISTENERS[channel] = listeners
+    ended.listeners = listeners
   end
-  if listeners > 0 then redis.pcall('SPUBLISH', channel, run_id) end
+  if listeners > 0 then redis.pcall('SPUBLISH', ended.name, run_id) end
 end
