@@ -343,13 +343,13 @@ class ActionOperations(ActionInspection):
     ) -> ActionRunStatus:
         """The run's status as soon as it ends (COMPLETED, FAILED, TIMED_OUT or
         CANCELLED), woken by the script that ends it, not by polling.
-        :class:`WaitTimeoutError` (with the run's status then) once ``timeout_ms`` has
-        passed first; :class:`NotFoundError` for an unknown run. ``on_progress`` (a
-        function or coroutine function) is called with the run's status each time its
-        handler reported a new progress value, woken by that report too; it sees the
-        latest value each time it looks (quick successive values may coalesce), and the
-        last one before the end; one that is not callable is refused up front
-        (:class:`ValidationError`)."""
+        :class:`WaitTimeoutError` (with the run's status read at the deadline) once
+        ``timeout_ms`` has passed first; :class:`NotFoundError` for an unknown run.
+        ``on_progress`` (a function or coroutine function) is called with the run's
+        status each time its handler reported a new progress value, woken by that
+        report too; it sees the latest value each time it looks (quick successive values
+        may coalesce), and the last one before the end; one that is not callable is
+        refused up front (:class:`ValidationError`)."""
         timeout_ms = check_wait_ms(timeout_ms)
         check_callback("on_progress", on_progress)
         keys = self._action_keys(action_of_run(run_id), namespace)
@@ -372,7 +372,7 @@ class ActionOperations(ActionInspection):
                 if status.status in FINAL:
                     return status
                 remaining = deadline - loop.time()
-                if remaining <= 0:
+                if remaining <= 0:  # the status just read: what the run is now
                     raise wait_timed_out(status, timeout_ms)
                 await listener.wait(remaining)
 

@@ -106,10 +106,11 @@ class SyncActionOperations:
         on_progress: Callable[[ActionRunStatus], object] | None = None,
     ) -> ActionRunStatus:
         """Block until the run ends and return its status, woken by the script that ends
-        it; :class:`WaitTimeoutError` once ``timeout_ms`` has passed first. Holds one
-        connection of the pool while it waits. ``on_progress`` is called (in this
-        thread) with the run's status each time its handler reported a new progress
-        value, woken by that report, as ``FloClient.action.wait`` does."""
+        it; :class:`WaitTimeoutError` (with the run's status read at the deadline) once
+        ``timeout_ms`` has passed first. Holds one connection of the pool while it
+        waits. ``on_progress`` is called (in this thread) with the run's status each
+        time its handler reported a new progress value, woken by that report, as
+        ``FloClient.action.wait`` does."""
         timeout_ms = runs.check_wait_ms(timeout_ms)
         check_callback("on_progress", on_progress)
         keys = self._keys(action_of_run(run_id), namespace)
@@ -130,14 +131,15 @@ class SyncActionOperations:
                     on_progress(status)
                 if status.status in runs.FINAL:
                     return status
-                while True:  # until a message names this run, or the deadline
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise runs.wait_timed_out(status, timeout_ms)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:  # the status just read: what the run is now
+                    raise runs.wait_timed_out(status, timeout_ms)
+                while remaining > 0:  # until a message names this run, or the deadline
                     with redis_errors("wait"):
                         message = _next(pubsub, remaining, "smessage")
                     if message is not None and message.get("data") == expected:
                         break
+                    remaining = deadline - time.monotonic()
         finally:
             pubsub.close()
 

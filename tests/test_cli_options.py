@@ -54,7 +54,7 @@ def test_a_wait_timeout_in_range_is_taken_in_seconds(
 ) -> None:
     result = cli(redis_url, namespace, "invoke", action, "--wait", "--timeout", "0.2")
     assert result.exit_code == 2  # no worker: not finished in time
-    assert "not finished after 0.2 s" in result.output
+    assert "not finished after 0.2 s (it is PENDING)" in result.output
     assert runs_of(redis_url, namespace, action) == 1
 
 

@@ -325,3 +325,38 @@ async def test_invoke_wait_on_the_command_line_after_an_unwatched_run_returns_wi
         assert code == 0, cli.output()
         assert cli.output().strip().endswith("done")
         assert well_before_the_timeout(started)
+
+
+# --- a wait that times out names the state the run is in then -----------------------------
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "blocking"])
+async def test_a_timed_out_wait_names_the_state_at_its_deadline(
+    client: FloClient, raw: aioredis.Redis, redis_url: str, blocking: bool
+) -> None:
+    await client.action.register("job")
+    channel = action_keys(client.namespace, "job").ended
+    run_id = (await client.action.invoke("job", b"")).run_id
+    with SyncFloClient(redis_url, namespace=client.namespace) as flo:
+        if blocking:
+            waiter = asyncio.ensure_future(asyncio.to_thread(flo.action.wait, run_id, 3000))
+        else:
+            waiter = asyncio.ensure_future(client.action.wait(run_id, timeout_ms=3000))
+        await subscribed(raw, channel)  # and it has read the run: PENDING
+        await take(client, "job")  # RUNNING from now on
+        with pytest.raises(WaitTimeoutError, match=r"\(it is RUNNING\)") as info:
+            await asyncio.wait_for(waiter, 30)
+    assert info.value.status.status == RunStatus.RUNNING
+
+
+async def test_invoke_wait_on_the_command_line_names_the_state_at_its_deadline(
+    client: FloClient, raw: aioredis.Redis, redis_url: str, command: Callable[..., Command]
+) -> None:
+    await client.action.register("job")
+    channel = action_keys(client.namespace, "job").ended
+    cli = command("invoke", "job", "--data", "{}", "--wait", "--timeout", "3",
+                  env=cli_env(redis_url, client.namespace))  # fmt: skip
+    await subscribed(raw, channel)  # and the command has read the run: PENDING
+    await take(client, "job")  # RUNNING from now on
+    assert await asyncio.to_thread(cli.wait, 30) == 2, cli.output()
+    assert "not finished after 3 s (it is RUNNING)" in cli.output()

@@ -61,14 +61,14 @@ def invoke(
     except ValueError as exc:  # what the options refuse beyond the checks above
         raise click.UsageError(str(exc)) from exc
 
-    async def run(client: FloClient) -> tuple[str, ActionRunStatus | None]:
+    async def run(client: FloClient) -> tuple[str, ActionRunStatus | WaitTimeoutError | None]:
         run_id = (await client.action.invoke(action, data.encode(), opts)).run_id
         if not wait:
             return run_id, None
         try:
             return run_id, await client.action.wait(run_id, timeout_ms=round(timeout * 1000))
-        except WaitTimeoutError:
-            return run_id, None
+        except WaitTimeoutError as exc:
+            return run_id, exc
 
     run_id, finished = with_client(url, namespace, run)
     if not wait:
@@ -77,11 +77,13 @@ def invoke(
         else:
             say(run_id)
         return
-    if finished is None:
+    if not isinstance(finished, ActionRunStatus):  # the wait timed out
         if as_json:
             print_json({"run_id": run_id, "status": None})
         else:
-            say(f"{run_id}: not finished after {timeout:g} s", err=True)
+            # The state read at the deadline, not before the wait.
+            now = f" (it is {finished.status.status.name})" if finished is not None else ""
+            say(f"{run_id}: not finished after {timeout:g} s{now}", err=True)
         raise SystemExit(2)
     if as_json:
         print_json(finished)
