@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ._lua_state import StateError, check_stateless
+
 if sys.version_info >= (3, 11):
     from importlib.resources.abc import Traversable
 else:  # Python 3.10
@@ -219,21 +221,42 @@ def parse_header(name: str, text: str) -> tuple[tuple[str, ...], tuple[str, ...]
     return tuple(keys), tuple(argv), tail, returns
 
 
+def _lib_texts(base: Traversable) -> dict[str, str]:
+    """Every helper under ``lib/``: file name -> text."""
+    lib = base.joinpath("lib")
+    if not lib.is_dir():
+        return {}
+    return {e.name: e.read_text(encoding="utf-8") for e in lib.iterdir() if e.name.endswith(".lua")}
+
+
+def check_state(lib: dict[str, str], scripts: dict[str, str]) -> None:
+    """:class:`LuaSourceError` naming the file and line where a ``lib/`` helper keeps
+    state at its file level, or code writes to it (:mod:`flo_redis._lua_state`): a
+    Functions library would keep it from one call to the next."""
+    try:
+        check_stateless(lib, scripts)
+    except StateError as exc:
+        raise LuaSourceError(str(exc)) from None
+
+
 def load_all(root: Traversable | None = None) -> dict[str, LuaScript]:
-    """Every top-level script under ``lua/``, flattened and with its header parsed."""
+    """Every top-level script under ``lua/``, flattened and with its header parsed; a
+    helper that keeps state between calls is refused (:func:`check_state`)."""
     base = root if root is not None else lua_root()
     scripts: dict[str, LuaScript] = {}
+    texts: dict[str, str] = {}
     for entry in sorted(base.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".lua"):
             continue
         name = entry.name[: -len(".lua")]
-        text = entry.read_text(encoding="utf-8")
+        text = texts[entry.name] = entry.read_text(encoding="utf-8")
         keys, argv, tail, returns = parse_header(name, text)
         source = flatten(base, entry.name)
         sha = hashlib.sha1(source.encode()).hexdigest()
         scripts[name] = LuaScript(
             name, source, sha, keys, argv, tail, returns, bool(_VARIADIC_ARGV.search(text))
         )
+    check_state(_lib_texts(base), texts)
     return scripts
 
 

@@ -291,6 +291,110 @@ def test_the_library_holds_each_helper_once_and_each_script_as_a_function(
     assert added.name != changed.name  # a helper no script uses is in the library too
 
 
+# --- no state outlives a call (flo_redis/_lua_state.py) -----------------------------
+
+_CONSTANTS = (
+    "--[[ lib/a\n  Constants and helpers.\n]]\n"
+    "local LIMIT = 100\n"
+    "local NAME, NEGATIVE, BIG = 'x', -1, 2 ^ 53\n"
+    "local FIELDS = {c = 'n:completed', list = {1, 2}, [3] = true}\n"
+    "local function fresh(n)\n  local t = {}\n  t.n = n\n  t[LIMIT] = FIELDS.c\n"
+    "  return t\nend\n"
+    "local load = fresh\n"
+)
+
+
+def lib_with(extra: str, script: str = "return fresh(LIMIT).n\n") -> dict[str, str]:
+    return {
+        "main.lua": header("main") + "--@include lib/a.lua\n" + script,
+        "lib/a.lua": _CONSTANTS + extra,
+    }
+
+
+def test_loader_takes_constants_and_functions_at_a_libs_file_level(tmp_path: Path) -> None:
+    fine = (
+        "local function build(k)\n"
+        "  local out = {k = k, LIMIT = 1}\n"  # table fields named like constants
+        "  fresh(k).n = 2\n"  # a call's result is the call's own table
+        "  out[LIMIT] = NAME\n"  # a constant as an index, not written to
+        "  for i = 1, LIMIT do out[i] = i end\n"
+        "  return out\n"
+        "end\n"
+    )
+    assert "main" in load_all(write(tmp_path, lib_with(fine)))
+
+
+@pytest.mark.parametrize(
+    ("extra", "script", "where", "what"),
+    [
+        ("local SEEN = {}\nlocal function see(k)\n  SEEN[k] = true\nend\n", "",
+         "lib/a.lua:16", "'SEEN' is a file-level name of lib/ and is written into"),
+        ("local function count()\n  LIMIT = LIMIT + 1\nend\n", "",
+         "lib/a.lua:15", "'LIMIT' is a file-level name of lib/ and is assigned"),
+        ("local function set(v)\n  if v then FIELDS.list[1] = v end\nend\n", "",
+         "lib/a.lua:15", "'FIELDS' is a file-level name of lib/ and is written into"),
+        ("local function swap()\n  local x\n  x, NAME = 1, 2\nend\n", "",
+         "lib/a.lua:16", "'NAME' is a file-level name of lib/ and is assigned"),
+        ("local function add(v)\n  table.insert(FIELDS.list, v)\nend\n", "",
+         "lib/a.lua:15", "passed to table.insert"),
+        ("local function put(k)\n  rawset(FIELDS, k, 1)\nend\n", "",
+         "lib/a.lua:15", "passed to rawset"),
+        ("", "FIELDS.c = ARGV[1]\nreturn 1\n", "main.lua:7", "'FIELDS'"),
+        ("", "function FIELDS.f() end\nreturn 1\n", "main.lua:7", "defined into"),
+        ("", "load = nil\nreturn 1\n", "main.lua:7", "'load' is a file-level name"),
+    ],
+    ids=["table", "number", "nested", "multiple", "insert", "rawset", "script", "function",
+         "alias"],
+)  # fmt: skip
+def test_loader_refuses_a_write_to_a_libs_file_level_name(
+    tmp_path: Path, extra: str, script: str, where: str, what: str
+) -> None:
+    files = lib_with(extra, script or "return 1\n")
+    with pytest.raises(LuaSourceError, match=re.escape(where) + ".*" + re.escape(what)):
+        load_all(write(tmp_path, files))
+
+
+@pytest.mark.parametrize(
+    ("extra", "what"),
+    [
+        ("local CACHE\n", "local CACHE has no constant value"),
+        ("local NOW = redis.call('TIME')\n", "'redis' at file level"),
+        ("local T = fresh(1)\n", "a call at file level (of 'fresh')"),
+        ("local f = function() end\n", "'function' at file level"),
+        ("COUNT = 0\n", "'COUNT' at file level"),
+        ("do\n  local x = 1\nend\n", "'do' at file level"),
+    ],
+    ids=["no-value", "redis", "call", "closure", "global", "block"],
+)
+def test_loader_refuses_anything_but_constants_and_functions_at_a_libs_file_level(
+    tmp_path: Path, extra: str, what: str
+) -> None:
+    with pytest.raises(LuaSourceError, match=r"lib/a\.lua:14: .*" + re.escape(what)):
+        load_all(write(tmp_path, lib_with(extra)))
+
+
+def test_loader_refuses_the_listener_count_kept_across_calls(tmp_path: Path) -> None:
+    """The shape that made wait miss ends under Functions: a count cached in a table
+    at a helper's file level, kept by the library from one call to the next."""
+    cached = (
+        "local LISTENERS = {}\n"
+        "local function ended(channel, run_id)\n"
+        "  local n = LISTENERS[channel]\n"
+        "  if n == nil then\n"
+        "    n = redis.call('PUBSUB', 'SHARDNUMSUB', channel)[2]\n"
+        "    LISTENERS[channel] = n\n"
+        "  end\n"
+        "  if n > 0 then redis.call('SPUBLISH', channel, run_id) end\n"
+        "end\n"
+    )
+    files = {
+        "main.lua": header("main") + "--@include lib/ended.lua\nended(KEYS[1], ARGV[1])\n",
+        "lib/ended.lua": cached,
+    }
+    with pytest.raises(LuaSourceError, match=r"lib/ended\.lua:6: 'LISTENERS'"):
+        load_all(write(tmp_path, files))
+
+
 # --- against Redis ----------------------------------------------------------------
 
 
