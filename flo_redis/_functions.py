@@ -13,12 +13,19 @@ tampered copy would answer as the original does). Missing, the library is loaded
 the user may load it. Any other code is refused, logged at ERROR, and the client calls
 by SHA from then on: ``EVALSHA`` names a script by the hash of its source, so the code
 run is the code shipped.
+
+``FLO_REDIS_SCRIPTS=evalsha`` in a process's environment makes every client it then
+connects call its scripts by SHA (``EVALSHA``) and never check or load the library: for
+a server that should hold no Functions library, or to run a fleet (or a test suite) the
+way a cluster or a server refusing Functions runs it. ``functions`` (or unset) is the
+default.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -28,8 +35,29 @@ import redis.exceptions as rex
 
 from ._denied import is_denied
 from ._lua import LuaLibrary
+from .errors import ValidationError
 
 log = logging.getLogger("flo_redis.requests")
+
+#: The environment variable that chooses how a new client calls its scripts.
+SCRIPTS_ENV = "FLO_REDIS_SCRIPTS"
+_MODES = {"": True, "functions": True, "evalsha": False}
+
+
+def functions_wanted() -> bool:
+    """Whether a client connected now may call its scripts as functions: False when
+    ``FLO_REDIS_SCRIPTS=evalsha`` (module docstring). :class:`ValidationError` for a
+    value that is neither ``functions`` nor ``evalsha``."""
+    value = os.environ.get(SCRIPTS_ENV, "")
+    wanted = _MODES.get(value.strip().lower())
+    if wanted is None:
+        raise ValidationError(
+            f"{SCRIPTS_ENV}={value!r} is not a way to call scripts: set it to 'functions' "
+            "(the default: Redis Functions where the server allows them) or 'evalsha' "
+            "(always by SHA), or unset it"
+        )
+    return wanted
+
 
 # What an FCALL refused without running asks for (:func:`refusal`).
 MISSING = "missing"  # the library checked (loaded) again, then the call sent again
@@ -84,9 +112,9 @@ class Functions:
 
     __slots__ = ("_checked", "alock", "library", "loads", "lock", "on")
 
-    def __init__(self, library: LuaLibrary) -> None:
+    def __init__(self, library: LuaLibrary, on: bool = True) -> None:
         self.library = library
-        self.on = True
+        self.on = on
         self.loads = 0
         self.lock = threading.Lock()  # the blocking client's loads
         self.alock: asyncio.Lock | None = None  # the asyncio client's (made in its loop)

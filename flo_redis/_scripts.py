@@ -12,7 +12,9 @@ not know the command) calls its scripts by SHA from then on, as it does on a clu
 (redis-py asks the server for an ``FCALL``'s keys before routing it, a round trip per
 call). A call Redis refuses as out of memory is sent by SHA too: a function that may
 write is refused before it starts, while a script is refused only at its first write,
-so reading (counts, listings) goes on as before.
+so reading (counts, listings) goes on as before. ``FLO_REDIS_SCRIPTS=evalsha`` in the
+environment makes every client connected from then on call by SHA from its first call
+(:mod:`flo_redis._functions`).
 
 By SHA (``EVALSHA``), a server that does not know the SHA (restart, ``SCRIPT FLUSH``, a
 new cluster node) answers ``NOSCRIPT`` and the call is repeated once with the full
@@ -138,14 +140,15 @@ def configure(
     limit instead of waiting (redis-py's cluster pools). ``on_replica`` is called (in
     the event loop, never awaited) each time a call is answered ``READONLY``, after
     the connections that reached the replica were closed (module docstring). A plain
-    ``Redis`` calls its scripts as functions, and one whose pool holds two connections
+    ``Redis`` calls its scripts as functions (by SHA when ``FLO_REDIS_SCRIPTS=evalsha``:
+    :mod:`flo_redis._functions`), and one whose pool holds two connections
     or more gets a lane, and four or more a spare lane too (module docstring);
     :func:`release` ends them. A connection never configured resends by the default
     policy, logs nothing, limits nothing, has no lane and calls by SHA."""
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
     lane = spare = functions = None
     if isinstance(conn, Redis):
-        functions = Functions(LIBRARY)
+        functions = Functions(LIBRARY) if _functions.functions_wanted() else None
         pool = conn.connection_pool
         size = getattr(pool, "max_connections", 0)
         if size >= _LANE_MIN and not debug:
@@ -293,8 +296,9 @@ def _send_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Seq
     if isinstance(conn, SyncRedis):
         functions = _SYNC_FUNCTIONS.get(conn)
         if functions is None:
+            wanted = _functions.functions_wanted()
             with _SYNC_MADE:
-                functions = _SYNC_FUNCTIONS.setdefault(conn, Functions(LIBRARY))
+                functions = _SYNC_FUNCTIONS.setdefault(conn, Functions(LIBRARY, on=wanted))
     for attempt in (1, 2) if functions is not None and functions.on else ():
         assert functions is not None and isinstance(conn, SyncRedis)
         command = ("FCALL", script.function, len(keys), *keys, *args)

@@ -17,11 +17,25 @@ import redis.asyncio as aioredis
 from roles_world import role_url
 from script_state import library_functions
 
-from flo_redis import ActionRegisterOptions, FloClient, PermissionDeniedError, RunStatus
+from flo_redis import (
+    ActionRegisterOptions,
+    FloClient,
+    PermissionDeniedError,
+    RunStatus,
+    ValidationError,
+)
+from flo_redis._functions import SCRIPTS_ENV
 from flo_redis._scripts import LIBRARY, SCRIPTS
 from flo_redis.keys import action_keys
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
+
+
+@pytest.fixture(autouse=True)
+def functions_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about Functions: they run so in every pass of the suite, the
+    FLO_REDIS_SCRIPTS=evalsha one too."""
+    monkeypatch.delenv(SCRIPTS_ENV, raising=False)
 
 
 @pytest.fixture
@@ -261,3 +275,44 @@ async def test_a_refusal_from_inside_a_function_names_the_right_to_grant(
             await client.action.invoke("job", b"x")
     assert refused.value.right == "+time"
     assert (await calls(admin))["fcall"] >= 1  # refused inside the function, not by SHA
+
+
+async def test_flo_redis_scripts_evalsha_calls_every_script_by_sha(
+    server: RedisServer, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SCRIPTS_ENV, "evalsha")
+    await run_one(server.url)
+    async with FloClient(server.url, namespace="fn-sha") as producer:
+        await producer.action.register("job")
+    with SyncFloClient(server.url, namespace="fn-sha") as client:
+        run = client.action.invoke("job", b"x")
+        assert client.action.status(run.run_id).status == RunStatus.PENDING
+    counted = await calls(admin)
+    assert counted["fcall"] == 0 and counted["fcall refused"] == 0
+    assert counted["function|load"] == 0  # the server holds no library of ours
+    assert counted["evalsha"] > 0
+    assert await admin.function_list(library=LIBRARY.name) == []
+
+
+@pytest.mark.parametrize("value", ["functions", "FUNCTIONS", ""])
+async def test_flo_redis_scripts_functions_is_the_default(
+    server: RedisServer, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(SCRIPTS_ENV, value)
+    await run_one(server.url)
+    counted = await calls(admin)
+    assert counted["fcall"] > 0 and counted["evalsha"] == 0
+
+
+async def test_a_flo_redis_scripts_value_of_neither_kind_is_refused_up_front(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SCRIPTS_ENV, "eval")
+    with pytest.raises(ValidationError, match=r"FLO_REDIS_SCRIPTS='eval'.*'functions'.*'evalsha'"):
+        async with FloClient(server.url, namespace="fn-bad") as client:
+            await client.action.register("job")
+    with (
+        pytest.raises(ValidationError, match="FLO_REDIS_SCRIPTS"),
+        SyncFloClient(server.url, namespace="fn-bad") as blocking,
+    ):
+        blocking.action.invoke("job", b"x")

@@ -15,6 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions
 from polling import eventually
+from script_state import script_command
 from test_action_worker import finished, running
 
 from flo_redis import (
@@ -908,14 +909,15 @@ async def test_an_invoke_after_a_hand_off_is_led_so_its_message_leaves_first(
     async def invoke() -> None:
         invoked.append((await client.action.invoke("job", b"x")).run_id)
 
+    call = script_command(client)  # FCALL, or EVALSHA
     await park(client, keys)
-    assert await lane_commands(client, raw, invoke) == ["FCALL"]  # nothing told it yet
+    assert await lane_commands(client, raw, invoke) == [call]  # nothing told it yet
     first = await channel.next()
     assert first is not None and first[:2] == ["p1#0", invoked[0]]
     # Handed: the next invoke is led by a TIME, so Redis writes the hand-off message
     # before the invoke's reply (flo_redis/_lane.py). Handed again, recorded alike.
     await park(client, keys, "p1#1", received=f"{invoked[0]} {first[2]}")
-    assert await lane_commands(client, raw, invoke) == ["TIME", "FCALL"]
+    assert await lane_commands(client, raw, invoke) == ["TIME", call]
     second = await channel.next()
     assert second is not None and second[:2] == ["p1#1", invoked[1]]
     status = await client.action.status(invoked[1])
@@ -924,8 +926,8 @@ async def test_an_invoke_after_a_hand_off_is_led_so_its_message_leaves_first(
         "w1", "job", invoked[1], b"done", WorkerCompleteOptions(token=second[2])
     )
     # Nobody parked: led once more (the last was handed), queued, and not led after.
-    assert await lane_commands(client, raw, invoke) == ["TIME", "FCALL"]
-    assert await lane_commands(client, raw, invoke) == ["FCALL"]
+    assert await lane_commands(client, raw, invoke) == ["TIME", call]
+    assert await lane_commands(client, raw, invoke) == [call]
     assert [(await client.action.status(r)).status for r in invoked[2:]] == [
         RunStatus.PENDING,
         RunStatus.PENDING,

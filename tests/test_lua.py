@@ -11,7 +11,13 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 from redis.exceptions import ResponseError
-from script_state import by_sha, forget_scripts, library_functions, library_loaded
+from script_state import (
+    by_sha,
+    calls_functions,
+    forget_scripts,
+    library_functions,
+    library_loaded,
+)
 
 from flo_redis import ActionRegisterOptions, FloClient, RunStatus, WorkerAwaitOptions
 from flo_redis._gateway import ACTION_CLAIM, ACTION_DELETE, ALL, RUN_TOUCH, Script
@@ -429,10 +435,10 @@ async def test_operations_survive_the_server_forgetting_the_scripts(
     await forget_scripts(raw)
     await client.worker.complete("w1", "job", run_id, b"done")
     assert (await client.action.status(run_id)).status == RunStatus.COMPLETED
-    if sha:
-        assert (await raw.script_exists(SCRIPTS["run_complete"].sha)) == [True]
-    else:
+    if calls_functions(client):
         assert await library_loaded(raw)
+    else:
+        assert (await raw.script_exists(SCRIPTS["run_complete"].sha)) == [True]
 
 
 @pytest.mark.parametrize(
