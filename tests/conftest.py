@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -14,6 +15,48 @@ from proxy import Proxy, proxying
 from redis_server import RedisCluster, RedisServer, discard_all
 
 from flo_redis import FloClient
+
+# Tests touch only servers they start. Redis's default port on this machine (the one
+# the README's examples and the CLI default to) may be a developer's own Redis: a
+# connection to it from the test process is refused before anything is sent, and fails
+# the test that made it (unless FLO_REDIS_TEST_URL names that port itself).
+DEFAULT_PORT = 6379
+_LOOPBACK = ("127.", "::1", "localhost", "0.0.0.0", "::ffff:127.")
+_reached_default: list[str] = []
+
+
+def _refuse_the_default_port(event: str, args: tuple[object, ...]) -> None:
+    if event != "socket.connect":
+        return
+    address = args[1]
+    if isinstance(address, tuple) and len(address) >= 2 and address[1] == DEFAULT_PORT:
+        host = str(address[0])
+        if host.startswith(_LOOPBACK):
+            _reached_default.append(host)
+            raise ConnectionRefusedError(
+                f"a test connected to {host}:{DEFAULT_PORT}, a server the tests did not start"
+            )
+
+
+def _test_urls_use_the_default_port() -> bool:
+    urls = (os.environ.get(n, "") for n in ("FLO_REDIS_TEST_URL", "FLO_REDIS_TEST_CLUSTER_URL"))
+    return any(f":{DEFAULT_PORT}" in url for url in urls)
+
+
+if not _test_urls_use_the_default_port():
+    sys.addaudithook(_refuse_the_default_port)
+
+
+@pytest.fixture(autouse=True)
+def _only_servers_the_tests_started() -> Iterator[None]:
+    """Fail a test that reached Redis's default port on this machine."""
+    before = len(_reached_default)
+    yield
+    if len(_reached_default) > before:
+        pytest.fail(
+            f"the test connected to {_reached_default[before]}:{DEFAULT_PORT}, a server the "
+            "tests did not start; give it the URL of its own (the redis_url fixture)"
+        )
 
 
 @pytest.fixture(scope="session")

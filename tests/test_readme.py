@@ -16,6 +16,25 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 PROMISE = re.compile(r"^\s*print\(.*\)\s+# (.+)$", re.MULTILINE)
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
+# A block runs with REDIS_URL naming the test's own server, and under this guard: a
+# connection to port 6379 (the Redis a developer may run, which the README's examples
+# default to) ends the block at once, before anything is sent, saying so.
+REFUSED = 86
+GUARD = f"""
+import os, runpy, sys
+def refuse_the_default_port(event, args):
+    if event == "socket.connect" and isinstance(args[1], tuple) and args[1][1] == 6379:
+        sys.stderr.write(
+            f"connected to {{args[1][0]}}:6379, a server the tests did not start: "
+            "take the URL from REDIS_URL\\n"
+        )
+        sys.stderr.flush()
+        os._exit({REFUSED})
+sys.addaudithook(refuse_the_default_port)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
 
 def python_blocks() -> list[tuple[int, str]]:
     text = README.read_text()
@@ -41,18 +60,43 @@ def test_the_readme_has_python_blocks() -> None:
 def test_a_readme_block_runs_as_written(
     line: int, code: str, fresh_redis: str, tmp_path: Path
 ) -> None:
-    script = tmp_path / f"readme_line_{line}.py"
-    script.write_text(code)
-    env = {**os.environ, "REDIS_URL": fresh_redis}
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_guarded(code, f"readme_line_{line}.py", fresh_redis, tmp_path)
     assert done.returncode == 0, f"README block at line {line} failed:\n{done.stderr}"
     # A `print(...)  # text` line promises that text on the output.
     for promised in PROMISE.findall(code):
         assert promised in done.stdout, (line, promised, done.stdout)
+
+
+def run_guarded(
+    code: str, name: str, redis_url: str, folder: Path
+) -> subprocess.CompletedProcess[str]:
+    """``code`` run as a script with REDIS_URL set to ``redis_url``, under :data:`GUARD`."""
+    script = folder / name
+    script.write_text(code)
+    return subprocess.run(
+        [sys.executable, "-c", GUARD, str(script)],
+        cwd=folder,
+        env={**os.environ, "REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_block_that_reaches_the_default_port_is_stopped_before_it_connects(
+    fresh_redis: str, tmp_path: Path
+) -> None:
+    code = (
+        "import asyncio\n"
+        "from flo_redis import FloClient\n"
+        "async def main():\n"
+        "    async with FloClient('redis://localhost:6379', namespace='readme') as client:\n"
+        "        await client.queue.enqueue('mail', b'x')\n"
+        "asyncio.run(main())\n"
+    )
+    done = run_guarded(code, "reaches_6379.py", fresh_redis, tmp_path)
+    assert done.returncode == REFUSED, done.stderr
+    assert ":6379, a server the tests did not start" in done.stderr
+    # The guard leaves the test's own server alone.
+    assert run_guarded("import os, redis\nredis.Redis.from_url(os.environ['REDIS_URL']).ping()\n",
+                       "own.py", fresh_redis, tmp_path).returncode == 0  # fmt: skip
