@@ -288,7 +288,15 @@ class WorkerAwaitResult:
 
 @dataclass
 class WorkerInfo:
-    """A registered worker, as worker.list reports it. Times are ms since the epoch."""
+    """A registered worker, as worker.list reports it. Times are ms since the epoch.
+
+    Beyond flo, ``alive`` says whether the process that registered the worker still
+    holds its liveness subscription (Redis drops it when the process dies): True, it
+    does; False, none does, so the process is gone (or its connection dropped a moment
+    ago), and ``status`` reads UNHEALTHY where the heartbeats say ACTIVE; None, not
+    known (the record names no process: written by an older flo-redis). A frozen
+    process (SIGSTOP, a paused VM) keeps its subscription: it is alive, and only its
+    heartbeat, growing older, tells."""
 
     worker_id: str
     worker_type: WorkerType
@@ -302,6 +310,7 @@ class WorkerInfo:
     machine_id: str | None = None
     metadata: str | None = None
     task_types: list[str] = field(default_factory=list)
+    alive: bool | None = None
 
 
 @dataclass

@@ -265,13 +265,14 @@ SCHEDULE_FIRE = Script("schedule_fire", A, sch.fired)
 SLOT_RECLAIM = Script("slot_reclaim", (ActionKeys, OwnerChannel), r.reclaimed)
 
 # The worker registry.
-WORKER_REGISTER = Script("worker_register", N, r.done)
+WORKER_REGISTER = Script("worker_register", N, r.done, records_owner=True)
 WORKER_HEARTBEAT = Script("worker_heartbeat", N, r.number)
 WORKER_POLL = Script("worker_poll", N, r.worker_gate)
 WORKER_TALLY = Script("worker_tally", N, r.done)
 WORKER_DRAIN = Script("worker_drain", N, r.names)
 WORKER_DEREGISTER = Script("worker_deregister", N, r.done)
 WORKER_LIST = Script("worker_list", N, r.worker_page)
+WORKER_PRESENCE = Script("worker_presence", N, r.presence, tail="channels")
 
 # Streams.
 STREAM_CREATE = Script("stream_create", S, r.number)

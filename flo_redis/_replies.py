@@ -365,6 +365,18 @@ def worker_page(reply: Any, _keys: object) -> WorkerPage:
     return WorkerPage(int(reply[0]), bool(int(reply[1])), bytes(reply[2]), rows)
 
 
+@dataclass(frozen=True, slots=True)
+class Presence:
+    """``worker_presence``: the subscriber count of each channel asked about, in order."""
+
+    status: int
+    counts: tuple[int, ...]
+
+
+def presence(reply: Any, _keys: object) -> Presence:
+    return Presence(int(reply[0]), tuple(int(c) for c in reply[1:]))
+
+
 # --- operator reads and bulk steering ------------------------------------------------
 
 

@@ -147,7 +147,7 @@ def action_of_run(run_id: str) -> str:
             f"run id is {len(run_id.encode())} bytes; the limit is {MAX_KEY_SIZE}"
         )
     action, _, seq = run_id.rpartition(":")
-    if not (seq.isascii() and seq.isdigit()) or not action or not _is_name(action):
+    if not (seq.isascii() and seq.isdigit()) or not action or not is_name(action):
         raise server_error(
             StatusCode.NOT_FOUND,
             Reason.NOT_FOUND,
@@ -158,7 +158,8 @@ def action_of_run(run_id: str) -> str:
     return action
 
 
-def _is_name(name: str) -> bool:
+def is_name(name: str) -> bool:
+    """Whether ``name`` would pass :func:`check_name` (for names read back from Redis)."""
     return len(name.encode()) <= MAX_NAME_SIZE and FORBIDDEN_IN_NAMES.search(name) is None
 
 
@@ -167,6 +168,7 @@ class NamespaceKeys:
     """Keys of a namespace's registries; all in one hash slot."""
 
     namespace: str
+    tag: str  # {<namespace>}: the registries' hash tag (their owner channels share it)
     config: str  # HASH  namespace settings (heartbeat timeout, removal delay)
     workers: str  # HASH  worker_id -> msgpack record
     worker_ids: str  # ZSET  worker ids (score 0) for paging in id order
@@ -184,7 +186,8 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
 @functools.lru_cache(maxsize=1024)
 def _namespace_keys(namespace: str) -> NamespaceKeys:
     check_namespace(namespace)
-    return _keyed(NamespaceKeys, f"{PREFIX}:ns:{{{namespace}}}", namespace=namespace)
+    tag = f"{{{namespace}}}"
+    return _keyed(NamespaceKeys, f"{PREFIX}:ns:{tag}", namespace=namespace, tag=tag)
 
 
 def namespaces_key() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ from ._gateway import (
     WORKER_HEARTBEAT,
     WORKER_LIST,
     WORKER_POLL,
+    WORKER_PRESENCE,
     WORKER_REGISTER,
 )
 from ._lru import Lru
@@ -57,7 +59,9 @@ from .keys import (
     NamespaceKeys,
     action_keys,
     check_name,
+    is_name,
     namespace_keys,
+    owner_channel,
 )
 from .run_reports import CompleteItem, RunReports
 from .session import Session
@@ -106,7 +110,9 @@ class WorkerOperations(RunReports):
         options: WorkerRegisterOptions | None = None,
     ) -> None:
         """Register a worker (ACTIVE), or replace its record: counters start at zero.
-        ``options.metadata`` is a JSON object whose keys are the worker's labels."""
+        ``options.metadata`` is a JSON object whose keys are the worker's labels. The
+        record names this client's owner id, and the client holds its liveness channel
+        in the registry's slot from now on, so :meth:`list` tells when it is gone."""
         opts = check_options(options, WorkerRegisterOptions)
         check_name("worker id", worker_id)
         task_types = check_names("task types", task_types)
@@ -118,6 +124,7 @@ class WorkerOperations(RunReports):
             "wt": int(WorkerType.ACTION),
             "mc": opts.concurrency,
             "tt": builtins.list(task_types),
+            "ow": self._session.owner_id,
         }
         if opts.machine_id is not None:
             record["mid"] = opts.machine_id
@@ -203,15 +210,19 @@ class WorkerOperations(RunReports):
         return claimed
 
     async def list(self, options: WorkerListOptions | None = None) -> WorkerListResult:
-        """Registered workers in id order, ``limit`` (1..1024) a page after ``cursor``."""
+        """Registered workers in id order, ``limit`` (1..1024) a page after ``cursor``.
+        Each says whether its process is alive now (``WorkerInfo.alive``; a gone one
+        reads UNHEALTHY, not ACTIVE): asked of Redis once per page, after it is read."""
         opts = check_options(options, WorkerListOptions)
         check_count("limit", opts.limit, 1, MAX_LIST_LIMIT)
         cursor = check_cursor(opts.cursor, MAX_CURSOR_BYTES)
         ns = self._ns(opts.namespace)
         page = await WORKER_LIST(self._session, ns, [cursor, opts.limit])
         workers: builtins.list[WorkerInfo] = []
+        owners: builtins.list[str | None] = []
         for row in page.rows:
             rec = unpack_record(row.record)
+            owners.append(text(rec.get("ow")))
             workers.append(
                 WorkerInfo(
                     worker_id=row.worker_id,
@@ -228,7 +239,38 @@ class WorkerOperations(RunReports):
                     task_types=[text(t) or "" for t in rec.get("tt", [])],
                 )
             )
+        workers = await self._with_presence(ns, workers, owners)
         return WorkerListResult(workers=workers, cursor=page.last_id if page.more else None)
+
+    async def _with_presence(
+        self,
+        ns: NamespaceKeys,
+        workers: builtins.list[WorkerInfo],
+        owners: builtins.list[str | None],
+    ) -> builtins.list[WorkerInfo]:
+        """``workers`` with ``alive`` set from their owners' liveness channels in the
+        registry's slot (``owners[i]`` registered ``workers[i]``; None: not recorded),
+        one ``worker_presence`` call for the page; a gone worker is never ACTIVE (it
+        reads UNHEALTHY instead)."""
+        asked = sorted({o for o in owners if o is not None and is_name(o)})
+        if not asked:
+            return workers
+        reply = await WORKER_PRESENCE(
+            self._session, ns, tail=[owner_channel(ns.tag, o) for o in asked]
+        )
+        if reply.status != Status.OK:  # more owners than one page can name
+            raise refusal(reply.status, f"worker presence: {len(asked)} owners in one call")
+        present = dict(zip(asked, reply.counts, strict=True))
+        out: builtins.list[WorkerInfo] = []
+        for info, owner in zip(workers, owners, strict=True):
+            if owner in present:
+                alive = present[owner] > 0
+                status = info.status
+                if not alive and status == WorkerStatus.ACTIVE:
+                    status = WorkerStatus.UNHEALTHY  # a DRAINING one stays so
+                info = dataclasses.replace(info, alive=alive, status=status)
+            out.append(info)
+        return out
 
     # --- beyond flo ----------------------------------------------------------------
 

@@ -95,6 +95,10 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ("lib/channels.lua", "LIVE_CHANNEL"): [(keys.LIVE_CHANNEL, "keys.LIVE_CHANNEL")],
     ("lib/channels.lua", "NOTICE_CHANNEL"): [(keys.NOTICE_CHANNEL, "keys.NOTICE_CHANNEL")],
     ("lib/channels.lua", "HANDOFF_CHANNEL"): [(keys.HANDOFF_CHANNEL, "keys.HANDOFF_CHANNEL")],
+    # A page of workers names at most this many owners, all asked about in one call.
+    ("worker_presence.lua", "MAX_CHANNELS"): [
+        (_checks.MAX_LIST_LIMIT, "_checks.MAX_LIST_LIMIT"),
+    ],
 }
 
 # Python batch sizes of a script that accepts up to a maximum: (Lua max) -> Python values.

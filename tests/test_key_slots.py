@@ -65,7 +65,7 @@ def script_keys(script: str, namespace: str, name: str, partition: int = 0) -> l
         tag, tails = "", {}
     elif family == "worker":
         source = namespace_keys(namespace)
-        tag, tails = "", {}
+        tag, tails = source.tag, {}
     else:
         pytest.fail(f"{script}: no key family for prefix {family!r}; teach this test")
     tails["channels"] = [owner_channel(tag, o) for o in OWNERS]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import msgpack
 import pytest
+import redis.asyncio as aioredis
 from polling import eventually
 
 from flo_redis import (
@@ -23,6 +25,7 @@ from flo_redis import (
     WorkerStatus,
     WorkerType,
 )
+from flo_redis.keys import namespace_keys
 from flo_redis.types import Reason
 
 NOW = WorkerAwaitOptions(block_ms=0)
@@ -201,6 +204,47 @@ async def test_drain_wins_over_unhealthy(client: FloClient) -> None:
     start = await client.server_time_ms()
     await eventually(client.server_time_ms, lambda now: now > start + 300)
     assert await status_of(client, "w1") == WorkerStatus.DRAINING
+
+
+# --- liveness -----------------------------------------------------------------------
+
+
+async def test_a_worker_is_alive_while_the_client_that_registered_it_is(
+    client: FloClient, redis_url: str, namespace: str
+) -> None:
+    async with FloClient(redis_url, namespace=namespace) as other:
+        await other.worker.register("w-active", ["job"])
+        await other.worker.register("w-drained", ["job"])
+        await other.worker.drain("w-drained")
+        listed = (await client.worker.list()).workers
+        assert [(w.worker_id, w.alive, w.status) for w in listed] == [
+            ("w-active", True, WorkerStatus.ACTIVE),
+            ("w-drained", True, WorkerStatus.DRAINING),
+        ]
+    # Its client closed: gone as soon as Redis dropped the connection, long before any
+    # heartbeat is missed. A gone worker is never ACTIVE; one told to drain still
+    # reads DRAINING.
+    listed = await eventually(lambda: client.worker.list(), lambda page: not page.workers[0].alive)
+    assert [(w.worker_id, w.alive, w.status) for w in listed.workers] == [
+        ("w-active", False, WorkerStatus.UNHEALTHY),
+        ("w-drained", False, WorkerStatus.DRAINING),
+    ]
+    # Registered again by a live client: alive again.
+    await client.worker.register("w-active", ["job"])
+    info = await info_of(client, "w-active")
+    assert info is not None and (info.alive, info.status) == (True, WorkerStatus.ACTIVE)
+
+
+async def test_a_record_that_names_no_process_reads_alive_unknown(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    await client.worker.register("w1", ["job"])
+    keys = namespace_keys(client.namespace)
+    record = msgpack.unpackb(await raw.hget(keys.workers, "w1"))
+    del record["ow"]  # as an older flo-redis wrote it
+    await raw.hset(keys.workers, "w1", msgpack.packb(record))
+    info = await info_of(client, "w1")
+    assert info is not None and (info.alive, info.status) == (None, WorkerStatus.ACTIVE)
 
 
 # --- counters ---------------------------------------------------------------------

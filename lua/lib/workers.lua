@@ -2,7 +2,9 @@
   Worker records: msgpack maps in the namespace's `workers` hash. Fields: wt worker type,
   st stored status (ACTIVE or DRAINING), cl current load, mc max concurrency, tc/tf tasks
   completed/failed, ra registered ms, hb last heartbeat ms, mid machine id, md metadata
-  JSON, tt task types. UNHEALTHY and "removed" are derived from the heartbeat age and the
+  JSON, tt task types, ow the owner id of the process that registered it (its liveness
+  channel in the registry's slot says whether that process is still there:
+  worker_presence). UNHEALTHY and "removed" are derived from the heartbeat age and the
   namespace's settings (config hash: heartbeat_timeout_ms, remove_after_ms; one that does
   not parse reads as its default).
 ]]
