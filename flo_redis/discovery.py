@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ from .action_ops import ActionCounts
 from .errors import NotFoundError, ValidationError
 from .keys import namespace_keys
 from .stream_ops import GroupCounts
-from .types import WorkerInfo, WorkerListOptions
+from .types import WorkerInfo, WorkerListOptions, WorkerStatus
 
 if TYPE_CHECKING:
     from .client import FloClient
@@ -60,6 +61,57 @@ async def all_workers(client: FloClient, namespace: str | None = None) -> tuple[
         cursor = page.cursor
 
 
+GONE = "GONE"
+"""How a worker whose process is gone is shown (its flo status is UNHEALTHY)."""
+
+
+def health(worker: WorkerInfo) -> str:
+    """What an operator is shown of a worker: ``GONE`` when no process holds its
+    liveness subscription any more (``WorkerInfo.alive`` False), else its status name
+    (``ACTIVE``, ``DRAINING``, ``UNHEALTHY``). The one rule the CLI, the dashboard and
+    the exporter share."""
+    return GONE if worker.alive is False else worker.status.name
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSummary:
+    """The workers of a namespace in a few figures. Only live workers count towards
+    ``busy`` and ``capacity``: a gone process runs nothing, whatever load it last
+    reported (its runs were taken back by the reapers)."""
+
+    total: int
+    by_health: dict[str, int]
+    """Workers by :func:`health`, in the order first met."""
+    busy: int
+    """Handlers running on workers not gone (their last reported load)."""
+    capacity: int
+    """Handler slots of the ACTIVE workers not gone."""
+    oldest_heartbeat_age_ms: int | None
+    """Age of the oldest heartbeat among workers not gone (None: there are none): a
+    frozen process keeps its liveness subscription, so only this grows."""
+
+    @property
+    def gone(self) -> int:
+        return self.by_health.get(GONE, 0)
+
+
+def summarize(workers: Sequence[WorkerInfo], now_ms: int) -> WorkerSummary:
+    """``workers`` at server time ``now_ms`` in a few figures (pure)."""
+    by_health: dict[str, int] = {}
+    for w in workers:
+        by_health[health(w)] = by_health.get(health(w), 0) + 1
+    live = [w for w in workers if w.alive is not False]
+    return WorkerSummary(
+        total=len(workers),
+        by_health=by_health,
+        busy=sum(w.current_load for w in live),
+        capacity=sum(w.max_concurrency for w in live if w.status == WorkerStatus.ACTIVE),
+        oldest_heartbeat_age_ms=max(
+            (max(0, now_ms - w.last_heartbeat_ms) for w in live), default=None
+        ),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Overview:
     """A namespace at a glance: every action's counts, every worker, every stream group."""
@@ -69,6 +121,10 @@ class Overview:
     actions: tuple[ActionCounts, ...]
     workers: tuple[WorkerInfo, ...]
     groups: tuple[GroupCounts, ...]
+
+    @property
+    def worker_summary(self) -> WorkerSummary:
+        return summarize(self.workers, self.at_ms)
 
 
 async def overview(client: FloClient, namespace: str | None = None) -> Overview:
@@ -112,11 +168,15 @@ async def overview(client: FloClient, namespace: str | None = None) -> Overview:
 
 
 __all__ = [
+    "GONE",
     "Overview",
+    "WorkerSummary",
     "action_names",
     "all_workers",
+    "health",
     "namespaces",
     "overview",
     "remember",
     "stream_names",
+    "summarize",
 ]

@@ -19,7 +19,15 @@ Metrics (labels in braces; counts are plain numbers, times in seconds):
 - ``flo_redis_stream_group_lag``, ``flo_redis_stream_group_pending``,
   ``flo_redis_stream_group_consumers``, ``flo_redis_stream_group_dead_letters``
   ``{namespace, stream, group}``;
-- ``flo_redis_workers{namespace, status}``: registered workers by status;
+- ``flo_redis_workers{namespace, status}``: registered workers by status: active, idle,
+  draining, unhealthy, and gone (no process holds the worker's liveness subscription
+  any more: killed, or its connection to Redis lost);
+- ``flo_redis_worker_handlers_busy{namespace}``, ``flo_redis_worker_handler_slots{namespace}``:
+  handlers running on workers not gone, and the handler slots of active workers not
+  gone (a gone worker's last reported load is not counted);
+- ``flo_redis_worker_oldest_heartbeat_age_seconds{namespace}``: the oldest heartbeat
+  among workers not gone (absent without any): a frozen process keeps its liveness
+  subscription, so this is what shows it;
 - ``flo_redis_exporter_up``: 1 when the last scrape read Redis, else 0.
 """
 
@@ -37,7 +45,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "flo_redis.exporter needs the 'metrics' extra: pip install 'flo-redis[metrics]'"
     ) from exc
 
-from .discovery import Overview
+from .discovery import GONE, Overview
 from .types import WorkerStatus
 
 log = logging.getLogger("flo_redis.exporter")
@@ -83,7 +91,24 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
         labels=group_labels,
     )
     workers = GaugeMetricFamily(
-        "flo_redis_workers", "Registered workers by status.", labels=["namespace", "status"]
+        "flo_redis_workers",
+        "Registered workers by status (gone: no process holds its liveness subscription).",
+        labels=["namespace", "status"],
+    )
+    busy = GaugeMetricFamily(
+        "flo_redis_worker_handlers_busy",
+        "Handlers running on workers whose process is not gone.",
+        labels=["namespace"],
+    )
+    slots = GaugeMetricFamily(
+        "flo_redis_worker_handler_slots",
+        "Handler slots of active workers whose process is not gone.",
+        labels=["namespace"],
+    )
+    heartbeat_age = GaugeMetricFamily(
+        "flo_redis_worker_oldest_heartbeat_age_seconds",
+        "The oldest heartbeat among workers whose process is not gone.",
+        labels=["namespace"],
     )
     for ov in overviews:
         ns = ov.namespace
@@ -102,12 +127,15 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
             pending.add_metric(labels, g.pending)
             consumers.add_metric(labels, g.consumers)
             dead.add_metric(labels, g.dead_letters)
-        by_status = {s.name.lower(): 0 for s in WorkerStatus}
-        for w in ov.workers:
-            by_status[w.status.name.lower()] += 1
-        for status, n in by_status.items():
-            workers.add_metric([ns, status], n)
-    return [runs, finished, next_due, lag, pending, consumers, dead, workers]
+        summary = ov.worker_summary
+        for status in (*(s.name for s in WorkerStatus), GONE):
+            workers.add_metric([ns, status.lower()], summary.by_health.get(status, 0))
+        busy.add_metric([ns], summary.busy)
+        slots.add_metric([ns], summary.capacity)
+        if summary.oldest_heartbeat_age_ms is not None:
+            heartbeat_age.add_metric([ns], summary.oldest_heartbeat_age_ms / 1000)
+    return [runs, finished, next_due, lag, pending, consumers, dead, workers, busy, slots,
+            heartbeat_age]  # fmt: skip
 
 
 class QueueCollector(Collector):

@@ -76,6 +76,22 @@ async def test_a_silent_worker_is_unhealthy_and_one_unhealthy_worker_fails_its_a
     assert (code, line.startswith("unhealthy: worker busy is DRAINING")) == (1, True)
 
 
+async def test_workers_whose_process_is_gone_fail_an_action_only_when_none_is_left(
+    client: FloClient, redis_url: str, namespace: str
+) -> None:
+    async with FloClient(redis_url, namespace=namespace) as gone:
+        await gone.worker.register("w-gone", ["resize"])
+    code, line = check(redis_url, namespace, "--action", "resize")
+    assert (code, line) == (1, f"unhealthy: no live worker of action 'resize' in namespace "
+                               f"'{namespace}': 1 gone (w-gone)")  # fmt: skip
+    code, line = check(redis_url, namespace, "--worker", "w-gone")
+    assert code == 1 and line.startswith("unhealthy: worker w-gone is gone: no process holds")
+    await client.worker.register("w-live", ["resize"])
+    code, line = check(redis_url, namespace, "--action", "resize")
+    assert (code, line) == (0, f"ok: 1 worker(s) of action 'resize' ACTIVE in namespace "
+                               f"'{namespace}'; 1 gone (w-gone)")  # fmt: skip
+
+
 async def test_an_old_heartbeat_is_unhealthy(
     client: FloClient, redis_url: str, namespace: str
 ) -> None:

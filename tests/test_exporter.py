@@ -4,10 +4,12 @@ prometheus_client's parser, its values held against a known history."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -40,11 +42,10 @@ def get(
     return samples[(name, tuple(sorted(labels.items())))]
 
 
-async def test_a_scrape_reports_the_queue_as_it_is(client: FloClient, redis_url: str) -> None:
-    await history(client)
-    await streams_history(client)
-    ns = client.namespace
-    env = {**os.environ, "FLO_REDIS_URL": redis_url, "FLO_REDIS_NAMESPACE": ns}
+@contextlib.asynccontextmanager
+async def serving(redis_url: str, namespace: str) -> AsyncIterator[str]:
+    """``flo-redis exporter --port 0`` for ``namespace`` while the block runs: its URL."""
+    env = {**os.environ, "FLO_REDIS_URL": redis_url, "FLO_REDIS_NAMESPACE": namespace}
     proc = await asyncio.create_subprocess_exec(
         FLO_REDIS, "exporter", "--port", "0",
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -53,7 +54,17 @@ async def test_a_scrape_reports_the_queue_as_it_is(client: FloClient, redis_url:
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
         assert line.startswith("serving http://127.0.0.1:"), line
-        url = line.split()[-1]
+        yield line.split()[-1]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.wait(), 30)
+
+
+async def test_a_scrape_reports_the_queue_as_it_is(client: FloClient, redis_url: str) -> None:
+    await history(client)
+    await streams_history(client)
+    ns = client.namespace
+    async with serving(redis_url, ns) as url:
         samples = await asyncio.to_thread(scrape, url)
         assert get(samples, "flo_redis_exporter_up") == 1
         runs = {
@@ -84,9 +95,6 @@ async def test_a_scrape_reports_the_queue_as_it_is(client: FloClient, redis_url:
             get(samples, "flo_redis_queue_runs", namespace=ns, action="job", state="pending") == 6
         )
         assert get(samples, "flo_redis_queue_runs", namespace=ns, action="job", state="failed") == 0
-    finally:
-        proc.send_signal(signal.SIGINT)
-        await asyncio.wait_for(proc.wait(), 30)
 
 
 async def test_metric_names_follow_prometheus_conventions(client: FloClient) -> None:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..client import FloClient
+from ..discovery import WorkerSummary
 from ..errors import FloError
 from . import _render
 from ._options import namespace_option, url_option
@@ -132,3 +133,10 @@ def age(ms: int | None, now_ms: int) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def worker_figures(summary: WorkerSummary) -> str:
+    """'3 live, 1 gone; handlers busy 4/30': busy and capacity count live workers only."""
+    live = summary.total - summary.gone
+    gone = f", {summary.gone} gone" if summary.gone else ""
+    return f"{live} live{gone}; handlers busy {summary.busy}/{summary.capacity}"

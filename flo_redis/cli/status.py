@@ -8,10 +8,20 @@ import contextlib
 import click
 from rich.console import Group
 from rich.live import Live
+from rich.text import Text
 
 from ..client import FloClient
-from ..discovery import Overview, overview
-from ._ops import age, connection_options, console, json_option, print_json, table, with_client
+from ..discovery import Overview, health, overview
+from ._ops import (
+    age,
+    connection_options,
+    console,
+    json_option,
+    print_json,
+    table,
+    with_client,
+    worker_figures,
+)
 from ._options import Seconds
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -28,7 +38,8 @@ def sparkline(values: tuple[int, ...]) -> str:
 
 
 def render(ov: Overview) -> Group:
-    """The overview as three tables: actions, workers, stream groups."""
+    """The overview as three tables: actions, workers (with their figures below),
+    stream groups."""
     actions = table(
         f"Actions in {ov.namespace!r}",
         ["action", "pending", "delayed", "running", "completed", "failed", "timed out",
@@ -43,7 +54,7 @@ def render(ov: Overview) -> Group:
         "Workers",
         ["worker", "status", "load", "completed", "failed", "heartbeat", "actions"],
         [
-            (w.worker_id, w.status.name, f"{w.current_load}/{w.max_concurrency}",
+            (w.worker_id, health(w), f"{w.current_load}/{w.max_concurrency}",
              w.tasks_completed, w.tasks_failed, age(w.last_heartbeat_ms, ov.at_ms) + " ago",
              ", ".join(w.task_types))
             for w in ov.workers
@@ -58,7 +69,7 @@ def render(ov: Overview) -> Group:
             for g in ov.groups
         ],
     )  # fmt: skip
-    return Group(actions, workers, groups)
+    return Group(actions, workers, Text(worker_figures(ov.worker_summary)), groups)
 
 
 def register(group: click.Group) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..client import FloClient
-from ..discovery import all_workers
+from ..discovery import all_workers, health, summarize
 from ..types import WorkerInfo
 from . import _ops as ops
 from ._render import say
@@ -22,7 +22,8 @@ def workers() -> None:
 
 @ops.list_command(workers)
 def list_workers(url: str, namespace: str, as_json: bool) -> None:
-    """Every registered worker: status, load, totals and last heartbeat."""
+    """Every registered worker: status (GONE when its process is), load, totals and
+    last heartbeat."""
 
     async def read(client: FloClient) -> tuple[int, tuple[WorkerInfo, ...]]:
         return await client.server_time_ms(), await all_workers(client)
@@ -49,7 +50,7 @@ def list_workers(url: str, namespace: str, as_json: bool) -> None:
                 (
                     w.worker_id,
                     w.worker_type.name,
-                    w.status.name,
+                    health(w),
                     f"{w.current_load}/{w.max_concurrency}",
                     w.tasks_completed,
                     w.tasks_failed,
@@ -61,6 +62,7 @@ def list_workers(url: str, namespace: str, as_json: bool) -> None:
             ],
         )
     )
+    say(ops.worker_figures(summarize(found, now_ms)))
 
 
 def _worker_step(name: str, about: str, done: str) -> None:

@@ -21,6 +21,7 @@ from aiohttp import web
 from yarl import URL
 
 from ..client import FloClient
+from ..discovery import health
 from ..errors import ConflictError, FloError, NotFoundError, ValidationError
 from ..keys import action_of_run
 from ..types import StreamID
@@ -97,6 +98,7 @@ def _templates() -> jinja2.Environment:
     env.filters["when"] = _when
     env.filters["ago"] = _ago
     env.filters["preview"] = _preview
+    env.filters["health"] = health
     env.filters["sid"] = lambda sid: sid.to_redis() if isinstance(sid, StreamID) else str(sid)
     env.globals["sparkline"] = sparkline
     return env
@@ -235,10 +237,8 @@ async def run(request: web.Request) -> web.StreamResponse:
 
 
 async def workers(request: web.Request) -> web.StreamResponse:
-    found = await data.workers(request.app[CLIENT])
-    return await _page(
-        request, "workers.html", {"workers": found, "summary": data.summarize(found)}
-    )
+    page = await data.workers(request.app[CLIENT])
+    return await _page(request, "workers.html", {"workers": page.workers, "summary": page.summary})
 
 
 async def streams(request: web.Request) -> web.StreamResponse:

@@ -9,12 +9,12 @@ lists are pages, and a group page shows at most :data:`GROUP_ROWS` entries of ea
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .. import discovery
 from ..action_ops import ActionCounts, RunPage, RunState
 from ..client import FloClient
+from ..discovery import WorkerSummary
 from ..reclaim import LivenessStats
 from ..stream_ops import GroupCounts
 from ..streams import DeadLetter, StreamDeadLetterOptions
@@ -28,7 +28,6 @@ from ..types import (
     StreamInfo,
     StreamInfoOptions,
     WorkerInfo,
-    WorkerStatus,
 )
 
 RUNS_SHOWN = 50  # runs a page of an action's runs lists
@@ -41,15 +40,7 @@ CANCELLABLE = (RunStatus.PENDING, RunStatus.RUNNING)
 @dataclass(frozen=True)
 class ActionRow:
     counts: ActionCounts
-    workers: int  # registered workers serving it
-
-
-@dataclass(frozen=True)
-class WorkerSummary:
-    total: int
-    by_status: dict[str, int]
-    load: int
-    capacity: int
+    workers: int  # live registered workers serving it (their process is not gone)
 
 
 @dataclass(frozen=True)
@@ -58,6 +49,12 @@ class Overview:
     failures: list[ActionRunStatus]
     workers: WorkerSummary
     groups: tuple[GroupCounts, ...]
+
+
+@dataclass(frozen=True)
+class WorkersPage:
+    workers: tuple[WorkerInfo, ...]
+    summary: WorkerSummary
 
 
 @dataclass(frozen=True)
@@ -87,25 +84,12 @@ class GroupPage:
     consumers: dict[str, int] = field(default_factory=dict)  # pending entries per consumer
 
 
-def summarize(workers: Sequence[WorkerInfo]) -> WorkerSummary:
-    by_status: dict[str, int] = {}
-    for w in workers:
-        by_status[w.status.name] = by_status.get(w.status.name, 0) + 1
-    return WorkerSummary(
-        total=len(workers),
-        by_status=by_status,
-        load=sum(w.current_load for w in workers),
-        capacity=sum(w.max_concurrency for w in workers if w.status == WorkerStatus.ACTIVE),
-    )
-
-
 async def overview(client: FloClient) -> Overview:
     """Every action with its counts, the workers, every stream group, and the newest
     failed runs."""
     seen = await discovery.overview(client)
-    rows = [
-        ActionRow(c, sum(1 for w in seen.workers if c.action in w.task_types)) for c in seen.actions
-    ]
+    live = [w for w in seen.workers if w.alive is not False]
+    rows = [ActionRow(c, sum(1 for w in live if c.action in w.task_types)) for c in seen.actions]
     failing = [c.action for c in seen.actions if c.failed + c.timed_out]
     pages = await asyncio.gather(
         *(client.action.runs(n, RunState.FAILED, limit=RECENT_FAILURES) for n in failing)
@@ -115,11 +99,13 @@ async def overview(client: FloClient) -> Overview:
         key=lambda r: r.completed_at_ms or 0,
         reverse=True,
     )[:RECENT_FAILURES]
-    return Overview(rows, failures, summarize(seen.workers), seen.groups)
+    return Overview(rows, failures, seen.worker_summary, seen.groups)
 
 
-async def workers(client: FloClient) -> tuple[WorkerInfo, ...]:
-    return await discovery.all_workers(client)
+async def workers(client: FloClient) -> WorkersPage:
+    """Every registered worker, and their figures (busy counts live workers only)."""
+    now_ms, found = await asyncio.gather(client.server_time_ms(), discovery.all_workers(client))
+    return WorkersPage(found, discovery.summarize(found, now_ms))
 
 
 async def action_page(
