@@ -401,7 +401,14 @@ def acl_channel_patterns(namespace: str | None, owners: tuple[str, ...]) -> tupl
     ``owners`` names (:data:`LIVE_CHANNEL`, :data:`NOTICE_CHANNEL`,
     :data:`HANDOFF_CHANNEL`). None: those of every namespace."""
     tag = "{" + glob_escaped(check_namespace(namespace)) + ":*" if namespace is not None else "*"
+    # A worker's liveness channel in the registry's slot ({<namespace>}): worker health.
+    registry = (
+        (f"{LIVE_CHANNEL}{{{glob_escaped(namespace)}}}:*",)
+        if namespace is not None and LIVE_CHANNEL in owners
+        else ()
+    )
     if set(owners) == {LIVE_CHANNEL, NOTICE_CHANNEL, HANDOFF_CHANNEL}:
-        return (f"{PREFIX}:{tag}" if namespace is None else f"{PREFIX}:*{tag}",)
+        return (f"{PREFIX}:{tag}" if namespace is None else f"{PREFIX}:*{tag}", *registry)
     streams = f"{PREFIX}:s" + ("" if namespace is None else "*")  # partitions: flo:s<p>:
-    return tuple(prefix + tag for prefix in (f"{PREFIX}:a:", streams, f"{PREFIX}:q:", *owners))
+    prefixes = (f"{PREFIX}:a:", streams, f"{PREFIX}:q:", *owners)
+    return (*(prefix + tag for prefix in prefixes), *registry)

@@ -70,6 +70,7 @@ _READ_SCRIPTS = (
     "action_counts",
     "action_runs",
     "worker_list",
+    "worker_presence",
     "stream_read",
     "stream_info",
     "group_pending",
