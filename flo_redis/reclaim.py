@@ -328,6 +328,10 @@ class LivenessStats:
     """Runs taken back because their owner's process was gone."""
     reclaimed_deadline: int
     """Runs taken back because their lease deadline passed (frozen or silent owner)."""
+    offers_expired: int
+    """Runs handed to a parked poller that did not accept them within its offer window
+    (a frozen process, a half-open connection), put back at the head of their queue
+    without spending the attempt."""
     stale_refused: int
     """Reports (complete, fail, release) refused as stale: each from a holder whose lease
     was taken back or finished."""
@@ -351,6 +355,7 @@ class LivenessStats:
 _STAT_FIELDS = (
     "reclaimed_owner_gone",
     "reclaimed_deadline",
+    "offers_expired",
     "stale_refused",
     "owners_suspected",
     "suspicions_cleared",

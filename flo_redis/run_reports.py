@@ -1,4 +1,4 @@
-"""Reporting runs: ``client.worker``'s touch, complete, fail and release, and the
+"""Reporting runs: ``client.worker``'s accept, touch, complete, fail and release, and the
 worker's counters they move.
 
 Every report is one Lua script (``lua/run_*.lua``), fenced by the run's token: a report
@@ -24,6 +24,7 @@ from ._checks import (
     token_arg,
 )
 from ._gateway import (
+    RUN_ACCEPT,
     RUN_COMPLETE,
     RUN_COMPLETE_MANY,
     RUN_FAIL,
@@ -49,6 +50,7 @@ from .types import (
 
 MAX_TOUCH_EXTEND_MS = 3_600_000
 COMPLETE_BATCH = 1000  # runs per run_complete_many call
+ACCEPT_BATCH = 1000  # runs per run_accept call
 # Counter changes a tally may carry (each way): far beyond any real batch.
 MAX_TALLY = 2**32 - 1
 
@@ -86,6 +88,62 @@ class OwnComplete(Protocol):
 
 class RunReports(Operations):
     """The reporting half of ``client.worker``."""
+
+    async def accept(
+        self,
+        worker_id: str,
+        action_name: str,
+        handed: Sequence[tuple[str, int]],
+        namespace: str | None = None,
+    ) -> builtins.list[ServerError | None]:
+        """Accept runs offered to the caller's poller by a hand-off (a claim that parked
+        with ``offer_ms``; ``lua/README.md``, "Hand-off"), each ``(run id, token)`` as
+        its message named it, one call per 1000, each answered on its own: ``None``
+        where the run is the caller's (accepted now, or already by a report, a touch
+        or a claim), else the refusal -- :class:`ConflictError` (``STALE_REPORT``) when
+        the offer was not accepted in time and the run went back to its queue or on to
+        another holder: stop its handler and report nothing. ``worker_id`` only names
+        the caller in a refusal's message (the token decides)."""
+        check_name("worker id", worker_id)
+        keys = self._action_keys(action_name, namespace)
+        packed: builtins.list[str | int] = []
+        for index, item in enumerate(check_list("handed", handed)):
+            if not (
+                isinstance(item, tuple)
+                and len(item) == 2
+                and isinstance(item[0], str)
+                and type(item[1]) is int
+            ):
+                raise ValidationError(f"handed[{index}] must be a (run id, token) pair")
+            self._run_keys(action_name, item[0], namespace)
+            packed += item
+        return await self._accept(worker_id, keys, packed)
+
+    async def _accept(
+        self, worker_id: str, keys: ActionKeys, packed: Sequence[str | int]
+    ) -> builtins.list[ServerError | None]:
+        """:meth:`accept` of ``packed``, run id and token of each run in turn (a worker's
+        own, as its hand-off messages named them: nothing to check)."""
+        replies: builtins.list[ServerError | None] = []
+        for start in range(0, len(packed), 2 * ACCEPT_BATCH):
+            chunk = packed[start : start + 2 * ACCEPT_BATCH]
+            reply = await RUN_ACCEPT(self._session, keys, [pack(chunk)])
+            if reply.status != Status.OK:
+                raise _out_of_range(f"accept: at most {ACCEPT_BATCH} runs per call")
+            if reply.statuses.count(Status.OK) == len(chunk) // 2:  # the common case
+                replies += [None] * (len(chunk) // 2)
+                continue
+            for at, status, detail in zip(
+                range(0, len(chunk), 2), reply.statuses, reply.details, strict=True
+            ):
+                try:
+                    report = Reported(status, False, detail, -1)
+                    self._check_report(report, keys, str(chunk[at]), worker_id, "accept")
+                except ServerError as exc:
+                    replies.append(exc)
+                else:
+                    replies.append(None)
+        return replies
 
     async def touch(
         self,

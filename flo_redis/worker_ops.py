@@ -408,16 +408,19 @@ class WorkerOperations(RunReports):
         poll_id: str,
         park_ms: int = 0,
         received: str = "",
+        offer_ms: int = 0,
     ) -> ClaimReply:
         """One claim script call on one action queue (no health gate, no waiting). With
-        ``park_ms`` a poll that finds nothing parks its poller for a hand-off;
-        ``received`` names the run handed to the poller's previous poll here that it got,
-        as ``"<run id> <token>"``."""
+        ``park_ms`` a poll that finds nothing parks its poller for a hand-off, offered
+        (``offer_ms`` > 0: to be accepted within that long, :meth:`accept`, or it goes
+        back to its place in the queue) or, with 0, handed outright; ``received`` names
+        the run handed to the poller's previous poll here that it got, as
+        ``"<run id> <token>"`` (accepted, if it was offered)."""
         owner = self._session.owner_id
         return await ACTION_CLAIM(
             self._session,
             (keys, HandoffChannel.of(keys.tag, owner)),
-            [worker_id, owner, labels, max_n, poll_id, LABEL_SCAN, park_ms, received],
+            [worker_id, owner, labels, max_n, poll_id, LABEL_SCAN, park_ms, received, offer_ms],
         )
 
 

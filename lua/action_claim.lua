@@ -4,7 +4,8 @@
   what of those it does not take goes to other parked pollers, else wakes pollers.
   A retried poll (same poll id) gets back what that poll was handed and still holds, not
   new runs. A poll that finds nothing may park its poller for a hand-off (lib/handoff.lua);
-  any claim of a poller ends its park.
+  any claim of a poller ends its park. A run offered to the poller by a hand-off that this
+  claim answers with, or that it names as received, is accepted (lib/offer.lua).
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (token: fencing tokens, qseq: queue order)
   KEYS[3] runs     HASH  run_id -> msgpack record
@@ -39,7 +40,9 @@
                       hand-off for its previous poll), or '' (a run handed to that poll
                       and not received -- another run, or the same run under another
                       token: a retry, a release -- is part
-                      of this poll's answer)
+                      of this poll's answer; the one received is accepted)
+  ARGV[9] offer_ms    a park's offer window, at most 60000: a run handed to it must be
+                      accepted within this long, or it goes back (0: handed outright)
   Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
           claimed_ms, input, trace) * n, rate_next_ms}
           status: OK | NO_ACTION | BAD_SETTING (the action's stored settings do not
@@ -60,6 +63,7 @@
 --@include lib/polls.lua
 --@include lib/handoff.lua
 --@include lib/checked.lua
+--@include lib/offer.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
@@ -73,6 +77,7 @@ local poll_id = ARGV[5]
 local scan = arg_int(ARGV[6], 1, 1000)
 local park_ms = arg_int(ARGV[7], 0, PARK_MAX_MS)
 local received = ARGV[8]
+local offer_ms = arg_int(ARGV[9], 0, PARK_MAX_MS)
 local BATCH = 100
 
 if owner == '' then return {ST_BAD_ARG, 2} end
@@ -85,6 +90,7 @@ if not max_n then return {ST_BAD_ARG, 4} end
 if not scan then return {ST_BAD_ARG, 6} end
 if not park_ms then return {ST_BAD_ARG, 7} end
 if not channel_of(k.handoff, HANDOFF_CHANNEL, k.runs, owner) then return {ST_OUT_OF_RANGE} end
+if not offer_ms then return {ST_BAD_ARG, 9} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 if action.bad then return {ST_BAD_SETTING} end
@@ -108,12 +114,25 @@ local function hand_out(run_id, run, input)
   out_n = out_n + 8
 end
 
--- Hand out again run_id under `token` if it is still ours; true if it was.
-local function hand_out_held(run_id, token)
+-- The record of run_id if it is still ours under `token` (nil: it is not).
+local function held(run_id, token)
   local run = run_load(k.runs, run_id)
-  if not (run and run.s == RUN_RUNNING and run.t == token and run.o == owner) then
-    return false
-  end
+  if run and run.s == RUN_RUNNING and run.t == token and run.o == owner then return run end
+  return nil
+end
+
+-- Accept run_id under `token` if it is still ours and offered (lib/offer.lua).
+local function accept_held(run_id, token)
+  local run = held(run_id, token)
+  if run and offer_accept(k.leases, run_id, run) then run_save(k.runs, run_id, run) end
+  return run
+end
+
+-- Hand out again run_id under `token` if it is still ours (accepted, if it was offered);
+-- true if it was.
+local function hand_out_held(run_id, token)
+  local run = accept_held(run_id, token)
+  if not run then return false end
   hand_out(run_id, run, redis.call('HGET', k.inputs, run_id))
   return true
 end
@@ -131,11 +150,12 @@ local ready = queue_expire(k, now, BATCH, action.backoff_ms, action.backoff_max_
 ready = ready + queue_promote(k, now, BATCH)
 
 local memo = poll_memo()
--- A run handed to the poller's previous poll that it did not receive: ours to answer with.
+-- A run handed to the poller's previous poll that it did not receive: ours to answer with;
+-- the one it received: accepted.
 if poller ~= poll_id then
   handoff_unseen(k.polls, k.poll_times, poller, poll_id, received, now, function(run_id, token)
     if hand_out_held(run_id, token) then poll_memo_add(memo, run_id, token) end
-  end)
+  end, accept_held)
 end
 
 local unseen = out[3]
@@ -221,7 +241,7 @@ if #memo.ids > 0 then
 end
 poll_remember(k.polls, k.poll_times, poll_id, memo, now)
 if out[3] == 0 and park_ms > 0 and poller ~= poll_id then
-  handoff_park(k, poller, poll_id, owner, worker_id, labels, k.handoff, now, park_ms)
+  handoff_park(k, poller, poll_id, owner, worker_id, labels, k.handoff, now, park_ms, offer_ms)
 end
 out[2] = queue_next_event(k.delayed, k.leases)
 -- Held back by the rate limit with runs still waiting: say when the next start is allowed,

@@ -7,7 +7,11 @@
   (after the action's backoff), or ends FAILED on its last attempt, with the error
   'owner gone: worker process died' (runs ready again go to parked pollers from the head
   of the queue: lib/handoff.lua). A frozen owner keeps its subscription, so only its
-  lease deadlines apply to it. Also drops a few index entries of runs no longer held.
+  lease deadlines apply to it. A run only offered to a gone owner (a hand-off it did
+  not accept: lib/offer.lua) goes back to its place in the queue, its attempt not spent.
+  First it takes back expired leases and offers not accepted in their window
+  (queue_expire, at most `batch`), so a frozen poller's offer comes back within a reaper
+  round, not at the next upkeep. Also drops a few index entries of runs no longer held.
   At most `batch` index entries of gone owners per call.
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters; stat:* fields are the queue's liveness statistics
@@ -65,7 +69,8 @@ if reclaim_refused(grace_ms, batch, owners, channels, k.owners) then return {ST_
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
-local reclaimed, ready, budget = 0, 0, {left = batch}
+local ready = queue_expire(k, now, batch, action.backoff_ms, action.backoff_max_ms)
+local reclaimed, budget = 0, {left = batch}
 
 -- Take back what `owner` holds, up to the budget; true once nothing of it is left.
 local function take_back(owner)
@@ -73,13 +78,19 @@ local function take_back(owner)
     local run = run_load(k.runs, run_id)
     if run and run.s == RUN_RUNNING and run.o == owner then
       redis.call('ZREM', k.leases, run_id)
-      run.err = GONE
-      run.tb = nil
       reclaimed = reclaimed + 1
-      if run.a < run.mr then
-        ready = ready + queue_retry(k, run_id, run, now, action.backoff_ms, action.backoff_max_ms)
+      if offer_free(run) then
+        queue_unoffer(k, run_id, run)  -- only offered: back to its place, unspent
+        ready = ready + 1
       else
-        queue_bury(k, run_id, run, now, RUN_FAILED)
+        run.err = GONE
+        run.tb = nil
+        if run.a < run.mr then
+          ready = ready + queue_retry(k, run_id, run, now, action.backoff_ms,
+            action.backoff_max_ms)
+        else
+          queue_bury(k, run_id, run, now, RUN_FAILED)
+        end
       end
     end
   end)

@@ -1,9 +1,11 @@
 --[[ run_progress
   Store a running run's progress value, for its current holder only, and tell waiters on
-  `ended` (client.action.wait re-reads the run: a progress is not an end).
+  `ended` (client.action.wait re-reads the run: a progress is not an end). A run offered
+  to the holder (a hand-off not yet accepted: lib/offer.lua) is accepted.
   KEYS[1] runs     HASH  run_id -> msgpack record
   KEYS[2] meta     HASH  counters; stat:stale_refused counts refused reports
   KEYS[3] ended    CHANNEL  sharded channel told the ids of runs that end or progress
+  KEYS[4] leases   ZSET  run_id -> lease deadline ms
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
@@ -17,9 +19,11 @@
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/ended.lua
+--@include lib/offer.lua
 local runs_key = KEYS[1]
 local meta_key = KEYS[2]
 local ended = ended_channel(KEYS[3])
+local leases_key = KEYS[4]
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
@@ -30,6 +34,7 @@ if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} en
 if #value > MAX_PROGRESS_BYTES then return {ST_TOO_LARGE, MAX_PROGRESS_BYTES} end
 local run, refused = run_held(runs_key, meta_key, run_id, token, worker_id)
 if not run then return refused end
+offer_accept(leases_key, run_id, run)
 run.pg = value
 run.pt = now_ms()
 run_save(runs_key, run_id, run)

@@ -48,6 +48,7 @@ redis.call('ZREM', k.leases, run_id)
 run.s = RUN_PENDING
 run.a = math.max(run.a - 1, 0)
 run.st = nil
+offer_forget(run)
 local releasing = run.o
 owned_drop(k.owned, releasing, run_id)
 run.o = nil

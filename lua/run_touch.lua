@@ -1,6 +1,7 @@
 --[[ run_touch
   Extend a running run's lease, for its current holder only: the deadline becomes
-  now + extend_ms unless it is already later.
+  now + extend_ms unless it is already later. A run offered to the holder (a hand-off
+  not yet accepted: lib/offer.lua) is accepted first.
   KEYS[1] runs     HASH  run_id -> msgpack record
   KEYS[2] leases   ZSET  run_id -> lease deadline ms
   KEYS[3] meta     HASH  counters; stat:stale_refused counts refused reports
@@ -16,6 +17,7 @@
 --@include lib/checked.lua
 --@include lib/clock.lua
 --@include lib/run.lua
+--@include lib/offer.lua
 local runs_key = KEYS[1]
 local leases_key = KEYS[2]
 local meta_key = KEYS[3]
@@ -30,6 +32,7 @@ if not extend_ms then return {ST_BAD_ARG, 4} end
 
 local run, refused = run_held(runs_key, meta_key, run_id, token, worker_id)
 if not run then return refused end
+if offer_accept(leases_key, run_id, run) then run_save(runs_key, run_id, run) end
 local deadline = now_ms() + extend_ms
 local current = tonumber(redis.call('ZSCORE', leases_key, run_id))
 if current and current > deadline then deadline = current end

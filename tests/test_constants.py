@@ -28,6 +28,7 @@ from flo_redis import (
     progress,
     queue,
     reclaim,
+    run_reports,
     slots,
     stream_groups,
     tasks,
@@ -64,6 +65,9 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ],
     ("action_invoke_many.lua", "MAX_RUNS"): [(actions.INVOKE_BATCH, "actions.INVOKE_BATCH")],
     ("run_complete_many.lua", "MAX_ITEMS"): [(tasks.COMPLETE_BATCH, "tasks.COMPLETE_BATCH")],
+    ("run_accept.lua", "MAX_ITEMS"): [
+        (run_reports.ACCEPT_BATCH, "run_reports.ACCEPT_BATCH"),
+    ],
     ("group_ack_many.lua", "MAX_ITEMS"): [(_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT")],
     ("lib/stream.lua", "BATCH_MAX"): [(_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT")],
     ("run_touch.lua", "MAX_EXTEND_MS"): [
@@ -137,6 +141,7 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/handoff.lua", "HANDOFF_BATCH"): "runs one script hands from the queue's head",
     ("lib/handoff.lua", "PARK_FORGET_BATCH"): "expired parks dropped per claim",
     ("lib/handoff.lua", "PARK_SCAN_MAX"): "parks one unpark (a drain) looks at",
+    ("lib/offer.lua", "OFFER_FREE_RETURNS"): "offers of a run that may run out in a row unspent",
     ("lib/handoff.lua", "HANDOFF_MARK"): "the msgpack bytes of a hand-off memo's h = 1",
     ("lib/queue.lua", "RECORD_IK"): "the msgpack bytes of a record's key ik",
     ("lib/queue.lua", "RECORD_TIMED_OUT"): "the msgpack bytes of a record's s = TIMED_OUT",

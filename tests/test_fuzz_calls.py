@@ -101,6 +101,7 @@ async def valid(client: FloClient) -> AsyncIterator[dict[str, Any]]:
         "batch": 10, "cursor": None, "timeout_ms": 10, "worker_id": "w1",
         "task_types": ["job"], "max_tasks": 1, "result": b"r",
         "items": [CompleteItem(run.run_id, b"r", token=run.token)],
+        "handed": [(run.run_id, run.token)],
         "heartbeat_timeout_ms": None, "remove_after_ms": None, "error_message": "e",
         "current_load": 0, "token": run.token, "load": 0, "completed": 0, "failed": 0,
         "stream": "s", "partitions": 1, "group": "g", "ids": [entry], "consumer": "c1",

@@ -121,6 +121,7 @@ async def _workload(c: FloClient) -> None:
     from flo_redis.actions import CompleteItem
 
     await c.worker.complete_many("w1", "job", [CompleteItem("job:999", b"r", token=5)])
+    await c.worker.accept("w1", "job", [(first.run_id, first.token)])
     await c.worker.tally("w1", 1, 0, 0)
     await act.runs("job", RunState.PENDING)
     await act.counts("job")

@@ -9,6 +9,7 @@
 --@include lib/owners.lua
 --@include lib/ended.lua
 --@include lib/num.lua
+--@include lib/offer.lua
 
 -- The verdict on one complete of `run` (nil: no record): status, duplicate, run status
 -- (or the payload limit for TOO_LARGE). A holder's complete changes `run` to its
@@ -29,6 +30,7 @@ local function complete_verdict(run, token, worker_id, result, outcome, max_payl
   run.s = RUN_COMPLETED
   run.out = result
   run.oc = outcome
+  offer_forget(run)  -- a complete is an accept too
   -- (a field set to nil is added first when absent: a table slot, maybe a rehash)
   if run.err ~= nil then run.err = nil end
   if run.tb ~= nil then run.tb = nil end

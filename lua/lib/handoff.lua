@@ -4,10 +4,15 @@
   everything a claim records (lease, fencing token, owner, a poll memo under the poller's
   poll id), then publishes it on the poller's hand-off channel. Pickup is that one message.
   `parked` ZSET: poller -> park deadline ms. The park rides in the poller's poll memo
-  (lib/polls.lua) as `k = {o owner, w worker id, lb packed labels or '', ch channel}`; the
-  hand-off replaces it by the handed run, marked `h = 1`. A park takes one run; the
-  poller's next claim ends it, and answers with a run handed to an earlier poll of the
-  poller that the poller says it did not receive.
+  (lib/polls.lua) as `k = {o owner, w worker id, lb packed labels or '', ch channel,
+  ow offer window ms}`; the hand-off replaces it by the handed run, marked `h = 1`. A
+  park takes one run; the poller's next claim ends it, and answers with a run handed to
+  an earlier poll of the poller that the poller says it did not receive, or accepts the
+  one it says it received.
+  A hand-off is an offer (lib/offer.lua): the run's lease ends when the poller's offer
+  window does, unless the poller accepts it; else it goes back to its place, unspent. A
+  park without a window (a poller of a version before offers, which never accepts) is
+  handed the run with its whole lease, as before.
 ]]
 --@include lib/run.lua
 --@include lib/queue.lua
@@ -15,6 +20,7 @@
 --@include lib/labels.lua
 --@include lib/polls.lua
 --@include lib/ids.lua
+--@include lib/offer.lua
 
 -- A park lasts at most this long; the poller claims again by then.
 local PARK_MAX_MS = 60000
@@ -34,10 +40,13 @@ local PARK_SCAN_MAX = 1000
 local HANDOFF_MARK = '\161h\1'
 
 -- Park poller `field` (its poll `poll_id`) for park_ms (at most PARK_MAX_MS): the next run
--- made ready here that it may take is handed to it and told on `channel`.
-local function handoff_park(k, field, poll_id, owner, worker_id, labels, channel, now, park_ms)
+-- made ready here that it may take is offered to it, to accept within offer_ms (a
+-- positive window; 0: none, the run is handed outright), and told on `channel`.
+local function handoff_park(k, field, poll_id, owner, worker_id, labels, channel, now, park_ms,
+    offer_ms)
   if park_ms > PARK_MAX_MS then park_ms = PARK_MAX_MS end
   local park = {o = owner, w = worker_id, lb = labels, ch = channel}
+  if offer_ms > 0 then park.ow = offer_ms end
   redis.call('HSET', k.polls, field, cmsgpack.pack({p = poll_id, ids = {}, tokens = {}, k = park}))
   redis.call('ZADD', k.poll_times, now, field)
   redis.call('ZADD', k.parked, now + park_ms, field)
@@ -53,8 +62,9 @@ end
 
 -- The run handed to an earlier poll of poller `field` (not `poll_id`) that the poller did
 -- not receive (`received`, "<run id> <token>", names the one it did; the same run handed
--- again under a new token, a retry or a release, is not that one): each(run_id, token).
-local function handoff_unseen(polls_key, times_key, field, poll_id, received, now, each)
+-- again under a new token, a retry or a release, is not that one): each(run_id, token);
+-- the one it did receive: got(run_id, token).
+local function handoff_unseen(polls_key, times_key, field, poll_id, received, now, each, got)
   local raw = redis.call('HGET', polls_key, field)
   -- Only a hand-off's memo (h = 1, packed as the bytes a1 68 01) names a run to answer
   -- with: a claim's memo of many runs is not decoded to learn that it is none.
@@ -66,6 +76,8 @@ local function handoff_unseen(polls_key, times_key, field, poll_id, received, no
   for i = 1, #memo.ids do
     if string.format('%s %d', memo.ids[i], memo.tokens[i]) ~= received then
       each(memo.ids[i], memo.tokens[i])
+    else
+      got(memo.ids[i], memo.tokens[i])
     end
   end
 end
@@ -82,9 +94,11 @@ end
 -- the rate limit, a poller whose labels match, of another owner than `skip_owner` (nil:
 -- any), and whose hand-off channel has a subscriber (one without, gone or reconnecting,
 -- loses its park: it claims again when back). `fields`: the parked pollers to look at,
--- when the caller read them (nil: read here). True when handed: the run is saved RUNNING
--- and the poller told.
-local function handoff_give(k, action, run_id, run, input, now, skip_owner, fields)
+-- when the caller read them (nil: read here). `place`: the run's score in `pending` when
+-- it was taken from there (nil: a new run, given a place if it is offered). True when
+-- handed: the run is saved RUNNING, offered when the park states a window, and the
+-- poller told.
+local function handoff_give(k, action, run_id, run, input, now, skip_owner, fields, place)
   if action.bad then return false end  -- a claim refuses it too: nothing is leased
   fields = fields
     or redis.call('ZRANGE', k.parked, now, '+inf', 'BYSCORE', 'LIMIT', 0, HANDOFF_SCAN)
@@ -112,8 +126,14 @@ local function handoff_give(k, action, run_id, run, input, now, skip_owner, fiel
       local token = ids_take(k.meta, 'token', 1, now)
       if redis.call('SPUBLISH', park.ch, cmsgpack.pack({memo.p, run_id, token, run.a + 1,
           run.c, run.rd or run.c, now, sent, run.tr or ''})) > 0 then
-        queue_take(k, run_id, run, park.w, park.o, now, queue_lease_deadline(action, now),
-          rate_room ~= nil, token)
+        local deadline = queue_lease_deadline(action, now)
+        if park.ow then
+          -- An offer (lib/offer.lua): the lease ends with the window unless accepted.
+          run.of = deadline
+          run.q = place or queue_place(k.meta, run)
+          if now + park.ow < deadline then deadline = now + park.ow end
+        end
+        queue_take(k, run_id, run, park.w, park.o, now, deadline, rate_room ~= nil, token)
         redis.call('HSETNX', k.owners, park.o, 0)
         redis.call('HSET', k.polls, field,
           cmsgpack.pack({p = memo.p, ids = {run_id}, tokens = {token}, h = 1}))
@@ -149,11 +169,15 @@ local function handoff_ready(k, action, now, n, skip_owner)
   if k.parked then
     for _ = 1, math.min(n, HANDOFF_BATCH) do
       if redis.call('ZCARD', k.parked) == 0 then break end
-      local head = redis.call('ZRANGE', k.pending, 0, 0)[1]
+      local first = redis.call('ZRANGE', k.pending, 0, 0, 'WITHSCORES')
+      local head = first[1]
       if not head then break end
       local run = run_load(k.runs, head)
       if run and run.s == RUN_PENDING then
-        if not handoff_give(k, action, head, run, nil, now, skip_owner) then break end
+        if not handoff_give(k, action, head, run, nil, now, skip_owner, nil, tonumber(first[2]))
+        then
+          break
+        end
         handed = handed + 1
       end
       redis.call('ZREM', k.pending, head)

@@ -9,12 +9,18 @@
 --@include lib/priority.lua
 --@include lib/num.lua
 --@include lib/ids.lua
+--@include lib/offer.lua
 
--- Queue `run` as ready to claim: after every run of a lower priority value and after
--- those of its own queued before it (its priority `p`, default 0, stays with it).
+-- A new place in the queue for `run`: its score in `pending`, after every run of a lower
+-- priority value and after those of its own queued before it (its priority `p`,
+-- default 0, stays with it).
+local function queue_place(meta_key, run)
+  return priority_score(run.p or 0, redis.call('HINCRBY', meta_key, 'qseq', '1'))
+end
+
+-- Queue `run` as ready to claim, at a new place (queue_place).
 local function queue_push(meta_key, pending_key, run_id, run)
-  local seq = redis.call('HINCRBY', meta_key, 'qseq', '1')
-  redis.call('ZADD', pending_key, num_arg(priority_score(run.p or 0, seq)), run_id)
+  redis.call('ZADD', pending_key, num_arg(queue_place(meta_key, run)), run_id)
 end
 
 -- How many of `want` runs may start now: at most the action's max_concurrency minus its
@@ -96,6 +102,7 @@ end
 local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
   run.s = RUN_PENDING
   run.st = nil
+  offer_forget(run)
   owned_drop(k.owned, run.o, run_id)
   run.o = nil
   local delay = run_backoff_ms(backoff_base, backoff_cap, run.a)
@@ -114,6 +121,7 @@ end
 local function queue_bury(k, run_id, run, now, status)
   run.s = status
   run.ct = now
+  offer_forget(run)
   owned_drop(k.owned, run.o, run_id)
   run.o = nil
   run_save(k.runs, run_id, run)
@@ -139,17 +147,52 @@ local function queue_unbury(run, max_retries, now)
   return timed_out
 end
 
+-- Put back `run`, offered to a poller that did not accept it (lib/offer.lua; offer_free;
+-- its lease already out of `leases`): PENDING again at its place in `pending`, so it is
+-- next of its priority, its attempt not spent and its start out of the rate log; one
+-- more offer run out in a row (`ox`). The offer's token holds no more: the next
+-- hand-out gets a new one.
+local function queue_unoffer(k, run_id, run)
+  local place, returns = run.q, (run.ox or 0) + 1
+  run.s = RUN_PENDING
+  run.a = run.a - 1
+  run.st = nil
+  owned_drop(k.owned, run.o, run_id)
+  run.o = nil
+  offer_forget(run)
+  run.ox = returns
+  run_save(k.runs, run_id, run)
+  if k.rate then redis.call('ZREM', k.rate, run.t) end
+  if place then
+    redis.call('ZADD', k.pending, num_arg(place), run_id)
+  else
+    queue_push(k.meta, k.pending, run_id, run)
+  end
+end
+
 -- Take back up to `limit` runs whose lease deadline has passed. A run with attempts left
--- goes back to wait; one on its last attempt ends TIMED_OUT. Returns how many became ready.
+-- goes back to wait; one on its last attempt ends TIMED_OUT. An offer not accepted in
+-- its window goes back to its place, unspent (queue_unoffer; stat:offers_expired), but
+-- for the one that runs out after OFFER_FREE_RETURNS in a row: that one counts as its
+-- attempt's lease. Returns how many became ready.
 local function queue_expire(k, now, limit, backoff_base, backoff_cap)
   local ids = redis.call('ZRANGE', k.leases, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
-  local ready, expired = 0, 0
+  local ready, expired, offers = 0, 0, 0
   for _, run_id in ipairs(ids) do
     redis.call('ZREM', k.leases, run_id)
     local run = run_load(k.runs, run_id)
-    if run and run.s == RUN_RUNNING then
-      expired = expired + 1
-      run.err = 'lease expired: no complete, fail or touch within the action timeout'
+    if run and run.s == RUN_RUNNING and offer_free(run) then
+      offers = offers + 1
+      queue_unoffer(k, run_id, run)
+      ready = ready + 1
+    elseif run and run.s == RUN_RUNNING then
+      if run.of ~= nil then
+        offers = offers + 1
+        run.err = 'offer not accepted within its window a 4th time in a row: counted as the attempt'
+      else
+        expired = expired + 1
+        run.err = 'lease expired: no complete, fail or touch within the action timeout'
+      end
       run.tb = nil
       if run.a < run.mr then
         ready = ready + queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
@@ -159,6 +202,7 @@ local function queue_expire(k, now, limit, backoff_base, backoff_cap)
     end
   end
   if expired > 0 then redis.call('HINCRBY', k.meta, 'stat:reclaimed_deadline', expired) end
+  if offers > 0 then redis.call('HINCRBY', k.meta, 'stat:offers_expired', offers) end
   return ready
 end
 
