@@ -7,7 +7,12 @@ counters, sent in batches.
 A complete is handed to the batch and its handler slot goes on: the batch's answer is dealt
 with where it arrives, and only the rare complete that needs more (a lost connection, a
 result too large to store) gets a task of its own, which the worker waits for as it
-waits for its handlers."""
+waits for its handlers.
+
+A run offered to the worker's poller by a hand-off (``lua/lib/offer.lua``) is accepted
+the same way, in batches of their own (:meth:`RunReporter.accept`), sent as its handler
+starts, never before it: a refused accept (the offer ran out and the run moved on)
+stops the handler, which reports nothing, as when a touch is refused."""
 
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ from .results import (
 )
 from .retry import is_refused_unrun
 from .types import Reason, RunStatus, WorkerFailOptions
-from .worker_ops import WorkerOperations
+from .worker_ops import Claimed, WorkerOperations
 
 if TYPE_CHECKING:
     from .action_context import ActionContext
@@ -200,9 +205,11 @@ class RunReporter:
         stopping: Callable[[], bool],
         refuse: Callable[[PermissionDeniedError], None],
         track: Callable[[asyncio.Task[None]], None],
+        lost: Callable[[str, int], None] = lambda run_id, token: None,
     ) -> None:
         """``track`` is told of every task the reporter starts (the worker waits for
-        them as it waits for its handlers)."""
+        them as it waits for its handlers); ``lost(run_id, token)`` of each offered run
+        whose accept was refused (its handler is to stop and report nothing)."""
         self.ops = ops
         self.worker_id = worker_id
         self.observer = observer
@@ -218,6 +225,14 @@ class RunReporter:
             self._answered,
             tell_accepted=self.tell_completed,
         )
+        self._accepts: Coalescer[_Offer] = Coalescer(
+            self._accept_batch,
+            "flo-accept-batches",
+            track,
+            self._accept_answered,
+            tell_accepted=False,
+        )
+        self._lost = lost
         self._load_delta = 0
         self._completed_delta = 0
 
@@ -284,6 +299,64 @@ class RunReporter:
         elif not isinstance(error, asyncio.CancelledError):
             log.error("complete of %s failed: %r", ctx.task_id, error, exc_info=error)
 
+    def accept(self, run: Claimed, window_s: float) -> None:
+        """Accept ``run``, offered to the worker's poller by a hand-off with an offer
+        window of ``window_s``, in the next batch of its action's accepts (call it once
+        the run is started: the batch goes out after the handler's first step, so it
+        never delays the start). Answered in :meth:`_accept_answered`."""
+        until = asyncio.get_running_loop().time() + window_s
+        offer = _new_offer(_Offer, (run.action, run.run_id, run.token, until))
+        self._accepts.post(run.action, offer)
+
+    def _accept_answered(
+        self, item: _Offer, refusal: ServerError | None, error: BaseException | None
+    ) -> None:
+        """The answer to an accept that was not accepted: its refusal (the run moved on:
+        its handler stops), or the error its batch failed with (sent again, alone, while
+        the offer may still stand)."""
+        if refusal is not None:
+            self.observer.report_refused("accept")
+            log.warning("run %s was not accepted in time (%s); stopping it", item.run_id, refusal)
+            self._lost(item.run_id, item.token)
+        elif error is not None:
+            if is_connection_error(error) or is_refused_unrun(error):
+                log.info("accept of %s: not answered (%s); sending again", item.run_id, error)
+                self._track(
+                    asyncio.create_task(self._accept_again(item), name=f"flo-accept-{item.run_id}")
+                )
+            elif isinstance(error, PermissionDeniedError):
+                self.refuse(error)
+            elif not isinstance(error, asyncio.CancelledError):
+                log.error("accept of %s failed: %r", item.run_id, error, exc_info=error)
+
+    async def _accept_again(self, item: _Offer) -> None:
+        """Send ``item``'s accept again, alone, until answered or its offer surely ran
+        out (then its complete or touch tells)."""
+        answers: list[ServerError | None] = []
+
+        async def send() -> None:
+            answers.append(await self._accepts.submit(item.action, item))
+
+        if await send_report(
+            f"accept of {item.run_id}",
+            send,
+            self._stopping,
+            log,
+            sent=1,
+            report="accept",
+            observer=self.observer,
+            lease_end=lambda: item.until,
+        ):
+            self._accept_answered(item, answers[-1], None)
+
+    async def _accept_batch(
+        self, action: str, items: Sequence[_Offer]
+    ) -> Sequence[ServerError | None]:
+        packed: list[str | int] = []
+        for item in items:
+            packed += (item.run_id, item.token)
+        return await self.ops._accept(self.worker_id, self.ops._action_keys(action, None), packed)
+
     def _spawn(self, coro: Coroutine[Any, Any, None], ctx: ActionContext) -> None:
         self._track(asyncio.create_task(coro, name=f"flo-complete-{ctx.task_id}"))
 
@@ -320,7 +393,8 @@ class RunReporter:
                 log.debug("counter update failed (%s); retrying later", exc)
 
     async def close(self) -> None:
-        """Send the batched completes, then the counters (best effort)."""
+        """Send the batched accepts and completes, then the counters (best effort)."""
+        await self._accepts.close()
         await self._completes.close()
         try:
             await self.flush_counts()
@@ -344,6 +418,19 @@ class _Own(NamedTuple):
 # Makes an _Own from a tuple of its fields in C, without the named tuple's Python-level
 # __new__: one is made per complete.
 _new_own = tuple.__new__
+
+
+class _Offer(NamedTuple):
+    """One accept of a batch, made by :meth:`RunReporter.accept`: the run offered (its
+    action, id and token), and the loop time by which its offer has surely run out."""
+
+    action: str
+    run_id: str
+    token: int
+    until: float
+
+
+_new_offer = tuple.__new__
 
 
 __all__ = [

@@ -403,18 +403,19 @@ class ActionRuns:
 
     # --- cancel notices -----------------------------------------------------------------
 
-    def revoke(self, run_id: str, token: int) -> None:
-        """A cancel notice (:mod:`flo_redis.notices`): the run's lease was revoked, so
-        its handler is cancelled as for a lost lease (a sync handler sees
+    def revoke(self, run_id: str, token: int, why: str = "was cancelled") -> None:
+        """A cancel notice (:mod:`flo_redis.notices`), or a refused accept (``why``:
+        the run's offer ran out and it moved on): the run is no longer this hand-out's,
+        so its handler is cancelled as for a lost lease (a sync handler sees
         ``ctx.cancelled``) and reports nothing. A run in hand is dropped unstarted."""
         ctx = self._contexts.get(run_id)
         if ctx is None and self._prefetch.take(run_id, token) is not None:
-            log.info("run %s was cancelled before its handler began", run_id)
+            log.info("run %s %s before its handler began", run_id, why)
             self._reports.left()
             return
         if ctx is None or ctx.token != token or ctx._revoked:
             return
-        log.info("run %s was cancelled; cancelling its handler", run_id)
+        log.info("run %s %s; cancelling its handler", run_id, why)
         ctx._revoked = True
         ctx._cancel()
         if ctx._running is not None:

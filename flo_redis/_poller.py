@@ -7,6 +7,12 @@ is the poller's side, used by :class:`flo_redis.worker.ActionWorker`:
 - The poller starts every run it gets through the worker's ``dispatch``: a run handed
   to it as soon as its message is read (no task or wake-up in between), claimed runs
   when their claim answers.
+- **Offers.** A poller with an offer window (``offer_ms``) parks stating it, so a run
+  handed to it is only offered (``lua/lib/offer.lua``): the poller passes it to
+  ``accept`` right after it starts it (the accept goes out once the handler's first
+  step is over: it never delays the start), and its next claim in that queue names it
+  as received, which accepts it too. A run a claim answers with is accepted by that
+  claim.
 - A poll is :func:`flo_redis._wake.long_poll` over the actions' wake channels and the
   poller's hand-off channels: it ends once a run was started, by a hand-off or a claim.
   A claim that finds nothing parks the poller in that queue.
@@ -68,7 +74,7 @@ _SEEN_MAX = 4096
 
 # A stopping poller sends the claim that ends a park again, while Redis does not answer
 # (a failover pauses writes for a few seconds), for at most this long; past it, a run
-# handed to that park and not received comes back when its lease ends.
+# handed to that park and not received comes back when its offer window passes.
 _LEAVE_PATIENCE_S = 10.0
 
 
@@ -103,7 +109,12 @@ class ActionPoller(ClosesOnExit):
         *,
         health_ttl_s: float,
         on_unregistered: Callable[[str], Awaitable[None]] | None = None,
+        offer_ms: int = 0,
+        accept: Callable[[Claimed, float], None] | None = None,
     ) -> None:
+        """``offer_ms`` > 0: parks state that offer window, and ``accept(run,
+        window_s)`` is called for each run handed to the poller by a message, once it is
+        started (module docstring: Offers)."""
         self._session = session
         self._ops = ops
         self._worker_id = worker_id
@@ -112,6 +123,8 @@ class ActionPoller(ClosesOnExit):
         self._health_ttl_s = health_ttl_s
         self._on_unregistered = on_unregistered
         self._dispatch = dispatch
+        self._offer_ms = offer_ms if accept is not None else 0
+        self._accept = accept
         self._started: builtins.list[Claimed] = []  # runs started in this poll
         self._look_again = False  # a park was ended for the poller to look again (a drain)
         self._rotation = 0
@@ -218,7 +231,7 @@ class ActionPoller(ClosesOnExit):
                 if not is_connection_error(exc) or loop.time() >= deadline:
                     log.warning(
                         "worker %s could not end its park in %s's queue (%s); a run handed "
-                        "to it comes back when its lease ends",
+                        "to it comes back when its offer window passes",
                         self._worker_id,
                         action,
                         exc,
@@ -259,7 +272,10 @@ class ActionPoller(ClosesOnExit):
         if self._standing.get(action) == message.poll_id:
             del self._standing[action]  # the park's slot is the run's now
         try:
-            self._start(self._fresh(action, (message.run,)))
+            fresh = self._fresh(action, (message.run,))
+            self._start(fresh)
+            if fresh and self._accept is not None:
+                self._accept(message.run, self._offer_ms / 1000)  # after the start's step
         except Exception:
             log.exception("starting run %s handed to the worker failed", message.run_id)
 
@@ -298,6 +314,7 @@ class ActionPoller(ClosesOnExit):
                 claim_id,
                 park_ms if may_park else 0,
                 self._received.get(action, ""),
+                self._offer_ms,
             )
             del self._lost[action]
             self._answered[action] = poll_id

@@ -37,7 +37,7 @@ from .session import DEFAULT_MAX_PAYLOAD_BYTES, ClientSettings, Session, new_own
 from .slots import SlotOperations
 from .stream_worker import StreamHandler, StreamWorker
 from .streams import StreamOperations
-from .worker import ActionWorker
+from .worker import DEFAULT_OFFER_WINDOW_MS, ActionWorker
 from .worker_ops import WorkerOperations
 
 log = logging.getLogger("flo_redis.client")
@@ -192,11 +192,13 @@ class FloClient(ClosesOnExit):
         auto_touch: bool = False,
         serializer: ResultSerializer = JSON,
         tune_gc: bool = True,
+        offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS,
     ) -> ActionWorker:
         """An :class:`ActionWorker` on this client's endpoint and namespace; ``serializer``
         encodes handler results that are not bytes; ``tune_gc`` (see
         :class:`~flo_redis.worker.ActionWorkerOptions`) False leaves the process's garbage
-        collector alone."""
+        collector alone; ``offer_window_ms``: how long a run handed to the idle worker
+        waits for its accept before it goes back to its queue for another worker."""
         return ActionWorker(
             self,
             worker_id=worker_id,
@@ -206,6 +208,7 @@ class FloClient(ClosesOnExit):
             auto_touch=auto_touch,
             serializer=serializer,
             tune_gc=tune_gc,
+            offer_window_ms=offer_window_ms,
         )
 
     def new_stream_worker(

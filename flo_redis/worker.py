@@ -80,6 +80,11 @@ _HEARTBEAT_INTERVAL_S = 30.0
 # A health check that passed this recently is reused by the next poll (a drain or an
 # unhealthy verdict is seen within this time).
 _HEALTH_TTL_S = 0.5
+#: How long a run handed to an idle worker waits for its accept by default, and the
+#: bounds of ``offer_window_ms`` (a park lasts at most a minute).
+DEFAULT_OFFER_WINDOW_MS = 1000
+MIN_OFFER_WINDOW_MS = 100
+MAX_OFFER_WINDOW_MS = 60_000
 
 
 @dataclass
@@ -88,7 +93,11 @@ class ActionWorkerOptions:
     refused with :class:`BlockTooLongError`. ``tune_gc``: while the worker runs, the
     garbage collector's young generation holds what its runs in flight keep alive
     (``gc.set_threshold``, first value at least ``concurrency * 100``; put back when it
-    stops; :mod:`flo_redis._gc`); False leaves the process's collector alone."""
+    stops; :mod:`flo_redis._gc`); False leaves the process's collector alone.
+    ``offer_window_ms`` (100 to 60000): a run handed to the idle worker must be accepted
+    within this long (the worker accepts it as its handler starts), or it goes back to
+    the head of its queue unspent, for a live worker (a frozen process, a half-open
+    connection; ``lua/README.md``, "Hand-off")."""
 
     worker_id: str = ""
     concurrency: int = 10
@@ -96,6 +105,7 @@ class ActionWorkerOptions:
     block_ms: int = DEFAULT_WORKER_BLOCK_MS
     auto_touch: bool = False
     tune_gc: bool = True
+    offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS
 
     def __post_init__(self) -> None:
         self.check()
@@ -106,6 +116,13 @@ class ActionWorkerOptions:
         self.block_ms = worker_block_ms(self.block_ms)
         check_count("concurrency", self.concurrency, 1)
         check_seconds("action_timeout", self.action_timeout)
+        check_count(
+            "offer_window_ms",
+            self.offer_window_ms,
+            MIN_OFFER_WINDOW_MS,
+            MAX_OFFER_WINDOW_MS,
+            fix="it needs only to outlast a round trip to Redis; 1000, the default, suits most",
+        )
         for flag in ("auto_touch", "tune_gc"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValidationError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
@@ -127,6 +144,7 @@ class ActionWorker(WorkerLifecycle):
         auto_touch: bool = False,
         serializer: ResultSerializer = JSON,
         tune_gc: bool = True,
+        offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS,
     ) -> None:
         super().__init__(parent_client)
         self.config = ActionWorkerOptions(
@@ -136,6 +154,7 @@ class ActionWorker(WorkerLifecycle):
             block_ms=block_ms,
             auto_touch=auto_touch,
             tune_gc=tune_gc,
+            offer_window_ms=offer_window_ms,
         )
         check_name("worker id", self.config.worker_id)
         check_serializer(serializer)
@@ -251,6 +270,7 @@ class ActionWorker(WorkerLifecycle):
             self._stop.is_set,
             self._refuse,
             self._track,
+            lambda run_id, token: self._runs.revoke(run_id, token, "was not accepted in time"),
         )
         self._registration = Registration(
             self.session,
@@ -349,6 +369,8 @@ class ActionWorker(WorkerLifecycle):
             self._runs.start,
             health_ttl_s=_HEALTH_TTL_S,
             on_unregistered=self._registration.restore_action,
+            offer_ms=self.config.offer_window_ms,
+            accept=self._reports.accept,
         )
         try:
             async with self._poller:

@@ -1,5 +1,6 @@
 """A small asyncio TCP proxy for fault tests: sits between clients and Redis and can cut
-every connection, silence them (a partition), or let a request through and drop its reply
+every connection, silence them (a partition, or a half-open connection that keeps
+every connection it makes open and silent), or let a request through and drop its reply
 (cutting that connection), so a test can make Redis run a command whose answer never
 arrives, or answer requests itself with ``-LOADING`` as a Redis loading its data set does
 (the request never reaches Redis)."""
@@ -48,6 +49,7 @@ class Proxy:
         self.accepted = 0
         self.port = 0
         self.refusing = False
+        self.silencing = False
 
     @property
     def url(self) -> str:
@@ -108,6 +110,14 @@ class Proxy:
         for link in self._links:
             link.stalled = True
 
+    def silence(self) -> None:
+        """Silence every connection, those made from now on too: each stays open, and
+        every byte either way is swallowed, as behind a network cut Redis has not
+        noticed (a half-open connection). Redis keeps counting the clients' subscriptions.
+        """
+        self.silencing = True
+        self.stall_all()
+
     def drop_reply_after(self, request_marker: bytes) -> None:
         """The next request containing ``request_marker`` reaches Redis, but its reply is
         dropped and that connection is cut: the command ran, its answer is lost."""
@@ -132,7 +142,7 @@ class Proxy:
         except OSError:
             writer.close()
             return
-        link = _Link(client=writer, server=up_writer)
+        link = _Link(client=writer, server=up_writer, stalled=self.silencing)
         self._links.add(link)
         self.accepted += 1
         link.tasks = [

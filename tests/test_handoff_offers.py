@@ -8,11 +8,13 @@ test_handoff_frozen.py has the worker processes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from polling import eventually
 from test_action_worker import finished, running
 from test_handoff import PARK_MS, Channel, channel, register
 
@@ -382,3 +384,35 @@ async def test_a_report_accepts_an_offer_and_a_later_accept_is_answered_ok(
     assert await client.worker.accept("w1", "job", [(run_id, token)]) == [None]
     status = await client.action.status(run_id)
     assert (status.status, status.attempt) == want
+
+
+# --- a real worker accepts --------------------------------------------------------------
+
+
+async def test_an_idle_worker_accepts_what_it_is_handed_off_its_handlers_path(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
+    # Handlers that outlast a short window: each run is accepted as it starts, so none
+    # goes back to the queue; each runs once, on its first attempt.
+    await register(client, timeout_ms=60_000, max_retries=1)
+    keys = action_keys(client.namespace, "job")
+    worker = client.new_action_worker(concurrency=2, block_ms=30_000, offer_window_ms=200)
+    ran: list[tuple[str, int]] = []
+
+    @worker.action("job")
+    async def job(ctx: ActionContext) -> bytes:
+        ran.append((ctx.task_id, ctx.attempt))
+        await asyncio.sleep(0.5)
+        return b"done"
+
+    async with running(worker):
+        run_ids = []
+        for _ in range(4):
+            await eventually(lambda: raw.zcard(keys.parked))
+            run_ids.append((await client.action.invoke("job", b"x")).run_id)
+            await eventually(lambda: asyncio.sleep(0, len(ran) == len(run_ids)))
+        for run_id in run_ids:
+            assert (await finished(client, run_id)).status == RunStatus.COMPLETED
+    assert sorted(ran) == sorted((run_id, 1) for run_id in run_ids)
+    stats = await client.action.stats("job")
+    assert (stats.offers_expired, stats.stale_refused) == (0, 0)
