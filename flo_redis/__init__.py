@@ -9,6 +9,15 @@ from .action_ops import ActionCounts, BulkResult, RunPage, RunState
 from .actions import ActionOperations
 from .client import FloClient
 from .errors import *  # noqa: F403  (the error tree: errors.__all__)
+from .quarantine import (
+    ActionQuarantine,
+    GroupQuarantine,
+    QuarantinedRecord,
+    QuarantineOperations,
+    QuarantinePage,
+    QueueQuarantine,
+    WorkerQuarantine,
+)
 from .queue import QueueOperations
 from .results import JsonSerializer, ResultEncodingError, ResultSerializer
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -33,14 +42,20 @@ __all__ = [
     "ActionContext",
     "ActionCounts",
     "ActionOperations",
+    "ActionQuarantine",
     "ActionResult",
     "ActionWorker",
     "ActionWorkerOptions",
     "BulkResult",
     "DeadLetter",
     "FloClient",
+    "GroupQuarantine",
     "JsonSerializer",
+    "QuarantineOperations",
+    "QuarantinePage",
+    "QuarantinedRecord",
     "QueueOperations",
+    "QueueQuarantine",
     "ResultEncodingError",
     "ResultSerializer",
     "RetryPolicy",
@@ -54,6 +69,7 @@ __all__ = [
     "StreamWorker",
     "StreamWorkerOptions",
     "WorkerOperations",
+    "WorkerQuarantine",
 ]
 __all__ += errors.__all__
 __all__ += types.__all__

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeGuard, TypeVar
 
+from ._aside import warn_run_refused
 from ._status import Status, refusal
 from ._type_base import LUA_INT, MAX_TIME_MS, U32
 from .errors import NamespaceTooLargeError, ValidationError, ValueTooLargeError
@@ -394,6 +395,21 @@ def raise_refusal(
 
 
 def raise_run_refusal(status: int, keys: ActionNamed, run_id: str) -> None:
-    """Raise the typed error for a run script's refusal (nothing for OK)."""
+    """Raise the typed error for a run script's refusal (nothing for OK). BAD_RECORD
+    (the script set the run's record aside) is logged at WARNING, once: the run is gone
+    from the queue, so any later call about it is NOT_FOUND."""
     where = f"of action {keys.action!r} not found in namespace {keys.namespace!r}"
-    raise_refusal(status, keys, f"run {run_id!r}", {Status.NOT_FOUND: f"run {run_id!r} {where}"})
+    if status == Status.BAD_RECORD:
+        warn_run_refused(keys.namespace, keys.action, run_id)
+    raise_refusal(
+        status,
+        keys,
+        f"run {run_id!r}",
+        {
+            Status.NOT_FOUND: f"run {run_id!r} {where}",
+            Status.BAD_RECORD: f"run {run_id!r} of action {keys.action!r}: its stored "
+            "record does not decode; it was set aside into the action's quarantine "
+            f"(flo-redis quarantine list --action {keys.action} --namespace "
+            f"{keys.namespace})",
+        },
+    )

@@ -263,7 +263,9 @@ SCHEDULE_SET = Script("schedule_set", A, r.flag)
 SCHEDULE_REMOVE = Script("schedule_remove", A, r.done)
 SCHEDULE_DUE = Script("schedule_due", A, sch.due_rows)
 SCHEDULE_FIRE = Script("schedule_fire", A, sch.fired)
+SCHEDULE_QUARANTINE = Script("schedule_quarantine", A, r.done)
 SLOT_RECLAIM = Script("slot_reclaim", (ActionKeys, OwnerChannel), r.reclaimed)
+ACTION_QUARANTINE_REPLAY = Script("action_quarantine_replay", A, r.done)
 
 # The worker registry.
 WORKER_REGISTER = Script("worker_register", N, r.done, records_owner=True)
@@ -274,6 +276,7 @@ WORKER_DRAIN = Script("worker_drain", N, r.names)
 WORKER_DEREGISTER = Script("worker_deregister", N, r.done)
 WORKER_LIST = Script("worker_list", N, r.worker_page)
 WORKER_PRESENCE = Script("worker_presence", N, r.presence, tail="channels")
+WORKER_QUARANTINE_REPLAY = Script("worker_quarantine_replay", N, r.done)
 
 # Streams.
 STREAM_CREATE = Script("stream_create", S, r.number)
@@ -293,6 +296,8 @@ GROUP_ACK_MANY = Script("group_ack_many", G, sr.settled_many)
 GROUP_NACK = Script("group_nack", G, sr.settled)
 GROUP_RECLAIM = Script("group_reclaim", G, r.reclaimed, tail="channels")
 GROUP_REPLAY = Script("group_replay", G, sr.replayed)
+GROUP_QUARANTINE = Script("group_quarantine", G, sr.set_aside_ids)
+GROUP_QUARANTINE_REPLAY = Script("group_quarantine_replay", G, sr.reappended)
 
 # Plain queues (client.queue).
 QUEUE_ENQUEUE = Script("queue_enqueue", Q, r.number)
@@ -303,6 +308,11 @@ QUEUE_PEEK = Script("queue_peek", Q, q.listed)
 QUEUE_DLQ_LIST = Script("queue_dlq_list", Q, q.listed)
 QUEUE_DLQ_REQUEUE = Script("queue_dlq_requeue", Q, q.per_seq)
 QUEUE_RECLAIM = Script("queue_reclaim", Q, r.reclaimed, tail="channels")
+QUEUE_QUARANTINE_REPLAY = Script("queue_quarantine_replay", Q, r.done)
+
+# Any quarantine (an action's, a plain queue's, a group's, a namespace's): the one key
+# is read by name, so any of those key objects may be passed.
+QUARANTINE_DELETE = Script("quarantine_delete", A, r.number)
 
 # The dashboard's log-ins and sessions (flo_redis.dashboard.guard).
 DASHBOARD_LOGIN = Script("dashboard_login", DashboardKeys, r.number)

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._aside import SetAside
 from ._queue_types import Message
+from ._replies import set_aside
 
 
 def _messages(reply: Sequence[Any], at: int) -> tuple[Message, ...]:
@@ -33,12 +35,20 @@ class Taken:
     now_ms: int
     next_deadline_ms: int
     messages: tuple[Message, ...]
+    aside: tuple[SetAside, ...] = ()  # message records this call set aside (quarantine)
 
 
 def taken(reply: Any, _keys: object) -> Taken:
     if len(reply) < 4:
         return Taken(int(reply[0]), 0, -1, ())
-    return Taken(int(reply[0]), int(reply[1]), int(reply[2]), _messages(reply, 3))
+    end = 4 + 5 * int(reply[3])
+    return Taken(
+        int(reply[0]),
+        int(reply[1]),
+        int(reply[2]),
+        _messages(reply, 3),
+        set_aside(reply[end:]) if len(reply) > end else (),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,14 @@ and the script's first key object (some rows carry its action, stream or partiti
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple, TypeVar
 
 import msgpack
 
+from ._aside import SetAside
 from ._status import Status
 from .codec import text
 from .types import StreamID, TaskAssignment
@@ -33,13 +35,26 @@ def fixed(cls: type[Reply]) -> Callable[[Any, object], Reply]:
     of int, bool and str fields, in reply order) with each value read as its field's
     type (a bool from 0/1, a str from bytes). A shorter reply, such as a refusal's bare
     ``{status}``, leaves the fields it lacks their defaults. A StreamID field reads
-    ``<ms>-<seq>``."""
-    read = tuple(_READ[str(f.type)] for f in fields(cls))  # type: ignore[arg-type]
+    ``<ms>-<seq>``. Fields of another type (what a call set aside: :func:`with_aside`)
+    come last and keep their defaults."""
+    read = tuple(
+        _READ[str(f.type)]
+        for f in fields(cls)  # type: ignore[arg-type]
+        if str(f.type) in _READ
+    )
 
     def parse(reply: Any, _keys: object) -> Reply:
         return cls(*(r(v) for r, v in zip(read, reply, strict=False)))  # short: defaults
 
     return parse
+
+
+def set_aside(values: Any) -> tuple[SetAside, ...]:
+    """``(kind, field, why) * m``, the tail of a reply that lists what it set aside."""
+    return tuple(
+        SetAside(text(values[i]) or "", text(values[i + 1]) or "", text(values[i + 2]) or "")
+        for i in range(0, len(values) - 2, 3)
+    )
 
 
 class Claimed(NamedTuple):
@@ -79,11 +94,12 @@ class ClaimReply:
     next_due_ms: int  # when a delayed run is due or a lease expires; -1 if never
     registered: bool
     rate_next_ms: int = -1  # runs wait for the rate limit: when the next start is allowed
+    aside: tuple[SetAside, ...] = ()  # records this claim set aside (quarantine)
 
 
 def claim_reply(reply: Any, keys: Any) -> ClaimReply:
     """``{status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
-    claimed_ms, input, trace) * n, rate_next_ms}``."""
+    claimed_ms, input, trace) * n, rate_next_ms, (kind, field, why) * m}``."""
     if int(reply[0]) != Status.OK:
         return ClaimReply((), -1, False)
     end = 3 + 8 * int(reply[2])
@@ -104,7 +120,9 @@ def claim_reply(reply: Any, keys: Any) -> ClaimReply:
             )
         ]
     )
-    return ClaimReply(runs, int(reply[1]), True, int(reply[end]) if len(reply) > end else -1)
+    if len(reply) <= end + 1:  # the common case: nothing set aside
+        return ClaimReply(runs, int(reply[1]), True, int(reply[end]) if len(reply) > end else -1)
+    return ClaimReply(runs, int(reply[1]), True, int(reply[end]), set_aside(reply[end + 1 :]))
 
 
 _new_claimed = tuple.__new__
@@ -293,27 +311,43 @@ def reported_many(reply: Any, _keys: object) -> ReportedMany:
     return ReportedMany(status, tuple(body[0::3]), tuple(body[1::3]), tuple(body[2::3]))
 
 
+def with_aside(cls: type[Reply], width: int) -> Callable[[Any, object], Reply]:
+    """The parser of a fixed-shape reply of ``width`` values followed by what the call
+    set aside (``(kind, field, why) * m``): ``cls`` has an ``aside`` field last."""
+    parse = fixed(cls)
+
+    def parse_aside(reply: Any, keys: object) -> Reply:
+        parsed = parse(reply[:width], keys)
+        if len(reply) > width:
+            parsed = dataclasses.replace(parsed, aside=set_aside(reply[width:]))  # type: ignore[type-var]
+        return parsed
+
+    return parse_aside
+
+
 @dataclass(frozen=True, slots=True)
 class Reaped:
     status: int
     ready: int = 0
     next_due_ms: int = -1
+    aside: tuple[SetAside, ...] = ()
 
 
-reaped = fixed(Reaped)
+reaped = with_aside(Reaped, 3)
 
 
 @dataclass(frozen=True, slots=True)
 class Reclaimed:
-    """``action_reclaim`` / ``group_reclaim`` / ``slot_reclaim``."""
+    """``action_reclaim`` / ``group_reclaim`` / ``slot_reclaim`` / ``queue_reclaim``."""
 
     status: int
     reclaimed: int = 0
     wait_ms: int = -1
     more: bool = False
+    aside: tuple[SetAside, ...] = ()
 
 
-reclaimed = fixed(Reclaimed)
+reclaimed = with_aside(Reclaimed, 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,9 +358,10 @@ class SlotTaken:
     slot: int = 0
     token: int = 0
     deadline_ms: int = 0
+    aside: tuple[SetAside, ...] = ()
 
 
-slot_taken = fixed(SlotTaken)
+slot_taken = with_aside(SlotTaken, 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +426,9 @@ class ActionCounts:
     minute (``failed`` there includes timed out). ``next_due_ms`` is when the earliest
     delayed run becomes ready (None without delayed runs). ``completed_total`` /
     ``failed_total`` count every run that ended so since the action was registered
-    (a deleted action starts again from 0)."""
+    (a deleted action starts again from 0). ``quarantined`` counts the records set aside
+    in the action's quarantine (runs, schedules, slot holders that did not decode:
+    :mod:`flo_redis.quarantine`)."""
 
     action: str
     namespace: str
@@ -407,6 +444,7 @@ class ActionCounts:
     failed_total: int
     completed_per_minute: tuple[int, ...]
     failed_per_minute: tuple[int, ...]
+    quarantined: int = 0
 
     @property
     def waiting(self) -> int:
@@ -435,19 +473,19 @@ MINUTES = 60  # per-minute buckets kept (lib/tally.lua)
 
 def counts(reply: Any, keys: Any) -> Counts:
     """``{status, at_ms, pending, delayed, running, completed, failed, timed_out,
-    next_due_ms, completed_total, failed_total, completed * m, failed * m}``: the last
-    2m values are per-minute tallies, oldest first."""
+    next_due_ms, completed_total, failed_total, quarantined, completed * m, failed *
+    m}``: the last 2m values are per-minute tallies, oldest first."""
     n = [int(x) for x in reply]
-    if n[0] != Status.OK or len(n) < 11:
+    if n[0] != Status.OK or len(n) < 12:
         return Counts(n[0], None)
-    minutes = n[11:]
+    minutes = n[12:]
     half = len(minutes) // 2
     return Counts(
         Status.OK,
         ActionCounts(
             keys.action, keys.namespace, n[1], n[2], n[3], n[4], n[5], n[6], n[7],
             None if n[8] < 0 else n[8], n[9], n[10],
-            tuple(minutes[:half][:MINUTES]), tuple(minutes[half:][:MINUTES]),
+            tuple(minutes[:half][:MINUTES]), tuple(minutes[half:][:MINUTES]), n[11],
         ),
     )  # fmt: skip
 
@@ -487,6 +525,7 @@ class BulkStep:
     count: int = 0
     remaining: int = 0
     upto: str = ""
+    aside: tuple[SetAside, ...] = ()
 
 
-bulk_step = fixed(BulkStep)
+bulk_step = with_aside(BulkStep, 4)

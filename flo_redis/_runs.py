@@ -25,8 +25,8 @@ from ._replies import Cancelled, Invoked
 from ._scripts import Arg, RedisConn, redis_errors
 from ._status import Status, refusal
 from ._type_base import LUA_INT
-from .codec import pack, tag_labels, text, unpack_record
-from .errors import ValueTooLargeError, WaitTimeoutError
+from .codec import BadRecord, pack, tag_labels, text, unpack_record
+from .errors import BadRecordError, ValueTooLargeError, WaitTimeoutError
 from .keys import ActionKeys, notice_channel, run_id_prefix
 from .notices import cancel_notice
 from .types import ActionInvokeOptions, ActionInvokeResult, ActionRunStatus, RunStatus
@@ -98,18 +98,42 @@ def run_status(run_id: str, rec: dict[str, Any], due_at_ms: int | None = None) -
     )
 
 
+def read_run(run_id: str, raw: Any, due: Any = None) -> ActionRunStatus:
+    """The run's status from its stored record and its score in the delayed set (None
+    when it is not there): :func:`run_status` of the decoded record, or
+    :class:`BadRecord` when the record does not decode or lacks what a status needs."""
+    rec = unpack_record(raw)
+    try:
+        waiting = due is not None and int(rec["s"]) == RunStatus.PENDING
+        return run_status(run_id, rec, stored_int(due, 0, LUA_INT) if waiting else None)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise BadRecord(f"{type(exc).__name__}: {exc}") from None
+
+
+def unreadable_run(run_id: str, keys: ActionKeys, why: object) -> BadRecordError:
+    """The error for a run whose stored record cannot be read."""
+    return BadRecordError(
+        f"run {run_id!r} of action {keys.action!r} (namespace {keys.namespace!r}) has a "
+        f"stored record that does not decode ({why}); the first claim, report, cancel or "
+        "requeue that meets it sets it aside into the action's quarantine (flo-redis "
+        f"quarantine list --action {keys.action} --namespace {keys.namespace})"
+    )
+
+
 def status_reply(run_id: str, keys: ActionKeys, raw: Any, due: Any = None) -> ActionRunStatus:
     """The run's status from its stored record and its score in the delayed set (None
-    when it is not there); :class:`NotFoundError` when there is no record."""
+    when it is not there); :class:`NotFoundError` when there is no record,
+    :class:`BadRecordError` when it does not decode."""
     if raw is None:
         raise refusal(
             Status.NOT_FOUND,
             f"run {run_id!r} not found in namespace {keys.namespace!r} (never created, "
-            "deleted with its action, or past its retention)",
+            "deleted with its action, past its retention, or set aside in quarantine)",
         )
-    rec = unpack_record(raw)
-    waiting = due is not None and int(rec["s"]) == RunStatus.PENDING
-    return run_status(run_id, rec, stored_int(due, 0, LUA_INT) if waiting else None)
+    try:
+        return read_run(run_id, raw, due)
+    except BadRecord as exc:
+        raise unreadable_run(run_id, keys, exc) from None
 
 
 def cancel_request(run_id: str, keys: ActionKeys, raw: Any) -> tuple[list[Arg], list[str]]:
@@ -118,8 +142,11 @@ def cancel_request(run_id: str, keys: ActionKeys, raw: Any) -> tuple[list[Arg], 
     with its notice channel so the script tells it (``lua/README.md``, "Cancel")."""
     holder = ""
     if raw is not None:
-        rec = unpack_record(raw)
-        if rec.get("s") == RunStatus.RUNNING:
+        try:
+            rec = unpack_record(raw)
+        except BadRecord:
+            rec = {}  # the script sets it aside and refuses the cancel (BAD_RECORD)
+        if rec.get("s") == RunStatus.RUNNING and isinstance(rec.get("o"), bytes):
             holder = text(rec.get("o")) or ""
     return [run_id, holder], [notice_channel(keys.tag, holder)] if holder else []
 
@@ -186,6 +213,7 @@ __all__ = [
     "check_wait_ms",
     "invoke_reply",
     "invoke_request",
+    "read_run",
     "run_status",
     "status_reply",
     "wait_timed_out",

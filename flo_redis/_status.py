@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from .errors import ServerError, server_error
+from .errors import BadRecordError, ServerError, server_error
 from .types import Ran, Reason, StatusCode
 
 
@@ -27,6 +27,9 @@ class Status(IntEnum):
     BAD_SETTING = 13
     """An action's stored settings do not parse (written by hand, or by another version):
     it takes no new runs and hands out none until it is registered again."""
+    BAD_RECORD = 14
+    """A stored record does not decode; the script set it aside into its quarantine
+    (:mod:`flo_redis.quarantine`)."""
 
 
 _MAPPING: dict[Status, tuple[StatusCode, Reason]] = {
@@ -47,6 +50,9 @@ _MAPPING: dict[Status, tuple[StatusCode, Reason]] = {
 
 
 def refusal(status: int, message: str) -> ServerError:
-    """The typed error for a script's refusal; the script changed nothing (``ran`` NO)."""
+    """The typed error for a script's refusal; the script changed nothing (``ran`` NO),
+    but for BAD_RECORD, where it set the record aside (:class:`BadRecordError`)."""
+    if status == Status.BAD_RECORD:
+        return BadRecordError(message)
     code, reason = _MAPPING.get(Status(status), (StatusCode.INTERNAL_ERROR, Reason.INTERNAL))
     return server_error(code, reason, message, Ran.NO)

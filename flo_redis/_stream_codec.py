@@ -8,7 +8,7 @@ import msgpack
 
 from ._checks import check_count
 from ._type_base import LUA_INT
-from .codec import pack
+from .codec import BadRecord, pack
 from .errors import ValidationError, ValueTooLargeError, validate_block_ms
 from .types import StreamID, StreamRecord
 
@@ -65,9 +65,16 @@ def headers_arg(headers: object) -> bytes:
 
 
 def decode_headers(raw: bytes) -> dict[str, str] | None:
+    """A record's headers (None when it has none); :class:`BadRecord` when its stored
+    headers are not a msgpack map (with UTF-8 strings)."""
     if not raw:
         return None
-    data = msgpack.unpackb(raw, raw=False)
+    try:
+        data = msgpack.unpackb(raw, raw=False)
+    except Exception as exc:  # msgpack raises ValueError, TypeError, ... on bad bytes
+        raise BadRecord(f"headers are not msgpack ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        raise BadRecord("headers are not a msgpack map")
     return {str(k): str(v) for k, v in data.items()}
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from ._replies import fixed
 from ._status import Status
 from ._stream_codec import decode_headers, sid
-from .codec import text
+from .codec import BadRecord, text
 from .types import StorageTier, StreamID, StreamRecord
 
 
@@ -21,28 +21,56 @@ def _rows(reply: Any, at: int, width: int) -> range:
     return range(start, start + width * int(reply[at]), width)
 
 
+@dataclass(frozen=True, slots=True)
+class BadEntry:
+    """A record whose stored headers do not decode: the record (its headers None), the
+    headers' bytes, and why."""
+
+    record: StreamRecord
+    headers: bytes
+    reason: str
+
+
 def records(
     stream: str, reply: Any, at: int, partition: int = 0, *, tokens: bool = False
-) -> list[StreamRecord]:
+) -> tuple[list[StreamRecord], tuple[BadEntry, ...]]:
     """Records of an ``(id, payload, headers) * n`` reply whose count is at ``reply[at]``;
     with ``tokens``, of an ``(id, token, payload, headers) * n`` one (group deliveries:
-    the token is the delivery count)."""
+    the token is the delivery count). Records whose headers do not decode are also
+    answered apart, as :class:`BadEntry` (in the list too, without headers)."""
     width = 4 if tokens else 3
     body = width - 2  # where the payload is: after the id (and the token)
     hot = StorageTier.HOT
-    # Positional (StreamRecord's field order): a hundred records a batch, each counts.
-    return [
-        StreamRecord(
-            sid(reply[i]),
-            hot,
-            stream,
-            bytes(reply[i + body]),
-            decode_headers(reply[i + body + 1]) if reply[i + body + 1] else None,
-            int(reply[i + 1]) if tokens else 0,
-            partition,
-        )
-        for i in _rows(reply, at, width)
-    ]
+    try:
+        # Positional (StreamRecord's field order): a hundred records a batch, each counts.
+        return [
+            StreamRecord(
+                sid(reply[i]),
+                hot,
+                stream,
+                bytes(reply[i + body]),
+                decode_headers(reply[i + body + 1]) if reply[i + body + 1] else None,
+                int(reply[i + 1]) if tokens else 0,
+                partition,
+            )
+            for i in _rows(reply, at, width)
+        ], ()
+    except BadRecord:
+        pass
+    found: list[StreamRecord] = []
+    bad: list[BadEntry] = []
+    for i in _rows(reply, at, width):
+        raw = reply[i + body + 1]
+        record = StreamRecord(
+            sid(reply[i]), hot, stream, bytes(reply[i + body]), None,
+            int(reply[i + 1]) if tokens else 0, partition,
+        )  # fmt: skip
+        try:
+            record.headers = decode_headers(raw) if raw else None
+        except BadRecord as exc:
+            bad.append(BadEntry(record, bytes(raw), str(exc)))
+        found.append(record)
+    return found, tuple(bad)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +88,11 @@ class Records:
 
     status: int
     records: list[StreamRecord]
+    bad: tuple[BadEntry, ...] = ()
 
 
 def stream_records(reply: Any, keys: Any) -> Records:
-    return Records(int(reply[0]), records(keys.stream, reply, 1, keys.partition))
+    return Records(int(reply[0]), *records(keys.stream, reply, 1, keys.partition))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +102,12 @@ class Delivered:
     status: int
     wait_ms: int
     records: list[StreamRecord]
+    bad: tuple[BadEntry, ...] = ()
 
 
 def delivered(reply: Any, keys: Any) -> Delivered:
     return Delivered(
-        int(reply[0]), int(reply[1]), records(keys.stream, reply, 2, keys.partition, tokens=True)
+        int(reply[0]), int(reply[1]), *records(keys.stream, reply, 2, keys.partition, tokens=True)
     )
 
 
@@ -89,6 +119,7 @@ class ClaimedPage:
     done: bool
     next_id: StreamID | None
     records: list[StreamRecord]
+    bad: tuple[BadEntry, ...] = ()
 
 
 def claimed_page(reply: Any, keys: Any) -> ClaimedPage:
@@ -97,7 +128,7 @@ def claimed_page(reply: Any, keys: Any) -> ClaimedPage:
         int(reply[0]),
         finished,
         None if finished else sid(reply[2]),
-        records(keys.stream, reply, 3, keys.partition, tokens=True),
+        *records(keys.stream, reply, 3, keys.partition, tokens=True),
     )
 
 
@@ -198,3 +229,27 @@ class Replayed:
 
 def replayed(reply: Any, _keys: object) -> Replayed:
     return Replayed(int(reply[0]), tuple(sid(reply[i + 1]) for i in _rows(reply, 1, 2)))
+
+
+@dataclass(frozen=True, slots=True)
+class SetAsideIds:
+    """``group_quarantine``: the ids of the entries it set aside."""
+
+    status: int
+    ids: tuple[str, ...]
+
+
+def set_aside_ids(reply: Any, _keys: object) -> SetAsideIds:
+    return SetAsideIds(int(reply[0]), tuple(text(i) or "" for i in reply[2:]))
+
+
+@dataclass(frozen=True, slots=True)
+class Reappended:
+    """``group_quarantine_replay``: the id of the record appended again ('' when
+    refused)."""
+
+    status: int
+    new_id: str = ""
+
+
+reappended = fixed(Reappended)

@@ -15,15 +15,15 @@ import enum
 import re
 from dataclasses import dataclass
 
-from ._checks import MAX_LIST_LIMIT, check_count, not_registered, stored_int
+from ._aside import scope_of, warn_set_aside, warn_unreadable
+from ._checks import MAX_LIST_LIMIT, check_count, not_registered
 from ._gateway import ACTION_COUNTS, ACTION_PURGE, ACTION_REQUEUE_FAILED, ACTION_RUNS, Script
 from ._replies import ActionCounts as ActionCounts  # defined beside its parser
 from ._replies import BulkStep
-from ._runs import run_status
+from ._runs import read_run, unreadable_run
 from ._scripts import Arg
 from ._status import Status, refusal
-from ._type_base import LUA_INT
-from .codec import unpack_record
+from .codec import BadRecord
 from .errors import ValidationError
 from .keys import ActionKeys
 from .session import Operations
@@ -55,12 +55,16 @@ NEWEST_FIRST = (RunState.COMPLETED, RunState.FAILED)
 
 @dataclass(frozen=True, slots=True)
 class RunPage:
-    """One page of runs in one state; pass ``cursor`` back for the next (None: the last)."""
+    """One page of runs in one state; pass ``cursor`` back for the next (None: the last).
+    ``unreadable``: the ids of runs on the page whose stored records do not decode
+    (left out of ``runs``; the first claim, report or requeue that meets one sets it
+    aside into the action's quarantine)."""
 
     action: str
     state: RunState
     runs: tuple[ActionRunStatus, ...]
     cursor: bytes | None = None
+    unreadable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,14 +140,21 @@ class ActionInspection(Operations):
             raise refusal(reply.status, f"runs: state {st.value!r} or limit refused")
         more = reply.more
         found: builtins.list[ActionRunStatus] = []
+        unreadable: builtins.list[str] = []
         last = b""
         for row in reply.rows:
             run_id, score, raw = row.run_id, row.score, row.record
             last = f"{score} {run_id}".encode()
             if raw:
-                due = stored_int(score, 0, LUA_INT) if st is RunState.DELAYED else None
-                found.append(run_status(run_id, unpack_record(raw), due))
-        return RunPage(name, st, tuple(found), last if more and last else None)
+                try:
+                    found.append(read_run(run_id, raw, score if st is RunState.DELAYED else None))
+                except BadRecord as exc:
+                    unreadable.append(run_id)
+                    warn_unreadable(
+                        ("run", keys.tag, run_id), str(unreadable_run(run_id, keys, exc))
+                    )
+        cursor = last if more and last else None
+        return RunPage(name, st, tuple(found), cursor, tuple(unreadable))
 
     async def requeue_failed(
         self, name: str, batch: int = DEFAULT_BATCH, namespace: str | None = None
@@ -196,6 +207,8 @@ class ActionInspection(Operations):
                 raise not_registered(keys)
             if status != Status.OK:
                 raise refusal(status, f"{script.name}: batch or bound refused")
+            if reply.aside:
+                warn_set_aside(scope_of(keys), reply.aside)
             count += reply.count
             upto = reply.upto
             if reply.remaining == 0:

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import TypeAlias
 
 from . import _scripts
+from ._aside import warn_unreadable
 from ._checks import (
     MAX_LIST_LIMIT,
     bad_settings,
@@ -52,15 +53,16 @@ from ._runs import (
     invoke_reply,
     invoke_request,
     progress_mark,
-    run_status,
+    read_run,
     status_reply,
+    unreadable_run,
     wait_timed_out,
 )
 from ._status import Status, refusal
 from ._trace_context import invoke_span
 from ._type_base import LUA_INT, U32
 from .action_ops import ActionInspection
-from .codec import decoded, pack, tag_labels, text, unpack_record
+from .codec import BadRecord, decoded, pack, tag_labels, text
 from .errors import ValidationError, ValueTooLargeError
 from .keys import (
     MAX_NAME_SIZE,
@@ -463,11 +465,15 @@ class ActionOperations(ActionInspection):
         with _scripts.redis_errors("failed"):
             ids = [decoded(i) for i in await conn.zrange(keys.failed, 0, limit - 1)]
             raws = await conn.hmget(keys.runs, ids) if ids else []
-        return [
-            run_status(run_id, unpack_record(raw))
-            for run_id, raw in zip(ids, raws, strict=True)
-            if raw is not None
-        ]
+        found: builtins.list[ActionRunStatus] = []
+        for run_id, raw in zip(ids, raws, strict=True):
+            if raw is None:
+                continue
+            try:
+                found.append(read_run(run_id, raw))
+            except BadRecord as exc:  # left out: a requeue of it sets it aside
+                warn_unreadable(("run", keys.tag, run_id), str(unreadable_run(run_id, keys, exc)))
+        return found
 
     async def stats(self, name: str, namespace: str | None = None) -> LivenessStats:
         """The queue's liveness counters (reclaims by cause, stale reports refused) and

@@ -5,8 +5,8 @@ password) or flo's bare ``host:port``; a Redis Cluster is reached with
 ``redis+cluster://host:port`` (``rediss+cluster://`` for TLS) or ``cluster=True``, naming
 any one node (the others are discovered). Every state change is one Lua script; this class
 composes a :class:`~flo_redis.session.Session` (connection, wake-ups, liveness, owner id,
-settings) with the operation groups ``action``, ``worker``, ``stream``, ``queue`` and
-``slots`` built on it, and makes workers.
+settings) with the operation groups ``action``, ``worker``, ``stream``, ``queue``,
+``slots`` and ``quarantine`` built on it, and makes workers.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ._wake import Waker
 from .actions import ActionOperations
 from .errors import ConnectionFailedError, RedisVersionError
 from .liveness import DEFAULT_GRACE_MS, Liveness
+from .quarantine import QuarantineOperations
 from .queue import QueueOperations
 from .results import JSON, ResultSerializer
 from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -101,6 +102,7 @@ class FloClient(ClosesOnExit):
         self.stream = StreamOperations(self.session)
         self.queue = QueueOperations(self.session)
         self.slots = SlotOperations(self.session)
+        self.quarantine = QuarantineOperations(self.session)
 
     # --- flo's surface -------------------------------------------------------------
 

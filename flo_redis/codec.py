@@ -24,14 +24,26 @@ def pack(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=False)
 
 
+class BadRecord(ValueError):
+    """A stored record that does not decode, or does not hold what it must; the message
+    says why."""
+
+
 def unpack_record(raw: object) -> dict[str, Any]:
-    """A record written by a script: keys as str, string values as bytes."""
+    """A record written by a script: keys as str, string values as bytes.
+    :class:`BadRecord` for bytes that are not one msgpack map with string keys."""
     if not isinstance(raw, bytes):
-        raise ValueError(f"record is not bytes: {type(raw).__name__}")
-    data = msgpack.unpackb(raw, raw=True, strict_map_key=False)
+        raise BadRecord(f"not bytes: {type(raw).__name__}")
+    try:
+        data = msgpack.unpackb(raw, raw=True, strict_map_key=False)
+    except Exception as exc:  # msgpack raises ValueError, TypeError, ... on bad bytes
+        raise BadRecord(f"not msgpack ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict):
-        raise ValueError("record is not a map")
-    return {k.decode() if isinstance(k, bytes) else str(k): v for k, v in data.items()}
+        raise BadRecord("not a msgpack map")
+    try:
+        return {k.decode() if isinstance(k, bytes) else str(k): v for k, v in data.items()}
+    except UnicodeDecodeError:
+        raise BadRecord("a key is not UTF-8") from None
 
 
 def decoded(value: object) -> str:

@@ -21,6 +21,7 @@ from ._registry import registered_namespaces, registry_names, remember
 from .action_ops import ActionCounts
 from .errors import NotFoundError, ValidationError
 from .keys import namespace_keys
+from .quarantine import WorkerQuarantine
 from .stream_ops import GroupCounts
 from .types import WorkerInfo, WorkerListOptions, WorkerStatus
 
@@ -114,13 +115,15 @@ def summarize(workers: Sequence[WorkerInfo], now_ms: int) -> WorkerSummary:
 
 @dataclass(frozen=True, slots=True)
 class Overview:
-    """A namespace at a glance: every action's counts, every worker, every stream group."""
+    """A namespace at a glance: every action's counts, every worker, every stream group,
+    and how many worker records its registry set aside (:mod:`flo_redis.quarantine`)."""
 
     namespace: str
     at_ms: int  # server time when it was read
     actions: tuple[ActionCounts, ...]
     workers: tuple[WorkerInfo, ...]
     groups: tuple[GroupCounts, ...]
+    workers_quarantined: int = 0
 
     @property
     def worker_summary(self) -> WorkerSummary:
@@ -150,11 +153,12 @@ async def overview(client: FloClient, namespace: str | None = None) -> Overview:
             log.warning("stream left out of the overview: %s", exc)
             return ()
 
-    at_ms, actions, streams, workers = await asyncio.gather(
+    at_ms, actions, streams, workers, set_aside = await asyncio.gather(
         client.server_time_ms(),
         action_names(client, ns),
         stream_names(client, ns),
         all_workers(client, ns),
+        client.quarantine.count(WorkerQuarantine(ns)),
     )
     found = await asyncio.gather(*(counts(a) for a in actions))
     groups = await asyncio.gather(*(stream_groups(s) for s in streams))
@@ -164,6 +168,7 @@ async def overview(client: FloClient, namespace: str | None = None) -> Overview:
         actions=tuple(c for c in found if c is not None),
         workers=workers,
         groups=tuple(g for per_stream in groups for g in per_stream),
+        workers_quarantined=set_aside,
     )
 
 

@@ -17,6 +17,7 @@ import redis.exceptions
 from .types import MAX_BLOCK_MS, ActionRunStatus, Ran, Reason, StatusCode
 
 __all__ = [
+    "BadRecordError",
     "BadRequestError",
     "BlockTooLongError",
     "ConflictError",
@@ -248,6 +249,20 @@ class NotFoundError(ServerError):
 
     def __init__(self, message: str = "Not found") -> None:
         super().__init__(message, StatusCode.NOT_FOUND)
+
+
+class BadRecordError(NotFoundError):
+    """A stored record the call needed does not decode (written by something else, or
+    damaged): a run, a message, a worker or a schedule. Where a script met it, it was
+    set aside into its queue's, group's or namespace's quarantine with its bytes and why
+    (``client.quarantine``, ``flo-redis quarantine``), and everything else went on; it
+    is a :class:`NotFoundError`, as the thing is no longer where it was. ``reason`` is
+    MALFORMED."""
+
+    def __init__(self, message: str = "Stored record does not decode") -> None:
+        super().__init__(message)
+        self.reason = Reason.MALFORMED
+        self.ran = Ran.NO
 
 
 class BadRequestError(ServerError):

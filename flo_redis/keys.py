@@ -78,6 +78,7 @@ class ActionKeys:
     parked: str  # ZSET  poller -> park deadline ms (pollers waiting for a hand-off)
     schedules: str  # HASH  schedule name -> msgpack record (spec, time zone, input)
     schedule_due: str  # ZSET  schedule name -> next occurrence ms
+    quarantine: str  # STREAM  records set aside: runs, schedules, slots (lua/lib/record.lua)
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
@@ -101,6 +102,7 @@ class ActionKeys:
             self.parked,
             self.schedules,
             self.schedule_due,
+            self.quarantine,
         )
 
 
@@ -174,6 +176,7 @@ class NamespaceKeys:
     worker_ids: str  # ZSET  worker ids (score 0) for paging in id order
     actions: str  # ZSET  action names (score 0) for paging in name order
     streams: str  # ZSET  stream names (score 0)
+    quarantine: str  # STREAM  worker records set aside (lua/lib/record.lua)
 
 
 def namespace_keys(namespace: str) -> NamespaceKeys:
@@ -260,6 +263,7 @@ class GroupKeys:
     owned: str  # ZSET  "<owner>\0<entry id>": the deliveries each owner holds
     batches: str  # ZSET  "<owner>\0<lo>\0<hi>\0<consumer>": entries read as one batch
     batch_due: str  # ZSET  batch -> ms when its entries still unacked are due again
+    quarantine: str  # STREAM  entries set aside: headers that do not decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +339,7 @@ class QueueKeys:
     wake: str  # sharded pub/sub channel announcing messages to take
     polls: str  # HASH  poll id -> msgpack hand-out (replay of lost dequeue replies)
     poll_times: str  # ZSET  poll id -> time ms
+    quarantine: str  # STREAM  message records set aside (lua/lib/record.lua)
 
 
 def queue_keys(namespace: str, queue: str) -> QueueKeys:

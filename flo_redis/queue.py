@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from . import _scripts
+from ._aside import SetAside, scope_of, warn_set_aside
 from ._checks import check_bytes, check_count, check_int, check_options, check_priority
 from ._gateway import (
     QUEUE_ACK,
@@ -190,10 +191,13 @@ class QueueOperations:
         keys = self._keys(queue, opts.namespace)
         wanted = _seqs_arg(seqs, queue)
         missing: builtins.list[int] = []
+        bad: builtins.list[int] = []
         for i in range(0, len(wanted), MAX_COUNT):
             chunk = wanted[i : i + MAX_COUNT]
             reply = _per_seq(await QUEUE_DLQ_REQUEUE(self._session, keys, [pack(chunk)]), chunk)
-            missing += [s for s, st in zip(chunk, reply, strict=True) if st != Status.OK]
+            missing += [s for s, st in zip(chunk, reply, strict=True) if st == Status.NOT_FOUND]
+            bad += [s for s, st in zip(chunk, reply, strict=True) if st == Status.BAD_RECORD]
+        _raise_set_aside(keys, "dlq_requeue", bad)
         if missing:
             raise refusal(
                 Status.NOT_FOUND,
@@ -288,6 +292,8 @@ class QueueOperations:
         if sends > 1:
             log.info("dequeue from %r: answered after %d sends", keys.queue, sends)
         _check_status(reply.status, "dequeue")
+        if reply.aside:
+            warn_set_aside(scope_of(keys), reply.aside)
         messages = list(reply.messages)
         if reply.next_deadline_ms < 0:
             return messages, -1
@@ -309,6 +315,7 @@ class QueueOperations:
         fences = _tokens_arg(wanted, tokens)
         stale: builtins.list[int] = []
         unknown: builtins.list[int] = []
+        bad: builtins.list[int] = []
         for i in range(0, len(wanted), MAX_COUNT):
             chunk = wanted[i : i + MAX_COUNT]
             args: list[_scripts.Arg] = [
@@ -323,6 +330,9 @@ class QueueOperations:
                     stale.append(seq)
                 elif st == Status.NOT_FOUND:
                     unknown.append(seq)
+                elif st == Status.BAD_RECORD:
+                    bad.append(seq)
+        _raise_set_aside(keys, verb, bad)
         if unknown:
             raise refusal(
                 Status.NOT_FOUND,
@@ -336,6 +346,21 @@ class QueueOperations:
                 "here); "
                 "those changed nothing",
             )
+
+
+def _raise_set_aside(keys: QueueKeys, verb: str, seqs: Sequence[int]) -> None:
+    """Log and raise for messages a script answered BAD_RECORD: their records did not
+    decode, and were set aside into the queue's quarantine (the others took effect)."""
+    if not seqs:
+        return
+    reason = "its stored record does not decode"
+    warn_set_aside(scope_of(keys), [SetAside("message", str(s), reason) for s in seqs])
+    raise refusal(
+        Status.BAD_RECORD,
+        f"{verb}: the record(s) of seq(s) {_few(seqs)} of queue {keys.queue!r} do not "
+        "decode; set aside into the queue's quarantine (flo-redis quarantine list "
+        f"--queue {keys.queue} --namespace {keys.namespace})",
+    )
 
 
 def _few(seqs: Sequence[int], most: int = 10) -> str:

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 
 from . import _outage, _scripts
 from ._aio import raise_if_cancelling, wait_event
+from ._aside import scope_of, warn_set_aside
 from ._checks import check_count, check_names, not_registered
 from ._gateway import ACTION_REAP, ACTION_RECLAIM, Script
 from ._replies import Reclaimed
 from ._scripts import Arg
 from ._status import Status, refusal
-from .codec import decoded, pack, unpack_record
+from .codec import BadRecord, decoded, pack, unpack_record
 from .errors import NotFoundError, PermissionDeniedError, ValidationError, is_connection_error
 from .keys import ActionKeys, GroupKeys, QueueKeys, StreamKeys, action_keys, owner_channel
 from .liveness import DEFAULT_GRACE_MS
@@ -93,6 +94,8 @@ async def _reclaim_call(
         if error is None:
             return None
         raise error
+    if reply.aside:
+        warn_set_aside(scope_of(keys), reply.aside)
     return ReclaimResult(reply.reclaimed, reply.wait_ms, reply.more)
 
 
@@ -132,6 +135,8 @@ async def reap_queue(session: Session, name: str, namespace: str | None = None) 
     reply = await ACTION_REAP(session, keys, [REAP_BATCH])
     if reply.status != Status.OK:
         raise not_registered(keys)
+    if reply.aside:
+        warn_set_aside(scope_of(keys), reply.aside)
     return reply.ready
 
 
@@ -366,6 +371,14 @@ _STAT_FIELDS = (
 )
 
 
+def _holder(raw: object) -> object:
+    """The owner a slot record names (None: free, or a record that does not decode)."""
+    try:
+        return unpack_record(raw).get("o")
+    except BadRecord:
+        return None
+
+
 async def liveness_stats(
     session: Session, name: str, namespace: str | None = None
 ) -> LivenessStats:
@@ -377,7 +390,7 @@ async def liveness_stats(
         marks = await conn.hvals(keys.owners)
         slots = await conn.hvals(keys.slots)
     values = dict(zip(_STAT_FIELDS, (int(v or 0) for v in counters), strict=True))
-    held = sum(1 for raw in slots if unpack_record(raw).get("o") is not None)
+    held = sum(1 for raw in slots if _holder(raw) is not None)
     return LivenessStats(
         owners=len(marks),
         suspects=sum(1 for m in marks if int(m) != 0),

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ._aside import SetAside, scope_of, warn_set_aside
 from ._checks import (
     check_bytes,
     check_count,
@@ -413,4 +414,7 @@ class RunReports(Operations):
         self, worker_id: str, namespace: str, load: int, completed: int, failed: int
     ) -> None:
         ns = namespace_keys(namespace)
-        await WORKER_TALLY(self._session, ns, [worker_id, load, completed, failed])
+        reply = await WORKER_TALLY(self._session, ns, [worker_id, load, completed, failed])
+        if reply.status == Status.BAD_RECORD:
+            reason = "its stored record does not decode"
+            warn_set_aside(scope_of(ns), [SetAside("worker", worker_id, reason)])

@@ -10,6 +10,9 @@ explicit time zone, and passed to the script.
 
 Every worker serving an action fires its due schedules from its reaper's upkeep (about
 once a second), so schedules keep firing while any worker is up and no leader exists.
+A schedule the upkeep cannot evaluate (its record does not decode, or names a time zone
+this host does not know) is set aside into the action's quarantine, logged once at
+WARNING, and the action's other schedules fire on.
 """
 
 from __future__ import annotations
@@ -24,8 +27,15 @@ from datetime import timezone as dt_timezone
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ._aside import SetAside, scope_of, warn_set_aside, warn_unreadable
 from ._checks import check_bytes, not_registered, raise_refusal
-from ._gateway import SCHEDULE_DUE, SCHEDULE_FIRE, SCHEDULE_REMOVE, SCHEDULE_SET
+from ._gateway import (
+    SCHEDULE_DUE,
+    SCHEDULE_FIRE,
+    SCHEDULE_QUARANTINE,
+    SCHEDULE_REMOVE,
+    SCHEDULE_SET,
+)
 from ._status import Status
 from .codec import pack, text, unpack_record
 from .errors import ValidationError, server_error
@@ -267,8 +277,17 @@ async def list_schedules(
         actions = [action]
     found: builtins.list[Schedule] = []
     for name in actions:
-        listed = await SCHEDULE_DUE(session, action_keys(ns, name), [LIST_LIMIT, 0])
-        found.extend(_decode(name, n, due, rec) for n, due, rec in listed.rows)
+        keys = action_keys(ns, name)
+        listed = await SCHEDULE_DUE(session, keys, [LIST_LIMIT, 0])
+        for label, due, record in listed.rows:
+            try:
+                found.append(_decode(name, label, due, record))
+            except Exception as exc:  # left out: a worker's upkeep sets it aside
+                warn_unreadable(
+                    ("schedule", keys.tag, label),
+                    f"schedule {label!r} of action {name!r} (namespace {ns!r}): its record "
+                    f"does not decode ({type(exc).__name__}: {exc}); left out of the list",
+                )
     return found
 
 
@@ -298,10 +317,17 @@ async def fire_due(session: Session, action: str, namespace: str | None = None) 
     prefix = run_id_prefix(action)
     created = 0
     for name, due_ms, raw in due.rows:
-        schedule = _decode(action, name, due_ms, raw)
-        following = schedule.following(due_ms, due.now_ms)
+        try:
+            schedule = _decode(action, name, due_ms, raw)
+            following = schedule.following(due_ms, due.now_ms)
+        except Exception as exc:  # pure computation: its record, its zone, croniter
+            await _set_aside(session, keys, name, raw, f"{type(exc).__name__}: {exc}")
+            continue
         reply = await SCHEDULE_FIRE(session, keys, [prefix, name, due_ms, following])
-        if reply.status == Status.OK and not reply.existing:
+        if reply.status == Status.BAD_RECORD:
+            aside = SetAside("schedule", name, "its stored record does not decode")
+            warn_set_aside(scope_of(keys), [aside])
+        elif reply.status == Status.OK and not reply.existing:
             created += 1
             log.debug("schedule %r of %r fired %s (due %d)", name, action, reply.run_id, due_ms)
         elif reply.status in (Status.NO_ACTION, Status.BAD_SETTING):
@@ -319,6 +345,33 @@ async def fire_due(session: Session, action: str, namespace: str | None = None) 
     return created
 
 
+async def _set_aside(session: Session, keys: ActionKeys, name: str, raw: bytes, why: str) -> None:
+    """Set aside schedule ``name``, which cannot be evaluated here (``why``), into the
+    action's quarantine while it still holds ``raw``, so the action's other schedules
+    stay due; logged once, by the caller that set it aside."""
+    why = f"cannot be evaluated: {why}"[:1000]
+    reply = await SCHEDULE_QUARANTINE(session, keys, [name, raw, why])
+    if reply.status == Status.OK:
+        warn_set_aside(scope_of(keys), [SetAside("schedule", name, why)])
+
+
+def schedule_due_after(raw: bytes, now_ms: int) -> int:
+    """The first occurrence after ``now_ms`` of the schedule stored as ``raw`` (to put
+    one set aside back); :class:`ValidationError` saying why when it cannot be
+    evaluated here (a record that does not decode, a time zone this host lacks)."""
+    try:
+        schedule = _decode("", "", 0, raw)
+        return _occurrence_after(schedule.cron, schedule.every, schedule.timezone, now_ms, now_ms)
+    except ValidationError:
+        raise
+    except Exception as exc:
+        raise ValidationError(
+            f"the schedule cannot be evaluated on this host ({type(exc).__name__}: {exc}); "
+            "fix what it needs (install the time zone: pip install tzdata, or the 'cron' "
+            "extra) or pass a fixed record"
+        ) from None
+
+
 __all__ = [
     "FIRE_BATCH",
     "MIN_INTERVAL",
@@ -332,4 +385,5 @@ __all__ = [
     "fire_due",
     "list_schedules",
     "remove_schedule",
+    "schedule_due_after",
 ]

@@ -19,10 +19,11 @@ import builtins
 from dataclasses import dataclass
 
 from . import _scripts
+from ._aside import SetAside, scope_of, warn_set_aside
 from ._checks import check_count, raise_refusal
 from ._gateway import SLOT_ACQUIRE, SLOT_RECLAIM, SLOT_RELEASE
 from ._status import Status, refusal
-from .codec import unpack_record
+from .codec import BadRecord, unpack_record
 from .errors import ServerError, ValidationError
 from .keys import OwnerChannel, check_name
 from .liveness import DEFAULT_GRACE_MS
@@ -72,6 +73,8 @@ class SlotOperations(Operations):
             )
             no_capacity = f"action {action!r} has no max_concurrency; pass capacity to acquire"
             raise_refusal(reply.status, keys, "slot acquire", {Status.OUT_OF_RANGE: no_capacity})
+            if reply.aside:  # slot records that did not decode: set aside, the slots free
+                warn_set_aside(scope_of(keys), reply.aside)
             if reply.slot > 0:
                 return Slot(
                     action=action,
@@ -109,6 +112,14 @@ class SlotOperations(Operations):
             )
         if status == Status.STALE:
             raise refusal(status, f"{what} refused: token {slot.token} is no longer current")
+        if status == Status.BAD_RECORD:
+            reason = "its stored record does not decode"
+            warn_set_aside(scope_of(keys), [SetAside("slot", str(slot.index), reason)])
+            raise refusal(
+                status,
+                f"{what} refused: the slot's record does not decode; it was set aside, and "
+                "the slot is free",
+            )
         raise refusal(status, f"{what} refused: the slot is not held")
 
     async def reclaim(
@@ -154,20 +165,23 @@ class SlotOperations(Operations):
             raw = await self._session.redis.hgetall(keys.slots)
         held = []
         for field, value in raw.items():
-            rec = unpack_record(value)
-            owner = rec.get("o")
-            if owner is None:
-                continue
-            held.append(
-                Slot(
-                    action=action,
-                    namespace=keys.namespace,
-                    index=int(field),
-                    owner=owner.decode() if isinstance(owner, bytes) else str(owner),
-                    token=int(rec["t"]),
-                    deadline_ms=int(rec["d"]),
+            try:
+                rec = unpack_record(value)
+                owner = rec.get("o")
+                if owner is None:
+                    continue
+                held.append(
+                    Slot(
+                        action=action,
+                        namespace=keys.namespace,
+                        index=int(field),
+                        owner=owner.decode() if isinstance(owner, bytes) else str(owner),
+                        token=int(rec["t"]),
+                        deadline_ms=int(rec["d"]),
+                    )
                 )
-            )
+            except (BadRecord, KeyError, ValueError, TypeError, AttributeError):
+                continue  # not a holder anyone can name; slot_acquire sets it aside
         return sorted(held, key=lambda s: s.index)
 
     async def reclaim_gone(

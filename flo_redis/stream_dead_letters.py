@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _scripts
+from ._aside import warn_unreadable
 from ._checks import check_options
 from ._gateway import GROUP_REPLAY
 from ._stream_codec import (
@@ -26,7 +27,7 @@ from ._stream_codec import (
     sid,
     stream_id_arg,
 )
-from .codec import pack, text
+from .codec import BadRecord, pack, text
 from .errors import ValidationError
 from .keys import StreamKeys, check_name
 from .stream_partitions import PartitionedStreams, merged
@@ -64,11 +65,20 @@ class StreamDeadLetterOptions:
 
 
 def _dead_letter(entry_id: bytes, fields: dict[bytes, bytes], partition: int) -> DeadLetter:
+    try:
+        headers = decode_headers(fields.get(b"h", b""))
+    except BadRecord as exc:  # listed without them; a replay appends the bytes as they are
+        headers = None
+        warn_unreadable(
+            ("dead letter", entry_id.decode(errors="replace")),
+            f"dead letter {entry_id.decode(errors='replace')} (partition {partition}) has "
+            f"headers that do not decode ({exc}); listed without them",
+        )
     return DeadLetter(
         id=sid(entry_id),
         original_id=sid(fields[b"id"]),
         payload=bytes(fields.get(b"p", b"")),
-        headers=decode_headers(fields.get(b"h", b"")),
+        headers=headers,
         delivery_count=int(fields.get(b"n", 0)),
         reason=text(fields.get(b"r")) or "",
         consumer=text(fields.get(b"c")) or "",

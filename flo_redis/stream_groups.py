@@ -16,26 +16,33 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import _scripts
+from ._aside import SetAside, scope_of, warn_set_aside
 from ._checks import check_count, check_options, stored_or
 from ._gateway import (
     GROUP_CLAIM,
     GROUP_JOIN,
     GROUP_LEAVE,
     GROUP_PENDING,
+    GROUP_QUARANTINE,
     GROUP_READ,
     GROUP_RECLAIM,
 )
 from ._partitions import decode_cursor, encode_cursor
 from ._status import Status, refusal
 from ._stream_codec import DEFAULT_COUNT, MAX_COUNT, block_ms_arg, count_arg, stream_id_arg
+from ._stream_replies import BadEntry
 from ._type_base import LUA_INT, U32
 from ._wake import Attempt
+from .codec import pack
 from .keys import StreamKeys, check_name
 from .liveness import DEFAULT_GRACE_MS
 from .reclaim import NOTHING, RECLAIM_BATCH, RECLAIM_BATCH_MAX, ReapTarget, ReclaimResult, sweep
+from .session import Session
 from .stream_partitions import PartitionedStreams, merged
 from .types import (
     PendingEntry,
@@ -46,6 +53,8 @@ from .types import (
     StreamReadResult,
     StreamRecord,
 )
+
+log = logging.getLogger("flo_redis.streams")
 
 CLAIM_SCAN = 1000  # pending entries one group_claim call inspects at most
 DEFAULT_ACK_TIMEOUT_MS = 30_000
@@ -67,6 +76,39 @@ def no_group(keys: StreamKeys, group: str) -> Exception:
         f"group {group!r} of stream {keys.stream!r} not found in namespace "
         f"{keys.namespace!r}; join it first (group_join)",
     )
+
+
+async def set_aside(
+    session: Session,
+    keys: StreamKeys,
+    group: str,
+    records: builtins.list[StreamRecord],
+    bad: Sequence[BadEntry],
+) -> builtins.list[StreamRecord]:
+    """``records`` without the ``bad`` ones (headers that do not decode), which are set
+    aside into the group's quarantine (``group_quarantine``) as the deliveries they are,
+    each logged once; the group's other entries go on. Should that call fail, the bad
+    entries still stay out, and come back at their ack timeout to be set aside then."""
+    flat: builtins.list[str | int] = []
+    for entry in bad:
+        flat += (entry.record.id.to_redis(), entry.record.delivery_count, entry.reason)
+    try:
+        reply = await GROUP_QUARANTINE(session, (keys, keys.group(group)), [group, pack(flat)])
+    except Exception as exc:
+        log.warning(
+            "group %r of stream %r: could not set aside %d record(s) whose headers do not "
+            "decode (%s); they come back at their ack timeout",
+            group,
+            keys.stream,
+            len(bad),
+            exc,
+        )
+    else:
+        why = {entry.record.id.to_redis(): entry.reason for entry in bad}
+        aside = [SetAside("entry", i, why.get(i, "")) for i in reply.ids]
+        warn_set_aside(scope_of((keys, keys.group(group))), aside)
+    skip = {id(entry.record) for entry in bad}
+    return [r for r in records if id(r) not in skip]
 
 
 def _reclaim_refused(status: int) -> Exception | None:
@@ -178,7 +220,10 @@ class ConsumerGroups(PartitionedStreams):
             reply = await GROUP_READ(
                 self._session, (keys, keys.group(group)), [group, consumer, owner, room, poll_id]
             )
-            return Attempt(reply.records, reply.wait_ms)
+            got = reply.records
+            if reply.bad:
+                got = await set_aside(self._session, keys, group, got, reply.bad)
+            return Attempt(got, reply.wait_ms)
 
         async def attempt() -> Attempt[StreamRecord]:
             nonlocal retry
@@ -323,7 +368,10 @@ class ConsumerGroups(PartitionedStreams):
                 CLAIM_SCAN,
             ],
         )
-        return reply.records, reply.next_id
+        got = reply.records
+        if reply.bad:
+            got = await set_aside(self._session, keys, group, got, reply.bad)
+        return got, reply.next_id
 
     # --- beyond flo: settings and dead letters --------------------------------------
 

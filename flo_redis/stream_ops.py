@@ -1,5 +1,5 @@
 """Seeing a namespace's streams: which exist, and per consumer group its lag, pending
-deliveries, consumers and dead letters.
+deliveries, consumers, dead letters and records set aside.
 
 Streams are listed from the namespace's stream registry (written when a stream is
 created or a group joins it); a group's figures come from Redis's own bookkeeping of the
@@ -31,7 +31,9 @@ class GroupCounts:
     ``lag``: records appended that the group has not been handed yet (None when Redis
     cannot tell, after records were deleted from the middle of a partition);
     ``pending``: records handed out and not acked yet; ``consumers``: consumers known to
-    the group; ``dead_letters``: records it gave up on, kept for replay."""
+    the group; ``dead_letters``: records it gave up on, kept for replay;
+    ``quarantined``: records set aside because their headers do not decode
+    (:class:`~flo_redis.quarantine.GroupQuarantine`)."""
 
     stream: str
     group: str
@@ -40,6 +42,7 @@ class GroupCounts:
     pending: int
     lag: int | None
     dead_letters: int
+    quarantined: int = 0
 
 
 class StreamInspection(PartitionedStreams):
@@ -78,6 +81,7 @@ class StreamInspection(PartitionedStreams):
                     pending=seen.pending + g.pending,
                     lag=lag,
                     dead_letters=seen.dead_letters + g.dead_letters,
+                    quarantined=seen.quarantined + g.quarantined,
                 )
         return tuple(merged[name] for name in sorted(merged))
 
@@ -90,6 +94,7 @@ class StreamInspection(PartitionedStreams):
                 return []  # no such stream
             names = [decoded(info["name"]) for info in infos]
             dead = await asyncio.gather(*(conn.xlen(keys.group(n).dead) for n in names))
+            aside = await asyncio.gather(*(conn.xlen(keys.group(n).quarantine) for n in names))
         return [
             GroupCounts(
                 stream=keys.stream,
@@ -99,6 +104,7 @@ class StreamInspection(PartitionedStreams):
                 pending=int(info["pending"]),
                 lag=None if info.get("lag") is None else int(info["lag"]),
                 dead_letters=int(n_dead),
+                quarantined=int(n_aside),
             )
-            for name, info, n_dead in zip(names, infos, dead, strict=True)
+            for name, info, n_dead, n_aside in zip(names, infos, dead, aside, strict=True)
         ]

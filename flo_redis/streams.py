@@ -25,6 +25,7 @@ import asyncio
 import builtins
 
 from . import _scripts
+from ._aside import warn_unreadable
 from ._checks import check_options
 from ._gateway import STREAM_APPEND, STREAM_INFO, STREAM_READ, STREAM_TRIM
 from ._partitions import partition_of_key
@@ -121,7 +122,9 @@ class StreamOperations(ConsumerGroups, GroupAcks, DeadLetters, StreamInspection)
         (both inclusive; default the whole stream), oldest first; with ``tail`` the newest
         ``count`` of them (still oldest first). With ``block_ms`` > 0 and nothing to read,
         waits up to that long for an append. A missing stream reads as empty. A partitioned
-        stream is read in every partition (or only ``partition``), merged in id order."""
+        stream is read in every partition (or only ``partition``), merged in id order. A
+        record whose stored headers do not decode is read with ``headers`` None (and
+        logged once at WARNING)."""
         since = self._session.waker.generation  # an interrupt from here on ends this read
         opts = check_options(options, StreamReadOptions)
         parts = await self._partitions(stream, opts.namespace, opts.partition)
@@ -136,7 +139,16 @@ class StreamOperations(ConsumerGroups, GroupAcks, DeadLetters, StreamInspection)
         args: builtins.list[_scripts.Arg] = [start, end, count, "1" if opts.tail else "0"]
 
         async def read_one(keys: StreamKeys) -> builtins.list[StreamRecord]:
-            return (await STREAM_READ(self._session, keys, args)).records
+            reply = await STREAM_READ(self._session, keys, args)
+            for bad in reply.bad:  # read without its headers; a group sets it aside
+                warn_unreadable(
+                    ("entry", keys.tag, bad.record.id.to_redis()),
+                    f"stream {stream!r} (partition {keys.partition}, namespace "
+                    f"{keys.namespace!r}): record {bad.record.id} has headers that do not "
+                    f"decode ({bad.reason}); read without them (a consumer group that "
+                    "reads it sets it aside into the group's quarantine)",
+                )
+            return reply.records
 
         async def attempt() -> Attempt[StreamRecord]:
             if len(parts) == 1:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from . import _scripts
+from ._aside import SetAside, scope_of, warn_set_aside, warn_unreadable
 from ._checks import (
     MAX_LIST_LIMIT,
     check_count,
@@ -37,11 +38,12 @@ from ._gateway import (
 )
 from ._lru import Lru
 from ._registry import remember
-from ._replies import Claimed, ClaimReply
+from ._replies import Claimed, ClaimReply, WorkerRow
 from ._status import Status, refusal
 from ._type_base import LUA_INT
 from ._wake import Attempt, long_poll
 from .codec import (
+    BadRecord,
     check_metadata,
     pack,
     text,
@@ -78,6 +80,7 @@ from .types import (
 )
 
 MAX_CURSOR_BYTES = 4096
+SET_ASIDE = -2  # a worker_list row of a worker whose record was set aside (lib/workers.lua)
 LABEL_SCAN = 200  # pending runs a claim inspects at most when routing by labels
 
 
@@ -143,7 +146,7 @@ class WorkerOperations(RunReports):
         ns = self._ns(namespace)
         reply = await WORKER_HEARTBEAT(self._session, ns, [worker_id, current_load])
         if reply.status != Status.OK:
-            raise self._unknown_worker(worker_id, ns)
+            raise self._unknown_worker(worker_id, ns, reply.status)
 
     async def await_task(
         self,
@@ -221,24 +224,22 @@ class WorkerOperations(RunReports):
         workers: builtins.list[WorkerInfo] = []
         owners: builtins.list[str | None] = []
         for row in page.rows:
-            rec = unpack_record(row.record)
-            owners.append(text(rec.get("ow")))
-            workers.append(
-                WorkerInfo(
-                    worker_id=row.worker_id,
-                    worker_type=WorkerType(int(rec.get("wt", 0))),
-                    status=WorkerStatus(row.worker_status),
-                    current_load=int(rec.get("cl", 0)),
-                    max_concurrency=int(rec.get("mc", 0)),
-                    tasks_completed=int(rec.get("tc", 0)),
-                    tasks_failed=int(rec.get("tf", 0)),
-                    registered_at_ms=int(rec["ra"]),
-                    last_heartbeat_ms=int(rec["hb"]),
-                    machine_id=text(rec.get("mid")),
-                    metadata=text(rec.get("md")),
-                    task_types=[text(t) or "" for t in rec.get("tt", [])],
+            if row.worker_status == SET_ASIDE:
+                why = row.record.decode(errors="replace")
+                warn_set_aside(scope_of(ns), [SetAside("worker", row.worker_id, why)])
+                continue
+            try:
+                info = worker_info(row)
+                owner = text(unpack_record(row.record).get("ow"))
+            except (BadRecord, KeyError, ValueError, TypeError, AttributeError) as exc:
+                warn_unreadable(
+                    ("worker", ns.namespace, row.worker_id),
+                    f"worker {row.worker_id!r} of namespace {ns.namespace!r}: its record "
+                    f"cannot be read ({type(exc).__name__}: {exc}); left out of the list",
                 )
-            )
+                continue
+            workers.append(info)
+            owners.append(owner)
         workers = await self._with_presence(ns, workers, owners)
         return WorkerListResult(workers=workers, cursor=page.last_id if page.more else None)
 
@@ -281,7 +282,7 @@ class WorkerOperations(RunReports):
         ns = self._ns(namespace)
         reply = await WORKER_DRAIN(self._session, ns, [worker_id])
         if reply.status != Status.OK:
-            raise self._unknown_worker(worker_id, ns)
+            raise self._unknown_worker(worker_id, ns, reply.status)
         # A poller parked for a hand-off would be handed a run before its next health
         # check: end its parks, and it looks again (lua/README.md, "Hand-off").
         for action in reply.names:
@@ -331,7 +332,15 @@ class WorkerOperations(RunReports):
     # --- internals -----------------------------------------------------------------
 
     @staticmethod
-    def _unknown_worker(worker_id: str, ns: NamespaceKeys) -> Exception:
+    def _unknown_worker(
+        worker_id: str, ns: NamespaceKeys, status: int = Status.NOT_FOUND
+    ) -> Exception:
+        """The error for a worker a script did not find. BAD_RECORD (its record did not
+        decode, and was set aside) is logged once and answered the same way: the
+        worker registers again."""
+        if status == Status.BAD_RECORD:
+            reason = "its stored record does not decode"
+            warn_set_aside(scope_of(ns), [SetAside("worker", worker_id, reason)])
         return refusal(
             Status.NOT_FOUND,
             f"worker {worker_id!r} is not registered in namespace {ns.namespace!r} (or was "
@@ -346,8 +355,8 @@ class WorkerOperations(RunReports):
             return cached[1]
         reply = await WORKER_POLL(self._session, ns, [worker_id])
         status = reply.status
-        if status == Status.NOT_FOUND:
-            raise self._unknown_worker(worker_id, ns)
+        if status in (Status.NOT_FOUND, Status.BAD_RECORD):
+            raise self._unknown_worker(worker_id, ns, status)
         if status == Status.UNHEALTHY:
             raise refusal(
                 status,
@@ -417,11 +426,34 @@ class WorkerOperations(RunReports):
         the run handed to the poller's previous poll here that it got, as
         ``"<run id> <token>"`` (accepted, if it was offered)."""
         owner = self._session.owner_id
-        return await ACTION_CLAIM(
+        reply = await ACTION_CLAIM(
             self._session,
             (keys, HandoffChannel.of(keys.tag, owner)),
             [worker_id, owner, labels, max_n, poll_id, LABEL_SCAN, park_ms, received, offer_ms],
         )
+        if reply.aside:
+            warn_set_aside(scope_of(keys), reply.aside)
+        return reply
+
+
+def worker_info(row: WorkerRow) -> WorkerInfo:
+    """A row of ``worker_list`` as flo's ``WorkerInfo``; :class:`BadRecord` (or the
+    error of a field) when its record does not hold one."""
+    rec = unpack_record(row.record)
+    return WorkerInfo(
+        worker_id=row.worker_id,
+        worker_type=WorkerType(int(rec.get("wt", 0))),
+        status=WorkerStatus(row.worker_status),
+        current_load=int(rec.get("cl", 0)),
+        max_concurrency=int(rec.get("mc", 0)),
+        tasks_completed=int(rec.get("tc", 0)),
+        tasks_failed=int(rec.get("tf", 0)),
+        registered_at_ms=int(rec["ra"]),
+        last_heartbeat_ms=int(rec["hb"]),
+        machine_id=text(rec.get("mid")),
+        metadata=text(rec.get("md")),
+        task_types=[text(t) or "" for t in rec.get("tt", [])],
+    )
 
 
 __all__ = ["ClaimReply", "Claimed", "CompleteItem", "WorkerOperations"]

@@ -25,6 +25,7 @@
                             refused (OUT_OF_RANGE) unless exactly the owner's hand-off
                             channel in this queue's slot (lib/channels.lua)
   KEYS[17] wake    CHANNEL  sharded channel announcing new work
+  KEYS[18] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
@@ -44,14 +45,16 @@
   ARGV[9] offer_ms    a park's offer window, at most 60000: a run handed to it must be
                       accepted within this long, or it goes back (0: handed outright)
   Returns {status, next_due_ms, n, (run_id, token, attempt, created_ms, ready_ms,
-          claimed_ms, input, trace) * n, rate_next_ms}
+          claimed_ms, input, trace) * n, rate_next_ms, (kind, field, why) * m}
           status: OK | NO_ACTION | BAD_SETTING (the action's stored settings do not
           parse) | OUT_OF_RANGE (a hand-off
           channel not the owner's); next_due_ms: when a delayed run becomes ready or a
           lease expires, whichever is first, or -1; ready_ms: when the run became ready
           to claim; claimed_ms: when it was handed out (claimed - ready = pickup latency);
           rate_next_ms: when runs wait only for the rate limit, the server time its next
-          start is allowed, else -1; trace: the run's trace context (field tr) or ''
+          start is allowed, else -1; trace: the run's trace context (field tr) or '';
+          then each record this call set aside because it does not decode (kind 'run',
+          field its run id, why)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -68,7 +71,7 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
   ended = ended_channel(KEYS[13]), rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16],
-  wake = KEYS[17]}
+  wake = KEYS[17], quarantine = KEYS[18], aside = {}}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]
@@ -124,7 +127,7 @@ end
 -- Accept run_id under `token` if it is still ours and offered (lib/offer.lua).
 local function accept_held(run_id, token)
   local run = held(run_id, token)
-  if run and offer_accept(k.leases, run_id, run) then run_save(k.runs, run_id, run) end
+  if run and offer_accept(k.leases, run_id, run) then record_save(k.runs, run_id, run) end
   return run
 end
 
@@ -162,12 +165,13 @@ local unseen = out[3]
 local n, rate_room = queue_room(k, action, now, max_n)
 if n > out[3] then
   local want = n - out[3]
-  local ids, runs, dropped = {}, {}, {}
+  local ids, runs, dropped, bad = {}, {}, {}, {}
   local taken, n_dropped = 0, 0  -- #ids, #dropped
-  local unpack_record = cmsgpack.unpack
   -- Take from `candidates` (pending run ids, in queue order) the runs this worker may
   -- run, until `want` are taken: their records read a slice at a time; the runs taken
-  -- and those no longer pending are noted in `dropped`, to leave `pending` in one call.
+  -- and those no longer pending are noted in `dropped`, to leave `pending` in one call,
+  -- and those whose records the scripts cannot use in `bad` (run id, bytes, why), to be
+  -- set aside with them.
   local function take(candidates)
     local from, last = 1, #candidates
     while from <= last and taken < want do
@@ -175,8 +179,12 @@ if n > out[3] then
       local raws = redis.call('HMGET', k.runs, unpack(candidates, from, to))
       for i = from, to do
         local run_id, raw = candidates[i], raws[i - from + 1]
-        local run = raw and unpack_record(raw)
-        if not run or run.s ~= RUN_PENDING then
+        local run, why = false, nil
+        if raw then run, why = run_decode(raw) end
+        if why then
+          local n_bad = #bad
+          bad[n_bad + 1], bad[n_bad + 2], bad[n_bad + 3] = run_id, raw, why
+        elseif not run or run.s ~= RUN_PENDING then
           n_dropped = n_dropped + 1
           dropped[n_dropped] = run_id
         elseif run.lb == nil or labels_match(run.lb, worker_labels) then
@@ -193,6 +201,8 @@ if n > out[3] then
   local function drop()
     if n_dropped > 0 then redis.call('ZREM', k.pending, unpack(dropped, 1, n_dropped)) end
     dropped, n_dropped = {}, 0
+    for j = 1, #bad, 3 do run_aside(k, bad[j], bad[j + 1], bad[j + 2]) end
+    bad = {}
   end
   -- The head of the queue first, `scan` runs at most: as many as wanted, then, when
   -- some of those could not be taken, the rest of the head (nothing leaves `pending`
@@ -254,4 +264,5 @@ if rate_room and out[3] - unseen >= rate_room and redis.call('ZCARD', k.pending)
   if #leaving > 0 then rate_next = tonumber(leaving[2]) + action.rate_per_ms end
 end
 out[out_n + 1] = rate_next
+for i, v in ipairs(k.aside) do out[out_n + 1 + i] = v end
 return out

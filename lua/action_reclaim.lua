@@ -29,17 +29,20 @@
   KEYS[14] polls   HASH  poll memos; a parked poller's park rides in its memo
   KEYS[15] poll_times  ZSET  poll memo -> time ms
   KEYS[16] rate    ZSET  token -> start ms: the action's starts within its rate window
-  KEYS[17..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
+  KEYS[17] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[18..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
                         in the same order
   ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone
                     (0 .. 2^32 - 1)
   ARGV[2] batch     at most this many index entries of gone owners (1..1000)
   ARGV[3] owners    msgpack array of owner ids (at most 100)
-  Returns {status, reclaimed, wait_ms, more}
+  Returns {status, reclaimed, wait_ms, more, (kind, field, why) * m}
           status: OK | NO_ACTION | OUT_OF_RANGE (also: a channel that is not exactly
           its owner's liveness channel in this queue's slot, lib/channels.lua);
           reclaimed: runs taken back; wait_ms: when
-          the earliest suspect's grace ends (-1: no suspect); more: 1 if the batch ran out
+          the earliest suspect's grace ends (-1: no suspect); more: 1 if the batch ran out;
+          then each record this call set aside because it does not decode (kind 'run',
+          field its run id, why)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -52,9 +55,9 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   delayed = KEYS[5], leases = KEYS[6], failed = KEYS[7], owners = KEYS[8], owned = KEYS[9],
   wake = KEYS[10], ended = ended_channel(KEYS[11]), inputs = KEYS[12], parked = KEYS[13],
-  polls = KEYS[14], poll_times = KEYS[15], rate = KEYS[16]}
+  polls = KEYS[14], poll_times = KEYS[15], rate = KEYS[16], quarantine = KEYS[17], aside = {}}
 local channels = {}
-for i = 17, #KEYS do channels[#channels + 1] = KEYS[i] end
+for i = 18, #KEYS do channels[#channels + 1] = KEYS[i] end
 local grace_ms = arg_int(ARGV[1], 0, U32_MAX)
 local batch = arg_int(ARGV[2], 1, RECLAIM_MAX_BATCH)
 local owners = arg_names(ARGV[3], RECLAIM_MAX_OWNERS)
@@ -75,8 +78,10 @@ local reclaimed, budget = 0, {left = batch}
 -- Take back what `owner` holds, up to the budget; true once nothing of it is left.
 local function take_back(owner)
   return owned_take_back(k.owned, owner, budget, function(run_id)
-    local run = run_load(k.runs, run_id)
-    if run and run.s == RUN_RUNNING and run.o == owner then
+    local run, why, raw = run_load(k.runs, run_id)
+    if run == false then
+      run_aside(k, run_id, raw, why)
+    elseif run and run.s == RUN_RUNNING and run.o == owner then
       redis.call('ZREM', k.leases, run_id)
       reclaimed = reclaimed + 1
       if offer_free(run) then
@@ -126,4 +131,6 @@ if judged.cleared > 0 then
 end
 if judged.gone > 0 then redis.call('HINCRBY', k.meta, 'stat:owners_gone', judged.gone) end
 if ready > 0 then handoff_ready(k, action, now, ready) end
-return {ST_OK, reclaimed, judged.wait, judged.more}
+local out = {ST_OK, reclaimed, judged.wait, judged.more}
+for i, v in ipairs(k.aside) do out[4 + i] = v end
+return out

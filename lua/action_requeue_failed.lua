@@ -18,11 +18,13 @@
   KEYS[12] poll_times  ZSET  poll memo -> time ms
   KEYS[13] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[14] rate    ZSET  token -> start ms: the action's starts within its rate window
+  KEYS[15] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] upto     re-queue runs that failed at or before this ms (0 .. 2^53); '' = the
                    newest now
   ARGV[2] batch    1 .. 500
-  Returns {status, requeued, remaining, upto}   status: OK | NO_ACTION;
-          remaining: failed runs left at or before upto
+  Returns {status, requeued, remaining, upto, (kind, field, why) * m}   status: OK |
+          NO_ACTION; remaining: failed runs left at or before upto; then each record this
+          call set aside because it does not decode (kind 'run', field its run id, why)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -34,7 +36,7 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   failed = KEYS[5], wake = KEYS[6], inputs = KEYS[7], leases = KEYS[8], owned = KEYS[9],
   parked = KEYS[10], polls = KEYS[11], poll_times = KEYS[12], owners = KEYS[13],
-  rate = KEYS[14]}
+  rate = KEYS[14], quarantine = KEYS[15], aside = {}}
 local MAX_BATCH = 500
 local upto = arg_int_or_none(ARGV[1], 0, INT_MAX)
 local batch = arg_int(ARGV[2], 1, MAX_BATCH)
@@ -60,8 +62,11 @@ if #ids > 0 then
   local records = redis.call('HMGET', k.runs, unpack(ids))
   local queued, saved, timed_out = {}, {}, 0
   for i, run_id in ipairs(ids) do
-    if records[i] then
-      local run = cmsgpack.unpack(records[i])
+    local run, why = nil, nil
+    if records[i] then run, why = run_decode(records[i]) end
+    if why then
+      run_aside(k, run_id, records[i], why)
+    elseif run then
       timed_out = timed_out + queue_unbury(run, action.max_retries, now)
       seq = seq + 1
       queued[#queued + 1] = priority_score(run.p or 0, seq)
@@ -78,4 +83,6 @@ if #ids > 0 then
     handoff_ready(k, action, now, #queued / 2)
   end
 end
-return {ST_OK, #ids, redis.call('ZCOUNT', k.failed, '-inf', upto), upto}
+local out = {ST_OK, #ids, redis.call('ZCOUNT', k.failed, '-inf', upto), upto}
+for i, v in ipairs(k.aside) do out[4 + i] = v end
+return out

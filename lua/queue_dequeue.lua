@@ -18,6 +18,7 @@
   KEYS[9] wake    CHANNEL  sharded channel announcing messages to take
   KEYS[10] polls       HASH  poll id -> msgpack {ids, tokens} handed to that poll
   KEYS[11] poll_times  ZSET  poll id -> ms (memos are forgotten after two minutes)
+  KEYS[12] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] owner           the consumer process (its liveness channel is held)
   ARGV[2] count           1 .. 1000
   ARGV[3] visibility_ms   1 .. 43200000
@@ -26,7 +27,8 @@
   Returns {status, now_ms, next_deadline_ms, n, seq_1, payload_1, enqueued_at_1,
            delivery_count_1, priority_1, ...}
           status: OK; next_deadline_ms: the earliest visibility deadline
-          still running (-1: none)
+          still running (-1: none); then each record this call set aside because it
+          does not decode: (kind 'message', field its seq, why) * m
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -36,6 +38,8 @@ local k = {meta = KEYS[1], msgs = KEYS[2], bodies = KEYS[3], ready = KEYS[4],
   leases = KEYS[5], dead = KEYS[6], owners = KEYS[7], owned = KEYS[8], wake = KEYS[9]}
 local polls = KEYS[10]
 local poll_times = KEYS[11]
+k.quarantine = KEYS[12]
+k.aside = {}
 local owner = ARGV[1]
 local count = arg_int(ARGV[2], 1, MSG_MAX_COUNT)
 local visibility_ms = arg_int(ARGV[3], 1, MSG_MAX_VISIBILITY_MS)
@@ -67,12 +71,14 @@ local memo = poll_memo()
 if replayed == 0 then
   for _, seq in ipairs(redis.call('ZRANGE', k.ready, 0, count - 1)) do
     redis.call('ZREM', k.ready, seq)
-    local m = msg_load(k.msgs, seq)
-    if m then
+    local m, why, raw = msg_load(k.msgs, seq)
+    if m == false then
+      msg_aside(k, seq, raw, why)
+    elseif m then
       m.d = m.d + 1
       m.m = max_deliveries
       m.o = owner
-      msg_save(k.msgs, seq, m)
+      record_save(k.msgs, seq, m)
       redis.call('ZADD', k.leases, now + visibility_ms, seq)
       redis.call('ZADD', k.owned, 0, owned_entry(owner, seq))
       msg_reply(out, k.bodies, seq, m)
@@ -88,4 +94,5 @@ local first = redis.call('ZRANGE', k.leases, 0, 0, 'WITHSCORES')
 if #first > 0 then out[3] = tonumber(first[2]) end
 -- Deliveries taken back above that this call did not take: wake the other consumers.
 if back > 0 and redis.call('ZCARD', k.ready) > 0 then redis.call('SPUBLISH', k.wake, '1') end
+for _, v in ipairs(k.aside) do out[#out + 1] = v end
 return out

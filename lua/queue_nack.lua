@@ -10,17 +10,20 @@
   KEYS[5] dead    ZSET  seq -> ms it was dead-lettered
   KEYS[6] owned   ZSET  "<owner>\0<seq>" (score 0): the deliveries each owner holds
   KEYS[7] wake    CHANNEL  sharded channel announcing messages to take
+  KEYS[8] bodies  HASH  seq -> payload bytes
+  KEYS[9] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] owner   the consumer process the messages were delivered to
   ARGV[2] seqs    msgpack array of sequence numbers (at most 1000)
   ARGV[3] tokens  msgpack array, same length: delivery count each nack is for (0: any)
   Returns {status, n, status_1, ..., status_n}   status: OK;
-          status_i: OK | STALE | NOT_FOUND
+          status_i: OK | STALE | NOT_FOUND | BAD_RECORD (its record does not decode: it
+          was set aside)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/message.lua
 local k = {meta = KEYS[1], msgs = KEYS[2], ready = KEYS[3], leases = KEYS[4], dead = KEYS[5],
-  owned = KEYS[6], wake = KEYS[7]}
+  owned = KEYS[6], wake = KEYS[7], bodies = KEYS[8], quarantine = KEYS[9]}
 local owner = ARGV[1]
 local seqs = ARGV[2]
 local tokens = ARGV[3]
@@ -33,7 +36,8 @@ local now = now_ms()
 local out = {ST_OK, #seqs}
 local ready, stale = 0, 0
 for i, seq in ipairs(seqs) do
-  local m = msg_load(k.msgs, seq)
+  local m, why, raw = msg_load(k.msgs, seq)
+  if m == false then msg_aside(k, seq, raw, why) end
   if m and msg_held_by(k, seq, m, owner, tokens[i]) then
     ready = ready + msg_release(k, seq, m, now)
     out[#out + 1] = ST_OK

@@ -41,7 +41,9 @@ for i = 1, n_items do
   local run_id, token = ids[i], items[2 * i]
   local run = loaded[run_id]
   if run == nil then
-    run = raws[i] and cmsgpack.unpack(raws[i]) or false
+    -- A record that does not decode is answered as none: the claims and the reaper,
+    -- which report what they set aside, quarantine it.
+    run = raws[i] and run_decode(raws[i]) or false
     loaded[run_id] = run
   end
   local status, duplicate, state = ST_NOT_FOUND, 0, -1

@@ -15,14 +15,17 @@
   KEYS[6] failed   ZSET  run_id -> finished ms
   KEYS[7] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[8] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
-  KEYS[9..n] notice  CHANNEL  the notice channel of the owner named in ARGV[2] (none
+  KEYS[9] inputs   HASH  run_id -> input bytes
+  KEYS[10] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[11..n] notice  CHANNEL  the notice channel of the owner named in ARGV[2] (none
                      when ARGV[2] is empty); refused (OUT_OF_RANGE) unless exactly that
                      owner's notice channel in this queue's slot (lib/channels.lua)
   ARGV[1] run_id
   ARGV[2] expected  the owner the caller believes holds the run ('' for none)
   Returns {status, run_status, holder, token, told}
           status: OK | NOT_FOUND | CONFLICT (already finished) | OUT_OF_RANGE (a
-          notice channel not the named owner's); run_status: the run's
+          notice channel not the named owner's) | BAD_RECORD (its record does not decode:
+          it was set aside, not cancelled); run_status: the run's
           status before the call; holder, token: a running run's owner and fencing
           token ('' and 0 otherwise); told: 1 if the holder was told on its channel
 ]]
@@ -32,15 +35,20 @@
 --@include lib/queue.lua
 --@include lib/channels.lua
 local k = {meta = KEYS[1], runs = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
-  leases = KEYS[5], failed = KEYS[6], owned = KEYS[7], ended = ended_channel(KEYS[8])}
-local notice = #KEYS > 8 and KEYS[#KEYS] or nil  -- the tail: none, or one channel
+  leases = KEYS[5], failed = KEYS[6], owned = KEYS[7], ended = ended_channel(KEYS[8]),
+  inputs = KEYS[9], quarantine = KEYS[10]}
+local notice = #KEYS > 10 and KEYS[#KEYS] or nil  -- the tail: none, or one channel
 local run_id = ARGV[1]
 local expected = ARGV[2]
 if notice and not channel_of(notice, NOTICE_CHANNEL, k.runs, expected) then
   return {ST_OUT_OF_RANGE}
 end
 
-local run = run_load(k.runs, run_id)
+local run, why, raw = run_load(k.runs, run_id)
+if run == false then
+  run_aside(k, run_id, raw, why)
+  return {ST_BAD_RECORD}
+end
 if not run then return {ST_NOT_FOUND} end
 local was = run.s
 if was ~= RUN_PENDING and was ~= RUN_RUNNING then return {ST_CONFLICT, was} end

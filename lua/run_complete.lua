@@ -10,6 +10,7 @@
   KEYS[7] idempotency HASH  idempotency key -> run_id
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
+  KEYS[10] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
@@ -17,7 +18,8 @@
   ARGV[4] result     output bytes
   ARGV[5] outcome
   Returns {status, duplicate, run_status}
-          status: OK | NOT_FOUND | NO_ACTION | STALE | TOO_LARGE; duplicate: 1 for a resend
+          status: OK | NOT_FOUND | NO_ACTION | STALE | TOO_LARGE | BAD_RECORD (its record
+          does not decode: it was set aside); duplicate: 1 for a resend
 ]]
 --@include lib/status.lua
 --@include lib/checked.lua
@@ -28,7 +30,7 @@
 --@include lib/complete.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
-  ended = ended_channel(KEYS[9])}
+  ended = ended_channel(KEYS[9]), quarantine = KEYS[10]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
@@ -48,5 +50,5 @@ if applied > 0 then
   tally_ended(k.meta, now, 'c', 1)
   queue_retain(k, k.done, now, action.retention_ms, action.retention_count, RETAIN_BATCH)
 end
-if status == ST_NOT_FOUND then return {ST_NOT_FOUND} end
+if status == ST_NOT_FOUND or status == ST_BAD_RECORD then return {status} end
 return {status, duplicate, detail}

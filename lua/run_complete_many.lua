@@ -10,13 +10,15 @@
   KEYS[7] idempotency HASH  idempotency key -> run_id
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
+  KEYS[10] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] worker_id
   ARGV[2] items    msgpack array, flat: run_id, token (1 .. 2^53; '' = token-less), result,
                    outcome of each item in turn (at most MAX_ITEMS items)
 
   Returns {status, (item_status, duplicate, run_status_or_limit) * n}
           status: OK | NO_ACTION | OUT_OF_RANGE (more than MAX_ITEMS items);
-          item_status: OK | NOT_FOUND | STALE | TOO_LARGE
+          item_status: OK | NOT_FOUND | STALE | TOO_LARGE | BAD_RECORD (its record does not
+          decode: it was set aside)
 ]]
 --@include lib/status.lua
 --@include lib/checked.lua
@@ -27,7 +29,7 @@
 --@include lib/complete.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
-  ended = ended_channel(KEYS[9])}
+  ended = ended_channel(KEYS[9]), quarantine = KEYS[10]}
 local worker_id = ARGV[1]
 local items = arg_array(ARGV[2], INT_MAX)
 local RETAIN_BATCH = 100

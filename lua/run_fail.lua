@@ -19,6 +19,7 @@
   KEYS[14] poll_times  ZSET  poll memo -> time ms
   KEYS[15] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[16] rate    ZSET  token -> start ms: the action's starts within its rate window
+  KEYS[17] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
@@ -27,7 +28,8 @@
   ARGV[5] retry      1 = re-queue while attempts remain, 0 = final
   ARGV[6] traceback  the failure's traceback, kept with the run; '' = none
   Returns {status, duplicate, run_status}
-          status: OK | NOT_FOUND | NO_ACTION | STALE; run_status: the run's status after
+          status: OK | NOT_FOUND | NO_ACTION | STALE | BAD_RECORD (its record does not
+          decode: it was set aside); run_status: the run's status after
 ]]
 --@include lib/status.lua
 --@include lib/checked.lua
@@ -39,7 +41,7 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8], wake = KEYS[9],
   owned = KEYS[10], ended = ended_channel(KEYS[11]), parked = KEYS[12], polls = KEYS[13],
-  poll_times = KEYS[14], owners = KEYS[15], rate = KEYS[16]}
+  poll_times = KEYS[14], owners = KEYS[15], rate = KEYS[16], quarantine = KEYS[17]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
@@ -52,7 +54,11 @@ if not retry then return {ST_BAD_ARG, 5} end
 
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
-local run = run_load(k.runs, run_id)
+local run, why, raw = run_load(k.runs, run_id)
+if run == false then
+  run_aside(k, run_id, raw, why)
+  return {ST_BAD_RECORD}
+end
 if not run then return {ST_NOT_FOUND} end
 if not run_is_holder(run, token, worker_id) then
   if run.lrk == 'f' and run_reported_by(run, token, worker_id) and run.err == message

@@ -17,11 +17,13 @@
   KEYS[11] poll_times  ZSET  poll memo -> time ms
   KEYS[12] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[13] rate    ZSET  token -> start ms: the action's starts within its rate window
+  KEYS[14] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
   ARGV[3] worker_id
-  Returns {status, run_status}   status: OK | NOT_FOUND | NO_ACTION | STALE
+  Returns {status, run_status}   status: OK | NOT_FOUND | NO_ACTION | STALE | BAD_RECORD
+          (its record does not decode: it was set aside)
 ]]
 --@include lib/status.lua
 --@include lib/checked.lua
@@ -33,7 +35,8 @@
 --@include lib/handoff.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   leases = KEYS[5], wake = KEYS[6], owned = KEYS[7], inputs = KEYS[8], parked = KEYS[9],
-  polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12], rate = KEYS[13]}
+  polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12], rate = KEYS[13],
+  quarantine = KEYS[14]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
@@ -41,7 +44,11 @@ local worker_id = ARGV[3]
 if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
-local run = run_load(k.runs, run_id)
+local run, why, raw = run_load(k.runs, run_id)
+if run == false then
+  run_aside(k, run_id, raw, why)
+  return {ST_BAD_RECORD}
+end
 if not run then return {ST_NOT_FOUND} end
 if not run_is_holder(run, token, worker_id) then return {ST_STALE, run.s} end
 redis.call('ZREM', k.leases, run_id)
@@ -54,7 +61,7 @@ owned_drop(k.owned, releasing, run_id)
 run.o = nil
 local now = now_ms()
 run.rd = now
-run_save(k.runs, run_id, run)
+record_save(k.runs, run_id, run)
 queue_push(k.meta, k.pending, run_id, run)
 handoff_ready(k, action, now, 1, releasing)
 return {ST_OK, run.s}

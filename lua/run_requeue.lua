@@ -15,8 +15,10 @@
   KEYS[12] poll_times  ZSET  poll memo -> time ms
   KEYS[13] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[14] rate    ZSET  token -> start ms: the action's starts within its rate window
+  KEYS[15] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] run_id
   Returns {status, run_status}   status: OK | NOT_FOUND | NO_ACTION | CONFLICT (not failed)
+          | BAD_RECORD (its record does not decode: it was set aside)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -27,19 +29,23 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   failed = KEYS[5], wake = KEYS[6], inputs = KEYS[7], leases = KEYS[8], owned = KEYS[9],
   parked = KEYS[10], polls = KEYS[11], poll_times = KEYS[12], owners = KEYS[13],
-  rate = KEYS[14]}
+  rate = KEYS[14], quarantine = KEYS[15]}
 local run_id = ARGV[1]
 
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
-local run = run_load(k.runs, run_id)
+local run, why, raw = run_load(k.runs, run_id)
+if run == false then
+  run_aside(k, run_id, raw, why)
+  return {ST_BAD_RECORD}
+end
 if not run then return {ST_NOT_FOUND} end
 if run.s ~= RUN_FAILED and run.s ~= RUN_TIMED_OUT and run.s ~= RUN_CANCELLED then
   return {ST_CONFLICT, run.s}
 end
 local now = now_ms()
 tally_untimed(k.meta, queue_unbury(run, action.max_retries, now))
-run_save(k.runs, run_id, run)
+record_save(k.runs, run_id, run)
 redis.call('ZREM', k.failed, run_id)
 queue_push(k.meta, k.pending, run_id, run)
 handoff_ready(k, action, now, 1)

@@ -5,22 +5,24 @@
   KEYS[1] runs     HASH  run_id -> msgpack record
   KEYS[2] leases   ZSET  run_id -> lease deadline ms
   KEYS[3] meta     HASH  counters; stat:stale_refused counts refused reports
+  KEYS[4] inputs   HASH  run_id -> input bytes
+  KEYS[5] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
   ARGV[3] worker_id
   ARGV[4] extend_ms  1 .. 3600000
   Returns {status, deadline_ms_or_run_status}
-          status: OK | NOT_FOUND | STALE
+          status: OK | NOT_FOUND | STALE | BAD_RECORD (its record does not decode: it was
+          set aside)
 ]]
 --@include lib/status.lua
 --@include lib/checked.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/offer.lua
-local runs_key = KEYS[1]
-local leases_key = KEYS[2]
-local meta_key = KEYS[3]
+local k = {runs = KEYS[1], leases = KEYS[2], meta = KEYS[3], inputs = KEYS[4],
+  quarantine = KEYS[5]}
 local run_id = ARGV[1]
 local token = ARGV[2]
 local worker_id = ARGV[3]
@@ -30,11 +32,11 @@ local extend_ms = arg_int(ARGV[4], 1, MAX_EXTEND_MS)
 if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
 if not extend_ms then return {ST_BAD_ARG, 4} end
 
-local run, refused = run_held(runs_key, meta_key, run_id, token, worker_id)
+local run, refused = run_held(k, run_id, token, worker_id)
 if not run then return refused end
-if offer_accept(leases_key, run_id, run) then run_save(runs_key, run_id, run) end
+if offer_accept(k.leases, run_id, run) then record_save(k.runs, run_id, run) end
 local deadline = now_ms() + extend_ms
-local current = tonumber(redis.call('ZSCORE', leases_key, run_id))
+local current = tonumber(redis.call('ZSCORE', k.leases, run_id))
 if current and current > deadline then deadline = current end
-redis.call('ZADD', leases_key, deadline, run_id)
+redis.call('ZADD', k.leases, deadline, run_id)
 return {ST_OK, deadline}

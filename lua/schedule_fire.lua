@@ -21,6 +21,7 @@
   KEYS[15] owned        ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[16] leases       ZSET  run_id -> lease deadline ms
   KEYS[17] rate         ZSET  token -> start ms: the action's starts within its rate window
+  KEYS[18] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] id_prefix  run ids are id_prefix .. sequence
   ARGV[2] name       schedule name
   ARGV[3] due_ms     the occurrence being fired, as read from schedule_due (decimal text
@@ -29,7 +30,7 @@
   Returns {status, run_id, existing}   status: OK | NO_ACTION | NOT_FOUND (no such
     schedule) | STALE (its due time is no longer due_ms) | CONFLICT (not due yet) |
     OUT_OF_RANGE (next_ms <= due_ms) | BAD_SETTING (the action's stored settings do not
-    parse)
+    parse) | BAD_RECORD (its record does not decode: it was set aside, and fires no more)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -38,11 +39,12 @@
 --@include lib/action.lua
 --@include lib/invoke.lua
 --@include lib/checked.lua
+--@include lib/record.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8],
   schedules = KEYS[9], schedule_due = KEYS[10], parked = KEYS[11], polls = KEYS[12],
   poll_times = KEYS[13], owners = KEYS[14], owned = KEYS[15], leases = KEYS[16],
-  rate = KEYS[17]}
+  rate = KEYS[17], quarantine = KEYS[18]}
 local id_prefix = ARGV[1]
 local name = ARGV[2]
 local due_ms = ARGV[3]
@@ -56,7 +58,16 @@ if not action then return {ST_NO_ACTION} end
 if action.bad then return {ST_BAD_SETTING} end
 local record = redis.call('HGET', k.schedules, name)
 if not record then return {ST_NOT_FOUND} end
-
+local schedule, why = record_decode(record)
+if schedule and schedule.i and type(schedule.i) ~= 'string' then
+  schedule, why = false, 'its input is not bytes'
+end
+if not schedule then
+  record_aside(k.quarantine, 'schedule', name, record, why, '')
+  redis.call('HDEL', k.schedules, name)
+  redis.call('ZREM', k.schedule_due, name)
+  return {ST_BAD_RECORD}
+end
 if tonumber(redis.call('ZSCORE', k.schedule_due, name)) ~= due then return {ST_STALE} end
 if next_ms <= due then return {ST_OUT_OF_RANGE} end
 local now = now_ms()
@@ -66,6 +77,6 @@ local idem_key = 'schedule:' .. name .. ':' .. due_ms
 local existing = redis.call('HGET', k.idempotency, idem_key)
 redis.call('ZADD', k.schedule_due, next_ms, name)
 if existing then return {ST_OK, existing, 1} end
-local input = cmsgpack.unpack(record).i or ''
+local input = schedule.i or ''
 local run_id = invoke_run(k, action, id_prefix, input, '', now, now, idem_key, 0, '')
 return {ST_OK, run_id, 0}

@@ -21,6 +21,7 @@
 --@include lib/clock.lua
 --@include lib/owners.lua
 --@include lib/checked.lua
+--@include lib/slots.lua
 local k = {meta = KEYS[1], slots = KEYS[2], channel = KEYS[3]}
 local slot = ARGV[1]
 local expected_owner = ARGV[2]
@@ -32,7 +33,8 @@ if not owner_channel_of(k.channel, expected_owner, k.slots) then
   return {ST_OUT_OF_RANGE, 0, -1}
 end
 local raw = redis.call('HGET', k.slots, slot)
-local holder = raw and cmsgpack.unpack(raw)
+-- A record that does not decode holds nothing to reclaim: slot_acquire sets it aside.
+local holder = raw and slot_decode(raw)
 if not holder or not holder.o then return {ST_NOT_FOUND, 0, -1} end
 if holder.o ~= expected_owner then return {ST_WRONG_OWNER, 0, -1} end
 

@@ -5,10 +5,12 @@
   KEYS[1] config   HASH  namespace settings
   KEYS[2] workers  HASH  worker_id -> msgpack record
   KEYS[3] worker_ids ZSET  worker ids
+  KEYS[4] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] after    list ids strictly after this one ('' = from the start)
   ARGV[2] limit    1 .. 1024
   Returns {status, more, last_id, (worker_id, record, worker_status) * n}
-          status: OK; more: 1 when ids follow last_id
+          status: OK; more: 1 when ids follow last_id; a worker whose record does not
+          decode is set aside, its row (worker_id, why, -2)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -16,6 +18,7 @@
 local config_key = KEYS[1]
 local workers_key = KEYS[2]
 local worker_ids_key = KEYS[3]
+local quarantine_key = KEYS[4]
 local after = ARGV[1]
 local limit = arg_int(ARGV[2], 1, 1024)
 
@@ -33,10 +36,17 @@ local now = now_ms()
 local hb_timeout, remove_after = workers_settings(config_key)
 local out = {ST_OK, more, ids[#ids] or ''}
 for _, worker_id in ipairs(ids) do
-  local rec = worker_load(workers_key, worker_id)
+  local rec, why, raw = worker_load(workers_key, worker_id)
   local status = WORKER_REMOVED
   if rec then status = worker_status(rec, now, hb_timeout, remove_after) end
-  if status == WORKER_REMOVED then
+  if rec == false then
+    -- Set aside where this runs on a primary (a read-only replica refuses: left out).
+    if pcall(worker_aside, quarantine_key, workers_key, worker_ids_key, worker_id, raw, why) then
+      out[#out + 1] = worker_id
+      out[#out + 1] = why
+      out[#out + 1] = -2  -- a row set aside (flo_redis/worker_ops.py: SET_ASIDE)
+    end
+  elseif status == WORKER_REMOVED then
     local removed = redis.pcall('HDEL', workers_key, worker_id)  -- refused to read-only
     if type(removed) ~= 'table' then redis.call('ZREM', worker_ids_key, worker_id) end
   else

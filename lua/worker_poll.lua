@@ -3,9 +3,11 @@
   KEYS[1] config   HASH  namespace settings
   KEYS[2] workers  HASH  worker_id -> msgpack record
   KEYS[3] worker_ids ZSET  worker ids
+  KEYS[4] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] worker_id
   Returns {status, metadata}
-          status: OK | NOT_FOUND (not registered or removed) | UNHEALTHY | DRAINING
+          status: OK | NOT_FOUND (not registered or removed) | UNHEALTHY | DRAINING |
+          BAD_RECORD (its record does not decode: it was set aside; register again)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -13,9 +15,14 @@
 local config_key = KEYS[1]
 local workers_key = KEYS[2]
 local worker_ids_key = KEYS[3]
+local quarantine_key = KEYS[4]
 local worker_id = ARGV[1]
 
-local rec = worker_load(workers_key, worker_id)
+local rec, why, raw = worker_load(workers_key, worker_id)
+if rec == false then
+  worker_aside(quarantine_key, workers_key, worker_ids_key, worker_id, raw, why)
+  return {ST_BAD_RECORD}
+end
 if not rec then return {ST_NOT_FOUND} end
 local hb_timeout, remove_after = workers_settings(config_key)
 local status = worker_status(rec, now_ms(), hb_timeout, remove_after)

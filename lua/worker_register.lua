@@ -31,6 +31,6 @@ rec.tc = 0
 rec.tf = 0
 rec.ra = now
 rec.hb = now
-worker_save(workers_key, worker_id, rec)
+record_save(workers_key, worker_id, rec)
 redis.call('ZADD', worker_ids_key, 0, worker_id)
 return {ST_OK}

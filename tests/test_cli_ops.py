@@ -83,7 +83,7 @@ def test_status_shows_every_action_worker_and_group(
     [group] = data["groups"]
     assert group == {
         "stream": "events", "group": "billing", "partitions": 1, "consumers": 1,
-        "pending": 1, "lag": 2, "dead_letters": 1,
+        "pending": 1, "lag": 2, "dead_letters": 1, "quarantined": 0,
     }  # fmt: skip
     table = cli(redis_url, namespace, "status")
     assert table.exit_code == 0, table.output

@@ -26,6 +26,7 @@ from flo_redis import (
     actions,
     keys,
     progress,
+    quarantine,
     queue,
     reclaim,
     run_reports,
@@ -102,6 +103,9 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     # A page of workers names at most this many owners, all asked about in one call.
     ("worker_presence.lua", "MAX_CHANNELS"): [
         (_checks.MAX_LIST_LIMIT, "_checks.MAX_LIST_LIMIT"),
+    ("quarantine_delete.lua", "MAX_IDS"): [(quarantine.MAX_DELETE, "quarantine.MAX_DELETE")],
+    ("group_quarantine.lua", "MAX_ENTRIES"): [
+        (_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT"),
     ],
 }
 

@@ -66,6 +66,9 @@ def script_keys(script: str, namespace: str, name: str, partition: int = 0) -> l
     elif family == "worker":
         source = namespace_keys(namespace)
         tag, tails = source.tag, {}
+    elif family == "quarantine":  # any quarantine: here a group's, the others' below
+        sk = stream_keys(namespace, name, partition)
+        tag, source, tails = sk.tag, sk.group("billing"), {}
     else:
         pytest.fail(f"{script}: no key family for prefix {family!r}; teach this test")
     tails["channels"] = [owner_channel(tag, o) for o in OWNERS]
@@ -82,13 +85,32 @@ def test_the_scripts_are_the_lua_files() -> None:
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 @pytest.mark.parametrize(("namespace", "name"), NAMES)
 def test_every_scripts_keys_hash_to_one_slot(script: str, namespace: str, name: str) -> None:
-    partitions = (0, 1, 7) if script.startswith(("stream_", "group_")) else (0,)
+    partitions = (0, 1, 7) if script.startswith(("stream_", "group_", "quarantine_")) else (0,)
     for partition in partitions:
         keys = script_keys(script, namespace, name, partition)
         assert keys, script
         assert len(set(keys)) == len(keys), f"{script}: a key is passed twice"
         slots = {key_slot(k.encode()) for k in keys}
         assert len(slots) == 1, f"{script} (partition {partition}) spans slots {slots}"
+
+
+@pytest.mark.parametrize(("namespace", "name"), NAMES)
+def test_every_quarantine_lives_in_the_slot_of_what_it_serves(namespace: str, name: str) -> None:
+    pairs = [
+        (action_keys(namespace, name).quarantine, action_keys(namespace, name).runs),
+        (queue_keys(namespace, name).quarantine, queue_keys(namespace, name).msgs),
+        (namespace_keys(namespace).quarantine, namespace_keys(namespace).workers),
+        *(
+            (
+                stream_keys(namespace, name, p).group("g").quarantine,
+                stream_keys(namespace, name, p).log,
+            )
+            for p in (0, 3)
+        ),
+    ]
+    for quarantine, served in pairs:
+        assert quarantine.endswith(":quarantine")
+        assert key_slot(quarantine.encode()) == key_slot(served.encode()), quarantine
 
 
 def test_the_partitions_of_a_stream_have_their_own_slots() -> None:

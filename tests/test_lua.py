@@ -244,6 +244,25 @@ def test_every_helper_a_script_keeps_is_one_it_calls(name: str) -> None:
     assert sorted(bodies.keys() - reached) == []
 
 
+_LIB_NAMES = {
+    name
+    for path in (LUA / "lib").glob("*.lua")
+    for name in re.findall(r"^local (?:function )?(\w+)", path.read_text(), re.MULTILINE)
+}
+
+
+@pytest.mark.parametrize("name", sorted(load_all()))
+def test_every_helper_a_script_names_is_in_its_own_text(name: str) -> None:
+    """Sent by SHA (on a cluster, or when FCALL is refused) a script carries only what
+    its includes define, while as a function it sees every helper of the library: a
+    helper or constant of lib/ it names but does not include works in one mode only."""
+    code = _code_of(load_all()[name].source)
+    defined = set(re.findall(r"^local (?:function )?(\w+)", code, re.MULTILINE))
+    defined |= {n.strip() for line in re.findall(r"^local ([\w, ]+)=", code, re.MULTILINE)
+                for n in line.split(",")}  # fmt: skip
+    assert sorted((set(re.findall(r"\w+", code)) & _LIB_NAMES) - defined) == []
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [

@@ -42,8 +42,9 @@ end
 
 -- Complete each item of `items`, a flat array of run_id, token ('' = token-less), result,
 -- outcome of each item in turn, under the rules of complete_verdict, in order: a run
--- named twice sees the first complete. Calls answer(status, duplicate, detail) for each
--- item, in order; returns how many took effect.
+-- named twice sees the first complete. A record that does not decode is set aside
+-- (run_aside: `k` names quarantine) and its item answered BAD_RECORD. Calls
+-- answer(status, duplicate, detail) for each item, in order; returns how many took effect.
 local function complete_runs(k, action, now, items, worker_id, answer)
   local n_items = #items / 4
   if n_items == 0 then return 0 end
@@ -54,18 +55,29 @@ local function complete_runs(k, action, now, items, worker_id, answer)
   local owned, records, done, ended = {}, {}, {}, {}
   local n_owned, n_ended, stale = 0, 0, 0
   local at_now, max_payload = num_arg(now), action.max_payload
-  local pack, unpack_record = cmsgpack.pack, cmsgpack.unpack
+  local pack = cmsgpack.pack
   for i = 1, n_items do
     local at = 4 * i - 3
     local run_id = items[at]
     local run = loaded[run_id]
+    local status, duplicate, detail
     if run == nil then
-      run = raws[i] and unpack_record(raws[i]) or false
+      local raw, why = raws[i], nil
+      run = false
+      if raw then
+        run, why = run_decode(raw)
+        -- Not one the scripts can use: set aside, and refused (a run named again in the
+        -- batch is then not found).
+        if not run then run_aside(k, run_id, raw, why) end
+      end
       loaded[run_id] = run
+      if why then status, duplicate, detail = ST_BAD_RECORD, 0, -1 end
     end
     local holder = run and run.o
-    local status, duplicate, detail = complete_verdict(run, items[at + 1], worker_id,
-      items[at + 2], items[at + 3], max_payload)
+    if not status then
+      status, duplicate, detail = complete_verdict(run, items[at + 1], worker_id,
+        items[at + 2], items[at + 3], max_payload)
+    end
     if status == ST_STALE then stale = stale + 1 end
     if status == ST_OK and duplicate == 0 then
       run.ct = now

@@ -71,8 +71,8 @@ local function handoff_unseen(polls_key, times_key, field, poll_id, received, no
   if not raw or not string.find(raw, HANDOFF_MARK, 1, true) then return end
   local at = tonumber(redis.call('ZSCORE', times_key, field))
   if not at or at < now - POLL_MEMORY_MS then return end
-  local memo = cmsgpack.unpack(raw)
-  if memo.h ~= 1 or memo.p == poll_id then return end
+  local memo = poll_memo_decode(raw)
+  if not memo or memo.h ~= 1 or memo.p == poll_id then return end
   for i = 1, #memo.ids do
     if string.format('%s %d', memo.ids[i], memo.tokens[i]) ~= received then
       each(memo.ids[i], memo.tokens[i])
@@ -80,6 +80,20 @@ local function handoff_unseen(polls_key, times_key, field, poll_id, received, no
       got(memo.ids[i], memo.tokens[i])
     end
   end
+end
+
+-- The park `memo` holds and its labels (nil: none), or nil when it holds none, or one
+-- that does not decode (a poll memo that cannot be read is as none: lib/polls.lua).
+local function handoff_park_of(memo)
+  local park = memo and memo.k
+  if type(park) ~= 'table' or type(park.o) ~= 'string' or type(park.ch) ~= 'string'
+      or type(park.lb) ~= 'string' then
+    return nil
+  end
+  if park.lb == '' then return park, nil end
+  local labels = record_decode(park.lb)
+  if not labels then return nil end
+  return park, labels
 end
 
 -- The input of `run_id` for a hand-off message: false when larger than HANDOFF_INPUT_MAX
@@ -108,10 +122,8 @@ local function handoff_give(k, action, run_id, run, input, now, skip_owner, fiel
   local sent = input
   for _, field in ipairs(fields) do
     local raw = redis.call('HGET', k.polls, field)
-    local memo = raw and cmsgpack.unpack(raw)
-    local park = memo and memo.k
-    local labels = nil
-    if park and park.lb ~= '' then labels = cmsgpack.unpack(park.lb) end
+    local memo = raw and record_decode(raw)
+    local park, labels = handoff_park_of(memo)
     if not park then
       redis.call('ZREM', k.parked, field)
     elseif park.o ~= skip_owner and labels_match(run.lb, labels) then
@@ -172,8 +184,13 @@ local function handoff_ready(k, action, now, n, skip_owner)
       local first = redis.call('ZRANGE', k.pending, 0, 0, 'WITHSCORES')
       local head = first[1]
       if not head then break end
-      local run = run_load(k.runs, head)
-      if run and run.s == RUN_PENDING then
+      local run, why, raw = run_load(k.runs, head)
+      if run == false then
+        -- Not one the scripts can use: set aside where the script reports what it set
+        -- aside, else left at the head for a claim to.
+        if not k.aside then break end
+        run_aside(k, head, raw, why)
+      elseif run and run.s == RUN_PENDING then
         if not handoff_give(k, action, head, run, nil, now, skip_owner, nil, tonumber(first[2]))
         then
           break
@@ -205,8 +222,8 @@ local function handoff_unpark_worker(k, worker_id)
   local ended = 0
   for _, field in ipairs(redis.call('ZRANGE', k.parked, 0, PARK_SCAN_MAX - 1)) do
     local raw = redis.call('HGET', k.polls, field)
-    local memo = raw and cmsgpack.unpack(raw)
-    if memo and memo.k and memo.k.w == worker_id then
+    local memo = raw and record_decode(raw)
+    if memo and handoff_park_of(memo) and memo.k.w == worker_id then
       redis.call('ZREM', k.parked, field)
       redis.call('HDEL', k.polls, field)
       redis.call('ZREM', k.poll_times, field)

@@ -26,13 +26,13 @@ local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_ke
   end
   redis.call('HSET', k.inputs, run_id, input)
   if due > now then
-    run_save(k.runs, run_id, run)
+    record_save(k.runs, run_id, run)
     redis.call('ZADD', k.delayed, due, run_id)
     handoff_delayed(k, run_id)
   elseif k.parked and handoff_new(k, action, run_id, run, input, now) then
     return run_id, true
   else
-    run_save(k.runs, run_id, run)
+    record_save(k.runs, run_id, run)
     queue_push(k.meta, k.pending, run_id, run)
     redis.call('SPUBLISH', k.wake, '1')
   end

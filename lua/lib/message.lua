@@ -6,6 +6,9 @@
   dead-lettered), its payload in `bodies`, and
   the message's place: `ready` (priority, then FIFO), `leases` (delivered, invisible until
   the deadline) or `dead`. Helpers take the keys they touch from the caller's KEYS table.
+  A record the scripts cannot use (it does not decode, or a number they count with is
+  not one) reads as false: the script sets it aside (msg_aside) with its payload and goes
+  on, answering BAD_RECORD for it where it was named.
 ]]
 --@include lib/status.lua
 --@include lib/owners.lua
@@ -20,13 +23,53 @@ local MSG_MAX_COUNT = 1000
 local MSG_MAX_VISIBILITY_MS = 43200000
 local MSG_MAX_DELIVERIES = 1000
 
-local msg_load, msg_save = record_load, record_save
+-- The record `raw` and whether it is a message record the scripts can compute with:
+-- priority, enqueued ms, deliveries and limit numbers; the requeue mark and dead-letter
+-- time numbers and the owner a string when there. By arithmetic and comparisons, as
+-- run_unpack (lib/run.lua) does; raises for bytes that are not a msgpack map: run under
+-- pcall.
+local function msg_unpack(raw)
+  local m, more = cmsgpack.unpack(raw)
+  local p, t, d, lim, b, x, o, q = m.p, m.t, m.d, m.m, m.b, m.x, m.o, m.q
+  return m, more == nil and p == p + 0 and t == t + 0 and d == d + 0 and lim == lim + 0
+    and (b == nil or b == b + 0) and (x == nil or x == x + 0) and (o == nil or o >= '')
+    and (q == nil or q == q + 0)
+end
+
+-- The message record `raw` decoded: its table, or false and why the scripts cannot use it.
+local function msg_decode(raw)
+  local ok, m, fine = pcall(msg_unpack, raw)
+  if ok and fine then return m end
+  local decoded, why = record_decode(raw)
+  if not decoded then return false, why end
+  return false, 'not a message record: priority, time, deliveries, limit or owner not of its type'
+end
+
+-- The record of message `seq`: nil when there is none; false, why and its bytes when it
+-- is not one the scripts can use (msg_decode).
+local function msg_load(msgs_key, seq)
+  return record_load(msgs_key, seq, msg_decode)
+end
+
+-- Set aside the record `raw` of message `seq` (not usable: `why`) into k.quarantine with
+-- its payload, and take the message out of the queue: its record, its payload and its
+-- place in each of the sets k names (ready, leases, dead). Listed in k.aside when the
+-- script has one.
+local function msg_aside(k, seq, raw, why)
+  record_aside(k.quarantine, 'message', seq, raw, why, redis.call('HGET', k.bodies, seq),
+    k.aside)
+  redis.call('HDEL', k.msgs, seq)
+  redis.call('HDEL', k.bodies, seq)
+  for _, set in ipairs({'ready', 'leases', 'dead'}) do
+    if k[set] then redis.call('ZREM', k[set], seq) end
+  end
+end
 
 -- Make a message ready to be delivered, in its priority's FIFO place (its queue order
 -- `q`; a message queued by an older version has none: its seq was its order).
 local function msg_make_ready(k, seq, m)
   m.o = nil
-  msg_save(k.msgs, seq, m)
+  record_save(k.msgs, seq, m)
   redis.call('ZADD', k.ready, priority_score(m.p, m.q or tonumber(seq)), seq)
 end
 
@@ -40,7 +83,7 @@ local function msg_release(k, seq, m, now)
   if m.d - (m.b or 0) >= m.m then
     m.o = nil
     m.x = now
-    msg_save(k.msgs, seq, m)
+    record_save(k.msgs, seq, m)
     redis.call('ZADD', k.dead, now, seq)
     return 0
   end
@@ -54,10 +97,12 @@ local function msg_expire(k, now, limit)
   local seqs = redis.call('ZRANGE', k.leases, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
   local ready, expired = 0, 0
   for _, seq in ipairs(seqs) do
-    local m = msg_load(k.msgs, seq)
+    local m, why, raw = msg_load(k.msgs, seq)
     if m then
       expired = expired + 1
       ready = ready + msg_release(k, seq, m, now)
+    elseif m == false then
+      msg_aside(k, seq, raw, why)
     else
       redis.call('ZREM', k.leases, seq)
     end
@@ -84,9 +129,11 @@ end
 -- The per-seq answer for a report (ack / nack) on a message that is not held as asked:
 -- delivered elsewhere or not delivered (STALE), gone within the span of seqs the counter
 -- handed out since it was made (OK: acked already), or outside it (NOT_FOUND: never
--- handed out, or handed out before Redis lost the data that held it).
+-- handed out, or handed out before Redis lost the data that held it); BAD_RECORD for one whose record
+-- was set aside (m false).
 local function msg_unheld_status(meta_key, seq, m)
   if m then return ST_STALE end
+  if m == false then return ST_BAD_RECORD end
   local n = tonumber(seq)
   local span = redis.call('HMGET', meta_key, 'seq0', 'seq')
   local first, last = tonumber(span[1]) or 1, tonumber(span[2]) or 0
@@ -114,7 +161,8 @@ local function msg_parse_reports(packed_seqs, packed_tokens, limit)
   return seqs, tokens
 end
 
--- The reply of a listing: {OK, n, messages...} for up to `count` seqs of `set_key`.
+-- The reply of a listing: {OK, n, messages...} for up to `count` seqs of `set_key` (a
+-- message whose record the scripts cannot use is left out: a listing changes nothing).
 local function msg_list(msgs_key, bodies_key, set_key, count)
   local out = {ST_OK, 0}
   for _, seq in ipairs(redis.call('ZRANGE', set_key, 0, count - 1)) do

@@ -8,13 +8,35 @@
   only once the reply to poll n arrived: its memo is kept under "<poller>" and replaced
   (or dropped, when nothing was handed) by the poller's next poll. So memos grow with
   the pollers alive, not with the claims made. Any other poll id keeps a memo of its own.
+  A memo that does not decode (lib/record.lua) reads as none: it only ever replays a lost
+  reply, the poller's next poll replaces it and it is forgotten after POLL_MEMORY_MS,
+  while what it named stays held under its leases.
 ]]
+--@include lib/record.lua
 local POLL_MEMORY_MS = 120000
 local POLL_FORGET_BATCH = 100
 
 -- The field a poll's memo is kept under: its poller for "<poller>#<n>", else the id.
 local function poll_field(poll_id)
   return string.match(poll_id, '^(.+)#[^#]*$') or poll_id
+end
+
+-- The memo `raw` decoded, or nil when it is not one: ids and tokens (strings or numbers,
+-- and numbers), and a batch (group_read) that is a string.
+local function poll_memo_decode(raw)
+  local memo = record_decode(raw)
+  if not memo then return nil end
+  local ids, tokens, b = memo.ids, memo.tokens, memo.b
+  if type(ids) ~= 'table' or type(tokens) ~= 'table' or (b and type(b) ~= 'string') then
+    return nil
+  end
+  for i = 1, #ids do
+    local id = ids[i]
+    if (type(id) ~= 'string' and type(id) ~= 'number') or type(tokens[i]) ~= 'number' then
+      return nil
+    end
+  end
+  return memo
 end
 
 local function poll_memo()
@@ -42,8 +64,8 @@ local function poll_recall(polls_key, times_key, poll_id, now)
   -- A memo of an earlier poll of the same poller (the usual case: each poll of a poller
   -- asks) does not hold the text of this poll id: answered without decoding its ids.
   if not string.find(raw, poll_id, 1, true) then return nil end
-  local memo = cmsgpack.unpack(raw)
-  if memo.p ~= poll_id then return nil end  -- an earlier poll of the same poller
+  local memo = poll_memo_decode(raw)
+  if not memo or memo.p ~= poll_id then return nil end  -- an earlier poll of the poller
   return memo
 end
 

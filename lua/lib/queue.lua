@@ -107,7 +107,7 @@ local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
   run.o = nil
   local delay = run_backoff_ms(backoff_base, backoff_cap, run.a)
   run.rd = now + delay
-  run_save(k.runs, run_id, run)
+  record_save(k.runs, run_id, run)
   if delay > 0 then
     redis.call('ZADD', k.delayed, now + delay, run_id)
     return 0
@@ -124,7 +124,7 @@ local function queue_bury(k, run_id, run, now, status)
   offer_forget(run)
   owned_drop(k.owned, run.o, run_id)
   run.o = nil
-  run_save(k.runs, run_id, run)
+  record_save(k.runs, run_id, run)
   redis.call('ZADD', k.failed, now, run_id)
   run_ended(k.ended, run_id)
   if status == RUN_TIMED_OUT then redis.call('HINCRBY', k.meta, TALLY_TIMED_OUT, 1) end
@@ -161,7 +161,7 @@ local function queue_unoffer(k, run_id, run)
   run.o = nil
   offer_forget(run)
   run.ox = returns
-  run_save(k.runs, run_id, run)
+  record_save(k.runs, run_id, run)
   if k.rate then redis.call('ZREM', k.rate, run.t) end
   if place then
     redis.call('ZADD', k.pending, num_arg(place), run_id)
@@ -174,14 +174,17 @@ end
 -- goes back to wait; one on its last attempt ends TIMED_OUT. An offer not accepted in
 -- its window goes back to its place, unspent (queue_unoffer; stat:offers_expired), but
 -- for the one that runs out after OFFER_FREE_RETURNS in a row: that one counts as its
--- attempt's lease. Returns how many became ready.
+-- attempt's lease. One whose record the scripts cannot use is set aside (run_aside: `k`
+-- names quarantine). Returns how many became ready.
 local function queue_expire(k, now, limit, backoff_base, backoff_cap)
   local ids = redis.call('ZRANGE', k.leases, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
   local ready, expired, offers = 0, 0, 0
   for _, run_id in ipairs(ids) do
     redis.call('ZREM', k.leases, run_id)
-    local run = run_load(k.runs, run_id)
-    if run and run.s == RUN_RUNNING and offer_free(run) then
+    local run, why, raw = run_load(k.runs, run_id)
+    if run == false then
+      run_aside(k, run_id, raw, why)
+    elseif run and run.s == RUN_RUNNING and offer_free(run) then
       offers = offers + 1
       queue_unoffer(k, run_id, run)
       ready = ready + 1
@@ -256,9 +259,9 @@ local function queue_forget(k, set_key, ids, count_timed_out)
       local raw = records[i]
       if raw and ((find_ik and string.find(raw, RECORD_IK, 1, true))
           or (count_timed_out and string.find(raw, RECORD_TIMED_OUT, 1, true))) then
-        local run = cmsgpack.unpack(raw)
-        if run.ik then idem_keys[#idem_keys + 1] = run.ik end
-        if run.s == RUN_TIMED_OUT then timed_out = timed_out + 1 end
+        local run = run_decode(raw)  -- one that does not decode is forgotten all the same
+        if run and run.ik then idem_keys[#idem_keys + 1] = run.ik end
+        if run and run.s == RUN_TIMED_OUT then timed_out = timed_out + 1 end
       end
     end
   end

@@ -9,6 +9,10 @@
   pg / pt the last progress value its handler reported and when (run_progress),
   tr the producer's trace context (a msgpack map of W3C trace headers, opaque here; absent
   when the invoke carried none), handed to the worker with each claim.
+  A record the scripts cannot compute with (it does not decode, or a field they add,
+  compare, join or hand out has another type) reads as false: the script sets it aside
+  (run_aside) and goes on with the others, or refuses the one run it was asked about
+  with BAD_RECORD.
 ]]
 --@include lib/status.lua
 --@include lib/record.lua
@@ -22,7 +26,82 @@ local RUN_TIMED_OUT = 5
 -- Leases of actions with timeout_ms = 0 never expire; this deadline stands for "never".
 local NEVER_MS = 4503599627370496
 
-local run_load, run_save = record_load, record_save
+-- Why a decoded record `run` is not a run record the scripts can compute with: a status
+-- they know; attempt, max attempts and created ms numbers; token, priority, ready and
+-- started ms numbers when there; owner, trace and idempotency key strings and labels a
+-- map when there. The explanation, for a record run_decode refused (type() is a call
+-- per field: too dear for every record a claim reads).
+local function run_check(run)
+  local type = type
+  if type(run) ~= 'table' then return 'not a msgpack map' end
+  local s = run.s
+  if type(s) ~= 'number' or s < RUN_PENDING or s > RUN_TIMED_OUT or s % 1 ~= 0 then
+    return 'not a run record: no status it knows'
+  end
+  if type(run.a) ~= 'number' or type(run.mr) ~= 'number' or type(run.c) ~= 'number' then
+    return 'not a run record: attempt, max attempts or created time not a number'
+  end
+  local t, p, rd, st = run.t, run.p, run.rd, run.st
+  if (t and type(t) ~= 'number') or (p and type(p) ~= 'number')
+      or (rd and type(rd) ~= 'number') or (st and type(st) ~= 'number') then
+    return 'not a run record: token, priority, ready or started time not a number'
+  end
+  local o, tr, ik, lb = run.o, run.tr, run.ik, run.lb
+  if (o and type(o) ~= 'string') or (tr and type(tr) ~= 'string')
+      or (ik and type(ik) ~= 'string') or (lb and type(lb) ~= 'table') then
+    return 'not a run record: owner, trace, idempotency key or labels not of its type'
+  end
+  return 'not a run record: a number in it is not a number (NaN)'
+end
+
+-- The record `raw` and whether it is a run record the scripts can compute with (the
+-- same rules as run_check, by arithmetic and comparisons, which cost a fraction of its
+-- calls: `x == x + 0` holds for a number only (a numeric string is equal to no number),
+-- `x >= ''` for a string only, and anything else raises). Raises for bytes that are not one msgpack value, or another
+-- value than a map: run under pcall.
+local function run_unpack(raw)
+  local run, more = cmsgpack.unpack(raw)
+  local s, a, mr, c = run.s, run.a, run.mr, run.c
+  local t, p, rd, st = run.t, run.p, run.rd, run.st
+  local o, tr, ik, lb = run.o, run.tr, run.ik, run.lb
+  return run, more == nil
+    and (s == RUN_PENDING or s == RUN_RUNNING or s == RUN_COMPLETED or s == RUN_FAILED
+      or s == RUN_CANCELLED or s == RUN_TIMED_OUT)
+    and a == a + 0 and mr == mr + 0 and c == c + 0
+    and (t == nil or t == t + 0) and (p == nil or p == p + 0)
+    and (rd == nil or rd == rd + 0) and (st == nil or st == st + 0)
+    and (o == nil or o >= '') and (tr == nil or tr >= '') and (ik == nil or ik >= '')
+    and (lb == nil or type(lb) == 'table')
+end
+
+-- The run record `raw` decoded: its table, or false and why the scripts cannot use it.
+local function run_decode(raw)
+  local ok, run, fine = pcall(run_unpack, raw)
+  if ok and fine then return run end
+  local decoded, why = record_decode(raw)  -- why, the slow way, on the way that fails only
+  if not decoded then return false, why end
+  return false, run_check(decoded)
+end
+
+-- The record of `run_id`: nil when there is none; false, why and its bytes when it is
+-- not one the scripts can use (run_decode).
+local function run_load(runs_key, run_id)
+  return record_load(runs_key, run_id, run_decode)
+end
+
+-- Set aside the record `raw` of `run_id` (not usable: `why`) into k.quarantine with its
+-- input, and take the run out of the queue: its record, its input, and its id from each
+-- of the sets k names (pending, delayed, leases, done, failed). Its owner index entry, if
+-- any, is left to the reclaim's clean-up. Listed in k.aside when the script has one.
+local function run_aside(k, run_id, raw, why)
+  record_aside(k.quarantine, 'run', run_id, raw, why, redis.call('HGET', k.inputs, run_id),
+    k.aside)
+  redis.call('HDEL', k.runs, run_id)
+  redis.call('HDEL', k.inputs, run_id)
+  for _, set in ipairs({'pending', 'delayed', 'leases', 'done', 'failed'}) do
+    if k[set] then redis.call('ZREM', k[set], run_id) end
+  end
+end
 
 -- Is the caller the current holder? With a token the token decides; without one (flo's
 -- token-less signature) the worker id of the current holder does.
@@ -33,12 +112,18 @@ local function run_is_holder(run, token, worker_id)
 end
 
 -- The run `run_id` when the caller holds it (run_is_holder); else nil and the reply to
--- refuse with: {NOT_FOUND}, or {STALE, run status}, counted in stat:stale_refused.
-local function run_held(runs_key, meta_key, run_id, token, worker_id)
-  local run = run_load(runs_key, run_id)
+-- refuse with: {NOT_FOUND}, {BAD_RECORD} (the record was set aside: run_aside, so `k`
+-- names runs, inputs, leases, quarantine) or {STALE, run status}, counted in
+-- stat:stale_refused (k.meta).
+local function run_held(k, run_id, token, worker_id)
+  local run, why, raw = run_load(k.runs, run_id)
+  if run == false then
+    run_aside(k, run_id, raw, why)
+    return nil, {ST_BAD_RECORD}
+  end
   if not run then return nil, {ST_NOT_FOUND} end
   if not run_is_holder(run, token, worker_id) then
-    redis.call('HINCRBY', meta_key, 'stat:stale_refused', 1)
+    redis.call('HINCRBY', k.meta, 'stat:stale_refused', 1)
     return nil, {ST_STALE, run.s}
   end
   return run

@@ -15,3 +15,4 @@ local ST_WRONG_OWNER = 10   -- the lease / slot is held by another owner
 local ST_OWNER_ALIVE = 11   -- the lease owner is alive; nothing to reclaim
 local ST_BAD_ARG = 12       -- ARGV[i] is not what the header takes: {ST_BAD_ARG, i}
 local ST_BAD_SETTING = 13   -- a setting stored for the action does not parse
+local ST_BAD_RECORD = 14    -- the stored record does not decode; it was set aside (quarantine)

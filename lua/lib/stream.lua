@@ -9,9 +9,13 @@
   (batches, batch_due; see "Batches" below), not per entry: an entry has its own due time
   and delivery record only once it is an exception (redelivered, nacked, claimed, timed
   out or taken back from a gone owner).
+  A delivery record that does not decode (lib/record.lua) reads as none: it only says who
+  holds the delivery, which the pending entries list still tells; it goes with the
+  entry's ack, as any delivery record.
 ]]
 --@include lib/owners.lua
 --@include lib/checked.lua
+--@include lib/record.lua
 
 local GROUP_ACK_TIMEOUT_MS = 30000
 local GROUP_MAX_DELIVER = 10
@@ -153,10 +157,14 @@ local function group_stale(p, token, consumer)
   return token ~= '' and (p[4] ~= tonumber(token) or (consumer ~= '' and p[2] ~= consumer))
 end
 
+-- The delivery record of `id`: {o owner, c consumer, nk}, {} when there is none (or it
+-- does not decode; an owner that is not a string reads as none).
 local function group_delivery(deliveries_key, id)
   local raw = redis.call('HGET', deliveries_key, id)
-  if not raw then return {} end
-  return cmsgpack.unpack(raw)
+  local rec = raw and record_decode(raw)
+  if not rec then return {} end
+  if type(rec.o) ~= 'string' then rec.o = nil end
+  return rec
 end
 
 -- The owners recorded for `ids` (nil where an entry has no delivery record), in one read.
@@ -164,7 +172,8 @@ local function group_delivery_owners(deliveries_key, ids)
   local owners = {}
   local raw = redis.call('HMGET', deliveries_key, unpack(ids))
   for i = 1, #ids do
-    if raw[i] then owners[i] = cmsgpack.unpack(raw[i]).o end
+    local rec = raw[i] and record_decode(raw[i])
+    if rec and type(rec.o) == 'string' then owners[i] = rec.o end
   end
   return owners
 end
