@@ -28,6 +28,9 @@ Metrics (labels in braces; counts are plain numbers, times in seconds):
 - ``flo_redis_worker_oldest_heartbeat_age_seconds{namespace}``: the oldest heartbeat
   among workers not gone (absent without any): a frozen process keeps its liveness
   subscription, so this is what shows it;
+- ``flo_redis_quarantined{namespace, action}``, ``flo_redis_stream_group_quarantined``
+  ``{namespace, stream, group}`` and ``flo_redis_workers_quarantined{namespace}``:
+  records set aside because they do not decode (:mod:`flo_redis.quarantine`);
 - ``flo_redis_exporter_up``: 1 when the last scrape read Redis, else 0.
 """
 
@@ -110,6 +113,21 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
         "The oldest heartbeat among workers whose process is not gone.",
         labels=["namespace"],
     )
+    quarantined = GaugeMetricFamily(
+        "flo_redis_quarantined",
+        "Records of an action set aside because they do not decode (runs, schedules, slots).",
+        labels=["namespace", "action"],
+    )
+    group_quarantined = GaugeMetricFamily(
+        "flo_redis_stream_group_quarantined",
+        "Records of a group set aside because their headers do not decode.",
+        labels=group_labels,
+    )
+    workers_quarantined = GaugeMetricFamily(
+        "flo_redis_workers_quarantined",
+        "Worker registry records set aside because they do not decode.",
+        labels=["namespace"],
+    )
     for ov in overviews:
         ns = ov.namespace
         for a in ov.actions:
@@ -120,6 +138,7 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
             finished.add_metric([ns, a.action, "failed"], a.failed_total)
             if a.next_due_ms is not None:
                 next_due.add_metric([ns, a.action], a.next_due_ms / 1000)
+            quarantined.add_metric([ns, a.action], a.quarantined)
         for g in ov.groups:
             labels = [ns, g.stream, g.group]
             if g.lag is not None:
@@ -127,6 +146,7 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
             pending.add_metric(labels, g.pending)
             consumers.add_metric(labels, g.consumers)
             dead.add_metric(labels, g.dead_letters)
+            group_quarantined.add_metric(labels, g.quarantined)
         summary = ov.worker_summary
         for status in (*(s.name for s in WorkerStatus), GONE):
             workers.add_metric([ns, status.lower()], summary.by_health.get(status, 0))
@@ -134,8 +154,9 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
         slots.add_metric([ns], summary.capacity)
         if summary.oldest_heartbeat_age_ms is not None:
             heartbeat_age.add_metric([ns], summary.oldest_heartbeat_age_ms / 1000)
+        workers_quarantined.add_metric([ns], ov.workers_quarantined)
     return [runs, finished, next_due, lag, pending, consumers, dead, workers, busy, slots,
-            heartbeat_age]  # fmt: skip
+            heartbeat_age, quarantined, group_quarantined, workers_quarantined]  # fmt: skip
 
 
 class QueueCollector(Collector):

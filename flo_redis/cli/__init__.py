@@ -32,6 +32,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "exporter",
     "scripts",
     "acl",
+    "quarantine",
 )
 
 

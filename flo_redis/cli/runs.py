@@ -7,7 +7,7 @@ import click
 from .._runs import FINAL
 from ..action_ops import RunPage, RunState, run_cursor
 from ..client import FloClient
-from ..errors import ValidationError
+from ..errors import BadRecordError, ValidationError
 from ..keys import action_of_run
 from ..types import ActionRunStatus
 from . import _ops as ops
@@ -88,6 +88,11 @@ def list_runs(
             whole=[0],
         )
     )
+    if page.unreadable:
+        click.echo(
+            f"records that do not decode (set aside at their next claim, report or requeue): "
+            f"{', '.join(page.unreadable)}"
+        )
     if page.cursor is not None:
         say(f"more: --cursor '{page.cursor.decode()}'")
 
@@ -139,7 +144,13 @@ def cancel(url: str, namespace: str, as_json: bool, yes: bool, run_id: str) -> N
     worker cancels the handler. Exit 1 if it already ended."""
 
     async def run(client: FloClient) -> tuple[ActionRunStatus, ActionRunStatus]:
-        before = await client.action.status(run_id)
+        try:
+            before = await client.action.status(run_id)
+        except BadRecordError:
+            # Its record does not decode: the cancel sets it aside into the action's
+            # quarantine and says so (BadRecordError, exit 1); nothing is lost.
+            await client.action.cancel(run_id)
+            raise
         if before.status not in FINAL:
             ops.confirm(yes, f"Cancel run {run_id} ({before.status.name})?")
         await client.action.cancel(run_id)  # a finished run: ConflictError, exit 1

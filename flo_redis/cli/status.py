@@ -43,15 +43,19 @@ def render(ov: Overview) -> Group:
     actions = table(
         f"Actions in {ov.namespace!r}",
         ["action", "pending", "delayed", "running", "completed", "failed", "timed out",
-         "done/h", "failed/h", f"done/min (last {SPARK_MINUTES})"],
+         "set aside", "done/h", "failed/h", f"done/min (last {SPARK_MINUTES})"],
         [
             (a.action, a.pending, a.delayed, a.running, a.completed, a.failed, a.timed_out,
-             a.completed_last_hour, a.failed_last_hour, sparkline(a.completed_per_minute))
+             a.quarantined, a.completed_last_hour, a.failed_last_hour,
+             sparkline(a.completed_per_minute))
             for a in ov.actions
         ],
     )  # fmt: skip
     workers = table(
-        "Workers",
+        "Workers" + (
+            f" ({ov.workers_quarantined} record(s) set aside: flo-redis quarantine list "
+            "--workers)" if ov.workers_quarantined else ""
+        ),
         ["worker", "status", "load", "completed", "failed", "heartbeat", "actions"],
         [
             (w.worker_id, health(w), f"{w.current_load}/{w.max_concurrency}",
@@ -62,10 +66,10 @@ def render(ov: Overview) -> Group:
     )  # fmt: skip
     groups = table(
         "Stream groups",
-        ["stream", "group", "lag", "pending", "consumers", "dead letters"],
+        ["stream", "group", "lag", "pending", "consumers", "dead letters", "set aside"],
         [
             (g.stream, g.group, "?" if g.lag is None else g.lag, g.pending, g.consumers,
-             g.dead_letters)
+             g.dead_letters, g.quarantined)
             for g in ov.groups
         ],
     )  # fmt: skip
@@ -97,8 +101,8 @@ def register(group: click.Group) -> None:
 def status(
     url: str, namespace: str, as_json: bool, watch: bool, interval: float, count: int | None
 ) -> None:
-    """Every action (runs by state, throughput), worker and stream group (lag, pending,
-    dead letters) of the namespace."""
+    """Every action (runs by state, records set aside, throughput), worker and stream
+    group (lag, pending, dead letters, records set aside) of the namespace."""
     if watch and as_json:
         raise click.UsageError("--watch shows tables; use --json without --watch")
     if not watch:

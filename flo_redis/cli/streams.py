@@ -34,10 +34,10 @@ def _parse_id(text: str) -> StreamID:
 def _groups_table(title: str, groups: tuple[GroupCounts, ...]) -> object:
     return ops.table(
         title,
-        ["stream", "group", "lag", "pending", "consumers", "dead letters"],
+        ["stream", "group", "lag", "pending", "consumers", "dead letters", "set aside"],
         [
             (g.stream, g.group, "?" if g.lag is None else g.lag, g.pending, g.consumers,
-             g.dead_letters)
+             g.dead_letters, g.quarantined)
             for g in groups
         ],
     )  # fmt: skip

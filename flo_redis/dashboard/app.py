@@ -24,6 +24,13 @@ from ..client import FloClient
 from ..discovery import health
 from ..errors import ConflictError, FloError, NotFoundError, ValidationError
 from ..keys import action_of_run
+from ..quarantine import (
+    ActionQuarantine,
+    GroupQuarantine,
+    Quarantine,
+    QueueQuarantine,
+    WorkerQuarantine,
+)
 from ..types import StreamID
 from . import data
 from .guard import Guard, Refused, Throttled, local_path
@@ -43,6 +50,8 @@ DONE = {
     "purged": "{n} runs purged.",
     "drained": "Worker told to drain: it takes no new work and stops when its runs finish.",
     "replayed": "Dead letters appended to the stream again.",
+    "put_back": "Record put back where it was set aside from.",
+    "deleted": "Record deleted from the quarantine for good.",
     "login": "Logged in: changes are allowed from this browser.",
     "logout": "Logged out.",
 }
@@ -76,6 +85,7 @@ def create_app(client: FloClient, guard: Guard) -> web.Application:
     app.router.add_get("/workers", workers)
     app.router.add_get("/streams", streams)
     app.router.add_get("/group", group)
+    app.router.add_get("/quarantine", quarantine)
     app.router.add_get("/login", login_form)
     app.router.add_post("/login", login)
     app.router.add_post("/logout", logout)
@@ -85,6 +95,8 @@ def create_app(client: FloClient, guard: Guard) -> web.Application:
     app.router.add_post("/action/purge", purge)
     app.router.add_post("/worker/drain", drain_worker)
     app.router.add_post("/group/replay", replay)
+    app.router.add_post("/quarantine/replay", quarantine_replay)
+    app.router.add_post("/quarantine/delete", quarantine_delete)
     app.router.add_get("/static/style.css", stylesheet)
     return app
 
@@ -99,6 +111,7 @@ def _templates() -> jinja2.Environment:
     env.filters["ago"] = _ago
     env.filters["preview"] = _preview
     env.filters["health"] = health
+    env.filters["hexdump"] = lambda raw: raw[:48].hex(" ") + (" …" if len(raw) > 48 else "")
     env.filters["sid"] = lambda sid: sid.to_redis() if isinstance(sid, StreamID) else str(sid)
     env.globals["sparkline"] = sparkline
     return env
@@ -238,7 +251,12 @@ async def run(request: web.Request) -> web.StreamResponse:
 
 async def workers(request: web.Request) -> web.StreamResponse:
     page = await data.workers(request.app[CLIENT])
-    return await _page(request, "workers.html", {"workers": page.workers, "summary": page.summary})
+    set_aside = await request.app[CLIENT].quarantine.count(WorkerQuarantine())
+    return await _page(
+        request,
+        "workers.html",
+        {"workers": page.workers, "summary": page.summary, "set_aside": set_aside},
+    )
 
 
 async def streams(request: web.Request) -> web.StreamResponse:
@@ -251,6 +269,38 @@ async def group(request: web.Request) -> web.StreamResponse:
         request.app[CLIENT], _required(request, "stream"), _required(request, "group")
     )
     return await _page(request, "group.html", {"page": page})
+
+
+def _scope(fields: Mapping[str, str]) -> Quarantine:
+    """The quarantine a page or form names: ``action``, ``queue``, ``stream`` with
+    ``group`` (and ``partition``), or ``workers``."""
+    if fields.get("action"):
+        return ActionQuarantine(fields["action"])
+    if fields.get("queue"):
+        return QueueQuarantine(fields["queue"])
+    if fields.get("stream") and fields.get("group"):
+        partition = fields.get("partition", "0")
+        if not partition.isdigit():
+            raise ValidationError(f"partition must be a number, got {partition!r}")
+        return GroupQuarantine(fields["stream"], fields["group"], int(partition))
+    if fields.get("workers"):
+        return WorkerQuarantine()
+    raise ValidationError("the page needs ?action=, ?queue=, ?stream=&group= or ?workers=1")
+
+
+async def quarantine(request: web.Request) -> web.StreamResponse:
+    scope = _scope(request.query)
+    client = request.app[CLIENT]
+    page = await client.quarantine.list(
+        scope, limit=data.QUARANTINE_ROWS, after=request.query.get("after") or None
+    )
+    context = {
+        "page": page,
+        "total": await client.quarantine.count(scope),
+        "where": scope.label(client.session),
+        "scope": data.scope_fields(scope),
+    }
+    return await _page(request, "quarantine.html", context)
 
 
 async def login_form(request: web.Request) -> web.StreamResponse:
@@ -348,6 +398,18 @@ async def replay(request: web.Request) -> web.StreamResponse:
     else:
         await request.app[CLIENT].stream.replay_dead_letters(stream, group_name)
     raise _back(fields, "replayed")
+
+
+async def quarantine_replay(request: web.Request) -> web.StreamResponse:
+    fields = await _form(request)
+    await request.app[CLIENT].quarantine.replay(_scope(fields), fields.get("id", ""))
+    raise _back(fields, "put_back")
+
+
+async def quarantine_delete(request: web.Request) -> web.StreamResponse:
+    fields = await _form(request)
+    await request.app[CLIENT].quarantine.delete(_scope(fields), [fields.get("id", "")])
+    raise _back(fields, "deleted")
 
 
 # --- filters ---------------------------------------------------------------------------

@@ -15,6 +15,12 @@ from .. import discovery
 from ..action_ops import ActionCounts, RunPage, RunState
 from ..client import FloClient
 from ..discovery import WorkerSummary
+from ..quarantine import (
+    ActionQuarantine,
+    GroupQuarantine,
+    Quarantine,
+    QueueQuarantine,
+)
 from ..reclaim import LivenessStats
 from ..stream_ops import GroupCounts
 from ..streams import DeadLetter, StreamDeadLetterOptions
@@ -33,6 +39,7 @@ from ..types import (
 RUNS_SHOWN = 50  # runs a page of an action's runs lists
 RECENT_FAILURES = 10  # failed runs on the overview
 GROUP_ROWS = 100  # pending entries / dead letters listed for a group
+QUARANTINE_ROWS = 50  # records set aside a quarantine page lists
 REQUEUEABLE = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED)
 CANCELLABLE = (RunStatus.PENDING, RunStatus.RUNNING)
 
@@ -123,6 +130,17 @@ async def action_page(
     info = next((a for a in actions.actions if a.name == name), None)
     serving = [w for w in await discovery.all_workers(client) if name in w.task_types]
     return ActionPage(info, counts, runs, stats, serving)
+
+
+def scope_fields(scope: Quarantine) -> dict[str, str]:
+    """The fields that name ``scope`` in a link or a form (the page's ``_scope``)."""
+    if isinstance(scope, ActionQuarantine):
+        return {"action": scope.action}
+    if isinstance(scope, QueueQuarantine):
+        return {"queue": scope.queue}
+    if isinstance(scope, GroupQuarantine):
+        return {"stream": scope.stream, "group": scope.group, "partition": str(scope.partition)}
+    return {"workers": "1"}
 
 
 async def streams(client: FloClient) -> list[StreamRow]:
