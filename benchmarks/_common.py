@@ -28,6 +28,18 @@ def private_redis() -> RedisServer:
         raise SystemExit(f"{exc} (or set REDIS_URL)") from exc
 
 
+def script_times(entries: list[dict[str, Any]]) -> dict[bytes, list[int]]:
+    """The ``SLOWLOG`` durations (µs) of script calls by the script's SHA: ``EVALSHA``,
+    and ``FCALL`` of a function whose name ends in it (the log also holds the commands
+    scripts run, which are left out)."""
+    by_sha: dict[bytes, list[int]] = {}
+    for entry in entries:
+        words = entry["command"].split()
+        if words[0].lower() in (b"evalsha", b"fcall"):
+            by_sha.setdefault(words[1][-40:], []).append(int(entry["duration"]))
+    return by_sha
+
+
 def with_db(url: str, db: int) -> str:
     """``url`` pointing at database ``db`` (replacing any database it names)."""
     scheme, rest = url.split("://", 1)

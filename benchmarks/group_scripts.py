@@ -24,7 +24,7 @@ from flo_redis import FloClient, StreamGroupReadOptions
 from flo_redis._gateway import GROUP_ACK_MANY, GROUP_READ
 from flo_redis.keys import stream_keys
 
-from ._common import private_redis
+from ._common import private_redis, script_times
 
 BATCH = 100
 SLOWLOG_LEN = 1_000_000  # the commands a script runs are logged too
@@ -59,11 +59,7 @@ async def measure(url: str, n: int) -> dict[str, Any]:
         log_entries = await raw.slowlog_get(SLOWLOG_LEN)
         await raw.config_set("slowlog-log-slower-than", 10000)
     await raw.aclose()
-    by_sha: dict[bytes, list[int]] = {}
-    for entry in log_entries:
-        words = entry["command"].split()
-        if words[0].lower() in (b"evalsha", b"fcall"):  # a function's name ends in the SHA
-            by_sha.setdefault(words[1][-40:], []).append(int(entry["duration"]))
+    by_sha = script_times(log_entries)
     out: dict[str, Any] = {"entries": done, "batch": BATCH}
     for script in (GROUP_READ, GROUP_ACK_MANY):
         calls = by_sha.get(script.lua.sha.encode(), [])
