@@ -23,6 +23,7 @@ from ._replies import BulkStep
 from ._runs import read_run, unreadable_run
 from ._scripts import Arg
 from ._status import Status, refusal
+from ._type_base import LUA_INT
 from .codec import BadRecord
 from .errors import ValidationError
 from .keys import ActionKeys
