@@ -20,6 +20,7 @@ from ..quarantine import (
     WorkerQuarantine,
 )
 from . import _ops as ops
+from ._render import say
 
 
 def register(group: click.Group) -> None:
@@ -136,7 +137,7 @@ def list_quarantine(
         )
     )
     if page.cursor is not None:
-        click.echo(f"more: --after {page.cursor}")
+        say(f"more: --after {page.cursor}")
 
 
 @quarantine.command("replay")
@@ -178,7 +179,7 @@ def replay(
         await client.quarantine.replay(scope, entry_id, record)
 
     ops.with_client(url, namespace, run)
-    click.echo(f"put back {entry_id}")
+    say(f"put back {entry_id}")
 
 
 @quarantine.command("delete")
@@ -213,4 +214,4 @@ def delete(
         ops.confirm(yes, f"Delete {len(ids)} record(s) set aside? This cannot be undone.")
         return await client.quarantine.delete(scope, ids)
 
-    click.echo(f"deleted {ops.with_client(url, namespace, run)} record(s)")
+    say(f"deleted {ops.with_client(url, namespace, run)} record(s)")

@@ -89,7 +89,7 @@ def list_runs(
         )
     )
     if page.unreadable:
-        click.echo(
+        say(
             f"records that do not decode (set aside at their next claim, report or requeue): "
             f"{', '.join(page.unreadable)}"
         )
