@@ -21,9 +21,10 @@
   Returns {status}   status: OK | NOT_FOUND (no such quarantine entry) | OUT_OF_RANGE (a
           kind that is not put back: a slot, which is free again; or a bad due_ms) |
           BAD_RECORD (the record does not decode) | CONFLICT (a run or schedule of that
-          name exists again)
+          name exists again) | BAD_ARG
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 --@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/queue.lua
@@ -33,8 +34,10 @@ local k = {quarantine = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   schedule_due = KEYS[10]}
 local entry_id = ARGV[1]
 local record = ARGV[2]
-local due_ms = tonumber(ARGV[3])
+local due_ms = arg_int(ARGV[3], 0, INT_MAX)
 
+if not arg_stream_id(entry_id) then return {ST_BAD_ARG, 1} end
+if not due_ms then return {ST_BAD_ARG, 3} end
 local aside = record_set_aside(k.quarantine, entry_id)
 if not aside then return {ST_NOT_FOUND} end
 local kind, field = aside[1], aside[2]
@@ -64,7 +67,7 @@ if kind == 'run' then
     end
   end
 elseif kind == 'schedule' then
-  if not due_ms or due_ms < 1 then return {ST_OUT_OF_RANGE} end
+  if due_ms < 1 then return {ST_OUT_OF_RANGE} end
   if not record_decode(record) then return {ST_BAD_RECORD} end
   if redis.call('HEXISTS', k.schedules, field) == 1 then return {ST_CONFLICT} end
   redis.call('HSET', k.schedules, field, record)

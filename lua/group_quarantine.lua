@@ -14,26 +14,25 @@
   ARGV[1] group
   ARGV[2] entries  msgpack array, flat: entry id, delivery count, why of each entry (at
                    most 1000 entries)
-  Returns {status, n, entry_id * n}   status: OK | NO_GROUP | OUT_OF_RANGE (entries not so);
+  Returns {status, n, entry_id * n}   status: OK | NO_GROUP | BAD_ARG;
           the entries set aside
 ]]
 --@include lib/status.lua
 --@include lib/stream.lua
+--@include lib/checked.lua
 local k = {log = KEYS[1], config = KEYS[2]}
 local g = {due = KEYS[3], deliveries = KEYS[4], owned = KEYS[5], quarantine = KEYS[6]}
 local group = ARGV[1]
-local entries = ARGV[2]
 local MAX_ENTRIES = 1000
+local entries = arg_array(ARGV[2], 3 * MAX_ENTRIES)
 
-local ok
-ok, entries = pcall(cmsgpack.unpack, entries)
-if not ok or type(entries) ~= 'table' or #entries % 3 ~= 0 or #entries > 3 * MAX_ENTRIES then
-  return {ST_OUT_OF_RANGE, 0}
-end
+if not group_named(k.config, group) then return {ST_BAD_ARG, 1} end
+if not entries or #entries % 3 ~= 0 then return {ST_BAD_ARG, 2} end
 for i = 1, #entries, 3 do
-  if type(entries[i]) ~= 'string' or type(entries[i + 1]) ~= 'number'
-      or type(entries[i + 2]) ~= 'string' then
-    return {ST_OUT_OF_RANGE, 0}
+  local count = entries[i + 1]
+  if not arg_stream_id(entries[i]) or type(count) ~= 'number' or count < 1
+      or count % 1 ~= 0 or type(entries[i + 2]) ~= 'string' then
+    return {ST_BAD_ARG, 2}
   end
 end
 if not group_exists(k.log, k.config) then return {ST_NO_GROUP, 0} end

@@ -11,15 +11,18 @@
   ARGV[2] headers   the headers to append it with (msgpack map, checked by the caller), or
                     '' for none
   Returns {status, new_id}   status: OK | NOT_FOUND (no such quarantine entry) |
-          OUT_OF_RANGE (the entry is not a stream entry)
+          OUT_OF_RANGE (the entry is not a stream entry) | BAD_ARG
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 --@include lib/stream.lua
 --@include lib/record.lua
 local k = {log = KEYS[1], meta = KEYS[2], wake = KEYS[3], quarantine = KEYS[4]}
 local entry_id = ARGV[1]
 local headers = ARGV[2]
 
+if not arg_stream_id(entry_id) then return {ST_BAD_ARG, 1} end
+if headers ~= '' and not arg_map(headers) then return {ST_BAD_ARG, 2} end
 local aside = record_set_aside(k.quarantine, entry_id)
 if not aside then return {ST_NOT_FOUND} end
 if aside[1] ~= 'entry' then return {ST_OUT_OF_RANGE} end

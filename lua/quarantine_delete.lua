@@ -4,20 +4,14 @@
   and payload they keep. Ids not there are skipped.
   KEYS[1] quarantine  STREAM  records set aside (lib/record.lua)
   ARGV[1] ids   msgpack array of quarantine entry ids (at most 1000)
-  Returns {status, n}   status: OK | OUT_OF_RANGE (ids not so); n: entries deleted
+  Returns {status, n}   status: OK | BAD_ARG; n: entries deleted
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 local quarantine_key = KEYS[1]
-local ids = ARGV[1]
 local MAX_IDS = 1000
+local ids = arg_stream_ids(ARGV[1], MAX_IDS)
 
-local ok
-ok, ids = pcall(cmsgpack.unpack, ids)
-if not ok or type(ids) ~= 'table' or #ids > MAX_IDS then return {ST_OUT_OF_RANGE, 0} end
-for _, id in ipairs(ids) do
-  if type(id) ~= 'string' or not string.match(id, '^%d+%-%d+$') then
-    return {ST_OUT_OF_RANGE, 0}
-  end
-end
+if not ids then return {ST_BAD_ARG, 1} end
 if #ids == 0 then return {ST_OK, 0} end
 return {ST_OK, redis.call('XDEL', quarantine_key, unpack(ids))}

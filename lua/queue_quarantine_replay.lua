@@ -12,16 +12,18 @@
   ARGV[1] entry_id  the quarantine entry's id
   ARGV[2] record    the message record to put back
   Returns {status}   status: OK | NOT_FOUND (no such quarantine entry) | OUT_OF_RANGE (not
-          a message) | BAD_RECORD (the record does not decode) | CONFLICT (the seq holds
+          a message) | BAD_ARG | BAD_RECORD (the record does not decode) | CONFLICT (the seq holds
           a message again)
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 --@include lib/message.lua
 local k = {quarantine = KEYS[1], msgs = KEYS[2], bodies = KEYS[3], ready = KEYS[4],
   dead = KEYS[5], wake = KEYS[6]}
 local entry_id = ARGV[1]
 local record = ARGV[2]
 
+if not arg_stream_id(entry_id) then return {ST_BAD_ARG, 1} end
 local aside = record_set_aside(k.quarantine, entry_id)
 if not aside then return {ST_NOT_FOUND} end
 if aside[1] ~= 'message' or not tonumber(aside[2]) then return {ST_OUT_OF_RANGE} end

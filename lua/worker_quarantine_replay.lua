@@ -8,10 +8,11 @@
   ARGV[1] entry_id  the quarantine entry's id
   ARGV[2] record    the worker record to put back
   Returns {status}   status: OK | NOT_FOUND (no such quarantine entry) | OUT_OF_RANGE (not
-          a worker record) | BAD_RECORD (the record does not decode) | CONFLICT (the
+          a worker record) | BAD_ARG | BAD_RECORD (the record does not decode) | CONFLICT (the
           worker is registered again)
 ]]
 --@include lib/status.lua
+--@include lib/checked.lua
 --@include lib/workers.lua
 local quarantine_key = KEYS[1]
 local workers_key = KEYS[2]
@@ -19,6 +20,7 @@ local worker_ids_key = KEYS[3]
 local entry_id = ARGV[1]
 local record = ARGV[2]
 
+if not arg_stream_id(entry_id) then return {ST_BAD_ARG, 1} end
 local aside = record_set_aside(quarantine_key, entry_id)
 if not aside then return {ST_NOT_FOUND} end
 if aside[1] ~= 'worker' then return {ST_OUT_OF_RANGE} end

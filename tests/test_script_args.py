@@ -26,6 +26,7 @@ from redis.exceptions import ResponseError
 
 from flo_redis import (
     ActionInvokeOptions,
+    ActionQuarantine,
     ActionRegisterOptions,
     DequeueOptions,
     FloClient,
@@ -36,15 +37,28 @@ from flo_redis import (
     _gateway,
 )
 from flo_redis._gateway import (
+    ACTION_QUARANTINE_REPLAY,
     ALL,
     DASHBOARD_LOGIN,
     DASHBOARD_SESSION_CLOSE,
     DASHBOARD_SESSION_TOUCH,
+    GROUP_QUARANTINE,
+    GROUP_QUARANTINE_REPLAY,
+    QUEUE_QUARANTINE_REPLAY,
     SCHEDULE_FIRE,
+    SCHEDULE_QUARANTINE,
+    WORKER_QUARANTINE_REPLAY,
 )
 from flo_redis._scripts import LIBRARY, SCRIPTS
 from flo_redis._status import Status
-from flo_redis.keys import action_keys, dashboard_keys, run_id_prefix
+from flo_redis.keys import (
+    action_keys,
+    dashboard_keys,
+    namespace_keys,
+    queue_keys,
+    run_id_prefix,
+    stream_keys,
+)
 from flo_redis.progress import report_progress
 from flo_redis.reclaim import reclaim_owners
 
@@ -56,6 +70,7 @@ TEXT = {
     "consumer", "name", "after_id", "expected_owner", "inputs", "owner",
     "worker_list.after",  # a worker id, where stream_trim's `after` is a stream id
     "attempt_id",
+    "record", "why",  # a record set aside (opaque bytes), and why it was
 }  # fmt: skip
 # An argument may be left out: '' is its "not given" (the header says so).
 MAY_BE_EMPTY = {
@@ -71,7 +86,7 @@ MALFORMED: list[str | bytes] = [
 # Malformed for some arguments only: '' (left out), a negative (a delta), a huge int.
 MAYBE: list[str | bytes] = ["", "-1", str(2**53 + 2), msgpack.packb({"x": [1]})]
 # Arguments that are stream ids: digits alone are one ('<ms>', sequence 0).
-STREAM_IDS = {"start", "stop", "after", "bound"}
+STREAM_IDS = {"start", "stop", "after", "bound", "entry_id"}
 
 
 @dataclass(frozen=True)
@@ -176,6 +191,23 @@ async def _workload(c: FloClient) -> None:
     await c.queue.reclaim_gone_owners("q")
     await act.register("gone")
     await act.delete("gone")
+    # the quarantines (flo_redis/quarantine.py): a record set aside, put back, deleted
+    await SCHEDULE_QUARANTINE(c.session, keys, ["hourly", b"x", "why"])
+    raw = c.redis
+    await raw.hset(keys.runs, "job:1000", b"\x80\x01")
+    await raw.zadd(keys.pending, {"job:1000": 0})
+    await c.worker.register("w2", ["job"])
+    await c.worker.await_tasks("w2", ["job"], 1, WorkerAwaitOptions(block_ms=0))
+    [aside] = (await c.quarantine.list(ActionQuarantine("job"))).records
+    await quiet(c.quarantine.replay(ActionQuarantine("job"), aside.id))
+    await ACTION_QUARANTINE_REPLAY(c.session, keys, [aside.id, b"\x80", 0])
+    await QUEUE_QUARANTINE_REPLAY(c.session, queue_keys(c.namespace, "q"), ["1-0", b"\x80"])
+    await WORKER_QUARANTINE_REPLAY(c.session, namespace_keys(c.namespace), ["1-0", b"\x80"])
+    part = stream_keys(c.namespace, "s")
+    pair = (part, part.group("g"))
+    await GROUP_QUARANTINE(c.session, pair, ["g", msgpack.packb(["1-0", 1, "why"])])
+    await GROUP_QUARANTINE_REPLAY(c.session, pair, ["1-0", ""])
+    await c.quarantine.delete(ActionQuarantine("job"), [aside.id])
     # the dashboard's sessions (flo_redis/dashboard/guard.py)
     dash = dashboard_keys(c.namespace, "127.0.0.1", "ab" * 32)
     await DASHBOARD_LOGIN(
