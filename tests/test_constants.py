@@ -103,6 +103,7 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     # A page of workers names at most this many owners, all asked about in one call.
     ("worker_presence.lua", "MAX_CHANNELS"): [
         (_checks.MAX_LIST_LIMIT, "_checks.MAX_LIST_LIMIT"),
+    ],
     ("quarantine_delete.lua", "MAX_IDS"): [(quarantine.MAX_DELETE, "quarantine.MAX_DELETE")],
     ("group_quarantine.lua", "MAX_ENTRIES"): [
         (_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT"),
