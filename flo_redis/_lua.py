@@ -269,6 +269,50 @@ class LuaLibrary:
     functions: dict[str, str]  # the function's name -> the script's name
 
 
+# Lua 5.1 refuses a function with more than 200 locals active at once, and a library's
+# top level is one function: helpers only one family of scripts uses are defined inside
+# a ``do ... end`` block of that family's, which ends their locals with it.
+_MAX_LOCALS = 200
+# A script's family is its name's first word, but for these, which share their helpers:
+# a group is a stream's, and runs and schedules are an action queue's.
+_FAMILY_OF = {"group": "stream", "run": "action", "schedule": "action"}
+_LOCALS = re.compile(r"^local\s+(?:function\s+\w+|([\w\s,]+?)\s*=)", re.MULTILINE)
+
+
+def _family(script: str) -> str:
+    word = script.split("_", 1)[0]
+    return _FAMILY_OF.get(word, word)
+
+
+def _files(root: Traversable, names: list[str]) -> list[str]:
+    """``names`` and every file they include, each once, includes first."""
+    seen: set[str] = set()
+    ordered: list[str] = []
+
+    def expand(name: str) -> None:
+        if name not in seen:
+            seen.add(name)
+            for match in _INCLUDE.finditer(_read(root, name)):
+                expand(match.group(1))
+            ordered.append(name)
+
+    for name in names:
+        expand(name)
+    return ordered
+
+
+def _own_text(root: Traversable, name: str) -> str:
+    return _INCLUDE.sub("", _read(root, name))
+
+
+def _local_count(text: str) -> int:
+    """The top-level locals ``text`` declares (``local function f``: one; ``local a, b =``:
+    two)."""
+    return sum(
+        1 if m.group(1) is None else len(m.group(1).split(",")) for m in _LOCALS.finditer(text)
+    )
+
+
 def library(
     scripts: dict[str, LuaScript], root: Traversable | None = None
 ) -> tuple[LuaLibrary, dict[str, LuaScript]]:
@@ -276,23 +320,52 @@ def library(
     scripts with their function names. Its id is the hash of the helpers and the
     scripts' SHAs, so each version of the scripts is a library of its own; each
     function's name holds the library's id and its script's SHA (Function names are
-    unique across libraries)."""
+    unique across libraries).
+
+    Helpers the scripts of more than one family use are defined at the top; those of
+    one family only, inside that family's ``do ... end`` block with its functions
+    (lua/README.md, "Functions"), so no point of the library holds more than
+    :data:`_MAX_LOCALS` locals; past that the build is refused (:class:`LuaSourceError`)
+    rather than the load."""
     base = root if root is not None else lua_root()
     names = sorted(e.name for e in base.joinpath("lib").iterdir() if e.name.endswith(".lua"))
-    helpers = "".join(_pieces(base, [f"lib/{n}" for n in names]))
-    digest = hashlib.sha1(helpers.encode())  # and a helper no script uses
+    helpers = _files(base, [f"lib/{n}" for n in names])
+    users: dict[str, set[str]] = {name: set() for name in helpers}
+    for script_name in scripts:
+        for name in _files(base, [f"{script_name}.lua"]):
+            if name in users:
+                users[name].add(_family(script_name))
+    own = {name: _own_text(base, name) for name in helpers}
+    shared = [name for name in helpers if len(users[name]) != 1]
+    digest = hashlib.sha1("".join(own[n] for n in helpers).encode())  # with unused ones
     for name in sorted(scripts):
         digest.update(f"{name} {scripts[name].sha}\n".encode())
     lib_name = f"flo_{digest.hexdigest()[:12]}"
-    parts = [f"#!lua name={lib_name}\n", helpers]
+    parts = [f"#!lua name={lib_name}\n", *(own[n] for n in shared)]
+    top_locals = sum(_local_count(own[n]) for n in shared)
     named: dict[str, LuaScript] = {}
     functions: dict[str, str] = {}
-    for name, script in sorted(scripts.items()):
-        function = f"{lib_name}_{script.sha}"
-        body = _INCLUDE.sub("", _read(base, f"{name}.lua"))
-        parts.append(
-            f"\nredis.register_function('{function}', function(KEYS, ARGV)\n{body}\nend)\n"
-        )
-        functions[function] = name
-        named[name] = dataclasses.replace(script, function=function)
+    for family in sorted({_family(name) for name in scripts}):
+        mine = [n for n in helpers if users[n] == {family}]
+        peak = top_locals + sum(_local_count(own[n]) for n in mine)
+        if peak > _MAX_LOCALS:
+            raise LuaSourceError(
+                f"the Functions library would hold {peak} locals at once in the "
+                f"{family!r} scripts' block (Lua allows {_MAX_LOCALS}): move helpers "
+                "only those scripts use out of the helpers every family includes, or "
+                "fold small constants into their functions"
+            )
+        parts.append(f"\ndo -- the {family} scripts\n")
+        parts += [own[n] for n in mine]
+        for name, script in sorted(scripts.items()):
+            if _family(name) != family:
+                continue
+            function = f"{lib_name}_{script.sha}"
+            body = _INCLUDE.sub("", _read(base, f"{name}.lua"))
+            parts.append(
+                f"\nredis.register_function('{function}', function(KEYS, ARGV)\n{body}\nend)\n"
+            )
+            functions[function] = name
+            named[name] = dataclasses.replace(script, function=function)
+        parts.append(f"end -- the {family} scripts\n")
     return LuaLibrary(lib_name, "".join(parts), functions), named

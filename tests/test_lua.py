@@ -316,6 +316,29 @@ def test_the_library_holds_each_helper_once_and_each_script_as_a_function(
     assert added.name != changed.name  # a helper no script uses is in the library too
 
 
+def test_helpers_of_one_family_are_scoped_to_its_block_and_a_library_past_the_limit_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Lua allows 200 locals at once in a function, and the library's top level is one:
+    a helper only one family's scripts use lives in that family's block, and a build
+    that would still pass the limit is refused at build time, not by FUNCTION LOAD."""
+    files = {
+        "queue_one.lua": header("queue_one")
+        + "--@include lib/q.lua\n--@include lib/a.lua\nreturn Q + A\n",
+        "group_two.lua": header("group_two") + "--@include lib/a.lua\nreturn A\n",
+        "lib/a.lua": "local A = 1\n",
+        "lib/q.lua": "local Q = 2\n",
+    }
+    write(tmp_path, files)
+    lib, _ = library(load_all(tmp_path), tmp_path)
+    block = lib.source.index("do -- the queue scripts")
+    assert lib.source.index("local A = 1") < block < lib.source.index("local Q = 2")
+    many = "".join(f"local C{i} = {i}\n" for i in range(150))
+    write(tmp_path, {"lib/q.lua": many, "lib/a.lua": many.replace("C", "D")})
+    with pytest.raises(LuaSourceError, match="locals at once in the 'queue'"):
+        library(load_all(tmp_path), tmp_path)
+
+
 # --- no state outlives a call (flo_redis/_lua_state.py) -----------------------------
 
 _CONSTANTS = (
