@@ -212,7 +212,7 @@ async def test_a_claim_cannot_park_a_poller_on_another_owners_channel(server: Re
         keys = action_keys(held.ns, "job")
         victim = HandoffChannel(owner_channel(keys.tag, held.owner))  # its liveness channel
         forger_owner = f"forger-{uuid.uuid4().hex[:6]}"
-        args = ["w-forger", forger_owner, "", 1, "forger#1", 100, 30_000, ""]
+        args = ["w-forger", forger_owner, "", 1, "forger#1", 100, 30_000, "", 1000]
         claim = SCRIPTS["action_claim"]
         with redis.Redis.from_url(server.url) as admin:
             reply = run_script(admin, claim, ACTION_CLAIM.keys((keys, victim)), args)
