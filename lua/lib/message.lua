@@ -56,13 +56,7 @@ end
 -- place in each of the sets k names (ready, leases, dead). Listed in k.aside when the
 -- script has one.
 local function msg_aside(k, seq, raw, why)
-  record_aside(k.quarantine, 'message', seq, raw, why, redis.call('HGET', k.bodies, seq),
-    k.aside)
-  redis.call('HDEL', k.msgs, seq)
-  redis.call('HDEL', k.bodies, seq)
-  for _, set in ipairs({'ready', 'leases', 'dead'}) do
-    if k[set] then redis.call('ZREM', k[set], seq) end
-  end
+  record_aside_item(k, 'message', seq, raw, why, k.msgs, k.bodies, {'ready', 'leases', 'dead'})
 end
 
 -- Make a message ready to be delivered, in its priority's FIFO place (its queue order

@@ -51,6 +51,21 @@ local function record_aside(quarantine_key, kind, field, raw, why, payload, asid
   end
 end
 
+-- Set aside the record `raw` of a queued item of `kind` (a run, a message), stored under
+-- `field` of `records_key` with its payload under `field` of `payloads_key`, as
+-- record_aside does (into k.quarantine, listed in k.aside when the script has one), and
+-- take the item out of its queue: its record, its payload, and `field` from each of the
+-- sets of `k` that `sets` names and the caller passed.
+local function record_aside_item(k, kind, field, raw, why, records_key, payloads_key, sets)
+  record_aside(k.quarantine, kind, field, raw, why, redis.call('HGET', payloads_key, field),
+    k.aside)
+  redis.call('HDEL', records_key, field)
+  redis.call('HDEL', payloads_key, field)
+  for _, set in ipairs(sets) do
+    if k[set] then redis.call('ZREM', k[set], field) end
+  end
+end
+
 -- The quarantine entry `id` as {kind, field, bytes, why, payload}, or nil.
 local function record_set_aside(quarantine_key, id)
   local found = redis.call('XRANGE', quarantine_key, id, id)

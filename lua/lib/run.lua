@@ -94,13 +94,8 @@ end
 -- of the sets k names (pending, delayed, leases, done, failed). Its owner index entry, if
 -- any, is left to the reclaim's clean-up. Listed in k.aside when the script has one.
 local function run_aside(k, run_id, raw, why)
-  record_aside(k.quarantine, 'run', run_id, raw, why, redis.call('HGET', k.inputs, run_id),
-    k.aside)
-  redis.call('HDEL', k.runs, run_id)
-  redis.call('HDEL', k.inputs, run_id)
-  for _, set in ipairs({'pending', 'delayed', 'leases', 'done', 'failed'}) do
-    if k[set] then redis.call('ZREM', k[set], run_id) end
-  end
+  record_aside_item(k, 'run', run_id, raw, why, k.runs, k.inputs,
+    {'pending', 'delayed', 'leases', 'done', 'failed'})
 end
 
 -- Is the caller the current holder? With a token the token decides; without one (flo's
