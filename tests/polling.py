@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -26,3 +27,22 @@ async def eventually(
         if loop.time() >= deadline:
             raise AssertionError(f"condition not met within {timeout} s; last value {value!r}")
         await asyncio.sleep(interval)
+
+
+class _Worker(Protocol):
+    async def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def running(worker: _Worker) -> AsyncIterator[asyncio.Task[None]]:
+    """``worker`` started in a task for the ``async with`` body (the task is yielded);
+    stopped on the way out, its ``start()`` awaited for at most 30 s."""
+    task = asyncio.create_task(worker.start())
+    try:
+        yield task
+    finally:
+        worker.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 30)

@@ -8,12 +8,10 @@ bug elsewhere, a careless hand or a damaged restore would."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,13 +19,12 @@ import aiohttp
 import msgpack
 import pytest
 import redis.asyncio as aioredis
-from polling import eventually
+from polling import eventually, running
 from script_state import by_sha
 
 from flo_redis import (
     ActionContext,
     ActionQuarantine,
-    ActionWorker,
     BadRecordError,
     DequeueOptions,
     FloClient,
@@ -39,7 +36,6 @@ from flo_redis import (
     StreamGroupJoinOptions,
     StreamGroupReadOptions,
     StreamReadOptions,
-    StreamWorker,
     ValidationError,
     WorkerAwaitOptions,
     WorkerQuarantine,
@@ -72,17 +68,6 @@ def warnings_about(caplog: pytest.LogCaptureFixture, key: str) -> list[str]:
         and r.levelno == logging.WARNING
         and key in r.getMessage()
     ]
-
-
-@contextlib.asynccontextmanager
-async def running(worker: ActionWorker | StreamWorker) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(worker.start())
-    try:
-        yield task
-    finally:
-        worker.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
 
 
 def cli(redis_url: str, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:

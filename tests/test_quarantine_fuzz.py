@@ -17,7 +17,6 @@ import json
 import os
 import sys
 from asyncio.subprocess import PIPE
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -28,14 +27,13 @@ import pytest
 import redis.asyncio as aioredis
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from polling import eventually
+from polling import eventually, running
 from script_state import by_sha
 
 from flo_redis import (
     ActionContext,
     ActionQuarantine,
     ActionRegisterOptions,
-    ActionWorker,
     DequeueOptions,
     FloClient,
     FloError,
@@ -46,7 +44,6 @@ from flo_redis import (
     StreamGroupJoinOptions,
     StreamGroupReadOptions,
     StreamReadOptions,
-    StreamWorker,
     WorkerAwaitOptions,
     WorkerFailOptions,
     WorkerQuarantine,
@@ -94,17 +91,6 @@ class World:
     nacked: bytes = b""
     messages: list[bytes] = field(default_factory=list)
     bad_seq: int = 0
-
-
-@contextlib.asynccontextmanager
-async def running(worker: ActionWorker | StreamWorker) -> AsyncIterator[None]:
-    task = asyncio.create_task(worker.start())
-    try:
-        yield
-    finally:
-        worker.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
 
 
 async def build(client: FloClient, raw: aioredis.Redis, damage: dict[str, bytes]) -> World:
