@@ -30,6 +30,7 @@ import hashlib
 import re
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -284,25 +285,22 @@ def _family(script: str) -> str:
     return _FAMILY_OF.get(word, word)
 
 
-def _files(root: Traversable, names: list[str]) -> list[str]:
-    """``names`` and every file they include, each once, includes first."""
+def _files(includes: Callable[[str], list[str]], names: list[str]) -> list[str]:
+    """``names`` and every file they include, each once, includes first (``includes``:
+    the files a file includes, by its name)."""
     seen: set[str] = set()
     ordered: list[str] = []
 
     def expand(name: str) -> None:
         if name not in seen:
             seen.add(name)
-            for match in _INCLUDE.finditer(_read(root, name)):
-                expand(match.group(1))
+            for included in includes(name):
+                expand(included)
             ordered.append(name)
 
     for name in names:
         expand(name)
     return ordered
-
-
-def _own_text(root: Traversable, name: str) -> str:
-    return _INCLUDE.sub("", _read(root, name))
 
 
 def _local_count(text: str) -> int:
@@ -328,14 +326,28 @@ def library(
     :data:`_MAX_LOCALS` locals; past that the build is refused (:class:`LuaSourceError`)
     rather than the load."""
     base = root if root is not None else lua_root()
+    # Each file read and scanned for its includes once, though many scripts include it.
+    texts: dict[str, str] = {}
+    included: dict[str, list[str]] = {}
+
+    def read(name: str) -> str:
+        if name not in texts:
+            texts[name] = _read(base, name)
+        return texts[name]
+
+    def includes(name: str) -> list[str]:
+        if name not in included:
+            included[name] = [m.group(1) for m in _INCLUDE.finditer(read(name))]
+        return included[name]
+
     names = sorted(e.name for e in base.joinpath("lib").iterdir() if e.name.endswith(".lua"))
-    helpers = _files(base, [f"lib/{n}" for n in names])
+    helpers = _files(includes, [f"lib/{n}" for n in names])
     users: dict[str, set[str]] = {name: set() for name in helpers}
     for script_name in scripts:
-        for name in _files(base, [f"{script_name}.lua"]):
+        for name in _files(includes, [f"{script_name}.lua"]):
             if name in users:
                 users[name].add(_family(script_name))
-    own = {name: _own_text(base, name) for name in helpers}
+    own = {name: _INCLUDE.sub("", read(name)) for name in helpers}
     shared = [name for name in helpers if len(users[name]) != 1]
     digest = hashlib.sha1("".join(own[n] for n in helpers).encode())  # with unused ones
     for name in sorted(scripts):
@@ -361,7 +373,7 @@ def library(
             if _family(name) != family:
                 continue
             function = f"{lib_name}_{script.sha}"
-            body = _INCLUDE.sub("", _read(base, f"{name}.lua"))
+            body = _INCLUDE.sub("", read(f"{name}.lua"))
             parts.append(
                 f"\nredis.register_function('{function}', function(KEYS, ARGV)\n{body}\nend)\n"
             )
