@@ -35,9 +35,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from flo_redis import FloClient
-from flo_redis._gateway import ACTION_CLAIM, ACTION_INVOKE, RUN_COMPLETE_MANY
-from flo_redis.keys import action_keys
-from flo_redis.run_reports import CompleteItem
+from flo_redis._wire.gateway import ACTION_CLAIM, ACTION_INVOKE, RUN_COMPLETE_MANY
+from flo_redis._wire.keys import action_keys
+from flo_redis.actions.reports import CompleteItem
 from flo_redis.testing import free_port
 
 from ._common import private_redis, script_times

@@ -227,16 +227,16 @@ return {0, id, 0, 0}
 
 async def _kept(args: argparse.Namespace, script: str) -> dict[str, Any]:
     """``script`` one call at a time with the KEYS and ARGV of ``client.action.invoke``
-    of a 2-byte input, on a :class:`flo_redis._lane.Lane` of its own: one connection
+    of a 2-byte input, on a :class:`flo_redis._wire.lane.Lane` of its own: one connection
     kept aside, the command packed once by the lane's own packer, written and its reply
     read straight back, as flo's script calls are sent."""
     import msgpack
 
     from flo_redis import ActionRegisterOptions, FloClient
-    from flo_redis._gateway import ACTION_INVOKE
-    from flo_redis._lane import Lane, bulk, packed_command, packed_head
-    from flo_redis._runs import invoke_request
-    from flo_redis.keys import action_keys
+    from flo_redis._wire.gateway import ACTION_INVOKE
+    from flo_redis._wire.keys import action_keys
+    from flo_redis._wire.lane import Lane, bulk, packed_command, packed_head
+    from flo_redis.actions.runs import invoke_request
     from flo_redis.types import ActionInvokeOptions
 
     async with FloClient(args.url, namespace="bench") as client:

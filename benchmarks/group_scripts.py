@@ -21,8 +21,8 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from flo_redis import FloClient, StreamGroupReadOptions
-from flo_redis._gateway import GROUP_ACK_MANY, GROUP_READ
-from flo_redis.keys import stream_keys
+from flo_redis._wire.gateway import GROUP_ACK_MANY, GROUP_READ
+from flo_redis._wire.keys import stream_keys
 
 from ._common import private_redis, script_times
 

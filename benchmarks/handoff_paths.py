@@ -30,8 +30,8 @@ from flo_redis import (
     FloClient,
     WorkerFailOptions,
 )
-from flo_redis.keys import ActionKeys, action_keys, handoff_channel
-from flo_redis.reclaim import reclaim_gone_owners
+from flo_redis._session.reclaim import reclaim_gone_owners
+from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel
 
 from ._common import private_redis
 

@@ -1,7 +1,7 @@
 """``python -m benchmarks.library_check``: what the check of the script library costs.
 
 Before the first ``FCALL`` on each connection a client compares the server's library with
-the one it ships (``FUNCTION LIST WITHCODE``; ``flo_redis/_functions.py``). For ``N``
+the one it ships (``FUNCTION LIST WITHCODE``; ``flo_redis/_wire/functions.py``). For ``N``
 fresh connections this measures, on each: the check alone (one round trip bringing the
 library's code, and the comparison), a ``PING`` on the same connection for scale, and
 the first call of a script made on a checked connection and on one not yet checked
@@ -20,10 +20,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from flo_redis import FloClient
-from flo_redis._functions import Functions
-from flo_redis._gateway import ACTION_COUNTS
-from flo_redis._scripts import LIBRARY
-from flo_redis.keys import action_keys
+from flo_redis._wire.functions import Functions
+from flo_redis._wire.gateway import ACTION_COUNTS
+from flo_redis._wire.keys import action_keys
+from flo_redis._wire.runner import LIBRARY
 
 from ._common import percentile, private_redis
 

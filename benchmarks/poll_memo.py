@@ -18,7 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from flo_redis import FloClient, WorkerAwaitOptions
-from flo_redis.keys import action_keys
+from flo_redis._wire.keys import action_keys
 
 from ._common import private_redis
 

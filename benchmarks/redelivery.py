@@ -24,7 +24,7 @@ import time
 import uuid
 
 from flo_redis import ActionContext, ActionRegisterOptions, ActionType, FloClient, RunStatus
-from flo_redis.liveness import DEFAULT_GRACE_MS
+from flo_redis._session.liveness import DEFAULT_GRACE_MS
 from flo_redis.testing import RedisServer, RedisServerNotFound
 
 ACTION = "bench"

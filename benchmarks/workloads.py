@@ -12,7 +12,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from flo_redis import ActionRegisterOptions, FloClient
-from flo_redis._lua import load_all
+from flo_redis._wire.lua import load_all
 
 from ._common import percentile, progress
 from ._procs import Child

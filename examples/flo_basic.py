@@ -9,12 +9,7 @@ This example demonstrates:
 import asyncio
 import sys
 
-from flo_redis import (
-    DequeueOptions,
-    EnqueueOptions,
-    FloClient,
-    NotFoundError,
-)
+from flo_redis import DequeueOptions, EnqueueOptions, FloClient, NotFoundError
 
 
 async def queue_example(client: FloClient) -> None:

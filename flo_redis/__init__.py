@@ -4,12 +4,14 @@ Change ``from flo import FloClient`` to ``from flo_redis import FloClient`` and 
 endpoint at your Redis (``redis://localhost:6379``); the worker API is flo-python 0.1.2's.
 """
 
-from . import errors, types
-from .action_ops import ActionCounts, BulkResult, RunPage, RunState
-from .actions import ActionOperations
-from .client import FloClient
-from .errors import *  # noqa: F403  (the error tree: errors.__all__)
-from .quarantine import (
+from flo_redis import errors, types
+from flo_redis.actions.inspect import ActionCounts, BulkResult, RunPage, RunState
+from flo_redis.actions.operations import ActionOperations
+from flo_redis.actions.results import JsonSerializer, ResultEncodingError, ResultSerializer
+from flo_redis.actions.workers import WorkerOperations
+from flo_redis.client import FloClient
+from flo_redis.errors import *  # noqa: F403  (the error tree: errors.__all__)
+from flo_redis.quarantine import (
     ActionQuarantine,
     GroupQuarantine,
     QuarantinedRecord,
@@ -18,12 +20,16 @@ from .quarantine import (
     QueueQuarantine,
     WorkerQuarantine,
 )
-from .queue import QueueOperations
-from .results import JsonSerializer, ResultEncodingError, ResultSerializer
-from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from .streams import DeadLetter, StreamDeadLetterOptions, StreamGroupSettings, StreamOperations
-from .types import *  # noqa: F403  (the API's types: types.__all__)
-from .worker import (
+from flo_redis.queue.operations import QueueOperations
+from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from flo_redis.streams.operations import (
+    DeadLetter,
+    StreamDeadLetterOptions,
+    StreamGroupSettings,
+    StreamOperations,
+)
+from flo_redis.types import *  # noqa: F403  (the API's types: types.__all__)
+from flo_redis.worker.action_worker import (
     ActionContext,
     ActionResult,
     ActionWorker,
@@ -33,7 +39,6 @@ from .worker import (
     StreamWorker,
     StreamWorkerOptions,
 )
-from .worker_ops import WorkerOperations
 
 __version__ = "0.1.0"
 

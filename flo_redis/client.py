@@ -4,7 +4,7 @@ The endpoint is a Redis URL (``redis://``, ``rediss://``, ``unix://``, with ACL 
 password) or flo's bare ``host:port``; a Redis Cluster is reached with
 ``redis+cluster://host:port`` (``rediss+cluster://`` for TLS) or ``cluster=True``, naming
 any one node (the others are discovered). Every state change is one Lua script; this class
-composes a :class:`~flo_redis.session.Session` (connection, wake-ups, liveness, owner id,
+composes a :class:`~flo_redis._session.session.Session` (connection, wake-ups, liveness, owner id,
 settings) with the operation groups ``action``, ``worker``, ``stream``, ``queue``,
 ``slots`` and ``quarantine`` built on it, and makes workers.
 """
@@ -16,30 +16,35 @@ import dataclasses
 import logging
 import random
 
-from ._aio import ClosesOnExit
-from ._endpoint import (  # importable from here, as before
+from flo_redis._session.aio import ClosesOnExit
+from flo_redis._session.endpoint import (
     DEFAULT_MAX_CONNECTIONS,
     connect_redis,
     is_cluster_endpoint,
     normalize_endpoint,
     redact,
 )
-from ._registry import registered_namespaces
-from ._scripts import RedisConn
-from ._wake import Waker
-from .actions import ActionOperations
-from .errors import ConnectionFailedError, RedisVersionError
-from .liveness import DEFAULT_GRACE_MS, Liveness
-from .quarantine import QuarantineOperations
-from .queue import QueueOperations
-from .results import JSON, ResultSerializer
-from .retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from .session import DEFAULT_MAX_PAYLOAD_BYTES, ClientSettings, Session, new_owner_id
-from .slots import SlotOperations
-from .stream_worker import StreamHandler, StreamWorker
-from .streams import StreamOperations
-from .worker import DEFAULT_OFFER_WINDOW_MS, ActionWorker
-from .worker_ops import WorkerOperations
+from flo_redis._session.liveness import DEFAULT_GRACE_MS, Liveness
+from flo_redis._session.registry import registered_namespaces
+from flo_redis._session.session import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    ClientSettings,
+    Session,
+    new_owner_id,
+)
+from flo_redis._session.wake import Waker
+from flo_redis._wire.runner import RedisConn
+from flo_redis.actions.concurrency import SlotOperations
+from flo_redis.actions.operations import ActionOperations
+from flo_redis.actions.results import JSON, ResultSerializer
+from flo_redis.actions.workers import WorkerOperations
+from flo_redis.errors import ConnectionFailedError, RedisVersionError
+from flo_redis.quarantine import QuarantineOperations
+from flo_redis.queue.operations import QueueOperations
+from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from flo_redis.streams.operations import StreamOperations
+from flo_redis.worker.action_worker import DEFAULT_OFFER_WINDOW_MS, ActionWorker
+from flo_redis.worker.stream_worker import StreamHandler, StreamWorker
 
 log = logging.getLogger("flo_redis.client")
 

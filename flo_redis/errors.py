@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import redis.exceptions
 
-from .types import MAX_BLOCK_MS, ActionRunStatus, Ran, Reason, StatusCode
+from flo_redis.types import MAX_BLOCK_MS, ActionRunStatus, Ran, Reason, StatusCode
 
 __all__ = [
     "BadRecordError",

@@ -2,8 +2,8 @@
 ``__all__``), so that ``from flo.exceptions import NotFoundError`` migrates by renaming the
 package."""
 
-from . import errors
-from .errors import *  # noqa: F403
+from flo_redis import errors
+from flo_redis.errors import *  # noqa: F403
 
 __all__: list[str] = []
 __all__ += errors.__all__

@@ -27,9 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from . import _scripts
-from ._checks import check_count
-from ._gateway import (
+from flo_redis._session.session import Operations, Session
+from flo_redis._wire import runner
+from flo_redis._wire.checks import check_count
+from flo_redis._wire.codec import BadRecord, decoded, pack, text
+from flo_redis._wire.gateway import (
     ACTION_QUARANTINE_REPLAY,
     GROUP_QUARANTINE_REPLAY,
     QUARANTINE_DELETE,
@@ -37,14 +39,12 @@ from ._gateway import (
     SCHEDULE_DUE,
     WORKER_QUARANTINE_REPLAY,
 )
-from ._runs import read_run
-from ._status import Status, refusal
-from ._stream_codec import decode_headers
-from .codec import BadRecord, decoded, pack, text
-from .errors import ValidationError
-from .keys import action_keys, check_name, namespace_keys, queue_keys, stream_keys
-from .schedules import schedule_due_after
-from .session import Operations, Session
+from flo_redis._wire.keys import action_keys, check_name, namespace_keys, queue_keys, stream_keys
+from flo_redis._wire.status import Status, refusal
+from flo_redis._wire.stream_codec import decode_headers
+from flo_redis.actions.runs import read_run
+from flo_redis.actions.schedules import schedule_due_after
+from flo_redis.errors import ValidationError
 
 KEPT = 1000
 """Records each quarantine keeps: the newest (``lua/lib/record.lua``)."""
@@ -274,7 +274,7 @@ class QuarantineOperations(Operations):
         start = "-" if after is None else "(" + _entry_id("after", after)
         key = scope.keys(self._session)
         key = key[1].quarantine if isinstance(key, tuple) else key.quarantine
-        with _scripts.redis_errors("quarantine list"):
+        with runner.redis_errors("quarantine list"):
             rows: Any = await self._session.redis.xrange(key, start, "+", count=limit + 1)
         records = tuple(_record(i, f) for i, f in rows[:limit])
         more = len(rows) > limit
@@ -286,7 +286,7 @@ class QuarantineOperations(Operations):
         scope = _scope(where)
         key = scope.keys(self._session)
         key = key[1].quarantine if isinstance(key, tuple) else key.quarantine
-        with _scripts.redis_errors("quarantine count"):
+        with runner.redis_errors("quarantine count"):
             return int(await self._session.redis.xlen(key))
 
     async def replay(self, where: Quarantine, entry_id: str, record: bytes | None = None) -> None:
@@ -303,7 +303,7 @@ class QuarantineOperations(Operations):
             raise ValidationError(f"record must be bytes, got {type(record).__name__}")
         key = scope.keys(self._session)
         key = key[1].quarantine if isinstance(key, tuple) else key.quarantine
-        with _scripts.redis_errors("quarantine replay"):
+        with runner.redis_errors("quarantine replay"):
             rows: Any = await self._session.redis.xrange(key, entry_id, entry_id)
         if not rows:
             raise refusal(

@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ._aio import sleep_unless_stopped
-from .errors import ServerError
-from .types import Ran, StatusCode
+from flo_redis._session.aio import sleep_unless_stopped
+from flo_redis.errors import ServerError
+from flo_redis.types import Ran, StatusCode
 
 __all__ = [
     "DEFAULT_RETRY_POLICY",

@@ -29,16 +29,16 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
-from . import _runs as runs
-from ._checks import check_callback, check_count, check_options
-from ._endpoint import MIN_REDIS, lowest_version, unreachable, version_tuple
-from ._gateway import ACTION_INVOKE, RUN_CANCEL
-from ._scripts import redis_errors, translated
-from ._trace_context import ProducerTracer, invoke_span
-from .client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
-from .errors import FloError, RedisVersionError
-from .keys import ActionKeys, action_keys, action_of_run, check_namespace
-from .types import (
+from flo_redis._session.endpoint import MIN_REDIS, lowest_version, unreachable, version_tuple
+from flo_redis._session.tracer import ProducerTracer, invoke_span
+from flo_redis._wire.checks import check_callback, check_count, check_options
+from flo_redis._wire.gateway import ACTION_INVOKE, RUN_CANCEL
+from flo_redis._wire.keys import ActionKeys, action_keys, action_of_run, check_namespace
+from flo_redis._wire.runner import redis_errors, translated
+from flo_redis.actions import runs as runs
+from flo_redis.client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
+from flo_redis.errors import FloError, RedisVersionError
+from flo_redis.types import (
     MAX_VALUE_SIZE,
     ActionInvokeOptions,
     ActionInvokeResult,
@@ -175,7 +175,7 @@ class SyncFloClient:
         check_count("max_payload_bytes", max_payload_bytes, 1, MAX_VALUE_SIZE)
         self.namespace = check_namespace(namespace)
         self.max_payload_bytes = max_payload_bytes
-        # Called around each invoke (flo_redis.tracing); None: invokes store no trace.
+        # Called around each invoke (flo_redis.ops.tracing); None: invokes store no trace.
         self.tracer: ProducerTracer | None = None
         kwargs: dict[str, Any] = {
             "socket_timeout": timeout_ms / 1000.0,

@@ -3,7 +3,7 @@
   operator counters (lib/tally.lua). The run sequence (meta) is kept so run ids are never
   reused.
   KEYS[1] meta     HASH  counters: the run sequence stays, the tallies go
-  KEYS[2..n] data_keys  every data key of the action (flo_redis.keys.ActionKeys.all_data_keys)
+  KEYS[2..n] data_keys  every data key of the action (flo_redis._wire.keys.ActionKeys.all_data_keys)
   Returns {status, existed}   status: OK; existed: 1 if the action was registered
 ]]
 --@include lib/status.lua

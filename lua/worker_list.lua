@@ -44,7 +44,7 @@ for _, worker_id in ipairs(ids) do
     if pcall(worker_aside, quarantine_key, workers_key, worker_ids_key, worker_id, raw, why) then
       out[#out + 1] = worker_id
       out[#out + 1] = why
-      out[#out + 1] = -2  -- a row set aside (flo_redis/worker_ops.py: SET_ASIDE)
+      out[#out + 1] = -2  -- a row set aside (flo_redis/actions/workers.py: SET_ASIDE)
     end
   elseif status == WORKER_REMOVED then
     local removed = redis.pcall('HDEL', workers_key, worker_id)  -- refused to read-only

@@ -14,7 +14,7 @@ from flo_redis import (
     StreamID,
     StreamRecord,
 )
-from flo_redis.keys import GroupKeys, stream_keys
+from flo_redis._wire.keys import GroupKeys, stream_keys
 
 
 async def fill(client: FloClient, n: int, stream: str = "s") -> list[StreamID]:

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-from flo_redis._scripts import LIBRARY, SCRIPTS
+from flo_redis._wire.runner import LIBRARY, SCRIPTS
 
 
 @dataclass(eq=False)

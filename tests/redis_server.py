@@ -18,12 +18,7 @@ from typing import NoReturn
 import pytest
 
 from flo_redis.testing import RedisServer as _RedisServer
-from flo_redis.testing import (
-    RedisServerNotFound,
-    free_port,
-    redis_server_path,
-    valkey_server_path,
-)
+from flo_redis.testing import RedisServerNotFound, free_port, redis_server_path, valkey_server_path
 
 SERVER_ENV = "FLO_REDIS_TEST_SERVER"
 

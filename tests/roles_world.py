@@ -1,4 +1,4 @@
-"""ACL users of each role (flo_redis.roles) on a test server, a namespace populated with
+"""ACL users of each role (flo_redis.ops.roles) on a test server, a namespace populated with
 one of everything (a "world"), and a snapshot of a namespace's keys, for the role tests:
 what a refused call wrote is the difference of two snapshots."""
 
@@ -21,9 +21,9 @@ from flo_redis import (
     WorkerCompleteOptions,
     WorkerFailOptions,
 )
-from flo_redis.keys import namespaces_key
-from flo_redis.queue import DequeueOptions, NackOptions
-from flo_redis.roles import rules
+from flo_redis._wire.keys import namespaces_key
+from flo_redis.ops.roles import rules
+from flo_redis.queue.operations import DequeueOptions, NackOptions
 from flo_redis.testing import RedisServer
 
 

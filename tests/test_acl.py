@@ -21,7 +21,7 @@ from flo_redis import (
     RunStatus,
     StreamContext,
 )
-from flo_redis.roles import rules
+from flo_redis.ops.roles import rules
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from polling import eventually
 
-import flo_redis.worker as worker_module
+import flo_redis.worker.action_worker as worker_module
 from flo_redis import (
     ActionContext,
     ActionRegisterOptions,
@@ -22,9 +22,9 @@ from flo_redis import (
     RunStatus,
     WorkerStatus,
 )
-from flo_redis.action_context import new_context
+from flo_redis.actions.workers import WorkerOperations
 from flo_redis.types import ActionRunStatus
-from flo_redis.worker_ops import WorkerOperations
+from flo_redis.worker.context import new_context
 
 FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT}
 

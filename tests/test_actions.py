@@ -22,7 +22,7 @@ from flo_redis import (
     WorkerAwaitOptions,
     WorkerFailOptions,
 )
-from flo_redis.keys import action_keys
+from flo_redis._wire.keys import action_keys
 from flo_redis.types import Reason, StatusCode
 
 NOW = WorkerAwaitOptions(block_ms=0)

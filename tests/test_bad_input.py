@@ -28,9 +28,9 @@ from flo_redis import (
     WorkerListOptions,
     WorkerRegisterOptions,
 )
+from flo_redis._wire.replies import Claimed
 from flo_redis.actions import CompleteItem
 from flo_redis.sync import SyncFloClient
-from flo_redis.tasks import Claimed
 
 
 @dataclass
@@ -161,7 +161,7 @@ def _changed(opts: Any, **fields: Any) -> Any:
 
 
 async def _reclaim(w: World, **kwargs: Any) -> Any:
-    from flo_redis.reclaim import reclaim_owners
+    from flo_redis._session.reclaim import reclaim_owners
 
     return await reclaim_owners(w.client, "job", ["o"], **kwargs)
 

@@ -16,11 +16,11 @@ from flo_redis import (
     ValueTooLargeError,
     WorkerAwaitOptions,
 )
-from flo_redis._gateway import RUN_COMPLETE_MANY
-from flo_redis._status import Status
+from flo_redis._wire.codec import pack
+from flo_redis._wire.gateway import RUN_COMPLETE_MANY
+from flo_redis._wire.keys import action_keys
+from flo_redis._wire.status import Status
 from flo_redis.actions import CompleteItem
-from flo_redis.codec import pack
-from flo_redis.keys import action_keys
 
 
 async def test_invoke_many_creates_runs_in_order(client: FloClient) -> None:
@@ -129,7 +129,7 @@ async def test_group_ack_many_forgets_each_delivery_whoever_acks(
     """An ack forgets the deliveries' owner index entries whether the acking process
     is the one that read them or another one, and with an entry named twice."""
     from flo_redis import StreamGroupNackOptions, StreamGroupReadOptions
-    from flo_redis.keys import stream_keys
+    from flo_redis._wire.keys import stream_keys
 
     for i in range(6):
         await client.stream.append("s", b"%d" % i)
@@ -213,7 +213,7 @@ async def test_complete_many_refuses_a_result_over_the_clients_limit_alone(
 async def test_a_claimed_batch_gets_one_token_lease_and_owner_entry_per_run(
     client: FloClient, raw
 ) -> None:  # type: ignore[no-untyped-def]
-    from flo_redis.keys import action_keys
+    from flo_redis._wire.keys import action_keys
 
     await client.action.register("job")
     await client.worker.register("w", ["job"])

@@ -10,7 +10,7 @@ import redis
 from click.testing import CliRunner, Result
 from redis_server import RedisServer
 
-from flo_redis._scripts import LIBRARY, SCRIPTS
+from flo_redis._wire.runner import LIBRARY, SCRIPTS
 from flo_redis.cli import main
 
 OLD = "flo_000000000000"  # a library as an older version would have left it

@@ -24,8 +24,8 @@ import redis.asyncio as aioredis
 from click.testing import CliRunner
 from polling import eventually
 
-import flo_redis._checks
-import flo_redis.keys
+import flo_redis._wire.checks
+import flo_redis._wire.keys
 from flo_redis import (
     ActionRegisterOptions,
     FloClient,
@@ -80,8 +80,8 @@ def assert_safe(text: str, *, crashed: bool = False) -> None:
 def old_names(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Names as an earlier version checked them: C1 controls let through."""
     earlier = re.compile(r"[{}\x00-\x1f\x7f]")
-    monkeypatch.setattr(flo_redis._checks, "FORBIDDEN_IN_NAMES", earlier)
-    monkeypatch.setattr(flo_redis.keys, "FORBIDDEN_IN_NAMES", earlier)
+    monkeypatch.setattr(flo_redis._wire.checks, "FORBIDDEN_IN_NAMES", earlier)
+    monkeypatch.setattr(flo_redis._wire.keys, "FORBIDDEN_IN_NAMES", earlier)
     yield
     monkeypatch.undo()
 

@@ -25,8 +25,8 @@ from flo_redis import (
     WorkerAwaitOptions,
     is_connection_error,
 )
-from flo_redis._endpoint import MIN_REDIS, normalize_endpoint
-from flo_redis._endpoint import version_tuple as _version_tuple
+from flo_redis._session.endpoint import MIN_REDIS, normalize_endpoint
+from flo_redis._session.endpoint import version_tuple as _version_tuple
 from flo_redis.sync import SyncFloClient
 
 

@@ -1,5 +1,5 @@
 """What a client remembers per worker, stream or queue stays bounded in a long-lived
-process (flo_redis/_lru.py), and forgetting changes no answer: a producer that meets
+process (flo_redis/_wire/lru.py), and forgetting changes no answer: a producer that meets
 far more names than the bound keeps at most CACHE_SIZE of each, and every name still
 behaves as before it was forgotten."""
 
@@ -14,10 +14,10 @@ from flo_redis import (
     Reason,
     StreamGroupReadOptions,
     WorkerAwaitOptions,
-    discovery,
 )
-from flo_redis._lru import CACHE_SIZE, Lru
-from flo_redis.stream_partitions import POLLS_KEPT
+from flo_redis._wire.lru import CACHE_SIZE, Lru
+from flo_redis.ops import discovery
+from flo_redis.streams.partitions import POLLS_KEPT
 
 MANY = 2 * CACHE_SIZE + 100
 

@@ -32,11 +32,11 @@ from flo_redis import (
     StreamWorker,
     WorkerAwaitOptions,
 )
-from flo_redis._gateway import RUN_CANCEL
-from flo_redis._replies import handed
-from flo_redis._runs import cancel_reply
-from flo_redis.keys import action_keys, handoff_channel, queue_keys, stream_keys
-from flo_redis.notices import tell
+from flo_redis._session.notices import tell
+from flo_redis._wire.gateway import RUN_CANCEL
+from flo_redis._wire.keys import action_keys, handoff_channel, queue_keys, stream_keys
+from flo_redis._wire.replies import handed
+from flo_redis.actions.runs import cancel_reply
 from flo_redis.sync import SyncFloClient
 
 pytestmark = pytest.mark.cluster

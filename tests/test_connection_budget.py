@@ -13,13 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from polling import eventually
 
-from flo_redis import (
-    ActionContext,
-    ActionRegisterOptions,
-    FloClient,
-    RunStatus,
-    ValidationError,
-)
+from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus, ValidationError
 
 
 @pytest.mark.parametrize("max_connections", [1, 2, 4, 100])  # 1: no lane; 2: a lane and one more

@@ -20,22 +20,17 @@ from flo_redis import (
     RunStatus,
     ValidationError,
     WorkerStatus,
-    _checks,
-    _stream_codec,
-    action_ops,
-    actions,
-    keys,
-    progress,
     quarantine,
-    queue,
-    reclaim,
-    run_reports,
-    slots,
-    stream_groups,
-    tasks,
 )
-from flo_redis._status import Status
-from flo_redis._type_base import LUA_INT, MAX_TIME_MS, U32, U64
+from flo_redis._session import reclaim
+from flo_redis._wire import checks, keys, stream_codec
+from flo_redis._wire.status import Status
+from flo_redis.actions import concurrency, inspect, reports
+from flo_redis.actions import operations as actions
+from flo_redis.queue import operations as queue
+from flo_redis.streams import groups
+from flo_redis.types.base import LUA_INT, MAX_TIME_MS, U32, U64
+from flo_redis.worker import progress
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 _CONSTANT = re.compile(r"^local ([A-Z][A-Z0-9_]*) = (-?\d+|'[^']*')", re.MULTILINE)
@@ -56,37 +51,39 @@ LUA_CONSTANTS = lua_constants()
 # (Lua file, Lua name) -> [(Python value, where it lives)]: one setting on both sides.
 EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ("lib/stream.lua", "GROUP_ACK_TIMEOUT_MS"): [
-        (stream_groups.DEFAULT_ACK_TIMEOUT_MS, "stream_groups.DEFAULT_ACK_TIMEOUT_MS"),
+        (groups.DEFAULT_ACK_TIMEOUT_MS, "stream_groups.DEFAULT_ACK_TIMEOUT_MS"),
     ],
     ("lib/stream.lua", "GROUP_MAX_DELIVER"): [
-        (stream_groups.DEFAULT_MAX_DELIVER, "stream_groups.DEFAULT_MAX_DELIVER"),
+        (groups.DEFAULT_MAX_DELIVER, "stream_groups.DEFAULT_MAX_DELIVER"),
     ],
     ("lib/owners.lua", "RECLAIM_MAX_OWNERS"): [
         (reclaim.MAX_OWNERS_PER_CALL, "reclaim.MAX_OWNERS_PER_CALL"),
     ],
     ("action_invoke_many.lua", "MAX_RUNS"): [(actions.INVOKE_BATCH, "actions.INVOKE_BATCH")],
-    ("run_complete_many.lua", "MAX_ITEMS"): [(tasks.COMPLETE_BATCH, "tasks.COMPLETE_BATCH")],
+    ("run_complete_many.lua", "MAX_ITEMS"): [(reports.COMPLETE_BATCH, "reports.COMPLETE_BATCH")],
     ("run_accept.lua", "MAX_ITEMS"): [
-        (run_reports.ACCEPT_BATCH, "run_reports.ACCEPT_BATCH"),
+        (reports.ACCEPT_BATCH, "run_reports.ACCEPT_BATCH"),
     ],
-    ("group_ack_many.lua", "MAX_ITEMS"): [(_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT")],
-    ("lib/stream.lua", "BATCH_MAX"): [(_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT")],
+    ("group_ack_many.lua", "MAX_ITEMS"): [(stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT")],
+    ("lib/stream.lua", "BATCH_MAX"): [(stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT")],
     ("run_touch.lua", "MAX_EXTEND_MS"): [
-        (tasks.MAX_TOUCH_EXTEND_MS, "tasks.MAX_TOUCH_EXTEND_MS"),
+        (reports.MAX_TOUCH_EXTEND_MS, "reports.MAX_TOUCH_EXTEND_MS"),
     ],
     ("run_progress.lua", "MAX_PROGRESS_BYTES"): [
         (progress.MAX_PROGRESS_BYTES, "progress.MAX_PROGRESS_BYTES"),
     ],
-    ("action_purge.lua", "MAX_BATCH"): [(action_ops.MAX_BATCH, "action_ops.MAX_BATCH")],
-    ("action_requeue_failed.lua", "MAX_BATCH"): [(action_ops.MAX_BATCH, "action_ops.MAX_BATCH")],
-    ("slot_acquire.lua", "MAX_SLOTS"): [(slots.MAX_SLOTS, "slots.MAX_SLOTS")],
-    ("slot_acquire.lua", "MAX_LEASE_MS"): [(slots.MAX_SLOT_LEASE_MS, "slots.MAX_SLOT_LEASE_MS")],
+    ("action_purge.lua", "MAX_BATCH"): [(inspect.MAX_BATCH, "action_ops.MAX_BATCH")],
+    ("action_requeue_failed.lua", "MAX_BATCH"): [(inspect.MAX_BATCH, "action_ops.MAX_BATCH")],
+    ("slot_acquire.lua", "MAX_SLOTS"): [(concurrency.MAX_SLOTS, "slots.MAX_SLOTS")],
+    ("slot_acquire.lua", "MAX_LEASE_MS"): [
+        (concurrency.MAX_SLOT_LEASE_MS, "slots.MAX_SLOT_LEASE_MS")
+    ],
     ("lib/message.lua", "MSG_MAX_COUNT"): [(queue.MAX_COUNT, "queue.MAX_COUNT")],
     ("lib/message.lua", "MSG_MAX_VISIBILITY_MS"): [
         (queue.MAX_VISIBILITY_MS, "queue.MAX_VISIBILITY_MS"),
     ],
     ("lib/message.lua", "MSG_MAX_DELIVERIES"): [(queue.MAX_DELIVERIES, "queue.MAX_DELIVERIES")],
-    ("lib/priority.lua", "PRIORITY_MAX"): [(_checks.MAX_PRIORITY, "_checks.MAX_PRIORITY")],
+    ("lib/priority.lua", "PRIORITY_MAX"): [(checks.MAX_PRIORITY, "_checks.MAX_PRIORITY")],
     ("lib/checked.lua", "INT_MAX"): [(LUA_INT, "_type_base.LUA_INT")],
     ("lib/checked.lua", "U32_MAX"): [(U32 - 1, "_type_base.U32 - 1")],
     ("lib/checked.lua", "U64_MAX_TEXT"): [(str(U64 - 1), "str(_type_base.U64 - 1)")],
@@ -102,11 +99,11 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ("lib/channels.lua", "HANDOFF_CHANNEL"): [(keys.HANDOFF_CHANNEL, "keys.HANDOFF_CHANNEL")],
     # A page of workers names at most this many owners, all asked about in one call.
     ("worker_presence.lua", "MAX_CHANNELS"): [
-        (_checks.MAX_LIST_LIMIT, "_checks.MAX_LIST_LIMIT"),
+        (checks.MAX_LIST_LIMIT, "_checks.MAX_LIST_LIMIT"),
     ],
     ("quarantine_delete.lua", "MAX_IDS"): [(quarantine.MAX_DELETE, "quarantine.MAX_DELETE")],
     ("group_quarantine.lua", "MAX_ENTRIES"): [
-        (_stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT"),
+        (stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT"),
     ],
 }
 

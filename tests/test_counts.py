@@ -18,8 +18,8 @@ from flo_redis import (
     WorkerAwaitOptions,
     WorkerFailOptions,
 )
-from flo_redis.action_ops import ActionCounts, RunState
-from flo_redis.keys import action_keys
+from flo_redis._wire.keys import action_keys
+from flo_redis.actions.inspect import ActionCounts, RunState
 
 NOW = WorkerAwaitOptions(block_ms=0)
 

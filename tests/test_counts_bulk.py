@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from redis_server import RedisServer
 
 from flo_redis import ActionRegisterOptions, FloClient, WorkerAwaitOptions
-from flo_redis.keys import action_keys
+from flo_redis._wire.keys import action_keys
 
 RUNS = 50_000
 SLOW_US = 50_000

@@ -8,13 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from flo_redis import (
-    FloClient,
-    StreamGroupReadOptions,
-    WorkerAwaitOptions,
-    WorkerFailOptions,
-)
-from flo_redis.discovery import overview
+from flo_redis import FloClient, StreamGroupReadOptions, WorkerAwaitOptions, WorkerFailOptions
+from flo_redis.ops.discovery import overview
 
 pytestmark = pytest.mark.cluster
 

@@ -16,13 +16,7 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 
-from flo_redis import (
-    ActionInvokeOptions,
-    ActionRegisterOptions,
-    FloClient,
-    RunStatus,
-    WorkerStatus,
-)
+from flo_redis import ActionInvokeOptions, ActionRegisterOptions, FloClient, RunStatus, WorkerStatus
 from flo_redis.dashboard import RunningDashboard, start_dashboard
 from flo_redis.dashboard.guard import local_path
 from flo_redis.dashboard.sparkline import sparkline

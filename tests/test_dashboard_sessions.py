@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 from polling import eventually
 
 from flo_redis import ActionInvokeOptions, ActionRegisterOptions, FloClient
-from flo_redis._type_base import MAX_TIME_MS
 from flo_redis.dashboard import RunningDashboard, SessionPolicy, create_app, start_dashboard
 from flo_redis.dashboard.app import HEADERS
 from flo_redis.dashboard.guard import SESSION_COOKIE, Guard
 from flo_redis.types import StreamGroupJoinOptions, StreamGroupNackOptions, WorkerRegisterOptions
+from flo_redis.types.base import MAX_TIME_MS
 
 TOKEN = "a-long-enough-write-token"
 

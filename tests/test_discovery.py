@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flo_redis import FloClient, StreamGroupReadOptions, ValidationError
-from flo_redis.discovery import action_names, overview, stream_names
+from flo_redis.ops.discovery import action_names, overview, stream_names
 
 
 async def test_registries_list_what_was_made(client: FloClient) -> None:

@@ -17,8 +17,8 @@ from test_cli_ops import streams_history
 from test_counts import history
 
 from flo_redis import FloClient
-from flo_redis.discovery import overview
-from flo_redis.exporter import families
+from flo_redis.ops.discovery import overview
+from flo_redis.ops.exporter import families
 
 FLO_REDIS = str(Path(sys.executable).with_name("flo-redis"))
 

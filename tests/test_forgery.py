@@ -26,11 +26,9 @@ from flo_redis import (
     RunStatus,
     WorkerAwaitOptions,
 )
-from flo_redis._gateway import ACTION_CLAIM, ACTION_RECLAIM, ALL, RUN_CANCEL, SLOT_RECLAIM
-from flo_redis._lua import LuaScript
-from flo_redis._scripts import SCRIPTS
-from flo_redis._status import Status
-from flo_redis.keys import (
+from flo_redis._session.notices import cancel_notice
+from flo_redis._wire.gateway import ACTION_CLAIM, ACTION_RECLAIM, ALL, RUN_CANCEL, SLOT_RECLAIM
+from flo_redis._wire.keys import (
     HandoffChannel,
     OwnerChannel,
     action_keys,
@@ -38,7 +36,9 @@ from flo_redis.keys import (
     notice_channel,
     owner_channel,
 )
-from flo_redis.notices import cancel_notice
+from flo_redis._wire.lua import LuaScript
+from flo_redis._wire.runner import SCRIPTS
+from flo_redis._wire.status import Status
 from flo_redis.testing import RedisServer
 
 
@@ -116,7 +116,7 @@ async def test_a_forged_cancel_notice_does_not_stop_the_handler(
         keys = action_keys(held.ns, "job")
         record = msgpack.unpackb(producer.hget(keys.runs, held.run_id), raw=False)
         owner, token = record["o"], record["t"]  # what anyone who may read the run learns
-        with caplog.at_level(logging.WARNING, logger="flo_redis.notices"):
+        with caplog.at_level(logging.WARNING, logger="flo_redis._session.notices"):
             heard = producer.spublish(
                 notice_channel(keys.tag, owner), cancel_notice(token, held.run_id)
             )

@@ -24,9 +24,9 @@ from flo_redis import (
     RunStatus,
     ValidationError,
 )
-from flo_redis._functions import SCRIPTS_ENV
-from flo_redis._scripts import LIBRARY, SCRIPTS
-from flo_redis.keys import action_keys
+from flo_redis._wire.functions import SCRIPTS_ENV
+from flo_redis._wire.keys import action_keys
+from flo_redis._wire.runner import LIBRARY, SCRIPTS
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
 

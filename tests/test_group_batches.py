@@ -19,7 +19,7 @@ from flo_redis import (
     StreamGroupNackOptions,
     StreamGroupReadOptions,
 )
-from flo_redis.keys import stream_keys
+from flo_redis._wire.keys import stream_keys
 
 WAIT_S = 10.0
 

@@ -24,10 +24,10 @@ from flo_redis import (
     StreamRecord,
     StreamTrimOptions,
     ValidationError,
-    stream_groups,
 )
-from flo_redis.keys import stream_keys
+from flo_redis._wire.keys import stream_keys
 from flo_redis.streams import StreamDeadLetterOptions, StreamGroupSettings
+from flo_redis.streams import groups as stream_groups
 
 WAIT_S = 10.0  # generous deadline for conditions that should hold within milliseconds
 

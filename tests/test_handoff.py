@@ -29,15 +29,15 @@ from flo_redis import (
     RunStatus,
     WorkerCompleteOptions,
     WorkerFailOptions,
-    _scripts,
 )
-from flo_redis._poller import ActionPoller
-from flo_redis._replies import Claimed, handed
-from flo_redis.codec import pack
-from flo_redis.keys import ActionKeys, action_keys, handoff_channel
-from flo_redis.reclaim import reclaim_gone_owners
-from flo_redis.schedules import fire_due
-from flo_redis.worker_ops import WorkerOperations
+from flo_redis._session.reclaim import reclaim_gone_owners
+from flo_redis._wire import runner
+from flo_redis._wire.codec import pack
+from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel
+from flo_redis._wire.replies import Claimed, handed
+from flo_redis.actions.schedules import fire_due
+from flo_redis.actions.workers import WorkerOperations
+from flo_redis.worker.poller import ActionPoller
 
 PARK_MS = 10_000
 
@@ -607,7 +607,7 @@ async def test_a_large_input_stays_in_redis_when_a_requeue_hands_the_run_off(
     assert [r.payload for r in again.runs] == [big]
 
 
-# --- the worker's side (flo_redis/_poller.py) --------------------------------------
+# --- the worker's side (flo_redis/worker/poller.py) --------------------------------------
 
 
 async def parked_pollers(raw: aioredis.Redis, action: str, namespace: str) -> int:
@@ -887,7 +887,7 @@ async def test_a_parked_worker_learns_the_due_time_of_a_run_delayed_before_all_o
 async def lane_commands(client: FloClient, raw: aioredis.Redis, calls: Any) -> list[str]:
     """The commands the client's script lane sent while ``calls()`` ran, as MONITOR saw
     them."""
-    lane = _scripts._SETTINGS[client.redis].lane
+    lane = runner._SETTINGS[client.redis].lane
     assert lane is not None and lane._conn is not None and lane._conn._writer is not None
     port = str(lane._conn._writer.get_extra_info("sockname")[1])
     seen: list[str] = []
@@ -915,7 +915,7 @@ async def test_an_invoke_after_a_hand_off_is_led_so_its_message_leaves_first(
     first = await channel.next()
     assert first is not None and first[:2] == ["p1#0", invoked[0]]
     # Handed: the next invoke is led by a TIME, so Redis writes the hand-off message
-    # before the invoke's reply (flo_redis/_lane.py). Handed again, recorded alike.
+    # before the invoke's reply (flo_redis/_wire/lane.py). Handed again, recorded alike.
     await park(client, keys, "p1#1", received=f"{invoked[0]} {first[2]}")
     assert await lane_commands(client, raw, invoke) == ["TIME", call]
     second = await channel.next()

@@ -27,7 +27,7 @@ from test_action_worker import finished
 from test_handoff_offers import late_reports_refused
 
 from flo_redis import FloClient, RunStatus
-from flo_redis.keys import action_keys
+from flo_redis._wire.keys import action_keys
 
 # The workers' offer window (ActionWorker's default), and what the run may take beyond
 # it to start on the live worker: a round of that worker's reaper and the hand-off.

@@ -30,9 +30,9 @@ from flo_redis import (
     WorkerFailOptions,
     WorkerTouchOptions,
 )
-from flo_redis.keys import ActionKeys, action_keys, handoff_channel
-from flo_redis.progress import report_progress
-from flo_redis.reclaim import reclaim_gone_owners
+from flo_redis._session.reclaim import reclaim_gone_owners
+from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel
+from flo_redis.worker.progress import report_progress
 
 __all__ = ["channel"]  # the hand-off channel fixture, used here too
 

@@ -15,14 +15,9 @@ import redis.asyncio as aioredis
 from polling import eventually
 from proxy import Proxy
 
-from flo_redis import (
-    ActionContext,
-    ActionRegisterOptions,
-    FloClient,
-    RunStatus,
-)
-from flo_redis._lua import load_all
-from flo_redis.keys import ActionKeys, action_keys, handoff_channel
+from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
+from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel
+from flo_redis._wire.lua import load_all
 
 OPTIONS = ActionRegisterOptions(timeout_ms=60_000, max_retries=1)
 

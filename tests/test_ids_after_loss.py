@@ -31,8 +31,8 @@ from flo_redis import (
     WorkerCompleteOptions,
     WorkerTouchOptions,
 )
-from flo_redis._replies import Claimed
-from flo_redis.keys import action_keys, queue_keys
+from flo_redis._wire.keys import action_keys, queue_keys
+from flo_redis._wire.replies import Claimed
 
 NOW = WorkerAwaitOptions(block_ms=0)
 LOSSES = ["restart", "flushall"]

@@ -1,5 +1,5 @@
 """Every script is single-slot by construction: its KEYS, built by the gateway from
-``flo_redis.keys``, hash to one slot, so ``CROSSSLOT`` cannot happen on Redis Cluster.
+``flo_redis._wire.keys``, hash to one slot, so ``CROSSSLOT`` cannot happen on Redis Cluster.
 
 The keys of each script are built as the gateway builds them for a call — by header
 name (``KEYS[i] name``) from the key objects — for every ``lua/*.lua``; a script whose
@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from flo_redis._gateway import ALL
-from flo_redis._scripts import SCRIPTS
-from flo_redis.keys import (
+from flo_redis._wire.gateway import ALL
+from flo_redis._wire.keys import (
     HandoffChannel,
     OwnerChannel,
     action_keys,
@@ -27,6 +26,7 @@ from flo_redis.keys import (
     queue_keys,
     stream_keys,
 )
+from flo_redis._wire.runner import SCRIPTS
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 OWNERS = ("host-1-abc", "host-2-def")

@@ -1,4 +1,4 @@
-"""Script calls on the client's lane (``flo_redis._lane``): the same answers,
+"""Script calls on the client's lane (``flo_redis._wire.lane``): the same answers,
 refusals and recoveries as through the connection pool."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import pytest
 import redis.asyncio as aioredis
 from script_state import by_sha, calls_functions, forget_scripts, library_loaded
 
-from flo_redis import FloClient, InternalServerError, NotFoundError, RunStatus, _scripts
-from flo_redis._scripts import SCRIPTS
-from flo_redis.keys import action_keys
+from flo_redis import FloClient, InternalServerError, NotFoundError, RunStatus
+from flo_redis._wire import runner
+from flo_redis._wire.keys import action_keys
+from flo_redis._wire.runner import SCRIPTS
 
 
 @pytest.mark.parametrize("sha", [False, True], ids=["function", "by-sha"])
@@ -37,7 +38,7 @@ async def test_a_connection_the_server_closed_is_made_again(
 ) -> None:
     await client.action.register("job")
     await client.action.invoke("job", b"a")
-    lane = _scripts._SETTINGS[client.redis].lane
+    lane = runner._SETTINGS[client.redis].lane
     assert lane is not None and lane._conn is not None and lane._conn._writer is not None
     host, port = lane._conn._writer.get_extra_info("sockname")[:2]
     await raw.client_kill(f"{host}:{port}")
@@ -105,7 +106,7 @@ async def test_calls_made_while_the_lane_is_busy_take_the_spare_lane(
 ) -> None:
     await client.action.register("job")
     await client.action.invoke("job", b"warm")  # the lane's connection is made
-    settings = _scripts._SETTINGS[client.redis]
+    settings = runner._SETTINGS[client.redis]
     assert settings.lane is not None and settings.spare is not None
     assert settings.spare._conn is None  # no call overlapped yet
     # Every client's commands wait a moment, so the three invokes are in flight at once:
@@ -157,7 +158,7 @@ async def test_a_pool_keeps_two_connections_beside_its_lanes(
     redis_url: str, namespace: str, max_connections: int, lane: bool, spare: bool
 ) -> None:
     async with FloClient(redis_url, namespace=namespace, max_connections=max_connections) as c:
-        settings = _scripts._SETTINGS[c.redis]
+        settings = runner._SETTINGS[c.redis]
         assert (settings.lane is not None, settings.spare is not None) == (lane, spare)
         await c.action.register("job")
         runs = await asyncio.gather(*(c.action.invoke("job", b"x") for _ in range(20)))

@@ -36,15 +36,15 @@ from flo_redis import (
     RunStatus,
     WorkerAwaitOptions,
 )
-from flo_redis._gateway import ACTION_RECLAIM
-from flo_redis._scripts import SCRIPTS
-from flo_redis._status import Status
-from flo_redis.codec import pack
+from flo_redis._session.liveness import DEFAULT_GRACE_MS, Liveness, connection_name
+from flo_redis._session.reclaim import liveness_stats, reclaim_gone_owners, reclaim_owners
+from flo_redis._wire.codec import pack
+from flo_redis._wire.gateway import ACTION_RECLAIM
+from flo_redis._wire.keys import action_keys, owner_channel
+from flo_redis._wire.runner import SCRIPTS
+from flo_redis._wire.status import Status
+from flo_redis.actions.concurrency import SlotOperations
 from flo_redis.errors import ConflictError, NotConnectedError, NotFoundError, ValidationError
-from flo_redis.keys import action_keys, owner_channel
-from flo_redis.liveness import DEFAULT_GRACE_MS, Liveness, connection_name
-from flo_redis.reclaim import liveness_stats, reclaim_gone_owners, reclaim_owners
-from flo_redis.slots import SlotOperations
 from flo_redis.worker import ActionWorker
 
 HERE = Path(__file__).resolve().parent

@@ -20,11 +20,11 @@ from script_state import (
 )
 
 from flo_redis import ActionRegisterOptions, FloClient, RunStatus, WorkerAwaitOptions
-from flo_redis._gateway import ACTION_CLAIM, ACTION_DELETE, ALL, RUN_TOUCH, Script
-from flo_redis._lua import _HEADER, LuaSourceError, flatten, library, load_all
-from flo_redis._scripts import LIBRARY, SCRIPTS
-from flo_redis._status import Status
-from flo_redis.keys import ActionKeys, HandoffChannel, action_keys, namespace_keys
+from flo_redis._wire.gateway import ACTION_CLAIM, ACTION_DELETE, ALL, RUN_TOUCH, Script
+from flo_redis._wire.keys import ActionKeys, HandoffChannel, action_keys, namespace_keys
+from flo_redis._wire.lua import _HEADER, LuaSourceError, flatten, library, load_all
+from flo_redis._wire.runner import LIBRARY, SCRIPTS
+from flo_redis._wire.status import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"
@@ -339,7 +339,7 @@ def test_helpers_of_one_family_are_scoped_to_its_block_and_a_library_past_the_li
         library(load_all(tmp_path), tmp_path)
 
 
-# --- no state outlives a call (flo_redis/_lua_state.py) -----------------------------
+# --- no state outlives a call (flo_redis/_wire/lua_state.py) -----------------------------
 
 _CONSTANTS = (
     "--[[ lib/a\n  Constants and helpers.\n]]\n"

@@ -17,7 +17,7 @@ from flo_redis import (
     StreamContext,
     StreamGroupJoinOptions,
 )
-from flo_redis.observe import Observers, WorkerObserver
+from flo_redis.worker.observe import Observers, WorkerObserver
 
 
 class Recorder(WorkerObserver):

@@ -36,7 +36,7 @@ from flo_redis import (
     StreamGroupReadOptions,
     StreamID,
 )
-from flo_redis.keys import stream_keys
+from flo_redis._wire.keys import stream_keys
 
 STREAM, GROUP = "s", "g"
 CONSUMERS = ("c0", "c1", "c2")

@@ -47,8 +47,8 @@ from flo_redis import (
     WorkerFailOptions,
     WorkerTouchOptions,
 )
-from flo_redis.keys import action_keys, handoff_channel, owner_channel
-from flo_redis.reclaim import reclaim_gone_owners
+from flo_redis._session.reclaim import reclaim_gone_owners
+from flo_redis._wire.keys import action_keys, handoff_channel, owner_channel
 
 ACTION = "job"
 MAX_ATTEMPTS = 2

@@ -45,9 +45,9 @@ from flo_redis import (
     WorkerAwaitOptions,
     WorkerFailOptions,
 )
-from flo_redis._type_base import MAX_TIME_MS
-from flo_redis.stream_worker import StreamWorkerOptions
 from flo_redis.sync import SyncFloClient
+from flo_redis.types.base import MAX_TIME_MS
+from flo_redis.worker.stream_worker import StreamWorkerOptions
 
 
 async def keyspace(raw: aioredis.Redis, namespace: str) -> dict[bytes, bytes | None]:

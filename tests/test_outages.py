@@ -9,7 +9,8 @@ import pytest
 import redis
 from polling import eventually
 
-from flo_redis import ActionContext, ConnectionFailedError, FloClient, FloError, RunStatus, _outage
+from flo_redis import ActionContext, ConnectionFailedError, FloClient, FloError, RunStatus
+from flo_redis._session import outage as _outage
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
 

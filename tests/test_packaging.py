@@ -15,8 +15,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from flo_redis._lua import load_all
-from flo_redis._scripts import SCRIPTS
+from flo_redis._wire.lua import load_all
+from flo_redis._wire.runner import SCRIPTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,10 +66,10 @@ def test_the_installed_package_finds_its_lua_through_importlib(wheel: Path, tmp_
     zipfile.ZipFile(wheel).extractall(tmp_path)
     probe = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "from flo_redis import _lua; from pathlib import Path; "
-        "root = _lua.lua_root(); "
+        "from flo_redis._wire import lua; from pathlib import Path; "
+        "root = lua.lua_root(); "
         "assert str(Path(str(root)).resolve()).startswith(sys.argv[1]), root; "
-        "print(len(_lua.load_all()))"
+        "print(len(lua.load_all()))"
     )
     run = subprocess.run(
         [sys.executable, "-c", probe, str(tmp_path.resolve())],

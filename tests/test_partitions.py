@@ -25,8 +25,8 @@ from flo_redis import (
     StreamWorker,
     ValidationError,
 )
-from flo_redis._partitions import partition_of_key
 from flo_redis.streams import StreamDeadLetterOptions
+from flo_redis.streams.placement import partition_of_key
 
 
 @contextlib.asynccontextmanager

@@ -12,14 +12,8 @@ import logging
 import pytest
 from polling import eventually
 
-from flo_redis import (
-    ActionContext,
-    ActionRegisterOptions,
-    ActionWorker,
-    FloClient,
-    RunStatus,
-)
-from flo_redis.observe import WorkerObserver
+from flo_redis import ActionContext, ActionRegisterOptions, ActionWorker, FloClient, RunStatus
+from flo_redis.worker.observe import WorkerObserver
 
 
 class Held(WorkerObserver):

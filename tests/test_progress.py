@@ -21,11 +21,11 @@ from flo_redis import (
     WorkerAwaitOptions,
     WorkerFailOptions,
 )
+from flo_redis.actions.results import JSON
 from flo_redis.dashboard import start_dashboard
 from flo_redis.errors import ValidationError, ValueTooLargeError
-from flo_redis.progress import MAX_PROGRESS_BYTES, encode_progress, report_progress
-from flo_redis.results import JSON
 from flo_redis.types import Reason
+from flo_redis.worker.progress import MAX_PROGRESS_BYTES, encode_progress, report_progress
 
 NOW = WorkerAwaitOptions(block_ms=0)
 

@@ -1,4 +1,4 @@
-"""The sharded pub/sub base (flo_redis._pubsub) as its users rely on it: a one-off wait
+"""The sharded pub/sub base (flo_redis._session.pubsub) as its users rely on it: a one-off wait
 for a message, channels released or kept, a lost connection, and liveness kept apart
 from wake-ups. Cluster routing is covered in test_cluster.py."""
 
@@ -14,9 +14,9 @@ from proxy import Proxy
 from redis.asyncio.client import PubSub
 
 from flo_redis import FloClient, NotConnectedError
-from flo_redis._listener import Listener
-from flo_redis.keys import action_keys, owner_channel
-from flo_redis.liveness import connection_name
+from flo_redis._session.listener import Listener
+from flo_redis._session.liveness import connection_name
+from flo_redis._wire.keys import action_keys, owner_channel
 
 
 async def subscribers(raw: aioredis.Redis, channel: str) -> int:

@@ -40,9 +40,9 @@ from flo_redis import (
     WorkerAwaitOptions,
     WorkerQuarantine,
 )
+from flo_redis._wire.keys import action_keys, namespace_keys, queue_keys, stream_keys
+from flo_redis.actions.schedules import fire_due
 from flo_redis.dashboard import start_dashboard
-from flo_redis.keys import action_keys, namespace_keys, queue_keys, stream_keys
-from flo_redis.schedules import fire_due
 
 FLO_REDIS = str(Path(sys.executable).with_name("flo-redis"))
 GARBAGE = b"\x80\x01not a record"  # an empty map, then bytes: msgpack's ExtraData

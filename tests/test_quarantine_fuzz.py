@@ -48,10 +48,10 @@ from flo_redis import (
     WorkerFailOptions,
     WorkerQuarantine,
 )
+from flo_redis._wire.keys import action_keys, namespace_keys, queue_keys, stream_keys
 from flo_redis.dashboard import start_dashboard
-from flo_redis.discovery import overview
-from flo_redis.exporter import families
-from flo_redis.keys import action_keys, namespace_keys, queue_keys, stream_keys
+from flo_redis.ops.discovery import overview
+from flo_redis.ops.exporter import families
 from flo_redis.streams import StreamDeadLetterOptions
 
 CLI_BATCH = Path(__file__).with_name("cli_batch.py")

@@ -36,9 +36,9 @@ from flo_redis import (
     ValidationError,
     ValueTooLargeError,
 )
-from flo_redis._scripts import SCRIPTS
-from flo_redis.keys import owner_channel, queue_keys
-from flo_redis.liveness import DEFAULT_GRACE_MS as GRACE
+from flo_redis._session.liveness import DEFAULT_GRACE_MS as GRACE
+from flo_redis._wire.keys import owner_channel, queue_keys
+from flo_redis._wire.runner import SCRIPTS
 
 HERE = Path(__file__).resolve().parent
 Q = "tasks"

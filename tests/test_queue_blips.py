@@ -25,8 +25,8 @@ from flo_redis import (
     NotConnectedError,
     Reason,
 )
-from flo_redis._scripts import SCRIPTS
-from flo_redis.keys import queue_keys
+from flo_redis._wire.keys import queue_keys
+from flo_redis._wire.runner import SCRIPTS
 
 Q = "blips"
 DEQUEUE_SHA = SCRIPTS["queue_dequeue"].sha.encode()

@@ -22,7 +22,7 @@ from flo_redis import (
     ValidationError,
     WorkerAwaitOptions,
 )
-from flo_redis.keys import action_keys
+from flo_redis._wire.keys import action_keys
 
 HERE = Path(__file__).resolve().parent
 NOW = WorkerAwaitOptions(block_ms=0)

@@ -24,7 +24,7 @@ from flo_redis import (
     RunStatus,
     is_connection_error,
 )
-from flo_redis._scripts import SCRIPTS
+from flo_redis._wire.runner import SCRIPTS
 from flo_redis.types import ActionRunStatus
 
 LONG_LEASE = ActionRegisterOptions(timeout_ms=300_000)

@@ -23,8 +23,8 @@ from flo_redis import (
     StreamGroupJoinOptions,
     ValidationError,
 )
-from flo_redis.observe import WorkerObserver
 from flo_redis.types import ActionRunStatus
+from flo_redis.worker.observe import WorkerObserver
 
 FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT}
 
@@ -382,7 +382,7 @@ async def test_a_serializer_that_raises_or_returns_no_bytes_fails_the_run_not_st
 async def test_a_bad_outcome_fails_its_run_and_leaves_the_rest_of_its_batch_completed(
     client: FloClient,
 ) -> None:
-    from flo_redis.action_context import ActionResult
+    from flo_redis.worker.context import ActionResult
 
     worker = client.new_action_worker(block_ms=500, concurrency=8)
     gate = asyncio.Event()
@@ -420,7 +420,7 @@ async def test_a_bad_outcome_fails_its_run_and_leaves_the_rest_of_its_batch_comp
 
 
 def test_ctx_result_refuses_a_bad_outcome_where_it_is_called(client: FloClient) -> None:
-    from flo_redis.action_context import new_context
+    from flo_redis.worker.context import new_context
 
     worker = client.new_action_worker()
     ctx = new_context("r:1", "a", b"", 1, 0, "ns", worker, 1, b"", None)

@@ -18,8 +18,8 @@ from flo_redis import (
     UnavailableError,
     ValidationError,
 )
-from flo_redis._scripts import SCRIPTS
-from flo_redis.keys import action_keys
+from flo_redis._wire.keys import action_keys
+from flo_redis._wire.runner import SCRIPTS
 
 FAST = RetryPolicy(max_attempts=4, initial_backoff_ms=1, max_backoff_ms=5)
 INVOKE = SCRIPTS["action_invoke"].sha.encode()

@@ -1,4 +1,4 @@
-"""The roles of ``flo-redis acl`` (flo_redis.roles) on a real server: each role does what
+"""The roles of ``flo-redis acl`` (flo_redis.ops.roles) on a real server: each role does what
 it needs in its namespace, through the public API, its workers and the CLI; a user of
 namespace A reads, writes, publishes and subscribes to nothing of namespace B, over the
 whole public API and over raw commands on B's keys and channels; and a refused call
@@ -34,14 +34,14 @@ from flo_redis import (
     StreamTrimOptions,
     WorkerAwaitOptions,
     WorkerCompleteOptions,
-    discovery,
 )
-from flo_redis._denied import is_denied
+from flo_redis._wire.denied import is_denied
+from flo_redis._wire.keys import action_keys, handoff_channel, notice_channel, owner_channel
 from flo_redis.cli import main
 from flo_redis.dashboard import start_dashboard
-from flo_redis.keys import action_keys, handoff_channel, notice_channel, owner_channel
-from flo_redis.roles import ROLES, setuser_line
-from flo_redis.stream_acks import StreamGroupAckOptions
+from flo_redis.ops import discovery
+from flo_redis.ops.roles import ROLES, setuser_line
+from flo_redis.streams.acks import StreamGroupAckOptions
 from flo_redis.testing import RedisServer
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -21,11 +21,11 @@ import redis.asyncio as aioredis
 from polling import eventually
 
 from flo_redis import ActionContext, FloClient, RunStatus
-from flo_redis._gateway import SCHEDULE_DUE, SCHEDULE_FIRE
-from flo_redis._status import Status
+from flo_redis._wire.gateway import SCHEDULE_DUE, SCHEDULE_FIRE
+from flo_redis._wire.keys import action_keys, run_id_prefix
+from flo_redis._wire.status import Status
+from flo_redis.actions.schedules import Missed, Schedule, check_cron, fire_due
 from flo_redis.errors import NotFoundError, ValidationError
-from flo_redis.keys import action_keys, run_id_prefix
-from flo_redis.schedules import Missed, Schedule, check_cron, fire_due
 
 HERE = Path(__file__).resolve().parent
 SECOND = timedelta(seconds=1)

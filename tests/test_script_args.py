@@ -34,9 +34,10 @@ from flo_redis import (
     RunState,
     StreamGroupReadOptions,
     WorkerAwaitOptions,
-    _gateway,
 )
-from flo_redis._gateway import (
+from flo_redis._session.reclaim import reclaim_owners
+from flo_redis._wire import gateway
+from flo_redis._wire.gateway import (
     ACTION_QUARANTINE_REPLAY,
     ALL,
     DASHBOARD_LOGIN,
@@ -49,9 +50,7 @@ from flo_redis._gateway import (
     SCHEDULE_QUARANTINE,
     WORKER_QUARANTINE_REPLAY,
 )
-from flo_redis._scripts import LIBRARY, SCRIPTS
-from flo_redis._status import Status
-from flo_redis.keys import (
+from flo_redis._wire.keys import (
     action_keys,
     dashboard_keys,
     namespace_keys,
@@ -59,8 +58,9 @@ from flo_redis.keys import (
     run_id_prefix,
     stream_keys,
 )
-from flo_redis.progress import report_progress
-from flo_redis.reclaim import reclaim_owners
+from flo_redis._wire.runner import LIBRARY, SCRIPTS
+from flo_redis._wire.status import Status
+from flo_redis.worker.progress import report_progress
 
 # Arguments any text is: names, ids, payloads, messages. A malformed value here must still
 # be answered by a status (a name that does not exist is NOT_FOUND), never an error.
@@ -107,13 +107,13 @@ async def recorded(
 ) -> AsyncIterator[dict[str, Call]]:
     """The first call of every script, made by a workload through the public API."""
     calls: dict[str, Call] = {}
-    run = _gateway.run
+    run = gateway.run
 
     async def recording(conn: Any, lua: Any, keys: Any, args: Any, *rest: Any) -> Any:
         calls.setdefault(lua.name, Call(lua.name, list(keys), list(args)))
         return await run(conn, lua, keys, args, *rest)
 
-    monkeypatch.setattr(_gateway, "run", recording)
+    monkeypatch.setattr(gateway, "run", recording)
     await _workload(client)
     monkeypatch.undo()
     yield calls

@@ -22,7 +22,7 @@ from polling import eventually
 from test_fuzz_calls import BAD, _calls, valid, valid_call  # noqa: F401
 
 from flo_redis import FloClient, FloError
-from flo_redis._endpoint import normalize_endpoint, redact
+from flo_redis._session.endpoint import normalize_endpoint, redact
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
 from flo_redis.types import WorkerListOptions

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from flo_redis._slots import INLINE, INLINE_S, HandlerSlots
+from flo_redis.worker.handler_tasks import INLINE, INLINE_S, HandlerSlots
 
 _SEEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("seen", default=None)
 

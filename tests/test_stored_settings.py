@@ -27,7 +27,7 @@ from flo_redis import (
     WorkerAwaitOptions,
     WorkerCompleteOptions,
 )
-from flo_redis.keys import action_keys, namespace_keys, stream_keys
+from flo_redis._wire.keys import action_keys, namespace_keys, stream_keys
 from flo_redis.types import Reason
 
 GARBAGE = ["abc", "nan", "inf", "-5", "1e300", "1.5", "", "4294967296"]

@@ -18,9 +18,8 @@ from polling import eventually
 from proxy import Proxy
 
 from flo_redis import FloClient, FloError
-from flo_redis._scripts import SCRIPTS
-from flo_redis.keys import stream_keys
-from flo_redis.stream_worker import StreamContext, StreamWorker
+from flo_redis._wire.keys import stream_keys
+from flo_redis._wire.runner import SCRIPTS
 from flo_redis.types import (
     PendingEntry,
     StreamAppendOptions,
@@ -28,6 +27,7 @@ from flo_redis.types import (
     StreamGroupReadOptions,
     StreamRecord,
 )
+from flo_redis.worker.stream_worker import StreamContext, StreamWorker
 
 READ = SCRIPTS["group_read"].sha.encode()
 

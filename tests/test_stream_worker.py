@@ -19,8 +19,8 @@ from flo_redis import (
     StreamGroupReadOptions,
     StreamWorker,
 )
-from flo_redis.stream_partitions import PartitionedStreams
 from flo_redis.streams import StreamOperations
+from flo_redis.streams.partitions import PartitionedStreams
 
 
 @contextlib.asynccontextmanager
@@ -331,7 +331,7 @@ async def test_each_record_runs_in_a_context_of_its_own(client: FloClient) -> No
 
 
 async def test_an_observer_with_record_settled_hears_each_ack(client: FloClient) -> None:
-    from flo_redis.observe import WorkerObserver
+    from flo_redis.worker.observe import WorkerObserver
 
     class Settled(WorkerObserver):
         def __init__(self) -> None:

@@ -19,8 +19,8 @@ from flo_redis import (
     ValidationError,
     ValueTooLargeError,
 )
-from flo_redis import streams as streams_module
-from flo_redis.keys import stream_keys
+from flo_redis._wire.keys import stream_keys
+from flo_redis.streams import operations as streams_module
 
 WAIT_S = 10.0  # generous deadline for conditions that should hold within milliseconds
 

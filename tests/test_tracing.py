@@ -31,11 +31,11 @@ from flo_redis import (
     StreamAppendOptions,
     StreamContext,
 )
-from flo_redis.codec import unpack_record
+from flo_redis._wire.codec import unpack_record
+from flo_redis._wire.keys import action_keys
 from flo_redis.errors import MissingExtraError
-from flo_redis.keys import action_keys
+from flo_redis.ops.tracing import OpenTelemetry, pack_context, unpack_context
 from flo_redis.sync import SyncFloClient
-from flo_redis.tracing import OpenTelemetry, pack_context, unpack_context
 
 
 class Traced:

@@ -178,7 +178,7 @@ def test_stream_id_repr_is_the_dataclass_text(sid: StreamID) -> None:
 
 @pytest.mark.parametrize("sid", _IDS, ids=lambda s: s.to_redis())
 def test_a_reply_id_reads_as_the_id_redis_wrote(sid: StreamID) -> None:
-    from flo_redis._stream_codec import sid as reply_id
+    from flo_redis._wire.stream_codec import sid as reply_id
 
     text = sid.to_redis()
     assert reply_id(text.encode()) == reply_id(text) == sid
@@ -186,14 +186,14 @@ def test_a_reply_id_reads_as_the_id_redis_wrote(sid: StreamID) -> None:
 
 @pytest.mark.parametrize("raw", [b"5", "5", b"-", "+"])
 def test_a_reply_id_of_another_form_is_parsed_in_full(raw: bytes | str) -> None:
-    from flo_redis._stream_codec import sid as reply_id
+    from flo_redis._wire.stream_codec import sid as reply_id
 
     assert reply_id(raw) == StreamID.from_redis(raw)
 
 
 @pytest.mark.parametrize("raw", [b"1-x", "1-x", b" 1-2", "1_0-2"])
 def test_a_malformed_reply_id_is_refused(raw: bytes | str) -> None:
-    from flo_redis._stream_codec import sid as reply_id
+    from flo_redis._wire.stream_codec import sid as reply_id
 
     with pytest.raises(ValueError):
         reply_id(raw)

@@ -23,9 +23,9 @@ from flo_redis import (
     WaitTimeoutError,
     WorkerFailOptions,
 )
-from flo_redis.keys import action_keys
-from flo_redis.progress import report_progress
+from flo_redis._wire.keys import action_keys
 from flo_redis.sync import SyncFloClient
+from flo_redis.worker.progress import report_progress
 
 
 async def take(client: FloClient, action: str) -> str:

@@ -17,8 +17,8 @@ from flo_redis import (
     RunStatus,
     is_connection_error,
 )
-from flo_redis.observe import WorkerObserver
 from flo_redis.types import ActionRunStatus
+from flo_redis.worker.observe import WorkerObserver
 
 
 async def test_redis_restart_while_handlers_run_loses_and_doubles_nothing() -> None:
@@ -75,7 +75,7 @@ async def test_a_complete_whose_reply_is_cut_is_resent_and_applied_once(
 ) -> None:
     from proxy import Proxy
 
-    from flo_redis._scripts import SCRIPTS
+    from flo_redis._wire.runner import SCRIPTS
 
     proxy = await Proxy.to(redis_url)
     try:
@@ -136,7 +136,7 @@ class Heard(WorkerObserver, collections.Counter[str]):
 async def test_failed_polls_are_paced_while_redis_is_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from flo_redis._poller import ActionPoller
+    from flo_redis.worker.poller import ActionPoller
 
     server = RedisServer(appendonly=True, extra=("--appendfsync", "always")).start()
     polls = 0

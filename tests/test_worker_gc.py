@@ -13,7 +13,7 @@ import pytest
 from polling import eventually
 
 from flo_redis import ActionContext, ActionWorker, FloClient, RunStatus
-from flo_redis._gc import MAX_YOUNG_THRESHOLD, young_threshold
+from flo_redis.worker.gc import MAX_YOUNG_THRESHOLD, young_threshold
 
 
 @pytest.fixture(autouse=True)

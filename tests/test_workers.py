@@ -25,7 +25,7 @@ from flo_redis import (
     WorkerStatus,
     WorkerType,
 )
-from flo_redis.keys import namespace_keys
+from flo_redis._wire.keys import namespace_keys
 from flo_redis.types import Reason
 
 NOW = WorkerAwaitOptions(block_ms=0)

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from flo_redis import ActionContext, FloClient
-from flo_redis.tracing import OpenTelemetry
+from flo_redis.ops.tracing import OpenTelemetry
 
 
 class LinesExporter(SpanExporter):

@@ -15,7 +15,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the flo-redis command needs the 'cli' extra: pip install 'flo-redis[cli]'"
     ) from exc
 
-from ._render import SafeGroup
+from flo_redis.cli._render import SafeGroup
 
 # Modules that each define ``register(group)``; listed once so the command's shape is
 # readable here, and each subcommand family stays in its own room.

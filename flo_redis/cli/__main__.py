@@ -1,5 +1,5 @@
 """``python -m flo_redis.cli`` is the ``flo-redis`` command."""
 
-from . import main
+from flo_redis.cli import main
 
 main()

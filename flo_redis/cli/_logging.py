@@ -13,7 +13,7 @@ import logging
 import sys
 from datetime import datetime, timezone
 
-from ._render import TerminalFormatter
+from flo_redis.cli._render import TerminalFormatter
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -15,11 +15,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..client import FloClient
-from ..discovery import WorkerSummary
-from ..errors import FloError
-from . import _render
-from ._options import namespace_option, url_option
+from flo_redis.cli import _render
+from flo_redis.cli._options import namespace_option, url_option
+from flo_redis.client import FloClient
+from flo_redis.errors import FloError
+from flo_redis.ops.discovery import WorkerSummary
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])

@@ -9,9 +9,9 @@ import sys
 
 import click
 
-from ..client import FloClient
-from ..stream_worker import StreamWorker
-from ..worker import ActionWorker
+from flo_redis.client import FloClient
+from flo_redis.worker.action_worker import ActionWorker
+from flo_redis.worker.stream_worker import StreamWorker
 
 Worker = ActionWorker | StreamWorker
 

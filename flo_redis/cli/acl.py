@@ -1,13 +1,13 @@
 """``flo-redis acl ROLE [--namespace NS]``: the ``ACL SETUSER`` line of a role
-(:mod:`flo_redis.roles`), for redis-cli. It prints; it changes nothing."""
+(:mod:`flo_redis.ops.roles`), for redis-cli. It prints; it changes nothing."""
 
 from __future__ import annotations
 
 import click
 
-from ..errors import ValidationError
-from ..roles import ROLES, setuser_line
-from ._render import say
+from flo_redis.cli._render import say
+from flo_redis.errors import ValidationError
+from flo_redis.ops.roles import ROLES, setuser_line
 
 
 def register(group: click.Group) -> None:

@@ -13,12 +13,12 @@ import sys
 
 import click
 
-from ..client import FloClient
-from ..discovery import all_workers
-from ..errors import FloError
-from ..types import WorkerInfo, WorkerStatus
-from ._options import Seconds, namespace_option, url_option
-from ._render import say
+from flo_redis.cli._options import Seconds, namespace_option, url_option
+from flo_redis.cli._render import say
+from flo_redis.client import FloClient
+from flo_redis.errors import FloError
+from flo_redis.ops.discovery import all_workers
+from flo_redis.types import WorkerInfo, WorkerStatus
 
 # Action workers heartbeat every 30 s: 60 s means two missed in a row.
 DEFAULT_MAX_AGE_S = 60.0

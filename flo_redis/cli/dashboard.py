@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..client import FloClient
-from ..errors import FloError
-from ._options import Seconds, env_option, namespace_option, url_option
-from ._render import say
+from flo_redis.cli._options import Seconds, env_option, namespace_option, url_option
+from flo_redis.cli._render import say
+from flo_redis.client import FloClient
+from flo_redis.errors import FloError
 
 if TYPE_CHECKING:
-    from ..dashboard.guard import SessionPolicy
+    from flo_redis.dashboard.guard import SessionPolicy
 
 TOKEN_ENV = "FLO_REDIS_DASHBOARD_TOKEN"
 _MAX_SESSION_S = 365 * 86400
@@ -39,7 +39,7 @@ async def _serve(
     origins: tuple[str, ...],
     policy: SessionPolicy,
 ) -> int:
-    from ..dashboard import start_dashboard
+    from flo_redis.dashboard import start_dashboard
 
     client = FloClient(url, namespace=namespace)
     try:
@@ -73,7 +73,7 @@ async def _serve(
 def _origins(
     _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
 ) -> tuple[str, ...]:
-    from ..dashboard.guard import public_origin
+    from flo_redis.dashboard.guard import public_origin
 
     try:
         return tuple(public_origin(origin) for origin in value)
@@ -138,7 +138,7 @@ def dashboard_command(
         elif len(token) < 16:
             raise click.BadParameter(f"${TOKEN_ENV} must be at least 16 characters")
     with contextlib.suppress(KeyboardInterrupt):
-        from ..dashboard.guard import SessionPolicy
+        from flo_redis.dashboard.guard import SessionPolicy
 
         default = SessionPolicy()
         policy = SessionPolicy(

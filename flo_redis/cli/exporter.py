@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import click
 
-from ..client import FloClient
-from ..discovery import Overview, namespaces, overview
-from ._ops import connection_options, with_client
-from ._render import say
+from flo_redis.cli._ops import connection_options, with_client
+from flo_redis.cli._render import say
+from flo_redis.client import FloClient
+from flo_redis.ops.discovery import Overview, namespaces, overview
 
 DEFAULT_PORT = 9401
 
@@ -32,8 +32,8 @@ def exporter(url: str, namespace: str, port: int, host: str, all_namespaces: boo
     """Serve every action's runs by state and every stream group's lag, pending and
     dead letters at http://HOST:PORT/metrics, read from Redis at each scrape."""
     try:
-        from ..exporter import queue_registry
-        from ..metrics import serve_metrics
+        from flo_redis.ops.exporter import queue_registry
+        from flo_redis.ops.metrics import serve_metrics
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
 

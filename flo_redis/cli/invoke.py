@@ -6,14 +6,14 @@ import json
 
 import click
 
-from .._runs import MAX_WAIT_MS
-from .._type_base import MAX_TIME_MS
-from ..client import FloClient
-from ..errors import WaitTimeoutError
-from ..types import ActionInvokeOptions, ActionRunStatus, RunStatus
-from ._ops import connection_options, json_option, print_json, with_client
-from ._options import Seconds
-from ._render import say
+from flo_redis.actions.runs import MAX_WAIT_MS
+from flo_redis.cli._ops import connection_options, json_option, print_json, with_client
+from flo_redis.cli._options import Seconds
+from flo_redis.cli._render import say
+from flo_redis.client import FloClient
+from flo_redis.errors import WaitTimeoutError
+from flo_redis.types import ActionInvokeOptions, ActionRunStatus, RunStatus
+from flo_redis.types.base import MAX_TIME_MS
 
 
 def register(group: click.Group) -> None:

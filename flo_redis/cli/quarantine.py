@@ -10,8 +10,10 @@ from typing import Any
 
 import click
 
-from ..client import FloClient
-from ..quarantine import (
+from flo_redis.cli import _ops as ops
+from flo_redis.cli._render import say
+from flo_redis.client import FloClient
+from flo_redis.quarantine import (
     ActionQuarantine,
     GroupQuarantine,
     Quarantine,
@@ -19,8 +21,6 @@ from ..quarantine import (
     QueueQuarantine,
     WorkerQuarantine,
 )
-from . import _ops as ops
-from ._render import say
 
 
 def register(group: click.Group) -> None:

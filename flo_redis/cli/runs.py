@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .._runs import FINAL
-from ..action_ops import RunPage, RunState, run_cursor
-from ..client import FloClient
-from ..errors import BadRecordError, ValidationError
-from ..keys import action_of_run
-from ..types import ActionRunStatus
-from . import _ops as ops
-from ._render import say
+from flo_redis._wire.keys import action_of_run
+from flo_redis.actions.inspect import RunPage, RunState, run_cursor
+from flo_redis.actions.runs import FINAL
+from flo_redis.cli import _ops as ops
+from flo_redis.cli._render import say
+from flo_redis.client import FloClient
+from flo_redis.errors import BadRecordError, ValidationError
+from flo_redis.types import ActionRunStatus
 
 STATES = click.Choice([s.value for s in RunState])
 

@@ -17,12 +17,12 @@ import click
 import redis.exceptions as rex
 from redis.asyncio.cluster import RedisCluster
 
-from .._functions import OTHER, SAME, verdict
-from .._scripts import LIBRARY, redis_errors
-from ..client import FloClient
-from . import _ops as ops
-from ._options import url_option
-from ._render import say
+from flo_redis._wire.functions import OTHER, SAME, verdict
+from flo_redis._wire.runner import LIBRARY, redis_errors
+from flo_redis.cli import _ops as ops
+from flo_redis.cli._options import url_option
+from flo_redis.cli._render import say
+from flo_redis.client import FloClient
 
 PREFIX = "flo_"
 

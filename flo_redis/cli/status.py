@@ -10,9 +10,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.text import Text
 
-from ..client import FloClient
-from ..discovery import Overview, health, overview
-from ._ops import (
+from flo_redis.cli._ops import (
     age,
     connection_options,
     console,
@@ -22,7 +20,9 @@ from ._ops import (
     with_client,
     worker_figures,
 )
-from ._options import Seconds
+from flo_redis.cli._options import Seconds
+from flo_redis.client import FloClient
+from flo_redis.ops.discovery import Overview, health, overview
 
 SPARK = "▁▂▃▄▅▆▇█"
 SPARK_MINUTES = 15

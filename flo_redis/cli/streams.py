@@ -6,13 +6,13 @@ import asyncio
 
 import click
 
-from ..client import FloClient
-from ..errors import ValidationError
-from ..stream_ops import GroupCounts
-from ..streams import DeadLetter, StreamDeadLetterOptions
-from ..types import StreamID, StreamInfo
-from . import _ops as ops
-from ._render import say
+from flo_redis.cli import _ops as ops
+from flo_redis.cli._render import say
+from flo_redis.client import FloClient
+from flo_redis.errors import ValidationError
+from flo_redis.streams.inspect import GroupCounts
+from flo_redis.streams.operations import DeadLetter, StreamDeadLetterOptions
+from flo_redis.types import StreamID, StreamInfo
 
 
 def register(group: click.Group) -> None:

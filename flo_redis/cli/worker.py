@@ -27,14 +27,14 @@ from typing import Any
 
 import click
 
-from .._endpoint import redact
-from .._type_base import U32
-from ..client import FloClient
-from ..errors import FloError
-from ..worker import ActionWorker
-from . import _supervisor, _targets
-from ._logging import LOG_FORMATS, LOG_LEVELS, setup_logging
-from ._options import Seconds, env_option, namespace_option, url_option
+from flo_redis._session.endpoint import redact
+from flo_redis.cli import _supervisor, _targets
+from flo_redis.cli._logging import LOG_FORMATS, LOG_LEVELS, setup_logging
+from flo_redis.cli._options import Seconds, env_option, namespace_option, url_option
+from flo_redis.client import FloClient
+from flo_redis.errors import FloError
+from flo_redis.types.base import U32
+from flo_redis.worker.action_worker import ActionWorker
 
 log = logging.getLogger("flo_redis.cli")
 

@@ -1,6 +1,6 @@
 """``flo-redis worker --metrics-port PORT``: Prometheus metrics of each worker process.
 
-Every worker of the process counts into one :class:`flo_redis.metrics.PrometheusObserver`,
+Every worker of the process counts into one :class:`flo_redis.ops.metrics.PrometheusObserver`,
 served at ``http://HOST:PORT/metrics`` (127.0.0.1 unless ``--metrics-host`` says
 otherwise). Under ``--processes N`` process *i* serves on PORT + *i*, so each process
 is a scrape target of its own. Needs the ``metrics`` extra.
@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from .worker import WorkerProcess, add_sidecar
+from flo_redis.cli.worker import WorkerProcess, add_sidecar
 
 log = logging.getLogger("flo_redis.cli")
 
@@ -48,7 +48,7 @@ async def serve_worker_metrics(process: WorkerProcess) -> None:
     port = process.params.get("metrics_port")
     if port is None:
         return
-    from ..metrics import PrometheusObserver, serve_metrics
+    from flo_redis.ops.metrics import PrometheusObserver, serve_metrics
 
     observer = PrometheusObserver()
     for worker in process.workers:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ..client import FloClient
-from ..discovery import all_workers, health, summarize
-from ..types import WorkerInfo
-from . import _ops as ops
-from ._render import say
+from flo_redis.cli import _ops as ops
+from flo_redis.cli._render import say
+from flo_redis.client import FloClient
+from flo_redis.ops.discovery import all_workers, health, summarize
+from flo_redis.types import WorkerInfo
 
 
 def register(group: click.Group) -> None:

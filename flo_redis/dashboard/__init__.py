@@ -25,9 +25,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the flo-redis dashboard needs the 'dashboard' extra: pip install 'flo-redis[dashboard]'"
     ) from exc
 
-from ..client import FloClient
-from .app import HEADERS, create_app
-from .guard import Guard, SessionPolicy, is_loopback
+from flo_redis.client import FloClient
+from flo_redis.dashboard.app import HEADERS, create_app
+from flo_redis.dashboard.guard import Guard, SessionPolicy, is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080

@@ -20,21 +20,21 @@ import jinja2
 from aiohttp import web
 from yarl import URL
 
-from ..client import FloClient
-from ..discovery import health
-from ..errors import ConflictError, FloError, NotFoundError, ValidationError
-from ..keys import action_of_run
-from ..quarantine import (
+from flo_redis._wire.keys import action_of_run
+from flo_redis.client import FloClient
+from flo_redis.dashboard import data
+from flo_redis.dashboard.guard import Guard, Refused, Throttled, local_path
+from flo_redis.dashboard.sparkline import sparkline
+from flo_redis.errors import ConflictError, FloError, NotFoundError, ValidationError
+from flo_redis.ops.discovery import health
+from flo_redis.quarantine import (
     ActionQuarantine,
     GroupQuarantine,
     Quarantine,
     QueueQuarantine,
     WorkerQuarantine,
 )
-from ..types import StreamID
-from . import data
-from .guard import Guard, Refused, Throttled, local_path
-from .sparkline import sparkline
+from flo_redis.types import StreamID
 
 log = logging.getLogger("flo_redis.dashboard")
 

@@ -1,7 +1,7 @@
 """What each dashboard page shows, read through the client's public operations.
 
 Every figure comes from the same scripts and registries the library uses
-(:mod:`flo_redis.discovery` for what exists, ``client.action.counts`` / ``runs`` for the
+(:mod:`flo_redis.ops.discovery` for what exists, ``client.action.counts`` / ``runs`` for the
 queues, ``client.stream.groups`` for consumer groups); nothing here scans keys. Run
 lists are pages, and a group page shows at most :data:`GROUP_ROWS` entries of each kind.
 """
@@ -11,20 +11,15 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from .. import discovery
-from ..action_ops import ActionCounts, RunPage, RunState
-from ..client import FloClient
-from ..discovery import WorkerSummary
-from ..quarantine import (
-    ActionQuarantine,
-    GroupQuarantine,
-    Quarantine,
-    QueueQuarantine,
-)
-from ..reclaim import LivenessStats
-from ..stream_ops import GroupCounts
-from ..streams import DeadLetter, StreamDeadLetterOptions
-from ..types import (
+from flo_redis._session.reclaim import LivenessStats
+from flo_redis.actions.inspect import ActionCounts, RunPage, RunState
+from flo_redis.client import FloClient
+from flo_redis.ops import discovery
+from flo_redis.ops.discovery import WorkerSummary
+from flo_redis.quarantine import ActionQuarantine, GroupQuarantine, Quarantine, QueueQuarantine
+from flo_redis.streams.inspect import GroupCounts
+from flo_redis.streams.operations import DeadLetter, StreamDeadLetterOptions
+from flo_redis.types import (
     ActionInfo,
     ActionListOptions,
     ActionRunStatus,

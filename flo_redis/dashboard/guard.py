@@ -7,7 +7,7 @@ SameSite=Strict) naming a random session id, and every form carries a CSRF value
 derived from it. A change is made only for a POST whose session is open and whose CSRF
 value and ``Origin`` (when the browser sends one) are the dashboard's own.
 
-Sessions live in Redis (:func:`flo_redis.keys.dashboard_keys`), so every process of a
+Sessions live in Redis (:func:`flo_redis._wire.keys.dashboard_keys`), so every process of a
 dashboard (several behind a load balancer, or one restarted) knows them, and a log-out
 ends one for all. Redis holds only an HMAC of the session id under the token: a user who
 can read the namespace cannot log in with what it finds there, and a dashboard started
@@ -38,12 +38,16 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from .._checks import check_count
-from .._gateway import DASHBOARD_LOGIN, DASHBOARD_SESSION_CLOSE, DASHBOARD_SESSION_TOUCH
-from .._status import Status
-from ..client import FloClient
-from ..errors import ValidationError
-from ..keys import DashboardKeys, dashboard_keys
+from flo_redis._wire.checks import check_count
+from flo_redis._wire.gateway import (
+    DASHBOARD_LOGIN,
+    DASHBOARD_SESSION_CLOSE,
+    DASHBOARD_SESSION_TOUCH,
+)
+from flo_redis._wire.keys import DashboardKeys, dashboard_keys
+from flo_redis._wire.status import Status
+from flo_redis.client import FloClient
+from flo_redis.errors import ValidationError
 
 SESSION_COOKIE = "flo_dashboard_session"
 _MAX_SECONDS = 365 * 86400

@@ -1,6 +1,6 @@
 --[[ lib/channels
   An owner's channels in a queue's slot are named "<kind prefix><queue's hash tag>:<owner>"
-  (flo_redis/keys.py: owner_channel, notice_channel, handoff_channel). A script that is
+  (flo_redis/_wire/keys.py: owner_channel, notice_channel, handoff_channel). A script that is
   handed such a channel (in KEYS, so that on a cluster it runs where the channel lives)
   holds it to the name built so from its own queue's tag and the owner it was named for:
   a caller pairing an owner with another channel -- another owner's, another queue's,

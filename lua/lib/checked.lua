@@ -6,7 +6,7 @@
   deep in the script and maybe after a write. A script reads each numeric, flag, stream
   id and msgpack argument through these at its top and, when one is refused, answers
   {ST_BAD_ARG, i} (i: the ARGV index) before anything is read or written; the gateway
-  raises that as BadRequestError naming the argument (flo_redis/_gateway.py).
+  raises that as BadRequestError naming the argument (flo_redis/_wire/gateway.py).
 ]]
 -- 2^53 (every integer up to it is exact in a double), and 2^32 - 1.
 local INT_MAX = 9007199254740992

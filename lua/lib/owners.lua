@@ -54,7 +54,7 @@ local function owned_take_back(owned_key, owner, budget, give_back_one)
 end
 
 -- Is `channel` exactly `owner`'s liveness channel in the slot of `key`, a key of the
--- queue (flo_redis.keys.owner_channel)? Anything else -- "x:<owner>", another queue's or
+-- queue (flo_redis._wire.keys.owner_channel)? Anything else -- "x:<owner>", another queue's or
 -- another owner's channel -- has no subscriber to speak for the owner: refused.
 local function owner_channel_of(channel, owner, key)
   return type(owner) == 'string' and channel_of(channel, LIVE_CHANNEL, key, owner)

@@ -1,5 +1,5 @@
 --[[ lib/status
-  Status codes every script returns first; mirrored by flo_redis._status.Status.
+  Status codes every script returns first; mirrored by flo_redis._wire.status.Status.
 ]]
 local ST_OK = 0
 local ST_NOT_FOUND = 1      -- the run / entry / worker is unknown

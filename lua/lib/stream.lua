@@ -78,7 +78,7 @@ local function group_settings(config_key)
 end
 
 -- Is `group` (an argument) the group whose config key is `config_key`
--- (flo_redis.keys: '...:g:<group>:cfg')? Redis refuses a command naming a group the
+-- (flo_redis._wire.keys: '...:g:<group>:cfg')? Redis refuses a command naming a group the
 -- stream lacks, so a script is never handed one that its keys do not name.
 local function group_named(config_key, group)
   local suffix = ':g:' .. group .. ':cfg'

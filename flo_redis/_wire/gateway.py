@@ -1,0 +1,323 @@
+"""The script gateway: every Lua script as one typed, callable object.
+
+A :class:`Script` is declared once, here, with the key classes of :mod:`flo_redis._wire.keys`
+its KEYS come from and the parser of its reply shape (``_replies.py``,
+``_stream_replies.py``, ``_queue_replies.py``). At import, each header KEYS name is
+matched to a field of those classes — a header naming a key no class has fails loudly —
+so a call passes key objects, never a list:
+
+    reply = await ACTION_CLAIM(session, keys, [worker_id, owner, labels, n, poll, scan])
+
+builds KEYS by header name, checks the ARGV count, holds the owner's liveness channel
+first for scripts that record an owner (so work taken is never judged a gone owner's),
+sends the script through :func:`flo_redis._wire.runner.run` and answers the parsed reply. A
+header's variadic tail (``KEYS[i..n] name``) is declared here too and passed as ``tail=``.
+
+A script that refuses an argument as not what its header takes answers
+``{BAD_ARG, i}`` before it reads or writes anything (``lua/lib/checked.lua``); that is
+raised here, for every script alike, as :class:`BadRequestError` (reason ``MALFORMED``,
+``ran`` NO) naming ``ARGV[i]`` by its header name. The calls above check their
+arguments first, so it stands for a value that got past them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from operator import attrgetter, itemgetter
+from typing import Any, Generic, Protocol, TypeVar
+
+from flo_redis._wire import queue_replies as q
+from flo_redis._wire import replies as r
+from flo_redis._wire import schedule_replies as sch
+from flo_redis._wire import stream_replies as sr
+from flo_redis._wire.keys import (
+    ActionKeys,
+    DashboardKeys,
+    GroupKeys,
+    HandoffChannel,
+    NamespaceKeys,
+    OwnerChannel,
+    QueueKeys,
+    StreamKeys,
+)
+from flo_redis._wire.lane import packed_head
+from flo_redis._wire.lua import LuaSourceError
+from flo_redis._wire.runner import SCRIPTS, Arg, RedisConn, SyncConn, run, run_sync
+from flo_redis._wire.status import Status, refusal
+
+R = TypeVar("R")
+
+# Key objects whose packed KEYS one script keeps (then it starts again).
+_HEADS_MAX = 1024
+_BAD_ARG = int(Status.BAD_ARG)
+
+
+class _Holder(Protocol):
+    async def hold(self, tag: str) -> None: ...
+
+
+class Session(Protocol):
+    """What a script call needs: the connection, and liveness for owner-recording scripts."""
+
+    @property
+    def redis(self) -> RedisConn: ...
+
+    @property
+    def liveness(self) -> _Holder: ...
+
+
+class Script(Generic[R]):
+    """One Lua script: KEYS by header name from key objects, a typed reply."""
+
+    __slots__ = (
+        "_argc",
+        "_heads",
+        "_pair",
+        "_parse",
+        "_plan",
+        "_single",
+        "lua",
+        "name",
+        "records_owner",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        key_types: type | tuple[type, ...],
+        parse: Callable[[Any, Any], R],
+        *,
+        records_owner: bool = False,
+        tail: str | None = None,
+    ) -> None:
+        self.lua = SCRIPTS[name]
+        if self.lua.keys_tail != tail:
+            raise LuaSourceError(
+                f"{name}.lua: its header declares the KEYS tail {self.lua.keys_tail!r}, "
+                f"the gateway expects {tail!r} (write it as 'KEYS[i..n] {tail}')"
+            )
+        self.name = name
+        self.records_owner = records_owner
+        self._parse = parse
+        types = key_types if isinstance(key_types, tuple) else (key_types,)
+        plan: list[tuple[int, str]] = []
+        for key in self.lua.keys:
+            owner = next(
+                (i for i, t in enumerate(types) if key in {f.name for f in dataclasses.fields(t)}),
+                None,
+            )
+            if owner is None:
+                names = ", ".join(t.__name__ for t in types)
+                raise LuaSourceError(f"{name}.lua: KEYS entry {key!r} is no field of {names}")
+            plan.append((owner, key))
+        self._plan = tuple(plan)
+        self._single: Callable[[Any], Any] | None = None
+        self._pair: Callable[[Any], Any] | None = None
+        if len(types) == 1 and plan:
+            # One key class (the common case): one C-level attrgetter builds the list.
+            self._single = _getter([key for _, key in plan])
+        elif len(types) == 2 and plan:
+            # Two (a stream partition and its group): each class's keys in one getter,
+            # then put in header order by one itemgetter; no Python loop per call.
+            firsts = [key for i, key in plan if i == 0]
+            seconds = [key for i, key in plan if i == 1]
+            if firsts and seconds:
+                g0, g1 = _getter(firsts), _getter(seconds)
+                at = {("0", key): n for n, key in enumerate(firsts)}
+                at |= {("1", key): len(firsts) + n for n, key in enumerate(seconds)}
+                order = itemgetter(*(at[(str(i), key)] for i, key in plan))
+                self._pair = lambda src: order(g0(src[0]) + g1(src[1]))
+        self._argc = len(self.lua.argv)
+        # id(key object) -> (it, its KEYS, their packed head): the key objects are cached
+        # where they are built, so a queue's KEYS are listed and packed once.
+        self._heads: dict[int, tuple[Any, list[str], bytes]] = {}
+
+    def keys(self, source: Any, tail: Sequence[str] = ()) -> list[str]:
+        """The KEYS list for ``source`` (a key object, or a tuple of them in the
+        declared order) and the variadic ``tail``."""
+        if self._single is not None:
+            keys = list(self._single(source))
+        elif self._pair is not None and type(source) is tuple:
+            keys = list(self._pair(source))
+        else:
+            sources = source if type(source) is tuple else (source,)
+            keys = [getattr(sources[i], key) for i, key in self._plan]
+        if tail:
+            if self.lua.keys_tail is None:
+                raise TypeError(f"{self.name} takes no KEYS tail")
+            keys.extend(tail)
+        return keys
+
+    async def __call__(
+        self,
+        session: Session,
+        source: Any,
+        args: Sequence[Arg] = (),
+        *,
+        tail: Sequence[str] = (),
+        lead: bool = False,
+    ) -> R:
+        """Run the script on ``session`` with the keys of ``source`` and ``args``; the
+        parsed reply. ``lead``: see :func:`flo_redis._wire.runner.run`."""
+        if tail or type(source) is tuple:
+            keys, head = self.keys(source, tail), b""
+        else:
+            keys, head = self._packed(source)
+        self._check_args(args)
+        primary = source[0] if type(source) is tuple else source
+        if self.records_owner:
+            await session.liveness.hold(primary.tag)
+        reply = await run(session.redis, self.lua, keys, args, head, lead)
+        if reply[0] == _BAD_ARG:
+            raise self._refused_arg(reply, args)
+        return self._parse(reply, primary)
+
+    def _packed(self, source: Any) -> tuple[list[str], bytes]:
+        """The KEYS of one key object and their packed head (:func:`packed_head`),
+        made once per key object."""
+        known = self._heads.get(id(source))
+        if known is not None and known[0] is source:
+            return known[1], known[2]
+        keys = self.keys(source)
+        if len(self._heads) >= _HEADS_MAX:
+            self._heads.clear()
+        self._heads[id(source)] = (source, keys, head := packed_head(keys))
+        return keys, head
+
+    def call_sync(
+        self, conn: SyncConn, source: Any, args: Sequence[Arg] = (), *, tail: Sequence[str] = ()
+    ) -> R:
+        """The same call on redis-py's blocking client (``flo_redis.sync``); refused for
+        scripts that record an owner (a blocking client holds no liveness)."""
+        if self.records_owner:
+            raise TypeError(f"{self.name} records an owner; call it from FloClient")
+        keys = self.keys(source, tail)
+        self._check_args(args)
+        primary = source[0] if type(source) is tuple else source
+        reply = run_sync(conn, self.lua, keys, args)
+        if reply[0] == _BAD_ARG:
+            raise self._refused_arg(reply, args)
+        return self._parse(reply, primary)
+
+    def _refused_arg(self, reply: Any, args: Sequence[Arg]) -> Exception:
+        """The error for the script's ``{BAD_ARG, i}``, naming ``ARGV[i]``."""
+        index = int(reply[1]) if len(reply) > 1 else 0
+        names = self.lua.argv
+        name = names[min(index, len(names)) - 1] if index >= 1 and names else "?"
+        value = args[index - 1] if 1 <= index <= len(args) else None
+        shown = repr(value if not isinstance(value, bytes) or len(value) <= 64 else value[:64])
+        return refusal(
+            Status.BAD_ARG,
+            f"{self.name}: ARGV[{index}] {name} = {shown} is not what the script takes "
+            f"(see the header of lua/{self.name}.lua); nothing was written",
+        )
+
+    def _check_args(self, args: Sequence[Arg]) -> None:
+        argc = len(args)
+        if argc != self._argc and not (self.lua.variadic_argv and argc >= self._argc):
+            raise TypeError(f"{self.name} takes {self._argc} args, got {argc}")
+
+
+def _getter(names: list[str]) -> Callable[[Any], Any]:
+    """A C-level getter of ``names`` that always answers a tuple."""
+    get = attrgetter(*names)
+    if len(names) > 1:
+        return get
+    return lambda src: (get(src),)
+
+
+A = ActionKeys
+G = (StreamKeys, GroupKeys)
+N = NamespaceKeys
+S = StreamKeys
+Q = QueueKeys
+
+# Action queues and runs.
+ACTION_REGISTER = Script("action_register", A, r.done)
+ACTION_INVOKE = Script("action_invoke", A, r.invoked)
+ACTION_INVOKE_MANY = Script("action_invoke_many", A, r.invoked_many)
+ACTION_DELETE = Script("action_delete", A, r.flag, tail="data_keys")
+ACTION_CLAIM = Script(
+    "action_claim", (ActionKeys, HandoffChannel), r.claim_reply, records_owner=True
+)
+ACTION_REAP = Script("action_reap", A, r.reaped)
+ACTION_UNPARK = Script("action_unpark", A, r.number)
+ACTION_RECLAIM = Script("action_reclaim", A, r.reclaimed, tail="channels")
+ACTION_COUNTS = Script("action_counts", A, r.counts)
+ACTION_RUNS = Script("action_runs", A, r.run_rows)
+ACTION_REQUEUE_FAILED = Script("action_requeue_failed", A, r.bulk_step)
+ACTION_PURGE = Script("action_purge", A, r.bulk_step)
+RUN_ACCEPT = Script("run_accept", A, r.reported_many)
+RUN_TOUCH = Script("run_touch", A, r.reported)
+RUN_COMPLETE = Script("run_complete", A, r.reported)
+RUN_COMPLETE_MANY = Script("run_complete_many", A, r.reported_many)
+RUN_FAIL = Script("run_fail", A, r.reported)
+RUN_RELEASE = Script("run_release", A, r.reported)
+RUN_REQUEUE = Script("run_requeue", A, r.number)
+RUN_CANCEL = Script("run_cancel", A, r.cancelled, tail="notice")
+RUN_PROGRESS = Script("run_progress", A, r.reported)
+SLOT_ACQUIRE = Script("slot_acquire", A, r.slot_taken, records_owner=True)
+SLOT_RELEASE = Script("slot_release", A, r.number)
+SCHEDULE_SET = Script("schedule_set", A, r.flag)
+SCHEDULE_REMOVE = Script("schedule_remove", A, r.done)
+SCHEDULE_DUE = Script("schedule_due", A, sch.due_rows)
+SCHEDULE_FIRE = Script("schedule_fire", A, sch.fired)
+SCHEDULE_QUARANTINE = Script("schedule_quarantine", A, r.done)
+SLOT_RECLAIM = Script("slot_reclaim", (ActionKeys, OwnerChannel), r.reclaimed)
+ACTION_QUARANTINE_REPLAY = Script("action_quarantine_replay", A, r.done)
+
+# The worker registry.
+WORKER_REGISTER = Script("worker_register", N, r.done, records_owner=True)
+WORKER_HEARTBEAT = Script("worker_heartbeat", N, r.number)
+WORKER_POLL = Script("worker_poll", N, r.worker_gate)
+WORKER_TALLY = Script("worker_tally", N, r.done)
+WORKER_DRAIN = Script("worker_drain", N, r.names)
+WORKER_DEREGISTER = Script("worker_deregister", N, r.done)
+WORKER_LIST = Script("worker_list", N, r.worker_page)
+WORKER_PRESENCE = Script("worker_presence", N, r.presence, tail="channels")
+WORKER_QUARANTINE_REPLAY = Script("worker_quarantine_replay", N, r.done)
+
+# Streams.
+STREAM_CREATE = Script("stream_create", S, r.number)
+STREAM_APPEND = Script("stream_append", S, sr.appended)
+STREAM_READ = Script("stream_read", S, sr.stream_records)
+STREAM_INFO = Script("stream_info", S, sr.stream_stats)
+STREAM_TRIM = Script("stream_trim", S, sr.trimmed)
+
+# Consumer groups (a stream partition's keys, then the group's).
+GROUP_JOIN = Script("group_join", G, r.flag)
+GROUP_LEAVE = Script("group_leave", G, r.flag)
+GROUP_READ = Script("group_read", G, sr.delivered, records_owner=True)
+GROUP_CLAIM = Script("group_claim", G, sr.claimed_page, records_owner=True)
+GROUP_PENDING = Script("group_pending", G, sr.pending)
+GROUP_ACK = Script("group_ack", G, sr.settled)
+GROUP_ACK_MANY = Script("group_ack_many", G, sr.settled_many)
+GROUP_NACK = Script("group_nack", G, sr.settled)
+GROUP_RECLAIM = Script("group_reclaim", G, r.reclaimed, tail="channels")
+GROUP_REPLAY = Script("group_replay", G, sr.replayed)
+GROUP_QUARANTINE = Script("group_quarantine", G, sr.set_aside_ids)
+GROUP_QUARANTINE_REPLAY = Script("group_quarantine_replay", G, sr.reappended)
+
+# Plain queues (client.queue).
+QUEUE_ENQUEUE = Script("queue_enqueue", Q, r.number)
+QUEUE_DEQUEUE = Script("queue_dequeue", Q, q.taken, records_owner=True)
+QUEUE_ACK = Script("queue_ack", Q, q.per_seq)
+QUEUE_NACK = Script("queue_nack", Q, q.per_seq)
+QUEUE_PEEK = Script("queue_peek", Q, q.listed)
+QUEUE_DLQ_LIST = Script("queue_dlq_list", Q, q.listed)
+QUEUE_DLQ_REQUEUE = Script("queue_dlq_requeue", Q, q.per_seq)
+QUEUE_RECLAIM = Script("queue_reclaim", Q, r.reclaimed, tail="channels")
+QUEUE_QUARANTINE_REPLAY = Script("queue_quarantine_replay", Q, r.done)
+
+# Any quarantine (an action's, a plain queue's, a group's, a namespace's): the one key
+# is read by name, so any of those key objects may be passed.
+QUARANTINE_DELETE = Script("quarantine_delete", A, r.number)
+
+# The dashboard's log-ins and sessions (flo_redis.dashboard.guard).
+DASHBOARD_LOGIN = Script("dashboard_login", DashboardKeys, r.number)
+DASHBOARD_SESSION_TOUCH = Script("dashboard_session_touch", DashboardKeys, r.number)
+DASHBOARD_SESSION_CLOSE = Script("dashboard_session_close", DashboardKeys, r.done)
+
+ALL: dict[str, Script[Any]] = {s.name: s for s in globals().values() if isinstance(s, Script)}
+"""Every declared script by name (a test holds this equal to the files in ``lua/``)."""

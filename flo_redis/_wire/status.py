@@ -1,0 +1,58 @@
+"""Script statuses (mirroring ``lua/lib/status.lua``) and the errors they become."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from flo_redis.errors import BadRecordError, ServerError, server_error
+from flo_redis.types import Ran, Reason, StatusCode
+
+
+class Status(IntEnum):
+    OK = 0
+    NOT_FOUND = 1
+    NO_ACTION = 2
+    STALE = 3
+    TOO_LARGE = 4
+    OUT_OF_RANGE = 5
+    UNHEALTHY = 6
+    DRAINING = 7
+    CONFLICT = 8
+    NO_GROUP = 9
+    WRONG_OWNER = 10
+    OWNER_ALIVE = 11
+    BAD_ARG = 12
+    """A script refused an argument that is not what its header takes: ``{BAD_ARG, i}``
+    names ``ARGV[i]``; the gateway raises it (:mod:`flo_redis._wire.gateway`)."""
+    BAD_SETTING = 13
+    """An action's stored settings do not parse (written by hand, or by another version):
+    it takes no new runs and hands out none until it is registered again."""
+    BAD_RECORD = 14
+    """A stored record does not decode; the script set it aside into its quarantine
+    (:mod:`flo_redis.quarantine`)."""
+
+
+_MAPPING: dict[Status, tuple[StatusCode, Reason]] = {
+    Status.NOT_FOUND: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
+    Status.NO_ACTION: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
+    Status.NO_GROUP: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
+    Status.BAD_SETTING: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
+    Status.BAD_ARG: (StatusCode.BAD_REQUEST, Reason.MALFORMED),
+    Status.STALE: (StatusCode.CONFLICT, Reason.STALE_REPORT),
+    Status.CONFLICT: (StatusCode.CONFLICT, Reason.CONDITION_FAILED),
+    Status.WRONG_OWNER: (StatusCode.CONFLICT, Reason.CONDITION_FAILED),
+    Status.OWNER_ALIVE: (StatusCode.CONFLICT, Reason.CONDITION_FAILED),
+    Status.OUT_OF_RANGE: (StatusCode.BAD_REQUEST, Reason.OUT_OF_RANGE),
+    Status.TOO_LARGE: (StatusCode.BAD_REQUEST, Reason.FIELD_TOO_LONG),
+    Status.UNHEALTHY: (StatusCode.BAD_REQUEST, Reason.WORKER_UNHEALTHY),
+    Status.DRAINING: (StatusCode.BAD_REQUEST, Reason.WORKER_DRAINING),
+}
+
+
+def refusal(status: int, message: str) -> ServerError:
+    """The typed error for a script's refusal; the script changed nothing (``ran`` NO),
+    but for BAD_RECORD, where it set the record aside (:class:`BadRecordError`)."""
+    if status == Status.BAD_RECORD:
+        return BadRecordError(message)
+    code, reason = _MAPPING.get(Status(status), (StatusCode.INTERNAL_ERROR, Reason.INTERNAL))
+    return server_error(code, reason, message, Ran.NO)

@@ -1,0 +1,527 @@
+"""flo's ``client.action`` and ``client.worker``: actions, runs and the worker registry.
+
+Every change of a run is one Lua script (``lua/action_*.lua``, ``lua/run_*.lua``); this
+module validates arguments before anything is sent, calls the scripts and turns their
+replies into flo's result classes and typed errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import TypeAlias
+
+from flo_redis._session.aside import warn_unreadable
+from flo_redis._session.notices import tell
+from flo_redis._session.reclaim import LivenessStats, liveness_stats, reap_queue
+from flo_redis._session.registry import remember
+from flo_redis._session.session import Session
+from flo_redis._session.tracer import invoke_span
+from flo_redis._wire import runner
+from flo_redis._wire.checks import (
+    MAX_LIST_LIMIT,
+    bad_settings,
+    check_bytes,
+    check_callback,
+    check_count,
+    check_cursor,
+    check_labels,
+    check_list,
+    check_options,
+    check_priority,
+    check_text,
+    not_registered,
+    raise_refusal,
+    raise_run_refusal,
+    stored_int,
+)
+from flo_redis._wire.codec import BadRecord, decoded, pack, tag_labels, text
+from flo_redis._wire.gateway import (
+    ACTION_DELETE,
+    ACTION_INVOKE,
+    ACTION_INVOKE_MANY,
+    ACTION_REGISTER,
+    RUN_CANCEL,
+    RUN_REQUEUE,
+)
+from flo_redis._wire.keys import (
+    MAX_NAME_SIZE,
+    ActionKeys,
+    action_keys,
+    action_of_run,
+    namespace_keys,
+    run_id_prefix,
+)
+from flo_redis._wire.status import Status, refusal
+from flo_redis.actions.inspect import ActionInspection
+from flo_redis.actions.runs import (
+    DEFAULT_WAIT_MS,
+    FINAL,
+    NO_PROGRESS,
+    cancel_reply,
+    cancel_request,
+    check_wait_ms,
+    invoke_reply,
+    invoke_request,
+    progress_mark,
+    read_run,
+    status_reply,
+    unreadable_run,
+    wait_timed_out,
+)
+from flo_redis.actions.schedules import (
+    Missed,
+    Schedule,
+    ScheduleDeclaration,
+    check_missed,
+    list_schedules,
+    remove_schedule,
+)
+
+# The worker-side operations live in worker_ops.py; importable from here as well.
+from flo_redis.actions.workers import Claimed, CompleteItem, WorkerOperations
+from flo_redis.errors import ValidationError, ValueTooLargeError
+from flo_redis.types import (
+    ActionDeleteOptions,
+    ActionInfo,
+    ActionInvokeOptions,
+    ActionInvokeResult,
+    ActionListOptions,
+    ActionListResult,
+    ActionRegisterOptions,
+    ActionRunStatus,
+    ActionStatusOptions,
+    ActionType,
+    RateLimit,
+    RunStatus,
+)
+from flo_redis.types.base import LUA_INT, U32
+
+DEFAULT_RETENTION_MS = 24 * 3600 * 1000
+DEFAULT_RETENTION_COUNT = 10_000
+INVOKE_BATCH = 1000  # runs per action_invoke_many call
+MAX_RATE_STARTS = 10_000  # RateLimit.max: the claim script logs each start in the window
+MAX_RATE_WINDOW_MS = 86_400_000  # RateLimit.per_ms: a day
+
+log = logging.getLogger("flo_redis.actions")
+
+
+def _rate_limit(limit: object) -> tuple[int, int]:
+    """``(max, per_ms)`` of a :class:`RateLimit`, ``(0, 0)`` for None (no limit)."""
+    if limit is None:
+        return 0, 0
+    if not isinstance(limit, RateLimit):
+        raise ValidationError(
+            f"rate_limit must be a RateLimit(max, per_ms) or None, got {type(limit).__name__}"
+        )
+    return (
+        check_count("rate_limit.max", limit.max, 1, MAX_RATE_STARTS),
+        check_count("rate_limit.per_ms", limit.per_ms, 1, MAX_RATE_WINDOW_MS),
+    )
+
+
+def _action_info(namespace: str, name: str, stored: dict[bytes, bytes]) -> ActionInfo:
+    """An action's settings as ``action.list`` shows them, read as the scripts read them
+    (``lua/lib/action.lua``): a setting that does not parse shows its default, and is
+    logged at WARNING: until the action is registered again, no run of it is invoked,
+    claimed or handed out."""
+    bad = []
+
+    def setting(field: str, default: int, high: int = U32 - 1) -> int:
+        raw = stored.get(field.encode())
+        value = None if raw is None else stored_int(raw, 0, high)
+        if raw is not None and value is None:
+            bad.append(f"{field} = {raw!r}")
+        return default if value is None else value
+
+    defaults = ActionRegisterOptions()
+    info = ActionInfo(
+        name=name,
+        action_type=ActionType(setting("action_type", 0, max(ActionType))),
+        timeout_ms=setting("timeout_ms", defaults.timeout_ms),
+        max_retries=setting("max_retries", defaults.max_retries),
+        description=text(stored.get(b"description")),
+    )
+    if bad:
+        log.warning(
+            "action %r in namespace %r: stored %s does not parse (written by hand, or by "
+            "another version); it takes no new runs until registered again",
+            name,
+            namespace,
+            ", ".join(bad),
+        )
+    return info
+
+
+# The options of an invoke given none (never changed: an invoke only reads them).
+_NO_OPTIONS = ActionInvokeOptions()
+_HANDING_MAX = 1024  # queues remembered as handing (then none, until an invoke is handed)
+
+# What ``wait(..., on_progress=...)`` calls with the run's status: sync or async.
+ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None]
+
+
+class ActionOperations(ActionInspection):
+    """``client.action``: register actions, invoke them, read runs; counts, runs by state
+    and bulk steering come from :class:`ActionInspection`."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
+        # Queues (by tag) whose last invoke from here went straight to a parked poller:
+        # the next one is led by a TIME (flo_redis/runner.py), so that, handed too,
+        # its hand-off message leaves Redis before its own reply.
+        self._handing: set[str] = set()
+
+    async def register(
+        self,
+        name: str,
+        action_type: ActionType = ActionType.USER,
+        options: ActionRegisterOptions | None = None,
+    ) -> None:
+        """Register ``name`` or replace its settings; the last registration wins."""
+        opts = check_options(options, ActionRegisterOptions)
+        keys = self._action_keys(name, opts.namespace)
+        if isinstance(action_type, bool) or action_type not in tuple(ActionType):
+            raise ValidationError(
+                f"action_type must be an ActionType ({', '.join(t.name for t in ActionType)}), "
+                f"got {action_type!r}"
+            )
+        check_text("owner", opts.owner, optional=True, limit=MAX_NAME_SIZE)
+        check_text("description", opts.description, optional=True)
+        rate_max, rate_per_ms = _rate_limit(opts.rate_limit)
+        max_payload = self._session.max_payload_bytes
+        if opts.max_payload_bytes is not None:
+            max_payload = min(max_payload, opts.max_payload_bytes)
+        settings: dict[str, int | str] = {
+            "action_type": int(action_type),
+            "timeout_ms": opts.timeout_ms,
+            "max_retries": opts.max_retries,
+            "backoff_ms": opts.retry_backoff_ms,
+            "backoff_max_ms": max(opts.retry_backoff_max_ms, opts.retry_backoff_ms),
+            "max_concurrency": opts.max_concurrency,
+            "max_payload": max_payload,
+            "retention_ms": opts.retention_ms or DEFAULT_RETENTION_MS,
+            "retention_count": opts.retention_count or DEFAULT_RETENTION_COUNT,
+            "rate_max": rate_max,
+            "rate_per_ms": rate_per_ms,
+        }
+        if opts.owner is not None:
+            settings["owner"] = opts.owner
+        if opts.description is not None:
+            settings["description"] = opts.description
+        # Listed first: a user refused the registry is refused before anything is written.
+        index = namespace_keys(keys.namespace).actions
+        await remember(self._session.redis, keys.namespace, index, name)
+        await ACTION_REGISTER(self._session, keys, [pack(settings)])
+
+    async def invoke(
+        self, name: str, input_data: bytes, options: ActionInvokeOptions | None = None
+    ) -> ActionInvokeResult:
+        """Create a run of ``name`` with ``input_data``; :class:`NotFoundError` if the action
+        is not registered, :class:`ValueTooLargeError` for an oversized input,
+        :class:`ValidationError` for a bad label or idempotency key (nothing is written)."""
+        opts = _NO_OPTIONS if options is None else check_options(options, ActionInvokeOptions)
+        keys = self._action_keys(name, opts.namespace)
+        with invoke_span(self._session.tracer, keys.namespace, name, 1) as span:
+            args, size = invoke_request(
+                keys, input_data, opts, self._session.max_payload_bytes, span.context
+            )
+            handing = self._handing
+            lead = keys.tag in handing
+            reply = await ACTION_INVOKE(self._session, keys, args, lead=lead)
+            if reply.handed != lead:
+                if lead:
+                    handing.discard(keys.tag)
+                elif len(handing) < _HANDING_MAX:
+                    handing.add(keys.tag)
+            result = invoke_reply(reply, keys, size)
+            span.sent((result.run_id,))
+        return result
+
+    async def invoke_many(
+        self,
+        name: str,
+        inputs: Sequence[bytes],
+        options: ActionInvokeOptions | None = None,
+    ) -> builtins.list[ActionInvokeResult]:
+        """Create one run per input in as few calls as possible (1000 runs a call), all
+        ready now and in the order given; each call is atomic. Labels and priority apply to
+        every run;
+        ``delay_ms``, ``run_at_ms`` and ``idempotency_key`` are refused here (use
+        :meth:`invoke`). Every input is checked before anything is sent."""
+        opts = check_options(options, ActionInvokeOptions)
+        if opts.delay_ms or opts.run_at_ms is not None or opts.idempotency_key is not None:
+            raise ValidationError(
+                "invoke_many takes no delay_ms, run_at_ms or idempotency_key; use invoke"
+            )
+        keys = self._action_keys(name, opts.namespace)
+        priority = check_priority(opts.priority)
+        check_labels(opts.labels)
+        limit = self._session.max_payload_bytes
+        items = check_list("inputs", inputs)
+        data = [check_bytes(f"inputs[{i}]", x, limit) for i, x in enumerate(items)]
+        labels = pack(tag_labels(opts.labels)) if opts.labels else b""
+        prefix = run_id_prefix(name)
+        if len(data) > INVOKE_BATCH:
+            await self._check_inputs_fit(keys, data)
+        with invoke_span(self._session.tracer, keys.namespace, name, len(data)) as span:
+            results = await self._invoke_chunks(keys, prefix, labels, priority, data, span.context)
+            span.sent([r.run_id for r in results])
+        return results
+
+    async def _invoke_chunks(
+        self,
+        keys: ActionKeys,
+        prefix: str,
+        labels: bytes,
+        priority: int,
+        data: Sequence[bytes],
+        trace: bytes,
+    ) -> builtins.list[ActionInvokeResult]:
+        """Create runs of ``data``, INVOKE_BATCH a call, each call atomic."""
+        name = keys.action
+        results: builtins.list[ActionInvokeResult] = []
+        for start in range(0, len(data), INVOKE_BATCH):
+            chunk = data[start : start + INVOKE_BATCH]
+            reply = await ACTION_INVOKE_MANY(
+                self._session, keys, [prefix, labels, priority, trace, *chunk]
+            )
+            if reply.status in (Status.NO_ACTION, Status.BAD_SETTING):
+                raise_refusal(reply.status, keys, "invoke_many")
+            if reply.status == Status.OUT_OF_RANGE:
+                raise ValidationError(f"invoke_many: {len(chunk)} inputs refused in one call")
+            if reply.status == Status.TOO_LARGE:
+                index = start + reply.index
+                raise ValueTooLargeError(
+                    f"inputs[{index}] is {len(data[index])} bytes; action {name!r} accepts at "
+                    f"most {reply.first_seq} (its max_payload_bytes); runs before it were created "
+                    "(the action's limit changed during the call)"
+                )
+            first = reply.first_seq
+            results.extend(ActionInvokeResult(f"{prefix}{first + i}") for i in range(len(chunk)))
+        return results
+
+    async def _check_inputs_fit(self, keys: ActionKeys, data: Sequence[bytes]) -> None:
+        """Before the first of several calls: every input within the action's own limit,
+        so no later call is refused after earlier ones created runs."""
+        with runner.redis_errors("invoke_many"):
+            stored = await self._session.redis.hget(keys.definition, "max_payload")
+        if stored is None:
+            raise not_registered(keys)
+        limit = stored_int(stored, 0, LUA_INT)
+        if limit is None:
+            raise bad_settings(keys)
+        for index, item in enumerate(data):
+            if limit < len(item):
+                raise ValueTooLargeError(
+                    f"inputs[{index}] is {len(item)} bytes; action {keys.action!r} accepts "
+                    f"at most {limit} (its max_payload_bytes); nothing was created"
+                )
+
+    async def status(
+        self, run_id: str, options: ActionStatusOptions | None = None
+    ) -> ActionRunStatus:
+        """The run's current state; :class:`NotFoundError` for an unknown (or expired) run."""
+        opts = check_options(options, ActionStatusOptions)
+        keys = self._action_keys(action_of_run(run_id), opts.namespace)
+        with runner.redis_errors("status"):
+            async with self._session.redis.pipeline(transaction=False) as pipe:
+                pipe.hget(keys.runs, run_id)
+                pipe.zscore(keys.delayed, run_id)
+                raw, due = await pipe.execute()
+        return status_reply(run_id, keys, raw, due)
+
+    async def wait(
+        self,
+        run_id: str,
+        timeout_ms: int = DEFAULT_WAIT_MS,
+        namespace: str | None = None,
+        *,
+        on_progress: ProgressCallback | None = None,
+    ) -> ActionRunStatus:
+        """The run's status as soon as it ends (COMPLETED, FAILED, TIMED_OUT or
+        CANCELLED), woken by the script that ends it, not by polling.
+        :class:`WaitTimeoutError` (with the run's status read at the deadline) once
+        ``timeout_ms`` has passed first; :class:`NotFoundError` for an unknown run.
+        ``on_progress`` (a function or coroutine function) is called with the run's
+        status each time its handler reported a new progress value, woken by that
+        report too; it sees the latest value each time it looks (quick successive values
+        may coalesce), and the last one before the end; one that is not callable is
+        refused up front (:class:`ValidationError`)."""
+        timeout_ms = check_wait_ms(timeout_ms)
+        check_callback("on_progress", on_progress)
+        keys = self._action_keys(action_of_run(run_id), namespace)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000.0
+        options = ActionStatusOptions(namespace=namespace)
+        # The channel is held only while someone waits on it (release=True): the scripts
+        # publish ends only then.
+        seen = NO_PROGRESS
+        async with self._session.waker.listening([keys.ended], release=True) as listener:
+            while True:
+                # Subscribed before the read: an end published after it is never missed.
+                await listener.arm()
+                status = await self.status(run_id, options)
+                if on_progress is not None and progress_mark(status) != seen:
+                    seen = progress_mark(status)
+                    heard = on_progress(status)
+                    if inspect.isawaitable(heard):
+                        await heard
+                if status.status in FINAL:
+                    return status
+                remaining = deadline - loop.time()
+                if remaining <= 0:  # the status just read: what the run is now
+                    raise wait_timed_out(status, timeout_ms)
+                await listener.wait(remaining)
+
+    async def list(self, options: ActionListOptions | None = None) -> ActionListResult:
+        """Registered actions in name order, ``limit`` a page, filtered by ``prefix``;
+        pass the result's ``cursor`` back in ``options.cursor`` for the next page."""
+        opts = check_options(options, ActionListOptions)
+        limit = check_count("limit", opts.limit, 1, MAX_LIST_LIMIT)
+        ns = self._session.get_namespace(opts.namespace)
+        index = namespace_keys(ns).actions
+        prefix = check_text("prefix", opts.prefix, optional=True, limit=MAX_NAME_SIZE)
+        low = f"[{prefix}" if prefix else "-"
+        cursor = check_cursor(opts.cursor)
+        if cursor and (not prefix or cursor >= prefix):
+            low = f"({cursor}"
+        # UTF-8 never holds the byte 0xFF: every name starting with the prefix sorts
+        # below prefix + 0xFF, whatever characters follow.
+        high = b"(" + prefix.encode() + b"\xff" if prefix else b"+"
+        conn = self._session.redis
+        with runner.redis_errors("list"):
+            names = [
+                decoded(n)
+                for n in await conn.zrange(index, low, high, bylex=True, offset=0, num=limit + 1)
+            ]
+        more = len(names) > limit
+        names = names[:limit]
+        infos: builtins.list[ActionInfo] = []
+        with runner.redis_errors("list"):
+            async with conn.pipeline(transaction=False) as pipe:
+                for n in names:
+                    pipe.hgetall(action_keys(ns, n).definition)
+                defs = await pipe.execute()
+        for n, d in zip(names, defs, strict=True):
+            if d:  # else deleted between the two reads
+                infos.append(_action_info(ns, n, d))
+        return ActionListResult(actions=infos, cursor=names[-1].encode() if more else None)
+
+    async def delete(self, name: str, options: ActionDeleteOptions | None = None) -> None:
+        """Delete the action with all its runs; :class:`NotFoundError` if not registered."""
+        opts = check_options(options, ActionDeleteOptions)
+        keys = self._action_keys(name, opts.namespace)
+        # meta stays (run ids are never reused); the data keys go, then the name from the
+        # registry: a user refused the delete is refused before anything is written.
+        reply = await ACTION_DELETE(self._session, keys, tail=keys.all_data_keys())
+        with runner.redis_errors("delete"):
+            await self._session.redis.zrem(namespace_keys(keys.namespace).actions, name)
+        if not reply.flag:
+            raise not_registered(keys)
+
+    # --- beyond flo ----------------------------------------------------------------
+
+    async def requeue(self, run_id: str, namespace: str | None = None) -> None:
+        """Give a FAILED / TIMED_OUT run a fresh set of attempts. :class:`ConflictError`
+        if the run is not failed, :class:`NotFoundError` if unknown."""
+        keys = self._action_keys(action_of_run(run_id), namespace)
+        reply = await RUN_REQUEUE(self._session, keys, [run_id])
+        status = reply.status
+        if status == Status.CONFLICT:
+            raise refusal(
+                status,
+                f"run {run_id!r} is {RunStatus(reply.value).name}, not failed; only "
+                "FAILED, TIMED_OUT or CANCELLED runs can be re-queued",
+            )
+        raise_run_refusal(status, keys, run_id)
+
+    async def cancel(self, run_id: str, namespace: str | None = None) -> None:
+        """Cancel a run that has not finished: a waiting or delayed run ends CANCELLED at
+        once; a running run's lease is revoked, so its handler's reports are refused, its
+        worker is told at once and cancels the handler (as for a lost lease; a notice
+        missed is caught at its next touch), and it ends CANCELLED.
+        :class:`ConflictError` if the run already finished, :class:`NotFoundError` if
+        unknown."""
+        keys = self._action_keys(action_of_run(run_id), namespace)
+        with runner.redis_errors("cancel"):
+            raw = await self._session.redis.hget(keys.runs, run_id)
+        args, tail = cancel_request(run_id, keys, raw)
+        notice = cancel_reply(await RUN_CANCEL(self._session, keys, args, tail=tail), keys, run_id)
+        if notice is not None:
+            await tell(self._session.redis, notice)
+
+    async def failed(
+        self, name: str, limit: int = 100, namespace: str | None = None
+    ) -> builtins.list[ActionRunStatus]:
+        """The oldest ``limit`` failed (FAILED / TIMED_OUT) runs of ``name``."""
+        check_count("limit", limit, 1, MAX_LIST_LIMIT)
+        keys = self._action_keys(name, namespace)
+        conn = self._session.redis
+        with runner.redis_errors("failed"):
+            ids = [decoded(i) for i in await conn.zrange(keys.failed, 0, limit - 1)]
+            raws = await conn.hmget(keys.runs, ids) if ids else []
+        found: builtins.list[ActionRunStatus] = []
+        for run_id, raw in zip(ids, raws, strict=True):
+            if raw is None:
+                continue
+            try:
+                found.append(read_run(run_id, raw))
+            except BadRecord as exc:  # left out: a requeue of it sets it aside
+                warn_unreadable(("run", keys.tag, run_id), str(unreadable_run(run_id, keys, exc)))
+        return found
+
+    async def stats(self, name: str, namespace: str | None = None) -> LivenessStats:
+        """The queue's liveness counters (reclaims by cause, stale reports refused) and
+        what is held now (owners, suspects, concurrency slots). Read only."""
+        return await liveness_stats(self._session, name, namespace)
+
+    async def reap(self, name: str, namespace: str | None = None) -> int:
+        """Upkeep of one queue (expired leases, due delayed runs, retention), bounded;
+        returns how many runs became ready. Workers call this periodically."""
+        return await reap_queue(self._session, name, namespace)
+
+    # --- schedules (flo_redis.actions.schedules) ---------------------------------------------
+
+    async def schedule(
+        self,
+        action: str,
+        cron_or_interval: str | timedelta,
+        *,
+        input: bytes = b"",
+        name: str | None = None,
+        timezone: str = "UTC",
+        missed: Missed | str = Missed.ONCE,
+        namespace: str | None = None,
+    ) -> Schedule:
+        """Run ``action`` on a cron expression (in ``timezone``) or every interval, each
+        occurrence exactly once whichever workers are up. ``name`` (default: the
+        action's name) names it for :meth:`unschedule`; setting the same name again
+        replaces it. ``missed``: what happens to occurrences passed while no worker ran
+        (:class:`~flo_redis.actions.schedules.Missed`). :class:`ValidationError` for a bad cron
+        expression, interval or time zone, :class:`NotFoundError` for an action that is
+        not registered, both before anything is written."""
+        declared = ScheduleDeclaration(
+            action, cron_or_interval, name, input, timezone, check_missed(missed)
+        )
+        return await declared.apply(self._session, namespace)
+
+    async def schedules(
+        self, action: str | None = None, namespace: str | None = None
+    ) -> builtins.list[Schedule]:
+        """The schedules of ``action``, or of every registered action."""
+        return await list_schedules(self._session, action, namespace)
+
+    async def unschedule(
+        self, action: str, name: str | None = None, namespace: str | None = None
+    ) -> None:
+        """Remove the schedule ``name`` of ``action`` (default: the one named after the
+        action); :class:`NotFoundError` when there is none. Runs it created stay."""
+        await remove_schedule(self._session, action, name, namespace)
+
+
+__all__ = ["ActionOperations", "Claimed", "CompleteItem", "WorkerOperations"]

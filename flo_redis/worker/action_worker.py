@@ -1,0 +1,429 @@
+"""``ActionWorker``: flo's high-level action worker, hardened, on Redis.
+
+A worker registers its actions and itself, then loops: claim up to its free capacity in
+one script call per action queue (and, while a backlog lasts and its handlers are short,
+a few runs ahead of them: :mod:`flo_redis.worker.prefetch`), run each handler under the local
+``action_timeout``, and report the outcome with the run's fencing token. Reports never
+wait behind a poll (polls hold no connection while they wait), lost reports are resent
+and never converted, and ``stop()`` lets running handlers finish and still sends their
+results.
+
+Its runs in flight and in hand, each run's handler with its hooks, are
+:mod:`flo_redis.worker.held_runs`; the handler's context is :mod:`flo_redis.worker.context`,
+its reports :mod:`flo_redis.worker.outcomes`, and what both workers share
+:mod:`flo_redis.worker.lifecycle`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from flo_redis._session.aio import CAN_UNCANCEL, is_async_handler
+from flo_redis._session.notices import Notices
+from flo_redis._session.reclaim import Reaper
+from flo_redis._wire.checks import check_count, check_options, check_seconds
+from flo_redis._wire.keys import action_keys, action_of_run, check_name
+from flo_redis.actions.results import JSON, ResultSerializer, check_handler, check_serializer
+from flo_redis.actions.runs import cancel_confirmed
+from flo_redis.actions.schedules import Missed, ScheduleDeclaration, check_spec, check_timezone
+from flo_redis.actions.workers import Claimed, WorkerOperations
+from flo_redis.errors import BlockTooLongError, NotFoundError, ServerError, ValidationError
+from flo_redis.types import DEFAULT_WORKER_BLOCK_MS, ActionRegisterOptions, Reason
+from flo_redis.worker.context import ActionContext, ActionHandler, ActionResult, touch_run
+from flo_redis.worker.gc import YoungGeneration
+from flo_redis.worker.handlers import HandlerRunner
+from flo_redis.worker.held_runs import ActionRuns
+from flo_redis.worker.lifecycle import (
+    ClientLike,
+    WorkerLifecycle,
+    generate_worker_id,
+    worker_block_ms,
+)
+from flo_redis.worker.outcomes import RunReporter
+from flo_redis.worker.poller import ActionPoller
+from flo_redis.worker.progress import encode_progress, report_progress
+from flo_redis.worker.registration import Registration
+
+# flo's module ``flo.worker`` holds the stream worker's classes as well; flo code imports
+# them from here, so they are importable from here too (they live in stream_worker.py).
+from flo_redis.worker.stream_worker import (
+    StreamContext,
+    StreamHandler,
+    StreamRecordHandler,
+    StreamWorker,
+    StreamWorkerOptions,
+)
+
+log = logging.getLogger("flo_redis.worker")
+
+_HEARTBEAT_INTERVAL_S = 30.0
+# A health check that passed this recently is reused by the next poll (a drain or an
+# unhealthy verdict is seen within this time).
+_HEALTH_TTL_S = 0.5
+#: How long a run handed to an idle worker waits for its accept by default, and the
+#: bounds of ``offer_window_ms`` (a park lasts at most a minute).
+DEFAULT_OFFER_WINDOW_MS = 1000
+MIN_OFFER_WINDOW_MS = 100
+MAX_OFFER_WINDOW_MS = 60_000
+
+
+@dataclass
+class ActionWorkerOptions:
+    """An ActionWorker's settings. ``block_ms`` 0/None means 30000; above 300000 is
+    refused with :class:`BlockTooLongError`. ``tune_gc``: while the worker runs, the
+    garbage collector's young generation holds what its runs in flight keep alive
+    (``gc.set_threshold``, first value at least ``concurrency * 100``; put back when it
+    stops; :mod:`flo_redis.worker.gc`); False leaves the process's collector alone.
+    ``offer_window_ms`` (100 to 60000): a run handed to the idle worker must be accepted
+    within this long (the worker accepts it as its handler starts), or it goes back to
+    the head of its queue unspent, for a live worker (a frozen process, a half-open
+    connection; ``lua/README.md``, "Hand-off")."""
+
+    worker_id: str = ""
+    concurrency: int = 10
+    action_timeout: float = 300.0
+    block_ms: int = DEFAULT_WORKER_BLOCK_MS
+    auto_touch: bool = False
+    tune_gc: bool = True
+    offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Refuse a bad setting (:class:`ValidationError` naming it): when made, and again
+        when the worker starts, so a setting changed in between is checked where used."""
+        self.block_ms = worker_block_ms(self.block_ms)
+        check_count("concurrency", self.concurrency, 1)
+        check_seconds("action_timeout", self.action_timeout)
+        check_count(
+            "offer_window_ms",
+            self.offer_window_ms,
+            MIN_OFFER_WINDOW_MS,
+            MAX_OFFER_WINDOW_MS,
+            fix="it needs only to outlast a round trip to Redis; 1000, the default, suits most",
+        )
+        for flag in ("auto_touch", "tune_gc"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValidationError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
+
+
+class ActionWorker(WorkerLifecycle):
+    """Runs action handlers for runs taken from Redis; flo 0.1.2's ActionWorker API."""
+
+    config: ActionWorkerOptions
+
+    def __init__(
+        self,
+        parent_client: ClientLike,
+        *,
+        worker_id: str | None = None,
+        concurrency: int = 10,
+        action_timeout: float = 300.0,
+        block_ms: int = 30000,
+        auto_touch: bool = False,
+        serializer: ResultSerializer = JSON,
+        tune_gc: bool = True,
+        offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS,
+    ) -> None:
+        super().__init__(parent_client)
+        self.config = ActionWorkerOptions(
+            worker_id=worker_id or generate_worker_id(),
+            concurrency=concurrency,
+            action_timeout=action_timeout,
+            block_ms=block_ms,
+            auto_touch=auto_touch,
+            tune_gc=tune_gc,
+            offer_window_ms=offer_window_ms,
+        )
+        check_name("worker id", self.config.worker_id)
+        check_serializer(serializer)
+        self._serializer = serializer
+        self._handlers: dict[str, ActionHandler] = {}
+        self._options: dict[str, ActionRegisterOptions] = {}
+        self._schedules: list[ScheduleDeclaration] = []
+        # Its runs in flight and in hand (flo_redis/worker/held_runs.py).
+        self._runs = ActionRuns(
+            self, track=self._track, stopped=self._stop.is_set, hook=self._hook, touch=self._touch
+        )
+        # Made by start(), on the worker's own session.
+        self._ops: WorkerOperations
+        self._registration: Registration
+        self._names: list[str]
+        self._notices: Notices
+        self._reports: RunReporter
+
+    # --- registration --------------------------------------------------------------
+
+    def action(
+        self, name: str, options: ActionRegisterOptions | None = None
+    ) -> Callable[[ActionHandler], ActionHandler]:
+        """Decorator registering ``fn`` as the handler of action ``name``."""
+
+        def decorator(fn: ActionHandler) -> ActionHandler:
+            self.register_action(name, fn, options)
+            return fn
+
+        return decorator
+
+    def cron(
+        self,
+        cron_or_interval: str | timedelta,
+        *,
+        action: str | None = None,
+        name: str | None = None,
+        input: bytes = b"",
+        timezone: str = "UTC",
+        missed: Missed | str = Missed.ONCE,
+        options: ActionRegisterOptions | None = None,
+    ) -> Callable[[ActionHandler], ActionHandler]:
+        """Decorator registering ``fn`` as the handler of ``action`` (default: the
+        function's name) and scheduling it, as :meth:`ActionOperations.schedule` does,
+        when the worker starts. A bad cron expression, interval or time zone is refused
+        here (:class:`ValidationError`)."""
+        check_spec(cron_or_interval)
+        check_timezone(timezone)
+        policy = Missed(missed)
+
+        def decorator(fn: ActionHandler) -> ActionHandler:
+            action_name = action or str(getattr(fn, "__name__", ""))
+            self.register_action(action_name, fn, options)
+            self._schedules.append(
+                ScheduleDeclaration(action_name, cron_or_interval, name, input, timezone, policy)
+            )
+            return fn
+
+        return decorator
+
+    def register_action(
+        self, name: str, handler: ActionHandler, options: ActionRegisterOptions | None = None
+    ) -> None:
+        """Register ``handler`` for ``name``; ValueError if the name already has one.
+        ``options.namespace`` is ignored: the worker's namespace is used. ``handler`` is
+        an ``async def`` function or a plain one (run in a bounded thread pool);
+        :class:`ValidationError` for anything that cannot be called with the context,
+        or options that are not an :class:`ActionRegisterOptions`."""
+        check_name("action name", name)
+        check_handler(f"action {name!r}", handler)
+        if options is not None and not isinstance(options, ActionRegisterOptions):
+            raise ValidationError(
+                f"the options of action {name!r} must be an ActionRegisterOptions, got "
+                f"{type(options).__name__}; e.g. ActionRegisterOptions(timeout_ms=60_000)"
+            )
+        check_options(options, ActionRegisterOptions)  # and again at start, when registered
+        if name in self._handlers:
+            raise ValueError(f"Action handler already registered: {name}")
+        self._handlers[name] = handler
+        self._options[name] = options or ActionRegisterOptions()
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register and work until :meth:`stop` (or a drain); returns once running
+        handlers have finished and their results were sent. Raises
+        :class:`PermissionDeniedError` (after that same shutdown) when Redis's ACL refuses
+        what a worker needs."""
+        if not self._handlers:
+            raise ValueError("No action handlers registered")
+        self.config.check()
+        check_name("worker id", self.config.worker_id)
+        young = YoungGeneration(self.config.concurrency) if self.config.tune_gc else None
+        if young is not None:
+            young.hold()
+        try:
+            await self._serve()
+        finally:
+            if young is not None:
+                young.release()
+
+    def _new_runner(self) -> HandlerRunner:
+        # Sized here, so settings changed on the config before start take effect.
+        self._runs.reset(self.config.concurrency)
+        return HandlerRunner(self.config.concurrency, self.config.action_timeout, "flo-handler")
+
+    async def _setup(self) -> None:
+        self._ops = WorkerOperations(self.session)
+        self._reports = RunReporter(
+            self._ops,
+            self.config.worker_id,
+            self.observer,
+            self._stop.is_set,
+            self._refuse,
+            self._track,
+            lambda run_id, token: self._runs.revoke(run_id, token, "was not accepted in time"),
+        )
+        self._registration = Registration(
+            self.session,
+            self._ops,
+            self.config.worker_id,
+            self._options,
+            self._schedules,
+            self.config.concurrency,
+        )
+        # The handlers awaited in their slot's own task; the rest go through the runner
+        # (a plain function runs in its thread pool; auto_touch keeps a lease alive;
+        # Python 3.10 cannot take a cancellation back, so each gets a task there).
+        awaited = (
+            {n: h for n, h in self._handlers.items() if is_async_handler(h)}
+            if CAN_UNCANCEL and not self.config.auto_touch
+            else {}
+        )
+        self._runs.configure(
+            worker_id=self.config.worker_id,
+            namespace=self.session.namespace,
+            serializer=self._serializer,
+            observer=self.observer,
+            auto_touch=self.config.auto_touch,
+            handlers=self._handlers,
+            options=self._options,
+            awaited=awaited,
+            runner=self._handler_runner,
+            reports=self._reports,
+        )
+        await self._registration.register_all()
+        self._names = sorted(self._handlers)
+        session = self.session
+
+        async def confirm(run_id: str, token: int) -> bool:
+            keys = action_keys(session.namespace, action_of_run(run_id))
+            return await cancel_confirmed(session.redis, keys, run_id, token)
+
+        self._notices = Notices(
+            session.waker,
+            session.owner_id,
+            [action_keys(session.namespace, name).tag for name in self._handlers],
+            self._runs.revoke,
+            confirm,
+        )
+        await self._notices.hold()
+        log.info(
+            "worker %s started: actions %s, concurrency %d",
+            self.config.worker_id,
+            sorted(self._handlers),
+            self.config.concurrency,
+        )
+
+    def _background(self) -> Iterable[tuple[str, Coroutine[Any, Any, None]]]:
+        reaper = Reaper(
+            self.session,
+            sorted(self._handlers),
+            grace_ms=self.session.liveness_grace_ms,
+            on_reclaimed=self.observer.runs_reclaimed,
+            on_unregistered=self._registration.restore_action,
+        )
+        return (
+            (
+                "flo-heartbeat",
+                self._registration.heartbeat_loop(self._stop, _HEARTBEAT_INTERVAL_S, self._load),
+            ),
+            ("flo-counters", self._reports.counts_loop(self._stop)),
+            ("flo-reaper", reaper.run(self._stop)),
+            ("flo-cancel-notices", self._notices.run()),
+        )
+
+    async def _finish(self) -> None:
+        await self._reports.close()
+
+    def _in_handler(self) -> Iterable[asyncio.Task[None]]:
+        return self._runs.in_handler()
+
+    def _load(self) -> int:
+        return self._runs.load()
+
+    # --- polling -------------------------------------------------------------------
+
+    def stop(self) -> None:
+        super().stop()
+        self._runs.wake_poll()
+
+    async def _room(self) -> int:
+        return await self._runs.room()
+
+    async def _poll_loop(self) -> None:
+        # The poller parks in the queues for hand-offs (flo_redis/worker/poller.py).
+        self._poller = ActionPoller(
+            self.session,
+            self._ops,
+            self.config.worker_id,
+            self._names,
+            self._runs.start,
+            health_ttl_s=_HEALTH_TTL_S,
+            on_unregistered=self._registration.restore_action,
+            offer_ms=self.config.offer_window_ms,
+            accept=self._reports.accept,
+        )
+        try:
+            async with self._poller:
+                try:
+                    await super()._poll_loop()
+                finally:
+                    # Leave the hand-off channels, end every park the poller may hold
+                    # (sent again while Redis does not answer) and start what was handed.
+                    with contextlib.suppress(Exception):
+                        await self._poller.leave()
+        finally:
+            # Runs in hand were not started: give them back unspent.
+            self._runs.stop_taking()
+
+    async def _poll(self, poll_id: str, room: int) -> Sequence[Claimed]:
+        # The poller has started what it returns (handed runs as their message is read).
+        # A claim ahead (every slot busy) neither waits nor parks: a run handed to a
+        # parked poller is for a worker that can start it.
+        ahead = self._runs.full()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        taken = await self._poller.poll(poll_id, room, 0 if ahead else self.config.block_ms)
+        self._runs.polled(taken, room, ahead, loop.time() - began)
+        return taken
+
+    async def _poll_failed(self, exc: Exception) -> bool:
+        if not isinstance(exc, ServerError):
+            return await super()._poll_failed(exc)
+        if exc.reason == Reason.WORKER_DRAINING:
+            log.info("worker %s is draining; stopping", self.config.worker_id)
+            return False
+        if exc.reason == Reason.WORKER_UNHEALTHY:
+            log.warning("worker %s unhealthy; heartbeating", self.config.worker_id)
+            with contextlib.suppress(Exception):
+                await self._registration.heartbeat(self._load())
+        elif isinstance(exc, NotFoundError):
+            with contextlib.suppress(Exception):
+                await self._registration.register_worker()
+        else:
+            log.warning("poll refused: %s", exc)
+        return True
+
+    async def _take(self, items: Sequence[Claimed]) -> None:
+        # Started by the poller already: let the handlers begin before the next poll.
+        await asyncio.sleep(0)
+
+    # --- what a context asks of its worker ------------------------------------------
+
+    async def _touch(self, ctx: ActionContext, extend_ms: int) -> None:
+        await touch_run(self._ops, self.config.worker_id, ctx, extend_ms)
+
+    async def _progress(self, ctx: ActionContext, value: Any) -> None:
+        data = encode_progress(value, self._serializer)
+        await report_progress(
+            self.session, self.config.worker_id, ctx.action_name, ctx.task_id, ctx.token, data
+        )
+
+
+__all__ = [
+    "ActionContext",
+    "ActionResult",
+    "ActionWorker",
+    "ActionWorkerOptions",
+    "BlockTooLongError",
+    "StreamContext",
+    "StreamHandler",
+    "StreamRecordHandler",
+    "StreamWorker",
+    "StreamWorkerOptions",
+]

@@ -1,0 +1,250 @@
+"""What an action handler gets (:class:`ActionContext`) and may return
+(:class:`ActionResult`), and the keeping of a run's lease while its handler runs
+(``ctx.touch``, and the worker's ``auto_touch``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from flo_redis._session.tracer import unpack_context
+from flo_redis.actions.results import ResultSerializer, check_outcome, encode_result
+from flo_redis.errors import ServerError, is_connection_error
+from flo_redis.types import Reason, StatusCode, WorkerTouchOptions
+from flo_redis.worker.handlers import Running
+
+if TYPE_CHECKING:
+    from flo_redis.actions.workers import WorkerOperations
+
+log = logging.getLogger("flo_redis.worker")
+
+MAX_TOUCH_EXTEND_MS = 3_600_000
+MIN_TOUCH_INTERVAL_MS = 100
+TOUCH_FINAL = (StatusCode.CONFLICT, StatusCode.NOT_FOUND, StatusCode.BAD_REQUEST)
+
+
+class _Config(Protocol):
+    worker_id: str
+
+
+class RunHolder(Protocol):
+    """What a context asks of the worker running it."""
+
+    _serializer: ResultSerializer
+
+    @property
+    def config(self) -> _Config: ...
+
+    async def _touch(self, ctx: ActionContext, extend_ms: int) -> None: ...
+
+    async def _progress(self, ctx: ActionContext, value: Any) -> None: ...
+
+
+class ActionResult:
+    """A handler's result with a named outcome (``ctx.result("approved", value)``)."""
+
+    __slots__ = ("data", "outcome")
+
+    def __init__(self, outcome: str, data: bytes) -> None:
+        self.outcome = outcome
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"ActionResult(outcome={self.outcome!r}, data={self.data!r})"
+
+
+@dataclass
+class ActionContext:
+    """What a handler gets: the run, its input, and ways to touch, check cancellation
+    and name an outcome. ``token`` is this hand-out's fencing token (pass it to your own
+    downstream writes to fence them); ``cancelled`` turns true when the run was cancelled
+    (``client.action.cancel``) or its lease lost, or the worker gave the run back while
+    shutting down."""
+
+    task_id: str
+    action_name: str
+    payload: bytes
+    attempt: int
+    created_at: int
+    namespace: str
+    _worker: RunHolder = field(repr=False)
+    _cancelled: bool = field(default=False, repr=False)  # see ``cancelled``
+    token: int = 0
+    # Loop time by which the run's lease has surely ended (None: it never ends).
+    _lease_end: float | None = field(default=None, repr=False)
+    _running: Running | None = field(default=None, repr=False)  # its handler, while it runs
+    _revoked: bool = field(default=False, repr=False)  # cancelled: report nothing
+    _trace: bytes = field(default=b"", repr=False)  # the run's packed trace context
+    # Called once the attempt is over, whatever its end (given back, lease lost too).
+    _ended: list[Callable[[], None]] | None = field(default=None, repr=False)
+
+    @property
+    def trace_context(self) -> dict[str, str]:
+        """The trace headers (W3C ``traceparent``, ``tracestate``) of the invoke that
+        created this run, for a propagator's ``extract``; {} when it carried none
+        (:mod:`flo_redis.ops.tracing`)."""
+        return unpack_context(self._trace)
+
+    def input(self) -> bytes:
+        return self.payload
+
+    def json(self) -> Any:
+        if not self.payload:
+            raise ValueError("No input data")
+        return json.loads(self.payload)
+
+    def into(self, cls: type[Any]) -> Any:
+        data = self.json()
+        return cls(**data) if isinstance(data, dict) else cls(data)
+
+    @staticmethod
+    def to_bytes(value: Any) -> bytes:
+        return json.dumps(value).encode()
+
+    async def progress(self, value: Any) -> None:
+        """Store ``value`` as the run's progress (bytes as they are, anything else by the
+        worker's serializer; at most 1 KiB, else :class:`ValueTooLargeError`): shown in its
+        status and heard by ``wait(..., on_progress=...)``. Fenced by the token:
+        :class:`ConflictError` once this lease is no longer current."""
+        await self._worker._progress(self, value)
+
+    async def touch(self, extend_ms: int = 30000) -> None:
+        """Extend this run's lease to ``extend_ms`` from now (fenced by the token)."""
+        await self._worker._touch(self, extend_ms)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def _cancel(self) -> None:
+        """Turn ``cancelled`` true (a plain flag: a sync handler reads it from its
+        thread)."""
+        self._cancelled = True
+
+    async def check_cancelled(self) -> None:
+        if self._cancelled:
+            raise asyncio.CancelledError("run cancelled: its lease was lost")
+
+    def result(self, outcome: str, value: Any = None) -> ActionResult:
+        """A result with a named outcome (a str of at most 255 UTF-8 bytes, else
+        :class:`ValidationError` here); ``value`` is encoded as a return value is (bytes
+        as they are, anything else by the worker's serializer), None gives no data."""
+        outcome = check_outcome(outcome)
+        data = b"" if value is None else encode_result(value, self._worker._serializer)
+        return ActionResult(outcome, data)
+
+
+def new_context(
+    run_id: str,
+    action: str,
+    payload: bytes,
+    attempt: int,
+    created_at: int,
+    namespace: str,
+    worker: RunHolder,
+    token: int,
+    trace: bytes,
+    lease_end: float | None,
+) -> ActionContext:
+    """The context of one hand-out of a run, as ``ActionContext(task_id=run_id, ...)``
+    makes it: a worker makes one per run, and a call with the fields in their order takes
+    half the time of one that names them."""
+    return ActionContext(
+        run_id,
+        action,
+        payload,
+        attempt,
+        created_at,
+        namespace,
+        worker,
+        False,  # _cancelled
+        token,
+        lease_end,
+        None,  # _running
+        False,  # _revoked
+        trace,
+        None,  # _ended
+    )
+
+
+# An ``async def`` handler, or a plain function (run in the worker's thread pool).
+ActionHandler = Callable[[ActionContext], Awaitable[Any]] | Callable[[ActionContext], Any]
+
+
+class LeaseLost(Exception):
+    """The run's lease is gone (taken back or finished elsewhere); report nothing."""
+
+
+async def touch_run(
+    ops: WorkerOperations, worker_id: str, ctx: ActionContext, extend_ms: int
+) -> None:
+    """Extend ``ctx``'s lease; a refusal that no later touch can undo sets the context
+    cancelled and raises :class:`LeaseLost`."""
+    try:
+        await ops.touch(
+            worker_id,
+            ctx.action_name,
+            ctx.task_id,
+            WorkerTouchOptions(extend_ms=extend_ms, token=ctx.token),
+        )
+    except ServerError as exc:
+        if exc.status_code in TOUCH_FINAL and exc.reason != Reason.OUT_OF_RANGE:
+            ctx._cancel()
+            log.warning("lease of %s lost (%s); cancelling its handler", ctx.task_id, exc)
+            raise LeaseLost(str(exc)) from exc
+        raise
+    finally:
+        # Answered or not, a touch that may have run moved the lease's end to at
+        # most now + extend_ms (the script ran before this moment).
+        if ctx._lease_end is not None and 0 < extend_ms <= MAX_TOUCH_EXTEND_MS:
+            end = asyncio.get_running_loop().time() + extend_ms / 1000.0
+            ctx._lease_end = max(ctx._lease_end, end)
+
+
+def start_auto_touch(
+    touch: Callable[[ActionContext, int], Awaitable[None]],
+    ctx: ActionContext,
+    running: Running,
+    timeout_ms: int,
+) -> asyncio.Task[None] | None:
+    """A task keeping alive a lease of ``timeout_ms`` (touching at a third of it) while
+    its handler runs; None when the run's lease never ends."""
+    if timeout_ms <= 0:
+        return None
+    extend_ms = min(timeout_ms, MAX_TOUCH_EXTEND_MS)
+    interval_s = max(extend_ms / 3, MIN_TOUCH_INTERVAL_MS) / 1000.0
+    return asyncio.create_task(
+        _keep_touching(touch, ctx, running, extend_ms, interval_s),
+        name=f"flo-touch-{ctx.task_id}",
+    )
+
+
+async def _keep_touching(
+    touch: Callable[[ActionContext, int], Awaitable[None]],
+    ctx: ActionContext,
+    running: Running,
+    extend_ms: int,
+    interval_s: float,
+) -> None:
+    """Touch ``ctx``'s run every ``interval_s`` until cancelled; once its lease is lost,
+    stop its handler."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await touch(ctx, extend_ms)
+        except LeaseLost:
+            running.stop()
+            return
+        except ServerError as exc:
+            log.warning("touch of %s refused (%s); trying again later", ctx.task_id, exc)
+        except Exception as exc:
+            if not is_connection_error(exc):
+                raise
+            log.info("touch of %s failed (%s); trying again later", ctx.task_id, exc)
+
+
+__all__ = ["ActionContext", "ActionHandler", "ActionResult", "new_context"]

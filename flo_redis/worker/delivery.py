@@ -1,0 +1,113 @@
+"""Delivering a worker's reports (complete, fail, ack, nack): resent, never converted.
+
+A report is fenced by its token, so sending it again is always safe: the scripts answer
+an identical resend of a report that already took effect as success, and refuse one whose
+lease was taken back. So a report lost to a dropped connection (a restart, a failover, a
+network blackout) is sent again, identically, until the store answers it, refuses it, or
+the lease it belongs to has surely ended (after that a resend could only be refused, and
+the run is handed out again anyway). The pause between sends starts at
+:data:`RESEND_FIRST_S` and doubles up to :data:`RESEND_MAX_S`.
+
+A report the store refused (stale lease, unknown run) is logged and dropped: resending it
+would be refused too, and turning it into another report (a complete into a fail, an ack
+into a nack) would be wrong. Once the worker stops, resends get :data:`STOP_RESEND_S` more
+in all; then the report is given up and the run comes back to the queue through liveness
+(the stopped process's owner channel empties) or its lease deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from flo_redis.errors import ServerError, is_connection_error
+from flo_redis.retry import Backoff, is_refused_unrun
+from flo_redis.worker.observe import NO_OBSERVER, WorkerObserver
+
+#: The first pause before a report is sent again...
+RESEND_FIRST_S = 0.1
+#: ...doubling (with jitter) up to this.
+RESEND_MAX_S = 1.0
+#: How long a stopping worker keeps resending before it gives a report up.
+STOP_RESEND_S = 2.0
+
+
+async def send_report(
+    what: str,
+    send: Callable[[], Awaitable[object]],
+    stopping: Callable[[], bool],
+    log: logging.Logger,
+    *,
+    sent: int = 0,
+    report: str = "",
+    observer: WorkerObserver = NO_OBSERVER,
+    lease_end: Callable[[], float | None] = lambda: None,
+) -> bool:
+    """Send one report; True once the store accepted it, False if refused or given up.
+
+    ``sent`` counts sends the caller already made (lost to a connection error). Lost
+    sends, and sends Redis refused without running them (``LOADING`` while a restarted
+    Redis loads its data, a cluster moving the slot), are repeated until the store
+    answers, or until ``lease_end()`` (an event-loop time by which the report's lease
+    has surely ended; None: not known) has passed, or until :data:`STOP_RESEND_S`
+    after ``stopping()`` became true. The ``observer`` hears of each resend and
+    refusal of this ``report`` kind."""
+    loop = asyncio.get_running_loop()
+    backoff: Backoff | None = None  # made on the first resend: most reports need none
+    stop_deadline: float | None = None
+    attempt = sent
+    while True:
+        if attempt:
+            if backoff is None:
+                backoff = Backoff(RESEND_FIRST_S, RESEND_MAX_S)
+            pause = _pause_before_resend(loop.time(), backoff, lease_end(), stop_deadline)
+            if pause is None:
+                log.error("%s given up after %d sends: its lease has ended", what, attempt)
+                return False
+            await asyncio.sleep(pause)
+            observer.report_resent(report)
+        attempt += 1
+        try:
+            await send()
+            return True
+        except Exception as exc:
+            unrun = is_refused_unrun(exc)  # e.g. LOADING after a restart: it did not run
+            if isinstance(exc, ServerError) and not unrun:
+                drop_refused(what, exc, log, report=report, observer=observer)
+                return False
+            if not (unrun or is_connection_error(exc)):
+                raise
+            if stopping():
+                if stop_deadline is None:
+                    stop_deadline = loop.time() + STOP_RESEND_S
+                if loop.time() >= stop_deadline:
+                    log.error("%s given up while stopping (%s)", what, exc)
+                    return False
+            log.info("%s: not answered (%s); sending again", what, exc)
+
+
+def drop_refused(
+    what: str,
+    refusal: ServerError,
+    log: logging.Logger,
+    *,
+    report: str = "",
+    observer: WorkerObserver = NO_OBSERVER,
+) -> None:
+    """A report the store refused is dropped: resending it would be refused too."""
+    observer.report_refused(report)
+    log.warning("%s refused (%s); dropped", what, refusal)
+
+
+def _pause_before_resend(
+    now: float, backoff: Backoff, lease_end: float | None, stop_deadline: float | None
+) -> float | None:
+    """The pause before the next send, or None when no send can matter any more."""
+    if lease_end is not None and now >= lease_end:
+        return None
+    pause = backoff.next()
+    for end in (lease_end, stop_deadline):
+        if end is not None:
+            pause = min(pause, max(end - now, 0.0))
+    return pause

@@ -1,0 +1,162 @@
+"""Running a worker's handlers under a time limit: one mechanism for both workers.
+
+``async def`` handlers run on the event loop, plain functions in the worker's bounded
+thread pool (:class:`flo_redis._session.aio.HandlerPool`). Every handler has a deadline, and one
+watchdog task per worker stops the handlers past theirs: no timer and, on Python 3.11+,
+no task per handler (it runs in the caller's own task, which takes the cancellation back
+once the handler has stopped). On 3.10, where a task cannot take a cancellation back,
+each handler gets a task of its own. A handler can also be stopped early
+(:meth:`Running.stop`: its run's lease was lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from flo_redis._session.aio import CAN_UNCANCEL, HandlerPool, uncancel_current
+
+
+class HandlerTimeout(TimeoutError):
+    """The handler ran past its deadline and was cancelled."""
+
+
+class HandlerStopped(Exception):
+    """The handler was cancelled by :meth:`Running.stop` (its work is no longer its own)."""
+
+
+class Running:
+    """One handler while it runs: its deadline, and how to stop it."""
+
+    __slots__ = ("_on_stop", "_target", "deadline", "why")
+
+    def __init__(self, deadline: float, on_stop: Callable[[], None] | None) -> None:
+        self.deadline = deadline
+        self.why: str = ""  # "timeout" or "stopped" once it was told to stop
+        self._on_stop = on_stop
+        self._target: asyncio.Future[Any] | None = None
+
+    def stop(self, why: str = "stopped") -> None:
+        """Cancel the handler (once): ``on_stop`` is called first, so the handler can
+        see why it is being cancelled."""
+        if self.why:
+            return
+        self.why = why
+        if self._on_stop is not None:
+            self._on_stop()
+        if self._target is not None:
+            self._target.cancel()
+
+
+class HandlerRunner:
+    """Runs handlers of one worker, each stopped ``timeout_s`` after it started."""
+
+    def __init__(self, concurrency: int, timeout_s: float, thread_prefix: str) -> None:
+        self.timeout_s = timeout_s
+        self._pool = HandlerPool(concurrency, thread_prefix)
+        self._running: set[Running] = set()
+
+    def running(
+        self, on_stop: Callable[[], None] | None = None, began: float | None = None
+    ) -> Running:
+        """A handle for the next handler, its deadline starting at ``began`` (loop time;
+        None: now); ``on_stop`` is called when it is stopped (its deadline passed, or
+        :meth:`Running.stop`)."""
+        if began is None:
+            began = asyncio.get_running_loop().time()
+        return Running(began + self.timeout_s, on_stop)
+
+    def enter(
+        self, on_stop: Callable[[], None] | None, began: float, target: asyncio.Future[Any]
+    ) -> Running:
+        """:meth:`running`, watched from now on, for a caller that awaits its handler
+        itself: a stop cancels ``target`` (the task its handler runs in)."""
+        running = Running(began + self.timeout_s, on_stop)
+        self._watch(running, target)
+        return running
+
+    def _watch(self, running: Running, target: asyncio.Future[Any]) -> None:
+        self._running.add(running)
+        running._target = target
+
+    def leave(self, running: Running) -> None:
+        """``running``'s handler is over: no longer watched, and a stop cancels nothing."""
+        running._target = None
+        self._running.discard(running)
+
+    def stopped(self, running: Running) -> Exception:
+        """For a handler that was stopped (``running.why`` is set) and has returned, or
+        was cancelled in the caller's task (Python 3.11+): the error it ends with
+        (:class:`HandlerTimeout` or :class:`HandlerStopped`), the stop's cancellation
+        taken back from the task."""
+        uncancel_current()
+        return self._stopped(running)
+
+    async def run(
+        self,
+        handler: Callable[[Any], Any],
+        ctx: Any,
+        running: Running,
+        task: asyncio.Task[Any],
+    ) -> Any:
+        """``handler(ctx)``'s result. :class:`HandlerTimeout` once the deadline passed,
+        :class:`HandlerStopped` once :meth:`Running.stop` was called (also when the
+        handler swallowed the cancellation and returned). A cancellation of the caller
+        cancels the handler and is raised as it is. ``task`` is the caller's own task,
+        the one the handler runs in (a handler slot knows its own: no asking once a
+        run). Its steps, for a caller that awaits an ``async def`` handler itself:
+        :meth:`enter` (in place of :meth:`running`), await, :meth:`stopped` if
+        ``running.why`` is set, :meth:`leave`."""
+        if CAN_UNCANCEL:
+            self._watch(running, task)
+            try:
+                try:
+                    result = await self._pool.call(handler, ctx)
+                except asyncio.CancelledError:
+                    if not running.why:
+                        raise
+                    raise self.stopped(running) from None
+                if running.why:  # it swallowed the cancellation and returned
+                    raise self.stopped(running)
+                return result
+            finally:
+                self.leave(running)
+        work = asyncio.ensure_future(self._pool.call(handler, ctx))
+        self._watch(running, work)
+        try:
+            try:
+                # Cancelling this task cancels the handler's too.
+                result = await work
+            except asyncio.CancelledError:
+                if not running.why or not work.cancelled():
+                    raise
+                raise self._stopped(running) from None
+            if running.why:
+                raise self._stopped(running)
+            return result
+        finally:
+            self.leave(running)
+
+    def _stopped(self, running: Running) -> Exception:
+        if running.why == "timeout":
+            return HandlerTimeout(f"no return within {self.timeout_s:g} s")
+        return HandlerStopped()
+
+    async def watchdog(self) -> None:
+        """Stop handlers past their deadline, checking every tenth of the time limit
+        (between 10 ms and 1 s); runs until cancelled."""
+        loop = asyncio.get_running_loop()
+        every = min(1.0, max(0.01, self.timeout_s / 10))
+        while True:
+            await asyncio.sleep(every)
+            now = loop.time()
+            for running in [r for r in self._running if now >= r.deadline]:
+                running.stop("timeout")
+
+    def close(self) -> None:
+        """Shut the thread pool down (threads still running are not waited for)."""
+        self._pool.close()
+
+
+__all__ = ["HandlerRunner", "HandlerStopped", "HandlerTimeout", "Running"]

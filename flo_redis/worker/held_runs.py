@@ -1,0 +1,422 @@
+"""The runs an :class:`~flo_redis.worker.ActionWorker` has taken: started in its handler
+slots or held in hand, each run's handler with its hooks, and each outcome's report.
+
+Started runs count against the worker's concurrency from the moment they are queued for
+a slot until their handler ends: their report is then on its way (a complete in its
+action's next batch, anything else in a task of its own), so a slot never waits for one
+and the next run in hand starts in it at once. A run in hand (claimed ahead,
+:mod:`flo_redis.worker.prefetch`) that will not be started is released without spending its
+attempt; so is a started run whose handler never began, or was cancelled by the
+worker's own shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from flo_redis._session.aio import cancel_and_wait
+from flo_redis.actions.results import JSON, ResultSerializer
+from flo_redis.actions.workers import Claimed
+from flo_redis.types import ActionRegisterOptions
+from flo_redis.worker.context import (
+    ActionContext,
+    ActionHandler,
+    RunHolder,
+    new_context,
+    start_auto_touch,
+)
+from flo_redis.worker.handler_tasks import HandlerSlots
+from flo_redis.worker.handlers import HandlerRunner, HandlerStopped, HandlerTimeout
+from flo_redis.worker.observe import NO_OBSERVER, WorkerObserver, overrides, settle
+from flo_redis.worker.outcomes import (
+    Completed,
+    Dropped,
+    Failed,
+    Released,
+    Report,
+    RunReporter,
+    completion,
+    failure,
+    stopped_report,
+)
+from flo_redis.worker.prefetch import InHand, Prefetch
+
+log = logging.getLogger("flo_redis.worker")
+
+# Awaits an observer's hook whose errors must not stop the worker: (name, hook, *args).
+HookCaller = Callable[..., Awaitable[None]]
+
+
+class ActionRuns:
+    """One worker's runs in flight and in hand: :meth:`start` takes what a poll
+    claimed (or what was handed to its poller), :meth:`room` says how much the next poll
+    may take, :meth:`revoke` stops a cancelled run's handler."""
+
+    def __init__(
+        self,
+        holder: RunHolder,
+        *,
+        track: Callable[[asyncio.Task[None]], None],
+        stopped: Callable[[], bool],
+        hook: HookCaller,
+        touch: Callable[[ActionContext, int], Awaitable[None]],
+    ) -> None:
+        self._holder = holder  # what each run's context asks (touch, progress, results)
+        self._track = track
+        self._stopped = stopped
+        self._hook = hook
+        self._touch = touch
+        # Runs started (in a handler, or about to be in a slot's queue) and their contexts.
+        self._running: set[str] = set()
+        self._contexts: dict[str, ActionContext] = {}
+        self._concurrency = 1
+        self._slots = HandlerSlots(
+            self._concurrency,
+            self._execute,
+            name="flo-handler-slot",
+            track=track,
+            abandon=self._release,
+            log=log,
+        )
+        self._prefetch = Prefetch(self._concurrency, enabled=False)  # made by configure()
+        self._backlog = False  # the last poll took all it asked for: claim ahead
+        self._wake = asyncio.Event()  # the poll loop waits for room on it
+        self._waiting = False  # ...and is waiting now
+        # Made by configure(), once the worker's session and settings are known.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker_id = ""
+        self._namespace = ""
+        self._serializer: ResultSerializer = JSON
+        self._observer: WorkerObserver = NO_OBSERVER
+        self._hooks_before = self._hooks_after = True
+        self._tell_claimed = self._tell_handled = True
+        self._auto_touch = False
+        self._handlers: Mapping[str, ActionHandler] = {}
+        self._options: Mapping[str, ActionRegisterOptions] = {}
+        self._awaited: Mapping[str, ActionHandler] = {}
+        self._lease_s: dict[str, float] = {}
+        self._handler_runner: HandlerRunner
+        self._reports: RunReporter
+
+    def reset(self, concurrency: int) -> None:
+        """Before a start: slots for ``concurrency`` handlers (the worker's setting as
+        it is then)."""
+        self._concurrency = concurrency
+        self._slots.reset()
+        self._slots.size = concurrency
+
+    def configure(
+        self,
+        *,
+        worker_id: str,
+        namespace: str,
+        serializer: ResultSerializer,
+        observer: WorkerObserver,
+        auto_touch: bool,
+        handlers: Mapping[str, ActionHandler],
+        options: Mapping[str, ActionRegisterOptions],
+        awaited: Mapping[str, ActionHandler],
+        runner: HandlerRunner,
+        reports: RunReporter,
+    ) -> None:
+        """Once the worker is set up, before any run is taken. ``awaited``: the
+        handlers awaited in their slot's own task; the rest go through ``runner``."""
+        self._loop = asyncio.get_running_loop()
+        self._worker_id = worker_id
+        self._namespace = namespace
+        self._serializer = serializer
+        self._observer = observer
+        self._auto_touch = auto_touch
+        self._handlers = handlers
+        self._options = options
+        self._awaited = awaited
+        self._handler_runner = runner
+        self._reports = reports
+        self._lease_s = {
+            name: o.timeout_ms / 1000.0 for name, o in options.items() if o.timeout_ms > 0
+        }
+        # Runs in hand would count against a limit shared with other workers while they
+        # wait, so a worker serving a limited action claims only for free slots.
+        limited = any(o.max_concurrency or o.rate_limit for o in options.values())
+        self._prefetch = Prefetch(self._concurrency, enabled=not limited)
+        # The run hooks the observer has (set before start): only those are called.
+        self._hooks_before = overrides(observer, "before_run")
+        self._hooks_after = overrides(observer, "after_run")
+        self._tell_claimed = overrides(observer, "run_claimed")
+        self._tell_handled = overrides(observer, "run_handled")
+
+    # --- room for the next poll -------------------------------------------------------
+
+    def full(self) -> bool:
+        """Every slot is busy: a poll now claims ahead."""
+        return len(self._running) >= self._concurrency
+
+    def poll_room(self) -> int:
+        """How many runs the next poll may take now; 0: wait. With a slot free, every
+        free slot and the runs to hold in hand (flo_redis/worker/prefetch.py); with every slot
+        busy, a claim ahead once the runs in hand fell to half of what to hold."""
+        concurrency = self._concurrency
+        running = len(self._running)
+        depth = self._prefetch.depth() if self._backlog else 0
+        room = concurrency + depth - running - len(self._prefetch.runs)
+        if running < concurrency:
+            return room
+        return room if depth and room >= max(1, depth // 2) else 0
+
+    async def room(self) -> int:
+        """:meth:`poll_room`, or 0 once there is room after waiting for it (or the
+        worker is stopping: :meth:`wake_poll`)."""
+        room = self.poll_room()
+        if room > 0:
+            return room
+        self._wake.clear()
+        self._waiting = True
+        try:
+            await self._wake.wait()
+        finally:
+            self._waiting = False
+        # Let handlers finishing in the same moment free their slots too, so the next
+        # claim fills several at once.
+        await asyncio.sleep(0)
+        return 0
+
+    def wake_poll(self) -> None:
+        """A poll loop waiting for room goes on (the worker stops)."""
+        self._wake.set()
+
+    def polled(self, taken: Sequence[Claimed], room: int, ahead: bool, took_s: float) -> None:
+        """A poll for ``room`` runs (``ahead``: every slot busy) took ``taken`` in
+        ``took_s`` seconds."""
+        self._backlog = len(taken) >= room
+        if ahead or len(taken) >= room > 1:  # answered without waiting for work
+            self._prefetch.claim_took(took_s)
+
+    # --- starting runs ------------------------------------------------------------------
+
+    def start(self, runs: list[Claimed]) -> None:
+        """Start ``runs``, claimed or handed to the poller (it calls this), in free
+        slots; the rest are held in hand, in order."""
+        self._reports.claimed(len(runs))
+        now = self._time()
+        in_hand = self._prefetch.runs
+        concurrency = self._concurrency
+        if self._tell_claimed:
+            for run in runs:
+                pickup_ms = max(0, run.claimed_at_ms - run.ready_at_ms)
+                self._observer.run_claimed(run.action, pickup_ms / 1000)
+        for run in runs:
+            if not in_hand and len(self._running) < concurrency:
+                self._start(run, now)
+            else:
+                in_hand.append(InHand(run, now))
+        self._slots.wake()
+
+    def _start(self, run: Claimed, claimed_at: float) -> None:
+        """Count ``run`` as running and queue it for a handler slot (the caller wakes
+        one, or is a slot that goes on to it)."""
+        ctx = self._context(run, claimed_at)
+        self._running.add(run.run_id)
+        self._contexts[run.run_id] = ctx
+        self._slots.queue.append(ctx)
+
+    def stop_taking(self) -> None:
+        """The poll loop ended: release the runs in hand, which will not be started,
+        without spending their attempts, and let the slots end once their queue is
+        empty."""
+        while self._prefetch.runs:
+            self._give_back(self._prefetch.runs.popleft())
+        self._slots.close()
+
+    def load(self) -> int:
+        """How many runs are started (in a handler, or queued for a slot)."""
+        return len(self._running)
+
+    def in_handler(self) -> list[asyncio.Task[None]]:
+        """The slots' tasks: each is in a handler or idle, and either may be cancelled."""
+        return list(self._slots.tasks)
+
+    def _give_back(self, held: InHand) -> None:
+        self._deliver(Released(), self._context(held.run, held.claimed_at))
+
+    def _release(self, ctx: ActionContext) -> None:
+        """A started run whose handler never began (its slot was cancelled): release
+        it without spending its attempt."""
+        self._running.discard(ctx.task_id)
+        self._contexts.pop(ctx.task_id, None)
+        self._deliver(Released(), ctx)
+
+    def _deliver(self, report: Report, ctx: ActionContext) -> None:
+        """Send ``report`` of ``ctx``'s run: a complete into its batch, any other in a
+        task of its own, so a handler slot never waits for a report."""
+        if isinstance(report, Completed):
+            self._reports.complete(ctx, report)
+        else:
+            send = report.deliver(self._reports, ctx)
+            self._track(asyncio.create_task(send, name=f"flo-report-{ctx.task_id}"))
+
+    def _handler_done(self, run_id: str, now: float) -> None:
+        """The handler finished (at loop time ``now``): its slot is free while its
+        report is still on the way (a pending report uses no handler capacity;
+        ``current_load`` counts handlers), so the next run in hand starts in it."""
+        self._contexts.pop(run_id, None)
+        try:
+            self._running.remove(run_id)
+        except KeyError:
+            return  # told already (a cancelled handler's run was given back)
+        in_hand = self._prefetch.runs
+        if in_hand and not self._stopped():
+            lease_s = self._lease_s
+            while in_hand and len(self._running) < self._concurrency:
+                held = in_hand.popleft()
+                lease = lease_s.get(held.run.action)
+                if lease is not None and now - held.claimed_at > lease / 2:
+                    self._give_back(held)  # half its lease spent waiting
+                else:
+                    self._start(held.run, held.claimed_at)  # the slot ending goes on to it
+        if self._waiting and self.poll_room() > 0:
+            self._wake.set()
+
+    def _time(self) -> float:
+        """The event loop's time (asking asyncio for the loop on every run costs a
+        getpid() system call on Python 3.11)."""
+        return (self._loop or asyncio.get_running_loop()).time()
+
+    # --- one run ------------------------------------------------------------------------
+
+    def _context(self, run: Claimed, claimed_at: float) -> ActionContext:
+        # The claim ran before its reply arrived, so the lease ends by then + its length.
+        lease = self._lease_s.get(run.action)
+        return new_context(
+            run.run_id,
+            run.action,
+            run.payload,
+            run.attempt,
+            run.created_at_ms,
+            self._namespace,
+            self._holder,
+            run.token,
+            run.trace,
+            None if lease is None else claimed_at + lease,
+        )
+
+    async def _execute(self, ctx: ActionContext, slot: asyncio.Task[Any]) -> None:
+        """Run one started run's handler with its hooks, in the handler slot ``slot``;
+        its report is on its way when this returns."""
+        loop = self._loop or asyncio.get_running_loop()
+        began = handler_began = loop.time()
+        report: Report
+        ended: float | None = None
+        observer = self._observer
+        try:
+            try:
+                if self._hooks_before:
+                    await settle(observer.before_run(ctx))
+                    handler_began = loop.time()  # the hook's time is not the handler's
+            except Exception as exc:
+                report = failure(ctx, exc, self._worker_id)
+            else:
+                handler = self._awaited.get(ctx.action_name)
+                if handler is None or ctx._revoked:
+                    report = await self._run_handler(ctx, handler_began, slot)
+                else:
+                    # An ``async def`` handler awaited right here, in the slot's task: a
+                    # coroutine fewer per run than HandlerRunner.run (the same steps).
+                    runner = self._handler_runner
+                    running = ctx._running = runner.enter(ctx._cancel, handler_began, slot)
+                    try:
+                        try:
+                            result = await handler(ctx)
+                        except asyncio.CancelledError:
+                            if not running.why:
+                                raise  # the worker's own cancellation: see below
+                            report = stopped_report(runner.stopped(running))
+                        except Exception as exc:
+                            report = failure(ctx, exc, self._worker_id)
+                        else:
+                            if running.why:  # it swallowed the cancellation and returned
+                                report = stopped_report(runner.stopped(running))
+                            elif type(result) is bytes:  # completion's common case
+                                report = Completed(result)
+                            else:
+                                report = completion(ctx, result, self._serializer, self._worker_id)
+                    finally:
+                        runner.leave(running)
+                        ctx._running = None  # it ended (no cycle left to collect)
+            if isinstance(report, Completed):
+                if self._hooks_after:
+                    await self._hook("after_run", observer.after_run, ctx, report.data)
+            elif isinstance(report, Failed):
+                error = report.error or RuntimeError(report.message)
+                await self._hook("on_failure", observer.on_failure, ctx, error)
+            ended = loop.time()
+            if not isinstance(report, Released):
+                self._prefetch.handler_took(ended - began)
+                if self._tell_handled:
+                    observer.run_handled(ctx.action_name, report.handled, ended - began)
+        except asyncio.CancelledError:
+            # Shutdown: hand the run back without counting the attempt. The handler is
+            # over, so an abort that cancels again does not cancel the release.
+            self._handler_done(ctx.task_id, loop.time())
+            await Released().deliver(self._reports, ctx)
+            raise
+        finally:
+            self._handler_done(ctx.task_id, loop.time() if ended is None else ended)
+            if ctx._ended:
+                for call in ctx._ended:
+                    call()
+        if type(report) is Completed:
+            self._reports.complete(ctx, report)
+        else:
+            self._deliver(report, ctx)
+
+    async def _run_handler(
+        self, ctx: ActionContext, began: float, slot: asyncio.Task[Any]
+    ) -> Report:
+        """``ctx``'s handler's report, its time limit counted from ``began`` (loop
+        time), run in the task ``slot`` through the handler runner: a plain function in
+        its thread pool, the lease kept alive by ``auto_touch``, or on Python 3.10."""
+        handler = self._handlers.get(ctx.action_name)
+        if handler is None:
+            return Failed(f"No handler for: {ctx.action_name}", retry=True)
+        if ctx._revoked:
+            return Dropped()  # cancelled before its handler began
+        runner = self._handler_runner
+        running = ctx._running = runner.running(ctx._cancel, began)
+        toucher = None
+        if self._auto_touch:
+            timeout_ms = self._options[ctx.action_name].timeout_ms
+            toucher = start_auto_touch(self._touch, ctx, running, timeout_ms)
+        try:
+            result = await runner.run(handler, ctx, running, slot)
+        except (HandlerTimeout, HandlerStopped) as stop:
+            return stopped_report(stop)
+        except Exception as exc:
+            return failure(ctx, exc, self._worker_id)
+        finally:
+            if toucher is not None:
+                await cancel_and_wait(toucher)
+            ctx._running = None  # it ended (and the context holds no cycle to be collected)
+        return completion(ctx, result, self._serializer, self._worker_id)
+
+    # --- cancel notices -----------------------------------------------------------------
+
+    def revoke(self, run_id: str, token: int, why: str = "was cancelled") -> None:
+        """A cancel notice (:mod:`flo_redis._session.notices`), or a refused accept (``why``:
+        the run's offer ran out and it moved on): the run is no longer this hand-out's,
+        so its handler is cancelled as for a lost lease (a sync handler sees
+        ``ctx.cancelled``) and reports nothing. A run in hand is dropped unstarted."""
+        ctx = self._contexts.get(run_id)
+        if ctx is None and self._prefetch.take(run_id, token) is not None:
+            log.info("run %s %s before its handler began", run_id, why)
+            self._reports.left()
+            return
+        if ctx is None or ctx.token != token or ctx._revoked:
+            return
+        log.info("run %s %s; cancelling its handler", run_id, why)
+        ctx._revoked = True
+        ctx._cancel()
+        if ctx._running is not None:
+            ctx._running.stop()
