@@ -4,7 +4,7 @@ on a Redis Cluster, measured in the same run.
     python -m benchmarks.cluster_streams [--records N] [--producers P] [--batch B]
 
 Uses ``REDIS_CLUSTER_URL`` (``redis+cluster://host:port``) when set, else starts a private
-3-master cluster with the tests' helper (``tests/redis_server.py``). For each stream:
+3-master cluster with the tests' helper (``tests/support/redis_server.py``). For each stream:
 appends per second (``P`` concurrent producers), then group reads + acks per second (one
 consumer per partition reading batches of ``B``, acking each batch per partition), and
 the whole pipeline (append, read, ack) per record. One asyncio process drives it all,

@@ -7,7 +7,7 @@ P`` (concurrency 100 a process, each handler one Redis round trip that counts th
 The first handler call of each process holds until every process has one, then all
 start together; tasks/s is from that moment to the poll (every 20 ms) of the handlers'
 counters that sees all the work done. The cluster is started with the tests'
-helper (``tests/redis_server.py``), or taken from ``REDIS_CLUSTER_URL``.
+helper (``tests/support/redis_server.py``), or taken from ``REDIS_CLUSTER_URL``.
 """
 
 from __future__ import annotations

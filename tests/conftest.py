@@ -113,7 +113,7 @@ async def client(redis_url: str, namespace: str) -> AsyncIterator[FloClient]:
 
 @pytest.fixture
 async def proxy(redis_url: str) -> AsyncIterator[Proxy]:
-    """A proxy to the test Redis (tests/proxy.py: cut, silence or answer for it)."""
+    """A proxy to the test Redis (tests/support/proxy.py: cut, silence or answer for it)."""
     async with proxying(redis_url) as running:
         yield running
 

@@ -17,7 +17,7 @@ text), and rich reads ``[bold red]`` as markup and ``:smile:`` as an emoji. So:
 
 ``--json`` prints the exact values: JSON writes every control character (and every
 character beyond ASCII) as a ``\\u`` escape itself, so it passes through :func:`say`
-unchanged. A test (tests/test_cli_terminal.py) holds every module of the command to
+unchanged. A test (tests/cli/test_cli_terminal.py) holds every module of the command to
 printing only through here.
 """
 

@@ -47,7 +47,7 @@ from flo_redis.actions.concurrency import SlotOperations
 from flo_redis.errors import ConflictError, NotConnectedError, NotFoundError, ValidationError
 from flo_redis.worker import ActionWorker
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "support"
 T = TypeVar("T")
 GONE = "owner gone: worker process died"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from redis_server import RedisServer
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 PROMISE = re.compile(r"^\s*print\(.*\)\s+# (.+)$", re.MULTILINE)
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 

@@ -3,7 +3,7 @@ connection that stays open but carries nothing — is only offered it (lua/lib/o
 the run goes back to the head of its queue once the offer window passes, a live worker
 starts it within the window plus a second, with its attempt unspent, and it completes
 once. The frozen worker, resumed, has its late reports refused and stops what it
-started of the run. Real worker processes (tests/offer_proc.py); a ledger (a file they
+started of the run. Real worker processes (tests/support/offer_proc.py); a ledger (a file they
 append to) records every handler's start and end."""
 
 from __future__ import annotations

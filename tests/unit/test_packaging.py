@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 from flo_redis._wire.lua import load_all
 from flo_redis._wire.runner import SCRIPTS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

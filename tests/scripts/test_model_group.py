@@ -10,7 +10,7 @@ none lost. Every stale report is refused and changes nothing.
 
 A delivery's ack timeout passes the way the scripts read it, against Redis's clock: its
 redelivery time in the group's ``due`` sorted set is moved into the past.
-``FLO_MODEL_EXAMPLES`` / ``FLO_MODEL_STEPS`` as in ``tests/model_machine.py``.
+``FLO_MODEL_EXAMPLES`` / ``FLO_MODEL_STEPS`` as in ``tests/support/model_machine.py``.
 """
 
 from __future__ import annotations

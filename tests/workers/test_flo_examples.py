@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from redis_server import RedisServer
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ out or a delayed run fall due, the test moves that one deadline into the past in
 queue's own sorted set (``leases`` / ``delayed``), then lets the queue's upkeep run, as
 the clock passing that deadline would.
 
-``FLO_MODEL_EXAMPLES`` / ``FLO_MODEL_STEPS`` as in ``tests/model_machine.py``.
+``FLO_MODEL_EXAMPLES`` / ``FLO_MODEL_STEPS`` as in ``tests/support/model_machine.py``.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from flo_redis import (
 )
 from flo_redis.types import Reason
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "support"
 NOW = WorkerAwaitOptions(block_ms=0)
 
 
@@ -43,7 +43,7 @@ async def setup(client: FloClient, **options: int) -> None:
 def worker_process(
     url: str, namespace: str, timeout_ms: int, mode: str = "touch"
 ) -> Iterator[None]:
-    """A worker process (``tests/cancel_proc.py``; ``mode``: touch, inline or sync)."""
+    """A worker process (``tests/support/cancel_proc.py``; ``mode``: touch, inline or sync)."""
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -1,6 +1,6 @@
 """Connection blips under a StreamWorker: a lost read reply costs nothing but itself.
 
-``tests/proxy.py`` lets a ``group_read`` run in Redis and drops its reply (cutting that
+``tests/support/proxy.py`` lets a ``group_read`` run in Redis and drops its reply (cutting that
 connection). The worker sends the read again under the same poll id, which hands back
 the very records it read; it never takes back, redelivers or dead-letters a record it is
 handling, and on a partitioned stream the retry replays every partition's part of the

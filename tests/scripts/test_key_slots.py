@@ -28,7 +28,7 @@ from flo_redis._wire.keys import (
 )
 from flo_redis._wire.runner import SCRIPTS
 
-LUA = Path(__file__).resolve().parent.parent / "lua"
+LUA = Path(__file__).resolve().parents[2] / "lua"
 OWNERS = ("host-1-abc", "host-2-def")
 
 NAMES = [("shop", "resize"), ("t-1", "a:b:c"), ("ünï", "名前"), ("n" * 255, "x" * 255)]

@@ -54,7 +54,7 @@ from flo_redis.ops.discovery import overview
 from flo_redis.ops.exporter import families
 from flo_redis.streams import StreamDeadLetterOptions
 
-CLI_BATCH = Path(__file__).with_name("cli_batch.py")
+CLI_BATCH = Path(__file__).resolve().parents[1] / "support" / "cli_batch.py"
 EXAMPLES = int(os.environ.get("FLO_QUARANTINE_EXAMPLES", "4"))
 KINDS = (
     "run_pending",  # a run waiting in the queue

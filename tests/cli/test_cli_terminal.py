@@ -37,8 +37,8 @@ from flo_redis import (
 )
 from flo_redis.cli._render import SafeGroup, terminal_text
 
-TESTS = Path(__file__).resolve().parent
-CLI = TESTS.parent / "flo_redis" / "cli"
+TESTS = Path(__file__).resolve().parents[1] / "support"
+CLI = Path(__file__).resolve().parents[2] / "flo_redis" / "cli"
 
 MARKUP = "x[/]y[bold red]z"  # rich would read markup here, and fail on the [/]
 OLD = "old\x9b2Jname"  # a C1 CSI in a name an earlier version took

@@ -27,7 +27,7 @@ from flo_redis._wire.status import Status
 from flo_redis.actions.schedules import Missed, Schedule, check_cron, fire_due
 from flo_redis.errors import NotFoundError, ValidationError
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "support"
 SECOND = timedelta(seconds=1)
 
 

@@ -40,7 +40,7 @@ from flo_redis._session.liveness import DEFAULT_GRACE_MS as GRACE
 from flo_redis._wire.keys import owner_channel, queue_keys
 from flo_redis._wire.runner import SCRIPTS
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "support"
 Q = "tasks"
 NOW = DequeueOptions(block_ms=0)
 

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from flo_redis import FloClient
 from flo_redis.testing import RedisServer, RedisServerNotFound, valkey_server_path
 
-DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
 
 
 def _path_without_redis() -> str:

@@ -24,7 +24,7 @@ from flo_redis import (
 )
 from flo_redis._wire.keys import action_keys
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "support"
 NOW = WorkerAwaitOptions(block_ms=0)
 
 

@@ -44,8 +44,8 @@ from flo_redis.ops.roles import ROLES, setuser_line
 from flo_redis.streams.acks import StreamGroupAckOptions
 from flo_redis.testing import RedisServer
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-THREAT_MODEL = Path(__file__).resolve().parent.parent / "docs" / "threat-model.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
+THREAT_MODEL = Path(__file__).resolve().parents[2] / "docs" / "threat-model.md"
 
 # What each role needs, by level: every operation below names its level.
 NEEDS = {

@@ -28,7 +28,7 @@ from flo_redis.testing import RedisServer
 from flo_redis.types import WorkerListOptions
 
 PASSWORD = "s3cretPW-kept-out-of-sight"
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1] / "support"
 # Refused before anything is sent: a bad port, scheme, database path, IPv6 bracket; a
 # password with an unencoded '/', or in the query; a unix socket with no path.
 BAD_URLS = [
@@ -126,7 +126,7 @@ async def test_no_error_or_log_line_of_the_fuzzed_calls_holds_the_password(
     valid: dict[str, Any],  # noqa: F811 - the fuzz suite's fixture
     logs: Any,
 ) -> None:
-    """tests/test_fuzz_calls.py's calls, each argument replaced by each bad value, on a
+    """tests/scripts/test_fuzz_calls.py's calls, each argument replaced by each bad value, on a
     client logged in with the password."""
     said: list[str] = [repr(client), repr(client.settings), repr(client.session)]
     for group, name in _calls():

@@ -27,7 +27,7 @@ from redis_server import RedisServer
 
 from flo_redis import ActionInvokeOptions, ActionRegisterOptions, FloClient, FloError, RunStatus
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "support"
 ACTION = "soak"
 OPTIONS = ActionRegisterOptions(timeout_ms=300_000, max_retries=1000)
 STEADY_JOBS = 1200

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def bench(tmp_path: Path, *args: str, redis_url: str | None = None) -> tuple[str, Any]:

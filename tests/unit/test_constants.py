@@ -32,7 +32,7 @@ from flo_redis.streams import groups
 from flo_redis.types.base import LUA_INT, MAX_TIME_MS, U32, U64
 from flo_redis.worker import progress
 
-LUA = Path(__file__).resolve().parent.parent / "lua"
+LUA = Path(__file__).resolve().parents[2] / "lua"
 _CONSTANT = re.compile(r"^local ([A-Z][A-Z0-9_]*) = (-?\d+|'[^']*')", re.MULTILINE)
 
 

@@ -15,7 +15,7 @@ from polling import eventually
 
 from flo_redis import FloClient, StreamContext, StreamGroupJoinOptions
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "support"
 
 
 def consumer_process(

@@ -26,7 +26,7 @@ from flo_redis._wire.lua import _HEADER, LuaSourceError, flatten, library, load_
 from flo_redis._wire.runner import LIBRARY, SCRIPTS
 from flo_redis._wire.status import Status
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LUA = ROOT / "lua"
 
 
