@@ -17,8 +17,8 @@ from flo_redis.client import FloClient
 from flo_redis.ops import discovery
 from flo_redis.ops.discovery import WorkerSummary
 from flo_redis.quarantine import ActionQuarantine, GroupQuarantine, Quarantine, QueueQuarantine
+from flo_redis.streams import DeadLetter, StreamDeadLetterOptions
 from flo_redis.streams.inspect import GroupCounts
-from flo_redis.streams.operations import DeadLetter, StreamDeadLetterOptions
 from flo_redis.types import (
     ActionInfo,
     ActionListOptions,
