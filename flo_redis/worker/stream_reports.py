@@ -17,12 +17,16 @@ from collections.abc import Callable, Sequence
 from flo_redis.errors import ServerError
 from flo_redis.streams import acks
 from flo_redis.streams.partitions import StreamState
+from flo_redis.streams.placement import MAX_PARTITIONS
 from flo_redis.types import StreamGroupNackOptions, StreamRecord
 from flo_redis.worker.coalescer import Coalescer
 from flo_redis.worker.delivery import drop_refused, send_report
 from flo_redis.worker.observe import WorkerObserver, overrides
 
 log = logging.getLogger("flo_redis.worker.stream_worker")
+
+# The coalescer's key of each partition's acks, made once (an ack is queued per record).
+_PARTITION_KEYS = tuple(str(partition) for partition in range(MAX_PARTITIONS))
 
 
 class AcksNotSent(Exception):
@@ -57,11 +61,12 @@ class RecordReports:
             self._ack_answered,
             tell_accepted=overrides(observer, "record_settled"),
         )
+        self._post = self._acks.post
 
     def ack(self, record: StreamRecord, token: int | None) -> None:
         """Ack ``record`` in the next batch of its partition's acks."""
         item = [record.id.to_redis(), "" if token is None else str(token)]
-        self._acks.post(str(record.partition), item)
+        self._post(_PARTITION_KEYS[record.partition], item)
 
     def nack(self, record: StreamRecord, token: int | None) -> None:
         """Nack ``record``, in a task of its own."""
@@ -97,14 +102,14 @@ class RecordReports:
     ) -> None:
         """An ack's answer: accepted (told only when the observer listens), refused
         (logged and dropped), or its batch failed (given up, or an unexpected error)."""
-        what = f"ack of {self._stream}/{item[0]}"
-        if error is not None:
-            if not isinstance(error, AcksNotSent | asyncio.CancelledError):
-                log.error("%s failed: %r", what, error, exc_info=error)
-        elif refusal is None:
+        if error is None and refusal is None:
             self._observer.record_settled(self._stream, self._group, True)
-        else:
+            return
+        what = f"ack of {self._stream}/{item[0]}"
+        if refusal is not None:
             drop_refused(what, refusal, log, report="ack", observer=self._observer)
+        elif not isinstance(error, AcksNotSent | asyncio.CancelledError):
+            log.error("%s failed: %r", what, error, exc_info=error)
 
     async def _send_nack(self, record: StreamRecord, token: int | None) -> None:
         await send_report(
