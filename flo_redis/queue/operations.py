@@ -70,6 +70,7 @@ from flo_redis.queue.requests import (
     raise_report_refusals,
     raise_requeue_refusals,
     reclaim_refused,
+    refusals,
     seqs_arg,
     tokens_arg,
 )
@@ -203,12 +204,13 @@ class QueueOperations:
             return
         keys = self._keys(queue, opts.namespace)
         wanted = seqs_arg(seqs, queue)
-        answered: builtins.list[tuple[int, int]] = []
+        refused: builtins.list[tuple[int, int]] = []
         for i in range(0, len(wanted), MAX_COUNT):
             chunk = wanted[i : i + MAX_COUNT]
             reply = await QUEUE_DLQ_REQUEUE(self._session, keys, [pack(chunk)])
-            answered += zip(chunk, per_seq(reply, chunk), strict=True)
-        raise_requeue_refusals(keys, answered)
+            refused += refusals(chunk, per_seq(reply, chunk))
+        if refused:
+            raise_requeue_refusals(keys, refused)
 
     async def peek(
         self, queue: str, count: int, options: PeekOptions | None = None
@@ -318,7 +320,7 @@ class QueueOperations:
         keys = self._keys(queue, namespace)
         wanted = seqs_arg(seqs, queue)
         fences = tokens_arg(wanted, tokens)
-        answered: builtins.list[tuple[int, int]] = []
+        refused: builtins.list[tuple[int, int]] = []
         for i in range(0, len(wanted), MAX_COUNT):
             chunk = wanted[i : i + MAX_COUNT]
             args: list[runner.Arg] = [
@@ -326,10 +328,9 @@ class QueueOperations:
                 pack(chunk),
                 pack(fences[i : i + MAX_COUNT]),
             ]
-            answered += zip(
-                chunk, per_seq(await script(self._session, keys, args), chunk), strict=True
-            )
-        raise_report_refusals(keys, verb, answered)
+            refused += refusals(chunk, per_seq(await script(self._session, keys, args), chunk))
+        if refused:
+            raise_report_refusals(keys, verb, refused)
 
 
 def _never_sent(exc: BaseException) -> bool:

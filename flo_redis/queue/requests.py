@@ -76,9 +76,17 @@ def per_seq(reply: PerSeq, sent: Sequence[int]) -> tuple[int, ...]:
     return reply.statuses
 
 
+def refusals(sent: Sequence[int], statuses: Sequence[int]) -> builtins.list[tuple[int, int]]:
+    """The ``(seq, status)`` of each sent seq a script did not take (none, most often)."""
+    if statuses.count(Status.OK) == len(statuses):
+        return []
+    return [(seq, st) for seq, st in zip(sent, statuses, strict=True) if st != Status.OK]
+
+
 def raise_report_refusals(keys: QueueKeys, verb: str, answered: Sequence[tuple[int, int]]) -> None:
-    """Raise for the seqs an ack or nack (``verb``) refused, after the others took
-    effect: set aside (BAD_RECORD), never handed out (NOT_FOUND), then stale."""
+    """Raise for the seqs an ack or nack (``verb``) refused (``answered``: their
+    :func:`refusals`), after the others took effect: set aside (BAD_RECORD), never
+    handed out (NOT_FOUND), then stale."""
     stale = [seq for seq, st in answered if st == Status.STALE]
     unknown = [seq for seq, st in answered if st == Status.NOT_FOUND]
     raise_set_aside(keys, verb, [seq for seq, st in answered if st == Status.BAD_RECORD])
