@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from handoff import late_reports_refused
 from offer_proc import OPTIONS
-from polling import eventually
+from polling import eventually, finished
 from processes import script_process
 from proxy import Proxy
-from test_action_worker import finished
-from test_handoff_offers import late_reports_refused
 
 from flo_redis import FloClient, RunStatus
 from flo_redis._wire.keys import action_keys

@@ -22,7 +22,7 @@ from typing import TypeVar
 import msgpack
 import pytest
 import redis.asyncio as aioredis
-from polling import eventually
+from polling import eventually, registered, running
 from proxy import Proxy
 from redis.crc import key_slot
 from redis_server import RedisCluster as RedisClusterNodes
@@ -108,17 +108,8 @@ async def in_process_worker(
         return b"B"
 
     worker.register_action(action, handler, ActionRegisterOptions(timeout_ms=timeout_ms))
-    task = asyncio.create_task(worker.start())
-    try:
-        await eventually(
-            lambda: client.worker.list(),
-            lambda r: any(w.worker_id == "catcher" for w in r.workers),
-        )
+    async with running(worker, ready=registered):
         yield worker
-    finally:
-        worker.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
 
 
 async def owner_of(raw: aioredis.Redis, namespace: str, action: str, run_id: str) -> str:

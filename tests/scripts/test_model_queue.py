@@ -24,7 +24,6 @@ the clock passing that deadline would.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +34,7 @@ from hypothesis.stateful import (
     rule,
 )
 from model_machine import ClientMachine, run_model
+from polling import eventually
 
 from flo_redis import (
     ActionInvokeOptions,
@@ -307,11 +307,12 @@ class QueueMachine(ClientMachine):
         async def die_and_reclaim() -> int:
             await owner.close()  # as a killed process loses its connections
             await inbox.aclose()
-            for _ in range(500):
-                counts = await self.raw.execute_command("PUBSUB", "SHARDNUMSUB", channel)
-                if int(counts[1]) == 0:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(
+                lambda: self.raw.execute_command("PUBSUB", "SHARDNUMSUB", channel),
+                lambda counts: int(counts[1]) == 0,
+                interval=0.01,
+                what="the owner's channel left",
+            )
             await self._new_owner()
             result = await reclaim_gone_owners(self.client, ACTION, grace_ms=0)
             return result.reclaimed

@@ -103,7 +103,7 @@ async def test_priorities_hold_under_load_across_three_worker_processes(
             p = 0 if i % 4 else 100
             run = await client.action.invoke("job", b"", ActionInvokeOptions(priority=p))
             priority_of[run.run_id] = p
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # arrivals spread over the busy time, as in use
         await eventually(completed, lambda n: n == len(priority_of), timeout=120)
     page = await client.action.runs("job", "completed", limit=1000)
     runs = {r.run_id: r for r in page.runs}

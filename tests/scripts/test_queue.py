@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from polling import eventually
+from polling import eventually, watched
 from proxy import Proxy
 
 from flo_redis import (
@@ -96,12 +96,7 @@ async def test_a_blocking_dequeue_is_woken_by_enqueue(
 ) -> None:
     wake = queue_keys(namespace, Q).wake
     waiting = asyncio.create_task(client.queue.dequeue(Q, 1, DequeueOptions(block_ms=120_000)))
-
-    async def subscribers() -> int:
-        return int((await raw.execute_command("PUBSUB", "SHARDNUMSUB", wake))[1])
-
-    await eventually(subscribers, lambda n: n >= 1)  # parked on the wake channel
-    await asyncio.sleep(0.05)
+    await watched(raw, wake)  # parked on the wake channel
     assert not waiting.done()
     seq = await client.queue.enqueue(Q, b"wake")
     got = await asyncio.wait_for(waiting, 30)  # long before its 120 s block_ms

@@ -14,14 +14,13 @@ import msgpack
 import pytest
 import redis.asyncio as aioredis
 import redis.exceptions
-from polling import eventually
+from handoff import PARK_MS, Channel, channel, register
+from polling import eventually, finished, registered, running
 from script_state import script_command
-from test_action_worker import finished, running
 
 from flo_redis import (
     ActionContext,
     ActionInvokeOptions,
-    ActionRegisterOptions,
     ActionWorker,
     ConflictError,
     FloClient,
@@ -39,47 +38,7 @@ from flo_redis.actions.schedules import fire_due
 from flo_redis.actions.workers import WorkerOperations
 from flo_redis.worker.poller import ActionPoller
 
-PARK_MS = 10_000
-
-
-class Channel:
-    """The poller's side of its hand-off channel: subscribed, messages decoded."""
-
-    def __init__(self, pubsub: Any) -> None:
-        self.pubsub = pubsub
-
-    async def next(self, timeout: float = 2.0) -> list[Any] | None:
-        data = await self.next_data(timeout)
-        if data is None:
-            return None
-        # Lua strings are msgpack str; the input is bytes whatever its encoding.
-        fields = list(msgpack.unpackb(data, raw=True))
-        return [f.decode() if i < 2 else f for i, f in enumerate(fields)]
-
-    async def next_data(self, timeout: float = 2.0) -> bytes | None:
-        """The next message as it was published."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout
-        while loop.time() < end:
-            message = await self.pubsub.get_message(timeout=0.1)
-            if message is not None and message["type"] == "smessage":
-                return bytes(message["data"])
-        return None
-
-
-@pytest.fixture
-async def channel(raw: aioredis.Redis, client: FloClient) -> AsyncIterator[Channel]:
-    keys = action_keys(client.namespace, "job")
-    pubsub = raw.pubsub()
-    await pubsub.ssubscribe(handoff_channel(keys.tag, client.owner_id))
-    await pubsub.get_message(timeout=1.0)  # the confirmation
-    yield Channel(pubsub)
-    await pubsub.aclose()  # type: ignore[no-untyped-call]
-
-
-async def register(client: FloClient, **options: Any) -> ActionKeys:
-    await client.action.register("job", options=ActionRegisterOptions(**options))
-    return action_keys(client.namespace, "job")
+__all__ = ["channel"]  # the hand-off channel fixture
 
 
 async def park(
@@ -251,7 +210,7 @@ async def test_an_unpark_only_claim_answers_with_what_was_handed(
 async def test_a_park_ends_at_its_deadline(client: FloClient, channel: Channel) -> None:
     keys = await register(client)
     assert (await client.worker.claim(keys, "w1", b"", 1, "p1#0", 50)).runs == ()
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # past the park's 50 ms: the time is the behaviour
     run_id = (await client.action.invoke("job", b"x")).run_id
     assert (await client.action.status(run_id)).status == RunStatus.PENDING
 
@@ -510,7 +469,7 @@ async def test_an_expired_lease_is_handed_off_by_the_reaper(
     run = await running_run(client, keys)
     await park(client, keys)
     await wakes.count()  # the invoke's
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # past the 50 ms lease
     assert await client.action.reap("job") == 1
     message = await handed_run(channel, run.run_id, client)
     assert message[3] == 2
@@ -524,7 +483,7 @@ async def test_a_due_delayed_run_is_handed_off_by_the_reaper(
     await park(client, keys)
     options = ActionInvokeOptions(delay_ms=50)
     run_id = (await client.action.invoke("job", b"later", options)).run_id
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # past the 50 ms delay
     assert await client.action.reap("job") == 1
     message = await handed_run(channel, run_id, client)
     assert message[7] == b"later"
@@ -557,7 +516,7 @@ async def test_runs_a_claim_makes_ready_and_does_not_take_are_handed_off(
     await park(client, keys)
     options = ActionInvokeOptions(delay_ms=50)
     ids = [(await client.action.invoke("job", b"x", options)).run_id for _ in range(3)]
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # past the 50 ms delay
     # Another worker's claim promotes all three and takes one: the parked poller is
     # handed the next, the third waits, announced.
     taken = await client.worker.claim(keys, "w2", b"", 1, "q#0")
@@ -585,7 +544,7 @@ async def test_a_scheduled_occurrence_is_handed_off(
     keys = await register(client)
     await client.action.schedule("job", timedelta(seconds=1), input=b"tick")
     await park(client, keys)
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(1.1)  # the schedule's 1 s comes round
     assert await fire_due(client.session, "job") == 1
     message = await channel.next()
     assert message is not None and message[7] == b"tick"
@@ -626,7 +585,7 @@ async def test_an_idle_worker_parks_and_runs_what_it_is_handed(
         calls.append(ctx.task_id)
         return ctx.payload
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         for i in range(5):
             await eventually(lambda: parked_pollers(raw, "job", client.namespace), bool)
             run_id = (await client.action.invoke("job", str(i).encode())).run_id
@@ -655,7 +614,7 @@ async def test_hand_offs_never_run_more_handlers_than_the_concurrency(
 
     worker.register_action("a", handler)
     worker.register_action("b", handler)
-    async with running(worker):
+    async with running(worker, ready=registered):
         ids = []
         for i in range(30):
             ids.append((await client.action.invoke("ab"[i % 2], b"")).run_id)
@@ -669,7 +628,7 @@ async def test_a_stopped_worker_is_handed_nothing(client: FloClient, raw: aiored
     await register(client)
     worker = client.new_action_worker(block_ms=5000)
     worker.register_action("job", lambda ctx: b"")
-    async with running(worker):
+    async with running(worker, ready=registered):
         await eventually(lambda: parked_pollers(raw, "job", client.namespace), bool)
     run_id = (await client.action.invoke("job", b"x")).run_id
     assert (await client.action.status(run_id)).status == RunStatus.PENDING
@@ -775,7 +734,7 @@ async def test_a_parked_worker_starts_a_retry_without_a_claim(
             raise RuntimeError("again")
         return b"ok"
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         run_id = (await client.action.invoke("job", b"")).run_id
         assert (await finished(client, run_id)).status == RunStatus.COMPLETED
     assert at[1] == before[0]  # the retry was handed: no claim between
@@ -796,10 +755,10 @@ async def test_a_parked_worker_starts_a_released_run_without_a_claim(
 
     starts = Starts(claims)
     second = starts.on(client.new_action_worker(block_ms=30_000))
-    async with running(first) as first_task:
+    async with running(first, ready=registered) as first_task:
         run_id = (await client.action.invoke("job", b"")).run_id
         await asyncio.wait_for(holding.wait(), 10)
-        async with running(second):
+        async with running(second, ready=registered):
             before = await parked_idle(second, raw, claims)
             first.abort()  # gives the run back without spending its attempt
             await asyncio.wait_for(first_task, 10)
@@ -817,7 +776,7 @@ async def test_a_parked_worker_starts_a_requeued_run_without_a_claim(
     await client.worker.fail("w2", "job", run.run_id, "boom", final)
     starts = Starts(claims)
     worker = starts.on(client.new_action_worker(block_ms=30_000))
-    async with running(worker):
+    async with running(worker, ready=registered):
         before = await parked_idle(worker, raw, claims)
         await client.action.requeue(run.run_id)
         assert await started(starts, run.run_id) == before
@@ -829,7 +788,7 @@ async def test_parked_workers_start_runs_of_invoke_many_without_a_claim(
     await register(client)
     starts = [Starts(claims), Starts(claims)]
     workers = [s.on(client.new_action_worker(block_ms=30_000)) for s in starts]
-    async with running(workers[0]), running(workers[1]):
+    async with running(workers[0], ready=registered), running(workers[1], ready=registered):
         before = [await parked_idle(w, raw, claims) for w in workers]
         ids = [r.run_id for r in await client.action.invoke_many("job", [b"a", b"b"])]
         for run_id in ids:
@@ -849,7 +808,7 @@ async def test_a_parked_worker_starts_a_gone_owners_run_without_a_claim(
     # Its process is gone: the worker's reaper takes the run back after the grace.
     starts = Starts(claims)
     worker = starts.on(client.new_action_worker(block_ms=30_000))
-    async with running(worker):
+    async with running(worker, ready=registered):
         before = await parked_idle(worker, raw, claims)
         assert await started(starts, run.run_id) == before
     assert starts.attempts == [2]
@@ -862,7 +821,7 @@ async def test_a_parked_worker_starts_a_scheduled_run_without_a_claim(
     await client.action.schedule("job", timedelta(seconds=1), input=b"tick")
     starts = Starts(claims)
     worker = starts.on(client.new_action_worker(block_ms=30_000))
-    async with running(worker):
+    async with running(worker, ready=registered):
         before = await parked_idle(worker, raw, claims)
         await eventually(lambda: asyncio.sleep(0, starts.at), bool)
         assert list(starts.at.values())[:1] == [before]
@@ -874,7 +833,7 @@ async def test_a_parked_worker_learns_the_due_time_of_a_run_delayed_before_all_o
     await register(client)
     starts = Starts(claims)
     worker = starts.on(client.new_action_worker(block_ms=30_000))
-    async with running(worker):
+    async with running(worker, ready=registered):
         before = await parked_idle(worker, raw, claims)
         options = ActionInvokeOptions(delay_ms=20_000)
         await client.action.invoke("job", b"", options)
@@ -956,7 +915,7 @@ async def test_a_park_never_keeps_the_last_free_slot_from_a_queue_with_work(
 
     worker.register_action("a", handler)
     worker.register_action("b", handler)
-    async with running(worker):
+    async with running(worker, ready=registered):
         try:
             await eventually(lambda: asyncio.sleep(0, len(began)), lambda n: n >= 4)
             assert len(began) == 4  # never more than the concurrency
@@ -1001,7 +960,7 @@ async def test_a_poll_sent_again_after_a_lost_reply_still_takes_new_work(
 
     worker.register_action("x", handler)
     worker.register_action("y", handler)
-    async with running(worker):
+    async with running(worker, ready=registered):
         try:
             await eventually(lambda: asyncio.sleep(0, state["failed"]), bool)
             later = [(await client.action.invoke("y", b"later")).run_id for _ in range(2)]

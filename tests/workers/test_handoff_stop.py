@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
-from polling import eventually
+from polling import eventually, running
 from proxy import Proxy
 
 from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
@@ -46,14 +46,12 @@ class Slow:
     async def serving(self) -> AsyncIterator[asyncio.Task[None]]:
         """The worker's ``start()``, running inside; stopped (its slow run released)
         and awaited on leaving."""
-        task = asyncio.create_task(self.worker.start())
-        try:
-            yield task
-        finally:
-            self.worker.stop()
-            self.release()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, 30)
+        async with running(self.worker) as task:
+            try:
+                yield task
+            finally:
+                self.worker.stop()
+                self.release()
 
 
 async def parked_with_a_slow_run(raw: aioredis.Redis, client: FloClient, slow: Slow) -> str:

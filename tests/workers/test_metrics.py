@@ -5,13 +5,12 @@ Also the claim's ready time, which the pickup latency is measured from."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
-from polling import eventually
+from polling import eventually, running
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,7 +26,6 @@ from flo_redis import (
 )
 from flo_redis.ops.metrics import OTHER_OUTCOME, MetricsServer, PrometheusObserver, serve_metrics
 from flo_redis.types import WorkerRegisterOptions
-from flo_redis.worker.lifecycle import WorkerLifecycle
 from flo_redis.worker.observe import WorkerObserver
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -67,16 +65,6 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-@contextlib.asynccontextmanager
-async def working(worker: WorkerLifecycle) -> AsyncIterator[None]:
-    task = asyncio.create_task(worker.start())  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-
-
 async def test_action_metrics_match_a_known_history(
     client: FloClient, registry: CollectorRegistry, endpoint: MetricsServer
 ) -> None:
@@ -96,7 +84,7 @@ async def test_action_metrics_match_a_known_history(
         return b"paid"
 
     await client.action.register("pay", options=once)
-    async with working(worker):
+    async with running(worker):
         ids = []
         for payload in [b"ok"] * 5 + [b"approve"] * 2 + [b"bad"] * 3 + [b"final"]:
             ids.append((await client.action.invoke("pay", payload)).run_id)
@@ -143,7 +131,7 @@ async def test_outcomes_past_the_limit_are_counted_as_other(
     await client.action.register("ship")
     outcomes = [b"a", b"b", b"a", b"c", b"order-1", b"order-2", b"b", b"order-3"]
     with caplog.at_level(logging.WARNING, logger="flo_redis.ops.metrics"):
-        async with working(worker):
+        async with running(worker):
             for payload in outcomes:  # one at a time: the order outcomes are first seen in
                 run_id = (await client.action.invoke("ship", payload)).run_id
                 await eventually(
@@ -190,7 +178,7 @@ async def test_a_refused_complete_is_counted_not_completed(
     await client.action.register(
         "slow", options=ActionRegisterOptions(timeout_ms=200, max_retries=1)
     )
-    async with working(worker):
+    async with running(worker):
         run_id = (await client.action.invoke("slow", b"")).run_id
         samples = await eventually(
             lambda: scrape(endpoint),
@@ -221,7 +209,7 @@ async def test_runs_of_a_gone_process_are_counted_as_reclaimed(
     assert len(await other.worker.await_tasks("doomed", ["job"], 1)) == 1
     await other.close()
 
-    async with working(worker):
+    async with running(worker):
         await asyncio.wait_for(done.wait(), 30)
         samples = await eventually(
             lambda: scrape(endpoint),
@@ -248,7 +236,7 @@ async def test_stream_metrics_count_deliveries_acks_and_nacks(
     )
     worker.observer = PrometheusObserver(registry)
     labels = {"stream": "events", "group": "billing"}
-    async with working(worker):
+    async with running(worker):
         samples = await eventually(
             lambda: scrape(endpoint),
             lambda s: value(s, "flo_redis_stream_records_acked_total", **labels) == 6,

@@ -8,9 +8,9 @@ import asyncio
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
-from test_cancel import worker_process
-from test_cli_ops import cli
-from test_dashboard import get
+from cli_runner import cli
+from dashboard_pages import get
+from processes import cancel_worker
 
 from flo_redis import (
     ActionRegisterOptions,
@@ -45,7 +45,7 @@ async def test_a_wait_watcher_hears_progress_and_the_status_cli_and_dashboard_sh
     waiter = asyncio.create_task(
         client.action.wait(run_id, timeout_ms=60_000, on_progress=on_progress)
     )
-    with worker_process(redis_url, namespace, 30_000):
+    with cancel_worker(redis_url, namespace, 30_000):
         await asyncio.wait_for(first.wait(), 30)
         assert heard == [b'{"done": 50}']
         status = await client.action.status(run_id)

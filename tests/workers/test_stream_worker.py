@@ -6,31 +6,19 @@ import asyncio
 import contextlib
 import contextvars
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from polling import eventually
+from polling import eventually, running
 
 from flo_redis import (
     FloClient,
     StreamContext,
     StreamGroupJoinOptions,
     StreamGroupReadOptions,
-    StreamWorker,
 )
 from flo_redis.streams import StreamOperations
 from flo_redis.streams.partitions import PartitionedStreams
-
-
-@contextlib.asynccontextmanager
-async def running(worker: StreamWorker) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(worker.start())
-    try:
-        yield task
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
 
 
 async def test_records_are_handled_and_acked(client: FloClient) -> None:
@@ -126,7 +114,7 @@ async def test_stop_finishes_running_handlers_and_acks(client: FloClient) -> Non
     task = asyncio.create_task(worker.start())
     await asyncio.wait_for(started.wait(), 15)
     worker.stop()
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # a moment in which a stop that did not wait would end
     assert not task.done()
     release.set()
     await asyncio.wait_for(task, 15)
@@ -204,7 +192,7 @@ async def test_handlers_that_wait_run_side_by_side_up_to_concurrency(client: Flo
     async with running(worker):
         # Three waiting handlers hold all three slots; the quick ones before them ran.
         await eventually(lambda: asyncio.sleep(0, running_now), lambda n: n == 3)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a moment in which a fourth handler would start
         assert running_now == 3
         # A record behind a waiting one was not held up by it.
         assert sorted(done) == [b"quick-0", b"quick-2", b"quick-4"]
@@ -232,7 +220,7 @@ async def test_a_worker_reads_at_most_one_batch_ahead_of_its_handlers(client: Fl
         pending = await eventually(
             lambda: client.stream.group_pending("ahead", "g", "c1"), lambda p: len(p) >= 5
         )
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # a moment in which more would be read ahead
         pending = await client.stream.group_pending("ahead", "g", "c1")
         # Two handlers running, at most two batches read behind them, the rest unread.
         assert 5 <= len(pending) <= 2 + 2 * 3

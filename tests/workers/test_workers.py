@@ -7,7 +7,7 @@ import asyncio
 import msgpack
 import pytest
 import redis.asyncio as aioredis
-from polling import eventually
+from polling import eventually, watched
 
 from flo_redis import (
     ActionRegisterOptions,
@@ -25,7 +25,7 @@ from flo_redis import (
     WorkerStatus,
     WorkerType,
 )
-from flo_redis._wire.keys import namespace_keys
+from flo_redis._wire.keys import action_keys, namespace_keys
 from flo_redis.types import Reason
 
 NOW = WorkerAwaitOptions(block_ms=0)
@@ -324,20 +324,19 @@ async def test_block_ms_out_of_range(
         await client.worker.await_task("w1", ["job"], WorkerAwaitOptions(block_ms=block_ms))
 
 
-async def test_a_long_poll_returns_as_soon_as_a_run_arrives(client: FloClient) -> None:
+async def test_a_long_poll_returns_as_soon_as_a_run_arrives(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
     await client.action.register("job")
     await client.worker.register("w1", ["job"])
-    loop = asyncio.get_running_loop()
-    start = loop.time()
     poll = asyncio.create_task(
-        client.worker.await_task("w1", ["job"], WorkerAwaitOptions(block_ms=20_000))
+        client.worker.await_task("w1", ["job"], WorkerAwaitOptions(block_ms=120_000))
     )
-    await asyncio.sleep(0.2)
+    await watched(raw, action_keys(client.namespace, "job").wake)
     assert not poll.done()
     run_id = (await client.action.invoke("job", b"x")).run_id
-    task = (await asyncio.wait_for(poll, 30)).task
+    task = (await asyncio.wait_for(poll, 30)).task  # long before its 120 s block_ms
     assert task is not None and task.task_id == run_id
-    assert loop.time() - start < 10
 
 
 async def test_a_long_poll_with_nothing_returns_none_after_block_ms(client: FloClient) -> None:
@@ -347,17 +346,17 @@ async def test_a_long_poll_with_nothing_returns_none_after_block_ms(client: FloC
     start = loop.time()
     result = await client.worker.await_task("w1", ["job"], WorkerAwaitOptions(block_ms=500))
     assert result.task is None
-    assert loop.time() - start >= 0.45
+    assert loop.time() - start >= 0.45  # a lower bound: a loaded machine only lengthens it
 
 
-async def test_a_long_poll_over_several_actions(client: FloClient) -> None:
+async def test_a_long_poll_over_several_actions(client: FloClient, raw: aioredis.Redis) -> None:
     for name in ("a", "b", "c"):
         await client.action.register(name)
     await client.worker.register("w1", ["a", "b", "c"])
     poll = asyncio.create_task(
         client.worker.await_task("w1", ["a", "b", "c"], WorkerAwaitOptions(block_ms=20_000))
     )
-    await asyncio.sleep(0.1)
+    await watched(raw, action_keys(client.namespace, "c").wake)
     run_id = (await client.action.invoke("c", b"x")).run_id
     task = (await asyncio.wait_for(poll, 30)).task
     assert task is not None and (task.task_id, task.task_type) == (run_id, "c")
@@ -370,7 +369,7 @@ async def test_await_with_an_unregistered_worker_is_not_found(client: FloClient)
 
 
 async def test_reports_are_not_delayed_behind_a_long_poll_of_the_same_client(
-    client: FloClient,
+    client: FloClient, raw: aioredis.Redis
 ) -> None:
     await client.action.register("job")
     await client.action.register("idle")
@@ -382,7 +381,7 @@ async def test_reports_are_not_delayed_behind_a_long_poll_of_the_same_client(
     poll = asyncio.create_task(
         client.worker.await_task("w", ["idle"], WorkerAwaitOptions(block_ms=30_000))
     )
-    await asyncio.sleep(0.2)
+    await watched(raw, action_keys(client.namespace, "idle").wake)
     # ... while the complete goes through at once (no connection is held by the poll).
     await asyncio.wait_for(
         client.worker.complete(
