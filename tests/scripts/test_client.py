@@ -242,6 +242,7 @@ async def test_async_with_connects_and_closes(redis_url: str) -> None:
     assert not client.is_connected
 
 
+@pytest.mark.slow
 async def test_redis_down_is_a_connection_error_then_reconnect_works(
     server: RedisServer, namespace: str
 ) -> None:
@@ -282,6 +283,7 @@ async def test_long_poll_survives_a_restart(server: RedisServer, namespace: str)
         assert task is not None and task.task_id == run_id
 
 
+@pytest.mark.slow
 async def test_reconnect_gives_up_after_its_timeout() -> None:
     client = FloClient(f"redis://127.0.0.1:{free_port()}", timeout_ms=500)
     with pytest.raises(ConnectionFailedError):

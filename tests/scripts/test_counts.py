@@ -18,6 +18,7 @@ from flo_redis._wire.keys import action_keys
 from flo_redis.actions.inspect import RunState
 
 
+@pytest.mark.slow
 async def test_counts_match_a_known_history(client: FloClient) -> None:
     h = await history(client)
     c = await client.action.counts("job")
@@ -33,6 +34,7 @@ async def test_counts_match_a_known_history(client: FloClient) -> None:
     assert h["running"] == h["ready"][6]
 
 
+@pytest.mark.slow
 async def test_runs_pages_each_state_in_its_order(client: FloClient) -> None:
     h = await history(client)
     pending = await client.action.runs("job", "pending")
@@ -101,6 +103,7 @@ async def test_paging_keeps_order_while_runs_leave(client: FloClient) -> None:
     assert third.cursor is None
 
 
+@pytest.mark.slow
 async def test_bulk_requeue_and_purge(client: FloClient) -> None:
     h = await history(client)
     done = await client.action.requeue_failed("job", batch=2)
@@ -120,6 +123,7 @@ async def test_bulk_requeue_and_purge(client: FloClient) -> None:
     assert (c.pending, c.delayed, c.running, c.completed, c.failed) == (0, 0, 1, 0, 0)
 
 
+@pytest.mark.slow
 async def test_purging_failed_runs_keeps_the_timed_out_count_true(client: FloClient) -> None:
     await history(client)
     assert (await client.action.purge("job", "failed")).count == 3
@@ -127,6 +131,7 @@ async def test_purging_failed_runs_keeps_the_timed_out_count_true(client: FloCli
     assert (c.failed, c.timed_out) == (0, 0)
 
 
+@pytest.mark.slow
 async def test_delete_forgets_the_counters(client: FloClient) -> None:
     await history(client)
     await client.action.delete("job")
@@ -163,6 +168,7 @@ async def test_counts_touch_only_the_queue_keys(client: FloClient, raw: aioredis
         assert before.get(command) == after.get(command)
 
 
+@pytest.mark.slow
 async def test_runs_buried_before_the_timed_out_count_never_make_it_negative(
     client: FloClient, raw: aioredis.Redis
 ) -> None:

@@ -25,6 +25,8 @@ from flo_redis import (
     FloError,
 )
 
+pytestmark = pytest.mark.slow  # every public call with every bad value: minutes
+
 
 async def keyspace(raw: aioredis.Redis, namespace: str) -> dict[bytes, Any]:
     """Every key of the namespace: hashes by field (without the ``stat:`` counters, which

@@ -29,6 +29,7 @@ async def past_ack_timeout(client: FloClient, ms: int) -> None:
     )
 
 
+@pytest.mark.slow
 async def test_a_batch_partly_acked_redelivers_only_the_rest(
     client: FloClient, raw: aioredis.Redis
 ) -> None:

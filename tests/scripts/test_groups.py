@@ -148,6 +148,7 @@ async def test_a_nacked_entry_comes_back_before_new_ones(client: FloClient) -> N
     assert owners[ids[0].as_tuple()] == "c2"
 
 
+@pytest.mark.slow
 async def test_an_unacked_entry_is_redelivered_after_the_ack_timeout(client: FloClient) -> None:
     await join(client, ack_timeout_ms=200)
     ids = await fill(client, 1)
@@ -599,6 +600,7 @@ async def test_bad_ids_are_refused(client: FloClient) -> None:
 # --- bounded work ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_large_backlog_is_served_a_batch_at_a_time(
     client: FloClient, raw: aioredis.Redis
 ) -> None:

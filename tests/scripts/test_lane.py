@@ -47,6 +47,7 @@ async def test_a_connection_the_server_closed_is_made_again(
     assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
 
 
+@pytest.mark.slow
 async def test_a_cancelled_call_leaves_no_reply_behind(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
@@ -101,6 +102,7 @@ async def test_a_led_call_refused_by_redis_leaves_the_lane_in_step(
         assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
 
 
+@pytest.mark.slow
 async def test_calls_made_while_the_lane_is_busy_take_the_spare_lane(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
@@ -128,6 +130,7 @@ async def test_calls_made_while_the_lane_is_busy_take_the_spare_lane(
         assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
 
 
+@pytest.mark.slow
 async def test_calls_after_a_restart_cut_every_idle_connection_all_succeed(
     client: FloClient, raw: aioredis.Redis
 ) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     invariant,
@@ -49,6 +50,8 @@ from flo_redis import (
 )
 from flo_redis._session.reclaim import reclaim_gone_owners
 from flo_redis._wire.keys import action_keys, handoff_channel, owner_channel
+
+pytestmark = pytest.mark.slow  # a Hypothesis model: many steps against Redis
 
 ACTION = "job"
 MAX_ATTEMPTS = 2

@@ -38,6 +38,7 @@ async def take_id(client: FloClient, action: str) -> str | None:
     return task.task_id if task else None
 
 
+@pytest.mark.slow
 async def test_one_worker_takes_runs_strictly_by_priority_then_fifo(client: FloClient) -> None:
     await client.action.register("job")
     rng = random.Random(16)
@@ -83,6 +84,7 @@ async def test_one_worker_takes_runs_strictly_by_priority_then_fifo(client: FloC
     assert order == expected
 
 
+@pytest.mark.slow
 async def test_priorities_hold_under_load_across_three_worker_processes(
     client: FloClient, redis_url: str, namespace: str
 ) -> None:

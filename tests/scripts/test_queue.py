@@ -333,6 +333,7 @@ async def test_a_live_consumers_messages_are_never_taken_back(
 # --- bad input and unknown ids -------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_bad_input_is_refused_before_anything_is_written(
     client: FloClient, raw: aioredis.Redis, namespace: str
 ) -> None:

@@ -213,6 +213,7 @@ def other(server: RedisServer) -> Iterator[World]:
 
 
 @pytest.mark.parametrize("role", list(ROLES))
+@pytest.mark.slow
 async def test_each_role_does_what_it_needs_in_its_namespace(
     server: RedisServer, role: str
 ) -> None:
@@ -238,6 +239,7 @@ async def test_each_role_does_what_it_needs_in_its_namespace(
 
 
 @pytest.mark.parametrize("role", SCOPED)
+@pytest.mark.slow
 async def test_a_user_of_one_namespace_reaches_nothing_of_another(
     server: RedisServer, role: str, other: World
 ) -> None:
@@ -499,6 +501,7 @@ def test_acl_refuses_a_namespace_for_admin_and_an_unknown_role() -> None:
     assert "~flo:*{a\\\\*b:*" in line  # quoted for redis-cli: a glob-escaped star
 
 
+@pytest.mark.slow
 async def test_an_operator_serves_a_dashboard_that_makes_changes(server: RedisServer) -> None:
     """A dashboard started with --write, as an operator narrowed to its namespace: it
     logs in (its session in Redis), drains a worker, and logs out; a read-only user

@@ -62,6 +62,8 @@ from flo_redis._wire.runner import LIBRARY, SCRIPTS
 from flo_redis._wire.status import Status
 from flo_redis.worker.progress import report_progress
 
+pytestmark = pytest.mark.slow  # every script, argument and bad value: minutes
+
 # Arguments any text is: names, ids, payloads, messages. A malformed value here must still
 # be answered by a status (a name that does not exist is NOT_FOUND), never an error.
 TEXT = {

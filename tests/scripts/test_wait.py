@@ -61,6 +61,7 @@ async def test_wait_returns_when_the_run_fails_for_good(
     assert (status.status, status.error_message, status.attempt) == (RunStatus.FAILED, "gone", 2)
 
 
+@pytest.mark.slow
 async def test_wait_returns_when_the_lease_of_the_last_attempt_expires(client: FloClient) -> None:
     once = ActionRegisterOptions(timeout_ms=200, max_retries=1)
     await client.action.register("slow", options=once)
@@ -80,6 +81,7 @@ async def test_wait_on_an_ended_run_returns_at_once(client: FloClient) -> None:
     assert (await client.action.wait(run_id, timeout_ms=0)).status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_wait_raises_a_typed_timeout_with_the_status_then(client: FloClient) -> None:
     await client.action.register("resize")
     run_id = (await client.action.invoke("resize", b"")).run_id
@@ -194,6 +196,7 @@ ENDS = {
 
 
 @pytest.mark.parametrize("how", sorted(ENDS))
+@pytest.mark.slow
 async def test_a_wait_hears_its_run_end_after_an_end_nobody_waited_on(
     client: FloClient, raw: aioredis.Redis, how: str
 ) -> None:
@@ -211,6 +214,7 @@ async def test_a_wait_hears_its_run_end_after_an_end_nobody_waited_on(
     assert (status.run_id, status.status) == (second, final)
 
 
+@pytest.mark.slow
 async def test_on_progress_hears_a_report_after_one_nobody_heard(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
@@ -273,6 +277,7 @@ async def short_runs(client: FloClient) -> AsyncIterator[None]:
         yield
 
 
+@pytest.mark.slow
 async def test_a_short_run_waited_on_after_an_unwatched_one_returns_with_its_end(
     client: FloClient,
 ) -> None:
@@ -283,6 +288,7 @@ async def test_a_short_run_waited_on_after_an_unwatched_one_returns_with_its_end
         assert status.status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_the_blocking_wait_after_an_unwatched_run_returns_with_its_end(
     client: FloClient, redis_url: str
 ) -> None:
@@ -301,6 +307,7 @@ def cli_env(redis_url: str, namespace: str) -> dict[str, str]:
     return {"FLO_REDIS_URL": redis_url, "FLO_REDIS_NAMESPACE": namespace}
 
 
+@pytest.mark.slow
 async def test_invoke_wait_on_the_command_line_after_an_unwatched_run_returns_with_its_end(
     client: FloClient, redis_url: str, command: Callable[..., Command]
 ) -> None:
@@ -316,6 +323,7 @@ async def test_invoke_wait_on_the_command_line_after_an_unwatched_run_returns_wi
 
 
 @pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "blocking"])
+@pytest.mark.slow
 async def test_a_timed_out_wait_names_the_state_at_its_deadline(
     client: FloClient, raw: aioredis.Redis, redis_url: str, blocking: bool
 ) -> None:
@@ -334,6 +342,7 @@ async def test_a_timed_out_wait_names_the_state_at_its_deadline(
     assert info.value.status.status == RunStatus.RUNNING
 
 
+@pytest.mark.slow
 async def test_invoke_wait_on_the_command_line_names_the_state_at_its_deadline(
     client: FloClient, raw: aioredis.Redis, redis_url: str, command: Callable[..., Command]
 ) -> None:

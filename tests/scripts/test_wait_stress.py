@@ -20,6 +20,8 @@ from polling import eventually
 
 from flo_redis import ActionContext, FloClient, RunStatus
 
+pytestmark = pytest.mark.slow  # hundreds of waits
+
 RUNS = 300
 WAIT_MS = 30_000
 WHEN = ("as soon as invoked", "while running", "after the end")

@@ -19,6 +19,8 @@ from flo_redis._wire.lru import CACHE_SIZE, Lru
 from flo_redis.ops import discovery
 from flo_redis.streams.partitions import POLLS_KEPT
 
+pytestmark = pytest.mark.slow  # thousands of names met
+
 MANY = 2 * CACHE_SIZE + 100
 
 

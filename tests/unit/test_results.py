@@ -156,6 +156,7 @@ async def test_a_plain_def_handler_failing_keeps_its_error(client: FloClient) ->
 
 
 @pytest.mark.parametrize("auto_touch", [False, True])
+@pytest.mark.slow
 async def test_a_plain_def_handler_past_its_timeout_fails_and_sees_cancelled(
     client: FloClient, auto_touch: bool
 ) -> None:

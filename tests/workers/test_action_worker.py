@@ -112,6 +112,7 @@ async def test_a_retry_that_succeeds_completes(client: FloClient) -> None:
     assert status.error_message is None
 
 
+@pytest.mark.slow
 async def test_local_action_timeout_cancels_and_fails_without_retry(client: FloClient) -> None:
     worker = new_worker(client, action_timeout=0.2)
     cancelled = asyncio.Event()
@@ -136,6 +137,7 @@ async def test_local_action_timeout_cancels_and_fails_without_retry(client: FloC
 
 
 @pytest.mark.parametrize("auto_touch", [False, True])
+@pytest.mark.slow
 async def test_a_handler_that_swallows_its_time_limit_still_fails_timed_out(
     client: FloClient, auto_touch: bool
 ) -> None:
@@ -294,6 +296,7 @@ async def test_drain_makes_start_return_after_handlers_finish(
     assert (await client.action.status(run_id)).status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_auto_touch_keeps_a_long_handlers_lease(client: FloClient) -> None:
     worker = new_worker(client, auto_touch=True)
 
@@ -339,6 +342,7 @@ async def test_a_lost_lease_cancels_the_handler_and_sends_no_fail(client: FloCli
     assert (final.status, final.error_message) == (RunStatus.FAILED, "operator")
 
 
+@pytest.mark.slow
 async def test_a_late_complete_after_the_lease_was_taken_back_is_dropped(
     client: FloClient,
 ) -> None:
@@ -488,6 +492,7 @@ async def test_a_removed_worker_registers_again(
     assert status.status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_an_unhealthy_worker_heartbeats_and_works_again(
     client: FloClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

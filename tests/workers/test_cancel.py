@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -28,7 +27,8 @@ from flo_redis import (
 )
 from flo_redis.types import Reason
 
-HERE = Path(__file__).resolve().parents[1] / "support"
+pytestmark = pytest.mark.slow  # worker processes
+
 NOW = WorkerAwaitOptions(block_ms=0)
 
 

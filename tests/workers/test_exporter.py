@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from exporter_scrape import sample as get
 from exporter_scrape import scrape, serving
 from histories import history, streams_history
@@ -12,6 +13,8 @@ from histories import history, streams_history
 from flo_redis import FloClient
 from flo_redis.ops.discovery import overview
 from flo_redis.ops.exporter import families
+
+pytestmark = pytest.mark.slow  # the exporter as a process
 
 
 async def test_a_scrape_reports_the_queue_as_it_is(client: FloClient, redis_url: str) -> None:

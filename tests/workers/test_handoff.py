@@ -330,6 +330,7 @@ async def wakes(raw: aioredis.Redis, client: FloClient) -> AsyncIterator[Wakes]:
     await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
+@pytest.mark.slow
 async def test_a_retry_ready_now_is_handed_off_and_wakes_nobody(
     client: FloClient, channel: Channel, wakes: Wakes
 ) -> None:
@@ -352,6 +353,7 @@ async def test_a_retry_ready_now_is_handed_off_and_wakes_nobody(
         )
 
 
+@pytest.mark.slow
 async def test_a_retry_after_a_backoff_is_not_handed_off_early(
     client: FloClient, channel: Channel
 ) -> None:
@@ -377,6 +379,7 @@ async def test_a_released_run_is_handed_off(
     assert message[3] == 1  # a release spends no attempt
 
 
+@pytest.mark.slow
 async def test_a_release_never_hands_the_run_back_to_the_releasing_owner(
     client: FloClient, raw: aioredis.Redis, channel: Channel
 ) -> None:
@@ -401,6 +404,7 @@ async def test_a_requeued_run_is_handed_off(client: FloClient, channel: Channel)
     await handed_run(channel, run.run_id, client)
 
 
+@pytest.mark.slow
 async def test_a_bulk_requeue_hands_the_head_and_queues_the_rest(
     client: FloClient, raw: aioredis.Redis, channel: Channel, wakes: Wakes
 ) -> None:
@@ -420,6 +424,7 @@ async def test_a_bulk_requeue_hands_the_head_and_queues_the_rest(
     assert await wakes.count() == 1
 
 
+@pytest.mark.slow
 async def test_invoke_many_hands_one_run_to_each_parked_poller(
     client: FloClient, raw: aioredis.Redis, channel: Channel, wakes: Wakes
 ) -> None:
@@ -434,6 +439,7 @@ async def test_invoke_many_hands_one_run_to_each_parked_poller(
     assert await wakes.count() == 1  # for the one left waiting
 
 
+@pytest.mark.slow
 async def test_invoke_many_handed_whole_wakes_nobody(
     client: FloClient, channel: Channel, wakes: Wakes
 ) -> None:
@@ -444,6 +450,7 @@ async def test_invoke_many_handed_whole_wakes_nobody(
     assert await wakes.count() == 0
 
 
+@pytest.mark.slow
 async def test_invoke_many_honours_labels_and_max_concurrency(
     client: FloClient, raw: aioredis.Redis, channel: Channel
 ) -> None:
@@ -462,6 +469,7 @@ async def test_invoke_many_honours_labels_and_max_concurrency(
     assert await raw.zrange(keys.pending, 0, -1) == [i.encode() for i in [*ids[1:], *plain]]
 
 
+@pytest.mark.slow
 async def test_an_expired_lease_is_handed_off_by_the_reaper(
     client: FloClient, channel: Channel, wakes: Wakes
 ) -> None:
@@ -489,6 +497,7 @@ async def test_a_due_delayed_run_is_handed_off_by_the_reaper(
     assert message[7] == b"later"
 
 
+@pytest.mark.slow
 async def test_a_run_delayed_before_all_others_wakes_parked_pollers(
     client: FloClient, wakes: Wakes
 ) -> None:
@@ -538,6 +547,7 @@ async def test_a_gone_owners_run_is_handed_to_a_live_parked_poller(
     assert message[3] == 2  # the gone owner's attempt counts
 
 
+@pytest.mark.slow
 async def test_a_scheduled_occurrence_is_handed_off(
     client: FloClient, raw: aioredis.Redis, channel: Channel
 ) -> None:
@@ -595,6 +605,7 @@ async def test_an_idle_worker_parks_and_runs_what_it_is_handed(
     assert await parked_pollers(raw, "job", client.namespace) == 0  # stopping ended it
 
 
+@pytest.mark.slow
 async def test_hand_offs_never_run_more_handlers_than_the_concurrency(
     client: FloClient,
 ) -> None:
@@ -798,6 +809,7 @@ async def test_parked_workers_start_runs_of_invoke_many_without_a_claim(
     assert [list(s.at.values()) for s in starts] == [[before[0]], [before[1]]]
 
 
+@pytest.mark.slow
 async def test_a_parked_worker_starts_a_gone_owners_run_without_a_claim(
     redis_url: str, namespace: str, client: FloClient, raw: aioredis.Redis, claims: Claims
 ) -> None:
@@ -814,6 +826,7 @@ async def test_a_parked_worker_starts_a_gone_owners_run_without_a_claim(
     assert starts.attempts == [2]
 
 
+@pytest.mark.slow
 async def test_a_parked_worker_starts_a_scheduled_run_without_a_claim(
     client: FloClient, raw: aioredis.Redis, claims: Claims
 ) -> None:
@@ -859,6 +872,7 @@ async def lane_commands(client: FloClient, raw: aioredis.Redis, calls: Any) -> l
     return seen
 
 
+@pytest.mark.slow
 async def test_an_invoke_after_a_hand_off_is_led_so_its_message_leaves_first(
     client: FloClient, raw: aioredis.Redis, channel: Channel
 ) -> None:
@@ -925,6 +939,7 @@ async def test_a_park_never_keeps_the_last_free_slot_from_a_queue_with_work(
             assert (await finished(client, run_id)).status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_a_poll_sent_again_after_a_lost_reply_still_takes_new_work(
     client: FloClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

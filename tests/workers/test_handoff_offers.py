@@ -115,6 +115,7 @@ async def test_an_offer_not_accepted_goes_back_to_the_head_unspent_and_fenced(
     assert again.token > token
 
 
+@pytest.mark.slow
 async def test_an_offer_comes_back_by_itself_within_the_window(
     client: FloClient, channel: Channel
 ) -> None:
@@ -365,6 +366,7 @@ async def test_a_report_accepts_an_offer_and_a_later_accept_is_answered_ok(
 # --- a real worker accepts --------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_idle_worker_accepts_what_it_is_handed_off_its_handlers_path(
     client: FloClient, raw: aioredis.Redis
 ) -> None:

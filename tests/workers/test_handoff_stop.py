@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+import pytest
 import redis.asyncio as aioredis
 from polling import eventually, running
 from proxy import Proxy
@@ -110,6 +111,7 @@ async def test_a_stopping_worker_leaves_its_handoff_channels_while_handlers_fini
         assert (await client.action.status(fast)).status == RunStatus.PENDING
 
 
+@pytest.mark.slow
 async def test_a_stop_during_a_write_pause_leaves_no_park(
     client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
@@ -135,6 +137,7 @@ async def test_a_stop_during_a_write_pause_leaves_no_park(
     assert (await client.action.status(slow_run)).status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_a_stop_after_a_park_claims_reply_was_lost_leaves_no_park(
     client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:

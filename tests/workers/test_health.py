@@ -28,6 +28,8 @@ from flo_redis import FloClient, RunStatus, WorkerStatus
 from flo_redis.dashboard import start_dashboard
 from flo_redis.types import WorkerInfo, WorkerListOptions
 
+pytestmark = pytest.mark.slow  # worker processes killed and frozen
+
 Run = Callable[..., Command]
 
 

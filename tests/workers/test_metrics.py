@@ -28,6 +28,8 @@ from flo_redis.ops.metrics import OTHER_OUTCOME, MetricsServer, PrometheusObserv
 from flo_redis.types import WorkerRegisterOptions
 from flo_redis.worker.observe import WorkerObserver
 
+pytestmark = pytest.mark.slow  # workers serving metrics over HTTP
+
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 

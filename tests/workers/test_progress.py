@@ -30,6 +30,7 @@ from flo_redis.worker.progress import MAX_PROGRESS_BYTES, encode_progress, repor
 NOW = WorkerAwaitOptions(block_ms=0)
 
 
+@pytest.mark.slow
 async def test_a_wait_watcher_hears_progress_and_the_status_cli_and_dashboard_show_it(
     client: FloClient, redis_url: str, namespace: str, raw: aioredis.Redis
 ) -> None:

@@ -63,6 +63,7 @@ async def test_a_failing_record_is_redelivered_then_dead_lettered(client: FloCli
     assert await client.stream.group_pending("events", "etl") == []
 
 
+@pytest.mark.slow
 async def test_a_handler_timeout_nacks(client: FloClient) -> None:
     attempts = 0
 
@@ -168,6 +169,7 @@ async def test_a_stop_while_a_read_prepares_ends_that_read(
     assert stopped
 
 
+@pytest.mark.slow
 async def test_handlers_that_wait_run_side_by_side_up_to_concurrency(client: FloClient) -> None:
     release = asyncio.Event()
     running_now = peak = 0
@@ -202,6 +204,7 @@ async def test_handlers_that_wait_run_side_by_side_up_to_concurrency(client: Flo
     assert peak == 3
 
 
+@pytest.mark.slow
 async def test_a_worker_reads_at_most_one_batch_ahead_of_its_handlers(client: FloClient) -> None:
     release = asyncio.Event()
     handled: list[bytes] = []

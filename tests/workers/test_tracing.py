@@ -271,6 +271,7 @@ def test_the_middleware_without_the_otel_extra_names_the_install(
         OpenTelemetry()
 
 
+@pytest.mark.slow
 async def test_a_worker_in_another_process_continues_the_trace(
     client: FloClient, redis_url: str, traced: Traced, tmp_path: Path
 ) -> None:

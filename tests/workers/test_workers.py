@@ -111,6 +111,7 @@ async def test_deregister_removes_the_worker(client: FloClient) -> None:
 # --- health -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_silent_worker_turns_unhealthy_then_is_removed(client: FloClient) -> None:
     await client.worker.configure(heartbeat_timeout_ms=200, remove_after_ms=800)
     await client.action.register("job")
@@ -134,6 +135,7 @@ async def test_a_silent_worker_turns_unhealthy_then_is_removed(client: FloClient
         await client.worker.await_task("w1", ["job"], NOW)
 
 
+@pytest.mark.slow
 async def test_a_heartbeat_past_the_removal_delay_is_not_found(client: FloClient) -> None:
     await client.worker.configure(heartbeat_timeout_ms=100, remove_after_ms=300)
     await client.worker.register("w1", ["job"])
@@ -197,6 +199,7 @@ async def test_drain_refuses_polls_but_accepts_reports(client: FloClient) -> Non
     assert await status_of(client, "w1") == WorkerStatus.ACTIVE
 
 
+@pytest.mark.slow
 async def test_drain_wins_over_unhealthy(client: FloClient) -> None:
     await client.worker.configure(heartbeat_timeout_ms=100, remove_after_ms=60_000)
     await client.worker.register("w1", ["job"])
@@ -339,6 +342,7 @@ async def test_a_long_poll_returns_as_soon_as_a_run_arrives(
     assert task is not None and task.task_id == run_id
 
 
+@pytest.mark.slow
 async def test_a_long_poll_with_nothing_returns_none_after_block_ms(client: FloClient) -> None:
     await client.action.register("job")
     await client.worker.register("w1", ["job"])
@@ -368,6 +372,7 @@ async def test_await_with_an_unregistered_worker_is_not_found(client: FloClient)
         await client.worker.await_task("ghost", ["job"], NOW)
 
 
+@pytest.mark.slow
 async def test_reports_are_not_delayed_behind_a_long_poll_of_the_same_client(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
