@@ -160,6 +160,7 @@ async def test_sigkilled_worker_runs_are_redelivered_within_about_a_second(
             killed_at = time.monotonic()
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
+            # Within all_completed's 30 s: by liveness, long before the 5 minute lease.
             await all_completed(client, run_ids)
             done_at = time.monotonic()
     first = min(t for _, _, t in seen) - killed_at
@@ -173,7 +174,6 @@ async def test_sigkilled_worker_runs_are_redelivered_within_about_a_second(
         status = await client.action.status(run_id)
         assert status.output == b"B"
         assert status.attempt == 2  # the dead worker's attempt counted
-    assert first < 30, "redelivered by liveness, long before the 5 minute lease"
     stats = await liveness_stats(client, action)
     assert stats.reclaimed_owner_gone == n
     assert stats.reclaimed_deadline == 0

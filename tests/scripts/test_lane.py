@@ -7,9 +7,11 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
+from polling import eventually
 from script_state import by_sha, calls_functions, forget_scripts, library_loaded
 
 from flo_redis import FloClient, InternalServerError, NotFoundError, RunStatus
+from flo_redis._session.endpoint import closed_by_server
 from flo_redis._wire import runner
 from flo_redis._wire.keys import action_keys
 from flo_redis._wire.runner import SCRIPTS
@@ -42,7 +44,8 @@ async def test_a_connection_the_server_closed_is_made_again(
     assert lane is not None and lane._conn is not None and lane._conn._writer is not None
     host, port = lane._conn._writer.get_extra_info("sockname")[:2]
     await raw.client_kill(f"{host}:{port}")
-    await asyncio.sleep(0.05)
+    conn = lane._conn
+    await eventually(lambda: closed_by_server(conn), what="the kill seen by the lane")
     run = await client.action.invoke("job", b"b")  # no error: made again first
     assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
 
@@ -58,7 +61,7 @@ async def test_a_cancelled_call_leaves_no_reply_behind(
     # answers the same TIME all through a script).
     await raw.execute_command("CLIENT", "PAUSE", 300, "ALL")
     waiting = asyncio.create_task(client.action.invoke("a", b"cancelled"))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # within the pause: the call is sent, its reply held back
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
@@ -123,7 +126,8 @@ async def test_calls_made_while_the_lane_is_busy_take_the_spare_lane(
     assert settings.spare._conn._writer is not None
     host, port = settings.spare._conn._writer.get_extra_info("sockname")[:2]
     await raw.client_kill(f"{host}:{port}")
-    await asyncio.sleep(0.05)
+    spare = settings.spare._conn
+    await eventually(lambda: closed_by_server(spare), what="the kill seen by the spare lane")
     await raw.execute_command("CLIENT", "PAUSE", 200, "ALL")
     again = await asyncio.gather(*(client.action.invoke("job", b"x") for _ in range(2)))
     for run in again:

@@ -301,6 +301,7 @@ async def test_a_sigkilled_consumers_messages_come_back_in_about_a_second(
         killed_at = time.monotonic()
         os.kill(proc.pid, signal.SIGKILL)
         back: list[Message] = []
+        # Back through liveness: the 5 minute visibility timeout is far beyond this deadline.
         deadline = time.monotonic() + 30
         while len(back) < n and time.monotonic() < deadline:
             got = await client.queue.dequeue(Q, n, DequeueOptions(block_ms=5000))
@@ -309,7 +310,6 @@ async def test_a_sigkilled_consumers_messages_come_back_in_about_a_second(
     print(f"\nSIGKILL -> all {n} messages back in {took * 1000:.0f} ms (grace {GRACE} ms)")
     assert sorted(seqs(back)) == sent
     assert all(m.delivery_count == 2 for m in back)  # the dead consumer's delivery counted
-    assert took < 20, "back through liveness, long before the 5 minute visibility timeout"
     stats = await raw.hmget(keys.meta, ["stat:reclaimed_owner_gone", "stat:owners_gone"])
     assert [int(v) for v in stats] == [n, 1]
 
