@@ -413,15 +413,15 @@ async def test_a_gone_owner_is_suspected_then_reclaimed_after_the_grace(
     dead = FloClient(redis_url, namespace=namespace)
     await dead.connect()
     assert sorted(await claim_as(dead, "dead", action, 2)) == sorted(run_ids)
-    alive = await reclaim_owners(client, action, [dead.owner_id], grace_ms=200)
+    alive = await reclaim_owners(client.session, action, [dead.owner_id], grace_ms=200)
     assert (alive.reclaimed, alive.wait_ms) == (0, -1)  # subscribed: alive, untouched
     await dies(dead, raw, action)  # the process is gone: its liveness connection closes
-    first = await reclaim_gone_owners(client, action, grace_ms=200)
+    first = await reclaim_gone_owners(client.session, action, grace_ms=200)
     assert first.reclaimed == 0
     assert 0 < first.wait_ms <= 200
     assert (await liveness_stats(client, action)).suspects == 1
     await asyncio.sleep(0.25)
-    second = await reclaim_gone_owners(client, action, grace_ms=200)
+    second = await reclaim_gone_owners(client.session, action, grace_ms=200)
     assert second.reclaimed == 2
     for run_id in run_ids:
         status = await client.action.status(run_id)
@@ -435,7 +435,7 @@ async def test_a_gone_owner_is_suspected_then_reclaimed_after_the_grace(
     await dead2.connect()
     assert len(await claim_as(dead2, "dead2", action, 2)) == 2
     await dies(dead2, raw, action)
-    assert (await reclaim_gone_owners(client, action, grace_ms=0)).reclaimed == 2
+    assert (await reclaim_gone_owners(client.session, action, grace_ms=0)).reclaimed == 2
     for run_id in run_ids:
         status = await client.action.status(run_id)
         assert (status.status, status.attempt, status.error_message) == (
@@ -460,13 +460,14 @@ async def test_reclaim_takes_only_runs_whose_owner_is_exactly_the_gone_one(
     try:
         assert await claim_as(live, "live", action, 1) == [run_id]
         await dies(dead, raw, action)
-        result = await reclaim_owners(client, action, [dead.owner_id], grace_ms=0)
+        result = await reclaim_owners(client.session, action, [dead.owner_id], grace_ms=0)
         assert result.reclaimed == 0  # the run names the live owner now
         status = await client.action.status(run_id)
         assert (status.status, status.worker_id, status.attempt) == (RunStatus.RUNNING, "live", 2)
         assert await owner_of(raw, namespace, action, run_id) == live.owner_id
         # Naming a live owner takes nothing either, whatever the caller believes.
-        assert (await reclaim_owners(client, action, [live.owner_id], grace_ms=0)).reclaimed == 0
+        taken = await reclaim_owners(client.session, action, [live.owner_id], grace_ms=0)
+        assert taken.reclaimed == 0
     finally:
         await live.close()
         await dead.close()
@@ -486,7 +487,7 @@ async def test_a_gone_owner_does_not_hold_the_actions_capacity(
     assert await claim_as(dead, "dead", action, 2) == [first]  # capacity 1
     assert await claim_as(client, "live", action, 1) == []  # all capacity held
     await dies(dead, raw, action)
-    assert (await reclaim_gone_owners(client, action, grace_ms=0)).reclaimed == 1
+    assert (await reclaim_gone_owners(client.session, action, grace_ms=0)).reclaimed == 1
     # The capacity is free again; the taken-back run waits behind the other one.
     assert await claim_as(client, "live", action, 1) == [second]
     status = await client.action.status(first)
@@ -506,7 +507,7 @@ async def test_reclaim_is_bounded_by_its_batch(
     await dies(dead, raw, action)
     steps = []
     while True:
-        result = await reclaim_owners(client, action, [dead.owner_id], grace_ms=0, batch=2)
+        result = await reclaim_owners(client.session, action, [dead.owner_id], grace_ms=0, batch=2)
         steps.append(result.reclaimed)
         if not result.more:
             break
@@ -516,12 +517,12 @@ async def test_reclaim_is_bounded_by_its_batch(
 
 async def test_reclaim_refuses_bad_arguments_and_unknown_actions(client: FloClient) -> None:
     with pytest.raises(NotFoundError):
-        await reclaim_owners(client, "nope", ["someone"])
+        await reclaim_owners(client.session, "nope", ["someone"])
     await client.action.register("args", ActionType.USER)
     from flo_redis.errors import ValidationError
 
     with pytest.raises(ValidationError):  # refused before anything is sent
-        await reclaim_owners(client, "args", ["someone"], grace_ms=-1)
+        await reclaim_owners(client.session, "args", ["someone"], grace_ms=-1)
     # An owner paired with another owner's channel is refused, not believed.
     keys = action_keys(client.namespace, "args")
     reply = await ACTION_RECLAIM(
@@ -672,12 +673,13 @@ async def test_liveness_and_reclaim_on_a_cluster_node_per_queue(cluster_url: str
             ]
             assert per_node == [1, 1, 1]  # one liveness connection on each node
             for action in actions:  # alive: nothing is taken
-                assert (await reclaim_gone_owners(client, action, grace_ms=0)).reclaimed == 0
+                taken = await reclaim_gone_owners(client.session, action, grace_ms=0)
+                assert taken.reclaimed == 0
             await holder.close()
 
             async def reclaim_all() -> list[int]:
                 for action in actions:
-                    await reclaim_gone_owners(client, action, grace_ms=0)
+                    await reclaim_gone_owners(client.session, action, grace_ms=0)
                 stats = [await liveness_stats(client, a) for a in actions]
                 return [s.reclaimed_owner_gone for s in stats]
 
@@ -718,7 +720,7 @@ async def test_a_slot_move_does_not_make_a_live_owner_look_gone(
             await eventually(count_on_target, lambda c: c == 1, timeout=10)
             await asyncio.sleep(DEFAULT_GRACE_MS / 1000 + 0.2)
             for _ in range(2):
-                assert (await reclaim_gone_owners(client, action)).reclaimed == 0
+                assert (await reclaim_gone_owners(client.session, action)).reclaimed == 0
             for run_id in run_ids:
                 status = await client.action.status(run_id)
                 assert (status.status, status.worker_id, status.attempt) == (
