@@ -35,10 +35,12 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
+from flo_redis._wire import inspect_replies as ins
 from flo_redis._wire import queue_replies as q
 from flo_redis._wire import replies as r
 from flo_redis._wire import schedule_replies as sch
 from flo_redis._wire import stream_replies as sr
+from flo_redis._wire import worker_replies as w
 from flo_redis._wire.keys import (
     ActionKeys,
     DashboardKeys,
@@ -282,10 +284,10 @@ ACTION_CLAIM = Script(
 ACTION_REAP = Script("action_reap", A, r.reaped)
 ACTION_UNPARK = Script("action_unpark", A, r.number)
 ACTION_RECLAIM = Script("action_reclaim", A, r.reclaimed, tail="channels")
-ACTION_COUNTS = Script("action_counts", A, r.counts)
-ACTION_RUNS = Script("action_runs", A, r.run_rows)
-ACTION_REQUEUE_FAILED = Script("action_requeue_failed", A, r.bulk_step)
-ACTION_PURGE = Script("action_purge", A, r.bulk_step)
+ACTION_COUNTS = Script("action_counts", A, ins.counts)
+ACTION_RUNS = Script("action_runs", A, ins.run_rows)
+ACTION_REQUEUE_FAILED = Script("action_requeue_failed", A, ins.bulk_step)
+ACTION_PURGE = Script("action_purge", A, ins.bulk_step)
 RUN_ACCEPT = Script("run_accept", A, r.reported_many)
 RUN_TOUCH = Script("run_touch", A, r.reported)
 RUN_COMPLETE = Script("run_complete", A, r.reported)
@@ -308,13 +310,14 @@ ACTION_QUARANTINE_REPLAY = Script("action_quarantine_replay", A, r.done)
 # The worker registry.
 WORKER_REGISTER = Script("worker_register", N, r.done, records_owner=True)
 WORKER_HEARTBEAT = Script("worker_heartbeat", N, r.number)
-WORKER_POLL = Script("worker_poll", N, r.worker_gate)
+WORKER_POLL = Script("worker_poll", N, w.worker_gate)
 WORKER_TALLY = Script("worker_tally", N, r.done)
 WORKER_DRAIN = Script("worker_drain", N, r.names)
 WORKER_DEREGISTER = Script("worker_deregister", N, r.done)
-WORKER_LIST = Script("worker_list", N, r.worker_page)
-WORKER_PRESENCE = Script("worker_presence", N, r.presence, tail="channels")
+WORKER_LIST = Script("worker_list", N, w.worker_page)
+WORKER_PRESENCE = Script("worker_presence", N, w.presence, tail="channels")
 WORKER_QUARANTINE_REPLAY = Script("worker_quarantine_replay", N, r.done)
+WORKER_CONFIGURE = Script("worker_configure", N, w.worker_settings)
 
 # Streams.
 STREAM_CREATE = Script("stream_create", S, r.number)

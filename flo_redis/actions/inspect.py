@@ -27,8 +27,8 @@ from flo_redis._wire.gateway import (
     Script,
 )
 from flo_redis._wire.keys import ActionKeys
-from flo_redis._wire.replies import ActionCounts as ActionCounts  # defined beside its parser
-from flo_redis._wire.replies import BulkStep
+from flo_redis._wire.inspect_replies import ActionCounts as ActionCounts  # beside its parser
+from flo_redis._wire.inspect_replies import BulkStep
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal
 from flo_redis.actions.runs import read_run, unreadable_run

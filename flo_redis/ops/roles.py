@@ -101,6 +101,7 @@ _OPERATOR_SCRIPTS = (
     "slot_reclaim",
     "worker_drain",
     "worker_deregister",
+    "worker_configure",
     "stream_trim",
     "group_join",
     "group_leave",
@@ -134,6 +135,7 @@ _WORKER_SCRIPTS = (
     "worker_poll",
     "worker_tally",
     "worker_deregister",
+    "worker_configure",
     "group_join",
     "group_leave",
     "group_read",
@@ -148,10 +150,9 @@ _WORKER_SCRIPTS = (
     "queue_reclaim",
 )
 # What flo-redis writes outside scripts: the registries (ZADD; ZREM when an action is
-# deleted), a namespace's worker settings (HSET), a cancel notice the script could not
-# send itself (SPUBLISH).
+# deleted), a cancel notice the script could not send itself (SPUBLISH).
 _PRODUCER_WRITES = ("zadd", "spublish")
-_OPERATOR_WRITES = (*_PRODUCER_WRITES, "zrem", "hset")
+_OPERATOR_WRITES = (*_PRODUCER_WRITES, "zrem")
 # A worker's liveness connections: named (CLIENT SETNAME), kept alive with PING.
 _LIVENESS = ("client|setname", "ping")
 # Only admin: loading and pruning the script library (flo-redis scripts load|prune).

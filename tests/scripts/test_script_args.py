@@ -74,7 +74,7 @@ TEXT = {
 # An argument may be left out: '' is its "not given" (the header says so).
 MAY_BE_EMPTY = {
     "labels", "token", "upto", "after_score", "ack_timeout_ms", "max_deliver", "ids",
-    "after", "headers",
+    "after", "headers", "heartbeat_timeout_ms", "remove_after_ms",
 }  # fmt: skip
 
 # Not what any numeric, flag, choice, stream-id or msgpack argument takes.
@@ -160,6 +160,7 @@ async def _workload(c: FloClient) -> None:
     await c.worker.list()
     await c.worker.drain("w1")
     await c.worker.deregister("w1")
+    await c.worker.configure(heartbeat_timeout_ms=1000, remove_after_ms=2000)
     # streams
     await c.stream.create("s")
     await c.stream.append("s", b"p", _headers())
