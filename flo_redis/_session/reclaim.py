@@ -5,8 +5,8 @@ How the reclaim scripts judge an owner (present, suspected, gone after the grace
 :data:`DEFAULT_GRACE_MS`) is in ``lua/README.md`` ("Liveness"); :func:`sweep` calls one
 of them (``action_reclaim``, ``group_reclaim``, ``queue_reclaim``) about every owner of a
 queue or group. :class:`Reaper` sweeps periodically in every worker process, so dead
-work comes back even when nothing new is invoked or polled. :func:`liveness_stats` reads the
-counters the scripts keep: reclaims by cause, stale reports refused, slot occupancy.
+work comes back even when nothing new is invoked or polled. The counters the scripts keep of it
+are read by :mod:`flo_redis._session.liveness_stats`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from flo_redis._session.aside import scope_of, warn_set_aside
 from flo_redis._session.liveness import DEFAULT_GRACE_MS
 from flo_redis._session.session import Session
 from flo_redis._wire import runner
-from flo_redis._wire.checks import check_count, check_names, not_registered
-from flo_redis._wire.codec import BadRecord, decoded, pack, unpack_record
+from flo_redis._wire.checks import check_count, check_names
+from flo_redis._wire.codec import decoded, pack
 from flo_redis._wire.gateway import ACTION_REAP, ACTION_RECLAIM, Script
 from flo_redis._wire.keys import (
     ActionKeys,
@@ -34,6 +34,7 @@ from flo_redis._wire.keys import (
     action_keys,
     owner_channel,
 )
+from flo_redis._wire.refusals import not_registered
 from flo_redis._wire.replies import Reclaimed
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal
@@ -334,91 +335,11 @@ class Reaper:
             log.debug("upkeep of %r failed (%s); trying again", name, exc)
 
 
-# --- statistics ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LivenessStats:
-    """Liveness counters of one action queue, kept by the scripts themselves (so every
-    client sees the same numbers), plus what is held right now."""
-
-    reclaimed_owner_gone: int
-    """Runs taken back because their owner's process was gone."""
-    reclaimed_deadline: int
-    """Runs taken back because their lease deadline passed (frozen or silent owner)."""
-    offers_expired: int
-    """Runs handed to a parked poller that did not accept them within its offer window
-    (a frozen process, a half-open connection), put back at the head of their queue
-    without spending the attempt."""
-    stale_refused: int
-    """Reports (complete, fail, release) refused as stale: each from a holder whose lease
-    was taken back or finished."""
-    owners_suspected: int
-    """Times an owner was seen without its liveness subscription and suspected."""
-    suspicions_cleared: int
-    """Times a suspected owner came back within the grace (a connection blip)."""
-    owners_gone: int
-    """Owners judged gone and cleaned out."""
-    owners: int
-    """Owners that may hold runs in this queue now."""
-    suspects: int
-    """Of those, suspected right now."""
-    slots_held: int
-    """Concurrency slots held right now."""
-    slot_reclaimed_owner_gone: int
-    slot_reclaimed_deadline: int
-    slot_release_refused: int
-
-
-_STAT_FIELDS = (
-    "reclaimed_owner_gone",
-    "reclaimed_deadline",
-    "offers_expired",
-    "stale_refused",
-    "owners_suspected",
-    "suspicions_cleared",
-    "owners_gone",
-    "slot_reclaimed_owner_gone",
-    "slot_reclaimed_deadline",
-    "slot_release_refused",
-)
-
-
-def _holder(raw: object) -> object:
-    """The owner a slot record names (None: free, or a record that does not decode)."""
-    try:
-        return unpack_record(raw).get("o")
-    except BadRecord:
-        return None
-
-
-async def liveness_stats(
-    session: Session, name: str, namespace: str | None = None
-) -> LivenessStats:
-    """Read action ``name``'s liveness counters and current holders (read only)."""
-    keys = action_keys(session.get_namespace(namespace), name)
-    conn = session.redis
-    with runner.redis_errors("stats"):
-        counters = await conn.hmget(keys.meta, [f"stat:{f}" for f in _STAT_FIELDS])
-        marks = await conn.hvals(keys.owners)
-        slots = await conn.hvals(keys.slots)
-    values = dict(zip(_STAT_FIELDS, (int(v or 0) for v in counters), strict=True))
-    held = sum(1 for raw in slots if _holder(raw) is not None)
-    return LivenessStats(
-        owners=len(marks),
-        suspects=sum(1 for m in marks if int(m) != 0),
-        slots_held=held,
-        **values,
-    )
-
-
 __all__ = [
     "DEFAULT_REAP_INTERVAL_S",
-    "LivenessStats",
     "ReapTarget",
     "Reaper",
     "ReclaimResult",
-    "liveness_stats",
     "reclaim_gone_owners",
     "reclaim_owners",
     "sweep",

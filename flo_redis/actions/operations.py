@@ -16,14 +16,14 @@ from datetime import timedelta
 from typing import TypeAlias
 
 from flo_redis._session.aside import warn_unreadable
+from flo_redis._session.liveness_stats import LivenessStats, liveness_stats
 from flo_redis._session.notices import tell
-from flo_redis._session.reclaim import LivenessStats, liveness_stats, reap_queue
+from flo_redis._session.reclaim import reap_queue
 from flo_redis._session.registry import remember
 from flo_redis._session.tracer import invoke_span
 from flo_redis._wire import runner
 from flo_redis._wire.checks import (
     MAX_LIST_LIMIT,
-    bad_settings,
     check_bytes,
     check_callback,
     check_count,
@@ -33,9 +33,6 @@ from flo_redis._wire.checks import (
     check_options,
     check_priority,
     check_text,
-    not_registered,
-    raise_refusal,
-    raise_run_refusal,
     stored_int,
 )
 from flo_redis._wire.codec import BadRecord, decoded, pack, tag_labels, text
@@ -55,6 +52,7 @@ from flo_redis._wire.keys import (
     namespace_keys,
     run_id_prefix,
 )
+from flo_redis._wire.refusals import bad_settings, not_registered, raise_refusal, raise_run_refusal
 from flo_redis._wire.status import Status, refusal
 from flo_redis.actions.inspect import ActionInspection
 from flo_redis.actions.runs import (

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from flo_redis._session.reclaim import LivenessStats
+from flo_redis._session.liveness_stats import LivenessStats
 from flo_redis.actions.inspect import ActionCounts, RunPage, RunState
 from flo_redis.client import FloClient
 from flo_redis.errors import ValidationError

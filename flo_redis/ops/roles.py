@@ -28,8 +28,8 @@ version.
 - **admin** is server-wide: every namespace, the namespace registry, and loading and
   pruning the Functions library (``flo-redis scripts load|prune``).
 
-Every role but admin may be narrowed to one namespace (``keys.acl_key_patterns``,
-``keys.acl_channel_patterns``); narrowed, it does not reach the registry of namespaces,
+Every role but admin may be narrowed to one namespace (``acl_patterns.acl_key_patterns``,
+``acl_patterns.acl_channel_patterns``); narrowed, it does not reach the registry of namespaces,
 which would tell it the other namespaces' names.
 """
 
@@ -39,13 +39,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from flo_redis._wire.keys import (
-    HANDOFF_CHANNEL,
-    LIVE_CHANNEL,
-    NOTICE_CHANNEL,
-    acl_channel_patterns,
-    acl_key_patterns,
-)
+from flo_redis._wire.acl_patterns import acl_channel_patterns, acl_key_patterns
+from flo_redis._wire.keys import HANDOFF_CHANNEL, LIVE_CHANNEL, NOTICE_CHANNEL
 from flo_redis._wire.lua import LuaScript
 from flo_redis._wire.runner import SCRIPTS
 from flo_redis.errors import ValidationError

@@ -37,7 +37,8 @@ from flo_redis import (
     WorkerAwaitOptions,
 )
 from flo_redis._session.liveness import DEFAULT_GRACE_MS, Liveness, connection_name
-from flo_redis._session.reclaim import liveness_stats, reclaim_gone_owners, reclaim_owners
+from flo_redis._session.liveness_stats import liveness_stats
+from flo_redis._session.reclaim import reclaim_gone_owners, reclaim_owners
 from flo_redis._wire.codec import pack
 from flo_redis._wire.gateway import ACTION_RECLAIM
 from flo_redis._wire.keys import action_keys, owner_channel
