@@ -17,6 +17,7 @@ import math
 import secrets
 import socket
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import redis.exceptions as rex
@@ -52,6 +53,7 @@ from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from flo_redis.types import MAX_VALUE_SIZE
 
 log = logging.getLogger("flo_redis.client")
+T = TypeVar("T")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 
@@ -140,22 +142,19 @@ class Session:
     def redis(self) -> RedisConn:
         """The live connection pool; :class:`NotConnectedError` before ``connect()``."""
         if self._redis is None:
-            raise NotConnectedError("the client is not connected; call `await connect()` first")
+            raise _not_connected()
         return self._redis
 
     @property
     def runner(self) -> ScriptRunner:
         """The script runner of this session's connection, made when it connects and
         released when it closes; :class:`NotConnectedError` before ``connect()``."""
-        if self._runner is None:
-            raise NotConnectedError("the client is not connected; call `await connect()` first")
-        return self._runner
+        return _connected(self._runner)
 
     @property
     def waker(self) -> Waker:
-        if self._waker is None:
-            raise NotConnectedError("the client is not connected; call `await connect()` first")
-        return self._waker
+        """The wake-up subscriptions; :class:`NotConnectedError` before ``connect()``."""
+        return _connected(self._waker)
 
     @property
     def liveness(self) -> Liveness:
@@ -281,6 +280,18 @@ class Session:
                 await conn.aclose()
                 if self.settings.debug:
                     log.debug("Disconnected from %s", redact(self.settings.endpoint))
+
+
+def _connected(part: T | None) -> T:
+    """``part`` of a connected session; :class:`NotConnectedError` when it is None (the
+    session is not connected, or was closed)."""
+    if part is None:
+        raise _not_connected()
+    return part
+
+
+def _not_connected() -> NotConnectedError:
+    return NotConnectedError("the client is not connected; call `await connect()` first")
 
 
 # The subscriptions are moved off a replica at most this often (Session._on_replica).
