@@ -103,8 +103,9 @@ def connect_redis(
     At most ``max_connections`` connections are open to one server (to each node of a
     cluster); a command that finds them all busy waits for one to come free (up to
     ``timeout_s``) instead of failing — redis-py's own pool would raise "Too many
-    connections". On a cluster the wait happens in :mod:`._scripts` (:func:`configure`),
-    redis-py's cluster pool having no waiting mode."""
+    connections". On a cluster the wait happens in the session's script runner
+    (:class:`flo_redis._wire.runner.ScriptRunner`, ``max_in_flight``), redis-py's cluster
+    pool having no waiting mode."""
     kwargs: dict[str, Any] = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,

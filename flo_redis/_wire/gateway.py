@@ -1,10 +1,10 @@
 """The script gateway: every Lua script as one typed, callable object.
 
 A :class:`Script` is declared once, here, with the key classes of :mod:`flo_redis._wire.keys`
-its KEYS come from and the parser of its reply shape (``_replies.py``,
-``_stream_replies.py``, ``_queue_replies.py``). At import, each header KEYS name is
-matched to a field of those classes — a header naming a key no class has fails loudly —
-so a call passes key objects, never a list:
+its KEYS come from and the parser of its reply shape (``replies.py`` and its siblings
+``stream_``, ``queue_``, ``schedule_``, ``worker_`` and ``inspect_replies.py``). At
+import, each header KEYS name is matched to a field of those classes — a header naming a
+key no class has fails loudly — so a call passes key objects, never a list:
 
     reply = await ACTION_CLAIM(session, keys, [worker_id, owner, labels, n, poll, scan])
 

@@ -17,9 +17,10 @@ A call on the lane may be *led* by a ``TIME`` written with it (``lead=True``; th
 cheapest command every documented ACL user may send): Redis writes the replies of one
 event-loop turn to the clients most recently given one first, so a client it already
 owes a reply (the ``TIME``) is written to after anyone the script then publishes to.
-An invoke that hands its run to a parked poller is led this way, so the poller's
-hand-off message leaves before the invoke's own reply, as a ``BLMOVE`` consumer is
-answered before the ``LPUSH`` that served it.
+Which calls are led is declared with their script (``leads=`` in
+:mod:`flo_redis._wire.gateway`): an invoke after one that handed its run to a parked
+poller is led this way, so the poller's hand-off message leaves before the invoke's own
+reply, as a ``BLMOVE`` consumer is answered before the ``LPUSH`` that served it.
 """
 
 from __future__ import annotations

@@ -16,15 +16,20 @@ async def settings(raw: aioredis.Redis, namespace: str) -> dict[bytes, bytes]:
     return await raw.hgetall(namespace_keys(namespace).config)  # type: ignore[no-any-return]
 
 
+def stored(heartbeat_timeout_ms: int, remove_after_ms: int) -> dict[bytes, bytes]:
+    """The config hash holding these two settings, as Redis answers it."""
+    return {
+        b"heartbeat_timeout_ms": str(heartbeat_timeout_ms).encode(),
+        b"remove_after_ms": str(remove_after_ms).encode(),
+    }
+
+
 async def test_given_settings_are_written_and_the_others_kept(
     client: FloClient, raw: aioredis.Redis, namespace: str
 ) -> None:
     await client.worker.configure(heartbeat_timeout_ms=1000, remove_after_ms=5000)
     await client.worker.configure(heartbeat_timeout_ms=2000)
-    assert await settings(raw, namespace) == {
-        b"heartbeat_timeout_ms": b"2000",
-        b"remove_after_ms": b"5000",
-    }
+    assert await settings(raw, namespace) == stored(2000, 5000)
 
 
 async def test_a_removal_before_the_timeout_is_refused_and_nothing_written(
@@ -40,10 +45,7 @@ async def test_a_removal_before_the_timeout_is_refused_and_nothing_written(
     # The stored removal delay is what the new timeout is held against.
     with pytest.raises(ValidationError, match=r"remove_after_ms \(2000\).*\(3000\)"):
         await client.worker.configure(heartbeat_timeout_ms=3000)
-    assert await settings(raw, namespace) == {
-        b"heartbeat_timeout_ms": b"1000",
-        b"remove_after_ms": b"2000",
-    }
+    assert await settings(raw, namespace) == stored(1000, 2000)
 
 
 async def test_a_stored_setting_that_does_not_parse_reads_as_its_default(
