@@ -527,7 +527,7 @@ async def test_reclaim_refuses_bad_arguments_and_unknown_actions(client: FloClie
     # An owner paired with another owner's channel is refused, not believed.
     keys = action_keys(client.namespace, "args")
     reply = await ACTION_RECLAIM(
-        client, keys, [0, 10, pack(["someone"])], tail=[owner_channel(keys.tag, "other")]
+        client.session, keys, [0, 10, pack(["someone"])], tail=[owner_channel(keys.tag, "other")]
     )
     assert reply.status == Status.OUT_OF_RANGE
 
@@ -553,12 +553,12 @@ async def test_slot_reclaim_takes_only_the_dead_owners_slot(
     action = "slots"
     await client.action.register(action, ActionType.USER, ActionRegisterOptions(max_concurrency=2))
     async with owners(redis_url, namespace, 2) as (a, b):
-        slot_a = await SlotOperations(a).acquire(action)
-        slot_b = await SlotOperations(b).acquire(action)
+        slot_a = await SlotOperations(a.session).acquire(action)
+        slot_b = await SlotOperations(b.session).acquire(action)
         assert slot_a is not None and slot_b is not None
-        assert await SlotOperations(client).acquire(action) is None  # all held, all alive
+        assert await SlotOperations(client.session).acquire(action) is None  # all held, all alive
         await dies(a, raw, action)
-        ops = SlotOperations(client)
+        ops = SlotOperations(client.session)
         assert await ops.reclaim(action, slot_a.index, a.owner_id, grace_ms=200) is False
         await asyncio.sleep(0.25)
         assert await ops.reclaim(action, slot_a.index, a.owner_id, grace_ms=200) is True
@@ -576,12 +576,12 @@ async def test_slot_reclaim_refuses_a_wrong_expected_owner(
     action = "slots-wrong"
     await client.action.register(action, ActionType.USER, ActionRegisterOptions(max_concurrency=1))
     async with owners(redis_url, namespace, 2) as (a, b):
-        slot = await SlotOperations(a).acquire(action)
+        slot = await SlotOperations(a.session).acquire(action)
         assert slot is not None
         await dies(b, raw, action)  # b is gone, but it is not the holder
         with pytest.raises(ConflictError):
-            await SlotOperations(client).reclaim(action, slot.index, b.owner_id, grace_ms=0)
-        [held] = await SlotOperations(client).holders(action)
+            await SlotOperations(client.session).reclaim(action, slot.index, b.owner_id, grace_ms=0)
+        [held] = await SlotOperations(client.session).holders(action)
         assert (held.owner, held.token) == (a.owner_id, slot.token)
 
 
@@ -591,19 +591,19 @@ async def test_slot_reclaim_refuses_a_live_peers_slot(
     action = "slots-live"
     await client.action.register(action, ActionType.USER, ActionRegisterOptions(max_concurrency=1))
     async with owners(redis_url, namespace, 1) as (a,):
-        slot = await SlotOperations(a).acquire(action)
+        slot = await SlotOperations(a.session).acquire(action)
         assert slot is not None
         with pytest.raises(ConflictError) as refused:
-            await SlotOperations(client).reclaim(action, slot.index, a.owner_id, grace_ms=0)
+            await SlotOperations(client.session).reclaim(action, slot.index, a.owner_id, grace_ms=0)
         assert "alive" in str(refused.value)
-        [held] = await SlotOperations(client).holders(action)
+        [held] = await SlotOperations(client.session).holders(action)
         assert (held.owner, held.token) == (a.owner_id, slot.token)
         # A frozen holder looks alive; only the slot's lease deadline frees it.
-        await SlotOperations(a).release(slot)
-        short = await SlotOperations(a).acquire(action, lease_ms=100)
+        await SlotOperations(a.session).release(slot)
+        short = await SlotOperations(a.session).acquire(action, lease_ms=100)
         assert short is not None
         await asyncio.sleep(0.15)
-        assert await SlotOperations(client).reclaim(action, short.index, a.owner_id) is True
+        assert await SlotOperations(client.session).reclaim(action, short.index, a.owner_id) is True
         assert (await liveness_stats(client, action)).slot_reclaimed_deadline == 1
 
 
@@ -613,23 +613,23 @@ async def test_slot_refuses_a_late_release_by_a_replaced_owner(
     action = "slots-late"
     await client.action.register(action, ActionType.USER, ActionRegisterOptions(max_concurrency=1))
     async with owners(redis_url, namespace, 2) as (old, new):
-        slot = await SlotOperations(old).acquire(action)
+        slot = await SlotOperations(old.session).acquire(action)
         assert slot is not None
         await old.liveness.close()  # looks dead (e.g. a long partition) ...
         channel = owner_channel(action_keys(namespace, action).tag, old.owner_id)
         await eventually(lambda: subscribers(raw, channel), lambda c: c == 0, timeout=5)
-        assert await SlotOperations(new).acquire(action) is None  # ... only suspected yet
+        assert await SlotOperations(new.session).acquire(action) is None  # ... only suspected yet
         await asyncio.sleep(DEFAULT_GRACE_MS / 1000 + 0.05)
-        replacement = await SlotOperations(new).acquire(action)  # reclaims, then takes it
+        replacement = await SlotOperations(new.session).acquire(action)  # reclaims, then takes it
         assert replacement is not None and replacement.index == slot.index
         assert replacement.token > slot.token
         with pytest.raises(ConflictError):
-            await SlotOperations(old).release(slot)  # ... and comes back too late
-        [held] = await SlotOperations(client).holders(action)
+            await SlotOperations(old.session).release(slot)  # ... and comes back too late
+        [held] = await SlotOperations(client.session).holders(action)
         assert (held.owner, held.token) == (new.owner_id, replacement.token)
-        await SlotOperations(new).release(replacement)
-        await SlotOperations(new).release(replacement)  # a resend is answered OK
-        assert await SlotOperations(client).holders(action) == []
+        await SlotOperations(new.session).release(replacement)
+        await SlotOperations(new.session).release(replacement)  # a resend is answered OK
+        assert await SlotOperations(client.session).holders(action) == []
         stats = await liveness_stats(client, action)
         assert stats.slot_release_refused == 1
         assert stats.slot_reclaimed_owner_gone == 1
