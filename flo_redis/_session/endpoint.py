@@ -21,6 +21,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
+from flo_redis._wire.lane import closed_by_server
 from flo_redis.errors import ConnectionFailedError, InvalidEndpointError
 
 #: Commands one client has in flight at most (one connection each); more wait their turn.
@@ -141,13 +142,6 @@ def connect_redis(
 # Connection classes made to look before they send (_look_before_sending), by the class
 # they are made from.
 _LOOKING: dict[type[Connection], type[Connection]] = {}
-
-
-def closed_by_server(conn: Any) -> bool:
-    """Whether redis-py connection ``conn`` is open on this side but the server closed
-    it (while it sat idle): its next command would fail unwritten, so make it again."""
-    reader = conn._reader
-    return reader is not None and bool(reader.at_eof())
 
 
 def _looking(base: type[Connection]) -> type[Connection]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from flo_redis._session.aio import raise_if_cancelling, wait_event
+from flo_redis._aio import raise_if_cancelling, wait_event
 
 
 class Listener:

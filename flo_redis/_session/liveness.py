@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from flo_redis._session.pubsub import Subscriber
 from flo_redis._wire.keys import check_name, owner_channel
 
-log = logging.getLogger("flo_redis._session.liveness")
+log = logging.getLogger("flo_redis.liveness")
 
 DEFAULT_GRACE_MS = 1000
 """How long an owner must stay without its liveness subscription before its work is

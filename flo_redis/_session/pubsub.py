@@ -43,8 +43,8 @@ import redis.exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from flo_redis._aio import cancel_and_wait
 from flo_redis._session import outage
-from flo_redis._session.aio import cancel_and_wait
 from flo_redis._session.listener import Listener, Listeners
 from flo_redis._session.routes import (
     Route,

@@ -27,7 +27,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
 
-from flo_redis._session.aio import cancel_and_wait
+from flo_redis._aio import cancel_and_wait
 from flo_redis._session.endpoint import plain_connection_class
 from flo_redis._wire.denied import denied, is_denied
 from flo_redis.errors import NotConnectedError

@@ -24,7 +24,7 @@ import redis.exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from flo_redis._session.aio import cancel_and_wait
+from flo_redis._aio import cancel_and_wait
 from flo_redis._session.endpoint import (
     DEFAULT_MAX_CONNECTIONS,
     MIN_REDIS,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flo_redis._session.aside import SetAside
+from flo_redis._wire.aside import SetAside
 from flo_redis._wire.codec import text
 from flo_redis._wire.replies import with_aside
 from flo_redis._wire.status import Status

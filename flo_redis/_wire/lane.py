@@ -34,11 +34,16 @@ import redis.exceptions as rex
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.connection import ConnectionPool as SyncPool
 
-from flo_redis._session.endpoint import closed_by_server
-
 Arg: TypeAlias = "str | bytes | int"
 # Awaited with a connection before a call is written on it (Lane.call, pooled_call).
 Check: TypeAlias = Callable[[Any], Awaitable[None]]
+
+
+def closed_by_server(conn: Any) -> bool:
+    """Whether redis-py connection ``conn`` is open on this side but the server closed
+    it (while it sat idle): its next command would fail unwritten, so make it again."""
+    reader = conn._reader
+    return reader is not None and bool(reader.at_eof())
 
 
 class Lane:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from flo_redis._session.aside import warn_run_refused
+from flo_redis._wire.aside import warn_run_refused
 from flo_redis._wire.status import Status, refusal
 
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgpack
 
-from flo_redis._session.aside import SetAside
+from flo_redis._wire.aside import SetAside
 from flo_redis._wire.codec import text
 from flo_redis._wire.status import Status
 from flo_redis.types import StreamID, TaskAssignment

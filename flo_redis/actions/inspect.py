@@ -15,8 +15,8 @@ import enum
 import re
 from dataclasses import dataclass
 
-from flo_redis._session.aside import scope_of, warn_set_aside, warn_unreadable
 from flo_redis._session.session import Operations
+from flo_redis._wire.aside import scope_of, warn_set_aside, warn_unreadable
 from flo_redis._wire.checks import MAX_LIST_LIMIT, check_count
 from flo_redis._wire.codec import BadRecord
 from flo_redis._wire.gateway import (

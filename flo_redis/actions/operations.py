@@ -15,13 +15,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TypeAlias
 
-from flo_redis._session.aside import warn_unreadable
 from flo_redis._session.liveness_stats import LivenessStats, liveness_stats
 from flo_redis._session.notices import tell
 from flo_redis._session.reclaim import reap_queue
 from flo_redis._session.registry import remember
 from flo_redis._session.tracer import invoke_span
 from flo_redis._wire import runner
+from flo_redis._wire.aside import warn_unreadable
 from flo_redis._wire.checks import (
     MAX_LIST_LIMIT,
     check_bytes,

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from flo_redis._session.aside import SetAside, scope_of, warn_set_aside
 from flo_redis._session.session import Operations
+from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside
 from flo_redis._wire.checks import (
     check_bytes,
     check_count,

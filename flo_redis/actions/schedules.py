@@ -27,7 +27,7 @@ from datetime import timezone as dt_timezone
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flo_redis._session.aside import SetAside, scope_of, warn_set_aside, warn_unreadable
+from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside, warn_unreadable
 from flo_redis._wire.checks import check_bytes
 from flo_redis._wire.codec import pack, text, unpack_record
 from flo_redis._wire.gateway import (
@@ -46,7 +46,7 @@ from flo_redis.types import Ran, Reason, StatusCode
 if TYPE_CHECKING:
     from flo_redis._session.session import Session
 
-log = logging.getLogger("flo_redis.actions.schedules")
+log = logging.getLogger("flo_redis.schedules")
 
 MIN_INTERVAL = timedelta(seconds=1)
 """The shortest interval: workers look for due schedules about once a second."""

@@ -14,10 +14,10 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from flo_redis._session.aside import SetAside, scope_of, warn_set_aside, warn_unreadable
 from flo_redis._session.registry import remember
 from flo_redis._session.session import Session
 from flo_redis._session.wake import Attempt, long_poll
+from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside, warn_unreadable
 from flo_redis._wire.checks import (
     MAX_LIST_LIMIT,
     check_count,

@@ -49,7 +49,7 @@ with needs_extra("metrics", "flo_redis.ops.exporter"):
 from flo_redis.ops.discovery import GONE, Overview
 from flo_redis.types import WorkerStatus
 
-log = logging.getLogger("flo_redis.ops.exporter")
+log = logging.getLogger("flo_redis.exporter")
 
 STATES = ("pending", "delayed", "running", "completed", "failed", "timed_out")
 SCRAPE_TIMEOUT_S = 10.0

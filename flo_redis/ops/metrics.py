@@ -31,7 +31,7 @@ with needs_extra("metrics", "flo_redis.ops.metrics"):
 from flo_redis.errors import ValidationError
 from flo_redis.worker.observe import WorkerObserver
 
-log = logging.getLogger("flo_redis.ops.metrics")
+log = logging.getLogger("flo_redis.metrics")
 
 Buckets = tuple[float, ...]
 
