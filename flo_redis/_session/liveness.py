@@ -1,7 +1,7 @@
 """Owner liveness: this process's owner channels, held so Redis can tell when it is gone.
 
-What it is for and how the scripts judge an owner: README ("When a worker process dies")
-and ``lua/README.md`` ("Liveness"). This module holds the subscriptions
+What it is for and how the scripts judge an owner: docs/health.md ("When a worker process
+dies") and ``lua/README.md`` ("Liveness"). This module holds the subscriptions
 (:class:`Liveness`, through :mod:`flo_redis._session.pubsub`);
 :mod:`flo_redis._session.reclaim` runs the scripts that read them.
 """
