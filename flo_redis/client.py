@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import random
 
-from flo_redis._session.aio import ClosesOnExit
+from flo_redis._aio import ClosesOnExit
 from flo_redis._session.endpoint import (
     DEFAULT_MAX_CONNECTIONS,
     connect_redis,

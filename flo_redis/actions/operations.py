@@ -15,16 +15,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TypeAlias
 
-from flo_redis._session.aside import warn_unreadable
+from flo_redis._session.liveness_stats import LivenessStats, liveness_stats
 from flo_redis._session.notices import tell
-from flo_redis._session.reclaim import LivenessStats, liveness_stats, reap_queue
+from flo_redis._session.reclaim import reap_queue
 from flo_redis._session.registry import remember
-from flo_redis._session.session import Session
 from flo_redis._session.tracer import invoke_span
 from flo_redis._wire import runner
+from flo_redis._wire.aside import warn_unreadable
 from flo_redis._wire.checks import (
     MAX_LIST_LIMIT,
-    bad_settings,
     check_bytes,
     check_callback,
     check_count,
@@ -34,9 +33,6 @@ from flo_redis._wire.checks import (
     check_options,
     check_priority,
     check_text,
-    not_registered,
-    raise_refusal,
-    raise_run_refusal,
     stored_int,
 )
 from flo_redis._wire.codec import BadRecord, decoded, pack, tag_labels, text
@@ -56,6 +52,7 @@ from flo_redis._wire.keys import (
     namespace_keys,
     run_id_prefix,
 )
+from flo_redis._wire.refusals import bad_settings, not_registered, raise_refusal, raise_run_refusal
 from flo_redis._wire.status import Status, refusal
 from flo_redis.actions.inspect import ActionInspection
 from flo_redis.actions.runs import (
@@ -159,7 +156,6 @@ def _action_info(namespace: str, name: str, stored: dict[bytes, bytes]) -> Actio
 
 # The options of an invoke given none (never changed: an invoke only reads them).
 _NO_OPTIONS = ActionInvokeOptions()
-_HANDING_MAX = 1024  # queues remembered as handing (then none, until an invoke is handed)
 
 # What ``wait(..., on_progress=...)`` calls with the run's status: sync or async.
 ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None]
@@ -168,13 +164,6 @@ ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None
 class ActionOperations(ActionInspection):
     """``client.action``: register actions, invoke them, read runs; counts, runs by state
     and bulk steering come from :class:`ActionInspection`."""
-
-    def __init__(self, session: Session) -> None:
-        super().__init__(session)
-        # Queues (by tag) whose last invoke from here went straight to a parked poller:
-        # the next one is led by a TIME (flo_redis/runner.py), so that, handed too,
-        # its hand-off message leaves Redis before its own reply.
-        self._handing: set[str] = set()
 
     async def register(
         self,
@@ -230,14 +219,7 @@ class ActionOperations(ActionInspection):
             args, size = invoke_request(
                 keys, input_data, opts, self._session.max_payload_bytes, span.context
             )
-            handing = self._handing
-            lead = keys.tag in handing
-            reply = await ACTION_INVOKE(self._session, keys, args, lead=lead)
-            if reply.handed != lead:
-                if lead:
-                    handing.discard(keys.tag)
-                elif len(handing) < _HANDING_MAX:
-                    handing.add(keys.tag)
+            reply = await ACTION_INVOKE(self._session, keys, args)
             result = invoke_reply(reply, keys, size)
             span.sent((result.run_id,))
         return result

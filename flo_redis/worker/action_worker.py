@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from flo_redis._session.aio import CAN_UNCANCEL, is_async_handler
+from flo_redis._aio import CAN_UNCANCEL, is_async_handler
 from flo_redis._session.notices import Notices
-from flo_redis._session.reclaim import Reaper
 from flo_redis._wire.checks import check_count, check_options, check_seconds
 from flo_redis._wire.keys import action_keys, action_of_run, check_name
 from flo_redis.actions.results import JSON, ResultSerializer, check_handler, check_serializer
@@ -48,6 +47,7 @@ from flo_redis.worker.lifecycle import (
 from flo_redis.worker.outcomes import RunReporter
 from flo_redis.worker.poller import ActionPoller
 from flo_redis.worker.progress import encode_progress, report_progress
+from flo_redis.worker.reaper import Reaper
 from flo_redis.worker.registration import Registration
 
 # flo's module ``flo.worker`` holds the stream worker's classes as well; flo code imports

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from flo_redis._session.aio import sleep_unless_stopped
+from flo_redis._aio import sleep_unless_stopped
 from flo_redis.actions.results import (
     ResultSerializer,
     check_outcome,

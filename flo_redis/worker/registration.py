@@ -9,8 +9,8 @@ import logging
 import socket
 from collections.abc import Callable, Mapping, Sequence
 
+from flo_redis._aio import sleep_unless_stopped
 from flo_redis._session import outage
-from flo_redis._session.aio import sleep_unless_stopped
 from flo_redis._session.session import Session
 from flo_redis.actions.operations import ActionOperations
 from flo_redis.actions.schedules import ScheduleDeclaration

@@ -317,7 +317,7 @@ class QueueMachine(ClientMachine):
                 what="the owner's channel left",
             )
             await self._new_owner()
-            result = await reclaim_gone_owners(self.client, ACTION, grace_ms=0)
+            result = await reclaim_gone_owners(self.client.session, ACTION, grace_ms=0)
             return result.reclaimed
 
         reclaimed = self.run(die_and_reclaim())
