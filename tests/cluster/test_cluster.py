@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from polling import eventually, finished, running
+from polling import eventually, finished, running, watched
 from redis.asyncio.cluster import RedisCluster as ClusterClient
 from redis.crc import key_slot
 from redis_server import RedisCluster
@@ -135,7 +135,7 @@ async def test_an_await_returns_promptly_after_an_invoke(
         waiting = asyncio.create_task(
             cclient.worker.await_task("w1", names, WorkerAwaitOptions(block_ms=20_000))
         )
-        await asyncio.sleep(0.2)  # the poll is subscribed and sleeping
+        await watched(craw, action_keys(cclient.namespace, name).wake)  # the poll is parked
         run_id = (await cclient.action.invoke(name, b"x")).run_id
         # Woken by the wake-up, not by the 20 s deadline.
         task = (await asyncio.wait_for(waiting, 10)).task
@@ -189,7 +189,7 @@ async def test_plain_queues_on_three_nodes(cclient: FloClient, craw: ClusterClie
         waiting = asyncio.create_task(
             q.dequeue(name, 1, DequeueOptions(block_ms=60_000, max_deliveries=1))
         )
-        await asyncio.sleep(0.2)  # parked on the wake channel
+        await watched(craw, queue_keys(cclient.namespace, name).wake)  # parked on it
         fresh = await q.enqueue(name, b"fresh")
         (msg,) = (await asyncio.wait_for(waiting, 30)).messages  # woken long before 60 s
         assert msg.seq == fresh
@@ -367,7 +367,8 @@ async def test_a_group_read_wakes_for_an_append_on_any_node(
         waiting = asyncio.create_task(
             cclient.stream.group_read(stream, "g", "c1", StreamGroupReadOptions(block_ms=20_000))
         )
-        await asyncio.sleep(0.2)
+        for partition in range(3):
+            await watched(craw, stream_keys(cclient.namespace, stream, partition).wake)
         appended = await cclient.stream.append(stream, f"p{p}".encode())
         recs = (await asyncio.wait_for(waiting, 10)).records
         assert [(r.payload, r.partition) for r in recs] == [(f"p{p}".encode(), appended.partition)]

@@ -63,12 +63,19 @@ async def finished(client: FloClient, run_id: str, *, timeout: float = 15.0) -> 
     )
 
 
-async def watched(raw: aioredis.Redis, channel: str) -> None:
+async def watched(raw: aioredis.Redis | aioredis.RedisCluster, channel: str) -> None:
     """Wait until a client is subscribed to the sharded channel ``channel``: a long poll
-    armed to be woken by it (the namespace is the test's own, so the poll is the test's)."""
+    armed to be woken by it (the namespace is the test's own, so the poll is the test's).
+    On a cluster, the node that owns the channel's slot is asked."""
 
     async def subscribers() -> int:
-        reply = await raw.execute_command("PUBSUB", "SHARDNUMSUB", channel)
+        if isinstance(raw, aioredis.RedisCluster):
+            await raw.initialize()
+            node = raw.get_node_from_key(channel)
+            async with aioredis.Redis(host=node.host, port=node.port) as owner:
+                reply = await owner.execute_command("PUBSUB", "SHARDNUMSUB", channel)
+        else:
+            reply = await raw.execute_command("PUBSUB", "SHARDNUMSUB", channel)
         return int(reply[1])
 
     await eventually(subscribers, lambda n: n >= 1, what=f"a subscriber of {channel}")
