@@ -43,7 +43,8 @@ from flo_redis.quarantine import QuarantineOperations
 from flo_redis.queue.operations import QueueOperations
 from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from flo_redis.streams.operations import StreamOperations
-from flo_redis.worker.action_worker import DEFAULT_OFFER_WINDOW_MS, ActionWorker
+from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS
+from flo_redis.worker.action_worker import ActionWorker
 from flo_redis.worker.stream_worker import StreamHandler, StreamWorker
 
 log = logging.getLogger("flo_redis.client")

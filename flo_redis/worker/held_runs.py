@@ -18,18 +18,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from flo_redis._session.aio import cancel_and_wait
+from flo_redis._session.session import Session
 from flo_redis.actions.results import JSON, ResultSerializer
 from flo_redis.actions.workers import Claimed
 from flo_redis.types import ActionRegisterOptions
-from flo_redis.worker.context import (
-    ActionContext,
-    ActionHandler,
-    RunHolder,
-    new_context,
-    start_auto_touch,
-)
+from flo_redis.worker.context import ActionContext, ActionHandler, RunHolder, new_context
 from flo_redis.worker.handler_tasks import HandlerSlots
 from flo_redis.worker.handlers import HandlerRunner, HandlerStopped, HandlerTimeout
+from flo_redis.worker.lease import first_end, start_auto_touch
 from flo_redis.worker.observe import NO_OBSERVER, WorkerObserver, overrides, settle
 from flo_redis.worker.outcomes import (
     Completed,
@@ -37,12 +33,12 @@ from flo_redis.worker.outcomes import (
     Failed,
     Released,
     Report,
-    RunReporter,
     completion,
     failure,
     stopped_report,
 )
 from flo_redis.worker.prefetch import InHand, Prefetch
+from flo_redis.worker.run_reporter import RunReporter
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -62,13 +58,11 @@ class ActionRuns:
         track: Callable[[asyncio.Task[None]], None],
         stopped: Callable[[], bool],
         hook: HookCaller,
-        touch: Callable[[ActionContext, int], Awaitable[None]],
     ) -> None:
         self._holder = holder  # what each run's context asks (touch, progress, results)
         self._track = track
         self._stopped = stopped
         self._hook = hook
-        self._touch = touch
         # Runs started (in a handler, or about to be in a slot's queue) and their contexts.
         self._running: set[str] = set()
         self._contexts: dict[str, ActionContext] = {}
@@ -82,11 +76,11 @@ class ActionRuns:
             log=log,
         )
         self._prefetch = Prefetch(self._concurrency, enabled=False)  # made by configure()
-        self._backlog = False  # the last poll took all it asked for: claim ahead
         self._wake = asyncio.Event()  # the poll loop waits for room on it
         self._waiting = False  # ...and is waiting now
         # Made by configure(), once the worker's session and settings are known.
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: Session
         self._worker_id = ""
         self._namespace = ""
         self._serializer: ResultSerializer = JSON
@@ -111,8 +105,8 @@ class ActionRuns:
     def configure(
         self,
         *,
+        session: Session,
         worker_id: str,
-        namespace: str,
         serializer: ResultSerializer,
         observer: WorkerObserver,
         auto_touch: bool,
@@ -125,8 +119,9 @@ class ActionRuns:
         """Once the worker is set up, before any run is taken. ``awaited``: the
         handlers awaited in their slot's own task; the rest go through ``runner``."""
         self._loop = asyncio.get_running_loop()
+        self._session = session
         self._worker_id = worker_id
-        self._namespace = namespace
+        self._namespace = session.namespace
         self._serializer = serializer
         self._observer = observer
         self._auto_touch = auto_touch
@@ -154,22 +149,10 @@ class ActionRuns:
         """Every slot is busy: a poll now claims ahead."""
         return len(self._running) >= self._concurrency
 
-    def poll_room(self) -> int:
-        """How many runs the next poll may take now; 0: wait. With a slot free, every
-        free slot and the runs to hold in hand (flo_redis/worker/prefetch.py); with every slot
-        busy, a claim ahead once the runs in hand fell to half of what to hold."""
-        concurrency = self._concurrency
-        running = len(self._running)
-        depth = self._prefetch.depth() if self._backlog else 0
-        room = concurrency + depth - running - len(self._prefetch.runs)
-        if running < concurrency:
-            return room
-        return room if depth and room >= max(1, depth // 2) else 0
-
     async def room(self) -> int:
-        """:meth:`poll_room`, or 0 once there is room after waiting for it (or the
-        worker is stopping: :meth:`wake_poll`)."""
-        room = self.poll_room()
+        """How many runs the next poll may take now (:meth:`Prefetch.room`), or 0 once
+        there is room after waiting for it (or the worker is stopping: :meth:`wake_poll`)."""
+        room = self._prefetch.room(len(self._running))
         if room > 0:
             return room
         self._wake.clear()
@@ -188,11 +171,8 @@ class ActionRuns:
         self._wake.set()
 
     def polled(self, taken: Sequence[Claimed], room: int, ahead: bool, took_s: float) -> None:
-        """A poll for ``room`` runs (``ahead``: every slot busy) took ``taken`` in
-        ``took_s`` seconds."""
-        self._backlog = len(taken) >= room
-        if ahead or len(taken) >= room > 1:  # answered without waiting for work
-            self._prefetch.claim_took(took_s)
+        """A poll for ``room`` runs (``ahead``: every slot busy) took ``taken``."""
+        self._prefetch.polled(len(taken), room, ahead, took_s)
 
     # --- starting runs ------------------------------------------------------------------
 
@@ -276,7 +256,7 @@ class ActionRuns:
                     self._give_back(held)  # half its lease spent waiting
                 else:
                     self._start(held.run, held.claimed_at)  # the slot ending goes on to it
-        if self._waiting and self.poll_room() > 0:
+        if self._waiting and self._prefetch.room(len(self._running)) > 0:
             self._wake.set()
 
     def _time(self) -> float:
@@ -287,8 +267,6 @@ class ActionRuns:
     # --- one run ------------------------------------------------------------------------
 
     def _context(self, run: Claimed, claimed_at: float) -> ActionContext:
-        # The claim ran before its reply arrived, so the lease ends by then + its length.
-        lease = self._lease_s.get(run.action)
         return new_context(
             run.run_id,
             run.action,
@@ -299,7 +277,7 @@ class ActionRuns:
             self._holder,
             run.token,
             run.trace,
-            None if lease is None else claimed_at + lease,
+            first_end(claimed_at, self._lease_s.get(run.action)),
         )
 
     async def _execute(self, ctx: ActionContext, slot: asyncio.Task[Any]) -> None:
@@ -388,7 +366,7 @@ class ActionRuns:
         toucher = None
         if self._auto_touch:
             timeout_ms = self._options[ctx.action_name].timeout_ms
-            toucher = start_auto_touch(self._touch, ctx, running, timeout_ms)
+            toucher = start_auto_touch(self._session, self._worker_id, ctx, running, timeout_ms)
         try:
             result = await runner.run(handler, ctx, running, slot)
         except (HandlerTimeout, HandlerStopped) as stop:

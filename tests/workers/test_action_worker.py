@@ -22,7 +22,7 @@ from flo_redis import (
     RunStatus,
     WorkerStatus,
 )
-from flo_redis.actions.workers import WorkerOperations
+from flo_redis.actions.claims import Gate
 from flo_redis.types import ActionRunStatus
 from flo_redis.worker.context import new_context
 
@@ -233,17 +233,17 @@ async def test_a_stop_while_the_poll_prepares_ends_that_poll(
     # must not wait out its 30 s block for a wake-up that was already given.
     worker = client.new_action_worker(block_ms=30_000)
     worker.register_action("idle", lambda ctx: b"")
-    gate = WorkerOperations._gate
+    check = Gate.check
     stopped = False
 
-    async def gate_then_stop(self: WorkerOperations, *args: Any, **kwargs: Any) -> bytes:
+    async def gate_then_stop(self: Gate, *args: Any, **kwargs: Any) -> bytes:
         nonlocal stopped
         if not stopped:
             stopped = True
             worker.stop()
-        return await gate(self, *args, **kwargs)
+        return await check(self, *args, **kwargs)
 
-    monkeypatch.setattr(WorkerOperations, "_gate", gate_then_stop)
+    monkeypatch.setattr(Gate, "check", gate_then_stop)
     await asyncio.wait_for(worker.start(), 10)
     assert stopped
 
