@@ -23,7 +23,6 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from flo_redis._session.aio import CAN_UNCANCEL, is_async_handler
 from flo_redis._session.notices import Notices
 from flo_redis._session.reclaim import Reaper
 from flo_redis._wire.checks import check_options
@@ -219,14 +218,6 @@ class ActionWorker(WorkerLifecycle):
             self._schedules,
             self.config.concurrency,
         )
-        # The handlers awaited in their slot's own task; the rest go through the runner
-        # (a plain function runs in its thread pool; auto_touch keeps a lease alive;
-        # Python 3.10 cannot take a cancellation back, so each gets a task there).
-        awaited = (
-            {n: h for n, h in self._handlers.items() if is_async_handler(h)}
-            if CAN_UNCANCEL and not self.config.auto_touch
-            else {}
-        )
         self._runs.configure(
             session=self.session,
             worker_id=self.config.worker_id,
@@ -235,7 +226,6 @@ class ActionWorker(WorkerLifecycle):
             auto_touch=self.config.auto_touch,
             handlers=self._handlers,
             options=self._options,
-            awaited=awaited,
             runner=self._handler_runner,
             reports=self._reports,
         )
@@ -359,7 +349,8 @@ class ActionWorker(WorkerLifecycle):
     # --- what a context asks of its worker ------------------------------------------
 
     async def _touch(self, ctx: ActionContext, extend_ms: int) -> None:
-        await lease.touch(self.session, self.config.worker_id, ctx, extend_ms)
+        held = self._runs.held(ctx)
+        await lease.touch(self.session, self.config.worker_id, ctx, extend_ms, held)
 
     async def _progress(self, ctx: ActionContext, value: Any) -> None:
         data = encode_progress(value, self._serializer)

@@ -13,7 +13,6 @@ from typing import Any, Protocol
 
 from flo_redis._session.tracer import unpack_context
 from flo_redis.actions.results import ResultSerializer, check_outcome, encode_result
-from flo_redis.worker.handlers import Running
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -65,13 +64,7 @@ class ActionContext:
     _worker: RunHolder = field(repr=False)
     _cancelled: bool = field(default=False, repr=False)  # see ``cancelled``
     token: int = 0
-    # Loop time by which the run's lease has surely ended (None: it never ends).
-    _lease_end: float | None = field(default=None, repr=False)
-    _running: Running | None = field(default=None, repr=False)  # its handler, while it runs
-    _revoked: bool = field(default=False, repr=False)  # cancelled: report nothing
     _trace: bytes = field(default=b"", repr=False)  # the run's packed trace context
-    # Called once the attempt is over, whatever its end (given back, lease lost too).
-    _ended: list[Callable[[], None]] | None = field(default=None, repr=False)
 
     @property
     def trace_context(self) -> dict[str, str]:
@@ -139,26 +132,12 @@ def new_context(
     worker: RunHolder,
     token: int,
     trace: bytes,
-    lease_end: float | None,
 ) -> ActionContext:
     """The context of one hand-out of a run, as ``ActionContext(task_id=run_id, ...)``
     makes it: a worker makes one per run, and a call with the fields in their order takes
     half the time of one that names them."""
     return ActionContext(
-        run_id,
-        action,
-        payload,
-        attempt,
-        created_at,
-        namespace,
-        worker,
-        False,  # _cancelled
-        token,
-        lease_end,
-        None,  # _running
-        False,  # _revoked
-        trace,
-        None,  # _ended
+        run_id, action, payload, attempt, created_at, namespace, worker, False, token, trace
     )
 
 

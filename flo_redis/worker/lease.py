@@ -1,6 +1,7 @@
-"""A run's lease while its worker holds it, in one place: the touch (``ctx.touch``, and
-the worker's ``auto_touch``) and the lease's end as the worker knows it (loop time by
-which the lease has surely ended, for the resends of its reports)."""
+"""A run while its worker holds it: the worker's record of the hand-out
+(:class:`HeldRun`) and, in one place, its lease: the touch (``ctx.touch``, and the
+worker's ``auto_touch``) and the lease's end as the worker knows it (loop time by which
+the lease has surely ended, for the resends of its reports)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,35 @@ MIN_TOUCH_INTERVAL_MS = 100
 TOUCH_FINAL = (StatusCode.CONFLICT, StatusCode.NOT_FOUND, StatusCode.BAD_REQUEST)
 
 
+class HeldRun:
+    """One hand-out of a run, as the worker holding it keeps it: the handler's context,
+    the loop time by which the lease has surely ended (None: never), the handler while
+    it runs, and whether the hand-out was revoked (cancelled, or its offer ran out: it
+    reports nothing). Once its handler returned it carries its complete, as
+    :class:`flo_redis.actions.reports.OwnComplete` reads one (``task_id``, ``token``,
+    ``result``, ``outcome``): one record per run, nothing more made per complete."""
+
+    __slots__ = ("ctx", "lease_end", "outcome", "result", "revoked", "running", "task_id", "token")
+
+    def __init__(self, ctx: ActionContext, lease_end: float | None) -> None:
+        self.ctx = ctx
+        self.task_id = ctx.task_id
+        self.token: int | None = ctx.token
+        self.lease_end = lease_end
+        self.running: Running | None = None
+        self.revoked = False
+        self.result = b""
+        self.outcome = "success"
+
+    def revoke(self) -> None:
+        """The run is no longer this hand-out's: its handler is cancelled as for a lost
+        lease (a sync handler sees ``ctx.cancelled``) and it reports nothing."""
+        self.revoked = True
+        self.ctx._cancel()
+        if self.running is not None:
+            self.running.stop()
+
+
 def first_end(claimed_at: float, lease_s: float | None) -> float | None:
     """The loop time by which a run's lease surely ends, from the loop time of its
     claim (the claim ran before its reply arrived) and the action's lease (None: the
@@ -28,18 +58,16 @@ def first_end(claimed_at: float, lease_s: float | None) -> float | None:
     return None if lease_s is None else claimed_at + lease_s
 
 
-def end_of(ctx: ActionContext) -> float | None:
-    """The loop time by which ``ctx``'s lease has surely ended (None: never)."""
-    return ctx._lease_end
-
-
 class LeaseLost(Exception):
     """The run's lease is gone (taken back or finished elsewhere); report nothing."""
 
 
-async def touch(session: Session, worker_id: str, ctx: ActionContext, extend_ms: int) -> None:
-    """Extend ``ctx``'s lease; a refusal that no later touch can undo sets the context
-    cancelled and raises :class:`LeaseLost`."""
+async def touch(
+    session: Session, worker_id: str, ctx: ActionContext, extend_ms: int, held: HeldRun | None
+) -> None:
+    """Extend ``ctx``'s lease (``held``: the worker's record of it, while the worker
+    holds it); a refusal that no later touch can undo sets the context cancelled and
+    raises :class:`LeaseLost`."""
     try:
         await reports.touch(
             session, worker_id, ctx.action_name, ctx.task_id, ctx.token, extend_ms, ctx.namespace
@@ -53,17 +81,13 @@ async def touch(session: Session, worker_id: str, ctx: ActionContext, extend_ms:
     finally:
         # Answered or not, a touch that may have run moved the lease's end to at
         # most now + extend_ms (the script ran before this moment).
-        if ctx._lease_end is not None and 0 < extend_ms <= MAX_TOUCH_EXTEND_MS:
+        if held is not None and held.lease_end is not None and 0 < extend_ms <= MAX_TOUCH_EXTEND_MS:
             end = asyncio.get_running_loop().time() + extend_ms / 1000.0
-            ctx._lease_end = max(ctx._lease_end, end)
+            held.lease_end = max(held.lease_end, end)
 
 
 def start_auto_touch(
-    session: Session,
-    worker_id: str,
-    ctx: ActionContext,
-    running: Running,
-    timeout_ms: int,
+    session: Session, worker_id: str, held: HeldRun, running: Running, timeout_ms: int
 ) -> asyncio.Task[None] | None:
     """A task keeping alive a lease of ``timeout_ms`` (touching at a third of it) while
     its handler runs; None when the run's lease never ends."""
@@ -72,15 +96,15 @@ def start_auto_touch(
     extend_ms = min(timeout_ms, MAX_TOUCH_EXTEND_MS)
     interval_s = max(extend_ms / 3, MIN_TOUCH_INTERVAL_MS) / 1000.0
     return asyncio.create_task(
-        _keep_touching(session, worker_id, ctx, running, extend_ms, interval_s),
-        name=f"flo-touch-{ctx.task_id}",
+        _keep_touching(session, worker_id, held, running, extend_ms, interval_s),
+        name=f"flo-touch-{held.task_id}",
     )
 
 
 async def _keep_touching(
     session: Session,
     worker_id: str,
-    ctx: ActionContext,
+    held: HeldRun,
     running: Running,
     extend_ms: int,
     interval_s: float,
@@ -90,16 +114,16 @@ async def _keep_touching(
     while True:
         await asyncio.sleep(interval_s)
         try:
-            await touch(session, worker_id, ctx, extend_ms)
+            await touch(session, worker_id, held.ctx, extend_ms, held)
         except LeaseLost:
             running.stop()
             return
         except ServerError as exc:
-            log.warning("touch of %s refused (%s); trying again later", ctx.task_id, exc)
+            log.warning("touch of %s refused (%s); trying again later", held.task_id, exc)
         except Exception as exc:
             if not is_connection_error(exc):
                 raise
-            log.info("touch of %s failed (%s); trying again later", ctx.task_id, exc)
+            log.info("touch of %s failed (%s); trying again later", held.task_id, exc)
 
 
-__all__ = ["LeaseLost", "end_of", "first_end", "start_auto_touch", "touch"]
+__all__ = ["HeldRun", "LeaseLost", "first_end", "start_auto_touch", "touch"]

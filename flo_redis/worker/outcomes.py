@@ -2,24 +2,15 @@
 :class:`Failed`, :class:`Released`, :class:`Dropped`), each delivering itself through a
 worker's :class:`Reporter` (:class:`flo_redis.worker.run_reporter.RunReporter`: completes
 batched, every report fenced by its token and resent by
-:func:`flo_redis.worker.delivery.send_report`).
-
-A complete is handed to the batch and its handler slot goes on: the batch's answer is dealt
-with where it arrives, and only the rare complete that needs more (a lost connection, a
-result too large to store) gets a task of its own, which the worker waits for as it
-waits for its handlers.
-
-A run offered to the worker's poller by a hand-off (``lua/lib/offer.lua``) is accepted
-the same way, in batches of their own (:meth:`RunReporter.accept`), sent as its handler
-starts, never before it: a refused accept (the offer ran out and the run moved on)
-stops the handler, which reports nothing, as when a touch is refused."""
+:func:`flo_redis.worker.delivery.send_report`), and what a handler's return value or error
+becomes."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from flo_redis._session.session import Session
 from flo_redis.actions import reports
@@ -36,14 +27,11 @@ from flo_redis.errors import (
     PermissionDeniedError,
     ServerError,
 )
-from flo_redis.types import Reason, RunStatus
-from flo_redis.worker.context import ActionResult
-from flo_redis.worker.delivery import drop_refused
+from flo_redis.types import RunStatus
+from flo_redis.worker.context import ActionContext, ActionResult
 from flo_redis.worker.handlers import HandlerTimeout
+from flo_redis.worker.lease import HeldRun
 from flo_redis.worker.observe import WorkerObserver
-
-if TYPE_CHECKING:
-    from flo_redis.worker.context import ActionContext
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -58,54 +46,25 @@ class Reporter(Protocol):
     refuse: Callable[[PermissionDeniedError], None]
 
     def send(
-        self,
-        ctx: ActionContext,
-        kind: str,
-        send: Callable[[], Awaitable[object]],
-        *,
-        sent: int = 0,
+        self, held: HeldRun, kind: str, send: Callable[[], Awaitable[object]], *, sent: int = 0
     ) -> Awaitable[bool]: ...
 
-    def submit_complete(self, action: str, item: Any) -> Awaitable[ServerError | None]: ...
-
-    def complete(self, ctx: ActionContext, report: Completed) -> None: ...
+    def complete(self, held: HeldRun, report: Completed) -> None: ...
 
     def left(self) -> None: ...
 
 
 @dataclass(slots=True)
 class Completed:
-    """The handler returned: complete the run with its encoded result."""
+    """The handler returned: complete the run with its encoded result (in its action's
+    next batch of completes, answered there)."""
 
     data: bytes
     outcome: str = "success"
     handled: ClassVar[str] = "completed"
 
-    async def deliver(self, to: Reporter, ctx: ActionContext) -> None:
-        # Into the next batch, answered there: nothing to wait for here.
-        to.complete(ctx, self)
-
-    async def resend(self, to: Reporter, ctx: ActionContext, item: Any) -> None:
-        """The batch carrying this complete lost its connection: send it again."""
-        answers: list[ServerError | None] = []
-
-        async def send() -> None:
-            answers.append(await to.submit_complete(ctx.action_name, item))
-
-        if await to.send(ctx, "complete", send, sent=1):
-            await self.answered(to, ctx, answers[-1])
-
-    async def answered(self, to: Reporter, ctx: ActionContext, refusal: ServerError | None) -> None:
-        """The store's answer to this complete: ``None`` (accepted) or its refusal."""
-        if refusal is None:
-            to.observer.run_completed(ctx.action_name, self.outcome)
-        elif refusal.reason == Reason.FIELD_TOO_LONG:
-            # A result the store will never accept fails its run at once, for good:
-            # running the handler again would most likely produce the same result.
-            await Failed(f"result refused: {refusal}", retry=False).deliver(to, ctx)
-        else:
-            what = f"complete of {ctx.task_id}"
-            drop_refused(what, refusal, log, report="complete", observer=to.observer)
+    async def deliver(self, to: Reporter, held: HeldRun) -> None:
+        to.complete(held, self)
 
 
 @dataclass(slots=True)
@@ -118,7 +77,9 @@ class Failed:
     error: BaseException | None = None  # what failed the attempt, for on_failure
     handled: ClassVar[str] = "failed"
 
-    async def deliver(self, to: Reporter, ctx: ActionContext) -> None:
+    async def deliver(self, to: Reporter, held: HeldRun) -> None:
+        ctx = held.ctx
+
         async def send() -> None:
             try:
                 after = await reports.fail(
@@ -136,15 +97,16 @@ class Failed:
                 raise
             to.observer.run_failed(ctx.action_name, after == RunStatus.PENDING)
 
-        await to.send(ctx, "fail", send)
+        await to.send(held, "fail", send)
 
 
 @dataclass(slots=True)
 class Released:
     """The worker stops before the handler ended: give the run back unspent."""
 
-    async def deliver(self, to: Reporter, ctx: ActionContext) -> None:
+    async def deliver(self, to: Reporter, held: HeldRun) -> None:
         to.left()
+        ctx = held.ctx
 
         async def send() -> None:
             try:
@@ -157,7 +119,7 @@ class Released:
             else:
                 to.observer.run_released(ctx.action_name)
 
-        await to.send(ctx, "release", send)
+        await to.send(held, "release", send)
 
 
 @dataclass(slots=True)
@@ -166,7 +128,7 @@ class Dropped:
 
     handled: ClassVar[str] = "lease_lost"
 
-    async def deliver(self, to: Reporter, ctx: ActionContext) -> None:
+    async def deliver(self, to: Reporter, held: HeldRun) -> None:
         to.left()
 
 

@@ -1,7 +1,17 @@
 """One worker's reports and counters: completes and accepts coalesced into batches
 (:mod:`flo_redis.worker.coalescer`), each answer dealt with where it arrives, and the
 load and completed counters, sent in batches. What each kind of report is:
-:mod:`flo_redis.worker.outcomes`."""
+:mod:`flo_redis.worker.outcomes`.
+
+A complete is handed to the batch and its handler slot goes on: the batch's answer is dealt
+with where it arrives, and only the rare complete that needs more (a lost connection, a
+result too large to store) gets a task of its own, which the worker waits for as it
+waits for its handlers.
+
+A run offered to the worker's poller by a hand-off (``lua/lib/offer.lua``) is accepted
+the same way, in batches of their own (:meth:`RunReporter.accept`), sent as its handler
+starts, never before it: a refused accept (the offer ran out and the run moved on)
+stops the handler, which reports nothing, as when a touch is refused."""
 
 from __future__ import annotations
 
@@ -17,12 +27,12 @@ from flo_redis._wire.replies import Claimed
 from flo_redis.actions import reports
 from flo_redis.errors import PermissionDeniedError, ServerError, is_connection_error
 from flo_redis.retry import is_refused_unrun
+from flo_redis.types import Reason
 from flo_redis.worker.coalescer import Coalescer
-from flo_redis.worker.context import ActionContext
-from flo_redis.worker.delivery import send_report
-from flo_redis.worker.lease import end_of
+from flo_redis.worker.delivery import drop_refused, send_report
+from flo_redis.worker.lease import HeldRun
 from flo_redis.worker.observe import WorkerObserver, overrides
-from flo_redis.worker.outcomes import Completed
+from flo_redis.worker.outcomes import Completed, Failed
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -54,7 +64,7 @@ class RunReporter:
         self.refuse = refuse
         self._stopping = stopping
         self._track = track
-        self._completes: Coalescer[_Own] = Coalescer(
+        self._completes: Coalescer[HeldRun] = Coalescer(
             self._complete_batch,
             "flo-complete-batches",
             track,
@@ -81,59 +91,72 @@ class RunReporter:
         self._load_delta -= 1
 
     def send(
-        self,
-        ctx: ActionContext,
-        kind: str,
-        send: Callable[[], Awaitable[object]],
-        *,
-        sent: int = 0,
+        self, held: HeldRun, kind: str, send: Callable[[], Awaitable[object]], *, sent: int = 0
     ) -> Awaitable[bool]:
-        """Send one report of ``ctx``'s run, resent while its lease may still hold;
+        """Send one report of ``held``'s run, resent while its lease may still hold;
         whether the store took it (``sent``: sends already lost)."""
         return send_report(
-            f"{kind} of {ctx.task_id}",
+            f"{kind} of {held.task_id}",
             send,
             self._stopping,
             log,
             sent=sent,
             report=kind,
             observer=self.observer,
-            lease_end=lambda: end_of(ctx),
+            lease_end=lambda: held.lease_end,
         )
 
-    def submit_complete(self, action: str, item: _Own) -> Awaitable[ServerError | None]:
-        """Complete ``item`` in the next batch of ``action``'s completes; its refusal."""
-        return self._completes.submit(action, item)
-
-    def complete(self, ctx: ActionContext, report: Completed) -> None:
-        """Complete ``ctx``'s run in the next batch of its action's completes; its answer
-        is dealt with when the batch is answered (:meth:`_answered`)."""
-        item = _new_own(_Own, (ctx.task_id, ctx.token, report.data, report.outcome, ctx, report))
-        self._completes.post(ctx.action_name, item)
+    def complete(self, held: HeldRun, report: Completed) -> None:
+        """Complete ``held``'s run in the next batch of its action's completes; its
+        answer is dealt with when the batch is answered (:meth:`_answered`)."""
+        held.result = report.data
+        held.outcome = report.outcome
+        self._completes.post(held.ctx.action_name, held)
 
     def _answered(
-        self, item: _Own, refusal: ServerError | None, error: BaseException | None
+        self, held: HeldRun, refusal: ServerError | None, error: BaseException | None
     ) -> None:
         """The answer to a complete posted by :meth:`complete` (an accepted one only
         when the observer is to be told of it)."""
-        ctx, report = item.ctx, item.report
         if error is not None:
-            self._complete_failed(ctx, report, item, error)
+            self._complete_failed(held, error)
         elif refusal is None:
-            self.observer.run_completed(ctx.action_name, report.outcome)
+            self.observer.run_completed(held.ctx.action_name, held.outcome)
         else:
-            self._spawn(report.answered(self, ctx, refusal), ctx)
+            self._spawn(self._refused(held, refusal), held.task_id)
 
-    def _complete_failed(
-        self, ctx: ActionContext, report: Completed, item: _Own, error: BaseException
-    ) -> None:
+    def _complete_failed(self, held: HeldRun, error: BaseException) -> None:
         if is_connection_error(error) or is_refused_unrun(error):
-            log.info("complete of %s: not answered (%s); sending again", ctx.task_id, error)
-            self._spawn(report.resend(self, ctx, item), ctx)
+            log.info("complete of %s: not answered (%s); sending again", held.task_id, error)
+            self._spawn(self._resend(held), held.task_id)
         elif isinstance(error, PermissionDeniedError):
             self.refuse(error)
         elif not isinstance(error, asyncio.CancelledError):
-            log.error("complete of %s failed: %r", ctx.task_id, error, exc_info=error)
+            log.error("complete of %s failed: %r", held.task_id, error, exc_info=error)
+
+    async def _resend(self, held: HeldRun) -> None:
+        """The batch carrying ``held``'s complete lost its connection: send it again."""
+        answers: list[ServerError | None] = []
+
+        async def send() -> None:
+            answers.append(await self._completes.submit(held.ctx.action_name, held))
+
+        if await self.send(held, "complete", send, sent=1):
+            refusal = answers[-1]
+            if refusal is None:
+                self.observer.run_completed(held.ctx.action_name, held.outcome)
+            else:
+                await self._refused(held, refusal)
+
+    async def _refused(self, held: HeldRun, refusal: ServerError) -> None:
+        """The store refused ``held``'s complete."""
+        if refusal.reason == Reason.FIELD_TOO_LONG:
+            # A result the store will never accept fails its run at once, for good:
+            # running the handler again would most likely produce the same result.
+            await Failed(f"result refused: {refusal}", retry=False).deliver(self, held)
+        else:
+            what = f"complete of {held.task_id}"
+            drop_refused(what, refusal, log, report="complete", observer=self.observer)
 
     def accept(self, run: Claimed, window_s: float) -> None:
         """Accept ``run``, offered to the worker's poller by a hand-off with an offer
@@ -194,11 +217,11 @@ class RunReporter:
         keys = action_keys(self.session.namespace, action)
         return await reports.accept(self.session, self.worker_id, keys, packed)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], ctx: ActionContext) -> None:
-        self._track(asyncio.create_task(coro, name=f"flo-complete-{ctx.task_id}"))
+    def _spawn(self, coro: Coroutine[Any, Any, None], run_id: str) -> None:
+        self._track(asyncio.create_task(coro, name=f"flo-complete-{run_id}"))
 
     async def _complete_batch(
-        self, action: str, items: Sequence[_Own]
+        self, action: str, items: Sequence[HeldRun]
     ) -> Sequence[ServerError | None]:
         answers, _ = await reports.complete_many(
             self.session, self.worker_id, action, items, claimed=True
@@ -241,24 +264,6 @@ class RunReporter:
             await self.flush_counts()
         except Exception as exc:
             log.debug("last counter update failed (%s)", exc)
-
-
-class _Own(NamedTuple):
-    """One complete of a batch, made by :meth:`RunReporter.complete`: the item sent
-    (:class:`OwnComplete`, read from the run's context and report) and what its answer
-    is dealt with by; one small tuple, no task or future."""
-
-    task_id: str
-    token: int | None
-    result: bytes
-    outcome: str
-    ctx: ActionContext
-    report: Completed
-
-
-# Makes an _Own from a tuple of its fields in C, without the named tuple's Python-level
-# __new__: one is made per complete.
-_new_own = tuple.__new__
 
 
 class _Offer(NamedTuple):

@@ -526,7 +526,7 @@ def test_a_workers_context_carries_each_field_of_its_run() -> None:
     """The worker makes each run's context with its fields in order (new_context): each
     lands where ActionContext names it."""
     holder: Any = object()
-    made = new_context("r1", "resize", b"in", 2, 1700, "shop", holder, 7, b"tr", 12.5)
+    made = new_context("r1", "resize", b"in", 2, 1700, "shop", holder, 7, b"tr")
     named = ActionContext(
         task_id="r1",
         action_name="resize",
@@ -537,8 +537,7 @@ def test_a_workers_context_carries_each_field_of_its_run() -> None:
         _worker=holder,
         token=7,
         _trace=b"tr",
-        _lease_end=12.5,
     )
     assert made == named
     assert (made.task_id, made.action_name, made.payload, made.token) == ("r1", "resize", b"in", 7)
-    assert not made.cancelled and made._running is None and made._ended is None
+    assert not made.cancelled
