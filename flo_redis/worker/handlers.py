@@ -67,11 +67,6 @@ class HandlerRunner:
             began = asyncio.get_running_loop().time()
         return Running(began + self.timeout_s, on_stop)
 
-    def leave(self, running: Running) -> None:
-        """``running``'s handler is over: no longer watched, and a stop cancels nothing."""
-        running._target = None
-        self._running.discard(running)
-
     async def run(
         self,
         handler: Callable[[Any], Any],
@@ -105,7 +100,8 @@ class HandlerRunner:
                 raise self._stopped(running)
             return result
         finally:
-            self.leave(running)
+            running._target = None
+            self._running.discard(running)
 
     def _stopped(self, running: Running) -> Exception:
         """The error a stopped handler ends with, the stop's cancellation taken back

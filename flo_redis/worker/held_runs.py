@@ -25,7 +25,7 @@ from flo_redis.types import ActionRegisterOptions
 from flo_redis.worker.context import ActionContext, ActionHandler, RunHolder, new_context
 from flo_redis.worker.handler_tasks import HandlerSlots
 from flo_redis.worker.handlers import HandlerRunner, HandlerStopped, HandlerTimeout
-from flo_redis.worker.lease import HeldRun, first_end, start_auto_touch
+from flo_redis.worker.lease import HeldRun, start_auto_touch
 from flo_redis.worker.observe import NO_OBSERVER, WorkerObserver, overrides, settle
 from flo_redis.worker.outcomes import (
     Completed,
@@ -265,6 +265,7 @@ class ActionRuns:
     def _hold(self, run: Claimed, claimed_at: float) -> HeldRun:
         """The worker's record of ``run``, claimed at loop time ``claimed_at``, with its
         handler's context."""
+        lease_s = self._lease_s.get(run.action)
         ctx = new_context(
             run.run_id,
             run.action,
@@ -276,11 +277,13 @@ class ActionRuns:
             run.token,
             run.trace,
         )
-        return HeldRun(ctx, first_end(claimed_at, self._lease_s.get(run.action)))
+        return HeldRun(ctx, claimed_at, lease_s)
 
     async def _execute(self, held: HeldRun, slot: asyncio.Task[Any]) -> None:
-        """Run one started run's handler with its hooks, in the handler slot ``slot``;
-        its report is on its way when this returns."""
+        """Run one started run's handler with its hooks, in the handler slot ``slot``,
+        through the handler runner (its time limit counted from when it began, its
+        lease kept alive meanwhile with ``auto_touch``); its report is on its way when
+        this returns."""
         loop = self._loop or asyncio.get_running_loop()
         began = handler_began = loop.time()
         ctx = held.ctx
@@ -295,7 +298,35 @@ class ActionRuns:
             except Exception as exc:
                 report = failure(ctx, exc, self._worker_id)
             else:
-                report = await self._run_handler(held, handler_began, slot)
+                handler = self._handlers.get(ctx.action_name)
+                if handler is None:
+                    report = Failed(f"No handler for: {ctx.action_name}", retry=True)
+                elif held.revoked:
+                    report = Dropped()  # cancelled before its handler began
+                else:
+                    runner = self._handler_runner
+                    running = held.running = runner.running(ctx._cancel, handler_began)
+                    toucher = None
+                    if self._auto_touch:
+                        timeout_ms = self._options[ctx.action_name].timeout_ms
+                        toucher = start_auto_touch(
+                            self._session, self._worker_id, held, running, timeout_ms
+                        )
+                    try:
+                        result = await runner.run(handler, ctx, running, slot)
+                    except (HandlerTimeout, HandlerStopped) as stop:
+                        report = stopped_report(stop)
+                    except Exception as exc:
+                        report = failure(ctx, exc, self._worker_id)
+                    else:
+                        if type(result) is bytes:  # completion's common case
+                            report = Completed(result)
+                        else:
+                            report = completion(ctx, result, self._serializer, self._worker_id)
+                    finally:
+                        if toucher is not None:
+                            await cancel_and_wait(toucher)
+                        held.running = None  # it ended (the record holds no cycle)
             if isinstance(report, Completed):
                 if self._hooks_after:
                     await self._hook("after_run", observer.after_run, ctx, report.data)
@@ -321,36 +352,6 @@ class ActionRuns:
             self._reports.complete(held, report)
         else:
             self._deliver(report, held)
-
-    async def _run_handler(self, held: HeldRun, began: float, slot: asyncio.Task[Any]) -> Report:
-        """The report of ``held``'s handler, run through the handler runner in the task
-        ``slot``, its time limit counted from ``began`` (loop time), its lease kept
-        alive meanwhile with ``auto_touch``."""
-        ctx = held.ctx
-        handler = self._handlers.get(ctx.action_name)
-        if handler is None:
-            return Failed(f"No handler for: {ctx.action_name}", retry=True)
-        if held.revoked:
-            return Dropped()  # cancelled before its handler began
-        runner = self._handler_runner
-        running = held.running = runner.running(ctx._cancel, began)
-        toucher = None
-        if self._auto_touch:
-            timeout_ms = self._options[ctx.action_name].timeout_ms
-            toucher = start_auto_touch(self._session, self._worker_id, held, running, timeout_ms)
-        try:
-            result = await runner.run(handler, ctx, running, slot)
-        except (HandlerTimeout, HandlerStopped) as stop:
-            return stopped_report(stop)
-        except Exception as exc:
-            return failure(ctx, exc, self._worker_id)
-        finally:
-            if toucher is not None:
-                await cancel_and_wait(toucher)
-            held.running = None  # it ended (and the record holds no cycle to be collected)
-        if type(result) is bytes:  # completion's common case
-            return Completed(result)
-        return completion(ctx, result, self._serializer, self._worker_id)
 
     # --- cancel notices -----------------------------------------------------------------
 

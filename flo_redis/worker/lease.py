@@ -31,16 +31,19 @@ class HeldRun:
     ``result``, ``outcome``): one record per run, nothing more made per complete."""
 
     __slots__ = ("ctx", "lease_end", "outcome", "result", "revoked", "running", "task_id", "token")
+    result: bytes
+    outcome: str
 
-    def __init__(self, ctx: ActionContext, lease_end: float | None) -> None:
+    def __init__(self, ctx: ActionContext, claimed_at: float, lease_s: float | None) -> None:
+        """``claimed_at``: the loop time the claim was answered (it ran before), so the
+        lease surely ends by then plus the action's lease ``lease_s`` (None: never)."""
         self.ctx = ctx
         self.task_id = ctx.task_id
         self.token: int | None = ctx.token
-        self.lease_end = lease_end
+        self.lease_end = None if lease_s is None else claimed_at + lease_s
         self.running: Running | None = None
         self.revoked = False
-        self.result = b""
-        self.outcome = "success"
+        # result and outcome: set by the run reporter as the run completes.
 
     def revoke(self) -> None:
         """The run is no longer this hand-out's: its handler is cancelled as for a lost
@@ -49,13 +52,6 @@ class HeldRun:
         self.ctx._cancel()
         if self.running is not None:
             self.running.stop()
-
-
-def first_end(claimed_at: float, lease_s: float | None) -> float | None:
-    """The loop time by which a run's lease surely ends, from the loop time of its
-    claim (the claim ran before its reply arrived) and the action's lease (None: the
-    lease never ends)."""
-    return None if lease_s is None else claimed_at + lease_s
 
 
 class LeaseLost(Exception):
@@ -126,4 +122,4 @@ async def _keep_touching(
             log.info("touch of %s failed (%s); trying again later", held.task_id, exc)
 
 
-__all__ = ["HeldRun", "LeaseLost", "first_end", "start_auto_touch", "touch"]
+__all__ = ["HeldRun", "LeaseLost", "start_auto_touch", "touch"]
