@@ -50,16 +50,6 @@ from flo_redis.worker.progress import encode_progress, report_progress
 from flo_redis.worker.registration import Registration
 from flo_redis.worker.run_reporter import RunReporter
 
-# flo's module ``flo.worker`` holds the stream worker's classes as well; flo code imports
-# them from here, so they are importable from here too (they live in stream_worker.py).
-from flo_redis.worker.stream_worker import (
-    StreamContext,
-    StreamHandler,
-    StreamRecordHandler,
-    StreamWorker,
-    StreamWorkerOptions,
-)
-
 log = logging.getLogger("flo_redis.worker")
 
 _HEARTBEAT_INTERVAL_S = 30.0
@@ -365,9 +355,4 @@ __all__ = [
     "ActionWorker",
     "ActionWorkerOptions",
     "BlockTooLongError",
-    "StreamContext",
-    "StreamHandler",
-    "StreamRecordHandler",
-    "StreamWorker",
-    "StreamWorkerOptions",
 ]
