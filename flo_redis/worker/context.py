@@ -104,11 +104,6 @@ class ActionContext:
     def cancelled(self) -> bool:
         return self._cancelled
 
-    def _cancel(self) -> None:
-        """Turn ``cancelled`` true (a plain flag: a sync handler reads it from its
-        thread)."""
-        self._cancelled = True
-
     async def check_cancelled(self) -> None:
         if self._cancelled:
             raise asyncio.CancelledError("run cancelled: its lease was lost")
@@ -120,6 +115,12 @@ class ActionContext:
         outcome = check_outcome(outcome)
         data = b"" if value is None else encode_result(value, self._worker._serializer)
         return ActionResult(outcome, data)
+
+
+def cancel(ctx: ActionContext) -> None:
+    """Turn ``ctx.cancelled`` true, for the worker holding its run (a plain flag: a sync
+    handler reads it from its thread)."""
+    ctx._cancelled = True
 
 
 def new_context(
@@ -145,4 +146,4 @@ def new_context(
 ActionHandler = Callable[[ActionContext], Awaitable[Any]] | Callable[[ActionContext], Any]
 
 
-__all__ = ["ActionContext", "ActionHandler", "ActionResult", "new_context"]
+__all__ = ["ActionContext", "ActionHandler", "ActionResult", "cancel", "new_context"]

@@ -305,7 +305,7 @@ class ActionRuns:
                     report = Dropped()  # cancelled before its handler began
                 else:
                     runner = self._handler_runner
-                    running = held.running = runner.running(ctx._cancel, handler_began)
+                    running = held.running = runner.running(held.cancel, handler_began)
                     toucher = None
                     if self._auto_touch:
                         timeout_ms = self._options[ctx.action_name].timeout_ms

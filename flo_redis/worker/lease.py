@@ -13,7 +13,7 @@ from flo_redis.actions import reports
 from flo_redis.actions.reports import MAX_TOUCH_EXTEND_MS
 from flo_redis.errors import ServerError, is_connection_error
 from flo_redis.types import Reason, StatusCode
-from flo_redis.worker.context import ActionContext
+from flo_redis.worker.context import ActionContext, cancel
 from flo_redis.worker.handlers import Running
 
 log = logging.getLogger("flo_redis.worker")
@@ -45,11 +45,15 @@ class HeldRun:
         self.revoked = False
         # result and outcome: set by the run reporter as the run completes.
 
+    def cancel(self) -> None:
+        """Turn its context's ``cancelled`` true (its handler is being stopped)."""
+        cancel(self.ctx)
+
     def revoke(self) -> None:
         """The run is no longer this hand-out's: its handler is cancelled as for a lost
         lease (a sync handler sees ``ctx.cancelled``) and it reports nothing."""
         self.revoked = True
-        self.ctx._cancel()
+        cancel(self.ctx)
         if self.running is not None:
             self.running.stop()
 
@@ -70,7 +74,7 @@ async def touch(
         )
     except ServerError as exc:
         if exc.status_code in TOUCH_FINAL and exc.reason != Reason.OUT_OF_RANGE:
-            ctx._cancel()
+            cancel(ctx)
             log.warning("lease of %s lost (%s); cancelling its handler", ctx.task_id, exc)
             raise LeaseLost(str(exc)) from exc
         raise
