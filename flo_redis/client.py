@@ -17,7 +17,7 @@ import logging
 import random
 from typing import Any
 
-from flo_redis._session.aio import ClosesOnExit
+from flo_redis._aio import ClosesOnExit
 from flo_redis._session.endpoint import (
     DEFAULT_MAX_CONNECTIONS,
     connect_redis,

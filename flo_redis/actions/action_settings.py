@@ -9,9 +9,10 @@ from collections.abc import Sequence
 
 from flo_redis._session.session import Session
 from flo_redis._wire import runner
-from flo_redis._wire.checks import bad_settings, check_count, not_registered, stored_int
+from flo_redis._wire.checks import check_count, stored_int
 from flo_redis._wire.codec import decoded, text
 from flo_redis._wire.keys import ActionKeys, action_keys, namespace_keys
+from flo_redis._wire.refusals import bad_settings, not_registered
 from flo_redis.errors import ValidationError, ValueTooLargeError
 from flo_redis.types import (
     ActionInfo,

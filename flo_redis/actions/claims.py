@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
-from flo_redis._session.aside import SetAside, scope_of, warn_set_aside
 from flo_redis._session.session import Session
 from flo_redis._session.wake import Attempt, long_poll
+from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside
 from flo_redis._wire.checks import check_list
 from flo_redis._wire.codec import pack, worker_labels
 from flo_redis._wire.gateway import ACTION_CLAIM, WORKER_POLL

@@ -15,10 +15,10 @@ import enum
 import re
 from dataclasses import dataclass
 
-from flo_redis._session.aside import scope_of, warn_set_aside, warn_unreadable
 from flo_redis._session.session import Operations, Session
 from flo_redis._wire import runner
-from flo_redis._wire.checks import MAX_LIST_LIMIT, check_count, not_registered
+from flo_redis._wire.aside import scope_of, warn_set_aside, warn_unreadable
+from flo_redis._wire.checks import MAX_LIST_LIMIT, check_count
 from flo_redis._wire.codec import BadRecord, decoded
 from flo_redis._wire.gateway import (
     ACTION_COUNTS,
@@ -27,9 +27,10 @@ from flo_redis._wire.gateway import (
     ACTION_RUNS,
     Script,
 )
+from flo_redis._wire.inspect_replies import ActionCounts as ActionCounts  # beside its parser
+from flo_redis._wire.inspect_replies import BulkStep
 from flo_redis._wire.keys import ActionKeys
-from flo_redis._wire.replies import ActionCounts as ActionCounts  # defined beside its parser
-from flo_redis._wire.replies import BulkStep
+from flo_redis._wire.refusals import not_registered
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal
 from flo_redis.actions.runs import read_run, unreadable_run

@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TypeAlias
 
+from flo_redis._session.liveness_stats import LivenessStats, liveness_stats
 from flo_redis._session.notices import tell
-from flo_redis._session.reclaim import LivenessStats, liveness_stats, reap_queue
+from flo_redis._session.reclaim import reap_queue
 from flo_redis._session.registry import remember
-from flo_redis._session.session import Session
 from flo_redis._session.tracer import invoke_span
 from flo_redis._wire import runner
 from flo_redis._wire.checks import (
@@ -32,9 +32,6 @@ from flo_redis._wire.checks import (
     check_options,
     check_priority,
     check_text,
-    not_registered,
-    raise_refusal,
-    raise_run_refusal,
 )
 from flo_redis._wire.codec import pack, tag_labels
 from flo_redis._wire.gateway import (
@@ -52,6 +49,7 @@ from flo_redis._wire.keys import (
     namespace_keys,
     run_id_prefix,
 )
+from flo_redis._wire.refusals import not_registered, raise_refusal, raise_run_refusal
 from flo_redis._wire.status import Status, refusal
 from flo_redis.actions.action_settings import check_inputs_fit, list_page, settings_record
 from flo_redis.actions.inspect import ActionInspection, failed_runs
@@ -98,7 +96,6 @@ INVOKE_BATCH = 1000  # runs per action_invoke_many call
 
 # The options of an invoke given none (never changed: an invoke only reads them).
 _NO_OPTIONS = ActionInvokeOptions()
-_HANDING_MAX = 1024  # queues remembered as handing (then none, until an invoke is handed)
 
 # What ``wait(..., on_progress=...)`` calls with the run's status: sync or async.
 ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None]
@@ -107,13 +104,6 @@ ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None
 class ActionOperations(ActionInspection):
     """``client.action``: register actions, invoke them, read runs; counts, runs by state
     and bulk steering come from :class:`ActionInspection`."""
-
-    def __init__(self, session: Session) -> None:
-        super().__init__(session)
-        # Queues (by tag) whose last invoke from here went straight to a parked poller:
-        # the next one is led by a TIME (flo_redis/runner.py), so that, handed too,
-        # its hand-off message leaves Redis before its own reply.
-        self._handing: set[str] = set()
 
     async def register(
         self,
@@ -149,14 +139,7 @@ class ActionOperations(ActionInspection):
             args, size = invoke_request(
                 keys, input_data, opts, self._session.max_payload_bytes, span.context
             )
-            handing = self._handing
-            lead = keys.tag in handing
-            reply = await ACTION_INVOKE(self._session, keys, args, lead=lead)
-            if reply.handed != lead:
-                if lead:
-                    handing.discard(keys.tag)
-                elif len(handing) < _HANDING_MAX:
-                    handing.add(keys.tag)
+            reply = await ACTION_INVOKE(self._session, keys, args)
             result = invoke_reply(reply, keys, size)
             span.sent((result.run_id,))
         return result

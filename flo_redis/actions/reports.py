@@ -14,14 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from flo_redis._session.aside import SetAside, scope_of, warn_set_aside
 from flo_redis._session.session import Session
+from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside
 from flo_redis._wire.checks import (
     check_bytes,
     check_count,
     check_text,
-    not_registered,
-    raise_run_refusal,
     token_arg,
 )
 from flo_redis._wire.codec import pack
@@ -42,6 +40,7 @@ from flo_redis._wire.keys import (
     check_name,
     namespace_keys,
 )
+from flo_redis._wire.refusals import not_registered, raise_run_refusal
 from flo_redis._wire.replies import Reported
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal

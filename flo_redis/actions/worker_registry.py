@@ -8,13 +8,13 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from flo_redis._session.aside import SetAside, scope_of, warn_set_aside, warn_unreadable
 from flo_redis._session.session import Session
+from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside, warn_unreadable
 from flo_redis._wire.codec import BadRecord, text, unpack_record
 from flo_redis._wire.gateway import WORKER_PRESENCE
 from flo_redis._wire.keys import NamespaceKeys, is_name, owner_channel
-from flo_redis._wire.replies import WorkerRow
 from flo_redis._wire.status import Status, refusal
+from flo_redis._wire.worker_replies import WorkerRow
 from flo_redis.types import WorkerInfo, WorkerRegisterOptions, WorkerStatus, WorkerType
 
 MAX_CURSOR_BYTES = 4096  # a list page's cursor (a worker id)

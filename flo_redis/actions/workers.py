@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from flo_redis._session.registry import remember
 from flo_redis._session.session import Operations, Session
-from flo_redis._wire import runner
 from flo_redis._wire.checks import (
     MAX_LIST_LIMIT,
     check_count,
@@ -23,11 +22,11 @@ from flo_redis._wire.checks import (
     check_names,
     check_options,
     check_text,
-    stored_or,
 )
 from flo_redis._wire.codec import check_metadata, pack
 from flo_redis._wire.gateway import (
     ACTION_UNPARK,
+    WORKER_CONFIGURE,
     WORKER_DEREGISTER,
     WORKER_DRAIN,
     WORKER_HEARTBEAT,
@@ -43,6 +42,7 @@ from flo_redis._wire.keys import (
     namespace_keys,
 )
 from flo_redis._wire.replies import Claimed, ClaimReply
+from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status
 from flo_redis.actions import claims, reports
 from flo_redis.actions.claims import Gate, check_handed, poll, unknown_worker
@@ -61,7 +61,6 @@ from flo_redis.types import (
     WorkerRegisterOptions,
     WorkerTouchOptions,
 )
-from flo_redis.types.base import LUA_INT
 
 
 class WorkerOperations(Operations):
@@ -369,31 +368,25 @@ class WorkerOperations(Operations):
         remove_after_ms: int | None = None,
         namespace: str | None = None,
     ) -> None:
-        """Set the namespace's worker health settings, shared by every client: a worker
-        silent past ``heartbeat_timeout_ms`` (default 90000) is UNHEALTHY and refused work;
-        past ``remove_after_ms`` (default 300000) it is removed from the registry."""
+        """Set the namespace's worker health settings, shared by every client, in one
+        atomic step (``lua/worker_configure.lua``): a worker silent past
+        ``heartbeat_timeout_ms`` (default 90000) is UNHEALTHY and refused work; past
+        ``remove_after_ms`` (default 300000) it is removed from the registry. A setting
+        not given keeps its stored value. :class:`ValidationError`, with nothing written,
+        when the removal would come before the heartbeat timeout."""
         ns = self._ns(namespace)
-        fields: dict[str, int] = {}
+        args: list[Arg] = ["", ""]  # '': keep the stored setting
         if heartbeat_timeout_ms is not None:
-            fields["heartbeat_timeout_ms"] = check_count(
-                "heartbeat_timeout_ms", heartbeat_timeout_ms, 100, 2**32 - 1
-            )
+            args[0] = check_count("heartbeat_timeout_ms", heartbeat_timeout_ms, 100, 2**32 - 1)
         if remove_after_ms is not None:
-            fields["remove_after_ms"] = check_count(
-                "remove_after_ms", remove_after_ms, 100, 2**32 - 1
+            args[1] = check_count("remove_after_ms", remove_after_ms, 100, 2**32 - 1)
+        reply = await WORKER_CONFIGURE(self._session, ns, args)
+        if reply.status == Status.OUT_OF_RANGE:
+            rm, hb = reply.remove_after_ms, reply.heartbeat_timeout_ms
+            raise ValidationError(
+                f"remove_after_ms ({rm}) must not be shorter than heartbeat_timeout_ms "
+                f"({hb}): a worker is first marked unhealthy, then removed"
             )
-        conn = self._session.redis
-        with runner.redis_errors("configure"):
-            current = await conn.hmget(ns.config, ["heartbeat_timeout_ms", "remove_after_ms"])
-            hb = fields.get("heartbeat_timeout_ms", stored_or(current[0], 0, LUA_INT, 90_000))
-            rm = fields.get("remove_after_ms", stored_or(current[1], 0, LUA_INT, 300_000))
-            if rm < hb:
-                raise ValidationError(
-                    f"remove_after_ms ({rm}) must not be shorter than heartbeat_timeout_ms "
-                    f"({hb}): a worker is first marked unhealthy, then removed"
-                )
-            if fields:
-                await conn.hset(ns.config, mapping=fields)  # type: ignore[arg-type]
 
 
 __all__ = ["ClaimReply", "Claimed", "CompleteItem", "WorkerOperations"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -73,10 +74,8 @@ class OpenTelemetry(WorkerObserver):
         _require_otel()
         from opentelemetry import propagate, trace
 
-        from flo_redis import __version__
-
         self._trace = trace
-        self._tracer = trace.get_tracer("flo_redis", __version__, tracer_provider)
+        self._tracer = trace.get_tracer("flo_redis", _version(), tracer_provider)
         self._propagator = propagator or propagate.get_global_textmap()
         self._open: dict[
             tuple[Any, ...], tuple[Any, Any, Any, Any]
@@ -256,3 +255,11 @@ class _Sent:
 
 __all__ = ["OpenTelemetry"]
 __all__ += _trace_context.__all__
+
+
+def _version() -> str:
+    """The installed flo-redis version, named on the tracer (its instrumentation scope)."""
+    try:
+        return importlib.metadata.version("flo-redis")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree not installed
+        return "0+unknown"

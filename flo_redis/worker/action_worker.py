@@ -24,7 +24,6 @@ from datetime import timedelta
 from typing import Any
 
 from flo_redis._session.notices import Notices
-from flo_redis._session.reclaim import Reaper
 from flo_redis._wire.checks import check_options
 from flo_redis._wire.keys import action_keys, action_of_run, check_name
 from flo_redis.actions.claims import Gate
@@ -47,6 +46,7 @@ from flo_redis.worker.lifecycle import (
 )
 from flo_redis.worker.poller import ActionPoller
 from flo_redis.worker.progress import encode_progress, report_progress
+from flo_redis.worker.reaper import Reaper
 from flo_redis.worker.registration import Registration
 from flo_redis.worker.run_reporter import RunReporter
 

@@ -1,7 +1,7 @@
 """Running a worker's handlers under a time limit: one mechanism for both workers.
 
 ``async def`` handlers run on the event loop, plain functions in the worker's bounded
-thread pool (:class:`flo_redis._session.aio.HandlerPool`). Every handler has a deadline, and one
+thread pool (:class:`flo_redis._aio.HandlerPool`). Every handler has a deadline, and one
 watchdog task per worker stops the handlers past theirs: no timer and, on Python 3.11+,
 no task per handler (it runs in the caller's own task, which takes the cancellation back
 once the handler has stopped). On 3.10, where a task cannot take a cancellation back,
@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from flo_redis._session.aio import CAN_UNCANCEL, HandlerPool, uncancel_current
+from flo_redis._aio import CAN_UNCANCEL, HandlerPool, uncancel_current
 
 
 class HandlerTimeout(TimeoutError):

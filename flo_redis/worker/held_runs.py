@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from flo_redis._session.aio import cancel_and_wait
+from flo_redis._aio import cancel_and_wait
 from flo_redis._session.session import Session
 from flo_redis.actions.results import JSON, ResultSerializer
 from flo_redis.actions.workers import Claimed

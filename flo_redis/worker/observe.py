@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-log = logging.getLogger("flo_redis.worker.observe")
+log = logging.getLogger("flo_redis.observe")
 
 Hook = Awaitable[None] | None
 """What a middleware hook returns: nothing, or an awaitable the worker awaits."""

@@ -55,8 +55,8 @@ import logging
 import operator
 from collections.abc import Awaitable, Callable, Sequence
 
+from flo_redis._aio import ClosesOnExit
 from flo_redis._session import outage
-from flo_redis._session.aio import ClosesOnExit
 from flo_redis._session.listener import Listener
 from flo_redis._session.session import Session
 from flo_redis._session.wake import Attempt, long_poll

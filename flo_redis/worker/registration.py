@@ -10,8 +10,8 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from flo_redis._aio import sleep_unless_stopped
 from flo_redis._session import outage
-from flo_redis._session.aio import sleep_unless_stopped
 from flo_redis._session.session import Session
 from flo_redis.actions.operations import ActionOperations
 from flo_redis.actions.schedules import ScheduleDeclaration

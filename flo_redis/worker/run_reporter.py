@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, NamedTuple
 
-from flo_redis._session.aio import sleep_unless_stopped
+from flo_redis._aio import sleep_unless_stopped
 from flo_redis._session.session import Session
 from flo_redis._wire.keys import action_keys
 from flo_redis._wire.replies import Claimed

@@ -105,7 +105,7 @@ async def test_a_given_up_dequeue_resent_with_its_poll_id_gets_what_it_was_hande
 ) -> None:
     # Giving up long before the visibility timeout (here 0.5 s, not 60 s), to see the
     # caller's way to the deliveries it would otherwise wait for.
-    monkeypatch.setattr("flo_redis.queue.RESEND_AT_MOST_S", 0.5)
+    monkeypatch.setattr("flo_redis.queue.operations.RESEND_AT_MOST_S", 0.5)
     mine = DequeueOptions(visibility_timeout_ms=60_000, poll_id="consumer-7#41")
     async with FloClient(proxy.url, namespace=namespace) as client:
         seq = await client.queue.enqueue(Q, b"job")

@@ -116,7 +116,7 @@ async def test_a_forged_cancel_notice_does_not_stop_the_handler(
         keys = action_keys(held.ns, "job")
         record = msgpack.unpackb(producer.hget(keys.runs, held.run_id), raw=False)
         owner, token = record["o"], record["t"]  # what anyone who may read the run learns
-        with caplog.at_level(logging.WARNING, logger="flo_redis._session.notices"):
+        with caplog.at_level(logging.WARNING, logger="flo_redis.notices"):
             heard = producer.spublish(
                 notice_channel(keys.tag, owner), cancel_notice(token, held.run_id)
             )

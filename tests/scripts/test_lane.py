@@ -10,7 +10,6 @@ import redis.asyncio as aioredis
 from script_state import by_sha, calls_functions, forget_scripts, library_loaded
 
 from flo_redis import FloClient, InternalServerError, NotFoundError, RunStatus
-from flo_redis._wire import runner
 from flo_redis._wire.keys import action_keys
 from flo_redis._wire.runner import SCRIPTS
 
@@ -38,7 +37,7 @@ async def test_a_connection_the_server_closed_is_made_again(
 ) -> None:
     await client.action.register("job")
     await client.action.invoke("job", b"a")
-    lane = runner._SETTINGS[client.redis].lane
+    lane = client.session.runner.lane
     assert lane is not None and lane._conn is not None and lane._conn._writer is not None
     host, port = lane._conn._writer.get_extra_info("sockname")[:2]
     await raw.client_kill(f"{host}:{port}")
@@ -91,9 +90,10 @@ async def test_a_led_call_refused_by_redis_leaves_the_lane_in_step(
     await client.action.register("job")
     keys = action_keys(client.namespace, "job")
     await forget_scripts(raw)
-    client.action._handing.add(keys.tag)  # as after an invoke that was handed
+    # As after an invoke that was handed:
+    client.session.runner.leading.add(("action_invoke", keys.tag))
     first = await client.action.invoke("job", b"a")
-    client.action._handing.add(keys.tag)
+    client.session.runner.leading.add(("action_invoke", keys.tag))
     second = await client.action.invoke("job", b"b")
     third = await client.action.invoke("job", b"c")
     assert len({first.run_id, second.run_id, third.run_id}) == 3
@@ -106,7 +106,7 @@ async def test_calls_made_while_the_lane_is_busy_take_the_spare_lane(
 ) -> None:
     await client.action.register("job")
     await client.action.invoke("job", b"warm")  # the lane's connection is made
-    settings = runner._SETTINGS[client.redis]
+    settings = client.session.runner
     assert settings.lane is not None and settings.spare is not None
     assert settings.spare._conn is None  # no call overlapped yet
     # Every client's commands wait a moment, so the three invokes are in flight at once:
@@ -158,7 +158,7 @@ async def test_a_pool_keeps_two_connections_beside_its_lanes(
     redis_url: str, namespace: str, max_connections: int, lane: bool, spare: bool
 ) -> None:
     async with FloClient(redis_url, namespace=namespace, max_connections=max_connections) as c:
-        settings = runner._SETTINGS[c.redis]
+        settings = c.session.runner
         assert (settings.lane is not None, settings.spare is not None) == (lane, spare)
         await c.action.register("job")
         runs = await asyncio.gather(*(c.action.invoke("job", b"x") for _ in range(20)))

@@ -118,11 +118,11 @@ def test_a_variadic_tail_is_declared_in_the_header() -> None:
 async def test_wrong_arity_is_refused_before_sending(client: FloClient) -> None:
     keys = action_keys(client.namespace, "resize")
     with pytest.raises(TypeError):
-        await RUN_TOUCH(client, keys, ["1", "", "w"])
+        await RUN_TOUCH(client.session, keys, ["1", "", "w"])
     with pytest.raises(TypeError):
-        await RUN_TOUCH(client, keys, ["1"])
+        await RUN_TOUCH(client.session, keys, ["1"])
     with pytest.raises(TypeError):
-        await RUN_TOUCH(client, keys, ["1", "", "w", 1], tail=["x"])
+        await RUN_TOUCH(client.session, keys, ["1", "", "w", 1], tail=["x"])
     assert ACTION_DELETE.keys(keys, tail=["a", "b"]) == [keys.meta, "a", "b"]
 
 

@@ -313,7 +313,7 @@ class QueueMachine(ClientMachine):
                     break
                 await asyncio.sleep(0.01)
             await self._new_owner()
-            result = await reclaim_gone_owners(self.client, ACTION, grace_ms=0)
+            result = await reclaim_gone_owners(self.client.session, ACTION, grace_ms=0)
             return result.reclaimed
 
         reclaimed = self.run(die_and_reclaim())

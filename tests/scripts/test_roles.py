@@ -44,7 +44,7 @@ from flo_redis.ops.roles import ROLES, setuser_line
 from flo_redis.streams.acks import StreamGroupAckOptions
 from flo_redis.testing import RedisServer
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ACL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 THREAT_MODEL = Path(__file__).resolve().parents[2] / "docs" / "threat-model.md"
 
 # What each role needs, by level: every operation below names its level.
@@ -481,7 +481,7 @@ def documented_lines(text: str) -> dict[tuple[str, ...], str]:
 
 
 def test_the_docs_hold_the_lines_flo_redis_acl_prints() -> None:
-    shown = documented_lines(README.read_text())
+    shown = documented_lines(ACL_PAGE.read_text())
     assert {args[1] for args in shown} == set(ROLES)
     assert {args[1] for args in shown if "--namespace" in args} == set(SCOPED)
     for args, line in shown.items():

@@ -228,7 +228,7 @@ async def test_on_progress_hears_a_report_after_one_nobody_heard(
 
     first = (await client.action.invoke("job", b"")).run_id
     _, token = await held()
-    await report_progress(client, "w1", "job", first, token, b"half")  # nobody hears it
+    await report_progress(client.session, "w1", "job", first, token, b"half")  # nobody hears it
     await client.worker.complete("w1", "job", first, b"done")
 
     second = (await client.action.invoke("job", b"")).run_id
@@ -238,7 +238,7 @@ async def test_on_progress_hears_a_report_after_one_nobody_heard(
         client.action.wait(second, 60_000, on_progress=lambda s: heard.append(s.progress))
     )
     await subscribed(raw, channel)
-    await report_progress(client, "w1", "job", second, token, b"half")
+    await report_progress(client.session, "w1", "job", second, token, b"half")
 
     async def heard_so_far() -> list[bytes | None]:
         return heard

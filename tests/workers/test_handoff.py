@@ -32,7 +32,6 @@ from flo_redis import (
 )
 from flo_redis._session.reclaim import reclaim_gone_owners
 from flo_redis._session.session import Session
-from flo_redis._wire import runner
 from flo_redis._wire.codec import pack
 from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel
 from flo_redis._wire.replies import Claimed, handed
@@ -888,7 +887,7 @@ async def test_a_parked_worker_learns_the_due_time_of_a_run_delayed_before_all_o
 async def lane_commands(client: FloClient, raw: aioredis.Redis, calls: Any) -> list[str]:
     """The commands the client's script lane sent while ``calls()`` ran, as MONITOR saw
     them."""
-    lane = runner._SETTINGS[client.redis].lane
+    lane = client.session.runner.lane
     assert lane is not None and lane._conn is not None and lane._conn._writer is not None
     port = str(lane._conn._writer.get_extra_info("sockname")[1])
     seen: list[str] = []

@@ -142,7 +142,7 @@ async def test_outcomes_past_the_limit_are_counted_as_other(
 
     await client.action.register("ship")
     outcomes = [b"a", b"b", b"a", b"c", b"order-1", b"order-2", b"b", b"order-3"]
-    with caplog.at_level(logging.WARNING, logger="flo_redis.ops.metrics"):
+    with caplog.at_level(logging.WARNING, logger="flo_redis.metrics"):
         async with working(worker):
             for payload in outcomes:  # one at a time: the order outcomes are first seen in
                 run_id = (await client.action.invoke("ship", payload)).run_id
@@ -161,7 +161,7 @@ async def test_outcomes_past_the_limit_are_counted_as_other(
         if name == counted and dict(labels)["action"] == "ship"
     }
     assert labelled == {"a": 2, "b": 2, "c": 1, OTHER_OUTCOME: 3}
-    warned = [r for r in caplog.records if r.name == "flo_redis.ops.metrics"]
+    warned = [r for r in caplog.records if r.name == "flo_redis.metrics"]
     assert len(warned) == 1 and "'ship'" in warned[0].getMessage()
 
 

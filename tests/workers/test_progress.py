@@ -72,19 +72,19 @@ async def test_a_stale_holders_progress_is_refused_and_changes_nothing(client: F
     run_id = (await client.action.invoke("job", b"in")).run_id
     first = (await client.worker.await_task("w1", ["job"], NOW)).task
     assert first is not None
-    await report_progress(client, "w1", "job", run_id, first.token, b"10%")
+    await report_progress(client.session, "w1", "job", run_id, first.token, b"10%")
     await client.worker.fail("w1", "job", run_id, "again", WorkerFailOptions(token=first.token))
     second = (await client.worker.await_task("w1", ["job"], NOW)).task
     assert second is not None and second.token != first.token
     with pytest.raises(ConflictError) as refused:
-        await report_progress(client, "w1", "job", run_id, first.token, b"99%")
+        await report_progress(client.session, "w1", "job", run_id, first.token, b"99%")
     assert refused.value.reason == Reason.STALE_REPORT
     assert (await client.action.status(run_id)).progress == b"10%"
-    await report_progress(client, "w1", "job", run_id, second.token, b"20%")
+    await report_progress(client.session, "w1", "job", run_id, second.token, b"20%")
     assert (await client.action.status(run_id)).progress == b"20%"
     await client.action.cancel(run_id)
     with pytest.raises(ConflictError):
-        await report_progress(client, "w1", "job", run_id, second.token, b"30%")
+        await report_progress(client.session, "w1", "job", run_id, second.token, b"30%")
     assert (await client.action.status(run_id)).progress == b"20%"
 
 
