@@ -25,9 +25,9 @@ local MAX_ITEMS = 1000
 if not items or #items % 2 ~= 0 then return {ST_BAD_ARG, 1} end
 if #items > 2 * MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
 for i = 1, #items, 2 do
-  if type(items[i]) ~= 'string' or not arg_int(items[i + 1], 1, INT_MAX) then
-    return {ST_BAD_ARG, 1}
-  end
+  local token = arg_int(items[i + 1], 1, INT_MAX)
+  if type(items[i]) ~= 'string' or not token then return {ST_BAD_ARG, 1} end
+  items[i + 1] = token  -- parsed once, as run_is_holder takes it
 end
 local n_items = #items / 2
 if n_items == 0 then return {ST_OK} end

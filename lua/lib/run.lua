@@ -83,6 +83,46 @@ local function run_decode(raw)
   return false, run_check(decoded)
 end
 
+-- Decode raws[from], raws[from + 1], ... into runs (false where a raw is false: no
+-- record) by run_unpack, up to the first that is not a run record the scripts can use:
+-- its index (nil: none). Raises where run_unpack raises: run under pcall.
+local function run_unpack_from(raws, runs, from)
+  for i = from, #raws do
+    local raw = raws[i]
+    if raw then
+      local run, fine = run_unpack(raw)
+      if not fine then return i end
+      runs[i] = run
+    else
+      runs[i] = false
+    end
+  end
+  return nil
+end
+
+-- The records `raws` (an HMGET reply: bytes, or false for none) decoded as run_decode
+-- decodes one: runs[i] its table, or false for none or for one the scripts cannot use,
+-- and then whys[i] says why (whys: nil while all could be used). One pcall for the
+-- batch, not one per record; a record that raises or is refused is decoded again on its
+-- own by run_decode, for its reason, and the batch goes on after it.
+local function run_decode_all(raws)
+  local runs, whys, from = {}, nil, 1
+  while true do
+    local ok, stop = pcall(run_unpack_from, raws, runs, from)
+    if ok and not stop then return runs, whys end
+    -- A raise at record i leaves runs[1 .. i - 1] set (false counts) and nothing after:
+    -- i - 1 is its length.
+    if not ok then stop = #runs + 1 end
+    local run, why = run_decode(raws[stop])
+    runs[stop] = run
+    if why then
+      whys = whys or {}
+      whys[stop] = why
+    end
+    from = stop + 1
+  end
+end
+
 -- The record of `run_id`: nil when there is none; false, why and its bytes when it is
 -- not one the scripts can use (run_decode).
 local function run_load(runs_key, run_id)
@@ -98,11 +138,12 @@ local function run_aside(k, run_id, raw, why)
     {'pending', 'delayed', 'leases', 'done', 'failed'})
 end
 
--- Is the caller the current holder? With a token the token decides; without one (flo's
+-- Is the caller the current holder? With a token (a number: the script parsed it where
+-- it checked it, arg_int_or_none) the token decides; without one (false: flo's
 -- token-less signature) the worker id of the current holder does.
 local function run_is_holder(run, token, worker_id)
   if run.s ~= RUN_RUNNING then return false end
-  if token ~= '' then return run.t == tonumber(token) end
+  if token then return run.t == token end
   return run.w == worker_id
 end
 
@@ -125,10 +166,11 @@ local function run_held(k, run_id, token, worker_id)
 end
 
 -- Was the last accepted report made by this caller (same token, or same worker when
--- token-less)? Used to answer an identical resend as success.
+-- token-less: `token` as run_is_holder takes it)? Used to answer an identical resend as
+-- success.
 local function run_reported_by(run, token, worker_id)
   if run.lrk == nil then return false end
-  if token ~= '' then return run.lrt == tonumber(token) end
+  if token then return run.lrt == token end
   return run.lrw == worker_id
 end
 
