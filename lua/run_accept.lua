@@ -34,6 +34,7 @@ if n_items == 0 then return {ST_OK} end
 local ids = {}
 for i = 1, n_items do ids[i] = items[2 * i - 1] end
 local raws = redis.call('HMGET', runs_key, unpack(ids))
+local decoded = run_decode_all(raws)
 local loaded = {}  -- run_id -> record (false: none), as changed by this call
 local records, n_saved = {}, 0
 local out, out_n = {ST_OK}, 1
@@ -43,7 +44,7 @@ for i = 1, n_items do
   if run == nil then
     -- A record that does not decode is answered as none: the claims and the reaper,
     -- which report what they set aside, quarantine it.
-    run = raws[i] and run_decode(raws[i]) or false
+    run = decoded[i]
     loaded[run_id] = run
   end
   local status, duplicate, state = ST_NOT_FOUND, 0, -1

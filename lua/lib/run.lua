@@ -54,44 +54,33 @@ local function run_check(run)
   return 'not a run record: a number in it is not a number (NaN)'
 end
 
--- The record `raw` and whether it is a run record the scripts can compute with (the
--- same rules as run_check, by arithmetic and comparisons, which cost a fraction of its
--- calls: `x == x + 0` holds for a number only (a numeric string is equal to no number),
--- `x >= ''` for a string only, and anything else raises). Raises for bytes that are not one msgpack value, or another
--- value than a map: run under pcall.
-local function run_unpack(raw)
-  local run, more = cmsgpack.unpack(raw)
-  local s, a, mr, c = run.s, run.a, run.mr, run.c
-  local t, p, rd, st = run.t, run.p, run.rd, run.st
-  local o, tr, ik, lb = run.o, run.tr, run.ik, run.lb
-  return run, more == nil
-    and (s == RUN_PENDING or s == RUN_RUNNING or s == RUN_COMPLETED or s == RUN_FAILED
-      or s == RUN_CANCELLED or s == RUN_TIMED_OUT)
-    and a == a + 0 and mr == mr + 0 and c == c + 0
-    and (t == nil or t == t + 0) and (p == nil or p == p + 0)
-    and (rd == nil or rd == rd + 0) and (st == nil or st == st + 0)
-    and (o == nil or o >= '') and (tr == nil or tr >= '') and (ik == nil or ik >= '')
-    and (lb == nil or type(lb) == 'table')
-end
-
--- The run record `raw` decoded: its table, or false and why the scripts cannot use it.
-local function run_decode(raw)
-  local ok, run, fine = pcall(run_unpack, raw)
-  if ok and fine then return run end
-  local decoded, why = record_decode(raw)  -- why, the slow way, on the way that fails only
-  if not decoded then return false, why end
-  return false, run_check(decoded)
-end
-
--- Decode raws[from], raws[from + 1], ... into runs (false where a raw is false: no
--- record) by run_unpack, up to the first that is not a run record the scripts can use:
--- its index (nil: none). Raises where run_unpack raises: run under pcall.
+-- Decode raws[from], raws[from + 1], ... (bytes, or false: no record) into runs[from],
+-- ... (false where there is no record), up to the first that is not a run record the
+-- scripts can compute with: its index (nil: none). The same rules as run_check, by
+-- arithmetic and comparisons, which cost a fraction of its calls: `x == x + 0` holds
+-- for a number only (a numeric string is equal to no number), `x >= ''` for a string
+-- only, and anything else raises; written out in the loop, not called per record.
+-- Raises for bytes that are not one msgpack value, or another value than a map: run
+-- under pcall.
 local function run_unpack_from(raws, runs, from)
+  local unpack_record = cmsgpack.unpack
   for i = from, #raws do
     local raw = raws[i]
     if raw then
-      local run, fine = run_unpack(raw)
-      if not fine then return i end
+      local run, more = unpack_record(raw)
+      local s, a, mr, c = run.s, run.a, run.mr, run.c
+      local t, p, rd, st = run.t, run.p, run.rd, run.st
+      local o, tr, ik, lb = run.o, run.tr, run.ik, run.lb
+      if not (more == nil
+          and (s == RUN_PENDING or s == RUN_RUNNING or s == RUN_COMPLETED or s == RUN_FAILED
+            or s == RUN_CANCELLED or s == RUN_TIMED_OUT)
+          and a == a + 0 and mr == mr + 0 and c == c + 0
+          and (t == nil or t == t + 0) and (p == nil or p == p + 0)
+          and (rd == nil or rd == rd + 0) and (st == nil or st == st + 0)
+          and (o == nil or o >= '') and (tr == nil or tr >= '') and (ik == nil or ik >= '')
+          and (lb == nil or type(lb) == 'table')) then
+        return i
+      end
       runs[i] = run
     else
       runs[i] = false
@@ -100,11 +89,11 @@ local function run_unpack_from(raws, runs, from)
   return nil
 end
 
--- The records `raws` (an HMGET reply: bytes, or false for none) decoded as run_decode
--- decodes one: runs[i] its table, or false for none or for one the scripts cannot use,
--- and then whys[i] says why (whys: nil while all could be used). One pcall for the
--- batch, not one per record; a record that raises or is refused is decoded again on its
--- own by run_decode, for its reason, and the batch goes on after it.
+-- The records `raws` (an HMGET reply: bytes, or false for none) decoded: runs[i] its
+-- table, or false for none or for one the scripts cannot compute with, and then whys[i]
+-- says why (whys: nil while all could be used). One pcall for the batch, not one per
+-- record; a record that raises or is refused is decoded again on its own, the slow way,
+-- for its reason (record_decode, run_check), and the batch goes on after it.
 local function run_decode_all(raws)
   local runs, whys, from = {}, nil, 1
   while true do
@@ -113,14 +102,18 @@ local function run_decode_all(raws)
     -- A raise at record i leaves runs[1 .. i - 1] set (false counts) and nothing after:
     -- i - 1 is its length.
     if not ok then stop = #runs + 1 end
-    local run, why = run_decode(raws[stop])
-    runs[stop] = run
-    if why then
-      whys = whys or {}
-      whys[stop] = why
-    end
+    local decoded, why = record_decode(raws[stop])
+    runs[stop] = false
+    whys = whys or {}
+    whys[stop] = why or run_check(decoded)
     from = stop + 1
   end
+end
+
+-- The run record `raw` decoded: its table, or false and why the scripts cannot use it.
+local function run_decode(raw)
+  local runs, whys = run_decode_all({raw})
+  return runs[1], whys and whys[1]
 end
 
 -- The record of `run_id`: nil when there is none; false, why and its bytes when it is
