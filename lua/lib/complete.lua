@@ -32,7 +32,8 @@ local function complete_verdict(run, token, worker_id, result, outcome, max_payl
   run.s = RUN_COMPLETED
   run.out = result
   run.oc = outcome
-  offer_forget(run)  -- a complete is an accept too
+  -- A complete is an accept too (asked here first: most runs were never offered).
+  if run.of ~= nil or run.ox ~= nil then offer_forget(run) end
   -- (a field set to nil is added first when absent: a table slot, maybe a rehash)
   if run.err ~= nil then run.err = nil end
   if run.tb ~= nil then run.tb = nil end

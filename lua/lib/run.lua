@@ -57,9 +57,10 @@ end
 -- Decode raws[from], raws[from + 1], ... (bytes, or false: no record) into runs[from],
 -- ... (false where there is no record), up to the first that is not a run record the
 -- scripts can compute with: its index (nil: none). The same rules as run_check, by
--- arithmetic and comparisons, which cost a fraction of its calls: `x == x + 0` holds
--- for a number only (a numeric string is equal to no number), `x >= ''` for a string
--- only, and anything else raises; written out in the loop, not called per record.
+-- comparisons, which cost a fraction of its calls: `x <= 2^1024` (infinity, folded to a
+-- constant) holds for a number but NaN, `x >= ''` for a string, and either raises for
+-- any other value (a numeric string too); written out in the loop, not called per
+-- record.
 -- Raises for bytes that are not one msgpack value, or another value than a map: run
 -- under pcall.
 local function run_unpack_from(raws, runs, from)
@@ -74,9 +75,9 @@ local function run_unpack_from(raws, runs, from)
       if not (more == nil
           and (s == RUN_PENDING or s == RUN_RUNNING or s == RUN_COMPLETED or s == RUN_FAILED
             or s == RUN_CANCELLED or s == RUN_TIMED_OUT)
-          and a == a + 0 and mr == mr + 0 and c == c + 0
-          and (t == nil or t == t + 0) and (p == nil or p == p + 0)
-          and (rd == nil or rd == rd + 0) and (st == nil or st == st + 0)
+          and a <= 2^1024 and mr <= 2^1024 and c <= 2^1024
+          and (t == nil or t <= 2^1024) and (p == nil or p <= 2^1024)
+          and (rd == nil or rd <= 2^1024) and (st == nil or st <= 2^1024)
           and (o == nil or o >= '') and (tr == nil or tr >= '') and (ik == nil or ik >= '')
           and (lb == nil or type(lb) == 'table')) then
         return i
