@@ -53,8 +53,9 @@ local function arg_map(s)
 end
 
 -- How many items the msgpack array that bytes `s` open with holds (its header: fixarray,
--- array 16 or array 32), or nil when they open with something else.
+-- array 16 or array 32), or nil when they open with something else (or `s` is no string).
 local function msgpack_array_len(s)
+  if type(s) ~= 'string' then return nil end
   local b = string.byte(s, 1)
   if not b then return nil end
   if b >= 144 and b <= 159 then return b - 144 end  -- 0x90 .. 0x9f

@@ -60,9 +60,8 @@ end
 -- comparisons, which cost a fraction of its calls: `x <= 2^1024` (infinity, folded to a
 -- constant) holds for a number but NaN, `x >= ''` for a string, and either raises for
 -- any other value (a numeric string too); written out in the loop, not called per
--- record.
--- Raises for bytes that are not one msgpack value, or another value than a map: run
--- under pcall.
+-- record. Raises for bytes that are not one msgpack value, or another value than a
+-- map: run under pcall.
 local function run_unpack_from(raws, runs, from)
   local unpack_record = cmsgpack.unpack
   for i = from, #raws do
