@@ -185,8 +185,7 @@ class OpenTelemetry(WorkerObserver):
         closer = None
         if isinstance(ctx, ActionContext):
             # A run given back or whose lease was lost hears no after_run/on_failure;
-            # the end of its attempt closes the span.
-            ctx._ended = [*(ctx._ended or ()), lambda: self._close(key)]
+            # the end of its attempt (run_ended) closes the span.
             task = None
         elif task is not None:
             # The same for a record: its task ending closes the span (a task may run
@@ -199,6 +198,9 @@ class OpenTelemetry(WorkerObserver):
 
     def after_run(self, ctx: Any, output: bytes) -> None:
         self._end(ctx, None)
+
+    def run_ended(self, ctx: Any) -> None:
+        self._close(_key(ctx))
 
     def on_failure(self, ctx: Any, error: BaseException) -> None:
         self._end(ctx, error)

@@ -547,7 +547,7 @@ async def test_a_poll_id_whose_runs_are_finished_claims_afresh(client: FloClient
 async def test_runs_behind_a_full_window_of_unmatched_labels_are_still_reached(
     client: FloClient,
 ) -> None:
-    from flo_redis.actions.workers import LABEL_SCAN
+    from flo_redis.actions.claims import LABEL_SCAN
 
     await client.action.register("mixed")
     await client.worker.register("plain", ["mixed"])

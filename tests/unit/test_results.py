@@ -401,7 +401,7 @@ def test_ctx_result_refuses_a_bad_outcome_where_it_is_called(client: FloClient) 
     from flo_redis.worker.context import new_context
 
     worker = client.new_action_worker()
-    ctx = new_context("r:1", "a", b"", 1, 0, "ns", worker, 1, b"", None)
+    ctx = new_context("r:1", "a", b"", 1, 0, "ns", worker, 1, b"")
     with pytest.raises(ValidationError, match="outcome is longer than 255 bytes"):
         ctx.result("o" * 256)
     with pytest.raises(ValidationError, match="outcome must be a str, got int"):

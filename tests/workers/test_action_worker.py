@@ -22,7 +22,7 @@ from flo_redis import (
     RunStatus,
     WorkerStatus,
 )
-from flo_redis.actions.workers import WorkerOperations
+from flo_redis.actions.claims import Gate
 from flo_redis.worker.context import new_context
 from flo_redis.worker.observe import WorkerObserver
 
@@ -208,17 +208,17 @@ async def test_a_stop_while_the_poll_prepares_ends_that_poll(
     # must not wait out its 30 s block for a wake-up that was already given.
     worker = client.new_action_worker(block_ms=30_000)
     worker.register_action("idle", lambda ctx: b"")
-    gate = WorkerOperations._gate
+    check = Gate.check
     stopped = False
 
-    async def gate_then_stop(self: WorkerOperations, *args: Any, **kwargs: Any) -> bytes:
+    async def gate_then_stop(self: Gate, *args: Any, **kwargs: Any) -> bytes:
         nonlocal stopped
         if not stopped:
             stopped = True
             worker.stop()
-        return await gate(self, *args, **kwargs)
+        return await check(self, *args, **kwargs)
 
-    monkeypatch.setattr(WorkerOperations, "_gate", gate_then_stop)
+    monkeypatch.setattr(Gate, "check", gate_then_stop)
     await asyncio.wait_for(worker.start(), 10)
     assert stopped
 
@@ -516,7 +516,7 @@ def test_a_workers_context_carries_each_field_of_its_run() -> None:
     """The worker makes each run's context with its fields in order (new_context): each
     lands where ActionContext names it."""
     holder: Any = object()
-    made = new_context("r1", "resize", b"in", 2, 1700, "shop", holder, 7, b"tr", 12.5)
+    made = new_context("r1", "resize", b"in", 2, 1700, "shop", holder, 7, b"tr")
     named = ActionContext(
         task_id="r1",
         action_name="resize",
@@ -527,8 +527,7 @@ def test_a_workers_context_carries_each_field_of_its_run() -> None:
         _worker=holder,
         token=7,
         _trace=b"tr",
-        _lease_end=12.5,
     )
     assert made == named
     assert (made.task_id, made.action_name, made.payload, made.token) == ("r1", "resize", b"in", 7)
-    assert not made.cancelled and made._running is None and made._ended is None
+    assert not made.cancelled

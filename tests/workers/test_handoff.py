@@ -30,11 +30,12 @@ from flo_redis import (
     WorkerFailOptions,
 )
 from flo_redis._session.reclaim import reclaim_gone_owners
+from flo_redis._session.session import Session
 from flo_redis._wire.codec import pack
 from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel
 from flo_redis._wire.replies import Claimed, handed
 from flo_redis.actions.schedules import fire_due
-from flo_redis.actions.workers import WorkerOperations
+from flo_redis.worker import poller
 from flo_redis.worker.poller import ActionPoller
 
 __all__ = ["channel"]  # the hand-off channel fixture
@@ -668,16 +669,16 @@ class Claims:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.by: dict[int, int] = {}
-        claim = WorkerOperations.claim
+        claim = poller.claim
 
-        async def counted(ops: WorkerOperations, *args: Any, **kwargs: Any) -> Any:
-            self.by[id(ops)] = self.by.get(id(ops), 0) + 1
-            return await claim(ops, *args, **kwargs)
+        async def counted(session: Session, *args: Any, **kwargs: Any) -> Any:
+            self.by[id(session)] = self.by.get(id(session), 0) + 1
+            return await claim(session, *args, **kwargs)
 
-        monkeypatch.setattr(WorkerOperations, "claim", counted)
+        monkeypatch.setattr(poller, "claim", counted)
 
     def of(self, worker: ActionWorker) -> int:
-        return self.by.get(id(worker._ops), 0)
+        return self.by.get(id(worker.session), 0)
 
 
 @pytest.fixture
@@ -950,19 +951,19 @@ async def test_a_poll_sent_again_after_a_lost_reply_still_takes_new_work(
     for name in ("x", "y"):
         await client.action.register(name)
     first = [(await client.action.invoke("y", b"first")).run_id for _ in range(2)]
-    claim = WorkerOperations.claim
+    claim = poller.claim
     state = {"armed": False, "failed": 0}
 
-    async def claim_losing_x_once(ops: WorkerOperations, keys: ActionKeys, *args: Any) -> Any:
+    async def claim_losing_x_once(session: Session, keys: ActionKeys, *args: Any) -> Any:
         if keys.action == "x" and state["armed"] and not state["failed"]:
             state["failed"] += 1
             raise redis.exceptions.ConnectionError("connection lost (test)")
-        reply = await claim(ops, keys, *args)
+        reply = await claim(session, keys, *args)
         if keys.action == "y" and reply.runs:
             state["armed"] = True
         return reply
 
-    monkeypatch.setattr(WorkerOperations, "claim", claim_losing_x_once)
+    monkeypatch.setattr(poller, "claim", claim_losing_x_once)
     worker = client.new_action_worker(concurrency=4, block_ms=60_000)
     release = asyncio.Event()
     began: list[bytes] = []
