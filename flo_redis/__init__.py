@@ -34,6 +34,8 @@ from flo_redis.worker.action_worker import (
     ActionResult,
     ActionWorker,
     ActionWorkerOptions,
+)
+from flo_redis.worker.stream_worker import (
     StreamContext,
     StreamRecordHandler,
     StreamWorker,

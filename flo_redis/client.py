@@ -15,8 +15,9 @@ import asyncio
 import dataclasses
 import logging
 import random
+from typing import Any
 
-from flo_redis._session.aio import ClosesOnExit
+from flo_redis._aio import ClosesOnExit
 from flo_redis._session.endpoint import (
     DEFAULT_MAX_CONNECTIONS,
     connect_redis,
@@ -43,7 +44,8 @@ from flo_redis.quarantine import QuarantineOperations
 from flo_redis.queue.operations import QueueOperations
 from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from flo_redis.streams.operations import StreamOperations
-from flo_redis.worker.action_worker import DEFAULT_OFFER_WINDOW_MS, ActionWorker
+from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS
+from flo_redis.worker.action_worker import ActionWorker
 from flo_redis.worker.stream_worker import StreamHandler, StreamWorker
 
 log = logging.getLogger("flo_redis.client")
@@ -57,6 +59,11 @@ __all__ = [
     "is_cluster_endpoint",
     "normalize_endpoint",
 ]
+
+
+def _keywords(given: dict[str, Any]) -> dict[str, Any]:
+    """A method's arguments (its ``locals()`` on entry) but ``self``, as keywords."""
+    return {name: value for name, value in given.items() if name != "self"}
 
 
 class FloClient(ClosesOnExit):
@@ -206,17 +213,8 @@ class FloClient(ClosesOnExit):
         :class:`~flo_redis.worker.ActionWorkerOptions`) False leaves the process's garbage
         collector alone; ``offer_window_ms``: how long a run handed to the idle worker
         waits for its accept before it goes back to its queue for another worker."""
-        return ActionWorker(
-            self,
-            worker_id=worker_id,
-            concurrency=concurrency,
-            action_timeout=action_timeout,
-            block_ms=block_ms,
-            auto_touch=auto_touch,
-            serializer=serializer,
-            tune_gc=tune_gc,
-            offer_window_ms=offer_window_ms,
-        )
+        # Its keywords are the worker's own, passed on as given.
+        return ActionWorker(self, **_keywords(locals()))
 
     def new_stream_worker(
         self,
@@ -234,20 +232,7 @@ class FloClient(ClosesOnExit):
         claim_min_idle_ms: int = 0,
     ) -> StreamWorker:
         """A :class:`StreamWorker` on this client's endpoint and namespace."""
-        return StreamWorker(
-            self,
-            handler,
-            stream=stream,
-            group=group,
-            consumer=consumer,
-            worker_id=worker_id,
-            concurrency=concurrency,
-            batch_size=batch_size,
-            block_ms=block_ms,
-            message_timeout=message_timeout,
-            redeliver_pending_on_reconnect=redeliver_pending_on_reconnect,
-            claim_min_idle_ms=claim_min_idle_ms,
-        )
+        return StreamWorker(self, **_keywords(locals()))
 
     def sibling(self) -> FloClient:
         """A new, unconnected client with this one's endpoint, namespace and settings

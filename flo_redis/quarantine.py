@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flo_redis._session.aside import scope_of
 from flo_redis._session.session import Operations, Session
 from flo_redis._wire import runner
+from flo_redis._wire.aside import scope_of
 from flo_redis._wire.checks import check_count
 from flo_redis._wire.codec import BadRecord, decoded, pack, text
 from flo_redis._wire.gateway import (

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from flo_redis._session.aio import sleep_unless_stopped
+from flo_redis._aio import sleep_unless_stopped
 from flo_redis.errors import ServerError
 from flo_redis.types import Ran, StatusCode
 

@@ -34,7 +34,8 @@ from flo_redis._session.tracer import ProducerTracer, invoke_span
 from flo_redis._wire.checks import check_callback, check_count, check_options
 from flo_redis._wire.gateway import ACTION_INVOKE, RUN_CANCEL
 from flo_redis._wire.keys import ActionKeys, action_keys, action_of_run, check_namespace
-from flo_redis._wire.runner import redis_errors, translated
+from flo_redis._wire.sync_runner import SyncScriptRunner
+from flo_redis._wire.translate import redis_errors, translated
 from flo_redis.actions import runs as runs
 from flo_redis.client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
 from flo_redis.errors import FloError, RedisVersionError
@@ -66,7 +67,7 @@ class SyncActionOperations:
         limit = self._client.max_payload_bytes
         with invoke_span(self._client.tracer, keys.namespace, name, 1) as span:
             args, size = runs.invoke_request(keys, input_data, opts, limit, span.context)
-            reply = ACTION_INVOKE.call_sync(self._client.checked(), keys, args)
+            reply = ACTION_INVOKE.call_sync(self._client.scripts(), keys, args)
             result = runs.invoke_reply(reply, keys, size)
             span.sent((result.run_id,))
         return result
@@ -92,7 +93,8 @@ class SyncActionOperations:
         with redis_errors("cancel"):
             raw = conn.hget(keys.runs, run_id)
         args, tail = runs.cancel_request(run_id, keys, raw)
-        notice = runs.cancel_reply(RUN_CANCEL.call_sync(conn, keys, args, tail=tail), keys, run_id)
+        reply = RUN_CANCEL.call_sync(self._client.scripts(), keys, args, tail=tail)
+        notice = runs.cancel_reply(reply, keys, run_id)
         if notice is not None:  # best effort: the holder's next touch tells it anyway
             with contextlib.suppress(FloError), redis_errors("cancel notice"):
                 conn.spublish(*notice)
@@ -191,6 +193,8 @@ class SyncFloClient:
             self.redis = RedisCluster.from_url(plain, **kwargs)
         else:
             self.redis = redis.Redis.from_url(url, **kwargs)
+        # How this client's scripts are sent (its own: no other client shares it).
+        self.runner = SyncScriptRunner(self.redis)
         self.action = SyncActionOperations(self)
         self._version_checked = False
         self._endpoint = url
@@ -205,6 +209,11 @@ class SyncFloClient:
                 raise RedisVersionError(version)
             self._version_checked = True
         return self.redis
+
+    def scripts(self) -> SyncScriptRunner:
+        """The script runner, once the server was checked (:meth:`checked`)."""
+        self.checked()
+        return self.runner
 
     def close(self) -> None:
         self.redis.close()

@@ -177,13 +177,13 @@ if n > out[3] then
     while from <= last and taken < want do
       local to = math.min(last, from + want - taken - 1)
       local raws = redis.call('HMGET', k.runs, unpack(candidates, from, to))
+      local decoded, whys = run_decode_all(raws)
       for i = from, to do
-        local run_id, raw = candidates[i], raws[i - from + 1]
-        local run, why = false, nil
-        if raw then run, why = run_decode(raw) end
+        local j = i - from + 1
+        local run_id, run, why = candidates[i], decoded[j], whys and whys[j]
         if why then
           local n_bad = #bad
-          bad[n_bad + 1], bad[n_bad + 2], bad[n_bad + 3] = run_id, raw, why
+          bad[n_bad + 1], bad[n_bad + 2], bad[n_bad + 3] = run_id, raws[j], why
         elseif not run or run.s ~= RUN_PENDING then
           n_dropped = n_dropped + 1
           dropped[n_dropped] = run_id

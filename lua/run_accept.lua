@@ -25,15 +25,16 @@ local MAX_ITEMS = 1000
 if not items or #items % 2 ~= 0 then return {ST_BAD_ARG, 1} end
 if #items > 2 * MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
 for i = 1, #items, 2 do
-  if type(items[i]) ~= 'string' or not arg_int(items[i + 1], 1, INT_MAX) then
-    return {ST_BAD_ARG, 1}
-  end
+  local token = arg_int(items[i + 1], 1, INT_MAX)
+  if type(items[i]) ~= 'string' or not token then return {ST_BAD_ARG, 1} end
+  items[i + 1] = token  -- parsed once, as run_is_holder takes it
 end
 local n_items = #items / 2
 if n_items == 0 then return {ST_OK} end
 local ids = {}
 for i = 1, n_items do ids[i] = items[2 * i - 1] end
 local raws = redis.call('HMGET', runs_key, unpack(ids))
+local decoded = run_decode_all(raws)
 local loaded = {}  -- run_id -> record (false: none), as changed by this call
 local records, n_saved = {}, 0
 local out, out_n = {ST_OK}, 1
@@ -43,7 +44,7 @@ for i = 1, n_items do
   if run == nil then
     -- A record that does not decode is answered as none: the claims and the reaper,
     -- which report what they set aside, quarantine it.
-    run = raws[i] and run_decode(raws[i]) or false
+    run = decoded[i]
     loaded[run_id] = run
   end
   local status, duplicate, state = ST_NOT_FOUND, 0, -1

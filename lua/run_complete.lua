@@ -32,19 +32,20 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
   ended = ended_channel(KEYS[9]), quarantine = KEYS[10]}
 local run_id = ARGV[1]
-local token = ARGV[2]
+local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]
 local result = ARGV[4]
 local outcome = ARGV[5]
 local RETAIN_BATCH = 100
 
-if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
+if token == nil then return {ST_BAD_ARG, 2} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
-local status, duplicate, detail
+local answer = {}
 local applied = complete_runs(k, action, now, {run_id, token, result, outcome}, worker_id,
-  function(s, d, x) status, duplicate, detail = s, d, x end)
+  answer, 0)
+local status, duplicate, detail = answer[1], answer[2], answer[3]
 if status == ST_TOO_LARGE then return {ST_TOO_LARGE, detail, RUN_RUNNING} end
 if applied > 0 then
   tally_ended(k.meta, now, 'c', 1)

@@ -31,32 +31,20 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
   ended = ended_channel(KEYS[9]), quarantine = KEYS[10]}
 local worker_id = ARGV[1]
-local items = arg_array(ARGV[2], INT_MAX)
+local items = ARGV[2]
 local RETAIN_BATCH = 100
 local MAX_ITEMS = 1000
 
-if not items or #items % 4 ~= 0 then return {ST_BAD_ARG, 2} end
-if #items > 4 * MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
-
-for i = 1, #items, 4 do
-  local token = items[i + 1]
-  if type(items[i]) ~= 'string' or type(items[i + 2]) ~= 'string'
-      or type(items[i + 3]) ~= 'string' or (token ~= '' and not arg_int(token, 1, INT_MAX)) then
-    return {ST_BAD_ARG, 2}
-  end
-end
+local values, n_values = arg_array_of(items, INT_MAX)  -- each value checked below
+if not values or n_values % 4 ~= 0 then return {ST_BAD_ARG, 2} end
+if n_values > 4 * MAX_ITEMS then return {ST_OUT_OF_RANGE, MAX_ITEMS} end
+if not complete_items(values, n_values) then return {ST_BAD_ARG, 2} end
 
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local now = now_ms()
-local out, out_n = {ST_OK}, 1
-local applied = complete_runs(k, action, now, items, worker_id, function(status, duplicate,
-    detail)
-  out[out_n + 1] = status
-  out[out_n + 2] = duplicate
-  out[out_n + 3] = detail
-  out_n = out_n + 3
-end)
+local out = {ST_OK}
+local applied = complete_runs(k, action, now, values, worker_id, out, 1)
 if applied > 0 then
   tally_ended(k.meta, now, 'c', applied)
   -- Trim at least as many kept runs as this call finished, so retention keeps pace.

@@ -43,13 +43,13 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   owned = KEYS[10], ended = ended_channel(KEYS[11]), parked = KEYS[12], polls = KEYS[13],
   poll_times = KEYS[14], owners = KEYS[15], rate = KEYS[16], quarantine = KEYS[17]}
 local run_id = ARGV[1]
-local token = ARGV[2]
+local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]
 local message = ARGV[4]
 local retry = arg_int(ARGV[5], 0, 1)
 local traceback = ARGV[6]
 
-if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
+if token == nil then return {ST_BAD_ARG, 2} end
 if not retry then return {ST_BAD_ARG, 5} end
 
 local action = action_load(k.definition)

@@ -26,12 +26,12 @@
 local k = {runs = KEYS[1], meta = KEYS[2], ended = ended_channel(KEYS[3]), leases = KEYS[4],
   inputs = KEYS[5], quarantine = KEYS[6]}
 local run_id = ARGV[1]
-local token = ARGV[2]
+local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]
 local value = ARGV[4]
 local MAX_PROGRESS_BYTES = 1024
 
-if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
+if token == nil then return {ST_BAD_ARG, 2} end
 if #value > MAX_PROGRESS_BYTES then return {ST_TOO_LARGE, MAX_PROGRESS_BYTES} end
 local run, refused = run_held(k, run_id, token, worker_id)
 if not run then return refused end

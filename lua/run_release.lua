@@ -38,10 +38,10 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[
   polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12], rate = KEYS[13],
   quarantine = KEYS[14]}
 local run_id = ARGV[1]
-local token = ARGV[2]
+local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]
 
-if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
+if token == nil then return {ST_BAD_ARG, 2} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local run, why, raw = run_load(k.runs, run_id)

@@ -24,12 +24,12 @@
 local k = {runs = KEYS[1], leases = KEYS[2], meta = KEYS[3], inputs = KEYS[4],
   quarantine = KEYS[5]}
 local run_id = ARGV[1]
-local token = ARGV[2]
+local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]
 local MAX_EXTEND_MS = 3600000
 local extend_ms = arg_int(ARGV[4], 1, MAX_EXTEND_MS)
 
-if token ~= '' and not arg_int(token, 1, INT_MAX) then return {ST_BAD_ARG, 2} end
+if token == nil then return {ST_BAD_ARG, 2} end
 if not extend_ms then return {ST_BAD_ARG, 4} end
 
 local run, refused = run_held(k, run_id, token, worker_id)

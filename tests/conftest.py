@@ -7,6 +7,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -71,6 +72,24 @@ def redis_url() -> Iterator[str]:
         yield server.url
     finally:
         server.discard()
+
+
+# Markers by layer: fault tests (outages, kills, soaks), command-line tests (mostly
+# subprocesses) and browser tests take seconds each: slow. Every test that starts or
+# reaches a Redis Cluster is a cluster test, wherever it lives. Single tests elsewhere
+# carry their own mark. ``pytest -m "not slow and not cluster"`` is the fast subset
+# (tests/README.md).
+_FOLDER_MARKS = {"faults": "slow", "cli": "slow", "browser": "slow", "cluster": "cluster"}
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = item.path.relative_to(_TESTS).parts[0] if _TESTS in item.path.parents else ""
+        if folder in _FOLDER_MARKS:
+            item.add_marker(_FOLDER_MARKS[folder])
+        if "cluster_url" in getattr(item, "fixturenames", ()):
+            item.add_marker("cluster")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -21,6 +21,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
+from flo_redis._wire.lane import closed_by_server
 from flo_redis.errors import ConnectionFailedError, InvalidEndpointError
 
 #: Commands one client has in flight at most (one connection each); more wait their turn.
@@ -103,8 +104,9 @@ def connect_redis(
     At most ``max_connections`` connections are open to one server (to each node of a
     cluster); a command that finds them all busy waits for one to come free (up to
     ``timeout_s``) instead of failing — redis-py's own pool would raise "Too many
-    connections". On a cluster the wait happens in :mod:`._scripts` (:func:`configure`),
-    redis-py's cluster pool having no waiting mode."""
+    connections". On a cluster the wait happens in the session's script runner
+    (:class:`flo_redis._wire.runner.ScriptRunner`, ``max_in_flight``), redis-py's cluster
+    pool having no waiting mode."""
     kwargs: dict[str, Any] = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,
@@ -140,13 +142,6 @@ def connect_redis(
 # Connection classes made to look before they send (_look_before_sending), by the class
 # they are made from.
 _LOOKING: dict[type[Connection], type[Connection]] = {}
-
-
-def closed_by_server(conn: Any) -> bool:
-    """Whether redis-py connection ``conn`` is open on this side but the server closed
-    it (while it sat idle): its next command would fail unwritten, so make it again."""
-    reader = conn._reader
-    return reader is not None and bool(reader.at_eof())
 
 
 def _looking(base: type[Connection]) -> type[Connection]:

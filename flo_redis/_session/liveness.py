@@ -1,7 +1,7 @@
 """Owner liveness: this process's owner channels, held so Redis can tell when it is gone.
 
-What it is for and how the scripts judge an owner: README ("When a worker process dies")
-and ``lua/README.md`` ("Liveness"). This module holds the subscriptions
+What it is for and how the scripts judge an owner: docs/health.md ("When a worker process
+dies") and ``lua/README.md`` ("Liveness"). This module holds the subscriptions
 (:class:`Liveness`, through :mod:`flo_redis._session.pubsub`);
 :mod:`flo_redis._session.reclaim` runs the scripts that read them.
 """
@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from flo_redis._session.pubsub import Subscriber
 from flo_redis._wire.keys import check_name, owner_channel
 
-log = logging.getLogger("flo_redis._session.liveness")
+log = logging.getLogger("flo_redis.liveness")
 
 DEFAULT_GRACE_MS = 1000
 """How long an owner must stay without its liveness subscription before its work is

@@ -29,7 +29,7 @@ from flo_redis._wire.keys import notice_channel
 from flo_redis._wire.runner import RedisConn, redis_errors
 from flo_redis.errors import FloError, is_connection_error
 
-log = logging.getLogger("flo_redis._session.notices")
+log = logging.getLogger("flo_redis.notices")
 
 # A worker's listener wakes this often even when nothing happens, to check that its
 # subscriptions stand (a lost one wakes it at once as well).

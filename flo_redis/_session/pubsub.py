@@ -1,11 +1,11 @@
 """Sharded pub/sub subscriptions: per-node connections, confirmed and kept standing.
 
-Wake-ups (:mod:`flo_redis._session.wake`) and liveness
-(:mod:`flo_redis._session.liveness`) each hold their
-sharded channels (``SSUBSCRIBE``) through a :class:`Subscriber` of their own; what the
-channels mean to the scripts is in ``lua/README.md`` ("Wake-ups", "Liveness"). A
-subscriber routes a channel to the primary owning its hash slot, with one connection of
-its own (the client's settings) and one reader task per node; sends one ``SSUBSCRIBE``
+Wake-ups (:mod:`flo_redis._session.wake`) and liveness (:mod:`flo_redis._session.liveness`)
+each hold their sharded channels (``SSUBSCRIBE``) through a :class:`Subscriber` of their
+own; what the channels mean to the scripts is in ``lua/README.md`` ("Wake-ups",
+"Liveness"). A subscriber routes a channel to the primary owning its hash slot, with one
+connection of its own (the client's settings) and one reader task per node
+(:mod:`flo_redis._session.routes`); sends one ``SSUBSCRIBE``
 per slot (a cluster refuses several slots in one); and counts a channel as subscribed
 once Redis confirmed it. A subscription lost — connection dropped, slot moved (Redis
 unsubscribes it), subscribe redirected (``MOVED``/``TRYAGAIN``) — is made again where the
@@ -27,31 +27,8 @@ users' real differences are named parameters:
 Never give both one subscriber: a frozen process whose liveness connection filled with
 wake-ups would be disconnected by Redis for its output buffer — a false death.
 
-A subscriber's connections speak RESP2, and its reader takes each reply straight off
-the connection: a published message goes to its channel's listeners at once, in the
-order they were attached (a poller's hand-off inbox, attached first, starts a handed run
-before the poll's watch is woken), and the reader then lets what it started run before
-reading on; other replies (subscribe confirmations, unsubscribes, pongs) go through
-redis-py's ``PubSub`` bookkeeping.
-
-Waiting for one message (e.g. a script publishing that a run ended) is a
-:class:`Listener` on the client's ``waker``. Arm it *before* reading the state the
-message is about, so a message published in between is never missed; ``release=True``
-unsubscribes the channel when its last listener leaves (one-off channels; a queue's wake
-channel stays subscribed for the next poll)::
-
-    async with waker.listening([channel], release=True) as listener:
-        while True:
-            await listener.arm()  # forget what was heard; subscribed and confirmed
-            if (state := await read_state()) is finished:
-                return state
-            remaining = deadline - loop.time()
-            if remaining <= 0 or not await listener.wait(remaining):
-                return None  # deadline
-            # woken by a message (payload: listener.message) or by a lost
-            # subscription (the next arm makes it again): read the state again
-
-A wake-up may be spurious, so the state read after it, not the message, decides.
+Waiting for one message is a :class:`~flo_redis._session.listener.Listener` (how to use
+one: :mod:`flo_redis._session.listener`).
 """
 
 from __future__ import annotations
@@ -59,64 +36,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 import redis.exceptions as rex
-from redis.asyncio import ConnectionPool, Redis
-from redis.asyncio.client import PubSub
+from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import AbstractConnection
-from redis.crc import key_slot
 
+from flo_redis._aio import cancel_and_wait
 from flo_redis._session import outage
-from flo_redis._session.aio import cancel_and_wait
-from flo_redis._session.endpoint import plain_connection_class
-from flo_redis._session.listener import Listener
+from flo_redis._session.listener import Listener, Listeners
+from flo_redis._session.routes import (
+    Route,
+    SlotMap,
+    by_slot,
+    new_route,
+    node_name,
+    read_route,
+    subscribe_failure,
+)
 from flo_redis._wire.denied import denied, is_denied
 from flo_redis.errors import NotConnectedError, PermissionDeniedError, is_connection_error
 
 SUBSCRIBE_TIMEOUT_S = 5.0
-
-
-async def _connect_to_primary(conn: AbstractConnection) -> None:
-    """Connect as usual, then refuse a replica as a connection that failed: after a
-    failover, the address may lead to the old primary (now a replica) for a while, and
-    what is subscribed there hears the primary's messages but is counted by nobody
-    (liveness, hand-offs). A server that will not say (``INFO`` refused) counts as a
-    primary."""
-    await conn.on_connect()
-    await conn.send_command("INFO", "replication")
-    try:
-        info = await conn.read_response()
-    except rex.ResponseError:
-        return
-    if isinstance(info, bytes) and (b"role:slave" in info or b"role:replica" in info):
-        raise rex.ConnectionError(
-            "the server at this address is a replica now (a failover); "
-            "subscribing again once it leads to the primary"
-        )
-
-
-class _Route:
-    """The subscriptions held on one Redis node: a connection and the task reading it."""
-
-    def __init__(self, name: str, redis: Redis) -> None:
-        self.name = name
-        self.redis = redis
-        self.pubsub: PubSub = redis.pubsub()
-        self.reader: asyncio.Task[None] | None = None
-        self.channels: set[str] = set()  # subscribed, or subscription sent
-        self.leaving: Counter[str] = Counter()  # our own SUNSUBSCRIBEs not answered yet
-
-    async def close(self) -> None:
-        if self.reader is not asyncio.current_task():
-            await cancel_and_wait(self.reader, quiet=True)
-        with contextlib.suppress(Exception):
-            await self.pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
-        with contextlib.suppress(Exception):
-            await self.redis.aclose()
 
 
 class Subscriber:
@@ -146,15 +88,14 @@ class Subscriber:
         self._retry_pauses = tuple(retry_pauses)
         self._ping_every_s = ping_every_s
         self._client_name = client_name
-        self._routes: dict[str, _Route] = {}
+        self._routes: dict[str, Route] = {}
         self._state: dict[str, asyncio.Future[None]] = {}  # pending, or done: confirmed
         self._route_of: dict[str, str] = {}
         self._wanted: set[str] = set()  # with keep: made again whenever lost
-        # channel -> its listeners, in the order they were attached (told in that order)
-        self._listeners: dict[str, dict[Listener, None]] = {}
+        self._listeners = Listeners()
         self._lock = asyncio.Lock()
         self._closed = False
-        self._refresh: asyncio.Task[None] | None = None
+        self._slots = SlotMap(connection, purpose, log)
         self._keeper: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._denied: dict[str, PermissionDeniedError] = {}  # SSUBSCRIBEs the ACL refused
@@ -173,6 +114,7 @@ class Subscriber:
     def reopen(self) -> None:
         """Take subscriptions again after :meth:`close`."""
         self._closed = False
+        self._slots.closed = False
 
     # --- listening -------------------------------------------------------------------
 
@@ -191,27 +133,17 @@ class Subscriber:
         """Deliver the messages of ``listener.channels`` to ``listener`` while inside."""
         if not self._deliver:
             raise TypeError(f"{self._purpose} subscriptions carry no messages to listen to")
-        for name in listener.channels:
-            self._listeners.setdefault(name, {})[listener] = None
+        self._listeners.attach(listener)
         try:
             yield
         finally:
-            idle = []
-            for name in listener.channels:
-                listeners = self._listeners.get(name)
-                if listeners is not None:
-                    listeners.pop(listener, None)
-                    if not listeners:
-                        del self._listeners[name]
-                        idle.append(name)
+            idle = self._listeners.detach(listener)
             if release and idle and not self._closed:
                 await self._unsubscribe(idle)
 
     def fire_all(self) -> None:
         """Wake every listener now."""
-        for listeners in self._listeners.values():
-            for listener in listeners:
-                listener.fire()
+        self._listeners.fire_all()
 
     # --- subscribing -----------------------------------------------------------------
 
@@ -254,7 +186,7 @@ class Subscriber:
                     f"{self._purpose} subscription to {channels[0]!r} not confirmed within "
                     f"{SUBSCRIBE_TIMEOUT_S:g} s"
                 )
-            await self._refreshed()
+            await self._slots.refreshed()
             await asyncio.sleep(self._pause(attempt))
             attempt += 1
 
@@ -269,12 +201,7 @@ class Subscriber:
             if not missing:
                 return
             loop = asyncio.get_running_loop()
-            groups: dict[tuple[str, int], list[str]] = defaultdict(list)
-            for name in missing:
-                route = self._route_for(name)
-                # A cluster refuses one SSUBSCRIBE naming channels of several slots.
-                groups[(route.name, key_slot(name.encode()))].append(name)
-            for (route_name, _), group in groups.items():
+            for route_name, group in by_slot((self._route_for(n).name, n) for n in missing):
                 route = self._routes[route_name]
                 for name in group:
                     self._state[name] = loop.create_future()
@@ -285,34 +212,25 @@ class Subscriber:
                 except BaseException as exc:
                     for name in group:
                         self._forget(name)
-                    if is_denied(exc):  # e.g. CLIENT SETNAME refused on connecting
-                        raise denied(f"{self._purpose} subscription", exc) from exc
-                    # redis-py raises AttributeError ('NoneType' ... 'writelines') when
-                    # the connection is closed under a command it is sending: that is a
-                    # lost connection too, not a fault of ours.
-                    if isinstance(exc, rex.RedisError | OSError | AttributeError):
+                    error = subscribe_failure(exc, self._purpose)
+                    if isinstance(error, NotConnectedError):
                         await self._drop(route, f"{self._purpose} subscribing", exc)
-                        raise NotConnectedError(
-                            f"{self._purpose} subscription failed: {exc}"
-                        ) from exc
-                    raise
-                if route.reader is None or route.reader.done():
-                    route.reader = asyncio.create_task(
-                        self._read(route),
-                        name=f"flo-redis-{self._purpose}-reader-{route_name or 'redis'}",
-                    )
+                    if error is exc:
+                        raise
+                    raise error from exc
+                route.read_by(self._read, self._purpose)
 
     async def _unsubscribe(self, channels: list[str]) -> None:
         """Unsubscribe ``channels`` that nobody listens to (any more)."""
         async with self._lock:
-            groups: dict[tuple[str, int], list[str]] = defaultdict(list)
+            leaving = []
             for name in channels:
                 route_name = self._route_of.get(name)
                 if name in self._listeners or name in self._wanted or route_name is None:
                     continue
                 self._forget(name)
-                groups[(route_name, key_slot(name.encode()))].append(name)
-            for (route_name, _), group in groups.items():
+                leaving.append((route_name, name))
+            for route_name, group in by_slot(leaving):
                 route = self._routes.get(route_name)
                 if route is None:
                     continue
@@ -322,35 +240,13 @@ class Subscriber:
                 except (rex.RedisError, OSError) as exc:
                     await self._drop(route, f"{self._purpose} unsubscribing", exc)
 
-    def _route_for(self, channel: str) -> _Route:
+    def _route_for(self, channel: str) -> Route:
         """The route of the node owning ``channel`` (its connection made on first use)."""
         conn = self._connection()
-        cls: type[Any]
-        if isinstance(conn, RedisCluster):
-            node = conn.get_node_from_key(channel)
-            if node is None:
-                raise NotConnectedError(f"no cluster node owns {self._purpose} channel {channel!r}")
-            name, cls, kwargs = node.name, node.connection_class, node.connection_kwargs
-            cls = plain_connection_class(cls)
-        else:
-            main = conn.connection_pool
-            name, cls, kwargs = "", main.connection_class, main.connection_kwargs
+        name = node_name(conn, channel, self._purpose)
         route = self._routes.get(name)
         if route is None:
-            settings = dict(kwargs)
-            # RESP2: a message is a plain array, read without RESP3's push handling
-            # (server maintenance notices need RESP3; a lost connection is made again).
-            settings["protocol"] = 2
-            settings.pop("maint_notifications_config", None)
-            settings.pop("maint_notifications_pool_handler", None)
-            if self._client_name is not None:
-                settings["client_name"] = self._client_name
-            if not isinstance(conn, RedisCluster):  # a cluster's replicas redirect
-                settings["redis_connect_func"] = _connect_to_primary
-            route = _Route(
-                name, Redis(connection_pool=ConnectionPool(connection_class=cls, **settings))
-            )
-            self._routes[name] = route
+            route = self._routes[name] = new_route(conn, name, channel, self._client_name)
         return route
 
     def _forget(self, name: str) -> None:
@@ -370,9 +266,8 @@ class Subscriber:
         subscribe again when they arm), and reload the slot map."""
         for name in list(names):
             self._forget(name)
-            for listener in self._listeners.get(name, ()):
-                listener.fire()
-        self._refresh_slots()
+            self._listeners.fire(name)
+        self._slots.refresh()
 
     async def _keep_standing(self) -> None:
         """With ``keep``: subscribe again whatever was lost, at once, then backing off
@@ -386,7 +281,7 @@ class Subscriber:
                 continue
             await asyncio.sleep(self._pause(failures))
             try:
-                await self._refreshed()
+                await self._slots.refreshed()
                 await self._subscribe_missing(self._wanted)
                 failures = 0
             except asyncio.CancelledError:
@@ -397,98 +292,38 @@ class Subscriber:
                     outage.failed(self._log, self._connection, self._purpose, exc)
                 elif failures == 1 or failures % 40 == 0:  # not 4 lines a second
                     self._log.warning("%s: subscribing again failed (%s)", self._purpose, exc)
-                self._refresh_slots()  # the slot map may be what is stale
+                self._slots.refresh()  # the slot map may be what is stale
                 self._kick.set()
 
-    async def _refreshed(self) -> None:
-        """Wait for a slot-map reload asked for after a loss, if one is running."""
-        task = self._refresh
-        if task is not None and not task.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
+    async def _read(self, route: Route) -> None:
+        """Read ``route``'s connection while it is this subscriber's route to its node."""
+        await read_route(
+            route,
+            ping_every_s=self._ping_every_s,
+            reading=lambda: not self._closed and self._routes.get(route.name) is route,
+            message=self._deliver_message,
+            other=lambda message: self._dispatch(route, message),
+            refused=lambda exc: self._refused(route, exc),
+            failed=lambda exc: self._drop(route, f"{self._purpose} connection", exc),
+        )
 
-    def _refresh_slots(self) -> None:
-        """Reload the cluster's slot map (once, in the background)."""
-        if self._closed:
+    def _refused(self, route: Route, exc: rex.ResponseError) -> None:
+        """An error reply on ``route``'s connection: an ``SSUBSCRIBE`` the ACL refused is
+        told to whoever waits for it, any other refusal by the ACL (a keep-alive
+        ``PING``) to every later ensure(); a redirected one is made again."""
+        if is_denied(exc):
+            refused = [n for n in route.channels if not self.confirmed(n)]
+            for name in refused:
+                self._denied[name] = denied(f"SSUBSCRIBE {name}", exc)
+            if not refused and self.refusal is None:
+                self.refusal = denied(f"{self._purpose} connection", exc)
+                self._log.error("%s", self.refusal)
+            self._lost(refused)
             return
-        try:
-            cluster = self._connection()
-        except NotConnectedError:
-            return
-        if not isinstance(cluster, RedisCluster):
-            return
-        if self._refresh is not None and not self._refresh.done():
-            return
-
-        async def refresh() -> None:
-            try:
-                await cluster.nodes_manager.initialize()
-            except Exception as exc:  # the next subscribe fails and says why
-                self._log.debug("reloading the cluster slot map failed (%s)", exc)
-
-        self._refresh = asyncio.create_task(refresh(), name=f"flo-redis-{self._purpose}-slots")
-
-    # --- reading ---------------------------------------------------------------------
-
-    async def _read(self, route: _Route) -> None:
-        loop = asyncio.get_running_loop()
-        pubsub = route.pubsub
-        conn = pubsub.connection
-        if conn is None:  # not subscribed yet: nothing to read
-            return
-        # Replies read straight off the connection (RESP2, see _route_for): a message is
-        # passed on without redis-py's PubSub bookkeeping, anything else goes through it.
-        read = conn.read_response
-        ping = self._ping_every_s
-        heard_at = loop.time()
-        pinged_at: float | None = None
-        while not self._closed and self._routes.get(route.name) is route:
-            try:
-                if ping is not None:
-                    now = loop.time()
-                    if pinged_at is not None and now - pinged_at > ping:
-                        raise rex.TimeoutError(f"no answer to PING in {ping:g} s")
-                    if pinged_at is None and now - heard_at >= ping:
-                        await pubsub.ping()
-                        pinged_at = now
-                reply = await read(
-                    timeout=min(1.0, ping or 1.0), disconnect_on_error=False, push_request=True
-                )
-            except asyncio.CancelledError:
-                raise
-            except rex.ResponseError as exc:
-                if is_denied(exc):
-                    # An SSUBSCRIBE refused by the ACL is told to whoever waits for it;
-                    # anything else (a keep-alive PING) to every later ensure().
-                    refused = [n for n in route.channels if not self.confirmed(n)]
-                    for name in refused:
-                        self._denied[name] = denied(f"SSUBSCRIBE {name}", exc)
-                    if not refused and self.refusal is None:
-                        self.refusal = denied(f"{self._purpose} connection", exc)
-                        self._log.error("%s", self.refusal)
-                    self._lost(refused)
-                    continue
-                # MOVED / ASK / TRYAGAIN for a subscribe sent on a stale slot map:
-                # subscribe again where the slot lives now.
-                self._log.info(
-                    "%s subscription on %s redirected (%s)", self._purpose, route.name, exc
-                )
-                self._lost(n for n in route.channels if not self.confirmed(n))
-                continue
-            except Exception as exc:
-                await self._drop(route, f"{self._purpose} connection", exc)
-                return
-            if reply is None:
-                continue  # nothing within the timeout
-            heard_at, pinged_at = loop.time(), None
-            if type(reply) is list and len(reply) == 3 and reply[0] == b"smessage":
-                self._deliver_message(reply[1], reply[2])  # the common case, read at once
-                # Let what the message started (a handed run) go first.
-                await asyncio.sleep(0)
-                continue
-            message = await pubsub.handle_message(reply)
-            if message is not None:
-                self._dispatch(route, message)
+        # MOVED / ASK / TRYAGAIN for a subscribe sent on a stale slot map:
+        # subscribe again where the slot lives now.
+        self._log.info("%s subscription on %s redirected (%s)", self._purpose, route.name, exc)
+        self._lost(n for n in route.channels if not self.confirmed(n))
 
     def _deliver_message(self, channel: bytes, data: Any) -> None:
         """A message published on ``channel``: to its listeners, in the order they came."""
@@ -496,10 +331,9 @@ class Subscriber:
         if not self._deliver:
             self._log.warning("unexpected message on %s channel %s", self._purpose, name)
             return
-        for listener in self._listeners.get(name, ()):
-            listener.fire(data if isinstance(data, bytes) else None)
+        self._listeners.fire(name, data if isinstance(data, bytes) else None)
 
-    def _dispatch(self, route: _Route, message: dict[str, Any]) -> None:
+    def _dispatch(self, route: Route, message: dict[str, Any]) -> None:
         kind = message.get("type")
         channel = message.get("channel")
         name = channel.decode() if isinstance(channel, bytes) else str(channel)
@@ -511,13 +345,8 @@ class Subscriber:
                 state.set_result(None)
                 outage.reached(self._log, self._connection)
         elif kind == "sunsubscribe":
-            if route.leaving[name] > 0:  # the answer to our own unsubscribe
-                route.leaving[name] -= 1
-                if not route.leaving[name]:
-                    del route.leaving[name]
-                return
-            if self._route_of.get(name) != route.name:
-                return
+            if route.left(name) or self._route_of.get(name) != route.name:
+                return  # the answer to our own unsubscribe, or not this route's
             # The server dropped the subscription (the slot moved): take it again.
             why = f"{self._purpose} channel {name} unsubscribed by {route.name or 'redis'}"
             self._log.warning("%s (slot moved); subscribing again", why)
@@ -529,15 +358,12 @@ class Subscriber:
         """Make every connection again, and every subscription on it: the node they are
         on answered as a replica (a failover), where the primary counts none of them."""
         for route in list(self._routes.values()):
-            self._log.warning(
-                "%s subscriptions on %s: Redis there is now a replica; subscribing again",
-                self._purpose,
-                route.name or "redis",
-            )
+            where = f"{self._purpose} subscriptions on {route.name or 'redis'}"
+            self._log.warning("%s: Redis there is now a replica; subscribing again", where)
             await self._drop(route)
 
     async def _drop(
-        self, route: _Route, what: str | None = None, cause: BaseException | None = None
+        self, route: Route, what: str | None = None, cause: BaseException | None = None
     ) -> None:
         """Forget a node's connection and its subscriptions, which are made again (by the
         keeper, or by listeners woken to arm again); ``what`` failed with ``cause``."""
@@ -555,8 +381,9 @@ class Subscriber:
         self._closed = True
         self._wanted.clear()
         self.fire_all()
-        await cancel_and_wait(self._keeper, self._refresh, quiet=True)
-        self._keeper = self._refresh = None
+        await cancel_and_wait(self._keeper, quiet=True)
+        self._keeper = None
+        await self._slots.close()
         routes, self._routes = list(self._routes.values()), {}
         for state in self._state.values():
             if not state.done():

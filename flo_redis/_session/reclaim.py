@@ -5,26 +5,22 @@ How the reclaim scripts judge an owner (present, suspected, gone after the grace
 :data:`DEFAULT_GRACE_MS`) is in ``lua/README.md`` ("Liveness"); :func:`sweep` calls one
 of them (``action_reclaim``, ``group_reclaim``, ``queue_reclaim``) about every owner of a
 queue or group. :class:`Reaper` sweeps periodically in every worker process, so dead
-work comes back even when nothing new is invoked or polled. :func:`liveness_stats` reads the
-counters the scripts keep: reclaims by cause, stale reports refused, slot occupancy.
+work comes back even when nothing new is invoked or polled. The counters the scripts keep of it
+are read by :mod:`flo_redis._session.liveness_stats`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from flo_redis._session import outage
-from flo_redis._session.aio import raise_if_cancelling, wait_event
-from flo_redis._session.aside import scope_of, warn_set_aside
 from flo_redis._session.liveness import DEFAULT_GRACE_MS
 from flo_redis._session.session import Session
 from flo_redis._wire import runner
-from flo_redis._wire.checks import check_count, check_names, not_registered
-from flo_redis._wire.codec import BadRecord, decoded, pack, unpack_record
+from flo_redis._wire.aside import scope_of, warn_set_aside
+from flo_redis._wire.checks import check_count, check_names
+from flo_redis._wire.codec import decoded, pack
 from flo_redis._wire.gateway import ACTION_REAP, ACTION_RECLAIM, Script
 from flo_redis._wire.keys import (
     ActionKeys,
@@ -34,28 +30,22 @@ from flo_redis._wire.keys import (
     action_keys,
     owner_channel,
 )
+from flo_redis._wire.refusals import not_registered
 from flo_redis._wire.replies import Reclaimed
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal
-from flo_redis.actions.schedules import fire_due
 from flo_redis.errors import (
-    NotFoundError,
-    PermissionDeniedError,
     ValidationError,
-    is_connection_error,
 )
 
-log = logging.getLogger("flo_redis._session.reclaim")
+log = logging.getLogger("flo_redis.reclaim")
 
-DEFAULT_REAP_INTERVAL_S = 0.25
-"""How often a worker's reaper looks for gone owners in each queue it serves."""
 RECLAIM_BATCH = 100
 #: The most index entries one reclaim call may take back (the script's bound).
 RECLAIM_BATCH_MAX = 1000
 """At most this many runs of gone owners are looked at per reclaim script call."""
 MAX_OWNERS_PER_CALL = 100
 """Owners (and their channels, in KEYS) named in one reclaim script call."""
-_MAX_FAILED_PAUSE_S = 5.0
 REAP_BATCH = 100  # runs a reap step touches at most
 
 
@@ -223,202 +213,9 @@ class ReapTarget:
     upkeep: Callable[[], Awaitable[None]] | None = None
 
 
-class Reaper:
-    """A worker process's periodic reclaim over what it serves: every ``interval_s``
-    (sooner when a suspect's grace is about to end, at once while a batch left more) it
-    takes back the work of gone owners, and about once a second runs each target's
-    upkeep, so dead work comes back even when nobody invokes or polls.
-
-    ``actions`` are action queues (upkeep: expired leases, due delayed runs, due
-    schedules, so schedules fire while any worker of their action is up); ``targets``
-    anything else with a sweep (a consumer group: ``client.stream.reap_target``).
-    ``on_reclaimed(name, count)`` hears of every batch taken back, and
-    ``on_unregistered(action)`` is awaited when the upkeep finds an action no longer
-    registered (its Redis was flushed or restarted empty), so its owner can restore it."""
-
-    def __init__(
-        self,
-        session: Session,
-        actions: Sequence[str] = (),
-        *,
-        targets: Sequence[ReapTarget] = (),
-        interval_s: float = DEFAULT_REAP_INTERVAL_S,
-        grace_ms: int = DEFAULT_GRACE_MS,
-        upkeep_every_s: float = 1.0,
-        on_reclaimed: Callable[[str, int], None] | None = None,
-        on_unregistered: Callable[[str], Awaitable[None]] | None = None,
-    ) -> None:
-        if not interval_s > 0:
-            raise ValidationError(f"interval_s must be positive, got {interval_s}")
-        check_count("grace_ms", grace_ms, 0)
-        self._session = session
-        self._targets = [self._action(name) for name in dict.fromkeys(actions)]
-        self._targets += targets
-        self._interval_s = interval_s
-        self._grace_ms = grace_ms
-        self._upkeep_every_s = upkeep_every_s
-        self._on_reclaimed = on_reclaimed
-        self._on_unregistered = on_unregistered
-        self.reclaimed = 0
-
-    def _action(self, name: str) -> ReapTarget:
-        async def swept(grace_ms: int) -> ReclaimResult:
-            return await reclaim_gone_owners(self._session, name, grace_ms=grace_ms)
-
-        async def upkeep() -> None:
-            try:
-                await reap_queue(self._session, name)
-                await fire_due(self._session, name)
-            except NotFoundError:
-                if self._on_unregistered is not None:
-                    with contextlib.suppress(Exception):
-                        await self._on_unregistered(name)
-
-        return ReapTarget(name, swept, upkeep)
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Reap until ``stop`` is set. Failures are logged and retried, backing off to
-        :data:`_MAX_FAILED_PAUSE_S` while Redis is unreachable; an ACL refusal is logged
-        and raised (retrying cannot help until the ACL changes)."""
-        loop = asyncio.get_running_loop()
-        next_upkeep = loop.time() + self._upkeep_every_s
-        failures = 0
-        while not stop.is_set():
-            raise_if_cancelling()
-            pause = self._interval_s
-            failed = False
-            for target in self._targets:
-                try:
-                    result = await target.sweep(self._grace_ms)
-                except asyncio.CancelledError:
-                    raise
-                except PermissionDeniedError as exc:
-                    log.error("reclaim in %r refused: %s", target.name, exc)
-                    raise
-                except Exception as exc:
-                    failed = True
-                    if is_connection_error(exc):
-                        outage.failed(log, self._session.redis, "reclaim", exc)
-                    elif failures == 0:
-                        log.warning("reclaim in %r failed (%s); trying again", target.name, exc)
-                    continue
-                if result.reclaimed:
-                    self.reclaimed += result.reclaimed
-                    if self._on_reclaimed is not None:
-                        self._on_reclaimed(target.name, result.reclaimed)
-                    log.info(
-                        "took back %d item(s) of gone owners in %r", result.reclaimed, target.name
-                    )
-                if result.more:
-                    pause = 0.0
-                elif result.wait_ms >= 0:
-                    pause = min(pause, result.wait_ms / 1000.0 + 0.005)
-            failures = failures + 1 if failed else 0
-            if failures:
-                pause = min(self._interval_s * 2**failures, _MAX_FAILED_PAUSE_S)
-            elif loop.time() >= next_upkeep:
-                next_upkeep = loop.time() + self._upkeep_every_s
-                for target in self._targets:
-                    if target.upkeep is not None:
-                        await self._upkeep(target.name, target.upkeep)
-            if pause > 0:
-                await wait_event(stop, pause)
-            else:
-                await asyncio.sleep(0)
-
-    @staticmethod
-    async def _upkeep(name: str, upkeep: Callable[[], Awaitable[None]]) -> None:
-        try:
-            await upkeep()
-        except Exception as exc:
-            log.debug("upkeep of %r failed (%s); trying again", name, exc)
-
-
-# --- statistics ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LivenessStats:
-    """Liveness counters of one action queue, kept by the scripts themselves (so every
-    client sees the same numbers), plus what is held right now."""
-
-    reclaimed_owner_gone: int
-    """Runs taken back because their owner's process was gone."""
-    reclaimed_deadline: int
-    """Runs taken back because their lease deadline passed (frozen or silent owner)."""
-    offers_expired: int
-    """Runs handed to a parked poller that did not accept them within its offer window
-    (a frozen process, a half-open connection), put back at the head of their queue
-    without spending the attempt."""
-    stale_refused: int
-    """Reports (complete, fail, release) refused as stale: each from a holder whose lease
-    was taken back or finished."""
-    owners_suspected: int
-    """Times an owner was seen without its liveness subscription and suspected."""
-    suspicions_cleared: int
-    """Times a suspected owner came back within the grace (a connection blip)."""
-    owners_gone: int
-    """Owners judged gone and cleaned out."""
-    owners: int
-    """Owners that may hold runs in this queue now."""
-    suspects: int
-    """Of those, suspected right now."""
-    slots_held: int
-    """Concurrency slots held right now."""
-    slot_reclaimed_owner_gone: int
-    slot_reclaimed_deadline: int
-    slot_release_refused: int
-
-
-_STAT_FIELDS = (
-    "reclaimed_owner_gone",
-    "reclaimed_deadline",
-    "offers_expired",
-    "stale_refused",
-    "owners_suspected",
-    "suspicions_cleared",
-    "owners_gone",
-    "slot_reclaimed_owner_gone",
-    "slot_reclaimed_deadline",
-    "slot_release_refused",
-)
-
-
-def _holder(raw: object) -> object:
-    """The owner a slot record names (None: free, or a record that does not decode)."""
-    try:
-        return unpack_record(raw).get("o")
-    except BadRecord:
-        return None
-
-
-async def liveness_stats(
-    session: Session, name: str, namespace: str | None = None
-) -> LivenessStats:
-    """Read action ``name``'s liveness counters and current holders (read only)."""
-    keys = action_keys(session.get_namespace(namespace), name)
-    conn = session.redis
-    with runner.redis_errors("stats"):
-        counters = await conn.hmget(keys.meta, [f"stat:{f}" for f in _STAT_FIELDS])
-        marks = await conn.hvals(keys.owners)
-        slots = await conn.hvals(keys.slots)
-    values = dict(zip(_STAT_FIELDS, (int(v or 0) for v in counters), strict=True))
-    held = sum(1 for raw in slots if _holder(raw) is not None)
-    return LivenessStats(
-        owners=len(marks),
-        suspects=sum(1 for m in marks if int(m) != 0),
-        slots_held=held,
-        **values,
-    )
-
-
 __all__ = [
-    "DEFAULT_REAP_INTERVAL_S",
-    "LivenessStats",
     "ReapTarget",
-    "Reaper",
     "ReclaimResult",
-    "liveness_stats",
     "reclaim_gone_owners",
     "reclaim_owners",
     "sweep",

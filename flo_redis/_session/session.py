@@ -1,6 +1,8 @@
 """The session: what every operation group works with.
 
-A :class:`Session` holds one client's connection pool, its wake-up subscriptions, its
+A :class:`Session` holds one client's connection pool, the script runner that sends
+its scripts on it (:class:`~flo_redis._wire.runner.ScriptRunner`: its retry policy, lanes
+and Functions state, its own and no other session's), its wake-up subscriptions, its
 liveness subscriptions, its owner id and its :class:`ClientSettings`. The operation
 groups (``client.action``, ``client.worker``, ``client.stream``, ``client.slots``) are
 built on a session and depend on nothing else of the client; :class:`~flo_redis.FloClient`
@@ -15,13 +17,14 @@ import math
 import secrets
 import socket
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import redis.exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from flo_redis._session.aio import cancel_and_wait
+from flo_redis._aio import cancel_and_wait
 from flo_redis._session.endpoint import (
     DEFAULT_MAX_CONNECTIONS,
     MIN_REDIS,
@@ -39,7 +42,7 @@ from flo_redis._session.wake import Waker
 from flo_redis._wire.checks import check_count
 from flo_redis._wire.denied import denied, is_denied
 from flo_redis._wire.keys import ActionKeys, action_keys, check_name, check_namespace
-from flo_redis._wire.runner import RedisConn, configure, redis_errors, release
+from flo_redis._wire.runner import RedisConn, ScriptRunner, redis_errors
 from flo_redis.errors import (
     ConnectionFailedError,
     NotConnectedError,
@@ -50,6 +53,7 @@ from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from flo_redis.types import MAX_VALUE_SIZE
 
 log = logging.getLogger("flo_redis.client")
+T = TypeVar("T")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 
@@ -112,6 +116,7 @@ class Session:
         self.max_payload_bytes = settings.max_payload_bytes
         self.liveness_grace_ms = settings.liveness_grace_ms
         self._redis: Redis | RedisCluster | None = None
+        self._runner: ScriptRunner | None = None
         self._waker: Waker | None = None
         self._liveness: Liveness | None = None
         self._connect_lock = asyncio.Lock()
@@ -137,14 +142,19 @@ class Session:
     def redis(self) -> RedisConn:
         """The live connection pool; :class:`NotConnectedError` before ``connect()``."""
         if self._redis is None:
-            raise NotConnectedError("the client is not connected; call `await connect()` first")
+            raise _not_connected()
         return self._redis
 
     @property
+    def runner(self) -> ScriptRunner:
+        """The script runner of this session's connection, made when it connects and
+        released when it closes; :class:`NotConnectedError` before ``connect()``."""
+        return _connected(self._runner)
+
+    @property
     def waker(self) -> Waker:
-        if self._waker is None:
-            raise NotConnectedError("the client is not connected; call `await connect()` first")
-        return self._waker
+        """The wake-up subscriptions; :class:`NotConnectedError` before ``connect()``."""
+        return _connected(self._waker)
 
     @property
     def liveness(self) -> Liveness:
@@ -236,7 +246,7 @@ class Session:
             if version_tuple(version) < MIN_REDIS:
                 await conn.aclose()
                 raise RedisVersionError(version)
-            configure(
+            self._runner = ScriptRunner(
                 conn,
                 retry=self.settings.retry,
                 debug=self.settings.debug,
@@ -255,19 +265,33 @@ class Session:
         async with self._connect_lock:
             await cancel_and_wait(self._moving, quiet=True)
             self._moving = None
-            waker, conn, live = self._waker, self._redis, self._liveness
+            waker, conn, live, runner = self._waker, self._redis, self._liveness, self._runner
             self._waker = None
             self._redis = None
+            self._runner = None
             self._liveness = None
             if live is not None:
                 await live.close()
             if waker is not None:
                 await waker.close()
+            if runner is not None:
+                runner.release()
             if conn is not None:
-                release(conn)
                 await conn.aclose()
                 if self.settings.debug:
                     log.debug("Disconnected from %s", redact(self.settings.endpoint))
+
+
+def _connected(part: T | None) -> T:
+    """``part`` of a connected session; :class:`NotConnectedError` when it is None (the
+    session is not connected, or was closed)."""
+    if part is None:
+        raise _not_connected()
+    return part
+
+
+def _not_connected() -> NotConnectedError:
+    return NotConnectedError("the client is not connected; call `await connect()` first")
 
 
 # The subscriptions are moved off a replica at most this often (Session._on_replica).

@@ -1,17 +1,16 @@
 """Argument checks: every refusal of a bad argument before anything is sent, each a
 typed error (:mod:`flo_redis.errors`) that says what is wrong and what is taken. Names
 (namespace, action, stream, group ...), ints and their ranges, bytes, text, lists,
-option objects, cursors, tokens; and the refusals a run script's status maps to."""
+option objects, cursors, tokens. The refusals an action script's status maps to are
+:mod:`flo_redis._wire.refusals`."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeGuard, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
-from flo_redis._session.aside import warn_run_refused
-from flo_redis._wire.status import Status, refusal
 from flo_redis.errors import NamespaceTooLargeError, ValidationError, ValueTooLargeError
 from flo_redis.types import (
     MAX_NAMESPACE_SIZE,
@@ -26,16 +25,6 @@ from flo_redis.types import (
 from flo_redis.types.base import LUA_INT, MAX_TIME_MS, U32
 
 MAX_LIST_LIMIT = 1024
-
-
-class ActionNamed(Protocol):
-    """What a refusal message names of an action's keys (:class:`keys.ActionKeys` is one)."""
-
-    @property
-    def action(self) -> str: ...
-
-    @property
-    def namespace(self) -> str: ...
 
 
 MAX_NAME_SIZE = 255
@@ -356,60 +345,3 @@ def token_arg(token: int | None) -> str:
         return ""
     check_count("token", token, 1, 2**53)
     return str(token)
-
-
-def not_registered(keys: ActionNamed) -> Exception:
-    """The refusal for an action that is not registered."""
-    return refusal(
-        Status.NO_ACTION,
-        f"action {keys.action!r} is not registered in namespace {keys.namespace!r}; "
-        "register it first",
-    )
-
-
-def bad_settings(keys: ActionNamed) -> Exception:
-    """The refusal for an action whose stored settings do not parse (``lua/lib/action.lua``):
-    it takes no new runs and hands out none until registered again."""
-    return refusal(
-        Status.BAD_SETTING,
-        f"action {keys.action!r} in namespace {keys.namespace!r} has stored settings that "
-        "do not parse (written by hand, or by another version); register it again "
-        "(action.register, or start a worker that serves it)",
-    )
-
-
-def raise_refusal(
-    status: int, keys: ActionNamed, what: str, messages: Mapping[int, str] | None = None
-) -> None:
-    """Raise the typed error for an action script's refusal ``status`` (nothing for OK):
-    an unregistered action as :func:`not_registered`, a status in ``messages`` with its
-    message, any other as ``<what>: refused (<STATUS>)``."""
-    if status == Status.OK:
-        return
-    if status == Status.NO_ACTION:
-        raise not_registered(keys)
-    if status == Status.BAD_SETTING:
-        raise bad_settings(keys)
-    message = (messages or {}).get(status)
-    raise refusal(status, message or f"{what}: refused ({Status(status).name})")
-
-
-def raise_run_refusal(status: int, keys: ActionNamed, run_id: str) -> None:
-    """Raise the typed error for a run script's refusal (nothing for OK). BAD_RECORD
-    (the script set the run's record aside) is logged at WARNING, once: the run is gone
-    from the queue, so any later call about it is NOT_FOUND."""
-    where = f"of action {keys.action!r} not found in namespace {keys.namespace!r}"
-    if status == Status.BAD_RECORD:
-        warn_run_refused(keys.namespace, keys.action, run_id)
-    raise_refusal(
-        status,
-        keys,
-        f"run {run_id!r}",
-        {
-            Status.NOT_FOUND: f"run {run_id!r} {where}",
-            Status.BAD_RECORD: f"run {run_id!r} of action {keys.action!r}: its stored "
-            "record does not decode; it was set aside into the action's quarantine "
-            f"(flo-redis quarantine list --action {keys.action} --namespace "
-            f"{keys.namespace})",
-        },
-    )

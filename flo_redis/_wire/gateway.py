@@ -1,17 +1,25 @@
 """The script gateway: every Lua script as one typed, callable object.
 
 A :class:`Script` is declared once, here, with the key classes of :mod:`flo_redis._wire.keys`
-its KEYS come from and the parser of its reply shape (``_replies.py``,
-``_stream_replies.py``, ``_queue_replies.py``). At import, each header KEYS name is
-matched to a field of those classes — a header naming a key no class has fails loudly —
-so a call passes key objects, never a list:
+its KEYS come from and the parser of its reply shape (``replies.py`` and its siblings
+``stream_``, ``queue_``, ``schedule_``, ``worker_`` and ``inspect_replies.py``). At
+import, each header KEYS name is matched to a field of those classes — a header naming a
+key no class has fails loudly — so a call passes key objects, never a list:
 
     reply = await ACTION_CLAIM(session, keys, [worker_id, owner, labels, n, poll, scan])
 
 builds KEYS by header name, checks the ARGV count, holds the owner's liveness channel
 first for scripts that record an owner (so work taken is never judged a gone owner's),
-sends the script through :func:`flo_redis._wire.runner.run` and answers the parsed reply. A
-header's variadic tail (``KEYS[i..n] name``) is declared here too and passed as ``tail=``.
+sends the script through the session's script runner
+(:class:`flo_redis._wire.runner.ScriptRunner`) and answers the parsed reply. A header's
+variadic tail (``KEYS[i..n] name``) is declared here too and passed as ``tail=``.
+
+A script whose call should be *led* by a ``TIME`` on the lane (so that what it publishes
+leaves Redis before its own reply: :mod:`flo_redis._wire.lane`) says so here, with
+``leads=``: a test of its parsed reply. A call whose reply passes it makes the next call
+of that script with keys of the same hash tag, from the same client, a led one; a reply
+that fails it ends that. So ``action_invoke`` leads the invoke that follows one handed
+to a parked poller, and no other.
 
 A script that refuses an argument as not what its header takes answers
 ``{BAD_ARG, i}`` before it reads or writes anything (``lua/lib/checked.lua``); that is
@@ -27,10 +35,12 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
+from flo_redis._wire import inspect_replies as ins
 from flo_redis._wire import queue_replies as q
 from flo_redis._wire import replies as r
 from flo_redis._wire import schedule_replies as sch
 from flo_redis._wire import stream_replies as sr
+from flo_redis._wire import worker_replies as w
 from flo_redis._wire.keys import (
     ActionKeys,
     DashboardKeys,
@@ -42,14 +52,18 @@ from flo_redis._wire.keys import (
     StreamKeys,
 )
 from flo_redis._wire.lane import packed_head
+from flo_redis._wire.library import SCRIPTS
 from flo_redis._wire.lua import LuaSourceError
-from flo_redis._wire.runner import SCRIPTS, Arg, RedisConn, SyncConn, run, run_sync
+from flo_redis._wire.runner import Arg, ScriptRunner
 from flo_redis._wire.status import Status, refusal
+from flo_redis._wire.sync_runner import SyncScriptRunner
 
 R = TypeVar("R")
 
 # Key objects whose packed KEYS one script keeps (then it starts again).
 _HEADS_MAX = 1024
+# Hash tags a client remembers as leading (``leads=``; then none, until a reply leads).
+_LEADING_MAX = 1024
 _BAD_ARG = int(Status.BAD_ARG)
 
 
@@ -58,10 +72,11 @@ class _Holder(Protocol):
 
 
 class Session(Protocol):
-    """What a script call needs: the connection, and liveness for owner-recording scripts."""
+    """What a script call needs: the client's script runner, and liveness for
+    owner-recording scripts."""
 
     @property
-    def redis(self) -> RedisConn: ...
+    def runner(self) -> ScriptRunner: ...
 
     @property
     def liveness(self) -> _Holder: ...
@@ -73,6 +88,7 @@ class Script(Generic[R]):
     __slots__ = (
         "_argc",
         "_heads",
+        "_leads",
         "_pair",
         "_parse",
         "_plan",
@@ -90,6 +106,7 @@ class Script(Generic[R]):
         *,
         records_owner: bool = False,
         tail: str | None = None,
+        leads: Callable[[R], bool] | None = None,
     ) -> None:
         self.lua = SCRIPTS[name]
         if self.lua.keys_tail != tail:
@@ -100,6 +117,7 @@ class Script(Generic[R]):
         self.name = name
         self.records_owner = records_owner
         self._parse = parse
+        self._leads = leads
         types = key_types if isinstance(key_types, tuple) else (key_types,)
         plan: list[tuple[int, str]] = []
         for key in self.lua.keys:
@@ -156,10 +174,11 @@ class Script(Generic[R]):
         args: Sequence[Arg] = (),
         *,
         tail: Sequence[str] = (),
-        lead: bool = False,
     ) -> R:
-        """Run the script on ``session`` with the keys of ``source`` and ``args``; the
-        parsed reply. ``lead``: see :func:`flo_redis._wire.runner.run`."""
+        """Run the script atomically on ``session`` with the keys of ``source`` and
+        ``args``; the parsed reply. :class:`TypeError` for a wrong ARGV count (nothing
+        sent); :class:`BadRequestError` for an argument the script refused (nothing
+        written); flo's errors for what Redis refused (the runner's)."""
         if tail or type(source) is tuple:
             keys, head = self.keys(source, tail), b""
         else:
@@ -168,10 +187,25 @@ class Script(Generic[R]):
         primary = source[0] if type(source) is tuple else source
         if self.records_owner:
             await session.liveness.hold(primary.tag)
-        reply = await run(session.redis, self.lua, keys, args, head, lead)
+        runner = session.runner
+        if self._leads is None:
+            reply = await runner.run(self.lua, keys, args, head)
+            if reply[0] == _BAD_ARG:
+                raise self._refused_arg(reply, args)
+            return self._parse(reply, primary)
+        leading = runner.leading
+        mark = (self.name, primary.tag)
+        lead = mark in leading
+        reply = await runner.run(self.lua, keys, args, head, lead)
         if reply[0] == _BAD_ARG:
             raise self._refused_arg(reply, args)
-        return self._parse(reply, primary)
+        parsed = self._parse(reply, primary)
+        if self._leads(parsed) != lead:
+            if lead:
+                leading.discard(mark)
+            elif len(leading) < _LEADING_MAX:
+                leading.add(mark)
+        return parsed
 
     def _packed(self, source: Any) -> tuple[list[str], bytes]:
         """The KEYS of one key object and their packed head (:func:`packed_head`),
@@ -186,16 +220,22 @@ class Script(Generic[R]):
         return keys, head
 
     def call_sync(
-        self, conn: SyncConn, source: Any, args: Sequence[Arg] = (), *, tail: Sequence[str] = ()
+        self,
+        runner: SyncScriptRunner,
+        source: Any,
+        args: Sequence[Arg] = (),
+        *,
+        tail: Sequence[str] = (),
     ) -> R:
-        """The same call on redis-py's blocking client (``flo_redis.sync``); refused for
-        scripts that record an owner (a blocking client holds no liveness)."""
+        """The same call through a blocking client's runner (``flo_redis.sync``); refused
+        for scripts that record an owner (a blocking client holds no liveness). A blocking
+        client has no lane, so ``leads`` does not apply."""
         if self.records_owner:
             raise TypeError(f"{self.name} records an owner; call it from FloClient")
         keys = self.keys(source, tail)
         self._check_args(args)
         primary = source[0] if type(source) is tuple else source
-        reply = run_sync(conn, self.lua, keys, args)
+        reply = runner.run(self.lua, keys, args)
         if reply[0] == _BAD_ARG:
             raise self._refused_arg(reply, args)
         return self._parse(reply, primary)
@@ -235,7 +275,7 @@ Q = QueueKeys
 
 # Action queues and runs.
 ACTION_REGISTER = Script("action_register", A, r.done)
-ACTION_INVOKE = Script("action_invoke", A, r.invoked)
+ACTION_INVOKE = Script("action_invoke", A, r.invoked, leads=attrgetter("handed"))
 ACTION_INVOKE_MANY = Script("action_invoke_many", A, r.invoked_many)
 ACTION_DELETE = Script("action_delete", A, r.flag, tail="data_keys")
 ACTION_CLAIM = Script(
@@ -244,10 +284,10 @@ ACTION_CLAIM = Script(
 ACTION_REAP = Script("action_reap", A, r.reaped)
 ACTION_UNPARK = Script("action_unpark", A, r.number)
 ACTION_RECLAIM = Script("action_reclaim", A, r.reclaimed, tail="channels")
-ACTION_COUNTS = Script("action_counts", A, r.counts)
-ACTION_RUNS = Script("action_runs", A, r.run_rows)
-ACTION_REQUEUE_FAILED = Script("action_requeue_failed", A, r.bulk_step)
-ACTION_PURGE = Script("action_purge", A, r.bulk_step)
+ACTION_COUNTS = Script("action_counts", A, ins.counts)
+ACTION_RUNS = Script("action_runs", A, ins.run_rows)
+ACTION_REQUEUE_FAILED = Script("action_requeue_failed", A, ins.bulk_step)
+ACTION_PURGE = Script("action_purge", A, ins.bulk_step)
 RUN_ACCEPT = Script("run_accept", A, r.reported_many)
 RUN_TOUCH = Script("run_touch", A, r.reported)
 RUN_COMPLETE = Script("run_complete", A, r.reported)
@@ -270,13 +310,14 @@ ACTION_QUARANTINE_REPLAY = Script("action_quarantine_replay", A, r.done)
 # The worker registry.
 WORKER_REGISTER = Script("worker_register", N, r.done, records_owner=True)
 WORKER_HEARTBEAT = Script("worker_heartbeat", N, r.number)
-WORKER_POLL = Script("worker_poll", N, r.worker_gate)
+WORKER_POLL = Script("worker_poll", N, w.worker_gate)
 WORKER_TALLY = Script("worker_tally", N, r.done)
 WORKER_DRAIN = Script("worker_drain", N, r.names)
 WORKER_DEREGISTER = Script("worker_deregister", N, r.done)
-WORKER_LIST = Script("worker_list", N, r.worker_page)
-WORKER_PRESENCE = Script("worker_presence", N, r.presence, tail="channels")
+WORKER_LIST = Script("worker_list", N, w.worker_page)
+WORKER_PRESENCE = Script("worker_presence", N, w.presence, tail="channels")
 WORKER_QUARANTINE_REPLAY = Script("worker_quarantine_replay", N, r.done)
+WORKER_CONFIGURE = Script("worker_configure", N, w.worker_settings)
 
 # Streams.
 STREAM_CREATE = Script("stream_create", S, r.number)

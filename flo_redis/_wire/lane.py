@@ -17,9 +17,10 @@ A call on the lane may be *led* by a ``TIME`` written with it (``lead=True``; th
 cheapest command every documented ACL user may send): Redis writes the replies of one
 event-loop turn to the clients most recently given one first, so a client it already
 owes a reply (the ``TIME``) is written to after anyone the script then publishes to.
-An invoke that hands its run to a parked poller is led this way, so the poller's
-hand-off message leaves before the invoke's own reply, as a ``BLMOVE`` consumer is
-answered before the ``LPUSH`` that served it.
+Which calls are led is declared with their script (``leads=`` in
+:mod:`flo_redis._wire.gateway`): an invoke after one that handed its run to a parked
+poller is led this way, so the poller's hand-off message leaves before the invoke's own
+reply, as a ``BLMOVE`` consumer is answered before the ``LPUSH`` that served it.
 """
 
 from __future__ import annotations
@@ -33,11 +34,16 @@ import redis.exceptions as rex
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.connection import ConnectionPool as SyncPool
 
-from flo_redis._session.endpoint import closed_by_server
-
 Arg: TypeAlias = "str | bytes | int"
 # Awaited with a connection before a call is written on it (Lane.call, pooled_call).
 Check: TypeAlias = Callable[[Any], Awaitable[None]]
+
+
+def closed_by_server(conn: Any) -> bool:
+    """Whether redis-py connection ``conn`` is open on this side but the server closed
+    it (while it sat idle): its next command would fail unwritten, so make it again."""
+    reader = conn._reader
+    return reader is not None and bool(reader.at_eof())
 
 
 class Lane:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flo_redis._session.aside import SetAside
+from flo_redis._wire.aside import SetAside
 from flo_redis._wire.replies import set_aside
 from flo_redis.types.queue import Message
 

@@ -1,5 +1,8 @@
-"""The only place scripts are sent to Redis (:func:`run`, :func:`run_sync`); the typed
-gateway in front of it is :mod:`flo_redis._wire.gateway`.
+"""The script runner: the one place scripts are sent to Redis. Each client's session
+owns one :class:`ScriptRunner` (``flo_redis.sync``'s client a
+:class:`~flo_redis._wire.sync_runner.SyncScriptRunner`); the typed gateway in front of
+it is :mod:`flo_redis._wire.gateway`. Nothing of the transport is module state: two
+clients never share a runner, and ending one runner changes nothing for another.
 
 On one Redis (not a cluster) scripts are called as Redis Functions (``FCALL``) of one
 library holding them all (:func:`flo_redis._wire.lua.library`): Redis ran the library's
@@ -20,8 +23,9 @@ By SHA (``EVALSHA``), a server that does not know the SHA (restart, ``SCRIPT FLU
 new cluster node) answers ``NOSCRIPT`` and the call is repeated once with the full
 source (``EVAL``), which also caches it there. The SHA is the hash of the flattened
 source, and the library's name a hash of them all, so a fleet running mixed versions
-never runs another version's code. Connection failures surface as flo's connection
-errors (:func:`redis_errors`).
+never runs another version's code. That order of fallbacks is written once, in
+:mod:`flo_redis._wire.fallback`, for both runners. Connection failures surface as flo's
+connection errors (:mod:`flo_redis._wire.translate`).
 
 On Redis Cluster every script's keys share one hash slot (``keys.py``), and redis-py
 routes each call by its keys to the primary owning that slot, following ``MOVED`` and
@@ -32,13 +36,13 @@ its keys have moved; redis-py retries for a while, then the call is refused as
 
 Resending is decided here and nowhere else: a call refused *without running* (Redis
 ``LOADING``, ``TRYAGAIN``, a cluster redirection redis-py gave up following,
-``READONLY`` — each raised with ``ran == Ran.NO``) is sent again as the client's
-:class:`RetryPolicy` allows (:func:`configure`); a call that may have run (a lost
-connection, a timeout, an answer of any kind) is never resent. With ``debug`` each
-call and its answer is logged on ``flo_redis.requests`` at DEBUG.
+``READONLY`` — each raised with ``ran == Ran.NO``) is sent again as the runner's
+:class:`RetryPolicy` allows; a call that may have run (a lost connection, a timeout, an
+answer of any kind) is never resent. With ``debug`` each call and its answer is logged
+on ``flo_redis.requests`` at DEBUG.
 
 On one Redis (not a cluster) a call made while no other script call is in flight takes
-the client's *lane* (:mod:`flo_redis._wire.lane`): a connection of its pool kept aside for
+the runner's *lane* (:mod:`flo_redis._wire.lane`): a connection of its pool kept aside for
 script calls, the command written as bytes packed ahead; a second, the *spare lane*, is
 taken while the first is busy, and a call that finds both busy goes through the pool.
 Either way the call is the same, with the same fallbacks, error translation and
@@ -48,14 +52,15 @@ A Redis that answers ``READONLY`` was made a replica by a failover while this cl
 stayed connected to it (a managed Redis moves its primary's address to the replica it
 promotes; connections made before stay where they were, and nothing closes them): every
 write there is refused, and nothing reconnects by itself. Its scripts refused at their
-first write, so nothing ran; the client then closes its idle pooled connections and its
+first write, so nothing ran; the runner then closes its idle pooled connections and its
 lanes, so the call's resend (and every later call) connects again through the address,
-to the primary, and tells the client's ``on_replica`` (:func:`configure`), which moves
-its subscriptions too: on a replica they would still hear what the primary publishes,
-but the primary counts none of them (liveness, hand-offs).
+to the primary, and tells its ``on_replica``, which moves the session's subscriptions
+too: on a replica they would still hear what the primary publishes, but the primary
+counts none of them (liveness, hand-offs).
 
-A call on the lane may be *led* by a ``TIME`` written with it (``lead=True``,
-:mod:`flo_redis._wire.lane`), so that what the script publishes leaves before its reply.
+A call on the lane may be *led* by a ``TIME`` written with it (``lead``,
+:mod:`flo_redis._wire.lane`), so that what the script publishes leaves before its reply;
+which calls are led is declared with the script (``Script(leads=...)`` in the gateway).
 """
 
 from __future__ import annotations
@@ -63,272 +68,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
-import weakref
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 import redis.exceptions as rex
-from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.cluster import RedisCluster as SyncRedisCluster
 
 from flo_redis._wire import functions as _functions
-from flo_redis._wire.denied import denied, is_denied
-from flo_redis._wire.functions import BY_SHA, MISSING, Functions, LibraryRefused
+from flo_redis._wire.fallback import EVAL, FCALL, Way, ways
+from flo_redis._wire.functions import Functions
 from flo_redis._wire.lane import Arg as Arg  # the arguments scripts take (re-exported)
-from flo_redis._wire.lane import (
-    Lane,
-    bulk,
-    packed_command,
-    packed_head,
-    pooled_call,
-    pooled_call_sync,
-)
-from flo_redis._wire.lua import LuaLibrary, LuaScript, library, load_all
-from flo_redis.errors import (
-    InternalServerError,
-    NotConnectedError,
-    ProtocolError,
-    RequestTimeoutError,
-    ServerError,
-    UnavailableError,
-    ValidationError,
-    server_error,
-)
+from flo_redis._wire.lane import Lane, bulk, packed_command, packed_head, pooled_call
+from flo_redis._wire.library import LIBRARY as LIBRARY
+from flo_redis._wire.library import SCRIPTS as SCRIPTS
+from flo_redis._wire.lua import LuaScript
+from flo_redis._wire.translate import redis_errors as redis_errors
+from flo_redis._wire.translate import translated as translated
+from flo_redis.errors import ServerError
 from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_refused_unrun, retry_refused
-from flo_redis.types import Ran, Reason, StatusCode
+from flo_redis.types import Ran
 
 RedisConn: TypeAlias = "Redis | RedisCluster"
-SyncConn: TypeAlias = "SyncRedis | SyncRedisCluster"  # flo_redis.sync
-
-LIBRARY: LuaLibrary
-SCRIPTS: dict[str, LuaScript]
-LIBRARY, SCRIPTS = library(load_all())
 
 log = logging.getLogger("flo_redis.requests")
-
-
-@dataclass(frozen=True, slots=True)
-class _Settings:
-    policy: RetryPolicy = DEFAULT_RETRY_POLICY
-    debug: bool = False
-    gate: asyncio.Semaphore | None = None
-    lane: Lane | None = None
-    spare: Lane | None = None  # taken while ``lane`` is busy (module docstring)
-    on_replica: Callable[[], None] | None = None  # a call was answered READONLY
-    functions: Functions | None = None  # None: scripts go by SHA (a cluster)
-
-
-_DEFAULT = _Settings()
 
 # A pool of at least this many connections keeps one aside as the lane, and of at least
 # _SPARE_MIN a second as the spare lane: the pool keeps two or more for everything else.
 _LANE_MIN = 2
 _SPARE_MIN = 4
 
-# How calls on each connection pool are resent, logged and limited (set by its client).
-_SETTINGS: weakref.WeakKeyDictionary[Any, _Settings] = weakref.WeakKeyDictionary()
-
-
-def configure(
-    conn: RedisConn,
-    *,
-    retry: RetryPolicy = DEFAULT_RETRY_POLICY,
-    debug: bool = False,
-    max_in_flight: int = 0,
-    on_replica: Callable[[], None] | None = None,
-) -> None:
-    """Resend calls on ``conn`` refused without running as ``retry`` allows, log every
-    call when ``debug``, and with ``max_in_flight`` let at most that many script calls
-    be in flight at once (the others wait their turn): for a pool that raises at its
-    limit instead of waiting (redis-py's cluster pools). ``on_replica`` is called (in
-    the event loop, never awaited) each time a call is answered ``READONLY``, after
-    the connections that reached the replica were closed (module docstring). A plain
-    ``Redis`` calls its scripts as functions (by SHA when ``FLO_REDIS_SCRIPTS=evalsha``:
-    :mod:`flo_redis._wire.functions`), and one whose pool holds two connections
-    or more gets a lane, and four or more a spare lane too (module docstring);
-    :func:`release` ends them. A connection never configured resends by the default
-    policy, logs nothing, limits nothing, has no lane and calls by SHA."""
-    gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
-    lane = spare = functions = None
-    if isinstance(conn, Redis):
-        functions = Functions(LIBRARY) if _functions.functions_wanted() else None
-        pool = conn.connection_pool
-        size = getattr(pool, "max_connections", 0)
-        if size >= _LANE_MIN and not debug:
-            lane = Lane(pool)
-        if size >= _SPARE_MIN and not debug:
-            spare = Lane(pool)
-    _SETTINGS[conn] = _Settings(retry, debug, gate, lane, spare, on_replica, functions)
-
-
-def release(conn: RedisConn) -> None:
-    """Forget ``conn``'s settings and stop using its lanes (before closing it)."""
-    settings = _SETTINGS.pop(conn, None)
-    if settings is None:
-        return
-    for lane in (settings.lane, settings.spare):
-        if lane is not None:
-            lane.release()
-
-
-def _unavailable(message: str) -> ServerError:
-    """An UnavailableError for a command that did not run: safe to send again."""
-    return server_error(StatusCode.UNAVAILABLE, Reason.UNCLASSIFIED, message, Ran.NO)
-
-
-@contextlib.contextmanager
-def redis_errors(what: str) -> Iterator[None]:
-    """Translate redis-py errors into flo's error tree, naming what was being done."""
-    try:
-        yield
-    except rex.NoScriptError:
-        raise
-    except rex.RedisError as exc:
-        raise translated(what, exc) from exc
-
-
-def translated(what: str, exc: rex.RedisError) -> Exception:
-    """The flo error for redis-py's ``exc`` raised while doing ``what`` (see
-    :func:`redis_errors`)."""
-    if isinstance(exc, rex.TimeoutError):
-        return RequestTimeoutError(f"{what}: Redis did not answer in time ({exc})")
-    if isinstance(exc, rex.BusyLoadingError):
-        return _unavailable(f"{what}: Redis is loading its data set; retry shortly")
-    if isinstance(exc, rex.ReadOnlyError):
-        # Refused at the script's first write: nothing ran (module docstring).
-        return _unavailable(
-            f"{what}: Redis answered as a read-only replica (a failover made the server "
-            "at this address a replica); connecting again to reach the primary"
-        )
-    if isinstance(exc, rex.ConnectionError):
-        return NotConnectedError(f"{what}: connection to Redis lost ({exc})")
-    if isinstance(exc, rex.TryAgainError | rex.ClusterDownError | rex.MovedError | rex.AskError):
-        # Redirections redis-py gave up following (a slot in mid-migration, a cluster
-        # without a primary for the slot): the command did not run.
-        return _unavailable(f"{what}: the Redis Cluster is moving this slot ({exc}); retry")
-    if isinstance(exc, rex.ClusterError):
-        return UnavailableError(f"{what}: the Redis Cluster did not serve it ({exc})")
-    if isinstance(exc, rex.DataError):
-        # A value redis-py cannot send: refused before anything reached Redis.
-        return ValidationError(f"{what}: {exc}")
-    if isinstance(exc, rex.ResponseError):
-        if is_denied(exc):
-            return denied(what, exc, SCRIPTS, LIBRARY)
-        return InternalServerError(f"{what}: Redis refused the command: {exc}")
-    # What answered is not speaking Redis's protocol (an HTTP server at the URL, a TLS
-    # port spoken to in plain text ...), or redis-py refused a value.
-    return ProtocolError(f"{what}: unexpected answer from the server ({exc})")
-
-
-async def run(
-    conn: RedisConn,
-    script: LuaScript,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-    head: bytes = b"",
-    lead: bool = False,
-) -> Any:
-    """Run ``script`` atomically with ``keys`` and ``args``; return its raw reply.
-
-    With :func:`run_sync`, the one place a script is sent: the typed gateway
-    (:mod:`flo_redis._wire.gateway`) builds the call, this sends it. ``head`` is
-    :func:`packed_head` of ``script`` and ``keys`` when the caller keeps it (b"": packed
-    here when the call takes the lane); ``lead``: a call that takes the lane is led by a
-    ``TIME`` (module docstring). A refusal that says the script did not run is
-    resent per the connection's retry policy (:func:`configure`); the last refusal is
-    raised once the policy is used up."""
-    settings = _SETTINGS.get(conn, _DEFAULT)
-    if settings.debug:
-        return await _run_logged(conn, settings, script, keys, args)
-    try:
-        return await _send(conn, settings, script, keys, args, head, lead)
-    except ServerError as exc:
-        if not is_refused_unrun(exc):
-            raise
-        refused = exc
-    return await retry_refused(
-        lambda: _send(conn, settings, script, keys, args, head, lead),
-        settings.policy,
-        refused=refused,
-    )
-
-
-async def _run_logged(
-    conn: RedisConn,
-    settings: _Settings,
-    script: LuaScript,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-) -> Any:
-    name = script.name
-
-    async def send_logged() -> Any:
-        log.debug("-> %s %s", name, keys[0] if keys else "")
-        try:
-            reply = await _send(conn, settings, script, keys, args, b"")
-        except Exception as exc:
-            log.debug("<- %s %s", name, _failure(exc))
-            raise
-        log.debug("<- %s %s", name, _reply_summary(reply))
-        return reply
-
-    return await retry_refused(send_logged, settings.policy)
-
-
-def run_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-    """:func:`run` for redis-py's blocking client (``flo_redis.sync``). A call answered
-    ``READONLY`` did not run: the pool's idle connections are closed and it is sent once
-    more, connecting again, to the primary (module docstring)."""
-    with redis_errors(script.name):
-        try:
-            return _send_sync(conn, script, keys, args)
-        except rex.ReadOnlyError:
-            if isinstance(conn, SyncRedis):
-                with contextlib.suppress(Exception):  # it can only fail as the socket did
-                    conn.connection_pool.disconnect(inuse_connections=False)
-        return _send_sync(conn, script, keys, args)
-
-
-# The blocking clients' function state (:class:`Functions`), made at their first call.
-_SYNC_FUNCTIONS: weakref.WeakKeyDictionary[SyncRedis, Functions] = weakref.WeakKeyDictionary()
-_SYNC_MADE = threading.Lock()
-
-
-def _send_sync(conn: SyncConn, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-    functions = None
-    if isinstance(conn, SyncRedis):
-        functions = _SYNC_FUNCTIONS.get(conn)
-        if functions is None:
-            wanted = _functions.functions_wanted()
-            with _SYNC_MADE:
-                functions = _SYNC_FUNCTIONS.setdefault(conn, Functions(LIBRARY, on=wanted))
-    for attempt in (1, 2) if functions is not None and functions.on else ():
-        assert functions is not None and isinstance(conn, SyncRedis)
-        command = ("FCALL", script.function, len(keys), *keys, *args)
-        try:
-            return pooled_call_sync(conn.connection_pool, functions.verify_sync, *command)
-        except LibraryRefused:
-            break
-        except rex.ResponseError as exc:
-            refusal = _functions.refusal(exc, attempt)
-            if refusal is None:
-                raise
-            if refusal == BY_SHA:
-                functions.off(f"FCALL was refused ({exc})")
-            if refusal != MISSING:
-                break
-            functions.forget()
-    try:
-        return conn.evalsha(script.sha, len(keys), *keys, *args)
-    except rex.NoScriptError:
-        return conn.eval(script.source, len(keys), *keys, *args)
-
-
-# (script name, by function?) -> the command and the script's name, packed.
+# (script name, by function?) -> the command and the script's name, packed (constant).
 _NAMES = {
     (script.name, by_function): bulk(b"FCALL" if by_function else b"EVALSHA")
     + bulk((script.function if by_function else script.sha).encode())
@@ -337,100 +107,177 @@ _NAMES = {
 }
 
 
-async def _send(
-    conn: RedisConn,
-    settings: _Settings,
-    script: LuaScript,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-    head: bytes,
-    lead: bool = False,
-) -> Any:
-    functions = settings.functions
-    for attempt in (1, 2) if functions is not None and functions.on else ():
-        assert functions is not None
-        try:
-            return await _call(conn, settings, script, True, keys, args, head, lead)
-        except LibraryRefused:
-            break  # nothing was written: by SHA
-        except rex.ResponseError as exc:
-            refusal = _functions.refusal(exc, attempt)
-            if refusal is None:
-                raise await _refused(conn, settings, script.name, exc) from exc
-            if refusal == BY_SHA:
-                functions.off(f"FCALL was refused ({exc})")
-            if refusal != MISSING:
-                break
-            functions.forget()  # gone since it was checked: checked (loaded) again
-        except rex.RedisError as exc:
-            raise await _refused(conn, settings, script.name, exc) from exc
-    try:
-        return await _call(conn, settings, script, False, keys, args, head, lead)
-    except rex.NoScriptError:
-        pass
-    except rex.RedisError as exc:
-        raise await _refused(conn, settings, script.name, exc) from exc
-    # Not known there (a restart, SCRIPT FLUSH, a new node): send the source, which
-    # also loads it.
-    try:
-        return await _command(conn, settings, "EVAL", script.source, len(keys), *keys, *args)
-    except rex.RedisError as exc:
-        raise await _refused(conn, settings, script.name, exc) from exc
+class ScriptRunner:
+    """How one client's scripts are sent on its connection ``conn`` (module docstring).
 
+    Calls refused without running are resent as ``retry`` allows; ``debug`` logs every
+    call (and takes no lane); ``max_in_flight`` lets at most that many script calls be
+    in flight at once, the others waiting their turn (for a pool that raises at its limit
+    instead of waiting: redis-py's cluster pools). ``on_replica`` is called (in the event
+    loop, never awaited) each time a call is answered ``READONLY``, after the connections
+    that reached the replica were closed. On a plain ``Redis`` scripts are called as
+    functions (by SHA under ``FLO_REDIS_SCRIPTS=evalsha``, read when the runner is made),
+    and a pool of two connections or more gets a lane, of four or more a spare lane too.
+    The settings are the runner's own: no other client's runner sees them."""
 
-async def _call(
-    conn: RedisConn,
-    settings: _Settings,
-    script: LuaScript,
-    by_function: bool,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-    head: bytes,
-    lead: bool,
-) -> Any:
-    """One ``FCALL`` (``by_function``) or ``EVALSHA`` of ``script``, on a lane when one
-    is free; redis-py's errors are raised as they come. An ``FCALL`` is written only on
-    a connection whose server was found to hold the shipped library
-    (:meth:`Functions.verify`; :class:`LibraryRefused` otherwise)."""
-    functions = settings.functions if by_function else None
-    check = functions.verify if functions is not None else None
-    lane = settings.lane
-    if lane is not None and lane.busy:
-        lane = settings.spare
-    if lane is not None and not lane.busy and not lane.closed:
-        name = _NAMES[script.name, by_function]
-        packed = packed_command(name, head or packed_head(keys), len(keys), args)
-        if packed is not None:
-            return await lane.call(packed, lead, check)
-    command = ("FCALL", script.function) if by_function else ("EVALSHA", script.sha)
-    if check is not None and isinstance(conn, Redis):
-        return await pooled_call(conn.connection_pool, check, *command, len(keys), *keys, *args)
-    return await _command(conn, settings, *command, len(keys), *keys, *args)
+    __slots__ = (
+        "conn",
+        "debug",
+        "functions",
+        "gate",
+        "lane",
+        "leading",
+        "on_replica",
+        "policy",
+        "spare",
+    )
 
+    def __init__(
+        self,
+        conn: RedisConn,
+        *,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        debug: bool = False,
+        max_in_flight: int = 0,
+        on_replica: Callable[[], None] | None = None,
+    ) -> None:
+        self.conn = conn
+        self.policy = retry
+        self.debug = debug
+        self.gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
+        self.on_replica = on_replica
+        self.lane: Lane | None = None
+        self.spare: Lane | None = None  # taken while ``lane`` is busy (module docstring)
+        self.functions: Functions | None = None  # None: scripts go by SHA (a cluster)
+        if isinstance(conn, Redis):
+            self.functions = Functions(LIBRARY) if _functions.functions_wanted() else None
+            size = getattr(conn.connection_pool, "max_connections", 0)
+            if size >= _LANE_MIN and not debug:
+                self.lane = Lane(conn.connection_pool)
+            if size >= _SPARE_MIN and not debug:
+                self.spare = Lane(conn.connection_pool)
+        # (script name, hash tag) whose next call is led by a TIME: what the gateway's
+        # ``leads`` declarations asked for on this client (flo_redis._wire.gateway).
+        self.leading: set[tuple[str, str]] = set()
 
-async def _command(conn: RedisConn, settings: _Settings, *args: Arg) -> Any:
-    """``args`` sent through the pool, within the connection's limit on calls in flight
-    (:func:`configure`, ``max_in_flight``)."""
-    if settings.gate is None:
-        return await conn.execute_command(*args)
-    async with settings.gate:
-        return await conn.execute_command(*args)
-
-
-async def _refused(
-    conn: RedisConn, settings: _Settings, what: str, exc: rex.RedisError
-) -> Exception:
-    """The flo error for ``exc``; after a ``READONLY``, first close the connections that
-    reach the replica and tell ``on_replica`` (module docstring)."""
-    if isinstance(exc, rex.ReadOnlyError) and isinstance(conn, Redis):
-        for lane in (settings.lane, settings.spare):
+    def release(self) -> None:
+        """Stop using the lanes (their connections close with the pool): called before
+        the connection is closed. Other runners are not touched."""
+        for lane in (self.lane, self.spare):
             if lane is not None:
-                await lane.drop()
-        with contextlib.suppress(Exception):  # closing can only fail as the socket did
-            await conn.connection_pool.disconnect(inuse_connections=False)
-        if settings.on_replica is not None:
-            settings.on_replica()
-    return translated(what, exc)
+                lane.release()
+
+    async def run(
+        self,
+        script: LuaScript,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        head: bytes = b"",
+        lead: bool = False,
+    ) -> Any:
+        """Run ``script`` atomically with ``keys`` and ``args``; its raw reply.
+
+        ``head`` is :func:`packed_head` of ``keys`` when the caller keeps it (b"": packed
+        here when the call takes the lane); ``lead``: a call that takes the lane is led by
+        a ``TIME`` (module docstring). A refusal that says the script did not run is
+        resent per the retry policy; the last refusal is raised once it is used up. Any
+        other failure is raised as flo's error, and the call is never resent."""
+        if self.debug:
+            return await self._run_logged(script, keys, args)
+        try:
+            return await self._send(script, keys, args, head, lead)
+        except ServerError as exc:
+            if not is_refused_unrun(exc):
+                raise
+            refused = exc
+        return await retry_refused(
+            lambda: self._send(script, keys, args, head, lead), self.policy, refused=refused
+        )
+
+    async def _run_logged(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        name = script.name
+
+        async def send_logged() -> Any:
+            log.debug("-> %s %s", name, keys[0] if keys else "")
+            try:
+                reply = await self._send(script, keys, args, b"", False)
+            except Exception as exc:
+                log.debug("<- %s %s", name, _failure(exc))
+                raise
+            log.debug("<- %s %s", name, _reply_summary(reply))
+            return reply
+
+        return await retry_refused(send_logged, self.policy)
+
+    async def _send(
+        self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg], head: bytes, lead: bool
+    ) -> Any:
+        """One send of the call, each way :func:`ways` gives in turn until one answers."""
+        plan = ways(self.functions)
+        way = next(plan)
+        while True:
+            try:
+                return await self._call(script, way, keys, args, head, lead)
+            except rex.RedisError as exc:
+                failed = exc
+            try:
+                way = plan.send(failed)
+            except rex.RedisError as exc:
+                raise await self._refused(script.name, exc) from exc
+
+    async def _call(
+        self,
+        script: LuaScript,
+        way: Way,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        head: bytes,
+        lead: bool,
+    ) -> Any:
+        """The call sent one way: ``FCALL`` or ``EVALSHA`` on a lane when one is free,
+        else through the pool; ``EVAL`` through the pool. redis-py's errors are raised as
+        they come. An ``FCALL`` is written only on a connection whose server was found to
+        hold the shipped library (:meth:`Functions.verify`; :class:`LibraryRefused`
+        otherwise)."""
+        n = len(keys)
+        if way == EVAL:
+            return await self._command("EVAL", script.source, n, *keys, *args)
+        by_function = way == FCALL
+        functions = self.functions if by_function else None
+        check = functions.verify if functions is not None else None
+        lane = self.lane
+        if lane is not None and lane.busy:
+            lane = self.spare
+        if lane is not None and not lane.busy and not lane.closed:
+            name = _NAMES[script.name, by_function]
+            packed = packed_command(name, head or packed_head(keys), n, args)
+            if packed is not None:
+                return await lane.call(packed, lead, check)
+        command = ("FCALL", script.function) if by_function else ("EVALSHA", script.sha)
+        if check is not None and isinstance(self.conn, Redis):
+            return await pooled_call(self.conn.connection_pool, check, *command, n, *keys, *args)
+        return await self._command(*command, n, *keys, *args)
+
+    async def _command(self, *args: Arg) -> Any:
+        """``args`` sent through the pool, within the limit on calls in flight."""
+        if self.gate is None:
+            return await self.conn.execute_command(*args)
+        async with self.gate:
+            return await self.conn.execute_command(*args)
+
+    async def _refused(self, what: str, exc: rex.RedisError) -> Exception:
+        """The flo error for ``exc``; after a ``READONLY``, first close the connections
+        that reach the replica and tell ``on_replica`` (module docstring)."""
+        conn = self.conn
+        if isinstance(exc, rex.ReadOnlyError) and isinstance(conn, Redis):
+            for lane in (self.lane, self.spare):
+                if lane is not None:
+                    await lane.drop()
+            with contextlib.suppress(Exception):  # closing can only fail as the socket did
+                await conn.connection_pool.disconnect(inuse_connections=False)
+            if self.on_replica is not None:
+                self.on_replica()
+        return translated(what, exc)
 
 
 def _failure(exc: Exception) -> str:

@@ -32,21 +32,28 @@ class Status(IntEnum):
     (:mod:`flo_redis.quarantine`)."""
 
 
-_MAPPING: dict[Status, tuple[StatusCode, Reason]] = {
-    Status.NOT_FOUND: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
-    Status.NO_ACTION: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
-    Status.NO_GROUP: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
-    Status.BAD_SETTING: (StatusCode.NOT_FOUND, Reason.NOT_FOUND),
-    Status.BAD_ARG: (StatusCode.BAD_REQUEST, Reason.MALFORMED),
-    Status.STALE: (StatusCode.CONFLICT, Reason.STALE_REPORT),
-    Status.CONFLICT: (StatusCode.CONFLICT, Reason.CONDITION_FAILED),
-    Status.WRONG_OWNER: (StatusCode.CONFLICT, Reason.CONDITION_FAILED),
-    Status.OWNER_ALIVE: (StatusCode.CONFLICT, Reason.CONDITION_FAILED),
-    Status.OUT_OF_RANGE: (StatusCode.BAD_REQUEST, Reason.OUT_OF_RANGE),
-    Status.TOO_LARGE: (StatusCode.BAD_REQUEST, Reason.FIELD_TOO_LONG),
-    Status.UNHEALTHY: (StatusCode.BAD_REQUEST, Reason.WORKER_UNHEALTHY),
-    Status.DRAINING: (StatusCode.BAD_REQUEST, Reason.WORKER_DRAINING),
+# Each status (but BAD_RECORD) as the error code and reason it is raised with; a status
+# not listed is an internal error.
+_GROUPS: dict[tuple[StatusCode, Reason], tuple[Status, ...]] = {
+    (StatusCode.NOT_FOUND, Reason.NOT_FOUND): (
+        Status.NOT_FOUND,
+        Status.NO_ACTION,
+        Status.NO_GROUP,
+        Status.BAD_SETTING,
+    ),
+    (StatusCode.BAD_REQUEST, Reason.MALFORMED): (Status.BAD_ARG,),
+    (StatusCode.CONFLICT, Reason.STALE_REPORT): (Status.STALE,),
+    (StatusCode.CONFLICT, Reason.CONDITION_FAILED): (
+        Status.CONFLICT,
+        Status.WRONG_OWNER,
+        Status.OWNER_ALIVE,
+    ),
+    (StatusCode.BAD_REQUEST, Reason.OUT_OF_RANGE): (Status.OUT_OF_RANGE,),
+    (StatusCode.BAD_REQUEST, Reason.FIELD_TOO_LONG): (Status.TOO_LARGE,),
+    (StatusCode.BAD_REQUEST, Reason.WORKER_UNHEALTHY): (Status.UNHEALTHY,),
+    (StatusCode.BAD_REQUEST, Reason.WORKER_DRAINING): (Status.DRAINING,),
 }
+_MAPPING = {status: error for error, statuses in _GROUPS.items() for status in statuses}
 
 
 def refusal(status: int, message: str) -> ServerError:

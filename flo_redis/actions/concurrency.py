@@ -18,14 +18,15 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 
-from flo_redis._session.aside import SetAside, scope_of, warn_set_aside
 from flo_redis._session.liveness import DEFAULT_GRACE_MS
 from flo_redis._session.session import Operations
 from flo_redis._wire import runner
-from flo_redis._wire.checks import check_count, raise_refusal
+from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside
+from flo_redis._wire.checks import check_count
 from flo_redis._wire.codec import BadRecord, unpack_record
 from flo_redis._wire.gateway import SLOT_ACQUIRE, SLOT_RECLAIM, SLOT_RELEASE
 from flo_redis._wire.keys import OwnerChannel, check_name
+from flo_redis._wire.refusals import raise_refusal
 from flo_redis._wire.status import Status, refusal
 from flo_redis.errors import ServerError, ValidationError
 

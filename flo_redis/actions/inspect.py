@@ -15,10 +15,11 @@ import enum
 import re
 from dataclasses import dataclass
 
-from flo_redis._session.aside import scope_of, warn_set_aside, warn_unreadable
-from flo_redis._session.session import Operations
-from flo_redis._wire.checks import MAX_LIST_LIMIT, check_count, not_registered
-from flo_redis._wire.codec import BadRecord
+from flo_redis._session.session import Operations, Session
+from flo_redis._wire import runner
+from flo_redis._wire.aside import scope_of, warn_set_aside, warn_unreadable
+from flo_redis._wire.checks import MAX_LIST_LIMIT, check_count
+from flo_redis._wire.codec import BadRecord, decoded
 from flo_redis._wire.gateway import (
     ACTION_COUNTS,
     ACTION_PURGE,
@@ -26,9 +27,10 @@ from flo_redis._wire.gateway import (
     ACTION_RUNS,
     Script,
 )
+from flo_redis._wire.inspect_replies import ActionCounts as ActionCounts  # beside its parser
+from flo_redis._wire.inspect_replies import BulkStep
 from flo_redis._wire.keys import ActionKeys
-from flo_redis._wire.replies import ActionCounts as ActionCounts  # defined beside its parser
-from flo_redis._wire.replies import BulkStep
+from flo_redis._wire.refusals import not_registered
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal
 from flo_redis.actions.runs import read_run, unreadable_run
@@ -112,6 +114,25 @@ def run_cursor(cursor: bytes | None) -> tuple[str, str]:
             f"cursor {cursor!r} is malformed; pass back the cursor a previous page returned"
         )
     return score, run_id
+
+
+async def failed_runs(session: Session, keys: ActionKeys, limit: int) -> list[ActionRunStatus]:
+    """The oldest ``limit`` failed (FAILED / TIMED_OUT) runs of ``keys``' action; a run
+    whose record does not decode is logged and left out (a requeue of it sets it
+    aside)."""
+    conn = session.redis
+    with runner.redis_errors("failed"):
+        ids = [decoded(i) for i in await conn.zrange(keys.failed, 0, limit - 1)]
+        raws = await conn.hmget(keys.runs, ids) if ids else []
+    found: list[ActionRunStatus] = []
+    for run_id, raw in zip(ids, raws, strict=True):
+        if raw is None:
+            continue
+        try:
+            found.append(read_run(run_id, raw))
+        except BadRecord as exc:
+            warn_unreadable(("run", keys.tag, run_id), str(unreadable_run(run_id, keys, exc)))
+    return found
 
 
 class ActionInspection(Operations):

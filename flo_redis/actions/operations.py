@@ -1,4 +1,5 @@
-"""flo's ``client.action`` and ``client.worker``: actions, runs and the worker registry.
+"""flo's ``client.action``: actions and their runs (``client.worker``,
+:mod:`flo_redis.actions.workers`, is importable from here too, as in flo).
 
 Every change of a run is one Lua script (``lua/action_*.lua``, ``lua/run_*.lua``); this
 module validates arguments before anything is sent, calls the scripts and turns their
@@ -10,21 +11,18 @@ from __future__ import annotations
 import asyncio
 import builtins
 import inspect
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TypeAlias
 
-from flo_redis._session.aside import warn_unreadable
+from flo_redis._session.liveness_stats import LivenessStats, liveness_stats
 from flo_redis._session.notices import tell
-from flo_redis._session.reclaim import LivenessStats, liveness_stats, reap_queue
+from flo_redis._session.reclaim import reap_queue
 from flo_redis._session.registry import remember
-from flo_redis._session.session import Session
 from flo_redis._session.tracer import invoke_span
 from flo_redis._wire import runner
 from flo_redis._wire.checks import (
     MAX_LIST_LIMIT,
-    bad_settings,
     check_bytes,
     check_callback,
     check_count,
@@ -34,12 +32,8 @@ from flo_redis._wire.checks import (
     check_options,
     check_priority,
     check_text,
-    not_registered,
-    raise_refusal,
-    raise_run_refusal,
-    stored_int,
 )
-from flo_redis._wire.codec import BadRecord, decoded, pack, tag_labels, text
+from flo_redis._wire.codec import pack, tag_labels
 from flo_redis._wire.gateway import (
     ACTION_DELETE,
     ACTION_INVOKE,
@@ -51,13 +45,14 @@ from flo_redis._wire.gateway import (
 from flo_redis._wire.keys import (
     MAX_NAME_SIZE,
     ActionKeys,
-    action_keys,
     action_of_run,
     namespace_keys,
     run_id_prefix,
 )
+from flo_redis._wire.refusals import not_registered, raise_refusal, raise_run_refusal
 from flo_redis._wire.status import Status, refusal
-from flo_redis.actions.inspect import ActionInspection
+from flo_redis.actions.action_settings import check_inputs_fit, list_page, settings_record
+from flo_redis.actions.inspect import ActionInspection, failed_runs
 from flo_redis.actions.runs import (
     DEFAULT_WAIT_MS,
     FINAL,
@@ -68,9 +63,7 @@ from flo_redis.actions.runs import (
     invoke_reply,
     invoke_request,
     progress_mark,
-    read_run,
     status_reply,
-    unreadable_run,
     wait_timed_out,
 )
 from flo_redis.actions.schedules import (
@@ -82,12 +75,11 @@ from flo_redis.actions.schedules import (
     remove_schedule,
 )
 
-# The worker-side operations live in worker_ops.py; importable from here as well.
+# flo's ``flo.actions`` holds client.worker's classes as well: importable from here.
 from flo_redis.actions.workers import Claimed, CompleteItem, WorkerOperations
 from flo_redis.errors import ValidationError, ValueTooLargeError
 from flo_redis.types import (
     ActionDeleteOptions,
-    ActionInfo,
     ActionInvokeOptions,
     ActionInvokeResult,
     ActionListOptions,
@@ -96,70 +88,14 @@ from flo_redis.types import (
     ActionRunStatus,
     ActionStatusOptions,
     ActionType,
-    RateLimit,
     RunStatus,
 )
-from flo_redis.types.base import LUA_INT, U32
 
-DEFAULT_RETENTION_MS = 24 * 3600 * 1000
-DEFAULT_RETENTION_COUNT = 10_000
 INVOKE_BATCH = 1000  # runs per action_invoke_many call
-MAX_RATE_STARTS = 10_000  # RateLimit.max: the claim script logs each start in the window
-MAX_RATE_WINDOW_MS = 86_400_000  # RateLimit.per_ms: a day
-
-log = logging.getLogger("flo_redis.actions")
-
-
-def _rate_limit(limit: object) -> tuple[int, int]:
-    """``(max, per_ms)`` of a :class:`RateLimit`, ``(0, 0)`` for None (no limit)."""
-    if limit is None:
-        return 0, 0
-    if not isinstance(limit, RateLimit):
-        raise ValidationError(
-            f"rate_limit must be a RateLimit(max, per_ms) or None, got {type(limit).__name__}"
-        )
-    return (
-        check_count("rate_limit.max", limit.max, 1, MAX_RATE_STARTS),
-        check_count("rate_limit.per_ms", limit.per_ms, 1, MAX_RATE_WINDOW_MS),
-    )
-
-
-def _action_info(namespace: str, name: str, stored: dict[bytes, bytes]) -> ActionInfo:
-    """An action's settings as ``action.list`` shows them, read as the scripts read them
-    (``lua/lib/action.lua``): a setting that does not parse shows its default, and is
-    logged at WARNING: until the action is registered again, no run of it is invoked,
-    claimed or handed out."""
-    bad = []
-
-    def setting(field: str, default: int, high: int = U32 - 1) -> int:
-        raw = stored.get(field.encode())
-        value = None if raw is None else stored_int(raw, 0, high)
-        if raw is not None and value is None:
-            bad.append(f"{field} = {raw!r}")
-        return default if value is None else value
-
-    defaults = ActionRegisterOptions()
-    info = ActionInfo(
-        name=name,
-        action_type=ActionType(setting("action_type", 0, max(ActionType))),
-        timeout_ms=setting("timeout_ms", defaults.timeout_ms),
-        max_retries=setting("max_retries", defaults.max_retries),
-        description=text(stored.get(b"description")),
-    )
-    if bad:
-        log.warning(
-            "action %r in namespace %r: stored %s does not parse (written by hand, or by "
-            "another version); it takes no new runs until registered again",
-            name,
-            namespace,
-            ", ".join(bad),
-        )
-    return info
 
 
 # The options of an invoke given none (never changed: an invoke only reads them).
 _NO_OPTIONS = ActionInvokeOptions()
-_HANDING_MAX = 1024  # queues remembered as handing (then none, until an invoke is handed)
 
 # What ``wait(..., on_progress=...)`` calls with the run's status: sync or async.
 ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None]
@@ -168,13 +104,6 @@ ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None
 class ActionOperations(ActionInspection):
     """``client.action``: register actions, invoke them, read runs; counts, runs by state
     and bulk steering come from :class:`ActionInspection`."""
-
-    def __init__(self, session: Session) -> None:
-        super().__init__(session)
-        # Queues (by tag) whose last invoke from here went straight to a parked poller:
-        # the next one is led by a TIME (flo_redis/runner.py), so that, handed too,
-        # its hand-off message leaves Redis before its own reply.
-        self._handing: set[str] = set()
 
     async def register(
         self,
@@ -192,27 +121,7 @@ class ActionOperations(ActionInspection):
             )
         check_text("owner", opts.owner, optional=True, limit=MAX_NAME_SIZE)
         check_text("description", opts.description, optional=True)
-        rate_max, rate_per_ms = _rate_limit(opts.rate_limit)
-        max_payload = self._session.max_payload_bytes
-        if opts.max_payload_bytes is not None:
-            max_payload = min(max_payload, opts.max_payload_bytes)
-        settings: dict[str, int | str] = {
-            "action_type": int(action_type),
-            "timeout_ms": opts.timeout_ms,
-            "max_retries": opts.max_retries,
-            "backoff_ms": opts.retry_backoff_ms,
-            "backoff_max_ms": max(opts.retry_backoff_max_ms, opts.retry_backoff_ms),
-            "max_concurrency": opts.max_concurrency,
-            "max_payload": max_payload,
-            "retention_ms": opts.retention_ms or DEFAULT_RETENTION_MS,
-            "retention_count": opts.retention_count or DEFAULT_RETENTION_COUNT,
-            "rate_max": rate_max,
-            "rate_per_ms": rate_per_ms,
-        }
-        if opts.owner is not None:
-            settings["owner"] = opts.owner
-        if opts.description is not None:
-            settings["description"] = opts.description
+        settings = settings_record(action_type, opts, self._session.max_payload_bytes)
         # Listed first: a user refused the registry is refused before anything is written.
         index = namespace_keys(keys.namespace).actions
         await remember(self._session.redis, keys.namespace, index, name)
@@ -230,14 +139,7 @@ class ActionOperations(ActionInspection):
             args, size = invoke_request(
                 keys, input_data, opts, self._session.max_payload_bytes, span.context
             )
-            handing = self._handing
-            lead = keys.tag in handing
-            reply = await ACTION_INVOKE(self._session, keys, args, lead=lead)
-            if reply.handed != lead:
-                if lead:
-                    handing.discard(keys.tag)
-                elif len(handing) < _HANDING_MAX:
-                    handing.add(keys.tag)
+            reply = await ACTION_INVOKE(self._session, keys, args)
             result = invoke_reply(reply, keys, size)
             span.sent((result.run_id,))
         return result
@@ -267,7 +169,7 @@ class ActionOperations(ActionInspection):
         labels = pack(tag_labels(opts.labels)) if opts.labels else b""
         prefix = run_id_prefix(name)
         if len(data) > INVOKE_BATCH:
-            await self._check_inputs_fit(keys, data)
+            await check_inputs_fit(self._session, keys, data)
         with invoke_span(self._session.tracer, keys.namespace, name, len(data)) as span:
             results = await self._invoke_chunks(keys, prefix, labels, priority, data, span.context)
             span.sent([r.run_id for r in results])
@@ -304,23 +206,6 @@ class ActionOperations(ActionInspection):
             first = reply.first_seq
             results.extend(ActionInvokeResult(f"{prefix}{first + i}") for i in range(len(chunk)))
         return results
-
-    async def _check_inputs_fit(self, keys: ActionKeys, data: Sequence[bytes]) -> None:
-        """Before the first of several calls: every input within the action's own limit,
-        so no later call is refused after earlier ones created runs."""
-        with runner.redis_errors("invoke_many"):
-            stored = await self._session.redis.hget(keys.definition, "max_payload")
-        if stored is None:
-            raise not_registered(keys)
-        limit = stored_int(stored, 0, LUA_INT)
-        if limit is None:
-            raise bad_settings(keys)
-        for index, item in enumerate(data):
-            if limit < len(item):
-                raise ValueTooLargeError(
-                    f"inputs[{index}] is {len(item)} bytes; action {keys.action!r} accepts "
-                    f"at most {limit} (its max_payload_bytes); nothing was created"
-                )
 
     async def status(
         self, run_id: str, options: ActionStatusOptions | None = None
@@ -384,33 +269,8 @@ class ActionOperations(ActionInspection):
         opts = check_options(options, ActionListOptions)
         limit = check_count("limit", opts.limit, 1, MAX_LIST_LIMIT)
         ns = self._session.get_namespace(opts.namespace)
-        index = namespace_keys(ns).actions
         prefix = check_text("prefix", opts.prefix, optional=True, limit=MAX_NAME_SIZE)
-        low = f"[{prefix}" if prefix else "-"
-        cursor = check_cursor(opts.cursor)
-        if cursor and (not prefix or cursor >= prefix):
-            low = f"({cursor}"
-        # UTF-8 never holds the byte 0xFF: every name starting with the prefix sorts
-        # below prefix + 0xFF, whatever characters follow.
-        high = b"(" + prefix.encode() + b"\xff" if prefix else b"+"
-        conn = self._session.redis
-        with runner.redis_errors("list"):
-            names = [
-                decoded(n)
-                for n in await conn.zrange(index, low, high, bylex=True, offset=0, num=limit + 1)
-            ]
-        more = len(names) > limit
-        names = names[:limit]
-        infos: builtins.list[ActionInfo] = []
-        with runner.redis_errors("list"):
-            async with conn.pipeline(transaction=False) as pipe:
-                for n in names:
-                    pipe.hgetall(action_keys(ns, n).definition)
-                defs = await pipe.execute()
-        for n, d in zip(names, defs, strict=True):
-            if d:  # else deleted between the two reads
-                infos.append(_action_info(ns, n, d))
-        return ActionListResult(actions=infos, cursor=names[-1].encode() if more else None)
+        return await list_page(self._session, ns, prefix, check_cursor(opts.cursor), limit)
 
     async def delete(self, name: str, options: ActionDeleteOptions | None = None) -> None:
         """Delete the action with all its runs; :class:`NotFoundError` if not registered."""
@@ -460,20 +320,7 @@ class ActionOperations(ActionInspection):
     ) -> builtins.list[ActionRunStatus]:
         """The oldest ``limit`` failed (FAILED / TIMED_OUT) runs of ``name``."""
         check_count("limit", limit, 1, MAX_LIST_LIMIT)
-        keys = self._action_keys(name, namespace)
-        conn = self._session.redis
-        with runner.redis_errors("failed"):
-            ids = [decoded(i) for i in await conn.zrange(keys.failed, 0, limit - 1)]
-            raws = await conn.hmget(keys.runs, ids) if ids else []
-        found: builtins.list[ActionRunStatus] = []
-        for run_id, raw in zip(ids, raws, strict=True):
-            if raw is None:
-                continue
-            try:
-                found.append(read_run(run_id, raw))
-            except BadRecord as exc:  # left out: a requeue of it sets it aside
-                warn_unreadable(("run", keys.tag, run_id), str(unreadable_run(run_id, keys, exc)))
-        return found
+        return await failed_runs(self._session, self._action_keys(name, namespace), limit)
 
     async def stats(self, name: str, namespace: str | None = None) -> LivenessStats:
         """The queue's liveness counters (reclaims by cause, stale reports refused) and

@@ -9,7 +9,7 @@ Failures: the run keeps ``"<ExceptionType>: <message>"`` and a bounded traceback
 (``ActionRunStatus.error_type`` / ``error_traceback``).
 
 Handlers: coroutine functions run on the event loop; plain callables run in a bounded
-thread pool owned by the worker (:class:`flo_redis._session.aio.HandlerPool`). Anything else is
+thread pool owned by the worker (:class:`flo_redis._aio.HandlerPool`). Anything else is
 refused when it is registered.
 """
 

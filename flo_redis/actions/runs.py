@@ -12,18 +12,16 @@ from typing import Any
 
 from flo_redis._session.notices import cancel_notice
 from flo_redis._wire.checks import (
-    bad_settings,
     check_bytes,
     check_count,
     check_idempotency_key,
     check_labels,
     check_priority,
-    not_registered,
-    raise_run_refusal,
     stored_int,
 )
 from flo_redis._wire.codec import BadRecord, pack, tag_labels, text, unpack_record
 from flo_redis._wire.keys import ActionKeys, notice_channel, run_id_prefix
+from flo_redis._wire.refusals import bad_settings, not_registered, raise_run_refusal
 from flo_redis._wire.replies import Cancelled, Invoked
 from flo_redis._wire.runner import Arg, RedisConn, redis_errors
 from flo_redis._wire.status import Status, refusal

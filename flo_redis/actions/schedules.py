@@ -27,8 +27,8 @@ from datetime import timezone as dt_timezone
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flo_redis._session.aside import SetAside, scope_of, warn_set_aside, warn_unreadable
-from flo_redis._wire.checks import check_bytes, not_registered, raise_refusal
+from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside, warn_unreadable
+from flo_redis._wire.checks import check_bytes
 from flo_redis._wire.codec import pack, text, unpack_record
 from flo_redis._wire.gateway import (
     SCHEDULE_DUE,
@@ -38,6 +38,7 @@ from flo_redis._wire.gateway import (
     SCHEDULE_SET,
 )
 from flo_redis._wire.keys import ActionKeys, action_keys, check_name, namespace_keys, run_id_prefix
+from flo_redis._wire.refusals import not_registered, raise_refusal
 from flo_redis._wire.status import Status
 from flo_redis.errors import ValidationError, server_error
 from flo_redis.types import Ran, Reason, StatusCode
@@ -45,7 +46,7 @@ from flo_redis.types import Ran, Reason, StatusCode
 if TYPE_CHECKING:
     from flo_redis._session.session import Session
 
-log = logging.getLogger("flo_redis.actions.schedules")
+log = logging.getLogger("flo_redis.schedules")
 
 MIN_INTERVAL = timedelta(seconds=1)
 """The shortest interval: workers look for due schedules about once a second."""

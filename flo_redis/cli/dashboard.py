@@ -14,11 +14,12 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
 
-from flo_redis.cli._options import Seconds, env_option, namespace_option, url_option
+from flo_redis.cli._options import F, Seconds, env_option, namespace_option, url_option
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.errors import FloError
@@ -81,6 +82,18 @@ def _origins(
         raise click.BadParameter(str(exc)) from None
 
 
+def _session_seconds(flag: str, meaning: str, default_s: int) -> Callable[[F], F]:
+    """A session length in seconds: unset (None) unless given, the policy's own default
+    (``default_s``, for the help line) then holds."""
+    return env_option(
+        flag,
+        f"Seconds {meaning}; default {default_s}",
+        type=Seconds(1, _MAX_SESSION_S),
+        default=None,
+        show_default=False,
+    )
+
+
 @click.command("dashboard")
 @url_option
 @namespace_option("to show")
@@ -104,20 +117,8 @@ def _origins(
     "https://dash.example.com (repeatable): requests addressed to it and changes sent "
     "from it are accepted.",
 )
-@env_option(
-    "--session-idle",
-    "Seconds a logged-in browser's session lasts without a request; default 1800",
-    type=Seconds(1, _MAX_SESSION_S),
-    default=None,
-    show_default=False,
-)
-@env_option(
-    "--session-max",
-    "Seconds a session lasts at most after its log-in, used or not; default 28800",
-    type=Seconds(1, _MAX_SESSION_S),
-    default=None,
-    show_default=False,
-)
+@_session_seconds("--session-idle", "a logged-in browser's session lasts without a request", 1800)
+@_session_seconds("--session-max", "a session lasts at most after its log-in, used or not", 28800)
 def dashboard_command(
     url: str,
     namespace: str,

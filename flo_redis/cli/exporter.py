@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import Sequence
 
 import click
@@ -42,10 +43,16 @@ def exporter(url: str, namespace: str, port: int, host: str, all_namespaces: boo
             names = await namespaces(client) if all_namespaces else (namespace,)
             return await asyncio.gather(*(overview(client, n) for n in names))
 
-        server = serve_metrics(port, host, queue_registry(asyncio.get_running_loop(), read))
+        loop = asyncio.get_running_loop()
+        server = serve_metrics(port, host, queue_registry(loop, read))
         say(f"serving {server.url}")
+        # SIGINT and SIGTERM both stop it cleanly, also where SIGINT came in ignored (a
+        # process started in the background by a shell without job control).
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         try:
-            await asyncio.Event().wait()
+            await stop.wait()
         finally:
             server.close()
 

@@ -27,23 +27,18 @@ def register(group: click.Group) -> None:
     group.add_command(quarantine)
 
 
+# The options that name a quarantine: the parameters of where(), in its order.
+_WHERE = ("action", "queue", "stream", "group", "partition", "workers")
+
+
 def where_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Which quarantine: ``--action``, ``--queue``, ``--stream`` with ``--group`` (and
     ``--partition``), or ``--workers``, exactly one; the command gets it as ``scope``."""
 
     @functools.wraps(command)
-    def with_scope(
-        *args: Any,
-        action: str | None,
-        queue: str | None,
-        stream: str | None,
-        group: str | None,
-        partition: int,
-        workers: bool,
-        **kwargs: Any,
-    ) -> Any:
-        return command(*args, scope=where(action, queue, stream, group, partition, workers),
-                       **kwargs)  # fmt: skip
+    def with_scope(*args: Any, **kwargs: Any) -> Any:
+        named = {name: kwargs.pop(name) for name in _WHERE}
+        return command(*args, scope=where(**named), **kwargs)
 
     for option in reversed(
         (

@@ -18,12 +18,10 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-try:
+from flo_redis.ops import needs_extra
+
+with needs_extra("dashboard", "the flo-redis dashboard"):
     from aiohttp import web
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the flo-redis dashboard needs the 'dashboard' extra: pip install 'flo-redis[dashboard]'"
-    ) from exc
 
 from flo_redis.client import FloClient
 from flo_redis.dashboard.app import HEADERS, create_app

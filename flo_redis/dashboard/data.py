@@ -9,14 +9,22 @@ lists are pages, and a group page shows at most :data:`GROUP_ROWS` entries of ea
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from flo_redis._session.reclaim import LivenessStats
+from flo_redis._session.liveness_stats import LivenessStats
 from flo_redis.actions.inspect import ActionCounts, RunPage, RunState
 from flo_redis.client import FloClient
+from flo_redis.errors import ValidationError
 from flo_redis.ops import discovery
 from flo_redis.ops.discovery import WorkerSummary
-from flo_redis.quarantine import ActionQuarantine, GroupQuarantine, Quarantine, QueueQuarantine
+from flo_redis.quarantine import (
+    ActionQuarantine,
+    GroupQuarantine,
+    Quarantine,
+    QueueQuarantine,
+    WorkerQuarantine,
+)
 from flo_redis.streams import DeadLetter, StreamDeadLetterOptions
 from flo_redis.streams.inspect import GroupCounts
 from flo_redis.types import (
@@ -128,7 +136,8 @@ async def action_page(
 
 
 def scope_fields(scope: Quarantine) -> dict[str, str]:
-    """The fields that name ``scope`` in a link or a form (the page's ``_scope``)."""
+    """The fields that name ``scope`` in a link or a form (read back by
+    :func:`quarantine_of`)."""
     if isinstance(scope, ActionQuarantine):
         return {"action": scope.action}
     if isinstance(scope, QueueQuarantine):
@@ -136,6 +145,23 @@ def scope_fields(scope: Quarantine) -> dict[str, str]:
     if isinstance(scope, GroupQuarantine):
         return {"stream": scope.stream, "group": scope.group, "partition": str(scope.partition)}
     return {"workers": "1"}
+
+
+def quarantine_of(fields: Mapping[str, str]) -> Quarantine:
+    """The quarantine a page or form names: ``action``, ``queue``, ``stream`` with
+    ``group`` (and ``partition``), or ``workers``."""
+    if fields.get("action"):
+        return ActionQuarantine(fields["action"])
+    if fields.get("queue"):
+        return QueueQuarantine(fields["queue"])
+    if fields.get("stream") and fields.get("group"):
+        partition = fields.get("partition", "0")
+        if not partition.isdigit():
+            raise ValidationError(f"partition must be a number, got {partition!r}")
+        return GroupQuarantine(fields["stream"], fields["group"], int(partition))
+    if fields.get("workers"):
+        return WorkerQuarantine()
+    raise ValidationError("the page needs ?action=, ?queue=, ?stream=&group= or ?workers=1")
 
 
 async def streams(client: FloClient) -> list[StreamRow]:

@@ -28,7 +28,7 @@ from flo_redis.types import WorkerInfo, WorkerListOptions, WorkerStatus
 if TYPE_CHECKING:
     from flo_redis.client import FloClient
 
-log = logging.getLogger("flo_redis.ops.discovery")
+log = logging.getLogger("flo_redis.discovery")
 
 
 async def namespaces(client: FloClient) -> tuple[str, ...]:

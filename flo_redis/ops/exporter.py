@@ -40,18 +40,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
-try:
+from flo_redis.ops import needs_extra
+
+with needs_extra("metrics", "flo_redis.ops.exporter"):
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
     from prometheus_client.registry import Collector, CollectorRegistry
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "flo_redis.ops.exporter needs the 'metrics' extra: pip install 'flo-redis[metrics]'"
-    ) from exc
 
 from flo_redis.ops.discovery import GONE, Overview
 from flo_redis.types import WorkerStatus
 
-log = logging.getLogger("flo_redis.ops.exporter")
+log = logging.getLogger("flo_redis.exporter")
 
 STATES = ("pending", "delayed", "running", "completed", "failed", "timed_out")
 SCRAPE_TIMEOUT_S = 10.0

@@ -22,18 +22,16 @@ import threading
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
-try:
+from flo_redis.ops import needs_extra
+
+with needs_extra("metrics", "flo_redis.ops.metrics"):
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
     from prometheus_client.exposition import start_http_server
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "flo_redis.ops.metrics needs the 'metrics' extra: pip install 'flo-redis[metrics]'"
-    ) from exc
 
 from flo_redis.errors import ValidationError
 from flo_redis.worker.observe import WorkerObserver
 
-log = logging.getLogger("flo_redis.ops.metrics")
+log = logging.getLogger("flo_redis.metrics")
 
 Buckets = tuple[float, ...]
 

@@ -28,8 +28,8 @@ version.
 - **admin** is server-wide: every namespace, the namespace registry, and loading and
   pruning the Functions library (``flo-redis scripts load|prune``).
 
-Every role but admin may be narrowed to one namespace (``keys.acl_key_patterns``,
-``keys.acl_channel_patterns``); narrowed, it does not reach the registry of namespaces,
+Every role but admin may be narrowed to one namespace (``acl_patterns.acl_key_patterns``,
+``acl_patterns.acl_channel_patterns``); narrowed, it does not reach the registry of namespaces,
 which would tell it the other namespaces' names.
 """
 
@@ -39,13 +39,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from flo_redis._wire.keys import (
-    HANDOFF_CHANNEL,
-    LIVE_CHANNEL,
-    NOTICE_CHANNEL,
-    acl_channel_patterns,
-    acl_key_patterns,
-)
+from flo_redis._wire.acl_patterns import acl_channel_patterns, acl_key_patterns
+from flo_redis._wire.keys import HANDOFF_CHANNEL, LIVE_CHANNEL, NOTICE_CHANNEL
 from flo_redis._wire.lua import LuaScript
 from flo_redis._wire.runner import SCRIPTS
 from flo_redis.errors import ValidationError
@@ -101,6 +96,7 @@ _OPERATOR_SCRIPTS = (
     "slot_reclaim",
     "worker_drain",
     "worker_deregister",
+    "worker_configure",
     "stream_trim",
     "group_join",
     "group_leave",
@@ -134,6 +130,7 @@ _WORKER_SCRIPTS = (
     "worker_poll",
     "worker_tally",
     "worker_deregister",
+    "worker_configure",
     "group_join",
     "group_leave",
     "group_read",
@@ -148,10 +145,9 @@ _WORKER_SCRIPTS = (
     "queue_reclaim",
 )
 # What flo-redis writes outside scripts: the registries (ZADD; ZREM when an action is
-# deleted), a namespace's worker settings (HSET), a cancel notice the script could not
-# send itself (SPUBLISH).
+# deleted), a cancel notice the script could not send itself (SPUBLISH).
 _PRODUCER_WRITES = ("zadd", "spublish")
-_OPERATOR_WRITES = (*_PRODUCER_WRITES, "zrem", "hset")
+_OPERATOR_WRITES = (*_PRODUCER_WRITES, "zrem")
 # A worker's liveness connections: named (CLIENT SETNAME), kept alive with PING.
 _LIVENESS = ("client|setname", "ping")
 # Only admin: loading and pruning the script library (flo-redis scripts load|prune).

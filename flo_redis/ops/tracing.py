@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -73,10 +74,8 @@ class OpenTelemetry(WorkerObserver):
         _require_otel()
         from opentelemetry import propagate, trace
 
-        from flo_redis import __version__
-
         self._trace = trace
-        self._tracer = trace.get_tracer("flo_redis", __version__, tracer_provider)
+        self._tracer = trace.get_tracer("flo_redis", _version(), tracer_provider)
         self._propagator = propagator or propagate.get_global_textmap()
         self._open: dict[
             tuple[Any, ...], tuple[Any, Any, Any, Any]
@@ -186,8 +185,7 @@ class OpenTelemetry(WorkerObserver):
         closer = None
         if isinstance(ctx, ActionContext):
             # A run given back or whose lease was lost hears no after_run/on_failure;
-            # the end of its attempt closes the span.
-            ctx._ended = [*(ctx._ended or ()), lambda: self._close(key)]
+            # the end of its attempt (run_ended) closes the span.
             task = None
         elif task is not None:
             # The same for a record: its task ending closes the span (a task may run
@@ -200,6 +198,9 @@ class OpenTelemetry(WorkerObserver):
 
     def after_run(self, ctx: Any, output: bytes) -> None:
         self._end(ctx, None)
+
+    def run_ended(self, ctx: Any) -> None:
+        self._close(_key(ctx))
 
     def on_failure(self, ctx: Any, error: BaseException) -> None:
         self._end(ctx, error)
@@ -254,3 +255,11 @@ class _Sent:
 
 __all__ = ["OpenTelemetry"]
 __all__ += _trace_context.__all__
+
+
+def _version() -> str:
+    """The installed flo-redis version, named on the tracer (its instrumentation scope)."""
+    try:
+        return importlib.metadata.version("flo-redis")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree not installed
+        return "0+unknown"

@@ -32,11 +32,11 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 
-from flo_redis._session.aside import scope_of, warn_set_aside
 from flo_redis._session.reclaim import RECLAIM_BATCH, ReclaimResult, sweep
 from flo_redis._session.session import Session
 from flo_redis._session.wake import Attempt, long_poll
 from flo_redis._wire import runner
+from flo_redis._wire.aside import scope_of, warn_set_aside
 from flo_redis._wire.checks import (
     check_bytes,
     check_count,

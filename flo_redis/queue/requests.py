@@ -8,7 +8,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping, Sequence
 
-from flo_redis._session.aside import SetAside, scope_of, warn_set_aside
+from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside
 from flo_redis._wire.checks import check_count, check_int
 from flo_redis._wire.keys import QueueKeys
 from flo_redis._wire.queue_replies import Listed, PerSeq

@@ -15,8 +15,8 @@ import builtins
 from dataclasses import dataclass
 from typing import Any
 
-from flo_redis._session.aside import warn_unreadable
 from flo_redis._wire import runner
+from flo_redis._wire.aside import warn_unreadable
 from flo_redis._wire.checks import check_options
 from flo_redis._wire.codec import BadRecord, pack, text
 from flo_redis._wire.gateway import GROUP_REPLAY

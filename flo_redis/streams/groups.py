@@ -21,7 +21,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flo_redis._session.aside import SetAside, scope_of, warn_set_aside
 from flo_redis._session.reclaim import (
     NOTHING,
     RECLAIM_BATCH,
@@ -33,6 +32,7 @@ from flo_redis._session.reclaim import (
 from flo_redis._session.session import Session
 from flo_redis._session.wake import Attempt
 from flo_redis._wire import runner
+from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside
 from flo_redis._wire.checks import check_count, check_options, stored_or
 from flo_redis._wire.codec import pack
 from flo_redis._wire.gateway import (

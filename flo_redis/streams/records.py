@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 
-from flo_redis._session.aside import warn_unreadable
 from flo_redis._session.tracer import append_span, with_trace_headers
 from flo_redis._session.wake import Attempt
 from flo_redis._wire import runner
+from flo_redis._wire.aside import warn_unreadable
 from flo_redis._wire.checks import check_bytes, check_options
 from flo_redis._wire.gateway import STREAM_APPEND, STREAM_INFO, STREAM_READ, STREAM_TRIM
 from flo_redis._wire.keys import StreamKeys, stream_keys

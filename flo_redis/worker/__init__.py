@@ -6,6 +6,8 @@ from flo_redis.worker.action_worker import (
     ActionWorker,
     ActionWorkerOptions,
     BlockTooLongError,
+)
+from flo_redis.worker.stream_worker import (
     StreamContext,
     StreamHandler,
     StreamRecordHandler,

@@ -20,22 +20,22 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from flo_redis._session.aio import CAN_UNCANCEL, is_async_handler
 from flo_redis._session.notices import Notices
-from flo_redis._session.reclaim import Reaper
-from flo_redis._wire.checks import check_count, check_options, check_seconds
+from flo_redis._wire.checks import check_options
 from flo_redis._wire.keys import action_keys, action_of_run, check_name
+from flo_redis.actions.claims import Gate
 from flo_redis.actions.results import JSON, ResultSerializer, check_handler, check_serializer
 from flo_redis.actions.runs import cancel_confirmed
 from flo_redis.actions.schedules import Missed, ScheduleDeclaration, check_spec, check_timezone
 from flo_redis.actions.workers import Claimed, WorkerOperations
 from flo_redis.errors import BlockTooLongError, NotFoundError, ServerError, ValidationError
-from flo_redis.types import DEFAULT_WORKER_BLOCK_MS, ActionRegisterOptions, Reason
-from flo_redis.worker.context import ActionContext, ActionHandler, ActionResult, touch_run
+from flo_redis.types import ActionRegisterOptions, Reason
+from flo_redis.worker import lease
+from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS, ActionWorkerOptions
+from flo_redis.worker.context import ActionContext, ActionHandler, ActionResult
 from flo_redis.worker.gc import YoungGeneration
 from flo_redis.worker.handlers import HandlerRunner
 from flo_redis.worker.held_runs import ActionRuns
@@ -43,22 +43,12 @@ from flo_redis.worker.lifecycle import (
     ClientLike,
     WorkerLifecycle,
     generate_worker_id,
-    worker_block_ms,
 )
-from flo_redis.worker.outcomes import RunReporter
 from flo_redis.worker.poller import ActionPoller
 from flo_redis.worker.progress import encode_progress, report_progress
+from flo_redis.worker.reaper import Reaper
 from flo_redis.worker.registration import Registration
-
-# flo's module ``flo.worker`` holds the stream worker's classes as well; flo code imports
-# them from here, so they are importable from here too (they live in stream_worker.py).
-from flo_redis.worker.stream_worker import (
-    StreamContext,
-    StreamHandler,
-    StreamRecordHandler,
-    StreamWorker,
-    StreamWorkerOptions,
-)
+from flo_redis.worker.run_reporter import RunReporter
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -66,52 +56,6 @@ _HEARTBEAT_INTERVAL_S = 30.0
 # A health check that passed this recently is reused by the next poll (a drain or an
 # unhealthy verdict is seen within this time).
 _HEALTH_TTL_S = 0.5
-#: How long a run handed to an idle worker waits for its accept by default, and the
-#: bounds of ``offer_window_ms`` (a park lasts at most a minute).
-DEFAULT_OFFER_WINDOW_MS = 1000
-MIN_OFFER_WINDOW_MS = 100
-MAX_OFFER_WINDOW_MS = 60_000
-
-
-@dataclass
-class ActionWorkerOptions:
-    """An ActionWorker's settings. ``block_ms`` 0/None means 30000; above 300000 is
-    refused with :class:`BlockTooLongError`. ``tune_gc``: while the worker runs, the
-    garbage collector's young generation holds what its runs in flight keep alive
-    (``gc.set_threshold``, first value at least ``concurrency * 100``; put back when it
-    stops; :mod:`flo_redis.worker.gc`); False leaves the process's collector alone.
-    ``offer_window_ms`` (100 to 60000): a run handed to the idle worker must be accepted
-    within this long (the worker accepts it as its handler starts), or it goes back to
-    the head of its queue unspent, for a live worker (a frozen process, a half-open
-    connection; ``lua/README.md``, "Hand-off")."""
-
-    worker_id: str = ""
-    concurrency: int = 10
-    action_timeout: float = 300.0
-    block_ms: int = DEFAULT_WORKER_BLOCK_MS
-    auto_touch: bool = False
-    tune_gc: bool = True
-    offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS
-
-    def __post_init__(self) -> None:
-        self.check()
-
-    def check(self) -> None:
-        """Refuse a bad setting (:class:`ValidationError` naming it): when made, and again
-        when the worker starts, so a setting changed in between is checked where used."""
-        self.block_ms = worker_block_ms(self.block_ms)
-        check_count("concurrency", self.concurrency, 1)
-        check_seconds("action_timeout", self.action_timeout)
-        check_count(
-            "offer_window_ms",
-            self.offer_window_ms,
-            MIN_OFFER_WINDOW_MS,
-            MAX_OFFER_WINDOW_MS,
-            fix="it needs only to outlast a round trip to Redis; 1000, the default, suits most",
-        )
-        for flag in ("auto_touch", "tune_gc"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ValidationError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
 
 
 class ActionWorker(WorkerLifecycle):
@@ -149,9 +93,7 @@ class ActionWorker(WorkerLifecycle):
         self._options: dict[str, ActionRegisterOptions] = {}
         self._schedules: list[ScheduleDeclaration] = []
         # Its runs in flight and in hand (flo_redis/worker/held_runs.py).
-        self._runs = ActionRuns(
-            self, track=self._track, stopped=self._stop.is_set, hook=self._hook, touch=self._touch
-        )
+        self._runs = ActionRuns(self, track=self._track, stopped=self._stop.is_set, hook=self._hook)
         # Made by start(), on the worker's own session.
         self._ops: WorkerOperations
         self._registration: Registration
@@ -250,7 +192,7 @@ class ActionWorker(WorkerLifecycle):
     async def _setup(self) -> None:
         self._ops = WorkerOperations(self.session)
         self._reports = RunReporter(
-            self._ops,
+            self.session,
             self.config.worker_id,
             self.observer,
             self._stop.is_set,
@@ -266,23 +208,14 @@ class ActionWorker(WorkerLifecycle):
             self._schedules,
             self.config.concurrency,
         )
-        # The handlers awaited in their slot's own task; the rest go through the runner
-        # (a plain function runs in its thread pool; auto_touch keeps a lease alive;
-        # Python 3.10 cannot take a cancellation back, so each gets a task there).
-        awaited = (
-            {n: h for n, h in self._handlers.items() if is_async_handler(h)}
-            if CAN_UNCANCEL and not self.config.auto_touch
-            else {}
-        )
         self._runs.configure(
+            session=self.session,
             worker_id=self.config.worker_id,
-            namespace=self.session.namespace,
             serializer=self._serializer,
             observer=self.observer,
             auto_touch=self.config.auto_touch,
             handlers=self._handlers,
             options=self._options,
-            awaited=awaited,
             runner=self._handler_runner,
             reports=self._reports,
         )
@@ -349,7 +282,7 @@ class ActionWorker(WorkerLifecycle):
         # The poller parks in the queues for hand-offs (flo_redis/worker/poller.py).
         self._poller = ActionPoller(
             self.session,
-            self._ops,
+            Gate(),
             self.config.worker_id,
             self._names,
             self._runs.start,
@@ -406,7 +339,8 @@ class ActionWorker(WorkerLifecycle):
     # --- what a context asks of its worker ------------------------------------------
 
     async def _touch(self, ctx: ActionContext, extend_ms: int) -> None:
-        await touch_run(self._ops, self.config.worker_id, ctx, extend_ms)
+        held = self._runs.held(ctx)
+        await lease.touch(self.session, self.config.worker_id, ctx, extend_ms, held)
 
     async def _progress(self, ctx: ActionContext, value: Any) -> None:
         data = encode_progress(value, self._serializer)
@@ -421,9 +355,4 @@ __all__ = [
     "ActionWorker",
     "ActionWorkerOptions",
     "BlockTooLongError",
-    "StreamContext",
-    "StreamHandler",
-    "StreamRecordHandler",
-    "StreamWorker",
-    "StreamWorkerOptions",
 ]

@@ -1,6 +1,6 @@
 """What an action handler gets (:class:`ActionContext`) and may return
-(:class:`ActionResult`), and the keeping of a run's lease while its handler runs
-(``ctx.touch``, and the worker's ``auto_touch``)."""
+(:class:`ActionResult`); keeping the run's lease (``ctx.touch``) is
+:mod:`flo_redis.worker.lease`."""
 
 from __future__ import annotations
 
@@ -9,22 +9,12 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from flo_redis._session.tracer import unpack_context
 from flo_redis.actions.results import ResultSerializer, check_outcome, encode_result
-from flo_redis.errors import ServerError, is_connection_error
-from flo_redis.types import Reason, StatusCode, WorkerTouchOptions
-from flo_redis.worker.handlers import Running
-
-if TYPE_CHECKING:
-    from flo_redis.actions.workers import WorkerOperations
 
 log = logging.getLogger("flo_redis.worker")
-
-MAX_TOUCH_EXTEND_MS = 3_600_000
-MIN_TOUCH_INTERVAL_MS = 100
-TOUCH_FINAL = (StatusCode.CONFLICT, StatusCode.NOT_FOUND, StatusCode.BAD_REQUEST)
 
 
 class _Config(Protocol):
@@ -74,13 +64,7 @@ class ActionContext:
     _worker: RunHolder = field(repr=False)
     _cancelled: bool = field(default=False, repr=False)  # see ``cancelled``
     token: int = 0
-    # Loop time by which the run's lease has surely ended (None: it never ends).
-    _lease_end: float | None = field(default=None, repr=False)
-    _running: Running | None = field(default=None, repr=False)  # its handler, while it runs
-    _revoked: bool = field(default=False, repr=False)  # cancelled: report nothing
     _trace: bytes = field(default=b"", repr=False)  # the run's packed trace context
-    # Called once the attempt is over, whatever its end (given back, lease lost too).
-    _ended: list[Callable[[], None]] | None = field(default=None, repr=False)
 
     @property
     def trace_context(self) -> dict[str, str]:
@@ -120,11 +104,6 @@ class ActionContext:
     def cancelled(self) -> bool:
         return self._cancelled
 
-    def _cancel(self) -> None:
-        """Turn ``cancelled`` true (a plain flag: a sync handler reads it from its
-        thread)."""
-        self._cancelled = True
-
     async def check_cancelled(self) -> None:
         if self._cancelled:
             raise asyncio.CancelledError("run cancelled: its lease was lost")
@@ -138,6 +117,12 @@ class ActionContext:
         return ActionResult(outcome, data)
 
 
+def cancel(ctx: ActionContext) -> None:
+    """Turn ``ctx.cancelled`` true, for the worker holding its run (a plain flag: a sync
+    handler reads it from its thread)."""
+    ctx._cancelled = True
+
+
 def new_context(
     run_id: str,
     action: str,
@@ -148,26 +133,12 @@ def new_context(
     worker: RunHolder,
     token: int,
     trace: bytes,
-    lease_end: float | None,
 ) -> ActionContext:
     """The context of one hand-out of a run, as ``ActionContext(task_id=run_id, ...)``
     makes it: a worker makes one per run, and a call with the fields in their order takes
     half the time of one that names them."""
     return ActionContext(
-        run_id,
-        action,
-        payload,
-        attempt,
-        created_at,
-        namespace,
-        worker,
-        False,  # _cancelled
-        token,
-        lease_end,
-        None,  # _running
-        False,  # _revoked
-        trace,
-        None,  # _ended
+        run_id, action, payload, attempt, created_at, namespace, worker, False, token, trace
     )
 
 
@@ -175,76 +146,4 @@ def new_context(
 ActionHandler = Callable[[ActionContext], Awaitable[Any]] | Callable[[ActionContext], Any]
 
 
-class LeaseLost(Exception):
-    """The run's lease is gone (taken back or finished elsewhere); report nothing."""
-
-
-async def touch_run(
-    ops: WorkerOperations, worker_id: str, ctx: ActionContext, extend_ms: int
-) -> None:
-    """Extend ``ctx``'s lease; a refusal that no later touch can undo sets the context
-    cancelled and raises :class:`LeaseLost`."""
-    try:
-        await ops.touch(
-            worker_id,
-            ctx.action_name,
-            ctx.task_id,
-            WorkerTouchOptions(extend_ms=extend_ms, token=ctx.token),
-        )
-    except ServerError as exc:
-        if exc.status_code in TOUCH_FINAL and exc.reason != Reason.OUT_OF_RANGE:
-            ctx._cancel()
-            log.warning("lease of %s lost (%s); cancelling its handler", ctx.task_id, exc)
-            raise LeaseLost(str(exc)) from exc
-        raise
-    finally:
-        # Answered or not, a touch that may have run moved the lease's end to at
-        # most now + extend_ms (the script ran before this moment).
-        if ctx._lease_end is not None and 0 < extend_ms <= MAX_TOUCH_EXTEND_MS:
-            end = asyncio.get_running_loop().time() + extend_ms / 1000.0
-            ctx._lease_end = max(ctx._lease_end, end)
-
-
-def start_auto_touch(
-    touch: Callable[[ActionContext, int], Awaitable[None]],
-    ctx: ActionContext,
-    running: Running,
-    timeout_ms: int,
-) -> asyncio.Task[None] | None:
-    """A task keeping alive a lease of ``timeout_ms`` (touching at a third of it) while
-    its handler runs; None when the run's lease never ends."""
-    if timeout_ms <= 0:
-        return None
-    extend_ms = min(timeout_ms, MAX_TOUCH_EXTEND_MS)
-    interval_s = max(extend_ms / 3, MIN_TOUCH_INTERVAL_MS) / 1000.0
-    return asyncio.create_task(
-        _keep_touching(touch, ctx, running, extend_ms, interval_s),
-        name=f"flo-touch-{ctx.task_id}",
-    )
-
-
-async def _keep_touching(
-    touch: Callable[[ActionContext, int], Awaitable[None]],
-    ctx: ActionContext,
-    running: Running,
-    extend_ms: int,
-    interval_s: float,
-) -> None:
-    """Touch ``ctx``'s run every ``interval_s`` until cancelled; once its lease is lost,
-    stop its handler."""
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            await touch(ctx, extend_ms)
-        except LeaseLost:
-            running.stop()
-            return
-        except ServerError as exc:
-            log.warning("touch of %s refused (%s); trying again later", ctx.task_id, exc)
-        except Exception as exc:
-            if not is_connection_error(exc):
-                raise
-            log.info("touch of %s failed (%s); trying again later", ctx.task_id, exc)
-
-
-__all__ = ["ActionContext", "ActionHandler", "ActionResult", "new_context"]
+__all__ = ["ActionContext", "ActionHandler", "ActionResult", "cancel", "new_context"]

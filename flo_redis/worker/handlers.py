@@ -1,7 +1,7 @@
 """Running a worker's handlers under a time limit: one mechanism for both workers.
 
 ``async def`` handlers run on the event loop, plain functions in the worker's bounded
-thread pool (:class:`flo_redis._session.aio.HandlerPool`). Every handler has a deadline, and one
+thread pool (:class:`flo_redis._aio.HandlerPool`). Every handler has a deadline, and one
 watchdog task per worker stops the handlers past theirs: no timer and, on Python 3.11+,
 no task per handler (it runs in the caller's own task, which takes the cancellation back
 once the handler has stopped). On 3.10, where a task cannot take a cancellation back,
@@ -12,10 +12,10 @@ each handler gets a task of its own. A handler can also be stopped early
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from flo_redis._session.aio import CAN_UNCANCEL, HandlerPool, uncancel_current
+from flo_redis._aio import CAN_UNCANCEL, HandlerPool, uncancel_current
 
 
 class HandlerTimeout(TimeoutError):
@@ -67,32 +67,6 @@ class HandlerRunner:
             began = asyncio.get_running_loop().time()
         return Running(began + self.timeout_s, on_stop)
 
-    def enter(
-        self, on_stop: Callable[[], None] | None, began: float, target: asyncio.Future[Any]
-    ) -> Running:
-        """:meth:`running`, watched from now on, for a caller that awaits its handler
-        itself: a stop cancels ``target`` (the task its handler runs in)."""
-        running = Running(began + self.timeout_s, on_stop)
-        self._watch(running, target)
-        return running
-
-    def _watch(self, running: Running, target: asyncio.Future[Any]) -> None:
-        self._running.add(running)
-        running._target = target
-
-    def leave(self, running: Running) -> None:
-        """``running``'s handler is over: no longer watched, and a stop cancels nothing."""
-        running._target = None
-        self._running.discard(running)
-
-    def stopped(self, running: Running) -> Exception:
-        """For a handler that was stopped (``running.why`` is set) and has returned, or
-        was cancelled in the caller's task (Python 3.11+): the error it ends with
-        (:class:`HandlerTimeout` or :class:`HandlerStopped`), the stop's cancellation
-        taken back from the task."""
-        uncancel_current()
-        return self._stopped(running)
-
     async def run(
         self,
         handler: Callable[[Any], Any],
@@ -100,45 +74,39 @@ class HandlerRunner:
         running: Running,
         task: asyncio.Task[Any],
     ) -> Any:
-        """``handler(ctx)``'s result. :class:`HandlerTimeout` once the deadline passed,
-        :class:`HandlerStopped` once :meth:`Running.stop` was called (also when the
-        handler swallowed the cancellation and returned). A cancellation of the caller
-        cancels the handler and is raised as it is. ``task`` is the caller's own task,
-        the one the handler runs in (a handler slot knows its own: no asking once a
-        run). Its steps, for a caller that awaits an ``async def`` handler itself:
-        :meth:`enter` (in place of :meth:`running`), await, :meth:`stopped` if
-        ``running.why`` is set, :meth:`leave`."""
-        if CAN_UNCANCEL:
-            self._watch(running, task)
-            try:
-                try:
-                    result = await self._pool.call(handler, ctx)
-                except asyncio.CancelledError:
-                    if not running.why:
-                        raise
-                    raise self.stopped(running) from None
-                if running.why:  # it swallowed the cancellation and returned
-                    raise self.stopped(running)
-                return result
-            finally:
-                self.leave(running)
-        work = asyncio.ensure_future(self._pool.call(handler, ctx))
-        self._watch(running, work)
+        """``handler(ctx)``'s result: the one way either worker runs a handler.
+        :class:`HandlerTimeout` once the deadline passed, :class:`HandlerStopped` once
+        :meth:`Running.stop` was called (also when the handler swallowed the
+        cancellation and returned). A cancellation of the caller cancels the handler
+        and is raised as it is. ``task`` is the caller's own task (a handler slot knows
+        its own: no asking once a run): on Python 3.11+ the handler runs in it, and a
+        stop cancels it and takes the cancellation back once the handler has stopped;
+        on 3.10 the handler gets a task of its own, which a stop cancels."""
+        work: Awaitable[Any] = self._pool.call(handler, ctx)
+        target: asyncio.Future[Any] = task
+        if not CAN_UNCANCEL:
+            work = target = asyncio.ensure_future(work)
+        self._running.add(running)
+        running._target = target
         try:
             try:
-                # Cancelling this task cancels the handler's too.
+                # Cancelling the caller's task cancels the handler's too.
                 result = await work
             except asyncio.CancelledError:
-                if not running.why or not work.cancelled():
-                    raise
+                if not running.why or (target is not task and not target.cancelled()):
+                    raise  # the caller's own cancellation
                 raise self._stopped(running) from None
-            if running.why:
+            if running.why:  # it swallowed the cancellation and returned
                 raise self._stopped(running)
             return result
         finally:
-            self.leave(running)
+            running._target = None
+            self._running.discard(running)
 
     def _stopped(self, running: Running) -> Exception:
+        """The error a stopped handler ends with, the stop's cancellation taken back
+        from the caller's task (Python 3.11+)."""
+        uncancel_current()
         if running.why == "timeout":
             return HandlerTimeout(f"no return within {self.timeout_s:g} s")
         return HandlerStopped()

@@ -17,19 +17,15 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from flo_redis._session.aio import cancel_and_wait
+from flo_redis._aio import cancel_and_wait
+from flo_redis._session.session import Session
 from flo_redis.actions.results import JSON, ResultSerializer
 from flo_redis.actions.workers import Claimed
 from flo_redis.types import ActionRegisterOptions
-from flo_redis.worker.context import (
-    ActionContext,
-    ActionHandler,
-    RunHolder,
-    new_context,
-    start_auto_touch,
-)
+from flo_redis.worker.context import ActionContext, ActionHandler, RunHolder, new_context
 from flo_redis.worker.handler_tasks import HandlerSlots
 from flo_redis.worker.handlers import HandlerRunner, HandlerStopped, HandlerTimeout
+from flo_redis.worker.lease import HeldRun, start_auto_touch
 from flo_redis.worker.observe import NO_OBSERVER, WorkerObserver, overrides, settle
 from flo_redis.worker.outcomes import (
     Completed,
@@ -37,12 +33,12 @@ from flo_redis.worker.outcomes import (
     Failed,
     Released,
     Report,
-    RunReporter,
     completion,
     failure,
     stopped_report,
 )
 from flo_redis.worker.prefetch import InHand, Prefetch
+from flo_redis.worker.run_reporter import RunReporter
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -62,18 +58,15 @@ class ActionRuns:
         track: Callable[[asyncio.Task[None]], None],
         stopped: Callable[[], bool],
         hook: HookCaller,
-        touch: Callable[[ActionContext, int], Awaitable[None]],
     ) -> None:
         self._holder = holder  # what each run's context asks (touch, progress, results)
         self._track = track
         self._stopped = stopped
         self._hook = hook
-        self._touch = touch
-        # Runs started (in a handler, or about to be in a slot's queue) and their contexts.
-        self._running: set[str] = set()
-        self._contexts: dict[str, ActionContext] = {}
+        # The worker's record of each run started (in a handler, or in a slot's queue).
+        self._held: dict[str, HeldRun] = {}
         self._concurrency = 1
-        self._slots = HandlerSlots(
+        self._slots: HandlerSlots[HeldRun] = HandlerSlots(
             self._concurrency,
             self._execute,
             name="flo-handler-slot",
@@ -82,21 +75,20 @@ class ActionRuns:
             log=log,
         )
         self._prefetch = Prefetch(self._concurrency, enabled=False)  # made by configure()
-        self._backlog = False  # the last poll took all it asked for: claim ahead
         self._wake = asyncio.Event()  # the poll loop waits for room on it
         self._waiting = False  # ...and is waiting now
         # Made by configure(), once the worker's session and settings are known.
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: Session
         self._worker_id = ""
         self._namespace = ""
         self._serializer: ResultSerializer = JSON
         self._observer: WorkerObserver = NO_OBSERVER
-        self._hooks_before = self._hooks_after = True
+        self._hooks_before = self._hooks_after = self._tell_ended = True
         self._tell_claimed = self._tell_handled = True
         self._auto_touch = False
         self._handlers: Mapping[str, ActionHandler] = {}
         self._options: Mapping[str, ActionRegisterOptions] = {}
-        self._awaited: Mapping[str, ActionHandler] = {}
         self._lease_s: dict[str, float] = {}
         self._handler_runner: HandlerRunner
         self._reports: RunReporter
@@ -111,28 +103,26 @@ class ActionRuns:
     def configure(
         self,
         *,
+        session: Session,
         worker_id: str,
-        namespace: str,
         serializer: ResultSerializer,
         observer: WorkerObserver,
         auto_touch: bool,
         handlers: Mapping[str, ActionHandler],
         options: Mapping[str, ActionRegisterOptions],
-        awaited: Mapping[str, ActionHandler],
         runner: HandlerRunner,
         reports: RunReporter,
     ) -> None:
-        """Once the worker is set up, before any run is taken. ``awaited``: the
-        handlers awaited in their slot's own task; the rest go through ``runner``."""
+        """Once the worker is set up, before any run is taken."""
         self._loop = asyncio.get_running_loop()
+        self._session = session
         self._worker_id = worker_id
-        self._namespace = namespace
+        self._namespace = session.namespace
         self._serializer = serializer
         self._observer = observer
         self._auto_touch = auto_touch
         self._handlers = handlers
         self._options = options
-        self._awaited = awaited
         self._handler_runner = runner
         self._reports = reports
         self._lease_s = {
@@ -145,6 +135,7 @@ class ActionRuns:
         # The run hooks the observer has (set before start): only those are called.
         self._hooks_before = overrides(observer, "before_run")
         self._hooks_after = overrides(observer, "after_run")
+        self._tell_ended = overrides(observer, "run_ended")
         self._tell_claimed = overrides(observer, "run_claimed")
         self._tell_handled = overrides(observer, "run_handled")
 
@@ -152,24 +143,12 @@ class ActionRuns:
 
     def full(self) -> bool:
         """Every slot is busy: a poll now claims ahead."""
-        return len(self._running) >= self._concurrency
-
-    def poll_room(self) -> int:
-        """How many runs the next poll may take now; 0: wait. With a slot free, every
-        free slot and the runs to hold in hand (flo_redis/worker/prefetch.py); with every slot
-        busy, a claim ahead once the runs in hand fell to half of what to hold."""
-        concurrency = self._concurrency
-        running = len(self._running)
-        depth = self._prefetch.depth() if self._backlog else 0
-        room = concurrency + depth - running - len(self._prefetch.runs)
-        if running < concurrency:
-            return room
-        return room if depth and room >= max(1, depth // 2) else 0
+        return len(self._held) >= self._concurrency
 
     async def room(self) -> int:
-        """:meth:`poll_room`, or 0 once there is room after waiting for it (or the
-        worker is stopping: :meth:`wake_poll`)."""
-        room = self.poll_room()
+        """How many runs the next poll may take now (:meth:`Prefetch.room`), or 0 once
+        there is room after waiting for it (or the worker is stopping: :meth:`wake_poll`)."""
+        room = self._prefetch.room(len(self._held))
         if room > 0:
             return room
         self._wake.clear()
@@ -188,11 +167,8 @@ class ActionRuns:
         self._wake.set()
 
     def polled(self, taken: Sequence[Claimed], room: int, ahead: bool, took_s: float) -> None:
-        """A poll for ``room`` runs (``ahead``: every slot busy) took ``taken`` in
-        ``took_s`` seconds."""
-        self._backlog = len(taken) >= room
-        if ahead or len(taken) >= room > 1:  # answered without waiting for work
-            self._prefetch.claim_took(took_s)
+        """A poll for ``room`` runs (``ahead``: every slot busy) took ``taken``."""
+        self._prefetch.polled(len(taken), room, ahead, took_s)
 
     # --- starting runs ------------------------------------------------------------------
 
@@ -208,7 +184,7 @@ class ActionRuns:
                 pickup_ms = max(0, run.claimed_at_ms - run.ready_at_ms)
                 self._observer.run_claimed(run.action, pickup_ms / 1000)
         for run in runs:
-            if not in_hand and len(self._running) < concurrency:
+            if not in_hand and len(self._held) < concurrency:
                 self._start(run, now)
             else:
                 in_hand.append(InHand(run, now))
@@ -217,10 +193,8 @@ class ActionRuns:
     def _start(self, run: Claimed, claimed_at: float) -> None:
         """Count ``run`` as running and queue it for a handler slot (the caller wakes
         one, or is a slot that goes on to it)."""
-        ctx = self._context(run, claimed_at)
-        self._running.add(run.run_id)
-        self._contexts[run.run_id] = ctx
-        self._slots.queue.append(ctx)
+        held = self._held[run.run_id] = self._hold(run, claimed_at)
+        self._slots.queue.append(held)
 
     def stop_taking(self) -> None:
         """The poll loop ended: release the runs in hand, which will not be started,
@@ -232,51 +206,53 @@ class ActionRuns:
 
     def load(self) -> int:
         """How many runs are started (in a handler, or queued for a slot)."""
-        return len(self._running)
+        return len(self._held)
 
     def in_handler(self) -> list[asyncio.Task[None]]:
         """The slots' tasks: each is in a handler or idle, and either may be cancelled."""
         return list(self._slots.tasks)
 
-    def _give_back(self, held: InHand) -> None:
-        self._deliver(Released(), self._context(held.run, held.claimed_at))
+    def held(self, ctx: ActionContext) -> HeldRun | None:
+        """The worker's record of ``ctx``'s run, while this hand-out of it is started."""
+        held = self._held.get(ctx.task_id)
+        return held if held is not None and held.ctx is ctx else None
 
-    def _release(self, ctx: ActionContext) -> None:
+    def _give_back(self, waiting: InHand) -> None:
+        self._deliver(Released(), self._hold(waiting.run, waiting.claimed_at))
+
+    def _release(self, held: HeldRun) -> None:
         """A started run whose handler never began (its slot was cancelled): release
         it without spending its attempt."""
-        self._running.discard(ctx.task_id)
-        self._contexts.pop(ctx.task_id, None)
-        self._deliver(Released(), ctx)
+        if self._held.get(held.task_id) is held:
+            del self._held[held.task_id]
+        self._deliver(Released(), held)
 
-    def _deliver(self, report: Report, ctx: ActionContext) -> None:
-        """Send ``report`` of ``ctx``'s run: a complete into its batch, any other in a
+    def _deliver(self, report: Report, held: HeldRun) -> None:
+        """Send ``report`` of ``held``'s run: a complete into its batch, any other in a
         task of its own, so a handler slot never waits for a report."""
         if isinstance(report, Completed):
-            self._reports.complete(ctx, report)
+            self._reports.complete(held, report)
         else:
-            send = report.deliver(self._reports, ctx)
-            self._track(asyncio.create_task(send, name=f"flo-report-{ctx.task_id}"))
+            send = report.deliver(self._reports, held)
+            self._track(asyncio.create_task(send, name=f"flo-report-{held.task_id}"))
 
     def _handler_done(self, run_id: str, now: float) -> None:
         """The handler finished (at loop time ``now``): its slot is free while its
         report is still on the way (a pending report uses no handler capacity;
         ``current_load`` counts handlers), so the next run in hand starts in it."""
-        self._contexts.pop(run_id, None)
-        try:
-            self._running.remove(run_id)
-        except KeyError:
+        if self._held.pop(run_id, None) is None:
             return  # told already (a cancelled handler's run was given back)
         in_hand = self._prefetch.runs
         if in_hand and not self._stopped():
             lease_s = self._lease_s
-            while in_hand and len(self._running) < self._concurrency:
-                held = in_hand.popleft()
-                lease = lease_s.get(held.run.action)
-                if lease is not None and now - held.claimed_at > lease / 2:
-                    self._give_back(held)  # half its lease spent waiting
+            while in_hand and len(self._held) < self._concurrency:
+                waiting = in_hand.popleft()
+                lease = lease_s.get(waiting.run.action)
+                if lease is not None and now - waiting.claimed_at > lease / 2:
+                    self._give_back(waiting)  # half its lease spent waiting
                 else:
-                    self._start(held.run, held.claimed_at)  # the slot ending goes on to it
-        if self._waiting and self.poll_room() > 0:
+                    self._start(waiting.run, waiting.claimed_at)  # the slot ending goes on
+        if self._waiting and self._prefetch.room(len(self._held)) > 0:
             self._wake.set()
 
     def _time(self) -> float:
@@ -286,10 +262,11 @@ class ActionRuns:
 
     # --- one run ------------------------------------------------------------------------
 
-    def _context(self, run: Claimed, claimed_at: float) -> ActionContext:
-        # The claim ran before its reply arrived, so the lease ends by then + its length.
-        lease = self._lease_s.get(run.action)
-        return new_context(
+    def _hold(self, run: Claimed, claimed_at: float) -> HeldRun:
+        """The worker's record of ``run``, claimed at loop time ``claimed_at``, with its
+        handler's context."""
+        lease_s = self._lease_s.get(run.action)
+        ctx = new_context(
             run.run_id,
             run.action,
             run.payload,
@@ -299,14 +276,17 @@ class ActionRuns:
             self._holder,
             run.token,
             run.trace,
-            None if lease is None else claimed_at + lease,
         )
+        return HeldRun(ctx, claimed_at, lease_s)
 
-    async def _execute(self, ctx: ActionContext, slot: asyncio.Task[Any]) -> None:
-        """Run one started run's handler with its hooks, in the handler slot ``slot``;
-        its report is on its way when this returns."""
+    async def _execute(self, held: HeldRun, slot: asyncio.Task[Any]) -> None:
+        """Run one started run's handler with its hooks, in the handler slot ``slot``,
+        through the handler runner (its time limit counted from when it began, its
+        lease kept alive meanwhile with ``auto_touch``); its report is on its way when
+        this returns."""
         loop = self._loop or asyncio.get_running_loop()
         began = handler_began = loop.time()
+        ctx = held.ctx
         report: Report
         ended: float | None = None
         observer = self._observer
@@ -318,33 +298,35 @@ class ActionRuns:
             except Exception as exc:
                 report = failure(ctx, exc, self._worker_id)
             else:
-                handler = self._awaited.get(ctx.action_name)
-                if handler is None or ctx._revoked:
-                    report = await self._run_handler(ctx, handler_began, slot)
+                handler = self._handlers.get(ctx.action_name)
+                if handler is None:
+                    report = Failed(f"No handler for: {ctx.action_name}", retry=True)
+                elif held.revoked:
+                    report = Dropped()  # cancelled before its handler began
                 else:
-                    # An ``async def`` handler awaited right here, in the slot's task: a
-                    # coroutine fewer per run than HandlerRunner.run (the same steps).
                     runner = self._handler_runner
-                    running = ctx._running = runner.enter(ctx._cancel, handler_began, slot)
+                    running = held.running = runner.running(held.cancel, handler_began)
+                    toucher = None
+                    if self._auto_touch:
+                        timeout_ms = self._options[ctx.action_name].timeout_ms
+                        toucher = start_auto_touch(
+                            self._session, self._worker_id, held, running, timeout_ms
+                        )
                     try:
-                        try:
-                            result = await handler(ctx)
-                        except asyncio.CancelledError:
-                            if not running.why:
-                                raise  # the worker's own cancellation: see below
-                            report = stopped_report(runner.stopped(running))
-                        except Exception as exc:
-                            report = failure(ctx, exc, self._worker_id)
+                        result = await runner.run(handler, ctx, running, slot)
+                    except (HandlerTimeout, HandlerStopped) as stop:
+                        report = stopped_report(stop)
+                    except Exception as exc:
+                        report = failure(ctx, exc, self._worker_id)
+                    else:
+                        if type(result) is bytes:  # completion's common case
+                            report = Completed(result)
                         else:
-                            if running.why:  # it swallowed the cancellation and returned
-                                report = stopped_report(runner.stopped(running))
-                            elif type(result) is bytes:  # completion's common case
-                                report = Completed(result)
-                            else:
-                                report = completion(ctx, result, self._serializer, self._worker_id)
+                            report = completion(ctx, result, self._serializer, self._worker_id)
                     finally:
-                        runner.leave(running)
-                        ctx._running = None  # it ended (no cycle left to collect)
+                        if toucher is not None:
+                            await cancel_and_wait(toucher)
+                        held.running = None  # it ended (the record holds no cycle)
             if isinstance(report, Completed):
                 if self._hooks_after:
                     await self._hook("after_run", observer.after_run, ctx, report.data)
@@ -360,46 +342,16 @@ class ActionRuns:
             # Shutdown: hand the run back without counting the attempt. The handler is
             # over, so an abort that cancels again does not cancel the release.
             self._handler_done(ctx.task_id, loop.time())
-            await Released().deliver(self._reports, ctx)
+            await Released().deliver(self._reports, held)
             raise
         finally:
             self._handler_done(ctx.task_id, loop.time() if ended is None else ended)
-            if ctx._ended:
-                for call in ctx._ended:
-                    call()
+            if self._tell_ended:
+                observer.run_ended(ctx)
         if type(report) is Completed:
-            self._reports.complete(ctx, report)
+            self._reports.complete(held, report)
         else:
-            self._deliver(report, ctx)
-
-    async def _run_handler(
-        self, ctx: ActionContext, began: float, slot: asyncio.Task[Any]
-    ) -> Report:
-        """``ctx``'s handler's report, its time limit counted from ``began`` (loop
-        time), run in the task ``slot`` through the handler runner: a plain function in
-        its thread pool, the lease kept alive by ``auto_touch``, or on Python 3.10."""
-        handler = self._handlers.get(ctx.action_name)
-        if handler is None:
-            return Failed(f"No handler for: {ctx.action_name}", retry=True)
-        if ctx._revoked:
-            return Dropped()  # cancelled before its handler began
-        runner = self._handler_runner
-        running = ctx._running = runner.running(ctx._cancel, began)
-        toucher = None
-        if self._auto_touch:
-            timeout_ms = self._options[ctx.action_name].timeout_ms
-            toucher = start_auto_touch(self._touch, ctx, running, timeout_ms)
-        try:
-            result = await runner.run(handler, ctx, running, slot)
-        except (HandlerTimeout, HandlerStopped) as stop:
-            return stopped_report(stop)
-        except Exception as exc:
-            return failure(ctx, exc, self._worker_id)
-        finally:
-            if toucher is not None:
-                await cancel_and_wait(toucher)
-            ctx._running = None  # it ended (and the context holds no cycle to be collected)
-        return completion(ctx, result, self._serializer, self._worker_id)
+            self._deliver(report, held)
 
     # --- cancel notices -----------------------------------------------------------------
 
@@ -408,15 +360,12 @@ class ActionRuns:
         the run's offer ran out and it moved on): the run is no longer this hand-out's,
         so its handler is cancelled as for a lost lease (a sync handler sees
         ``ctx.cancelled``) and reports nothing. A run in hand is dropped unstarted."""
-        ctx = self._contexts.get(run_id)
-        if ctx is None and self._prefetch.take(run_id, token) is not None:
+        held = self._held.get(run_id)
+        if held is None and self._prefetch.take(run_id, token) is not None:
             log.info("run %s %s before its handler began", run_id, why)
             self._reports.left()
             return
-        if ctx is None or ctx.token != token or ctx._revoked:
+        if held is None or held.token != token or held.revoked:
             return
         log.info("run %s %s; cancelling its handler", run_id, why)
-        ctx._revoked = True
-        ctx._cancel()
-        if ctx._running is not None:
-            ctx._running.stop()
+        held.revoke()

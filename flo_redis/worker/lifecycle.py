@@ -13,13 +13,13 @@ import socket
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from flo_redis._session import outage
-from flo_redis._session.aio import (
+from flo_redis._aio import (
     ClosesOnExit,
     cancel_and_wait,
     raise_if_cancelling,
     sleep_unless_stopped,
 )
+from flo_redis._session import outage
 from flo_redis._session.session import Session
 from flo_redis.errors import (
     PermissionDeniedError,

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-log = logging.getLogger("flo_redis.worker.observe")
+log = logging.getLogger("flo_redis.observe")
 
 Hook = Awaitable[None] | None
 """What a middleware hook returns: nothing, or an awaitable the worker awaits."""
@@ -110,6 +110,11 @@ class WorkerObserver:
         :class:`TimeoutError`): the attempt failed, or the record is nacked. Errors here
         are logged."""
 
+    def run_ended(self, ctx: Any) -> None:
+        """An attempt of an action run is over on this worker, whatever its end: after
+        ``after_run`` or ``on_failure``, and also when the run was given back or its
+        lease lost, which hear neither (what closes a span ``before_run`` opened)."""
+
 
 def overrides(observer: WorkerObserver, hook: str) -> bool:
     """Whether ``observer`` has a hook ``hook`` of its own (a worker skips calling one
@@ -177,6 +182,10 @@ class Observers(WorkerObserver):
     def report_refused(self, report: str) -> None:
         for o in self.observers:
             o.report_refused(report)
+
+    def run_ended(self, ctx: Any) -> None:
+        for o in self.observers:
+            o.run_ended(ctx)
 
     async def on_start(self, worker: Any) -> None:
         for o in self.observers:

@@ -55,14 +55,14 @@ import logging
 import operator
 from collections.abc import Awaitable, Callable, Sequence
 
+from flo_redis._aio import ClosesOnExit
 from flo_redis._session import outage
-from flo_redis._session.aio import ClosesOnExit
 from flo_redis._session.listener import Listener
 from flo_redis._session.session import Session
 from flo_redis._session.wake import Attempt, long_poll
 from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel, namespace_keys
 from flo_redis._wire.replies import Claimed, handed
-from flo_redis.actions.workers import WorkerOperations, earliest_due
+from flo_redis.actions.claims import Gate, claim, earliest_due
 from flo_redis.errors import is_connection_error
 from flo_redis.retry import worker_backoff
 
@@ -102,7 +102,7 @@ class ActionPoller(ClosesOnExit):
     def __init__(
         self,
         session: Session,
-        ops: WorkerOperations,
+        gate: Gate,
         worker_id: str,
         actions: Sequence[str],
         dispatch: Callable[[builtins.list[Claimed]], None],
@@ -116,7 +116,7 @@ class ActionPoller(ClosesOnExit):
         window_s)`` is called for each run handed to the poller by a message, once it is
         started (module docstring: Offers)."""
         self._session = session
-        self._ops = ops
+        self._gate = gate  # the health gate's recent answers, shared with the worker
         self._worker_id = worker_id
         self._namespace = session.get_namespace(None)
         self._keys = [action_keys(self._namespace, a) for a in actions]
@@ -165,8 +165,8 @@ class ActionPoller(ClosesOnExit):
         worker) and connection errors; a poll that raised is to be sent again under the
         same poll id, so what it was handed comes back."""
         since = self._session.waker.generation  # a stop from here on ends this poll
-        labels = await self._ops._gate(
-            self._worker_id, namespace_keys(self._namespace), self._health_ttl_s
+        labels = await self._gate.check(
+            self._session, self._worker_id, namespace_keys(self._namespace), self._health_ttl_s
         )
         began = len(self._started)
 
@@ -226,7 +226,9 @@ class ActionPoller(ClosesOnExit):
         while True:
             received = self._received.get(action, "")
             try:
-                reply = await self._ops.claim(keys, self._worker_id, b"", 0, claim_id, 0, received)
+                reply = await claim(
+                    self._session, keys, self._worker_id, b"", 0, claim_id, 0, received
+                )
             except Exception as exc:
                 if not is_connection_error(exc) or loop.time() >= deadline:
                     log.warning(
@@ -264,7 +266,7 @@ class ActionPoller(ClosesOnExit):
         if not message.run_id:
             # The park was ended (a drain): ask the health gate again, then look.
             self._standing.pop(action, None)
-            self._ops._gate_ok.pop((self._namespace, self._worker_id))
+            self._gate.forget(self._namespace, self._worker_id)
             self._look_again = True
             return
         if message.run is None:
@@ -306,7 +308,8 @@ class ActionPoller(ClosesOnExit):
             may_park = park_ms > 0 and room - 1 >= len(order) - i - 1
             claim_id = self._claim_id(action, poll_id)
             self._lost[action] = claim_id  # until its reply arrives
-            reply = await self._ops.claim(
+            reply = await claim(
+                self._session,
                 keys,
                 self._worker_id,
                 labels,

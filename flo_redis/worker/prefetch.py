@@ -44,7 +44,7 @@ class InHand(NamedTuple):
 class Prefetch:
     """The runs a worker holds ahead of its handlers, and how many it may hold."""
 
-    __slots__ = ("_claim_s", "_handler_s", "concurrency", "enabled", "runs")
+    __slots__ = ("_claim_s", "_handler_s", "backlog", "concurrency", "enabled", "runs")
 
     def __init__(self, concurrency: int, *, enabled: bool) -> None:
         self.concurrency = concurrency
@@ -52,6 +52,7 @@ class Prefetch:
         self.runs: deque[InHand] = deque()
         self._claim_s = _FIRST_CLAIM_S
         self._handler_s = 0.0  # not known until a handler ended: hold nothing before
+        self.backlog = False  # the last poll took all it asked for: claim ahead
 
     def depth(self) -> int:
         """How many claimed runs to hold beyond the running handlers."""
@@ -59,6 +60,25 @@ class Prefetch:
             return 0
         ahead = 2.0 * self.concurrency * self._claim_s / self._handler_s
         return self.concurrency if ahead >= self.concurrency else int(ahead)
+
+    def room(self, running: int) -> int:
+        """How many runs the next poll may take now, with ``running`` handlers started;
+        0: wait. With a slot free, every free slot and the runs to hold in hand; with
+        every slot busy, a claim ahead once the runs in hand fell to half of what to
+        hold."""
+        concurrency = self.concurrency
+        depth = self.depth() if self.backlog else 0
+        room = concurrency + depth - running - len(self.runs)
+        if running < concurrency:
+            return room
+        return room if depth and room >= max(1, depth // 2) else 0
+
+    def polled(self, taken: int, room: int, ahead: bool, took_s: float) -> None:
+        """A poll for ``room`` runs (``ahead``: every slot busy) took ``taken`` runs in
+        ``took_s`` seconds."""
+        self.backlog = taken >= room
+        if ahead or taken >= room > 1:  # answered without waiting for work
+            self.claim_took(took_s)
 
     def handler_took(self, seconds: float) -> None:
         """A handler ended ``seconds`` after it began."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flo_redis._wire.checks import raise_run_refusal, token_arg
+from flo_redis._wire.checks import token_arg
 from flo_redis._wire.gateway import RUN_PROGRESS
 from flo_redis._wire.keys import action_keys
+from flo_redis._wire.refusals import raise_run_refusal
 from flo_redis._wire.status import Status, refusal
 from flo_redis.errors import ValidationError, ValueTooLargeError
 from flo_redis.types import RunStatus

@@ -8,9 +8,10 @@ import copy
 import logging
 import socket
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
+from flo_redis._aio import sleep_unless_stopped
 from flo_redis._session import outage
-from flo_redis._session.aio import sleep_unless_stopped
 from flo_redis._session.session import Session
 from flo_redis.actions.operations import ActionOperations
 from flo_redis.actions.schedules import ScheduleDeclaration
@@ -21,28 +22,20 @@ from flo_redis.types import ActionRegisterOptions, ActionType, WorkerRegisterOpt
 log = logging.getLogger("flo_redis.worker")
 
 
+@dataclass(frozen=True)
 class Registration:
     """Registers one worker's ``actions`` (in the session's namespace, whatever their
     options say) with their ``schedules``, and the worker itself."""
 
-    def __init__(
-        self,
-        session: Session,
-        ops: WorkerOperations,
-        worker_id: str,
-        actions: Mapping[str, ActionRegisterOptions],
-        schedules: Sequence[ScheduleDeclaration],
-        concurrency: int,
-    ) -> None:
-        self._session = session
-        self._ops = ops
-        self._worker_id = worker_id
-        self._actions = actions
-        self._schedules = schedules
-        self._concurrency = concurrency
+    session: Session
+    ops: WorkerOperations
+    worker_id: str
+    actions: Mapping[str, ActionRegisterOptions]
+    schedules: Sequence[ScheduleDeclaration]
+    concurrency: int
 
     async def register_all(self) -> None:
-        for name in self._actions:
+        for name in self.actions:
             await self._register_action(name)
         await self.register_worker()
 
@@ -61,27 +54,27 @@ class Registration:
     async def _register_action(self, name: str) -> None:
         # A copy in the session's namespace, checked as given now (check_options), not
         # made again: dataclasses.replace would raise its ValueError first.
-        options = copy.copy(self._actions[name])
+        options = copy.copy(self.actions[name])
         options.namespace = None
-        await ActionOperations(self._session).register(name, ActionType.USER, options)
-        for declared in self._schedules:
+        await ActionOperations(self.session).register(name, ActionType.USER, options)
+        for declared in self.schedules:
             if declared.action == name:
-                await declared.apply(self._session)
+                await declared.apply(self.session)
 
     async def register_worker(self) -> None:
-        await self._ops.register(
-            self._worker_id,
-            sorted(self._actions),
-            WorkerRegisterOptions(concurrency=self._concurrency, machine_id=socket.gethostname()),
+        await self.ops.register(
+            self.worker_id,
+            sorted(self.actions),
+            WorkerRegisterOptions(concurrency=self.concurrency, machine_id=socket.gethostname()),
         )
 
     async def heartbeat(self, load: int) -> None:
         """Say the worker is alive with ``load`` handlers running; a worker that was
         removed registers again."""
         try:
-            await self._ops.heartbeat(self._worker_id, load)
+            await self.ops.heartbeat(self.worker_id, load)
         except NotFoundError:
-            log.warning("worker %s was removed; registering again", self._worker_id)
+            log.warning("worker %s was removed; registering again", self.worker_id)
             await self.register_worker()
 
     async def heartbeat_loop(
@@ -93,9 +86,9 @@ class Registration:
                 await self.heartbeat(load())
             except Exception as exc:
                 if is_connection_error(exc):
-                    outage.failed(log, self._session.redis, "heartbeat", exc)
+                    outage.failed(log, self.session.redis, "heartbeat", exc)
                 else:
-                    log.warning("heartbeat of %s failed: %s", self._worker_id, exc)
+                    log.warning("heartbeat of %s failed: %s", self.worker_id, exc)
 
 
 __all__ = ["Registration"]

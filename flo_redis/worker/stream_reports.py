@@ -23,7 +23,7 @@ from flo_redis.worker.coalescer import Coalescer
 from flo_redis.worker.delivery import drop_refused, send_report
 from flo_redis.worker.observe import WorkerObserver, overrides
 
-log = logging.getLogger("flo_redis.worker.stream_worker")
+log = logging.getLogger("flo_redis.stream_worker")
 
 # The coalescer's key of each partition's acks, made once (an ack is queued per record).
 _PARTITION_KEYS = tuple(str(partition) for partition in range(MAX_PARTITIONS))

@@ -27,9 +27,8 @@ from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flo_redis._aio import sleep_unless_stopped
 from flo_redis._session import outage
-from flo_redis._session.aio import sleep_unless_stopped
-from flo_redis._session.reclaim import Reaper
 from flo_redis._wire.checks import check_count, check_seconds
 from flo_redis._wire.keys import check_name
 from flo_redis._wire.stream_codec import MAX_COUNT
@@ -49,10 +48,11 @@ from flo_redis.worker.lifecycle import (
     worker_block_ms,
 )
 from flo_redis.worker.observe import overrides, settle
+from flo_redis.worker.reaper import Reaper
 from flo_redis.worker.stream_context import StreamContext, StreamHandler, StreamRecordHandler
 from flo_redis.worker.stream_reports import RecordReports
 
-log = logging.getLogger("flo_redis.worker.stream_worker")
+log = logging.getLogger("flo_redis.stream_worker")
 
 _MAX_DRAIN_PAGES = 1000
 

@@ -22,10 +22,13 @@ local function arg_int(s, low, high)
   return nil
 end
 
--- '' as false (the argument is left out), else arg_int: the integer, false, or nil.
+-- '' as false (the argument is left out), else as arg_int reads it: the integer, or nil.
+-- (arg_int's test written out, not called: a complete batch reads a token per item.)
 local function arg_int_or_none(s, low, high)
   if s == '' then return false end
-  return arg_int(s, low, high)
+  local n = tonumber(s)
+  if n and n >= low and n <= high and n % 1 == 0 then return n end
+  return nil
 end
 
 -- '1' as true and '0' as false; nil for anything else.
@@ -49,13 +52,45 @@ local function arg_map(s)
   return nil
 end
 
--- The array of at most `limit` items msgpack bytes `s` hold (no other keys), or nil.
-local function arg_array(s, limit)
+-- How many items the msgpack array that bytes `s` open with holds (its header: fixarray,
+-- array 16 or array 32), or nil when they open with something else (or `s` is no string).
+local function msgpack_array_len(s)
+  if type(s) ~= 'string' then return nil end
+  local b = string.byte(s, 1)
+  if not b then return nil end
+  if b >= 144 and b <= 159 then return b - 144 end  -- 0x90 .. 0x9f
+  if b == 220 then  -- 0xdc: two bytes of length, big-endian
+    local h, l = string.byte(s, 2, 3)
+    return l and h * 256 + l
+  end
+  if b == 221 then  -- 0xdd: four
+    local b1, b2, b3, b4 = string.byte(s, 2, 5)
+    return b4 and ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+  end
+  return nil
+end
+
+-- The msgpack array of at most `limit` items bytes `s` hold, as it decodes: its table
+-- and its length, read from its header before it is decoded; nil when `s` holds no such
+-- array. An array decodes to keys 1 .. length alone, so no key needs counting (pairs()
+-- would cost a call per item), but an item may be nil (a msgpack nil): arg_array refuses
+-- that; a caller that checks each item up to the length itself may take this.
+local function arg_array_of(s, limit)
+  local n = msgpack_array_len(s)
+  if not n or n > limit then return nil end
   local t = arg_table(s)
-  if not t or #t > limit then return nil end
-  local count = 0
-  for _ in pairs(t) do count = count + 1 end
-  if count ~= #t then return nil end
+  if not t then return nil end
+  return t, n
+end
+
+-- The array of at most `limit` items msgpack bytes `s` hold (no other keys, no nil
+-- item), or nil.
+local function arg_array(s, limit)
+  local t, n = arg_array_of(s, limit)
+  if not t then return nil end
+  for i = 1, n do
+    if t[i] == nil then return nil end
+  end
   return t
 end
 

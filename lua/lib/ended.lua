@@ -15,9 +15,9 @@ local function ended_channel(name)
   return {name = name, listeners = nil}
 end
 
--- Tell the waiters on `ended` (from ended_channel) that `run_id` ended; the channel's
--- subscribers are counted at the call's first end, and that count serves its others.
-local function run_ended(ended, run_id)
+-- The subscribers of `ended` (from ended_channel): counted at the call's first end, and
+-- that count serves its others.
+local function ended_listeners(ended)
   local listeners = ended.listeners
   if listeners == nil then
     local reply = redis.pcall('PUBSUB', 'SHARDNUMSUB', ended.name)
@@ -25,5 +25,16 @@ local function run_ended(ended, run_id)
     if type(reply) == 'table' and reply.err == nil then listeners = tonumber(reply[2]) end
     ended.listeners = listeners
   end
-  if listeners > 0 then redis.pcall('SPUBLISH', ended.name, run_id) end
+  return listeners
+end
+
+-- Tell the waiters on `ended` (from ended_channel) that `run_id` ended.
+local function run_ended(ended, run_id)
+  if ended_listeners(ended) > 0 then redis.pcall('SPUBLISH', ended.name, run_id) end
+end
+
+-- Tell them that each of `run_ids` ended: a batch nobody waits on costs one look.
+local function runs_ended(ended, run_ids)
+  if ended_listeners(ended) == 0 then return end
+  for i = 1, #run_ids do redis.pcall('SPUBLISH', ended.name, run_ids[i]) end
 end

@@ -26,8 +26,8 @@ local MSG_MAX_DELIVERIES = 1000
 -- The record `raw` and whether it is a message record the scripts can compute with:
 -- priority, enqueued ms, deliveries and limit numbers; the requeue mark and dead-letter
 -- time numbers and the owner a string when there. By arithmetic and comparisons, as
--- run_unpack (lib/run.lua) does; raises for bytes that are not a msgpack map: run under
--- pcall.
+-- run_unpack_from (lib/run.lua) does; raises for bytes that are not a msgpack map: run
+-- under pcall.
 local function msg_unpack(raw)
   local m, more = cmsgpack.unpack(raw)
   local p, t, d, lim, b, x, o, q = m.p, m.t, m.d, m.m, m.b, m.x, m.o, m.q

@@ -54,33 +54,66 @@ local function run_check(run)
   return 'not a run record: a number in it is not a number (NaN)'
 end
 
--- The record `raw` and whether it is a run record the scripts can compute with (the
--- same rules as run_check, by arithmetic and comparisons, which cost a fraction of its
--- calls: `x == x + 0` holds for a number only (a numeric string is equal to no number),
--- `x >= ''` for a string only, and anything else raises). Raises for bytes that are not one msgpack value, or another
--- value than a map: run under pcall.
-local function run_unpack(raw)
-  local run, more = cmsgpack.unpack(raw)
-  local s, a, mr, c = run.s, run.a, run.mr, run.c
-  local t, p, rd, st = run.t, run.p, run.rd, run.st
-  local o, tr, ik, lb = run.o, run.tr, run.ik, run.lb
-  return run, more == nil
-    and (s == RUN_PENDING or s == RUN_RUNNING or s == RUN_COMPLETED or s == RUN_FAILED
-      or s == RUN_CANCELLED or s == RUN_TIMED_OUT)
-    and a == a + 0 and mr == mr + 0 and c == c + 0
-    and (t == nil or t == t + 0) and (p == nil or p == p + 0)
-    and (rd == nil or rd == rd + 0) and (st == nil or st == st + 0)
-    and (o == nil or o >= '') and (tr == nil or tr >= '') and (ik == nil or ik >= '')
-    and (lb == nil or type(lb) == 'table')
+-- Decode raws[from], raws[from + 1], ... (bytes, or false: no record) into runs[from],
+-- ... (false where there is no record), up to the first that is not a run record the
+-- scripts can compute with: its index (nil: none). The same rules as run_check, by
+-- comparisons, which cost a fraction of its calls: `x <= 2^1024` (infinity, folded to a
+-- constant) holds for a number but NaN, `x >= ''` for a string, and either raises for
+-- any other value (a numeric string too); written out in the loop, not called per
+-- record. Raises for bytes that are not one msgpack value, or another value than a
+-- map: run under pcall.
+local function run_unpack_from(raws, runs, from)
+  local unpack_record = cmsgpack.unpack
+  for i = from, #raws do
+    local raw = raws[i]
+    if raw then
+      local run, more = unpack_record(raw)
+      local s, a, mr, c = run.s, run.a, run.mr, run.c
+      local t, p, rd, st = run.t, run.p, run.rd, run.st
+      local o, tr, ik, lb = run.o, run.tr, run.ik, run.lb
+      if not (more == nil
+          and (s == RUN_PENDING or s == RUN_RUNNING or s == RUN_COMPLETED or s == RUN_FAILED
+            or s == RUN_CANCELLED or s == RUN_TIMED_OUT)
+          and a <= 2^1024 and mr <= 2^1024 and c <= 2^1024
+          and (t == nil or t <= 2^1024) and (p == nil or p <= 2^1024)
+          and (rd == nil or rd <= 2^1024) and (st == nil or st <= 2^1024)
+          and (o == nil or o >= '') and (tr == nil or tr >= '') and (ik == nil or ik >= '')
+          and (lb == nil or type(lb) == 'table')) then
+        return i
+      end
+      runs[i] = run
+    else
+      runs[i] = false
+    end
+  end
+  return nil
+end
+
+-- The records `raws` (an HMGET reply: bytes, or false for none) decoded: runs[i] its
+-- table, or false for none or for one the scripts cannot compute with, and then whys[i]
+-- says why (whys: nil while all could be used). One pcall for the batch, not one per
+-- record; a record that raises or is refused is decoded again on its own, the slow way,
+-- for its reason (record_decode, run_check), and the batch goes on after it.
+local function run_decode_all(raws)
+  local runs, whys, from = {}, nil, 1
+  while true do
+    local ok, stop = pcall(run_unpack_from, raws, runs, from)
+    if ok and not stop then return runs, whys end
+    -- A raise at record i leaves runs[1 .. i - 1] set (false counts) and nothing after:
+    -- i - 1 is its length.
+    if not ok then stop = #runs + 1 end
+    local decoded, why = record_decode(raws[stop])
+    runs[stop] = false
+    whys = whys or {}
+    whys[stop] = why or run_check(decoded)
+    from = stop + 1
+  end
 end
 
 -- The run record `raw` decoded: its table, or false and why the scripts cannot use it.
 local function run_decode(raw)
-  local ok, run, fine = pcall(run_unpack, raw)
-  if ok and fine then return run end
-  local decoded, why = record_decode(raw)  -- why, the slow way, on the way that fails only
-  if not decoded then return false, why end
-  return false, run_check(decoded)
+  local runs, whys = run_decode_all({raw})
+  return runs[1], whys and whys[1]
 end
 
 -- The record of `run_id`: nil when there is none; false, why and its bytes when it is
@@ -98,11 +131,12 @@ local function run_aside(k, run_id, raw, why)
     {'pending', 'delayed', 'leases', 'done', 'failed'})
 end
 
--- Is the caller the current holder? With a token the token decides; without one (flo's
+-- Is the caller the current holder? With a token (a number: the script parsed it where
+-- it checked it, arg_int_or_none) the token decides; without one (false: flo's
 -- token-less signature) the worker id of the current holder does.
 local function run_is_holder(run, token, worker_id)
   if run.s ~= RUN_RUNNING then return false end
-  if token ~= '' then return run.t == tonumber(token) end
+  if token then return run.t == token end
   return run.w == worker_id
 end
 
@@ -125,10 +159,11 @@ local function run_held(k, run_id, token, worker_id)
 end
 
 -- Was the last accepted report made by this caller (same token, or same worker when
--- token-less)? Used to answer an identical resend as success.
+-- token-less: `token` as run_is_holder takes it)? Used to answer an identical resend as
+-- success.
 local function run_reported_by(run, token, worker_id)
   if run.lrk == nil then return false end
-  if token ~= '' then return run.lrt == tonumber(token) end
+  if token then return run.lrt == token end
   return run.lrw == worker_id
 end
 

@@ -4,9 +4,10 @@ Playwright, against real Redis and a real worker.
 An operator opens the overview and sees a failed run with its error; pressing Requeue
 without the token is refused; after logging in with it, Requeue puts the run back and the
 worker completes it; a name with HTML in it shows as text. A running run's page shows its
-progress, and Cancel ends it and cancels its handler. The screenshots it takes are
-the README's: ``FLO_REDIS_SCREENSHOTS=docs pytest tests/browser/test_dashboard_browser.py``
-writes them to docs/ (elsewhere they go to the test's temporary folder).
+progress, and Cancel ends it and cancels its handler. The screenshots it takes are the
+docs' (docs/dashboard.md):
+``FLO_REDIS_SCREENSHOTS=docs pytest tests/browser/test_dashboard_browser.py`` writes them to
+docs/ (elsewhere they go to the test's temporary folder).
 """
 
 from __future__ import annotations

@@ -7,57 +7,26 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
-from test_counts import history
+from cli_runner import cli, with_client
+from click.testing import Result
+from histories import history, streams_history
 
 from flo_redis import (
     FloClient,
     RunStatus,
-    StreamGroupJoinOptions,
-    StreamGroupReadOptions,
     WorkerAwaitOptions,
 )
-from flo_redis.cli import main
 
-T = TypeVar("T")
 FLO_REDIS = str(Path(sys.executable).with_name("flo-redis"))
-
-
-def with_client(url: str, namespace: str, work: Callable[[FloClient], Awaitable[T]]) -> T:
-    async def go() -> T:
-        async with FloClient(url, namespace=namespace) as client:
-            return await work(client)
-
-    return asyncio.run(go())
-
-
-def cli(url: str, namespace: str, *args: str, input: str | None = None) -> Result:
-    """``flo-redis ARGS --url URL --namespace NS`` through click's runner on ``main``."""
-    argv = [*args, "--url", url, "--namespace", namespace]
-    return CliRunner().invoke(main, argv, input=input, catch_exceptions=False)
 
 
 def as_json(result: Result) -> Any:
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
-
-
-async def streams_history(client: FloClient) -> None:
-    """Stream 'events', group 'billing': 3 records, one handed out, one dead-lettered."""
-    await client.stream.group_join(
-        "events", "billing", "c1", StreamGroupJoinOptions(ack_timeout_ms=0, max_deliver=1)
-    )
-    for i in range(4):
-        await client.stream.append("events", f"e{i}".encode())
-    read = await client.stream.group_read(
-        "events", "billing", "c1", StreamGroupReadOptions(count=2)
-    )
-    await client.stream.group_nack("events", "billing", [read.records[0].id])
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ the arguments are parsed: nan, inf, a negative or a too-large value is a usage e
 from __future__ import annotations
 
 import pytest
+from cli_runner import cli, with_client
 from click.testing import CliRunner, Result
-from test_cli_ops import cli, with_client
 
 from flo_redis import FloClient
 from flo_redis.cli import main

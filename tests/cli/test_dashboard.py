@@ -10,11 +10,11 @@ import re
 import signal
 import sys
 from collections.abc import AsyncIterator
-from html.parser import HTMLParser
 from urllib.parse import urlencode
 
 import aiohttp
 import pytest
+from dashboard_pages import get, parsed
 
 from flo_redis import ActionInvokeOptions, ActionRegisterOptions, FloClient, RunStatus, WorkerStatus
 from flo_redis.dashboard import RunningDashboard, start_dashboard
@@ -30,26 +30,6 @@ from flo_redis.types import (
 
 TOKEN = "a-long-enough-write-token"
 EVIL = "<img src=x onerror=alert(1)>&\"'"
-
-
-def parsed(body: str) -> tuple[set[str], str]:
-    """The element names in a page and its text, as a browser reads them."""
-
-    class Reader(HTMLParser):
-        def __init__(self) -> None:
-            super().__init__()
-            self.tags: set[str] = set()
-            self.text: list[str] = []
-
-        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-            self.tags.add(tag)
-
-        def handle_data(self, data: str) -> None:
-            self.text.append(data)
-
-    reader = Reader()
-    reader.feed(body)
-    return reader.tags, " ".join(reader.text)
 
 
 async def failed_run(client: FloClient, action: str, error: str) -> str:
@@ -86,11 +66,6 @@ async def browser() -> AsyncIterator[aiohttp.ClientSession]:
     # unsafe: keep cookies of an IP host (127.0.0.1), as a browser does.
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
         yield session
-
-
-async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
-    async with session.get(url) as response:
-        return response.status, await response.text()
 
 
 async def post(

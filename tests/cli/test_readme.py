@@ -1,4 +1,5 @@
-"""Every Python block of the README runs as written, against a fresh private Redis."""
+"""Every Python block of the README and of the docs site runs as written, each against a
+fresh private Redis."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ from pathlib import Path
 import pytest
 from redis_server import RedisServer
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 PROMISE = re.compile(r"^\s*print\(.*\)\s+# (.+)$", re.MULTILINE)
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+# A docs page may include another file's text (pymdownx.snippets): `--8<-- "path[:section]"`.
+SNIPPET = re.compile(r'^--8<-- "([^":]+)[^"]*"$', re.MULTILINE)
 
 # A block runs with REDIS_URL naming the test's own server, and under this guard: a
 # connection to port 6379 (the Redis a developer may run, which the README's examples
@@ -36,9 +41,23 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def python_blocks() -> list[tuple[int, str]]:
-    text = README.read_text()
+def pages() -> list[Path]:
+    """The README and every page of the docs site."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def python_blocks(page: Path) -> list[tuple[int, str]]:
+    """``(line, code)`` of each ```` ```python ```` block of ``page``."""
+    text = page.read_text()
     return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in BLOCK.finditer(text)]
+
+
+def all_blocks() -> list[tuple[str, int, str]]:
+    return [
+        (str(page.relative_to(ROOT)), line, code)
+        for page in pages()
+        for line, code in python_blocks(page)
+    ]
 
 
 @pytest.fixture
@@ -50,21 +69,33 @@ def fresh_redis() -> Iterator[str]:
         server.discard()
 
 
-def test_the_readme_has_python_blocks() -> None:
-    assert len(python_blocks()) >= 5
+def test_the_readme_and_the_docs_have_python_blocks() -> None:
+    assert len(python_blocks(README)) >= 2
+    assert len(all_blocks()) - len(python_blocks(README)) >= 15
+
+
+def test_every_included_file_is_run_or_holds_no_python_block() -> None:
+    """A page's blocks are run from the page's own text, so a block a page includes from
+    another file is run only if that file is one of the pages (the README is)."""
+    for page in DOCS.rglob("*.md"):
+        for included in SNIPPET.findall(page.read_text()):
+            path = ROOT / included
+            assert path.exists(), (page, included)
+            assert path in pages() or not python_blocks(path), (page, included)
 
 
 @pytest.mark.parametrize(
-    ("line", "code"), python_blocks(), ids=[f"line-{n}" for n, _ in python_blocks()]
+    ("page", "line", "code"), all_blocks(), ids=[f"{p}:{n}" for p, n, _ in all_blocks()]
 )
-def test_a_readme_block_runs_as_written(
-    line: int, code: str, fresh_redis: str, tmp_path: Path
+def test_a_documented_block_runs_as_written(
+    page: str, line: int, code: str, fresh_redis: str, tmp_path: Path
 ) -> None:
-    done = run_guarded(code, f"readme_line_{line}.py", fresh_redis, tmp_path)
-    assert done.returncode == 0, f"README block at line {line} failed:\n{done.stderr}"
+    name = re.sub(r"\W", "_", page) + f"_line_{line}.py"
+    done = run_guarded(code, name, fresh_redis, tmp_path)
+    assert done.returncode == 0, f"{page}: the block at line {line} failed:\n{done.stderr}"
     # A `print(...)  # text` line promises that text on the output.
     for promised in PROMISE.findall(code):
-        assert promised in done.stdout, (line, promised, done.stdout)
+        assert promised in done.stdout, (page, line, promised, done.stdout)
 
 
 def run_guarded(

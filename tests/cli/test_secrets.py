@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 from polling import eventually
-from test_fuzz_calls import BAD, _calls, valid, valid_call  # noqa: F401
+from public_calls import BAD, public_calls, valid, valid_call  # noqa: F401
 
 from flo_redis import FloClient, FloError
 from flo_redis._session.endpoint import normalize_endpoint, redact
@@ -123,13 +123,13 @@ async def test_connection_failures_keep_the_password_out(
 
 async def test_no_error_or_log_line_of_the_fuzzed_calls_holds_the_password(
     client: FloClient,
-    valid: dict[str, Any],  # noqa: F811 - the fuzz suite's fixture
+    valid: dict[str, Any],  # noqa: F811 - public_calls' fixture
     logs: Any,
 ) -> None:
-    """tests/scripts/test_fuzz_calls.py's calls, each argument replaced by each bad value, on a
-    client logged in with the password."""
+    """The public calls (tests/support/public_calls.py), each argument replaced by each bad
+    value, on a client logged in with the password."""
     said: list[str] = [repr(client), repr(client.settings), repr(client.session)]
-    for group, name in _calls():
+    for group, name in public_calls():
         method, params, base = valid_call(client, group, name, valid)
         for p in params:
             for bad in BAD:

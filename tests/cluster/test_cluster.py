@@ -6,12 +6,11 @@ on three nodes, wake-ups, ``NOSCRIPT`` after
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from polling import eventually
+from polling import eventually, finished, running, watched
 from redis.asyncio.cluster import RedisCluster as ClusterClient
 from redis.crc import key_slot
 from redis_server import RedisCluster
@@ -19,7 +18,6 @@ from redis_server import RedisCluster
 from flo_redis import (
     ActionContext,
     ActionRegisterOptions,
-    ActionWorker,
     DequeueOptions,
     EnqueueOptions,
     FloClient,
@@ -29,7 +27,6 @@ from flo_redis import (
     StreamGroupAckOptions,
     StreamGroupReadOptions,
     StreamReadOptions,
-    StreamWorker,
     WorkerAwaitOptions,
 )
 from flo_redis._session.notices import tell
@@ -40,8 +37,6 @@ from flo_redis.actions.runs import cancel_reply
 from flo_redis.sync import SyncFloClient
 
 pytestmark = pytest.mark.cluster
-
-FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT}
 
 
 @pytest.fixture
@@ -78,23 +73,6 @@ async def names_on_distinct_nodes(
         if len(found) == n:
             return list(found.values())
     raise AssertionError("the cluster has fewer nodes than asked for")
-
-
-@contextlib.asynccontextmanager
-async def running(worker: ActionWorker | StreamWorker) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(worker.start())
-    try:
-        yield task
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-
-
-async def finished(client: FloClient, run_id: str) -> RunStatus:
-    status = await eventually(
-        lambda: client.action.status(run_id), lambda s: s.status in FINISHED, timeout=30
-    )
-    return status.status
 
 
 # --- connecting -----------------------------------------------------------------------
@@ -141,7 +119,7 @@ async def test_invoke_claim_complete_across_slots(cclient: FloClient, craw: Clus
         task = c.assignment()
         await cclient.worker.complete("w1", task.task_type, task.task_id, b"ok")
     for run_id in run_ids:
-        assert await finished(cclient, run_id) == RunStatus.COMPLETED
+        assert (await finished(cclient, run_id, timeout=30)).status == RunStatus.COMPLETED
     listed = await cclient.action.list()
     assert sorted(a.name for a in listed.actions) == sorted(names)
 
@@ -157,14 +135,11 @@ async def test_an_await_returns_promptly_after_an_invoke(
         waiting = asyncio.create_task(
             cclient.worker.await_task("w1", names, WorkerAwaitOptions(block_ms=20_000))
         )
-        await asyncio.sleep(0.2)  # the poll is subscribed and sleeping
-        loop = asyncio.get_running_loop()
-        began = loop.time()
+        await watched(craw, action_keys(cclient.namespace, name).wake)  # the poll is parked
         run_id = (await cclient.action.invoke(name, b"x")).run_id
+        # Woken by the wake-up, not by the 20 s deadline.
         task = (await asyncio.wait_for(waiting, 10)).task
         assert task is not None and task.task_id == run_id
-        # Woken by the wake-up, not by the 20 s deadline.
-        assert loop.time() - began < 10
         await cclient.worker.complete("w1", name, run_id, b"")
 
 
@@ -214,7 +189,7 @@ async def test_plain_queues_on_three_nodes(cclient: FloClient, craw: ClusterClie
         waiting = asyncio.create_task(
             q.dequeue(name, 1, DequeueOptions(block_ms=60_000, max_deliveries=1))
         )
-        await asyncio.sleep(0.2)  # parked on the wake channel
+        await watched(craw, queue_keys(cclient.namespace, name).wake)  # parked on it
         fresh = await q.enqueue(name, b"fresh")
         (msg,) = (await asyncio.wait_for(waiting, 30)).messages  # woken long before 60 s
         assert msg.seq == fresh
@@ -243,7 +218,7 @@ async def test_one_action_worker_serves_queues_on_three_nodes(
             (await cclient.action.invoke(names[i % 3], str(i).encode())).run_id for i in range(30)
         ]
         for run_id in run_ids:
-            assert await finished(cclient, run_id) == RunStatus.COMPLETED
+            assert (await finished(cclient, run_id, timeout=30)).status == RunStatus.COMPLETED
 
 
 async def test_a_worker_on_three_nodes_is_told_of_each_cancel(
@@ -392,7 +367,8 @@ async def test_a_group_read_wakes_for_an_append_on_any_node(
         waiting = asyncio.create_task(
             cclient.stream.group_read(stream, "g", "c1", StreamGroupReadOptions(block_ms=20_000))
         )
-        await asyncio.sleep(0.2)
+        for partition in range(3):
+            await watched(craw, stream_keys(cclient.namespace, stream, partition).wake)
         appended = await cclient.stream.append(stream, f"p{p}".encode())
         recs = (await asyncio.wait_for(waiting, 10)).records
         assert [(r.payload, r.partition) for r in recs] == [(f"p{p}".encode(), appended.partition)]
@@ -474,18 +450,14 @@ async def test_a_queue_slot_moves_to_another_node_while_a_worker_runs(
         await move
         assert cluster_nodes.owner_port(slot) == target
         for run_id in run_ids:
-            assert await finished(cclient, run_id) == RunStatus.COMPLETED
+            assert (await finished(cclient, run_id, timeout=30)).status == RunStatus.COMPLETED
         # The worker is idle in a 30 s long poll now; wake-ups must come from the slot's
         # new node (its subscription there is made again after the move).
         for _ in range(3):
             await asyncio.sleep(0.3)
             run_id = (await cclient.action.invoke(name, b"after")).run_id
             run_ids.append(run_id)
-            status = await eventually(
-                lambda run_id=run_id: cclient.action.status(run_id),
-                lambda s: s.status in FINISHED,
-                timeout=10,
-            )
+            status = await finished(cclient, run_id, timeout=10)
             assert status.status == RunStatus.COMPLETED
     assert len(done) >= len(run_ids)
     assert len(set(run_ids)) == len(run_ids)

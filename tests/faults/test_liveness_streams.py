@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from polling import eventually
+from polling import eventually, running
 
 from flo_redis import FloClient, StreamContext, StreamGroupJoinOptions
 
@@ -52,20 +52,17 @@ async def test_a_sigkilled_consumers_entries_go_to_another_consumer(
         worker = client.new_stream_worker(
             stream="events", group="g", consumer="rescuer", handler=handle, block_ms=1000
         )
-        task = asyncio.create_task(worker.start())
-        await asyncio.sleep(0.5)
-        proc.send_signal(signal.SIGKILL)
-        killed = time.monotonic()
-        await eventually(lambda: asyncio.sleep(0, len(seen)), lambda n: n == 5, timeout=30)
-        took = time.monotonic() - killed
-        worker.stop()
-        await asyncio.wait_for(task, 30)
+        async with running(worker):
+            proc.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            # Redelivered by liveness: the 5 minute ack timeout is far beyond this deadline.
+            await eventually(lambda: len(seen), lambda n: n == 5, timeout=60)
+            took = time.monotonic() - killed
     finally:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         proc.wait(10)
     print(f"stream entries redelivered {took:.2f} s after SIGKILL")
-    assert took < 60, "redelivered by liveness, long before the 5 minute ack timeout"
     assert seen == {f"e{i}".encode(): 2 for i in range(5)}  # delivery count raised
     assert await client.stream.group_pending("events", "g") == []
 

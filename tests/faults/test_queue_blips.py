@@ -63,7 +63,7 @@ async def test_a_lost_dequeue_reply_then_an_outage_hands_over_what_it_carried(
         seq = await client.queue.enqueue(Q, b"job")
         dequeue = asyncio.create_task(client.queue.dequeue(Q, 1, once))
         await lose_reply_then_black_out(proxy)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # the outage's length
         assert not dequeue.done()  # still asking, through the outage
         proxy.restore()
         got = (await dequeue).messages

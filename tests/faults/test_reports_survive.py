@@ -66,7 +66,7 @@ async def test_reports_outlive_a_blackout_longer_than_a_few_resends(
 
         proxy.blackout()  # Redis unreachable: every send fails at once
         release.set()  # the handlers finish and report into the outage
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # the outage's length
         proxy.restore()
 
         # Completes land, and so do fails.
@@ -109,7 +109,7 @@ async def test_reports_outlive_a_redis_restart_that_takes_seconds() -> None:
 
             server.stop()
             release.set()
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.5)  # the outage's length
             server.start()
 
             runs = await eventually(

@@ -160,7 +160,7 @@ async def test_failed_polls_are_paced_while_redis_is_down(
             await eventually(lambda: asyncio.sleep(0, polls), lambda n: n >= 1)
             server.stop()  # every poll now fails at once
             before = polls
-            await asyncio.sleep(3.0)
+            await asyncio.sleep(3.0)  # the outage's length: how often polls fail in it
             failed = polls - before
             server.start()
             await client.reconnect(timeout=10)

@@ -144,7 +144,13 @@ async def test_the_roles_rights_narrowed_to_a_namespace_are_enough(server: Redis
     await work_and_wait(worker, producer, "acl-shop")
 
 
-@pytest.mark.parametrize("right", lacking("worker", WORKER_SHOWN))
+@pytest.mark.parametrize(
+    "right",
+    [  # a worker lacking +ping takes seconds to be told
+        pytest.param(r, marks=pytest.mark.slow) if r == "+ping" else r
+        for r in lacking("worker", WORKER_SHOWN)
+    ],
+)
 async def test_a_worker_lacking_a_right_is_told_which(server: RedisServer, right: str) -> None:
     rights = without("worker", right)
     # A refused keep-alive PING shows only once the liveness connection has been quiet.

@@ -229,6 +229,7 @@ async def test_per_action_payload_limit(
 # --- delayed runs -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_delayed_run_is_handed_out_only_when_due(client: FloClient) -> None:
     await client.action.register("later")
     run_id = (await client.action.invoke("later", b"x", ActionInvokeOptions(delay_ms=1500))).run_id
@@ -241,6 +242,7 @@ async def test_delayed_run_is_handed_out_only_when_due(client: FloClient) -> Non
     assert (await client.action.status(run_id)).started_at_ms is not None
 
 
+@pytest.mark.slow
 async def test_run_at_ms_is_handed_out_only_when_due(client: FloClient) -> None:
     await client.action.register("later")
     due = await client.server_time_ms() + 1500
@@ -368,6 +370,7 @@ async def test_requeue_of_a_run_that_has_not_failed_is_a_conflict(client: FloCli
         await client.action.requeue("job:999")
 
 
+@pytest.mark.slow
 async def test_reap_moves_expired_and_due_runs_without_a_poll(client: FloClient) -> None:
     await client.action.register("job", options=ActionRegisterOptions(timeout_ms=300))
     run_id = (await client.action.invoke("job", b"x")).run_id

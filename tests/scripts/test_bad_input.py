@@ -163,7 +163,7 @@ def _changed(opts: Any, **fields: Any) -> Any:
 async def _reclaim(w: World, **kwargs: Any) -> Any:
     from flo_redis._session.reclaim import reclaim_owners
 
-    return await reclaim_owners(w.client, "job", ["o"], **kwargs)
+    return await reclaim_owners(w.client.session, "job", ["o"], **kwargs)
 
 
 CALLS = _calls()

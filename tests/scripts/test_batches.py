@@ -273,10 +273,10 @@ async def test_the_complete_batch_script_refuses_a_part_of_an_item_and_changes_n
     keys = action_keys(client.namespace, "job")
     # Items go flat (run id, token, result, outcome each); three values are no item.
     with pytest.raises(BadRequestError, match=r"ARGV\[2\] items"):
-        await RUN_COMPLETE_MANY(client, keys, ["w", pack([run.run_id, run.token, b"A"])])
+        await RUN_COMPLETE_MANY(client.session, keys, ["w", pack([run.run_id, run.token, b"A"])])
 
     assert (await client.action.status(run.run_id)).status == RunStatus.RUNNING
     whole = pack([run.run_id, run.token, b"A", "success"])
-    reply = await RUN_COMPLETE_MANY(client, keys, ["w", whole])
+    reply = await RUN_COMPLETE_MANY(client.session, keys, ["w", whole])
     assert (reply.status, list(reply.statuses)) == (Status.OK, [Status.OK])
     assert (await client.action.status(run.run_id)).status == RunStatus.COMPLETED

@@ -17,6 +17,7 @@ from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
 
 
 @pytest.mark.parametrize("max_connections", [1, 2, 4, 100])  # 1: no lane; 2: a lane and one more
+@pytest.mark.slow
 async def test_many_concurrent_invokes_all_succeed(
     redis_url: str, namespace: str, max_connections: int
 ) -> None:
@@ -47,6 +48,7 @@ async def _clients_named(raw: aioredis.Redis, name: str) -> int:
     return sum(1 for c in clients if c.get("name") == name)
 
 
+@pytest.mark.slow
 async def test_a_worker_far_wider_than_its_pool_loses_no_report(
     redis_url: str, namespace: str
 ) -> None:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import redis.asyncio as aioredis
-from polling import eventually
+from histories import claim, history
 
 from flo_redis import (
     ActionInvokeOptions,
@@ -15,57 +13,12 @@ from flo_redis import (
     NotFoundError,
     RunStatus,
     ValidationError,
-    WorkerAwaitOptions,
-    WorkerFailOptions,
 )
 from flo_redis._wire.keys import action_keys
-from flo_redis.actions.inspect import ActionCounts, RunState
-
-NOW = WorkerAwaitOptions(block_ms=0)
+from flo_redis.actions.inspect import RunState
 
 
-async def claim(client: FloClient, n: int, action: str = "job") -> list[str]:
-    runs = await client.worker.await_tasks("w1", [action], n, NOW)
-    assert len(runs) == n, f"claimed {len(runs)} of {n}"
-    return [r.run_id for r in runs]
-
-
-async def history(client: FloClient) -> dict[str, Any]:
-    """A known history: 10 ready and 2 delayed invokes; one run times out, three complete,
-    two fail for good, one is running; the rest wait."""
-    await client.action.register(
-        "job", options=ActionRegisterOptions(timeout_ms=300, max_retries=1)
-    )
-    await client.worker.register("w1", ["job"])
-    ready = [(await client.action.invoke("job", f"r{i}".encode())).run_id for i in range(10)]
-    delayed = [
-        (await client.action.invoke("job", b"d", ActionInvokeOptions(delay_ms=600_000))).run_id
-        for _ in range(2)
-    ]
-    [expired] = await claim(client, 1)
-
-    async def timed_out() -> ActionCounts:
-        await client.action.reap("job")
-        return await client.action.counts("job")
-
-    await eventually(timed_out, lambda c: c.timed_out == 1)
-    taken = await claim(client, 5)
-    for run_id in taken[:3]:
-        await client.worker.complete("w1", "job", run_id, b"ok")
-    for run_id in taken[3:]:
-        await client.worker.fail("w1", "job", run_id, "boom", WorkerFailOptions(retry=False))
-    [running] = await claim(client, 1)
-    return {
-        "ready": ready,
-        "delayed": delayed,
-        "expired": expired,
-        "completed": taken[:3],
-        "failed": taken[3:],
-        "running": running,
-        "waiting": ready[7:],
-    }
-
-
+@pytest.mark.slow
 async def test_counts_match_a_known_history(client: FloClient) -> None:
     h = await history(client)
     c = await client.action.counts("job")
@@ -81,6 +34,7 @@ async def test_counts_match_a_known_history(client: FloClient) -> None:
     assert h["running"] == h["ready"][6]
 
 
+@pytest.mark.slow
 async def test_runs_pages_each_state_in_its_order(client: FloClient) -> None:
     h = await history(client)
     pending = await client.action.runs("job", "pending")
@@ -149,6 +103,7 @@ async def test_paging_keeps_order_while_runs_leave(client: FloClient) -> None:
     assert third.cursor is None
 
 
+@pytest.mark.slow
 async def test_bulk_requeue_and_purge(client: FloClient) -> None:
     h = await history(client)
     done = await client.action.requeue_failed("job", batch=2)
@@ -168,6 +123,7 @@ async def test_bulk_requeue_and_purge(client: FloClient) -> None:
     assert (c.pending, c.delayed, c.running, c.completed, c.failed) == (0, 0, 1, 0, 0)
 
 
+@pytest.mark.slow
 async def test_purging_failed_runs_keeps_the_timed_out_count_true(client: FloClient) -> None:
     await history(client)
     assert (await client.action.purge("job", "failed")).count == 3
@@ -175,6 +131,7 @@ async def test_purging_failed_runs_keeps_the_timed_out_count_true(client: FloCli
     assert (c.failed, c.timed_out) == (0, 0)
 
 
+@pytest.mark.slow
 async def test_delete_forgets_the_counters(client: FloClient) -> None:
     await history(client)
     await client.action.delete("job")
@@ -211,6 +168,7 @@ async def test_counts_touch_only_the_queue_keys(client: FloClient, raw: aioredis
         assert before.get(command) == after.get(command)
 
 
+@pytest.mark.slow
 async def test_runs_buried_before_the_timed_out_count_never_make_it_negative(
     client: FloClient, raw: aioredis.Redis
 ) -> None:

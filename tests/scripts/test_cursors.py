@@ -43,6 +43,7 @@ async def test_the_client_refuses_a_cursor_no_page_wrote(client: FloClient, curs
 
 
 @pytest.mark.parametrize("cursor", ["nan job:1", "inf job:1", "1_0 job:1"])
+@pytest.mark.slow
 async def test_the_command_refuses_it_as_a_usage_error(
     client: FloClient, redis_url: str, cursor: str
 ) -> None:

@@ -116,7 +116,7 @@ async def test_a_forged_cancel_notice_does_not_stop_the_handler(
         keys = action_keys(held.ns, "job")
         record = msgpack.unpackb(producer.hget(keys.runs, held.run_id), raw=False)
         owner, token = record["o"], record["t"]  # what anyone who may read the run learns
-        with caplog.at_level(logging.WARNING, logger="flo_redis._session.notices"):
+        with caplog.at_level(logging.WARNING, logger="flo_redis.notices"):
             heard = producer.spublish(
                 notice_channel(keys.tag, owner), cancel_notice(token, held.run_id)
             )
@@ -191,6 +191,7 @@ async def test_a_slot_reclaim_naming_a_made_up_liveness_channel_is_refused(
         await holder.slots.release(slot)  # still its own, under its token
 
 
+@pytest.mark.slow
 async def test_a_cancel_cannot_publish_on_a_liveness_channel(server: RedisServer) -> None:
     async with held_run(server) as held:
         keys = action_keys(held.ns, "job")
@@ -226,6 +227,7 @@ async def test_a_claim_cannot_park_a_poller_on_another_owners_channel(server: Re
 
 
 @pytest.mark.parametrize("role", ["producer", "operator", "read-only"])
+@pytest.mark.slow
 async def test_no_role_but_worker_can_keep_a_gone_workers_liveness(
     server: RedisServer, role: str
 ) -> None:
@@ -261,6 +263,7 @@ async def test_no_role_but_worker_can_keep_a_gone_workers_liveness(
             await asyncio.wait_for(running, 30)
 
 
+@pytest.mark.slow
 async def test_a_read_only_user_changes_nothing_with_a_runs_token(server: RedisServer) -> None:
     async with held_run(server) as held:
         keys = action_keys(held.ns, "job")

@@ -90,6 +90,7 @@ async def run_one(url: str) -> None:
         assert (await client.action.status(run.run_id)).status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_scripts_run_as_functions_of_one_library(
     server: RedisServer, admin: aioredis.Redis
 ) -> None:
@@ -101,6 +102,7 @@ async def test_scripts_run_as_functions_of_one_library(
     assert await library_functions(admin) == {script.function for script in SCRIPTS.values()}
 
 
+@pytest.mark.slow
 async def test_calls_that_find_the_library_missing_together_load_it_once(
     server: RedisServer, admin: aioredis.Redis
 ) -> None:
@@ -117,6 +119,7 @@ async def test_calls_that_find_the_library_missing_together_load_it_once(
     assert counted["evalsha"] == 0
 
 
+@pytest.mark.slow
 async def test_a_user_without_fcall_calls_by_sha(
     server: RedisServer, admin: aioredis.Redis
 ) -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio as aioredis
+from polling import eventually, watched
 
 from flo_redis import (
     BlockTooLongError,
@@ -50,14 +50,6 @@ async def join(client: FloClient, ack_timeout_ms: int = 0, max_deliver: int = 10
         "c1",
         StreamGroupJoinOptions(ack_timeout_ms=ack_timeout_ms, max_deliver=max_deliver),
     )
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def pairs(records: list[StreamRecord]) -> list[tuple[StreamID, int]]:
@@ -156,6 +148,7 @@ async def test_a_nacked_entry_comes_back_before_new_ones(client: FloClient) -> N
     assert owners[ids[0].as_tuple()] == "c2"
 
 
+@pytest.mark.slow
 async def test_an_unacked_entry_is_redelivered_after_the_ack_timeout(client: FloClient) -> None:
     await join(client, ack_timeout_ms=200)
     ids = await fill(client, 1)
@@ -165,7 +158,7 @@ async def test_an_unacked_entry_is_redelivered_after_the_ack_timeout(client: Flo
     async def timed_out() -> bool:
         return all(p.idle_ms > 250 for p in await client.stream.group_pending("s", "g"))
 
-    await eventually(timed_out, "the entry to pass its ack timeout")
+    await eventually(timed_out, what="the entry to pass its ack timeout")
     newer = await fill(client, 1)
     # The timed-out entry comes first, ahead of the newer one, with its count raised.
     assert pairs(await read(client, "c2", count=1)) == [(ids[0], 2)]
@@ -188,7 +181,7 @@ async def test_ack_timeout_zero_never_redelivers_by_itself(client: FloClient) ->
     await join(client, ack_timeout_ms=0)
     await fill(client, 1)
     await read(client, "c1")
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # time passes (the behaviour under test): no redelivery
     assert await read(client, "c1") == []
     assert len(await client.stream.group_pending("s", "g")) == 1
 
@@ -293,7 +286,7 @@ async def test_an_entry_timing_out_max_deliver_times_is_dead_lettered(
         await read(client, "c2")
         return bool(await client.stream.dead_letters("s", "g"))
 
-    await eventually(buried, "the entry to be dead-lettered")
+    await eventually(buried, what="the entry to be dead-lettered")
     (letter,) = await client.stream.dead_letters("s", "g")
     assert (letter.original_id, letter.delivery_count, letter.reason) == (
         ids[0],
@@ -383,7 +376,7 @@ async def test_claim_with_min_idle_takes_entries_left_idle(client: FloClient) ->
         pending = await client.stream.group_pending("s", "g", "c1")
         return all(p.idle_ms >= 100 for p in pending)
 
-    await eventually(idle_enough, "c1's entry to be idle")
+    await eventually(idle_enough, what="c1's entry to be idle")
     result = await client.stream.group_claim("s", "g", "c2", 100, StreamID(), 10)
     assert result.done
     # c2's own (fresh) entry and c1's idle one, in id order.
@@ -505,21 +498,23 @@ async def test_a_poll_id_whose_entries_are_acked_reads_afresh(client: FloClient)
 # --- long polls --------------------------------------------------------------------------
 
 
-async def test_a_blocking_group_read_wakes_on_append(client: FloClient) -> None:
+async def test_a_blocking_group_read_wakes_on_append(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
     await join(client)
     reader = asyncio.create_task(read(client, "c1", block_ms=60_000))
-    await asyncio.sleep(0.05)
+    await watched(raw, stream_keys(client.namespace, "s").wake)
     assert not reader.done()
     (new,) = await fill(client, 1)
     assert pairs(await asyncio.wait_for(reader, WAIT_S)) == [(new, 1)]
 
 
-async def test_a_blocking_group_read_wakes_on_nack(client: FloClient) -> None:
+async def test_a_blocking_group_read_wakes_on_nack(client: FloClient, raw: aioredis.Redis) -> None:
     await join(client)
     ids = await fill(client, 1)
     await read(client, "c1")
     reader = asyncio.create_task(read(client, "c2", block_ms=60_000))
-    await asyncio.sleep(0.05)
+    await watched(raw, stream_keys(client.namespace, "s").wake)
     assert not reader.done()
     await client.stream.group_nack("s", "g", ids)
     assert pairs(await asyncio.wait_for(reader, WAIT_S)) == [(ids[0], 2)]
@@ -533,12 +528,14 @@ async def test_a_blocking_group_read_wakes_when_an_entry_falls_due(client: FloCl
     assert pairs(records) == [(ids[0], 2)]
 
 
-async def test_an_ack_is_not_delayed_behind_a_waiting_read(client: FloClient) -> None:
+async def test_an_ack_is_not_delayed_behind_a_waiting_read(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
     await join(client)
     ids = await fill(client, 1)
     await read(client, "c1")
     reader = asyncio.create_task(read(client, "c2", block_ms=60_000))
-    await asyncio.sleep(0.05)
+    await watched(raw, stream_keys(client.namespace, "s").wake)
     await asyncio.wait_for(client.stream.group_ack("s", "g", ids), WAIT_S)
     assert not reader.done()
     assert await client.stream.group_pending("s", "g") == []
@@ -546,10 +543,12 @@ async def test_an_ack_is_not_delayed_behind_a_waiting_read(client: FloClient) ->
     assert pairs(await asyncio.wait_for(reader, WAIT_S)) == [(new, 1)]
 
 
-async def test_interrupt_ends_a_blocking_group_read_empty(client: FloClient) -> None:
+async def test_interrupt_ends_a_blocking_group_read_empty(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
     await join(client)
     reader = asyncio.create_task(read(client, "c1", block_ms=120_000))
-    await asyncio.sleep(0.05)
+    await watched(raw, stream_keys(client.namespace, "s").wake)
     assert not reader.done()
     client.interrupt()
     assert await asyncio.wait_for(reader, WAIT_S) == []
@@ -601,6 +600,7 @@ async def test_bad_ids_are_refused(client: FloClient) -> None:
 # --- bounded work ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_large_backlog_is_served_a_batch_at_a_time(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
@@ -616,7 +616,7 @@ async def test_a_large_backlog_is_served_a_batch_at_a_time(
     async def due() -> bool:
         return all(p.idle_ms >= 5 for p in await client.stream.group_pending("s", "g"))
 
-    await eventually(due, "the backlog to fall due")
+    await eventually(due, what="the backlog to fall due")
     # 1000 entries are due; one call hands out only its count, the rest stay pending.
     batch = await read(client, "c2", count=10)
     assert len(batch) == 10 and all(r.delivery_count == 2 for r in batch)

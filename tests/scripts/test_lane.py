@@ -7,11 +7,12 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
+from polling import eventually
 from script_state import by_sha, calls_functions, forget_scripts, library_loaded
 
 from flo_redis import FloClient, InternalServerError, NotFoundError, RunStatus
-from flo_redis._wire import runner
 from flo_redis._wire.keys import action_keys
+from flo_redis._wire.lane import closed_by_server
 from flo_redis._wire.runner import SCRIPTS
 
 
@@ -38,15 +39,17 @@ async def test_a_connection_the_server_closed_is_made_again(
 ) -> None:
     await client.action.register("job")
     await client.action.invoke("job", b"a")
-    lane = runner._SETTINGS[client.redis].lane
+    lane = client.session.runner.lane
     assert lane is not None and lane._conn is not None and lane._conn._writer is not None
     host, port = lane._conn._writer.get_extra_info("sockname")[:2]
     await raw.client_kill(f"{host}:{port}")
-    await asyncio.sleep(0.05)
+    conn = lane._conn
+    await eventually(lambda: closed_by_server(conn), what="the kill seen by the lane")
     run = await client.action.invoke("job", b"b")  # no error: made again first
     assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
 
 
+@pytest.mark.slow
 async def test_a_cancelled_call_leaves_no_reply_behind(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
@@ -57,7 +60,7 @@ async def test_a_cancelled_call_leaves_no_reply_behind(
     # answers the same TIME all through a script).
     await raw.execute_command("CLIENT", "PAUSE", 300, "ALL")
     waiting = asyncio.create_task(client.action.invoke("a", b"cancelled"))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # within the pause: the call is sent, its reply held back
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
@@ -91,9 +94,10 @@ async def test_a_led_call_refused_by_redis_leaves_the_lane_in_step(
     await client.action.register("job")
     keys = action_keys(client.namespace, "job")
     await forget_scripts(raw)
-    client.action._handing.add(keys.tag)  # as after an invoke that was handed
+    # As after an invoke that was handed:
+    client.session.runner.leading.add(("action_invoke", keys.tag))
     first = await client.action.invoke("job", b"a")
-    client.action._handing.add(keys.tag)
+    client.session.runner.leading.add(("action_invoke", keys.tag))
     second = await client.action.invoke("job", b"b")
     third = await client.action.invoke("job", b"c")
     assert len({first.run_id, second.run_id, third.run_id}) == 3
@@ -101,12 +105,13 @@ async def test_a_led_call_refused_by_redis_leaves_the_lane_in_step(
         assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
 
 
+@pytest.mark.slow
 async def test_calls_made_while_the_lane_is_busy_take_the_spare_lane(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
     await client.action.register("job")
     await client.action.invoke("job", b"warm")  # the lane's connection is made
-    settings = runner._SETTINGS[client.redis]
+    settings = client.session.runner
     assert settings.lane is not None and settings.spare is not None
     assert settings.spare._conn is None  # no call overlapped yet
     # Every client's commands wait a moment, so the three invokes are in flight at once:
@@ -121,13 +126,15 @@ async def test_calls_made_while_the_lane_is_busy_take_the_spare_lane(
     assert settings.spare._conn._writer is not None
     host, port = settings.spare._conn._writer.get_extra_info("sockname")[:2]
     await raw.client_kill(f"{host}:{port}")
-    await asyncio.sleep(0.05)
+    spare = settings.spare._conn
+    await eventually(lambda: closed_by_server(spare), what="the kill seen by the spare lane")
     await raw.execute_command("CLIENT", "PAUSE", 200, "ALL")
     again = await asyncio.gather(*(client.action.invoke("job", b"x") for _ in range(2)))
     for run in again:
         assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
 
 
+@pytest.mark.slow
 async def test_calls_after_a_restart_cut_every_idle_connection_all_succeed(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
@@ -158,7 +165,7 @@ async def test_a_pool_keeps_two_connections_beside_its_lanes(
     redis_url: str, namespace: str, max_connections: int, lane: bool, spare: bool
 ) -> None:
     async with FloClient(redis_url, namespace=namespace, max_connections=max_connections) as c:
-        settings = runner._SETTINGS[c.redis]
+        settings = c.session.runner
         assert (settings.lane is not None, settings.spare is not None) == (lane, spare)
         await c.action.register("job")
         runs = await asyncio.gather(*(c.action.invoke("job", b"x") for _ in range(20)))

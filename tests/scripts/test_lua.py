@@ -118,11 +118,11 @@ def test_a_variadic_tail_is_declared_in_the_header() -> None:
 async def test_wrong_arity_is_refused_before_sending(client: FloClient) -> None:
     keys = action_keys(client.namespace, "resize")
     with pytest.raises(TypeError):
-        await RUN_TOUCH(client, keys, ["1", "", "w"])
+        await RUN_TOUCH(client.session, keys, ["1", "", "w"])
     with pytest.raises(TypeError):
-        await RUN_TOUCH(client, keys, ["1"])
+        await RUN_TOUCH(client.session, keys, ["1"])
     with pytest.raises(TypeError):
-        await RUN_TOUCH(client, keys, ["1", "", "w", 1], tail=["x"])
+        await RUN_TOUCH(client.session, keys, ["1", "", "w", 1], tail=["x"])
     assert ACTION_DELETE.keys(keys, tail=["a", "b"]) == [keys.meta, "a", "b"]
 
 
@@ -229,11 +229,11 @@ def _code_of(source: str) -> str:
     return re.sub(r"--[^\n]*", "", re.sub(r"--\[\[.*?\]\]", "", source, flags=re.DOTALL))
 
 
-@pytest.mark.parametrize("name", sorted(load_all()))
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_every_helper_a_script_keeps_is_one_it_calls(name: str) -> None:
     """Each helper defined costs every call of the script a closure: a script keeps only
     the helpers its code reaches."""
-    code = _code_of(load_all()[name].source)
+    code = _code_of(SCRIPTS[name].source)
     bodies = {m.group(1): m.group(2) for m in _DEFINED.finditer(code)}
     reached: set[str] = set()
     todo = [_DEFINED.sub("", code)]
@@ -251,12 +251,12 @@ _LIB_NAMES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(load_all()))
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_every_helper_a_script_names_is_in_its_own_text(name: str) -> None:
     """Sent by SHA (on a cluster, or when FCALL is refused) a script carries only what
     its includes define, while as a function it sees every helper of the library: a
     helper or constant of lib/ it names but does not include works in one mode only."""
-    code = _code_of(load_all()[name].source)
+    code = _code_of(SCRIPTS[name].source)
     defined = set(re.findall(r"^local (?:function )?(\w+)", code, re.MULTILINE))
     defined |= {n.strip() for line in re.findall(r"^local ([\w, ]+)=", code, re.MULTILINE)
                 for n in line.split(",")}  # fmt: skip

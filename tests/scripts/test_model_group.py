@@ -19,6 +19,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     invariant,
@@ -37,6 +38,8 @@ from flo_redis import (
     StreamID,
 )
 from flo_redis._wire.keys import stream_keys
+
+pytestmark = pytest.mark.slow  # a Hypothesis model: many steps against Redis
 
 STREAM, GROUP = "s", "g"
 CONSUMERS = ("c0", "c1", "c2")

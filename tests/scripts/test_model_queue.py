@@ -24,10 +24,10 @@ the clock passing that deadline would.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     invariant,
@@ -35,6 +35,7 @@ from hypothesis.stateful import (
     rule,
 )
 from model_machine import ClientMachine, run_model
+from polling import eventually
 
 from flo_redis import (
     ActionInvokeOptions,
@@ -49,6 +50,8 @@ from flo_redis import (
 )
 from flo_redis._session.reclaim import reclaim_gone_owners
 from flo_redis._wire.keys import action_keys, handoff_channel, owner_channel
+
+pytestmark = pytest.mark.slow  # a Hypothesis model: many steps against Redis
 
 ACTION = "job"
 MAX_ATTEMPTS = 2
@@ -307,13 +310,14 @@ class QueueMachine(ClientMachine):
         async def die_and_reclaim() -> int:
             await owner.close()  # as a killed process loses its connections
             await inbox.aclose()
-            for _ in range(500):
-                counts = await self.raw.execute_command("PUBSUB", "SHARDNUMSUB", channel)
-                if int(counts[1]) == 0:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(
+                lambda: self.raw.execute_command("PUBSUB", "SHARDNUMSUB", channel),
+                lambda counts: int(counts[1]) == 0,
+                interval=0.01,
+                what="the owner's channel left",
+            )
             await self._new_owner()
-            result = await reclaim_gone_owners(self.client, ACTION, grace_ms=0)
+            result = await reclaim_gone_owners(self.client.session, ACTION, grace_ms=0)
             return result.reclaimed
 
         reclaimed = self.run(die_and_reclaim())

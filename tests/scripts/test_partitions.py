@@ -4,11 +4,10 @@ consumer groups spanning every partition, acks by partition, claims walking part
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
-from polling import eventually
+import redis.asyncio as aioredis
+from polling import eventually, running, watched
 
 from flo_redis import (
     ConflictError,
@@ -22,21 +21,11 @@ from flo_redis import (
     StreamID,
     StreamReadOptions,
     StreamTrimOptions,
-    StreamWorker,
     ValidationError,
 )
+from flo_redis._wire.keys import stream_keys
 from flo_redis.streams import StreamDeadLetterOptions
 from flo_redis.streams.placement import partition_of_key
-
-
-@contextlib.asynccontextmanager
-async def running(worker: StreamWorker) -> AsyncIterator[None]:
-    task = asyncio.create_task(worker.start())
-    try:
-        yield
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
 
 
 async def test_create_fixes_the_partition_count(client: FloClient) -> None:
@@ -112,10 +101,13 @@ async def test_read_and_info_span_partitions(client: FloClient) -> None:
     assert (await client.stream.info("s")).count == 3
 
 
-async def test_a_blocking_read_wakes_on_any_partition(client: FloClient) -> None:
+async def test_a_blocking_read_wakes_on_any_partition(
+    client: FloClient, raw: aioredis.Redis
+) -> None:
     await client.stream.create("s", partitions=3)
     waiting = asyncio.create_task(client.stream.read("s", StreamReadOptions(block_ms=10_000)))
-    await asyncio.sleep(0.1)
+    for partition in range(3):
+        await watched(raw, stream_keys(client.namespace, "s", partition).wake)
     await client.stream.append("s", b"late", StreamAppendOptions(partition_key="k2"))
     recs = (await asyncio.wait_for(waiting, 5)).records
     assert [r.payload for r in recs] == [b"late"]

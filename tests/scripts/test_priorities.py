@@ -38,6 +38,7 @@ async def take_id(client: FloClient, action: str) -> str | None:
     return task.task_id if task else None
 
 
+@pytest.mark.slow
 async def test_one_worker_takes_runs_strictly_by_priority_then_fifo(client: FloClient) -> None:
     await client.action.register("job")
     rng = random.Random(16)
@@ -83,6 +84,7 @@ async def test_one_worker_takes_runs_strictly_by_priority_then_fifo(client: FloC
     assert order == expected
 
 
+@pytest.mark.slow
 async def test_priorities_hold_under_load_across_three_worker_processes(
     client: FloClient, redis_url: str, namespace: str
 ) -> None:
@@ -103,7 +105,7 @@ async def test_priorities_hold_under_load_across_three_worker_processes(
             p = 0 if i % 4 else 100
             run = await client.action.invoke("job", b"", ActionInvokeOptions(priority=p))
             priority_of[run.run_id] = p
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # arrivals spread over the busy time, as in use
         await eventually(completed, lambda n: n == len(priority_of), timeout=120)
     page = await client.action.runs("job", "completed", limit=1000)
     runs = {r.run_id: r for r in page.runs}

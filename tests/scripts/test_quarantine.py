@@ -194,6 +194,7 @@ async def test_a_report_on_a_run_that_no_longer_decodes_is_refused_and_sets_it_a
     assert (await client.action.counts("job")).running == 0
 
 
+@pytest.mark.slow
 async def test_runs_commands_and_dashboard_answer_about_a_run_that_does_not_decode(
     client: FloClient, raw: aioredis.Redis, redis_url: str
 ) -> None:
@@ -268,6 +269,7 @@ async def test_the_dashboard_lists_replays_and_deletes_behind_its_guard(
     assert (await client.action.status(a)).status == RunStatus.PENDING
 
 
+@pytest.mark.slow
 async def test_the_quarantine_commands_replay_and_delete(
     client: FloClient, raw: aioredis.Redis, redis_url: str
 ) -> None:
@@ -292,6 +294,7 @@ async def test_the_quarantine_commands_replay_and_delete(
     assert second.key == b
 
 
+@pytest.mark.slow
 async def test_a_quarantine_keeps_its_newest_records(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
@@ -314,6 +317,7 @@ async def test_a_quarantine_keeps_its_newest_records(
 # --- schedules ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_schedule_that_cannot_be_evaluated_is_set_aside_and_the_others_fire(
     client: FloClient, raw: aioredis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -355,6 +359,7 @@ async def test_a_schedule_that_cannot_be_evaluated_is_set_aside_and_the_others_f
 # --- the worker registry ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_garbage_worker_entry_is_set_aside_and_status_and_pages_answer(
     client: FloClient, raw: aioredis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -385,6 +390,7 @@ async def test_a_garbage_worker_entry_is_set_aside_and_status_and_pages_answer(
     assert warnings_about(caplog, "'junk'") == []  # told where it was set aside, not again
 
 
+@pytest.mark.slow
 async def test_a_live_worker_whose_record_is_damaged_registers_again(
     client: FloClient, raw: aioredis.Redis
 ) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from polling import eventually
+from polling import eventually, watched
 from proxy import Proxy
 
 from flo_redis import (
@@ -96,12 +96,7 @@ async def test_a_blocking_dequeue_is_woken_by_enqueue(
 ) -> None:
     wake = queue_keys(namespace, Q).wake
     waiting = asyncio.create_task(client.queue.dequeue(Q, 1, DequeueOptions(block_ms=120_000)))
-
-    async def subscribers() -> int:
-        return int((await raw.execute_command("PUBSUB", "SHARDNUMSUB", wake))[1])
-
-    await eventually(subscribers, lambda n: n >= 1)  # parked on the wake channel
-    await asyncio.sleep(0.05)
+    await watched(raw, wake)  # parked on the wake channel
     assert not waiting.done()
     seq = await client.queue.enqueue(Q, b"wake")
     got = await asyncio.wait_for(waiting, 30)  # long before its 120 s block_ms
@@ -306,6 +301,7 @@ async def test_a_sigkilled_consumers_messages_come_back_in_about_a_second(
         killed_at = time.monotonic()
         os.kill(proc.pid, signal.SIGKILL)
         back: list[Message] = []
+        # Back through liveness: the 5 minute visibility timeout is far beyond this deadline.
         deadline = time.monotonic() + 30
         while len(back) < n and time.monotonic() < deadline:
             got = await client.queue.dequeue(Q, n, DequeueOptions(block_ms=5000))
@@ -314,7 +310,6 @@ async def test_a_sigkilled_consumers_messages_come_back_in_about_a_second(
     print(f"\nSIGKILL -> all {n} messages back in {took * 1000:.0f} ms (grace {GRACE} ms)")
     assert sorted(seqs(back)) == sent
     assert all(m.delivery_count == 2 for m in back)  # the dead consumer's delivery counted
-    assert took < 20, "back through liveness, long before the 5 minute visibility timeout"
     stats = await raw.hmget(keys.meta, ["stat:reclaimed_owner_gone", "stat:owners_gone"])
     assert [int(v) for v in stats] == [n, 1]
 
@@ -338,6 +333,7 @@ async def test_a_live_consumers_messages_are_never_taken_back(
 # --- bad input and unknown ids -------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_bad_input_is_refused_before_anything_is_written(
     client: FloClient, raw: aioredis.Redis, namespace: str
 ) -> None:

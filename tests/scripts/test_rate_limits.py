@@ -50,6 +50,7 @@ def worker_process(url: str, namespace: str, rate: str) -> Iterator[subprocess.P
         proc.wait(10)
 
 
+@pytest.mark.slow
 async def test_a_rate_limit_holds_across_three_worker_processes(
     client: FloClient, redis_url: str, namespace: str
 ) -> None:

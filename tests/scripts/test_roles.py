@@ -44,7 +44,7 @@ from flo_redis.ops.roles import ROLES, setuser_line
 from flo_redis.streams.acks import StreamGroupAckOptions
 from flo_redis.testing import RedisServer
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ACL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 THREAT_MODEL = Path(__file__).resolve().parents[2] / "docs" / "threat-model.md"
 
 # What each role needs, by level: every operation below names its level.
@@ -213,6 +213,7 @@ def other(server: RedisServer) -> Iterator[World]:
 
 
 @pytest.mark.parametrize("role", list(ROLES))
+@pytest.mark.slow
 async def test_each_role_does_what_it_needs_in_its_namespace(
     server: RedisServer, role: str
 ) -> None:
@@ -238,6 +239,7 @@ async def test_each_role_does_what_it_needs_in_its_namespace(
 
 
 @pytest.mark.parametrize("role", SCOPED)
+@pytest.mark.slow
 async def test_a_user_of_one_namespace_reaches_nothing_of_another(
     server: RedisServer, role: str, other: World
 ) -> None:
@@ -481,7 +483,7 @@ def documented_lines(text: str) -> dict[tuple[str, ...], str]:
 
 
 def test_the_docs_hold_the_lines_flo_redis_acl_prints() -> None:
-    shown = documented_lines(README.read_text())
+    shown = documented_lines(ACL_PAGE.read_text())
     assert {args[1] for args in shown} == set(ROLES)
     assert {args[1] for args in shown if "--namespace" in args} == set(SCOPED)
     for args, line in shown.items():
@@ -499,6 +501,7 @@ def test_acl_refuses_a_namespace_for_admin_and_an_unknown_role() -> None:
     assert "~flo:*{a\\\\*b:*" in line  # quoted for redis-cli: a glob-escaped star
 
 
+@pytest.mark.slow
 async def test_an_operator_serves_a_dashboard_that_makes_changes(server: RedisServer) -> None:
     """A dashboard started with --write, as an operator narrowed to its namespace: it
     logs in (its session in Redis), drains a worker, and logs out; a read-only user

@@ -161,6 +161,7 @@ async def test_complete_sets_output_time_worker_and_clears_error(client: FloClie
     assert status.outcome == "approved"
 
 
+@pytest.mark.slow
 async def test_retry_backoff_delays_the_next_attempt(client: FloClient) -> None:
     await setup(client, max_retries=3, retry_backoff_ms=1500)
     run_id = (await client.action.invoke("job", b"x")).run_id
@@ -178,6 +179,7 @@ async def test_retry_backoff_delays_the_next_attempt(client: FloClient) -> None:
 # --- leases -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_expired_lease_is_taken_back_and_run_again(client: FloClient) -> None:
     await setup(client, timeout_ms=300, max_retries=2)
     run_id = (await client.action.invoke("job", b"x")).run_id
@@ -189,6 +191,7 @@ async def test_an_expired_lease_is_taken_back_and_run_again(client: FloClient) -
     assert (status.status, status.worker_id) == (RunStatus.RUNNING, "w2")
 
 
+@pytest.mark.slow
 async def test_an_expired_lease_on_the_last_attempt_ends_timed_out(client: FloClient) -> None:
     await setup(client, timeout_ms=300, max_retries=1)
     run_id = (await client.action.invoke("job", b"x")).run_id
@@ -215,6 +218,7 @@ async def test_a_lease_of_an_action_without_a_timeout_never_ends(
     assert (await client.action.status(run_id)).status == RunStatus.RUNNING
 
 
+@pytest.mark.slow
 async def test_touch_extends_the_lease(client: FloClient) -> None:
     await setup(client, timeout_ms=300)
     run_id = (await client.action.invoke("job", b"x")).run_id
@@ -245,6 +249,7 @@ async def test_touch_over_an_hour_is_out_of_range(client: FloClient) -> None:
 # --- fencing ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_reports_from_a_replaced_holder_are_stale_and_change_nothing(
     client: FloClient,
 ) -> None:
@@ -334,6 +339,7 @@ async def test_an_identical_resend_of_fail_is_ok_and_applied_once(client: FloCli
     assert (await take(client)).attempt == 2
 
 
+@pytest.mark.slow
 async def test_complete_after_another_worker_completed_is_stale(client: FloClient) -> None:
     await setup(client, timeout_ms=300)
     run_id = (await client.action.invoke("job", b"x")).run_id
@@ -541,7 +547,7 @@ async def test_a_poll_id_whose_runs_are_finished_claims_afresh(client: FloClient
 async def test_runs_behind_a_full_window_of_unmatched_labels_are_still_reached(
     client: FloClient,
 ) -> None:
-    from flo_redis.actions.workers import LABEL_SCAN
+    from flo_redis.actions.claims import LABEL_SCAN
 
     await client.action.register("mixed")
     await client.worker.register("plain", ["mixed"])

@@ -72,6 +72,7 @@ def worker_processes(
             proc.wait()
 
 
+@pytest.mark.slow
 async def test_each_occurrence_fires_once_across_three_workers_while_one_is_killed(
     redis_url: str, client: FloClient, raw: aioredis.Redis, namespace: str
 ) -> None:
@@ -103,6 +104,7 @@ async def test_each_occurrence_fires_once_across_three_workers_while_one_is_kill
     assert await raw.hlen(keys.runs) == len(dues)  # and no other run
 
 
+@pytest.mark.slow
 async def test_missed_occurrences_fire_once_late_by_default(
     client: FloClient, raw: aioredis.Redis, namespace: str
 ) -> None:
@@ -208,6 +210,7 @@ async def test_bad_schedules_are_refused_before_anything_is_written(
     assert await client.action.schedules() == []
 
 
+@pytest.mark.slow
 async def test_worker_cron_registers_and_schedules_its_handler(client: FloClient) -> None:
     worker = client.new_action_worker(worker_id="cron-worker", block_ms=200)
     seen: list[bytes] = []

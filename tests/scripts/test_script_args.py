@@ -36,7 +36,6 @@ from flo_redis import (
     WorkerAwaitOptions,
 )
 from flo_redis._session.reclaim import reclaim_owners
-from flo_redis._wire import gateway
 from flo_redis._wire.gateway import (
     ACTION_QUARANTINE_REPLAY,
     ALL,
@@ -58,9 +57,11 @@ from flo_redis._wire.keys import (
     run_id_prefix,
     stream_keys,
 )
-from flo_redis._wire.runner import LIBRARY, SCRIPTS
+from flo_redis._wire.runner import LIBRARY, SCRIPTS, ScriptRunner
 from flo_redis._wire.status import Status
 from flo_redis.worker.progress import report_progress
+
+pytestmark = pytest.mark.slow  # every script, argument and bad value: minutes
 
 # Arguments any text is: names, ids, payloads, messages. A malformed value here must still
 # be answered by a status (a name that does not exist is NOT_FOUND), never an error.
@@ -75,7 +76,7 @@ TEXT = {
 # An argument may be left out: '' is its "not given" (the header says so).
 MAY_BE_EMPTY = {
     "labels", "token", "upto", "after_score", "ack_timeout_ms", "max_deliver", "ids",
-    "after", "headers",
+    "after", "headers", "heartbeat_timeout_ms", "remove_after_ms",
 }  # fmt: skip
 
 # Not what any numeric, flag, choice, stream-id or msgpack argument takes.
@@ -107,13 +108,13 @@ async def recorded(
 ) -> AsyncIterator[dict[str, Call]]:
     """The first call of every script, made by a workload through the public API."""
     calls: dict[str, Call] = {}
-    run = gateway.run
+    run = ScriptRunner.run
 
-    async def recording(conn: Any, lua: Any, keys: Any, args: Any, *rest: Any) -> Any:
+    async def recording(runner: Any, lua: Any, keys: Any, args: Any, *rest: Any) -> Any:
         calls.setdefault(lua.name, Call(lua.name, list(keys), list(args)))
-        return await run(conn, lua, keys, args, *rest)
+        return await run(runner, lua, keys, args, *rest)
 
-    monkeypatch.setattr(gateway, "run", recording)
+    monkeypatch.setattr(ScriptRunner, "run", recording)
     await _workload(client)
     monkeypatch.undo()
     yield calls
@@ -141,7 +142,7 @@ async def _workload(c: FloClient) -> None:
     await act.runs("job", RunState.PENDING)
     await act.counts("job")
     await act.reap("job")
-    await reclaim_owners(c, "job", ["someone"])
+    await reclaim_owners(c.session, "job", ["someone"])
     await act.requeue_failed("job")
     await act.cancel((await act.invoke("job", b"x")).run_id)
     done = await act.runs("job", RunState.FAILED)
@@ -161,6 +162,7 @@ async def _workload(c: FloClient) -> None:
     await c.worker.list()
     await c.worker.drain("w1")
     await c.worker.deregister("w1")
+    await c.worker.configure(heartbeat_timeout_ms=1000, remove_after_ms=2000)
     # streams
     await c.stream.create("s")
     await c.stream.append("s", b"p", _headers())

@@ -81,6 +81,7 @@ async def test_list_warns_about_a_setting_that_does_not_parse(
     assert "timeout_ms = b'abc' does not parse" in caplog.text
 
 
+@pytest.mark.slow
 async def test_a_worker_registers_again_an_action_whose_settings_do_not_parse(
     client: FloClient, raw: aioredis.Redis
 ) -> None:

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
+from polling import watched
 
 from flo_redis import (
     BlockTooLongError,
@@ -103,9 +104,9 @@ async def test_namespaces_keep_streams_apart(redis_url: str, client: FloClient) 
 # --- long polls --------------------------------------------------------------------------
 
 
-async def test_blocking_read_returns_on_append(client: FloClient) -> None:
+async def test_blocking_read_returns_on_append(client: FloClient, raw: aioredis.Redis) -> None:
     reader = asyncio.create_task(client.stream.read("s", StreamReadOptions(block_ms=60_000)))
-    await asyncio.sleep(0.05)
+    await watched(raw, stream_keys(client.namespace, "s").wake)
     assert not reader.done()
     appended = await client.stream.append("s", b"hello")
     result = await asyncio.wait_for(reader, WAIT_S)
@@ -113,14 +114,14 @@ async def test_blocking_read_returns_on_append(client: FloClient) -> None:
 
 
 async def test_blocking_read_past_existing_records_waits_for_a_new_one(
-    client: FloClient,
+    client: FloClient, raw: aioredis.Redis
 ) -> None:
     ids = await fill(client, "s", 2)
     after = StreamID(ids[-1].timestamp_ms, ids[-1].sequence + 1)
     reader = asyncio.create_task(
         client.stream.read("s", StreamReadOptions(start=after, block_ms=60_000))
     )
-    await asyncio.sleep(0.05)
+    await watched(raw, stream_keys(client.namespace, "s").wake)
     new = await client.stream.append("s", b"new")
     result = await asyncio.wait_for(reader, WAIT_S)
     assert [r.id for r in result.records] == [new.id]

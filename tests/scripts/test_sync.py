@@ -8,6 +8,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis.asyncio as aioredis
+from polling import watched
 
 from flo_redis import (
     ActionContext,
@@ -22,6 +24,7 @@ from flo_redis import (
     WaitTimeoutError,
     WorkerFailOptions,
 )
+from flo_redis._wire.keys import action_keys
 from flo_redis.sync import SyncFloClient
 
 
@@ -73,7 +76,9 @@ async def test_a_blocking_status_shows_when_a_delayed_run_falls_due(
     assert status == await client.action.status(run.run_id)
 
 
-async def test_a_blocking_wait_is_woken_by_the_end(client: FloClient, flo: SyncFloClient) -> None:
+async def test_a_blocking_wait_is_woken_by_the_end(
+    client: FloClient, flo: SyncFloClient, raw: aioredis.Redis
+) -> None:
     await client.action.register("job")
     run_id = (await client.action.invoke("job", b"")).run_id
     waiting = threading.Event()
@@ -84,7 +89,7 @@ async def test_a_blocking_wait_is_woken_by_the_end(client: FloClient, flo: SyncF
 
     waiter = asyncio.ensure_future(asyncio.to_thread(wait))
     await asyncio.to_thread(waiting.wait, 10)
-    await asyncio.sleep(0.2)
+    await watched(raw, action_keys(client.namespace, "job").ended)
     await client.worker.register("w1", ["job"])
     [run] = await client.worker.await_tasks("w1", ["job"], 1)
     await client.worker.fail("w1", "job", run.run_id, "no", WorkerFailOptions(retry=False))

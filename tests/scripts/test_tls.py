@@ -89,12 +89,14 @@ async def _a_run_completes(url: str, namespace: str) -> None:
     assert (status.status, status.output) == (RunStatus.COMPLETED, b"over tls")
 
 
+@pytest.mark.slow
 async def test_a_worker_runs_over_tls(
     tls_server: int, authority: Authority, namespace: str
 ) -> None:
     await _a_run_completes(_url(tls_server, authority.ca), namespace)
 
 
+@pytest.mark.slow
 async def test_a_worker_runs_over_tls_with_a_client_certificate(
     mutual_tls_server: int, authority: Authority, namespace: str
 ) -> None:
@@ -108,6 +110,7 @@ async def test_a_worker_runs_over_tls_with_a_client_certificate(
     await _a_run_completes(url, namespace)
 
 
+@pytest.mark.slow
 async def test_a_server_the_ca_did_not_sign_is_refused_clearly(
     tls_server: int, stranger: Authority, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -127,6 +130,7 @@ async def test_a_missing_client_certificate_is_refused_clearly(
     assert "TLS with Redis" in str(refused.value) and "ssl_certfile" in str(refused.value)
 
 
+@pytest.mark.slow
 async def test_passwords_never_show_in_errors_or_logs(
     tls_server: int, authority: Authority, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -186,6 +190,7 @@ def tls_cluster(authority: Authority) -> Iterator[list[int]]:
             server.discard()
 
 
+@pytest.mark.slow
 async def test_a_worker_runs_on_a_tls_cluster(
     tls_cluster: list[int], authority: Authority, namespace: str
 ) -> None:

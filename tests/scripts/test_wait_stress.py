@@ -20,6 +20,8 @@ from polling import eventually
 
 from flo_redis import ActionContext, FloClient, RunStatus
 
+pytestmark = pytest.mark.slow  # hundreds of waits
+
 RUNS = 300
 WAIT_MS = 30_000
 WHEN = ("as soon as invoked", "while running", "after the end")
@@ -28,7 +30,6 @@ WHEN = ("as soon as invoked", "while running", "after the end")
 @dataclass(frozen=True)
 class Waited:
     when: str
-    took_s: float  # from the wait's call to its return
     after_end_ms: float | None  # from the run's end to the return, when the wait began first
 
 
@@ -47,10 +48,9 @@ async def wait_on_one(client: FloClient, rng: random.Random) -> Waited:
             interval=0.05,
         )
     began_ms = time.time() * 1000
-    began = time.monotonic()
-    status = await client.action.wait(run_id, timeout_ms=WAIT_MS)
+    # Woken by its run's end, not run on to its deadline: done within half of it.
+    status = await asyncio.wait_for(client.action.wait(run_id, timeout_ms=WAIT_MS), WAIT_MS / 2000)
     returned_ms = time.time() * 1000
-    took_s = time.monotonic() - began
     assert (status.run_id, status.status, status.output) == (
         run_id,
         RunStatus.COMPLETED,
@@ -60,7 +60,7 @@ async def wait_on_one(client: FloClient, rng: random.Random) -> Waited:
     assert ended is not None
     # Server TIME and this clock are the same host's: a wait begun before the end
     # measures how long the end took to reach it.
-    return Waited(when, took_s, returned_ms - ended if ended > began_ms else None)
+    return Waited(when, returned_ms - ended if ended > began_ms else None)
 
 
 async def stress(url: str, label: str) -> None:
@@ -85,9 +85,6 @@ async def stress(url: str, label: str) -> None:
             worker.stop()
             await asyncio.wait_for(task, 30)
     assert {w.when for w in waited} == set(WHEN)
-    # Each wait was woken by its run's end: none ran on to its deadline.
-    slowest = max(w.took_s for w in waited)
-    assert slowest < WAIT_MS / 1000 / 2, slowest
     delays = sorted(w.after_end_ms for w in waited if w.after_end_ms is not None)
     if len(delays) >= 2:
         p50 = statistics.median(delays)

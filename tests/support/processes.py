@@ -20,3 +20,11 @@ def script_process(script: str, *args: str) -> Iterator[subprocess.Popen[bytes]]
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def cancel_worker(
+    url: str, namespace: str, timeout_ms: int, mode: str = "touch"
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """A worker process for action ``job`` (cancel_proc.py; ``mode``: touch, inline or
+    sync) while the block runs."""
+    return script_process("cancel_proc.py", url, namespace, "job", str(timeout_ms), mode)

@@ -1,5 +1,5 @@
 """What a server knows of the scripts, and how a client calls them, for tests of the
-loading paths (flo_redis/runner.py, module docstring)."""
+loading paths (flo_redis/_wire/runner.py, module docstring)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from flo_redis import FloClient
-from flo_redis._wire import runner
 from flo_redis._wire.runner import LIBRARY
 
 
@@ -37,7 +36,7 @@ def _pairs(reply: list[Any]) -> dict[bytes, Any]:
 def by_sha(client: FloClient) -> None:
     """Make ``client`` call its scripts by SHA, as one refused ``FCALL`` does (a client
     made under ``FLO_REDIS_SCRIPTS=evalsha`` does already)."""
-    functions = runner._SETTINGS[client.redis].functions
+    functions = client.session.runner.functions
     if functions is not None:
         functions.off("a test calls by SHA")
 
@@ -45,7 +44,7 @@ def by_sha(client: FloClient) -> None:
 def calls_functions(client: FloClient) -> bool:
     """Whether ``client`` calls its scripts as Redis Functions (not by SHA: a cluster, a
     refused ``FCALL``, or ``FLO_REDIS_SCRIPTS=evalsha``, which the suite runs under too)."""
-    functions = runner._SETTINGS[client.redis].functions
+    functions = client.session.runner.functions
     return functions is not None and functions.on
 
 

@@ -19,6 +19,8 @@ from flo_redis._wire.lru import CACHE_SIZE, Lru
 from flo_redis.ops import discovery
 from flo_redis.streams.partitions import POLLS_KEPT
 
+pytestmark = pytest.mark.slow  # thousands of names met
+
 MANY = 2 * CACHE_SIZE + 100
 
 
@@ -59,8 +61,8 @@ async def test_workers_polled_stay_bounded_and_a_drain_is_still_seen(
     for n in range(MANY):
         await workers.register(f"w{n}", ["job"], None)
         await workers.await_tasks(f"w{n}", ["job"], 1, no_wait, health_ttl_s=60)
-    assert len(workers._gate_ok) <= CACHE_SIZE
-    assert len(workers._labels_cache) <= CACHE_SIZE
+    assert len(workers._gate.passed) <= CACHE_SIZE
+    assert len(workers._gate.labels) <= CACHE_SIZE
     # w0's health check was forgotten: it is asked again, and sees the drain.
     await workers.drain("w0")
     with pytest.raises(BadRequestError, match="DRAINING") as caught:

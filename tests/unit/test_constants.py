@@ -22,7 +22,7 @@ from flo_redis import (
     WorkerStatus,
     quarantine,
 )
-from flo_redis._session import reclaim
+from flo_redis._session import liveness_stats, reclaim
 from flo_redis._wire import checks, keys, stream_codec
 from flo_redis._wire.status import Status
 from flo_redis.actions import concurrency, inspect, reports
@@ -217,7 +217,7 @@ def test_the_liveness_counters_python_reads_are_the_ones_the_scripts_write() -> 
     written = {
         m for path in LUA.rglob("*.lua") for m in re.findall(r"'stat:(\w+)'", path.read_text())
     }
-    assert written == set(reclaim._STAT_FIELDS)
+    assert written == set(liveness_stats._STAT_FIELDS)
 
 
 async def test_worker_health_defaults_match_the_scripts(client: FloClient) -> None:

@@ -371,6 +371,7 @@ def _taken(value: object, low: int, high: int, optional: bool) -> bool:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.sampled_from(MUTABLE), value=VALUES)
+@pytest.mark.slow
 def test_an_option_changed_after_it_was_made_is_checked_where_used(
     redis_url: str, case: tuple[type, str, int, int, bool], value: object
 ) -> None:
@@ -519,6 +520,7 @@ async def test_a_stream_worker_checks_its_settings_again_at_start(client: FloCli
 # --- the command --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_worker_command_refuses_options_changed_after_they_were_given(
     command: Callable[..., Command], redis_url: str, namespace: str
 ) -> None:

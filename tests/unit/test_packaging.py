@@ -18,6 +18,8 @@ from packaging.utils import canonicalize_name
 from flo_redis._wire.lua import load_all
 from flo_redis._wire.runner import SCRIPTS
 
+pytestmark = pytest.mark.slow  # builds the wheel and the sdist
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

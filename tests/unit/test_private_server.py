@@ -43,6 +43,7 @@ def test_stop_ends_the_process_and_closes_its_pipe() -> None:
         server.discard()
 
 
+@pytest.mark.slow
 def test_a_restart_keeps_the_appendonly_data() -> None:
     server = RedisServer(binary=redis_server_binary(), appendonly=True).start()
     try:
@@ -68,6 +69,7 @@ def test_a_server_that_exits_at_start_says_what_it_printed(tmp_path: Path) -> No
         server.discard()
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_is_stopped_when_start_gives_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from polling import eventually
+from polling import eventually, finished, registered, running
 
 from flo_redis import (
     ActionContext,
@@ -26,30 +24,9 @@ from flo_redis import (
 from flo_redis.types import ActionRunStatus
 from flo_redis.worker.observe import WorkerObserver
 
-FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT}
-
-
-@contextlib.asynccontextmanager
-async def running(worker: ActionWorker) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(worker.start())
-    try:
-        client = worker._parent
-        wid = worker.config.worker_id
-        await eventually(
-            lambda: client.worker.list(), lambda r: any(w.worker_id == wid for w in r.workers)
-        )
-        yield task
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-
-
-async def finished(client: FloClient, run_id: str) -> ActionRunStatus:
-    return await eventually(lambda: client.action.status(run_id), lambda s: s.status in FINISHED)
-
 
 async def run_once(client: FloClient, worker: ActionWorker, action: str) -> ActionRunStatus:
-    async with running(worker):
+    async with running(worker, ready=registered):
         return await finished(client, (await client.action.invoke(action, b"{}")).run_id)
 
 
@@ -179,6 +156,7 @@ async def test_a_plain_def_handler_failing_keeps_its_error(client: FloClient) ->
 
 
 @pytest.mark.parametrize("auto_touch", [False, True])
+@pytest.mark.slow
 async def test_a_plain_def_handler_past_its_timeout_fails_and_sees_cancelled(
     client: FloClient, auto_touch: bool
 ) -> None:
@@ -216,7 +194,7 @@ async def test_stop_lets_a_plain_def_handler_finish_and_sends_its_result(
         release.wait(30)
         return "finished"
 
-    async with running(worker) as task:
+    async with running(worker, ready=registered) as task:
         run_id = (await client.action.invoke("hold", b"")).run_id
         assert await asyncio.to_thread(started.wait, 15)
         worker.stop()
@@ -240,7 +218,7 @@ async def test_load_falls_when_a_run_fails(client: FloClient) -> None:
     async def boom(ctx: ActionContext) -> bytes:
         raise RuntimeError("boom")
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         for _ in range(3):
             await finished(client, (await client.action.invoke("boom", b"")).run_id)
         wid = worker.config.worker_id
@@ -311,7 +289,7 @@ async def test_a_result_over_the_actions_limit_fails_its_run_alone_in_a_batch(
     async def sized(ctx: ActionContext) -> bytes:
         return b"x" * 100 if ctx.payload == b"large" else b"ok"
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         ends = [await finished(client, run.run_id) for run in invoked]
     assert [s.status for s in ends] == [RunStatus.COMPLETED] * 7 + [RunStatus.FAILED]
     assert [s.output for s in ends[:7]] == [b"ok"] * 7
@@ -367,7 +345,7 @@ async def test_a_serializer_that_raises_or_returns_no_bytes_fails_the_run_not_st
     async def give(ctx: ActionContext) -> object:
         return ctx.json()
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         raised = await finished(client, (await client.action.invoke("give", b'"raise"')).run_id)
         wrong = await finished(client, (await client.action.invoke("give", b'"str"')).run_id)
     # Each fails on its first attempt with the reason, instead of staying RUNNING until
@@ -399,7 +377,7 @@ async def test_a_bad_outcome_fails_its_run_and_leaves_the_rest_of_its_batch_comp
             return ActionResult("made", "text")  # type: ignore[arg-type]
         return ctx.result("made", kind)
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         ids = [
             (await client.action.invoke("name", f'"{kind}"'.encode())).run_id
             for kind in ("long", "not-str", "not-bytes", "fine")
@@ -423,7 +401,7 @@ def test_ctx_result_refuses_a_bad_outcome_where_it_is_called(client: FloClient) 
     from flo_redis.worker.context import new_context
 
     worker = client.new_action_worker()
-    ctx = new_context("r:1", "a", b"", 1, 0, "ns", worker, 1, b"", None)
+    ctx = new_context("r:1", "a", b"", 1, 0, "ns", worker, 1, b"")
     with pytest.raises(ValidationError, match="outcome is longer than 255 bytes"):
         ctx.result("o" * 256)
     with pytest.raises(ValidationError, match="outcome must be a str, got int"):

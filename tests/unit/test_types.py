@@ -6,11 +6,11 @@ import asyncio
 import copy
 import pickle
 import random
-import time
 
 import pytest
 import redis.exceptions
 
+import flo_redis.retry as retry_module
 from flo_redis.errors import (
     BadRequestError,
     BlockTooLongError,
@@ -458,17 +458,33 @@ def test_empty_poll_backoff_early_threshold_follows_block_ms() -> None:
     assert [pacer.next_pause(0.04) for _ in range(2)] == [0.0, 0.05]
 
 
-async def test_empty_poll_backoff_waits_and_stop_cuts_it_short() -> None:
+async def loop_turns(n: int) -> None:
+    """Give the event loop ``n`` turns (no timer is waited for)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_empty_poll_backoff_waits_and_stop_cuts_it_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[float] = []
+
+    async def recorded(event: asyncio.Event, seconds: float) -> bool:
+        asked.append(seconds)
+        return await sleep_unless_stopped(event, seconds)
+
+    monkeypatch.setattr(retry_module, "sleep_unless_stopped", recorded)
     stop = asyncio.Event()
     pacer = EmptyPollBackoff(block_ms=30_000, stop=stop)
-    start = time.monotonic()
     await pacer.empty(0.0)  # first early: no pause
     await pacer.empty(0.0)  # 50 ms
-    assert 0.04 <= time.monotonic() - start < 0.5
+    assert asked == [0.05]
     for _ in range(5):
         pacer.next_pause(0.0)  # the next pause is 1 s
+    pause = asyncio.create_task(pacer.empty(0.0))
+    await loop_turns(10)
+    assert asked == [0.05, 1.0] and not pause.done()
     stop.set()
-    start = time.monotonic()
-    await pacer.empty(0.0)
-    assert time.monotonic() - start < 0.2
+    await loop_turns(10)  # woken by the event: no timer needs to fire
+    assert pause.done()
     assert await sleep_unless_stopped(stop, 10.0) is True

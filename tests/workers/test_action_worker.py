@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator
+import logging
 from typing import Any
 
 import pytest
-from polling import eventually
+from polling import eventually, finished, registered, running
 
 import flo_redis.worker.action_worker as worker_module
 from flo_redis import (
@@ -22,36 +22,9 @@ from flo_redis import (
     RunStatus,
     WorkerStatus,
 )
-from flo_redis.actions.workers import WorkerOperations
-from flo_redis.types import ActionRunStatus
+from flo_redis.actions.claims import Gate
 from flo_redis.worker.context import new_context
-
-FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT}
-
-
-@contextlib.asynccontextmanager
-async def running(worker: ActionWorker) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(worker.start())
-    try:
-        await registered(worker)
-        yield task
-    finally:
-        worker.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
-
-
-async def registered(worker: ActionWorker) -> None:
-    """Wait until the worker has registered its actions and itself."""
-    client = worker._parent
-    wid = worker.config.worker_id
-    await eventually(
-        lambda: client.worker.list(), lambda r: any(w.worker_id == wid for w in r.workers)
-    )
-
-
-async def finished(client: FloClient, run_id: str) -> ActionRunStatus:
-    return await eventually(lambda: client.action.status(run_id), lambda s: s.status in FINISHED)
+from flo_redis.worker.observe import WorkerObserver
 
 
 def new_worker(client: FloClient, **kwargs: object) -> ActionWorker:
@@ -77,7 +50,7 @@ async def test_handler_results_become_completes(client: FloClient) -> None:
     async def returns_none(ctx: ActionContext) -> None:
         return None
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         a = (await client.action.invoke("bytes", b"abc")).run_id
         b = (await client.action.invoke("dict", b'{"n": 1}')).run_id
         c = (await client.action.invoke("outcome", b"")).run_id
@@ -97,7 +70,7 @@ async def test_non_retryable_error_fails_for_good(client: FloClient) -> None:
     async def reject(ctx: ActionContext) -> bytes:
         raise NonRetryableError("malformed order")
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         run_id = (await client.action.invoke("reject", b"")).run_id
         status = await finished(client, run_id)
     assert (status.status, status.attempt, status.error_message) == (
@@ -116,7 +89,7 @@ async def test_other_errors_are_retried_until_attempts_run_out(client: FloClient
         attempts.append(ctx.attempt)
         raise RuntimeError(f"attempt {ctx.attempt} broke")
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         run_id = (await client.action.invoke("flaky", b"")).run_id
         status = await finished(client, run_id)
     assert attempts == [1, 2, 3]
@@ -133,12 +106,13 @@ async def test_a_retry_that_succeeds_completes(client: FloClient) -> None:
             raise TimeoutError("downstream slow")  # an ordinary failure: retried
         return b"done"
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         status = await finished(client, (await client.action.invoke("second-time", b"")).run_id)
     assert (status.status, status.attempt, status.output) == (RunStatus.COMPLETED, 2, b"done")
     assert status.error_message is None
 
 
+@pytest.mark.slow
 async def test_local_action_timeout_cancels_and_fails_without_retry(client: FloClient) -> None:
     worker = new_worker(client, action_timeout=0.2)
     cancelled = asyncio.Event()
@@ -152,7 +126,7 @@ async def test_local_action_timeout_cancels_and_fails_without_retry(client: FloC
             raise
         return b""
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         status = await finished(client, (await client.action.invoke("slow", b"")).run_id)
     assert cancelled.is_set()
     assert (status.status, status.attempt, status.error_message) == (
@@ -163,6 +137,7 @@ async def test_local_action_timeout_cancels_and_fails_without_retry(client: FloC
 
 
 @pytest.mark.parametrize("auto_touch", [False, True])
+@pytest.mark.slow
 async def test_a_handler_that_swallows_its_time_limit_still_fails_timed_out(
     client: FloClient, auto_touch: bool
 ) -> None:
@@ -181,7 +156,7 @@ async def test_a_handler_that_swallows_its_time_limit_still_fails_timed_out(
             return b"done anyway"
         return b""
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         status = await finished(client, (await client.action.invoke("stubborn", b"")).run_id)
         after = await finished(client, (await client.action.invoke("stubborn", b"quick")).run_id)
     assert (status.status, status.attempt, status.error_message) == (
@@ -214,7 +189,7 @@ async def test_a_stopped_worker_starts_again_and_takes_work(client: FloClient) -
     worker.register_action("again", lambda ctx: ctx.payload)
     await client.action.register("again")
     first = (await client.action.invoke("again", b"first")).run_id
-    async with running(worker):
+    async with running(worker, ready=registered):
         assert (await finished(client, first)).output == b"first"
     second = (await client.action.invoke("again", b"second")).run_id
     task = asyncio.create_task(worker.start())
@@ -222,7 +197,7 @@ async def test_a_stopped_worker_starts_again_and_takes_work(client: FloClient) -
     worker.abort()
     await asyncio.wait_for(task, 30)
     third = (await client.action.invoke("again", b"third")).run_id
-    async with running(worker):
+    async with running(worker, ready=registered):
         assert (await finished(client, third)).output == b"third"
 
 
@@ -233,17 +208,17 @@ async def test_a_stop_while_the_poll_prepares_ends_that_poll(
     # must not wait out its 30 s block for a wake-up that was already given.
     worker = client.new_action_worker(block_ms=30_000)
     worker.register_action("idle", lambda ctx: b"")
-    gate = WorkerOperations._gate
+    check = Gate.check
     stopped = False
 
-    async def gate_then_stop(self: WorkerOperations, *args: Any, **kwargs: Any) -> bytes:
+    async def gate_then_stop(self: Gate, *args: Any, **kwargs: Any) -> bytes:
         nonlocal stopped
         if not stopped:
             stopped = True
             worker.stop()
-        return await gate(self, *args, **kwargs)
+        return await check(self, *args, **kwargs)
 
-    monkeypatch.setattr(WorkerOperations, "_gate", gate_then_stop)
+    monkeypatch.setattr(Gate, "check", gate_then_stop)
     await asyncio.wait_for(worker.start(), 10)
     assert stopped
 
@@ -264,7 +239,7 @@ async def test_stop_lets_running_handlers_finish_and_report(client: FloClient) -
     run_id = (await client.action.invoke("careful", b"")).run_id
     await asyncio.wait_for(started.wait(), 15)
     worker.stop()
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # a moment in which a stop that did not wait would end
     assert not task.done()  # still waiting for the handler
     release.set()
     await asyncio.wait_for(task, 15)
@@ -295,7 +270,10 @@ async def test_cancelling_the_worker_gives_runs_back_without_spending_attempts(
     assert (status.status, status.attempt) == (RunStatus.PENDING, 0)
 
 
-async def test_drain_makes_start_return_after_handlers_finish(client: FloClient) -> None:
+async def test_drain_makes_start_return_after_handlers_finish(
+    client: FloClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="flo_redis.worker")
     worker = new_worker(client)
     started = asyncio.Event()
     release = asyncio.Event()
@@ -311,12 +289,14 @@ async def test_drain_makes_start_return_after_handlers_finish(client: FloClient)
     run_id = (await client.action.invoke("drainable", b"")).run_id
     await asyncio.wait_for(started.wait(), 15)
     await client.worker.drain(worker.config.worker_id)
-    await asyncio.sleep(0.8)  # past a poll: the worker has seen it is draining
+    # The worker has seen it is draining while its handler still runs.
+    await eventually(lambda: "is draining" in caplog.text, what="the drain seen")
     release.set()
     await asyncio.wait_for(task, 15)  # start() returned by itself
     assert (await client.action.status(run_id)).status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_auto_touch_keeps_a_long_handlers_lease(client: FloClient) -> None:
     worker = new_worker(client, auto_touch=True)
 
@@ -325,7 +305,7 @@ async def test_auto_touch_keeps_a_long_handlers_lease(client: FloClient) -> None
         await asyncio.sleep(1.2)  # four lease lengths
         return b"kept"
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         status = await finished(client, (await client.action.invoke("patient", b"")).run_id)
     assert (status.status, status.attempt, status.output) == (RunStatus.COMPLETED, 1, b"kept")
 
@@ -345,7 +325,7 @@ async def test_a_lost_lease_cancels_the_handler_and_sends_no_fail(client: FloCli
             raise
         return b""
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         run_id = (await client.action.invoke("doomed", b"")).run_id
         await asyncio.wait_for(started.wait(), 15)
         # Another worker's report ends the run: this worker's next touch is refused.
@@ -362,11 +342,19 @@ async def test_a_lost_lease_cancels_the_handler_and_sends_no_fail(client: FloCli
     assert (final.status, final.error_message) == (RunStatus.FAILED, "operator")
 
 
+@pytest.mark.slow
 async def test_a_late_complete_after_the_lease_was_taken_back_is_dropped(
     client: FloClient,
 ) -> None:
     worker = new_worker(client)
     started = asyncio.Event()
+    refused: list[str] = []
+
+    class Refusals(WorkerObserver):
+        def report_refused(self, report: str) -> None:
+            refused.append(report)
+
+    worker.observer = Refusals()
 
     @worker.action("late", ActionRegisterOptions(timeout_ms=200, max_retries=2))
     async def late(ctx: ActionContext) -> bytes:
@@ -376,12 +364,13 @@ async def test_a_late_complete_after_the_lease_was_taken_back_is_dropped(
             return b"first"
         return b"second"
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         run_id = (await client.action.invoke("late", b"")).run_id
         status = await eventually(
             lambda: client.action.status(run_id), lambda s: s.status == RunStatus.COMPLETED
         )
-        await asyncio.sleep(1.2)  # the first attempt's complete has been sent and refused
+        # The first attempt's complete has been sent and refused.
+        await eventually(lambda: "complete" in refused, what="the late complete refused")
         after = await client.action.status(run_id)
     assert (status.output, status.attempt) == (b"second", 2)
     assert (after.output, after.attempt) == (b"second", 2)
@@ -406,7 +395,7 @@ async def test_concurrency_is_filled_in_one_go(client: FloClient) -> None:
 
     await client.action.register("wide")
     ids = [(await client.action.invoke("wide", b"")).run_id for _ in range(120)]
-    async with running(worker):
+    async with running(worker, ready=registered):
         for run_id in ids:
             await finished(client, run_id)
     assert peak == 50
@@ -438,7 +427,7 @@ async def test_each_run_sees_its_own_context_and_a_slot_goes_on_to_the_next(
 
     await client.action.register("ctx")
     ids = [(await client.action.invoke("ctx", str(i).encode())).run_id for i in range(30)]
-    async with running(worker):
+    async with running(worker, ready=registered):
         ends = [await finished(client, run_id) for run_id in ids]
     assert seen == [None] * 30
     assert [e.status for e in ends].count(RunStatus.COMPLETED) == 29
@@ -455,7 +444,7 @@ async def test_context_carries_token_and_attempt(client: FloClient) -> None:
         seen.append((ctx.token, ctx.attempt))
         return b""
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         status = await finished(client, (await client.action.invoke("fenced", b"")).run_id)
     assert seen == [(status.token, 1)]
     assert status.token > 0
@@ -473,7 +462,7 @@ async def test_heartbeats_report_running_handlers(
         await release.wait()
         return b""
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         for _ in range(3):
             await client.action.invoke("busy", b"")
         info = await eventually(
@@ -494,7 +483,7 @@ async def test_a_removed_worker_registers_again(
     async def anything(ctx: ActionContext) -> bytes:
         return b""
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         await eventually(lambda: client.worker.list(), lambda r: len(r.workers) == 1)
         await client.worker.deregister(worker.config.worker_id)
         again = await eventually(lambda: client.worker.list(), lambda r: len(r.workers) == 1)
@@ -503,6 +492,7 @@ async def test_a_removed_worker_registers_again(
     assert status.status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_an_unhealthy_worker_heartbeats_and_works_again(
     client: FloClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -513,7 +503,7 @@ async def test_an_unhealthy_worker_heartbeats_and_works_again(
     async def steady(ctx: ActionContext) -> bytes:
         return b"ok"
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         await eventually(
             lambda: client.worker.list(),
             lambda r: bool(r.workers) and r.workers[0].status == WorkerStatus.UNHEALTHY,
@@ -526,7 +516,7 @@ def test_a_workers_context_carries_each_field_of_its_run() -> None:
     """The worker makes each run's context with its fields in order (new_context): each
     lands where ActionContext names it."""
     holder: Any = object()
-    made = new_context("r1", "resize", b"in", 2, 1700, "shop", holder, 7, b"tr", 12.5)
+    made = new_context("r1", "resize", b"in", 2, 1700, "shop", holder, 7, b"tr")
     named = ActionContext(
         task_id="r1",
         action_name="resize",
@@ -537,8 +527,7 @@ def test_a_workers_context_carries_each_field_of_its_run() -> None:
         _worker=holder,
         token=7,
         _trace=b"tr",
-        _lease_end=12.5,
     )
     assert made == named
     assert (made.task_id, made.action_name, made.payload, made.token) == ("r1", "resize", b"in", 7)
-    assert not made.cancelled and made._running is None and made._ended is None
+    assert not made.cancelled

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from polling import eventually
+from processes import cancel_worker
 
 from flo_redis import (
     ActionContext,
@@ -30,37 +27,14 @@ from flo_redis import (
 )
 from flo_redis.types import Reason
 
-HERE = Path(__file__).resolve().parents[1] / "support"
+pytestmark = pytest.mark.slow  # worker processes
+
 NOW = WorkerAwaitOptions(block_ms=0)
 
 
 async def setup(client: FloClient, **options: int) -> None:
     await client.action.register("job", options=ActionRegisterOptions(**options))
     await client.worker.register("w1", ["job"])
-
-
-@contextlib.contextmanager
-def worker_process(
-    url: str, namespace: str, timeout_ms: int, mode: str = "touch"
-) -> Iterator[None]:
-    """A worker process (``tests/support/cancel_proc.py``; ``mode``: touch, inline or sync)."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "cancel_proc.py"),
-            url,
-            namespace,
-            "job",
-            str(timeout_ms),
-            mode,
-        ],
-        cwd=HERE,
-    )
-    try:
-        yield
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 async def test_a_waiting_run_ends_cancelled_at_once_and_wait_returns(client: FloClient) -> None:
@@ -142,7 +116,7 @@ async def test_a_worker_process_cancels_the_handler_of_a_cancelled_run(
 ) -> None:
     await client.action.register("job", options=ActionRegisterOptions(timeout_ms=600))
     run_id = (await client.action.invoke("job", b"hold")).run_id
-    with worker_process(redis_url, namespace, 600):
+    with cancel_worker(redis_url, namespace, 600):
 
         async def running() -> RunStatus:
             return (await client.action.status(run_id)).status
@@ -174,7 +148,7 @@ async def test_a_running_handler_is_told_of_its_cancel_before_its_next_touch(
 ) -> None:
     await client.action.register("job", options=ActionRegisterOptions(timeout_ms=LONG_LEASE_MS))
     run_id = (await client.action.invoke("job", b"hold")).run_id
-    with worker_process(redis_url, namespace, LONG_LEASE_MS, mode):
+    with cancel_worker(redis_url, namespace, LONG_LEASE_MS, mode):
 
         async def running() -> RunStatus:
             return (await client.action.status(run_id)).status
@@ -207,7 +181,7 @@ async def test_each_cancel_reaches_its_own_holder_among_three_worker_processes(
     # Each process runs four handlers at most, so all nine running means all three hold.
     with contextlib.ExitStack() as procs:
         for _ in range(3):
-            procs.enter_context(worker_process(redis_url, namespace, LONG_LEASE_MS))
+            procs.enter_context(cancel_worker(redis_url, namespace, LONG_LEASE_MS))
 
         async def statuses() -> list[RunStatus]:
             return [(await client.action.status(r)).status for r in run_ids]

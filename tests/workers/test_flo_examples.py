@@ -24,6 +24,7 @@ def fresh_redis() -> Iterator[str]:
         server.stop()
 
 
+@pytest.mark.slow
 def test_flos_basic_example_runs_to_completion(fresh_redis: str) -> None:
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "flo_basic.py"), fresh_redis],

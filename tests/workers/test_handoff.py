@@ -14,14 +14,13 @@ import msgpack
 import pytest
 import redis.asyncio as aioredis
 import redis.exceptions
-from polling import eventually
+from handoff import PARK_MS, Channel, channel, register
+from polling import eventually, finished, registered, running
 from script_state import script_command
-from test_action_worker import finished, running
 
 from flo_redis import (
     ActionContext,
     ActionInvokeOptions,
-    ActionRegisterOptions,
     ActionWorker,
     ConflictError,
     FloClient,
@@ -31,55 +30,15 @@ from flo_redis import (
     WorkerFailOptions,
 )
 from flo_redis._session.reclaim import reclaim_gone_owners
-from flo_redis._wire import runner
+from flo_redis._session.session import Session
 from flo_redis._wire.codec import pack
 from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel
 from flo_redis._wire.replies import Claimed, handed
 from flo_redis.actions.schedules import fire_due
-from flo_redis.actions.workers import WorkerOperations
+from flo_redis.worker import poller
 from flo_redis.worker.poller import ActionPoller
 
-PARK_MS = 10_000
-
-
-class Channel:
-    """The poller's side of its hand-off channel: subscribed, messages decoded."""
-
-    def __init__(self, pubsub: Any) -> None:
-        self.pubsub = pubsub
-
-    async def next(self, timeout: float = 2.0) -> list[Any] | None:
-        data = await self.next_data(timeout)
-        if data is None:
-            return None
-        # Lua strings are msgpack str; the input is bytes whatever its encoding.
-        fields = list(msgpack.unpackb(data, raw=True))
-        return [f.decode() if i < 2 else f for i, f in enumerate(fields)]
-
-    async def next_data(self, timeout: float = 2.0) -> bytes | None:
-        """The next message as it was published."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout
-        while loop.time() < end:
-            message = await self.pubsub.get_message(timeout=0.1)
-            if message is not None and message["type"] == "smessage":
-                return bytes(message["data"])
-        return None
-
-
-@pytest.fixture
-async def channel(raw: aioredis.Redis, client: FloClient) -> AsyncIterator[Channel]:
-    keys = action_keys(client.namespace, "job")
-    pubsub = raw.pubsub()
-    await pubsub.ssubscribe(handoff_channel(keys.tag, client.owner_id))
-    await pubsub.get_message(timeout=1.0)  # the confirmation
-    yield Channel(pubsub)
-    await pubsub.aclose()  # type: ignore[no-untyped-call]
-
-
-async def register(client: FloClient, **options: Any) -> ActionKeys:
-    await client.action.register("job", options=ActionRegisterOptions(**options))
-    return action_keys(client.namespace, "job")
+__all__ = ["channel"]  # the hand-off channel fixture
 
 
 async def park(
@@ -251,7 +210,7 @@ async def test_an_unpark_only_claim_answers_with_what_was_handed(
 async def test_a_park_ends_at_its_deadline(client: FloClient, channel: Channel) -> None:
     keys = await register(client)
     assert (await client.worker.claim(keys, "w1", b"", 1, "p1#0", 50)).runs == ()
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # past the park's 50 ms: the time is the behaviour
     run_id = (await client.action.invoke("job", b"x")).run_id
     assert (await client.action.status(run_id)).status == RunStatus.PENDING
 
@@ -371,6 +330,7 @@ async def wakes(raw: aioredis.Redis, client: FloClient) -> AsyncIterator[Wakes]:
     await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
+@pytest.mark.slow
 async def test_a_retry_ready_now_is_handed_off_and_wakes_nobody(
     client: FloClient, channel: Channel, wakes: Wakes
 ) -> None:
@@ -393,6 +353,7 @@ async def test_a_retry_ready_now_is_handed_off_and_wakes_nobody(
         )
 
 
+@pytest.mark.slow
 async def test_a_retry_after_a_backoff_is_not_handed_off_early(
     client: FloClient, channel: Channel
 ) -> None:
@@ -418,6 +379,7 @@ async def test_a_released_run_is_handed_off(
     assert message[3] == 1  # a release spends no attempt
 
 
+@pytest.mark.slow
 async def test_a_release_never_hands_the_run_back_to_the_releasing_owner(
     client: FloClient, raw: aioredis.Redis, channel: Channel
 ) -> None:
@@ -442,6 +404,7 @@ async def test_a_requeued_run_is_handed_off(client: FloClient, channel: Channel)
     await handed_run(channel, run.run_id, client)
 
 
+@pytest.mark.slow
 async def test_a_bulk_requeue_hands_the_head_and_queues_the_rest(
     client: FloClient, raw: aioredis.Redis, channel: Channel, wakes: Wakes
 ) -> None:
@@ -461,6 +424,7 @@ async def test_a_bulk_requeue_hands_the_head_and_queues_the_rest(
     assert await wakes.count() == 1
 
 
+@pytest.mark.slow
 async def test_invoke_many_hands_one_run_to_each_parked_poller(
     client: FloClient, raw: aioredis.Redis, channel: Channel, wakes: Wakes
 ) -> None:
@@ -475,6 +439,7 @@ async def test_invoke_many_hands_one_run_to_each_parked_poller(
     assert await wakes.count() == 1  # for the one left waiting
 
 
+@pytest.mark.slow
 async def test_invoke_many_handed_whole_wakes_nobody(
     client: FloClient, channel: Channel, wakes: Wakes
 ) -> None:
@@ -485,6 +450,7 @@ async def test_invoke_many_handed_whole_wakes_nobody(
     assert await wakes.count() == 0
 
 
+@pytest.mark.slow
 async def test_invoke_many_honours_labels_and_max_concurrency(
     client: FloClient, raw: aioredis.Redis, channel: Channel
 ) -> None:
@@ -503,6 +469,7 @@ async def test_invoke_many_honours_labels_and_max_concurrency(
     assert await raw.zrange(keys.pending, 0, -1) == [i.encode() for i in [*ids[1:], *plain]]
 
 
+@pytest.mark.slow
 async def test_an_expired_lease_is_handed_off_by_the_reaper(
     client: FloClient, channel: Channel, wakes: Wakes
 ) -> None:
@@ -510,7 +477,7 @@ async def test_an_expired_lease_is_handed_off_by_the_reaper(
     run = await running_run(client, keys)
     await park(client, keys)
     await wakes.count()  # the invoke's
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # past the 50 ms lease
     assert await client.action.reap("job") == 1
     message = await handed_run(channel, run.run_id, client)
     assert message[3] == 2
@@ -524,12 +491,13 @@ async def test_a_due_delayed_run_is_handed_off_by_the_reaper(
     await park(client, keys)
     options = ActionInvokeOptions(delay_ms=50)
     run_id = (await client.action.invoke("job", b"later", options)).run_id
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # past the 50 ms delay
     assert await client.action.reap("job") == 1
     message = await handed_run(channel, run_id, client)
     assert message[7] == b"later"
 
 
+@pytest.mark.slow
 async def test_a_run_delayed_before_all_others_wakes_parked_pollers(
     client: FloClient, wakes: Wakes
 ) -> None:
@@ -557,7 +525,7 @@ async def test_runs_a_claim_makes_ready_and_does_not_take_are_handed_off(
     await park(client, keys)
     options = ActionInvokeOptions(delay_ms=50)
     ids = [(await client.action.invoke("job", b"x", options)).run_id for _ in range(3)]
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # past the 50 ms delay
     # Another worker's claim promotes all three and takes one: the parked poller is
     # handed the next, the third waits, announced.
     taken = await client.worker.claim(keys, "w2", b"", 1, "q#0")
@@ -579,13 +547,14 @@ async def test_a_gone_owners_run_is_handed_to_a_live_parked_poller(
     assert message[3] == 2  # the gone owner's attempt counts
 
 
+@pytest.mark.slow
 async def test_a_scheduled_occurrence_is_handed_off(
     client: FloClient, raw: aioredis.Redis, channel: Channel
 ) -> None:
     keys = await register(client)
     await client.action.schedule("job", timedelta(seconds=1), input=b"tick")
     await park(client, keys)
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(1.1)  # the schedule's 1 s comes round
     assert await fire_due(client.session, "job") == 1
     message = await channel.next()
     assert message is not None and message[7] == b"tick"
@@ -626,7 +595,7 @@ async def test_an_idle_worker_parks_and_runs_what_it_is_handed(
         calls.append(ctx.task_id)
         return ctx.payload
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         for i in range(5):
             await eventually(lambda: parked_pollers(raw, "job", client.namespace), bool)
             run_id = (await client.action.invoke("job", str(i).encode())).run_id
@@ -636,6 +605,7 @@ async def test_an_idle_worker_parks_and_runs_what_it_is_handed(
     assert await parked_pollers(raw, "job", client.namespace) == 0  # stopping ended it
 
 
+@pytest.mark.slow
 async def test_hand_offs_never_run_more_handlers_than_the_concurrency(
     client: FloClient,
 ) -> None:
@@ -655,7 +625,7 @@ async def test_hand_offs_never_run_more_handlers_than_the_concurrency(
 
     worker.register_action("a", handler)
     worker.register_action("b", handler)
-    async with running(worker):
+    async with running(worker, ready=registered):
         ids = []
         for i in range(30):
             ids.append((await client.action.invoke("ab"[i % 2], b"")).run_id)
@@ -669,7 +639,7 @@ async def test_a_stopped_worker_is_handed_nothing(client: FloClient, raw: aiored
     await register(client)
     worker = client.new_action_worker(block_ms=5000)
     worker.register_action("job", lambda ctx: b"")
-    async with running(worker):
+    async with running(worker, ready=registered):
         await eventually(lambda: parked_pollers(raw, "job", client.namespace), bool)
     run_id = (await client.action.invoke("job", b"x")).run_id
     assert (await client.action.status(run_id)).status == RunStatus.PENDING
@@ -699,16 +669,16 @@ class Claims:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.by: dict[int, int] = {}
-        claim = WorkerOperations.claim
+        claim = poller.claim
 
-        async def counted(ops: WorkerOperations, *args: Any, **kwargs: Any) -> Any:
-            self.by[id(ops)] = self.by.get(id(ops), 0) + 1
-            return await claim(ops, *args, **kwargs)
+        async def counted(session: Session, *args: Any, **kwargs: Any) -> Any:
+            self.by[id(session)] = self.by.get(id(session), 0) + 1
+            return await claim(session, *args, **kwargs)
 
-        monkeypatch.setattr(WorkerOperations, "claim", counted)
+        monkeypatch.setattr(poller, "claim", counted)
 
     def of(self, worker: ActionWorker) -> int:
-        return self.by.get(id(worker._ops), 0)
+        return self.by.get(id(worker.session), 0)
 
 
 @pytest.fixture
@@ -775,7 +745,7 @@ async def test_a_parked_worker_starts_a_retry_without_a_claim(
             raise RuntimeError("again")
         return b"ok"
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         run_id = (await client.action.invoke("job", b"")).run_id
         assert (await finished(client, run_id)).status == RunStatus.COMPLETED
     assert at[1] == before[0]  # the retry was handed: no claim between
@@ -796,10 +766,10 @@ async def test_a_parked_worker_starts_a_released_run_without_a_claim(
 
     starts = Starts(claims)
     second = starts.on(client.new_action_worker(block_ms=30_000))
-    async with running(first) as first_task:
+    async with running(first, ready=registered) as first_task:
         run_id = (await client.action.invoke("job", b"")).run_id
         await asyncio.wait_for(holding.wait(), 10)
-        async with running(second):
+        async with running(second, ready=registered):
             before = await parked_idle(second, raw, claims)
             first.abort()  # gives the run back without spending its attempt
             await asyncio.wait_for(first_task, 10)
@@ -817,7 +787,7 @@ async def test_a_parked_worker_starts_a_requeued_run_without_a_claim(
     await client.worker.fail("w2", "job", run.run_id, "boom", final)
     starts = Starts(claims)
     worker = starts.on(client.new_action_worker(block_ms=30_000))
-    async with running(worker):
+    async with running(worker, ready=registered):
         before = await parked_idle(worker, raw, claims)
         await client.action.requeue(run.run_id)
         assert await started(starts, run.run_id) == before
@@ -829,7 +799,7 @@ async def test_parked_workers_start_runs_of_invoke_many_without_a_claim(
     await register(client)
     starts = [Starts(claims), Starts(claims)]
     workers = [s.on(client.new_action_worker(block_ms=30_000)) for s in starts]
-    async with running(workers[0]), running(workers[1]):
+    async with running(workers[0], ready=registered), running(workers[1], ready=registered):
         before = [await parked_idle(w, raw, claims) for w in workers]
         ids = [r.run_id for r in await client.action.invoke_many("job", [b"a", b"b"])]
         for run_id in ids:
@@ -839,6 +809,7 @@ async def test_parked_workers_start_runs_of_invoke_many_without_a_claim(
     assert [list(s.at.values()) for s in starts] == [[before[0]], [before[1]]]
 
 
+@pytest.mark.slow
 async def test_a_parked_worker_starts_a_gone_owners_run_without_a_claim(
     redis_url: str, namespace: str, client: FloClient, raw: aioredis.Redis, claims: Claims
 ) -> None:
@@ -849,12 +820,13 @@ async def test_a_parked_worker_starts_a_gone_owners_run_without_a_claim(
     # Its process is gone: the worker's reaper takes the run back after the grace.
     starts = Starts(claims)
     worker = starts.on(client.new_action_worker(block_ms=30_000))
-    async with running(worker):
+    async with running(worker, ready=registered):
         before = await parked_idle(worker, raw, claims)
         assert await started(starts, run.run_id) == before
     assert starts.attempts == [2]
 
 
+@pytest.mark.slow
 async def test_a_parked_worker_starts_a_scheduled_run_without_a_claim(
     client: FloClient, raw: aioredis.Redis, claims: Claims
 ) -> None:
@@ -862,7 +834,7 @@ async def test_a_parked_worker_starts_a_scheduled_run_without_a_claim(
     await client.action.schedule("job", timedelta(seconds=1), input=b"tick")
     starts = Starts(claims)
     worker = starts.on(client.new_action_worker(block_ms=30_000))
-    async with running(worker):
+    async with running(worker, ready=registered):
         before = await parked_idle(worker, raw, claims)
         await eventually(lambda: asyncio.sleep(0, starts.at), bool)
         assert list(starts.at.values())[:1] == [before]
@@ -874,7 +846,7 @@ async def test_a_parked_worker_learns_the_due_time_of_a_run_delayed_before_all_o
     await register(client)
     starts = Starts(claims)
     worker = starts.on(client.new_action_worker(block_ms=30_000))
-    async with running(worker):
+    async with running(worker, ready=registered):
         before = await parked_idle(worker, raw, claims)
         options = ActionInvokeOptions(delay_ms=20_000)
         await client.action.invoke("job", b"", options)
@@ -887,7 +859,7 @@ async def test_a_parked_worker_learns_the_due_time_of_a_run_delayed_before_all_o
 async def lane_commands(client: FloClient, raw: aioredis.Redis, calls: Any) -> list[str]:
     """The commands the client's script lane sent while ``calls()`` ran, as MONITOR saw
     them."""
-    lane = runner._SETTINGS[client.redis].lane
+    lane = client.session.runner.lane
     assert lane is not None and lane._conn is not None and lane._conn._writer is not None
     port = str(lane._conn._writer.get_extra_info("sockname")[1])
     seen: list[str] = []
@@ -900,6 +872,7 @@ async def lane_commands(client: FloClient, raw: aioredis.Redis, calls: Any) -> l
     return seen
 
 
+@pytest.mark.slow
 async def test_an_invoke_after_a_hand_off_is_led_so_its_message_leaves_first(
     client: FloClient, raw: aioredis.Redis, channel: Channel
 ) -> None:
@@ -956,7 +929,7 @@ async def test_a_park_never_keeps_the_last_free_slot_from_a_queue_with_work(
 
     worker.register_action("a", handler)
     worker.register_action("b", handler)
-    async with running(worker):
+    async with running(worker, ready=registered):
         try:
             await eventually(lambda: asyncio.sleep(0, len(began)), lambda n: n >= 4)
             assert len(began) == 4  # never more than the concurrency
@@ -966,6 +939,7 @@ async def test_a_park_never_keeps_the_last_free_slot_from_a_queue_with_work(
             assert (await finished(client, run_id)).status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_a_poll_sent_again_after_a_lost_reply_still_takes_new_work(
     client: FloClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -977,19 +951,19 @@ async def test_a_poll_sent_again_after_a_lost_reply_still_takes_new_work(
     for name in ("x", "y"):
         await client.action.register(name)
     first = [(await client.action.invoke("y", b"first")).run_id for _ in range(2)]
-    claim = WorkerOperations.claim
+    claim = poller.claim
     state = {"armed": False, "failed": 0}
 
-    async def claim_losing_x_once(ops: WorkerOperations, keys: ActionKeys, *args: Any) -> Any:
+    async def claim_losing_x_once(session: Session, keys: ActionKeys, *args: Any) -> Any:
         if keys.action == "x" and state["armed"] and not state["failed"]:
             state["failed"] += 1
             raise redis.exceptions.ConnectionError("connection lost (test)")
-        reply = await claim(ops, keys, *args)
+        reply = await claim(session, keys, *args)
         if keys.action == "y" and reply.runs:
             state["armed"] = True
         return reply
 
-    monkeypatch.setattr(WorkerOperations, "claim", claim_losing_x_once)
+    monkeypatch.setattr(poller, "claim", claim_losing_x_once)
     worker = client.new_action_worker(concurrency=4, block_ms=60_000)
     release = asyncio.Event()
     began: list[bytes] = []
@@ -1001,7 +975,7 @@ async def test_a_poll_sent_again_after_a_lost_reply_still_takes_new_work(
 
     worker.register_action("x", handler)
     worker.register_action("y", handler)
-    async with running(worker):
+    async with running(worker, ready=registered):
         try:
             await eventually(lambda: asyncio.sleep(0, state["failed"]), bool)
             later = [(await client.action.invoke("y", b"later")).run_id for _ in range(2)]

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from polling import eventually
-from test_action_worker import finished, running
-from test_handoff import PARK_MS, Channel, channel, register
+from handoff import PARK_MS, Channel, channel, late_reports_refused, register
+from polling import eventually, finished, registered, running
 
 from flo_redis import (
     ActionContext,
@@ -79,29 +78,6 @@ async def claimed_ids(client: FloClient, keys: ActionKeys, n: int) -> list[str]:
     return [run.run_id for run in reply.runs]
 
 
-async def late_reports_refused(client: FloClient, run_id: str, token: int) -> None:
-    """Every report of the hand-out ``token`` is refused and changes nothing."""
-    before = await client.action.status(run_id)
-    worker = client.worker
-    calls: list[Callable[[], Awaitable[Any]]] = [
-        lambda: worker.complete("w1", "job", run_id, b"late", WorkerCompleteOptions(token=token)),
-        lambda: worker.fail("w1", "job", run_id, "late", WorkerFailOptions(token=token)),
-        lambda: worker.touch("w1", "job", run_id, WorkerTouchOptions(token=token)),
-        lambda: report_progress(client.session, "w1", "job", run_id, token, b"50"),
-    ]
-    for call in calls:
-        with pytest.raises(ConflictError):
-            await call()
-    (refused,) = await worker.accept("w1", "job", [(run_id, token)])
-    assert isinstance(refused, ConflictError)
-    after = await client.action.status(run_id)
-    assert (after.status, after.attempt, after.token) == (
-        before.status,
-        before.attempt,
-        before.token,
-    )
-
-
 async def test_a_handed_run_is_leased_only_for_the_offer_window(
     client: FloClient, raw: aioredis.Redis, channel: Channel
 ) -> None:
@@ -139,6 +115,7 @@ async def test_an_offer_not_accepted_goes_back_to_the_head_unspent_and_fenced(
     assert again.token > token
 
 
+@pytest.mark.slow
 async def test_an_offer_comes_back_by_itself_within_the_window(
     client: FloClient, channel: Channel
 ) -> None:
@@ -154,7 +131,7 @@ async def test_an_offer_comes_back_by_itself_within_the_window(
         started.append((ctx.task_id, ctx.attempt, ctx.token))
         return b"done"
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         done = await finished(client, run_id)
     assert done.status == RunStatus.COMPLETED
     assert [(r, a) for r, a, _ in started] == [(run_id, 1)]
@@ -389,6 +366,7 @@ async def test_a_report_accepts_an_offer_and_a_later_accept_is_answered_ok(
 # --- a real worker accepts --------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_idle_worker_accepts_what_it_is_handed_off_its_handlers_path(
     client: FloClient, raw: aioredis.Redis
 ) -> None:
@@ -405,7 +383,7 @@ async def test_an_idle_worker_accepts_what_it_is_handed_off_its_handlers_path(
         await asyncio.sleep(0.5)
         return b"done"
 
-    async with running(worker):
+    async with running(worker, ready=registered):
         run_ids = []
         for _ in range(4):
             await eventually(lambda: raw.zcard(keys.parked))

@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+import pytest
 import redis.asyncio as aioredis
-from polling import eventually
+from polling import eventually, running
 from proxy import Proxy
 
 from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
@@ -46,14 +47,12 @@ class Slow:
     async def serving(self) -> AsyncIterator[asyncio.Task[None]]:
         """The worker's ``start()``, running inside; stopped (its slow run released)
         and awaited on leaving."""
-        task = asyncio.create_task(self.worker.start())
-        try:
-            yield task
-        finally:
-            self.worker.stop()
-            self.release()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, 30)
+        async with running(self.worker) as task:
+            try:
+                yield task
+            finally:
+                self.worker.stop()
+                self.release()
 
 
 async def parked_with_a_slow_run(raw: aioredis.Redis, client: FloClient, slow: Slow) -> str:
@@ -112,6 +111,7 @@ async def test_a_stopping_worker_leaves_its_handoff_channels_while_handlers_fini
         assert (await client.action.status(fast)).status == RunStatus.PENDING
 
 
+@pytest.mark.slow
 async def test_a_stop_during_a_write_pause_leaves_no_park(
     client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
@@ -137,6 +137,7 @@ async def test_a_stop_during_a_write_pause_leaves_no_park(
     assert (await client.action.status(slow_run)).status == RunStatus.COMPLETED
 
 
+@pytest.mark.slow
 async def test_a_stop_after_a_park_claims_reply_was_lost_leaves_no_park(
     client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:

@@ -20,14 +20,15 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from cli_command import Command
+from dashboard_pages import parsed
+from exporter_scrape import sample, scrape, serving
 from polling import eventually
-from test_dashboard import parsed
-from test_exporter import get as sample
-from test_exporter import scrape, serving
 
 from flo_redis import FloClient, RunStatus, WorkerStatus
 from flo_redis.dashboard import start_dashboard
 from flo_redis.types import WorkerInfo, WorkerListOptions
+
+pytestmark = pytest.mark.slow  # worker processes killed and frozen
 
 Run = Callable[..., Command]
 

@@ -5,13 +5,12 @@ Also the claim's ready time, which the pickup latency is measured from."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
-from polling import eventually
+from polling import eventually, running
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,8 +26,9 @@ from flo_redis import (
 )
 from flo_redis.ops.metrics import OTHER_OUTCOME, MetricsServer, PrometheusObserver, serve_metrics
 from flo_redis.types import WorkerRegisterOptions
-from flo_redis.worker.lifecycle import WorkerLifecycle
 from flo_redis.worker.observe import WorkerObserver
+
+pytestmark = pytest.mark.slow  # workers serving metrics over HTTP
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -67,16 +67,6 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-@contextlib.asynccontextmanager
-async def working(worker: WorkerLifecycle) -> AsyncIterator[None]:
-    task = asyncio.create_task(worker.start())  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-
-
 async def test_action_metrics_match_a_known_history(
     client: FloClient, registry: CollectorRegistry, endpoint: MetricsServer
 ) -> None:
@@ -96,7 +86,7 @@ async def test_action_metrics_match_a_known_history(
         return b"paid"
 
     await client.action.register("pay", options=once)
-    async with working(worker):
+    async with running(worker):
         ids = []
         for payload in [b"ok"] * 5 + [b"approve"] * 2 + [b"bad"] * 3 + [b"final"]:
             ids.append((await client.action.invoke("pay", payload)).run_id)
@@ -142,8 +132,8 @@ async def test_outcomes_past_the_limit_are_counted_as_other(
 
     await client.action.register("ship")
     outcomes = [b"a", b"b", b"a", b"c", b"order-1", b"order-2", b"b", b"order-3"]
-    with caplog.at_level(logging.WARNING, logger="flo_redis.ops.metrics"):
-        async with working(worker):
+    with caplog.at_level(logging.WARNING, logger="flo_redis.metrics"):
+        async with running(worker):
             for payload in outcomes:  # one at a time: the order outcomes are first seen in
                 run_id = (await client.action.invoke("ship", payload)).run_id
                 await eventually(
@@ -161,7 +151,7 @@ async def test_outcomes_past_the_limit_are_counted_as_other(
         if name == counted and dict(labels)["action"] == "ship"
     }
     assert labelled == {"a": 2, "b": 2, "c": 1, OTHER_OUTCOME: 3}
-    warned = [r for r in caplog.records if r.name == "flo_redis.ops.metrics"]
+    warned = [r for r in caplog.records if r.name == "flo_redis.metrics"]
     assert len(warned) == 1 and "'ship'" in warned[0].getMessage()
 
 
@@ -190,7 +180,7 @@ async def test_a_refused_complete_is_counted_not_completed(
     await client.action.register(
         "slow", options=ActionRegisterOptions(timeout_ms=200, max_retries=1)
     )
-    async with working(worker):
+    async with running(worker):
         run_id = (await client.action.invoke("slow", b"")).run_id
         samples = await eventually(
             lambda: scrape(endpoint),
@@ -221,7 +211,7 @@ async def test_runs_of_a_gone_process_are_counted_as_reclaimed(
     assert len(await other.worker.await_tasks("doomed", ["job"], 1)) == 1
     await other.close()
 
-    async with working(worker):
+    async with running(worker):
         await asyncio.wait_for(done.wait(), 30)
         samples = await eventually(
             lambda: scrape(endpoint),
@@ -248,7 +238,7 @@ async def test_stream_metrics_count_deliveries_acks_and_nacks(
     )
     worker.observer = PrometheusObserver(registry)
     labels = {"stream": "events", "group": "billing"}
-    async with working(worker):
+    async with running(worker):
         samples = await eventually(
             lambda: scrape(endpoint),
             lambda s: value(s, "flo_redis_stream_records_acked_total", **labels) == 6,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from polling import eventually
 
 from flo_redis import (
@@ -238,6 +239,7 @@ async def test_stream_worker_hooks_run_in_order_per_record_and_see_failures(
     ]
 
 
+@pytest.mark.slow
 async def test_a_stream_handler_timeout_reaches_on_failure_as_a_timeout_error(
     client: FloClient,
 ) -> None:

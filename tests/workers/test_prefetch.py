@@ -58,6 +58,7 @@ async def work_through(client: FloClient, worker: ActionWorker, action: str, n: 
         await asyncio.wait_for(task, 30)
 
 
+@pytest.mark.slow
 async def test_runs_in_hand_never_start_beyond_the_concurrency(client: FloClient) -> None:
     worker, held = new_worker(client, concurrency=4)
     running_now = peak = 0
@@ -115,6 +116,7 @@ async def test_runs_in_hand_are_given_back_unspent_when_the_worker_stops(
             assert (status.status, status.attempt) == (RunStatus.PENDING, 0)
 
 
+@pytest.mark.slow
 async def test_a_run_in_hand_whose_lease_is_half_gone_is_given_back(client: FloClient) -> None:
     worker, held = new_worker(client, concurrency=1)
     calls: list[str] = []

@@ -8,9 +8,9 @@ import asyncio
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
-from test_cancel import worker_process
-from test_cli_ops import cli
-from test_dashboard import get
+from cli_runner import cli
+from dashboard_pages import get
+from processes import cancel_worker
 
 from flo_redis import (
     ActionRegisterOptions,
@@ -30,6 +30,7 @@ from flo_redis.worker.progress import MAX_PROGRESS_BYTES, encode_progress, repor
 NOW = WorkerAwaitOptions(block_ms=0)
 
 
+@pytest.mark.slow
 async def test_a_wait_watcher_hears_progress_and_the_status_cli_and_dashboard_show_it(
     client: FloClient, redis_url: str, namespace: str, raw: aioredis.Redis
 ) -> None:
@@ -45,7 +46,7 @@ async def test_a_wait_watcher_hears_progress_and_the_status_cli_and_dashboard_sh
     waiter = asyncio.create_task(
         client.action.wait(run_id, timeout_ms=60_000, on_progress=on_progress)
     )
-    with worker_process(redis_url, namespace, 30_000):
+    with cancel_worker(redis_url, namespace, 30_000):
         await asyncio.wait_for(first.wait(), 30)
         assert heard == [b'{"done": 50}']
         status = await client.action.status(run_id)
@@ -72,19 +73,19 @@ async def test_a_stale_holders_progress_is_refused_and_changes_nothing(client: F
     run_id = (await client.action.invoke("job", b"in")).run_id
     first = (await client.worker.await_task("w1", ["job"], NOW)).task
     assert first is not None
-    await report_progress(client, "w1", "job", run_id, first.token, b"10%")
+    await report_progress(client.session, "w1", "job", run_id, first.token, b"10%")
     await client.worker.fail("w1", "job", run_id, "again", WorkerFailOptions(token=first.token))
     second = (await client.worker.await_task("w1", ["job"], NOW)).task
     assert second is not None and second.token != first.token
     with pytest.raises(ConflictError) as refused:
-        await report_progress(client, "w1", "job", run_id, first.token, b"99%")
+        await report_progress(client.session, "w1", "job", run_id, first.token, b"99%")
     assert refused.value.reason == Reason.STALE_REPORT
     assert (await client.action.status(run_id)).progress == b"10%"
-    await report_progress(client, "w1", "job", run_id, second.token, b"20%")
+    await report_progress(client.session, "w1", "job", run_id, second.token, b"20%")
     assert (await client.action.status(run_id)).progress == b"20%"
     await client.action.cancel(run_id)
     with pytest.raises(ConflictError):
-        await report_progress(client, "w1", "job", run_id, second.token, b"30%")
+        await report_progress(client.session, "w1", "job", run_id, second.token, b"30%")
     assert (await client.action.status(run_id)).progress == b"20%"
 
 

@@ -6,31 +6,19 @@ import asyncio
 import contextlib
 import contextvars
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from polling import eventually
+from polling import eventually, running
 
 from flo_redis import (
     FloClient,
     StreamContext,
     StreamGroupJoinOptions,
     StreamGroupReadOptions,
-    StreamWorker,
 )
 from flo_redis.streams import groups
 from flo_redis.streams.partitions import StreamState
-
-
-@contextlib.asynccontextmanager
-async def running(worker: StreamWorker) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(worker.start())
-    try:
-        yield task
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
 
 
 async def test_records_are_handled_and_acked(client: FloClient) -> None:
@@ -75,6 +63,7 @@ async def test_a_failing_record_is_redelivered_then_dead_lettered(client: FloCli
     assert await client.stream.group_pending("events", "etl") == []
 
 
+@pytest.mark.slow
 async def test_a_handler_timeout_nacks(client: FloClient) -> None:
     attempts = 0
 
@@ -126,7 +115,7 @@ async def test_stop_finishes_running_handlers_and_acks(client: FloClient) -> Non
     task = asyncio.create_task(worker.start())
     await asyncio.wait_for(started.wait(), 15)
     worker.stop()
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # a moment in which a stop that did not wait would end
     assert not task.done()
     release.set()
     await asyncio.wait_for(task, 15)
@@ -180,6 +169,7 @@ async def test_a_stop_while_a_read_prepares_ends_that_read(
     assert stopped
 
 
+@pytest.mark.slow
 async def test_handlers_that_wait_run_side_by_side_up_to_concurrency(client: FloClient) -> None:
     release = asyncio.Event()
     running_now = peak = 0
@@ -204,7 +194,7 @@ async def test_handlers_that_wait_run_side_by_side_up_to_concurrency(client: Flo
     async with running(worker):
         # Three waiting handlers hold all three slots; the quick ones before them ran.
         await eventually(lambda: asyncio.sleep(0, running_now), lambda n: n == 3)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a moment in which a fourth handler would start
         assert running_now == 3
         # A record behind a waiting one was not held up by it.
         assert sorted(done) == [b"quick-0", b"quick-2", b"quick-4"]
@@ -214,6 +204,7 @@ async def test_handlers_that_wait_run_side_by_side_up_to_concurrency(client: Flo
     assert peak == 3
 
 
+@pytest.mark.slow
 async def test_a_worker_reads_at_most_one_batch_ahead_of_its_handlers(client: FloClient) -> None:
     release = asyncio.Event()
     handled: list[bytes] = []
@@ -232,7 +223,7 @@ async def test_a_worker_reads_at_most_one_batch_ahead_of_its_handlers(client: Fl
         pending = await eventually(
             lambda: client.stream.group_pending("ahead", "g", "c1"), lambda p: len(p) >= 5
         )
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # a moment in which more would be read ahead
         pending = await client.stream.group_pending("ahead", "g", "c1")
         # Two handlers running, at most two batches read behind them, the rest unread.
         assert 5 <= len(pending) <= 2 + 2 * 3

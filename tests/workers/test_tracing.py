@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from polling import eventually
+from polling import eventually, running
 from processes import script_process
 
 from flo_redis import (
@@ -61,21 +61,18 @@ def traced() -> Traced:
 
 
 @contextlib.asynccontextmanager
-async def running(
+async def traced_worker(
     client: FloClient,
     observer: Any,
     handler: Callable[[ActionContext], Awaitable[Any]],
     options: ActionRegisterOptions | None = None,
 ) -> AsyncIterator[None]:
+    """A worker of action ``job`` observed by ``observer``, running for the block."""
     worker = client.new_action_worker(worker_id="tracer-w", concurrency=4, block_ms=200)
     worker.observer = observer
     worker.register_action("job", handler, options)
-    task = asyncio.create_task(worker.start())
-    try:
+    async with running(worker):
         yield
-    finally:
-        worker.stop()
-        await task
 
 
 def span_id(span: ReadableSpan) -> int:
@@ -110,7 +107,7 @@ async def test_the_handler_span_is_the_child_of_the_invoke_span_with_the_run_att
         return "done"
 
     await client.action.register("job")
-    async with running(client, traced.otel, handler):
+    async with traced_worker(client, traced.otel, handler):
         with traced.tracer.start_as_current_span("checkout") as request:
             run = await client.action.invoke("job", b"{}")
         status = await client.action.wait(run.run_id, timeout_ms=30_000)
@@ -150,7 +147,7 @@ async def test_a_plain_handler_in_the_thread_pool_sees_its_span_as_current(
         return trace.get_current_span().get_span_context().span_id
 
     await client.action.register("job")
-    async with running(client, traced.otel, handler):  # type: ignore[arg-type]
+    async with traced_worker(client, traced.otel, handler):  # type: ignore[arg-type]
         run = await client.action.invoke("job", b"")
         status = await client.action.wait(run.run_id, timeout_ms=30_000)
         (process,) = await traced.wait_spans("process job", 1)
@@ -169,7 +166,7 @@ async def test_each_attempt_is_a_span_and_a_failed_one_records_its_error(
 
     retry = ActionRegisterOptions(max_retries=2, retry_backoff_ms=10)
     await client.action.register("job", options=retry)
-    async with running(client, traced.otel, handler, retry):
+    async with traced_worker(client, traced.otel, handler, retry):
         run = await client.action.invoke("job", b"{}")
         status = await client.action.wait(run.run_id, timeout_ms=30_000)
         assert (status.status, status.attempt) == (RunStatus.COMPLETED, 2)
@@ -196,7 +193,7 @@ async def test_delayed_and_batched_runs_keep_their_invoke_as_parent(
         return None
 
     await client.action.register("job")
-    async with running(client, traced.otel, handler):
+    async with traced_worker(client, traced.otel, handler):
         delayed = await client.action.invoke("job", b"", ActionInvokeOptions(delay_ms=200))
         batch = await client.action.invoke_many("job", [b"a", b"b", b"c"])
         for run in (delayed, *batch):
@@ -222,7 +219,7 @@ async def test_the_sync_client_carries_the_trace_too(
     with SyncFloClient(redis_url, namespace=client.namespace) as flo:
         traced.otel.instrument(flo)
         run = flo.action.invoke("job", b"")
-    async with running(client, traced.otel, handler):
+    async with traced_worker(client, traced.otel, handler):
         (process,) = await traced.wait_spans("process job", 1)
     (send,) = traced.spans("send job")
     assert parent_id(process) == span_id(send) and trace_id(process) == trace_id(send)
@@ -274,6 +271,7 @@ def test_the_middleware_without_the_otel_extra_names_the_install(
         OpenTelemetry()
 
 
+@pytest.mark.slow
 async def test_a_worker_in_another_process_continues_the_trace(
     client: FloClient, redis_url: str, traced: Traced, tmp_path: Path
 ) -> None:
@@ -357,7 +355,7 @@ async def test_a_cancelled_running_run_still_ends_its_span(
         await asyncio.sleep(60)
 
     await client.action.register("job")
-    async with running(client, traced.otel, handler):
+    async with traced_worker(client, traced.otel, handler):
         run = await client.action.invoke("job", b"")
         await asyncio.wait_for(started.wait(), 30)
         await client.action.cancel(run.run_id)

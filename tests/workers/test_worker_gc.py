@@ -4,13 +4,11 @@ by someone else."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
-from polling import eventually
+from polling import eventually, registered, running
 
 from flo_redis import ActionContext, ActionWorker, FloClient, RunStatus
 from flo_redis.worker.gc import MAX_YOUNG_THRESHOLD, young_threshold
@@ -37,24 +35,14 @@ def new_worker(client: FloClient, concurrency: int = 10, **kwargs: bool) -> Acti
     return worker
 
 
-@contextlib.asynccontextmanager
-async def running(worker: ActionWorker) -> AsyncIterator[None]:
+async def serving(worker: ActionWorker) -> None:
+    """Serving once registered and a first run was completed."""
     client: FloClient = worker._parent  # type: ignore[assignment]
-    wid = worker.config.worker_id
-    task = asyncio.create_task(worker.start())
-    try:
-        # Serving once registered and a first run was completed.
-        await eventually(
-            lambda: client.worker.list(), lambda r: any(w.worker_id == wid for w in r.workers)
-        )
-        run = await client.action.invoke("noop", b"")
-        await eventually(
-            lambda: client.action.status(run.run_id), lambda s: s.status == RunStatus.COMPLETED
-        )
-        yield
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
+    await registered(worker)
+    run = await client.action.invoke("noop", b"")
+    await eventually(
+        lambda: client.action.status(run.run_id), lambda s: s.status == RunStatus.COMPLETED
+    )
 
 
 def test_the_threshold_asked_for_grows_with_concurrency_up_to_a_bound() -> None:
@@ -66,7 +54,7 @@ def test_the_threshold_asked_for_grows_with_concurrency_up_to_a_bound() -> None:
 async def test_a_running_worker_raises_the_young_threshold_and_puts_it_back(
     client: FloClient,
 ) -> None:
-    async with running(new_worker(client, concurrency=50)):
+    async with running(new_worker(client, concurrency=50), ready=serving):
         assert gc.get_threshold() == (5000, 10, 10)
     assert gc.get_threshold() == (700, 10, 10)
 
@@ -74,21 +62,21 @@ async def test_a_running_worker_raises_the_young_threshold_and_puts_it_back(
 async def test_tune_gc_false_leaves_the_collector_alone(client: FloClient) -> None:
     worker = new_worker(client, concurrency=50, tune_gc=False)
     assert worker.config.tune_gc is False
-    async with running(worker):
+    async with running(worker, ready=serving):
         assert gc.get_threshold() == (700, 10, 10)
     assert gc.get_threshold() == (700, 10, 10)
 
 
 async def test_a_higher_threshold_is_never_lowered(client: FloClient) -> None:
     gc.set_threshold(50_000, 10, 10)
-    async with running(new_worker(client, concurrency=50)):
+    async with running(new_worker(client, concurrency=50), ready=serving):
         assert gc.get_threshold() == (50_000, 10, 10)
     assert gc.get_threshold() == (50_000, 10, 10)
 
 
 async def test_a_collector_switched_off_stays_off(client: FloClient) -> None:
     gc.set_threshold(0, 10, 10)
-    async with running(new_worker(client, concurrency=50)):
+    async with running(new_worker(client, concurrency=50), ready=serving):
         assert gc.get_threshold()[0] == 0
     assert gc.get_threshold()[0] == 0
 
@@ -97,15 +85,15 @@ async def test_workers_in_one_process_share_the_largest_and_the_last_puts_it_bac
     client: FloClient,
 ) -> None:
     small, large = new_worker(client, concurrency=20), new_worker(client, concurrency=60)
-    async with running(small):
+    async with running(small, ready=serving):
         assert gc.get_threshold()[0] == 2000
-        async with running(large):
+        async with running(large, ready=serving):
             assert gc.get_threshold()[0] == 6000
         assert gc.get_threshold()[0] == 2000
     assert gc.get_threshold() == (700, 10, 10)
 
 
 async def test_a_change_made_while_a_worker_runs_is_kept(client: FloClient) -> None:
-    async with running(new_worker(client, concurrency=50)):
+    async with running(new_worker(client, concurrency=50), ready=serving):
         gc.set_threshold(1234, 10, 10)
     assert gc.get_threshold() == (1234, 10, 10)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
+from polling import eventually
 
 from flo_redis.worker.handler_tasks import INLINE, INLINE_S, HandlerSlots
 
@@ -40,15 +41,6 @@ def make_slots(
         abandon=(abandoned.append if abandoned is not None else lambda item: None),
         log=logging.getLogger("test-slots"),
     )
-
-
-async def until(done: Callable[[], bool]) -> None:
-    """Give the loop turns until ``done()``."""
-    for _ in range(100_000):
-        if done():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("it never happened")
 
 
 def put(slots: HandlerSlots[int], items: range) -> None:
@@ -119,7 +111,7 @@ async def test_what_an_item_leaves_set_in_its_context_is_gone_for_the_next() -> 
     with _bound(-1):  # what the context held when the slots started is kept
         slots.reset()
     put(slots, range(200))
-    await until(lambda: len(leaked) == 200)
+    await eventually(lambda: len(leaked) == 200, interval=0)
     assert leaked == [-1] * 200  # what one item set is gone for the next
     assert len(started) == 101  # the first slot, and one after each even item
     slots.close()
@@ -137,7 +129,7 @@ async def test_items_that_wait_and_leave_their_context_changed_all_run() -> None
 
     slots = make_slots(2, run)
     put(slots, range(20))
-    await until(lambda: len(ran) == 20)
+    await eventually(lambda: len(ran) == 20, interval=0)
     assert sorted(ran) == list(range(20))
     slots.close()
     await asyncio.gather(*slots.tasks)
@@ -153,7 +145,7 @@ async def test_the_loop_gets_a_turn_while_fast_items_run() -> None:
     slots = make_slots(4, run)
     put(slots, range(10 * INLINE))
     asyncio.get_running_loop().call_soon(lambda: when_timer_ran.append(len(ran)))
-    await until(lambda: len(ran) == 10 * INLINE)
+    await eventually(lambda: len(ran) == 10 * INLINE, interval=0)
     assert when_timer_ran and when_timer_ran[0] <= INLINE
     slots.close()
     await asyncio.gather(*slots.tasks)
@@ -174,7 +166,7 @@ async def test_handlers_busy_with_the_cpu_give_the_loop_a_turn_within_inline_s()
     slots = make_slots(4, run)
     put(slots, range(12))
     asyncio.get_running_loop().call_soon(lambda: when_timer_ran.append(len(ran)))
-    await until(lambda: len(ran) == 12)
+    await eventually(lambda: len(ran) == 12, interval=0)
     assert when_timer_ran and when_timer_ran[0] <= 2
     slots.close()
     await asyncio.gather(*slots.tasks)
@@ -205,7 +197,7 @@ async def test_an_item_that_waits_never_holds_up_the_ones_behind_it() -> None:
     assert all(i in finished for i in range(1, 9, 2))
     assert peak == 5 and running == 5
     release.set()
-    await until(lambda: len(finished) == 20)
+    await eventually(lambda: len(finished) == 20, interval=0)
     assert peak == 5  # never more than the slots at once
     slots.close()
     await asyncio.gather(*slots.tasks)
@@ -225,7 +217,7 @@ async def test_an_item_that_waits_keeps_its_own_context_through_every_step() -> 
 
     slots = make_slots(3, run)
     put(slots, range(30))
-    await until(lambda: len(leaked) == 30 and len(kept) == 30)
+    await eventually(lambda: len(leaked) == 30 and len(kept) == 30, interval=0)
     assert kept == [True] * 30  # each step of an item saw what that item set
     assert leaked == [None] * 30  # and nothing it set reached another item
     slots.close()
@@ -248,7 +240,7 @@ async def test_an_item_that_fails_is_logged_and_its_slot_goes_on(
     slots = make_slots(1, run)
     with caplog.at_level(logging.ERROR, logger="test-slots"):
         put(slots, range(6))
-        await until(lambda: len(ran) == 4)
+        await eventually(lambda: len(ran) == 4, interval=0)
     assert ran == [0, 2, 4, 5]
     failures = [r for r in caplog.records if r.message == "test-slot: an item failed"]
     assert [str(r.exc_info[1]) for r in failures if r.exc_info] == [
@@ -287,7 +279,7 @@ async def test_cancelled_slots_hand_back_what_is_queued_and_work_again_after_res
     slots.reset()
     gate.set()
     put(slots, range(10, 14))
-    await until(lambda: len(ran) == 4)
+    await eventually(lambda: len(ran) == 4, interval=0)
     assert sorted(ran) == [10, 11, 12, 13]
     slots.close()
     await asyncio.gather(*slots.tasks)
@@ -295,7 +287,7 @@ async def test_cancelled_slots_hand_back_what_is_queued_and_work_again_after_res
 
 async def test_halt_hands_back_what_is_queued_and_slots_end_after_their_item() -> None:
     slots, gate, ran, abandoned = gated_slots()
-    await until(lambda: len(slots.queue) == 4)  # two items in their handler
+    await eventually(lambda: len(slots.queue) == 4, interval=0)  # two items in their handler
     slots.halt()
     assert sorted(abandoned) == [2, 3, 4, 5] and not slots.queue
     gate.set()
@@ -320,7 +312,7 @@ async def test_taken_is_told_of_each_item_as_a_slot_takes_it() -> None:
         taken=lambda: left_when_taken.append(len(slots.queue)),
     )
     put(slots, range(5))
-    await until(lambda: len(ran) == 5)
+    await eventually(lambda: len(ran) == 5, interval=0)
     assert left_when_taken == [4, 3, 2, 1, 0]
     slots.close()
     await asyncio.gather(*slots.tasks)

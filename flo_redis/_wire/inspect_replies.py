@@ -1,0 +1,129 @@
+"""The replies of the operator's reads and bulk steering (``action_counts``,
+``action_runs``, ``action_requeue_failed``, ``action_purge``): one frozen dataclass and
+one parser per reply shape, as in :mod:`flo_redis._wire.replies`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flo_redis._wire.aside import SetAside
+from flo_redis._wire.codec import text
+from flo_redis._wire.replies import with_aside
+from flo_redis._wire.status import Status
+
+
+@dataclass(frozen=True, slots=True)
+class ActionCounts:
+    """How many runs an action holds in each state, read atomically at ``at_ms``.
+
+    ``failed`` counts FAILED and CANCELLED runs, ``timed_out`` those that ended TIMED_OUT
+    (both are kept until re-queued or purged); ``completed`` counts the completed runs
+    still kept (retention). ``completed_per_minute`` / ``failed_per_minute`` count runs
+    that ended in each of the last 60 minutes, oldest first, the last being the current
+    minute (``failed`` there includes timed out). ``next_due_ms`` is when the earliest
+    delayed run becomes ready (None without delayed runs). ``completed_total`` /
+    ``failed_total`` count every run that ended so since the action was registered
+    (a deleted action starts again from 0). ``quarantined`` counts the records set aside
+    in the action's quarantine (runs, schedules, slot holders that did not decode:
+    :mod:`flo_redis.quarantine`)."""
+
+    action: str
+    namespace: str
+    at_ms: int
+    pending: int
+    delayed: int
+    running: int
+    completed: int
+    failed: int
+    timed_out: int
+    next_due_ms: int | None
+    completed_total: int
+    failed_total: int
+    completed_per_minute: tuple[int, ...]
+    failed_per_minute: tuple[int, ...]
+    quarantined: int = 0
+
+    @property
+    def waiting(self) -> int:
+        """Runs not started yet: pending plus delayed."""
+        return self.pending + self.delayed
+
+    @property
+    def completed_last_hour(self) -> int:
+        return sum(self.completed_per_minute)
+
+    @property
+    def failed_last_hour(self) -> int:
+        return sum(self.failed_per_minute)
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """``action_counts``: the status, and on OK the action's counts."""
+
+    status: int
+    counts: ActionCounts | None
+
+
+MINUTES = 60  # per-minute buckets kept (lib/tally.lua)
+
+
+def counts(reply: Any, keys: Any) -> Counts:
+    """``{status, at_ms, pending, delayed, running, completed, failed, timed_out,
+    next_due_ms, completed_total, failed_total, quarantined, completed * m, failed *
+    m}``: the last 2m values are per-minute tallies, oldest first."""
+    n = [int(x) for x in reply]
+    if n[0] != Status.OK or len(n) < 12:
+        return Counts(n[0], None)
+    minutes = n[12:]
+    half = len(minutes) // 2
+    return Counts(
+        Status.OK,
+        ActionCounts(
+            keys.action, keys.namespace, n[1], n[2], n[3], n[4], n[5], n[6], n[7],
+            None if n[8] < 0 else n[8], n[9], n[10],
+            tuple(minutes[:half][:MINUTES]), tuple(minutes[half:][:MINUTES]), n[11],
+        ),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    run_id: str
+    score: str
+    record: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRows:
+    """``action_runs``: a page of runs with their scores and records."""
+
+    status: int
+    more: bool
+    rows: tuple[RunRow, ...]
+
+
+def run_rows(reply: Any, _keys: object) -> RunRows:
+    if int(reply[0]) != Status.OK:
+        return RunRows(int(reply[0]), False, ())
+    n = int(reply[2])
+    rows = tuple(
+        RunRow(text(reply[i]) or "", text(reply[i + 1]) or "", reply[i + 2] or None)
+        for i in range(3, 3 + 3 * n, 3)
+    )
+    return RunRows(Status.OK, bool(int(reply[1])), rows)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkStep:
+    """``action_requeue_failed`` / ``action_purge``: one bounded step."""
+
+    status: int
+    count: int = 0
+    remaining: int = 0
+    upto: str = ""
+    aside: tuple[SetAside, ...] = ()
+
+
+bulk_step = with_aside(BulkStep, 4)

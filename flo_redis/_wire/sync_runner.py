@@ -1,0 +1,98 @@
+"""The script runner of redis-py's blocking client (``flo_redis.sync``): the same calls
+as :class:`flo_redis._wire.runner.ScriptRunner`, with the same fallbacks
+(:mod:`flo_redis._wire.fallback`) and error translation, one call at a time per thread.
+Each :class:`~flo_redis.sync.SyncFloClient` owns one; nothing is shared between clients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
+import redis.exceptions as rex
+from redis import Redis
+from redis.cluster import RedisCluster
+
+from flo_redis._wire import functions as _functions
+from flo_redis._wire.fallback import EVAL, FCALL, Way, ways
+from flo_redis._wire.functions import Functions
+from flo_redis._wire.lane import Arg, pooled_call_sync
+from flo_redis._wire.library import LIBRARY
+from flo_redis._wire.lua import LuaScript
+from flo_redis._wire.translate import redis_errors
+
+SyncConn: TypeAlias = "Redis | RedisCluster"
+
+
+class SyncScriptRunner:
+    """How one blocking client's scripts are sent on ``conn``. On a plain ``Redis`` they
+    are called as functions (by SHA under ``FLO_REDIS_SCRIPTS=evalsha``, read at the
+    first call); on a cluster by SHA. Safe to share between threads: redis-py's pool
+    hands each call its own connection, and the library is checked or loaded by one
+    thread at a time."""
+
+    __slots__ = ("_functions", "_made", "conn")
+
+    def __init__(self, conn: SyncConn) -> None:
+        self.conn = conn
+        self._functions: Functions | None = None
+        self._made = threading.Lock()
+
+    def run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run ``script`` atomically with ``keys`` and ``args``; its raw reply, or flo's
+        error. A call answered ``READONLY`` did not run: the pool's idle connections are
+        closed and it is sent once more, connecting again, to the primary (a failover
+        made the server at this address a replica)."""
+        with redis_errors(script.name):
+            try:
+                return self._send(script, keys, args)
+            except rex.ReadOnlyError:
+                if isinstance(self.conn, Redis):
+                    with contextlib.suppress(Exception):  # it can fail only as the socket did
+                        self.conn.connection_pool.disconnect(inuse_connections=False)
+            return self._send(script, keys, args)
+
+    def _function_state(self) -> Functions | None:
+        """The client's function state, made at its first call; None on a cluster."""
+        if not isinstance(self.conn, Redis):
+            return None
+        functions = self._functions
+        if functions is None:
+            wanted = _functions.functions_wanted()
+            with self._made:
+                if self._functions is None:
+                    self._functions = Functions(LIBRARY, on=wanted)
+                functions = self._functions
+        return functions
+
+    def _send(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """One send of the call, each way :func:`ways` gives in turn until one answers;
+        redis-py's error when none does."""
+        functions = self._function_state()
+        plan = ways(functions)
+        way = next(plan)
+        while True:
+            try:
+                return self._call(functions, script, way, keys, args)
+            except rex.RedisError as exc:
+                failed = exc
+            way = plan.send(failed)
+
+    def _call(
+        self,
+        functions: Functions | None,
+        script: LuaScript,
+        way: Way,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+    ) -> Any:
+        conn = self.conn
+        if way == FCALL:
+            assert functions is not None and isinstance(conn, Redis)
+            command = ("FCALL", script.function, len(keys), *keys, *args)
+            return pooled_call_sync(conn.connection_pool, functions.verify_sync, *command)
+        if way == EVAL:
+            return conn.eval(script.source, len(keys), *keys, *args)  # type: ignore[no-untyped-call, unused-ignore]
+        return conn.evalsha(script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call, unused-ignore]

@@ -1,0 +1,32 @@
+"""Dashboard pages over HTTP: fetched with a session, read as a browser reads them."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import aiohttp
+
+
+def parsed(body: str) -> tuple[set[str], str]:
+    """The element names in a page and its text, as a browser reads them."""
+
+    class Reader(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tags: set[str] = set()
+            self.text: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            self.tags.add(tag)
+
+        def handle_data(self, data: str) -> None:
+            self.text.append(data)
+
+    reader = Reader()
+    reader.feed(body)
+    return reader.tags, " ".join(reader.text)
+
+
+async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
+    async with session.get(url) as response:
+        return response.status, await response.text()
