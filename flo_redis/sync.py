@@ -30,7 +30,7 @@ from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
 from flo_redis._session.endpoint import MIN_REDIS, lowest_version, unreachable, version_tuple
-from flo_redis._session.tracer import ProducerTracer, invoke_span
+from flo_redis._session.tracer import ProducerTracer, traced
 from flo_redis._wire.checks import check_callback, check_count, check_options
 from flo_redis._wire.gateway import ACTION_INVOKE, RUN_CANCEL
 from flo_redis._wire.keys import ActionKeys, action_keys, action_of_run, check_namespace
@@ -65,7 +65,7 @@ class SyncActionOperations:
         opts = check_options(options, ActionInvokeOptions)
         keys = self._keys(name, opts.namespace)
         limit = self._client.max_payload_bytes
-        with invoke_span(self._client.tracer, keys.namespace, name, 1) as span:
+        with traced(self._client.tracer).invoking(keys.namespace, name, 1) as span:
             args, size = runs.invoke_request(keys, input_data, opts, limit, span.context)
             reply = ACTION_INVOKE.call_sync(self._client.scripts(), keys, args)
             result = runs.invoke_reply(reply, keys, size)

@@ -66,22 +66,24 @@ UNTRACED: AbstractContextManager[ProducerSpan] = nullcontext(_Untraced())
 """The span of a call with no tracer: carries nothing."""
 
 
-def invoke_span(
-    tracer: ProducerTracer | None, namespace: str, action: str, count: int
-) -> AbstractContextManager[ProducerSpan]:
-    """The tracer's span around an invoke, or :data:`UNTRACED` without one."""
-    if tracer is None:
+class _NoTracer:
+    def invoking(
+        self, namespace: str, action: str, count: int
+    ) -> AbstractContextManager[ProducerSpan]:
         return UNTRACED
-    return tracer.invoking(namespace, action, count)
+
+    def appending(
+        self, namespace: str, stream: str, partition: int
+    ) -> AbstractContextManager[ProducerSpan]:
+        return UNTRACED
 
 
-def append_span(
-    tracer: ProducerTracer | None, namespace: str, stream: str, partition: int
-) -> AbstractContextManager[ProducerSpan]:
-    """The tracer's span around an append, or :data:`UNTRACED` without one."""
-    if tracer is None:
-        return UNTRACED
-    return tracer.appending(namespace, stream, partition)
+_NO_TRACER = _NoTracer()
+
+
+def traced(tracer: ProducerTracer | None) -> ProducerTracer:
+    """``tracer``, or for a client without one a tracer whose spans are :data:`UNTRACED`."""
+    return _NO_TRACER if tracer is None else tracer
 
 
 def with_trace_headers(headers: object, trace: Mapping[str, str]) -> object:
@@ -130,9 +132,8 @@ __all__ = [
     "UNTRACED",
     "ProducerSpan",
     "ProducerTracer",
-    "append_span",
-    "invoke_span",
     "pack_context",
+    "traced",
     "unpack_context",
     "with_trace_headers",
 ]

@@ -19,7 +19,7 @@ from flo_redis._session.liveness_stats import LivenessStats, liveness_stats
 from flo_redis._session.notices import tell
 from flo_redis._session.reclaim import reap_queue
 from flo_redis._session.registry import remember
-from flo_redis._session.tracer import invoke_span
+from flo_redis._session.tracer import traced
 from flo_redis._wire import runner
 from flo_redis._wire.checks import (
     MAX_LIST_LIMIT,
@@ -135,7 +135,7 @@ class ActionOperations(ActionInspection):
         :class:`ValidationError` for a bad label or idempotency key (nothing is written)."""
         opts = _NO_OPTIONS if options is None else check_options(options, ActionInvokeOptions)
         keys = self._action_keys(name, opts.namespace)
-        with invoke_span(self._session.tracer, keys.namespace, name, 1) as span:
+        with traced(self._session.tracer).invoking(keys.namespace, name, 1) as span:
             args, size = invoke_request(
                 keys, input_data, opts, self._session.max_payload_bytes, span.context
             )
@@ -170,7 +170,7 @@ class ActionOperations(ActionInspection):
         prefix = run_id_prefix(name)
         if len(data) > INVOKE_BATCH:
             await check_inputs_fit(self._session, keys, data)
-        with invoke_span(self._session.tracer, keys.namespace, name, len(data)) as span:
+        with traced(self._session.tracer).invoking(keys.namespace, name, len(data)) as span:
             results = await self._invoke_chunks(keys, prefix, labels, priority, data, span.context)
             span.sent([r.run_id for r in results])
         return results

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import enum
 import json
+import signal
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -59,6 +60,17 @@ def with_client(url: str, namespace: str, work: Callable[[FloClient], Awaitable[
         return asyncio.run(main())
     except FloError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+async def until_stopped() -> None:
+    """Return once SIGINT or SIGTERM comes: both stop a serving command cleanly, also
+    where SIGINT came in ignored (a process started in the background by a shell
+    without job control)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 def confirm(yes: bool, question: str) -> None:

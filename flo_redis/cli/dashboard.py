@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import os
 import secrets
-import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
 
+from flo_redis.cli._ops import until_stopped
 from flo_redis.cli._options import F, Seconds, env_option, namespace_option, url_option
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
@@ -58,12 +58,8 @@ async def _serve(
             return 1
         mode = "changes allowed after log-in with the token" if token else "read-only"
         say(f"dashboard of namespace {namespace!r} at {running.url} ({mode}); Ctrl-C stops")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         try:
-            await stop.wait()
+            await until_stopped()
         finally:
             await running.close()
     finally:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 from collections.abc import Sequence
 
 import click
 
-from flo_redis.cli._ops import connection_options, with_client
+from flo_redis.cli._ops import connection_options, until_stopped, with_client
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.ops.discovery import Overview, namespaces, overview
@@ -46,13 +45,8 @@ def exporter(url: str, namespace: str, port: int, host: str, all_namespaces: boo
         loop = asyncio.get_running_loop()
         server = serve_metrics(port, host, queue_registry(loop, read))
         say(f"serving {server.url}")
-        # SIGINT and SIGTERM both stop it cleanly, also where SIGINT came in ignored (a
-        # process started in the background by a shell without job control).
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         try:
-            await stop.wait()
+            await until_stopped()
         finally:
             server.close()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 
-from flo_redis._session.tracer import append_span, with_trace_headers
+from flo_redis._session.tracer import traced, with_trace_headers
 from flo_redis._session.wake import Attempt
 from flo_redis._wire import runner
 from flo_redis._wire.aside import warn_unreadable
@@ -72,7 +72,7 @@ async def append(
     keys = first if partition == 0 else stream_keys(first.namespace, stream, partition)
     # Listed first: a user refused the registry is refused before anything is written.
     await state.remember(first.namespace, stream)
-    with append_span(session.tracer, first.namespace, stream, partition) as span:
+    with traced(session.tracer).appending(first.namespace, stream, partition) as span:
         if span.headers:
             headers = headers_arg(with_trace_headers(opts.headers, span.headers))
         reply = await STREAM_APPEND(session, keys, [data, headers])
