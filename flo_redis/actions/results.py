@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import json
 import traceback
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from flo_redis._wire.checks import MAX_NAME_SIZE, check_text
@@ -57,21 +58,36 @@ class ResultEncodingError(NonRetryableError):
     give the worker a serializer that handles it."""
 
 
-def encode_result(value: Any, serializer: ResultSerializer) -> bytes:
-    """The result bytes for ``value``; :class:`ResultEncodingError` if it has none."""
+def serialized(
+    value: Any,
+    serializer: ResultSerializer,
+    refused: Callable[[Any, ResultSerializer, Exception], Exception],
+) -> bytes:
+    """``value`` as bytes: bytes as they are (a bytearray or memoryview as bytes),
+    anything else by ``serializer``. What it cannot encode (``TypeError``,
+    ``ValueError``, ``OverflowError``) raises ``refused(value, serializer, error)``."""
     if isinstance(value, bytes):
         return value
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     try:
-        data = serializer.dumps(value)
+        return serializer.dumps(value)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise ResultEncodingError(
-            f"the handler returned a {type(value).__module__}.{type(value).__qualname__}, "
-            f"which the {serializer_name(serializer)} serializer cannot encode ({exc}); "
-            "return bytes or an encodable value, or give the worker a serializer that "
-            "handles it"
-        ) from exc
+        raise refused(value, serializer, exc) from exc
+
+
+def _unencodable(value: Any, serializer: ResultSerializer, exc: Exception) -> Exception:
+    return ResultEncodingError(
+        f"the handler returned a {type(value).__module__}.{type(value).__qualname__}, "
+        f"which the {serializer_name(serializer)} serializer cannot encode ({exc}); "
+        "return bytes or an encodable value, or give the worker a serializer that "
+        "handles it"
+    )
+
+
+def encode_result(value: Any, serializer: ResultSerializer) -> bytes:
+    """The result bytes for ``value``; :class:`ResultEncodingError` if it has none."""
+    data = serialized(value, serializer, _unencodable)
     if not isinstance(data, bytes):
         raise ResultEncodingError(
             f"the {serializer_name(serializer)} serializer's dumps returned a "
@@ -165,5 +181,6 @@ __all__ = [
     "encode_result",
     "error_text",
     "error_traceback",
+    "serialized",
     "serializer_name",
 ]

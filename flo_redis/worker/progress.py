@@ -14,30 +14,28 @@ from flo_redis._wire.gateway import RUN_PROGRESS
 from flo_redis._wire.keys import action_keys
 from flo_redis._wire.refusals import raise_run_refusal
 from flo_redis._wire.status import Status, refusal
+from flo_redis.actions.results import ResultSerializer, serialized
 from flo_redis.errors import ValidationError, ValueTooLargeError
 from flo_redis.types import RunStatus
 
 if TYPE_CHECKING:
     from flo_redis._session.session import Session
-    from flo_redis.actions.results import ResultSerializer
 
 MAX_PROGRESS_BYTES = 1024
 """The largest progress value a run keeps (``lua/run_progress.lua`` holds the same)."""
 
 
+def _unencodable(value: Any, serializer: ResultSerializer, exc: Exception) -> Exception:
+    return ValidationError(
+        f"progress value of type {type(value).__qualname__} cannot be encoded by the "
+        f"{serializer.name} serializer ({exc}); pass bytes or an encodable value"
+    )
+
+
 def encode_progress(value: Any, serializer: ResultSerializer) -> bytes:
     """``value`` as stored: bytes as they are, anything else by ``serializer``; refused
     (:class:`ValidationError`) if it cannot be encoded or is over the limit."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        data = bytes(value)
-    else:
-        try:
-            data = serializer.dumps(value)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise ValidationError(
-                f"progress value of type {type(value).__qualname__} cannot be encoded by the "
-                f"{serializer.name} serializer ({exc}); pass bytes or an encodable value"
-            ) from exc
+    data = serialized(value, serializer, _unencodable)
     if len(data) > MAX_PROGRESS_BYTES:
         raise ValueTooLargeError(
             f"progress value is {len(data)} bytes encoded; a run keeps at most "
