@@ -24,6 +24,12 @@ def pack(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=False)
 
 
+def present(**fields: Any) -> dict[str, Any]:
+    """The ``fields`` that are not None: a stored record's optional entries, left out
+    of the record while unset."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 class BadRecord(ValueError):
     """A stored record that does not decode, or does not hold what it must; the message
     says why."""

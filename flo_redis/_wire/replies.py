@@ -184,14 +184,23 @@ done = fixed(Done)
 
 @dataclass(frozen=True, slots=True)
 class Names:
-    """``{status, name...}``: e.g. the actions a drained worker serves."""
+    """``{status, name...}``: e.g. the actions a drained worker serves, the ids of the
+    entries a group set aside."""
 
     status: int
     names: tuple[str, ...]
 
 
-def names(reply: Any, _keys: object) -> Names:
-    return Names(int(reply[0]), tuple(text(n) or "" for n in reply[1:]))
+def names_from(start: int) -> Callable[[Any, object], Names]:
+    """The parser of a reply whose names run from ``reply[start]`` to its end."""
+
+    def parse(reply: Any, _keys: object) -> Names:
+        return Names(int(reply[0]), tuple(text(n) or "" for n in reply[start:]))
+
+    return parse
+
+
+names = names_from(1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flo_redis._wire.codec import BadRecord, text
-from flo_redis._wire.replies import fixed
+from flo_redis._wire.replies import fixed, names_from
 from flo_redis._wire.status import Status
 from flo_redis._wire.stream_codec import decode_headers, sid
 from flo_redis.types import StorageTier, StreamID, StreamRecord
@@ -231,16 +231,8 @@ def replayed(reply: Any, _keys: object) -> Replayed:
     return Replayed(int(reply[0]), tuple(sid(reply[i + 1]) for i in _rows(reply, 1, 2)))
 
 
-@dataclass(frozen=True, slots=True)
-class SetAsideIds:
-    """``group_quarantine``: the ids of the entries it set aside."""
-
-    status: int
-    ids: tuple[str, ...]
-
-
-def set_aside_ids(reply: Any, _keys: object) -> SetAsideIds:
-    return SetAsideIds(int(reply[0]), tuple(text(i) or "" for i in reply[2:]))
+set_aside_ids = names_from(2)
+"""``group_quarantine``: ``{status, n, entry_id * n}``, the ids of the entries it set aside."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from flo_redis._session.session import Session
 from flo_redis._wire import runner
 from flo_redis._wire.checks import check_count, stored_int
-from flo_redis._wire.codec import decoded, text
+from flo_redis._wire.codec import decoded, present, text
 from flo_redis._wire.keys import ActionKeys, action_keys, namespace_keys
 from flo_redis._wire.refusals import bad_settings, not_registered
 from flo_redis.errors import ValidationError, ValueTooLargeError
@@ -55,7 +55,7 @@ def settings_record(
     max_payload = client_limit
     if opts.max_payload_bytes is not None:
         max_payload = min(max_payload, opts.max_payload_bytes)
-    settings: dict[str, int | str] = {
+    return {
         "action_type": int(action_type),
         "timeout_ms": opts.timeout_ms,
         "max_retries": opts.max_retries,
@@ -67,12 +67,8 @@ def settings_record(
         "retention_count": opts.retention_count or DEFAULT_RETENTION_COUNT,
         "rate_max": rate_max,
         "rate_per_ms": rate_per_ms,
+        **present(owner=opts.owner, description=opts.description),
     }
-    if opts.owner is not None:
-        settings["owner"] = opts.owner
-    if opts.description is not None:
-        settings["description"] = opts.description
-    return settings
 
 
 def action_info(namespace: str, name: str, stored: dict[bytes, bytes]) -> ActionInfo:

@@ -10,7 +10,7 @@ from typing import Any
 
 from flo_redis._session.session import Session
 from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside, warn_unreadable
-from flo_redis._wire.codec import BadRecord, text, unpack_record
+from flo_redis._wire.codec import BadRecord, present, text, unpack_record
 from flo_redis._wire.gateway import WORKER_PRESENCE
 from flo_redis._wire.keys import NamespaceKeys, is_name, owner_channel
 from flo_redis._wire.status import Status, refusal
@@ -26,17 +26,13 @@ def worker_record(
 ) -> dict[str, Any]:
     """What a registration stores for an action worker (``lua/lib/workers.lua``), its
     counters left to the script: they start at zero."""
-    record: dict[str, Any] = {
+    return {
         "wt": int(WorkerType.ACTION),
         "mc": opts.concurrency,
         "tt": list(task_types),
         "ow": owner_id,
+        **present(mid=opts.machine_id, md=opts.metadata),
     }
-    if opts.machine_id is not None:
-        record["mid"] = opts.machine_id
-    if opts.metadata is not None:
-        record["md"] = opts.metadata
-    return record
 
 
 def worker_info(row: WorkerRow) -> WorkerInfo:

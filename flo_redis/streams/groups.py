@@ -118,7 +118,7 @@ async def set_aside(
         )
     else:
         why = {entry.record.id.to_redis(): entry.reason for entry in bad}
-        aside = [SetAside("entry", i, why.get(i, "")) for i in reply.ids]
+        aside = [SetAside("entry", i, why.get(i, "")) for i in reply.names]
         warn_set_aside(scope_of((keys, keys.group(group))), aside)
     skip = {id(entry.record) for entry in bad}
     return [r for r in records if id(r) not in skip]
