@@ -33,9 +33,8 @@ from flo_redis.actions.schedules import Missed, ScheduleDeclaration, check_spec,
 from flo_redis.actions.workers import Claimed, WorkerOperations
 from flo_redis.errors import BlockTooLongError, NotFoundError, ServerError, ValidationError
 from flo_redis.types import ActionRegisterOptions, Reason
-from flo_redis.worker import lease
 from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS, ActionWorkerOptions
-from flo_redis.worker.context import ActionContext, ActionHandler, ActionResult
+from flo_redis.worker.context import ActionContext, ActionHandler, ActionResult, touch
 from flo_redis.worker.gc import YoungGeneration
 from flo_redis.worker.handlers import HandlerRunner
 from flo_redis.worker.held_runs import ActionRuns
@@ -340,7 +339,7 @@ class ActionWorker(WorkerLifecycle):
 
     async def _touch(self, ctx: ActionContext, extend_ms: int) -> None:
         held = self._runs.held(ctx)
-        await lease.touch(self.session, self.config.worker_id, ctx, extend_ms, held)
+        await touch(self.session, self.config.worker_id, ctx, extend_ms, held)
 
     async def _progress(self, ctx: ActionContext, value: Any) -> None:
         data = encode_progress(value, self._serializer)

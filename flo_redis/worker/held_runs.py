@@ -22,10 +22,15 @@ from flo_redis._session.session import Session
 from flo_redis.actions.results import JSON, ResultSerializer
 from flo_redis.actions.workers import Claimed
 from flo_redis.types import ActionRegisterOptions
-from flo_redis.worker.context import ActionContext, ActionHandler, RunHolder, new_context
-from flo_redis.worker.handler_tasks import HandlerSlots
-from flo_redis.worker.handlers import HandlerRunner, HandlerStopped, HandlerTimeout
-from flo_redis.worker.lease import HeldRun, start_auto_touch
+from flo_redis.worker.context import (
+    ActionContext,
+    ActionHandler,
+    HeldRun,
+    RunHolder,
+    new_context,
+    start_auto_touch,
+)
+from flo_redis.worker.handlers import HandlerRunner, HandlerSlots, HandlerStopped, HandlerTimeout
 from flo_redis.worker.observe import NO_OBSERVER, WorkerObserver, overrides, settle
 from flo_redis.worker.outcomes import (
     Completed,

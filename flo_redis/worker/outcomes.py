@@ -28,9 +28,8 @@ from flo_redis.errors import (
     ServerError,
 )
 from flo_redis.types import RunStatus
-from flo_redis.worker.context import ActionContext, ActionResult
+from flo_redis.worker.context import ActionContext, ActionResult, HeldRun
 from flo_redis.worker.handlers import HandlerTimeout
-from flo_redis.worker.lease import HeldRun
 from flo_redis.worker.observe import WorkerObserver
 
 log = logging.getLogger("flo_redis.worker")

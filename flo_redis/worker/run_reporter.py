@@ -29,8 +29,8 @@ from flo_redis.errors import PermissionDeniedError, ServerError, is_connection_e
 from flo_redis.retry import is_refused_unrun
 from flo_redis.types import Reason
 from flo_redis.worker.coalescer import Coalescer
+from flo_redis.worker.context import HeldRun
 from flo_redis.worker.delivery import drop_refused, send_report
-from flo_redis.worker.lease import HeldRun
 from flo_redis.worker.observe import WorkerObserver, overrides
 from flo_redis.worker.outcomes import Completed, Failed
 

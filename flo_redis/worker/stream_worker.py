@@ -46,8 +46,7 @@ from flo_redis.types import (
 )
 from flo_redis.types.base import U32
 from flo_redis.worker.delivery import drop_refused, send_report
-from flo_redis.worker.handler_tasks import INLINE, HandlerSlots
-from flo_redis.worker.handlers import HandlerRunner, HandlerTimeout
+from flo_redis.worker.handlers import INLINE, HandlerRunner, HandlerSlots, HandlerTimeout
 from flo_redis.worker.lifecycle import (
     ClientLike,
     WorkerLifecycle,
