@@ -30,20 +30,11 @@ from flo_redis.worker.context import (
     new_context,
     start_auto_touch,
 )
+from flo_redis.worker.delivery import Dropped, Failed, Released, failure, stopped_report
 from flo_redis.worker.handlers import HandlerRunner, HandlerSlots, HandlerStopped, HandlerTimeout
 from flo_redis.worker.observe import NO_OBSERVER, WorkerObserver, overrides, settle
-from flo_redis.worker.outcomes import (
-    Completed,
-    Dropped,
-    Failed,
-    Released,
-    Report,
-    completion,
-    failure,
-    stopped_report,
-)
 from flo_redis.worker.prefetch import InHand, Prefetch
-from flo_redis.worker.run_reporter import RunReporter
+from flo_redis.worker.run_reporter import Completed, Report, RunReporter, completion
 
 log = logging.getLogger("flo_redis.worker")
 
