@@ -2,16 +2,15 @@
 
 A worker registers its actions and itself, then loops: claim up to its free capacity in
 one script call per action queue (and, while a backlog lasts and its handlers are short,
-a few runs ahead of them: :mod:`flo_redis.worker.prefetch`), run each handler under the local
-``action_timeout``, and report the outcome with the run's fencing token. Reports never
-wait behind a poll (polls hold no connection while they wait), lost reports are resent
-and never converted, and ``stop()`` lets running handlers finish and still sends their
-results.
+a few runs ahead of them), run each handler under the local ``action_timeout``, and
+report the outcome with the run's fencing token. Reports never wait behind a poll (polls
+hold no connection while they wait), lost reports are resent and never converted, and
+``stop()`` lets running handlers finish and still sends their results.
 
 Its runs in flight and in hand, each run's handler with its hooks, are
 :mod:`flo_redis.worker.held_runs`; the handler's context is :mod:`flo_redis.worker.context`,
-its reports :mod:`flo_redis.worker.outcomes`, and what both workers share
-:mod:`flo_redis.worker.lifecycle`.
+its reports :mod:`flo_redis.worker.run_reporter` and :mod:`flo_redis.worker.delivery`,
+and what both workers share :mod:`flo_redis.worker.lifecycle`.
 """
 
 from __future__ import annotations
@@ -185,7 +184,6 @@ class ActionWorker(WorkerLifecycle):
 
     def _new_runner(self) -> HandlerRunner:
         # Sized here, so settings changed on the config before start take effect.
-        self._runs.reset(self.config.concurrency)
         return HandlerRunner(self.config.concurrency, self.config.action_timeout, "flo-handler")
 
     async def _setup(self) -> None:
@@ -208,6 +206,7 @@ class ActionWorker(WorkerLifecycle):
             self.config.concurrency,
         )
         self._runs.configure(
+            concurrency=self.config.concurrency,
             session=self.session,
             worker_id=self.config.worker_id,
             serializer=self._serializer,

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from flo_redis._session.session import Session
 from flo_redis._session.tracer import unpack_context
+from flo_redis._wire.replies import Claimed
 from flo_redis.actions import reports
 from flo_redis.actions.reports import MAX_TOUCH_EXTEND_MS
 from flo_redis.actions.results import ResultSerializer, check_outcome, encode_result
@@ -194,6 +195,25 @@ class HeldRun:
             self.running.stop()
 
 
+def hold(
+    run: Claimed, claimed_at: float, lease_s: float | None, namespace: str, worker: RunHolder
+) -> HeldRun:
+    """The worker's record of ``run``, claimed at loop time ``claimed_at`` under a lease
+    of ``lease_s`` (None: never ends), with its handler's context."""
+    ctx = new_context(
+        run.run_id,
+        run.action,
+        run.payload,
+        run.attempt,
+        run.created_at_ms,
+        namespace,
+        worker,
+        run.token,
+        run.trace,
+    )
+    return HeldRun(ctx, claimed_at, lease_s)
+
+
 class LeaseLost(Exception):
     """The run's lease is gone (taken back or finished elsewhere); report nothing."""
 
@@ -269,6 +289,7 @@ __all__ = [
     "HeldRun",
     "LeaseLost",
     "cancel",
+    "hold",
     "new_context",
     "start_auto_touch",
     "touch",
