@@ -1,40 +1,43 @@
-"""Running a worker's handlers: the slots they run in and the one protocol that runs a
-handler under a time limit, for both workers.
+"""Running a worker's handlers, for both workers: the slots they run in, and the one
+protocol that runs a handler under a time limit.
 
-**Slots.** Up to a worker's concurrency of long-lived tasks run its queued items one
-after another, so an item costs no task of its own (:class:`HandlerSlots`). Each item
-runs in its slot's own task and sees the context the slots started in, as a task of its
-own would: a cancellation of the slot reaches the handler as it would reach its own
-task, and whatever a handler sets in a ``ContextVar`` ends with it. An item that leaves
-that context changed (a variable set and not reset) ends its slot: the next item runs in
-a new one, in a context as it was. Items that leave it as they found it (nearly every
-handler) cost no context copy and no ``Context.run`` per step. Items put in the queue
-wake one slot, which runs them one after another for as long as their handlers finish
-without waiting (no wake-up, no future, no extra turn of the loop). The first handler
-that waits wakes a slot for each item still queued, so it never holds up the items
-behind it; a slot whose waiting item ends goes straight on to the next one.
+**Slots** (:class:`HandlerSlots`): up to a worker's concurrency of long-lived tasks run
+its queued items one after another, so an item costs no task of its own. Each item runs
+in its slot's own task, in the context the slots started in, as a task of its own
+would: a cancellation of the slot reaches the handler, and a ``ContextVar`` a handler
+sets ends with it (an item that leaves the context changed ends its slot; the next item
+runs in a new one). Items that leave it as they found it (nearly every handler) cost no
+context copy and no ``Context.run`` per step. Items put in the queue wake one slot,
+which runs them one after another while their handlers finish without waiting; the
+first handler that waits wakes a slot for each item still queued, so it never holds up
+the items behind it.
 
-**The time limit.** ``async def`` handlers run on the event loop, plain functions in the
-worker's bounded thread pool (:class:`flo_redis._aio.HandlerPool`). Every handler has a
-deadline, and one watchdog task per worker stops the handlers past theirs: no timer and,
-on Python 3.11+, no task per handler (it runs in the caller's own task, which takes the
-cancellation back once the handler has stopped). On 3.10, where a task cannot take a
-cancellation back, each handler gets a task of its own. A handler can also be stopped
-early (:meth:`Running.stop`: its run's lease was lost).
+**The time limit** (:class:`HandlerRunner`): ``async def`` handlers run on the event
+loop, plain functions in the worker's bounded thread pool. One watchdog task per worker
+stops the handlers past their deadline: no timer and, on Python 3.11+, no task per
+handler (it runs in the caller's own task, which takes the cancellation back once the
+handler has stopped; on 3.10 each handler gets a task of its own). A handler can also be
+stopped early (:meth:`Running.stop`: its run's lease was lost).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
+import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
-from flo_redis._aio import CAN_UNCANCEL, HandlerPool, uncancel_current
+from flo_redis._aio import CAN_UNCANCEL, uncancel_current
 
 T = TypeVar("T")
+
+#: The most threads a worker's pool of plain (non-async) handlers gets.
+MAX_HANDLER_THREADS = 32
 
 
 class HandlerTimeout(TimeoutError):
@@ -57,8 +60,7 @@ class Running:
         self._target: asyncio.Future[Any] | None = None
 
     def stop(self, why: str = "stopped") -> None:
-        """Cancel the handler (once): ``on_stop`` is called first, so the handler can
-        see why it is being cancelled."""
+        """Cancel the handler (once), calling ``on_stop`` first (so it can see why)."""
         if self.why:
             return
         self.why = why
@@ -68,20 +70,34 @@ class Running:
             self._target.cancel()
 
 
+def is_async_handler(fn: object) -> bool:
+    """Whether calling ``fn`` gives a coroutine (also through partials and ``__call__``)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - the bound method is what is called
+    return call is not None and not inspect.isroutine(fn) and inspect.iscoroutinefunction(call)
+
+
 class HandlerRunner:
-    """Runs handlers of one worker, each stopped ``timeout_s`` after it started."""
+    """Runs handlers of one worker, each stopped ``timeout_s`` after it started:
+    ``async def`` ones on the loop, plain ones in a pool of at most ``concurrency``
+    threads (made on first use, shut down by :meth:`close`)."""
 
     def __init__(self, concurrency: int, timeout_s: float, thread_prefix: str) -> None:
         self.timeout_s = timeout_s
-        self._pool = HandlerPool(concurrency, thread_prefix)
         self._running: set[Running] = set()
+        self._threads = max(1, min(concurrency, MAX_HANDLER_THREADS))
+        self._prefix = thread_prefix
+        self._executor: ThreadPoolExecutor | None = None
+        self._async: dict[int, bool] = {}  # id(handler) -> whether it is async
 
     def running(
         self, on_stop: Callable[[], None] | None = None, began: float | None = None
     ) -> Running:
-        """A handle for the next handler, its deadline starting at ``began`` (loop time;
-        None: now); ``on_stop`` is called when it is stopped (its deadline passed, or
-        :meth:`Running.stop`)."""
+        """A handle for the next handler, its deadline counted from ``began`` (loop time;
+        None: now); ``on_stop`` is called when it is stopped."""
         if began is None:
             began = asyncio.get_running_loop().time()
         return Running(began + self.timeout_s, on_stop)
@@ -95,13 +111,14 @@ class HandlerRunner:
     ) -> Any:
         """``handler(ctx)``'s result: the one way either worker runs a handler.
         :class:`HandlerTimeout` once the deadline passed, :class:`HandlerStopped` once
-        :meth:`Running.stop` was called (also when the handler swallowed the
-        cancellation and returned). A cancellation of the caller cancels the handler
-        and is raised as it is. ``task`` is the caller's own task (a handler slot knows
-        its own: no asking once a run): on Python 3.11+ the handler runs in it, and a
-        stop cancels it and takes the cancellation back once the handler has stopped;
-        on 3.10 the handler gets a task of its own, which a stop cancels."""
-        work: Awaitable[Any] = self._pool.call(handler, ctx)
+        :meth:`Running.stop` was called (also if the handler swallowed it and returned);
+        a cancellation of the caller cancels the handler and is raised as it is.
+        ``task`` is the caller's own task: on Python 3.11+ the handler runs in it (a stop
+        cancels it, then takes the cancellation back); on 3.10 in a task of its own."""
+        is_async = self._async.get(id(handler))
+        if is_async is None:
+            is_async = self._async[id(handler)] = is_async_handler(handler)
+        work: Awaitable[Any] = handler(ctx) if is_async else self._in_thread(handler, ctx)
         target: asyncio.Future[Any] = task
         if not CAN_UNCANCEL:
             work = target = asyncio.ensure_future(work)
@@ -121,6 +138,15 @@ class HandlerRunner:
         finally:
             running._target = None
             self._running.discard(running)
+
+    async def _in_thread(self, fn: Callable[[Any], Any], ctx: Any) -> Any:
+        """A plain handler's result, from a pool thread, in a copy of this task's context
+        (as ``asyncio.to_thread``: a span set around it); a coroutine it returns awaited."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix=self._prefix)
+        run = contextvars.copy_context().run
+        result = await asyncio.get_running_loop().run_in_executor(self._executor, run, fn, ctx)
+        return await result if inspect.isawaitable(result) else result
 
     def _stopped(self, running: Running) -> Exception:
         """The error a stopped handler ends with, the stop's cancellation taken back
@@ -143,13 +169,14 @@ class HandlerRunner:
 
     def close(self) -> None:
         """Shut the thread pool down (threads still running are not waited for)."""
-        self._pool.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
 
-# A slot running items one after another, none of which waits, gives the loop a turn
-# after INLINE of them or once INLINE_S seconds have passed since its last turn, whichever
-# comes first: a handler busy with the CPU holds up sockets and timers (heartbeats, lease
-# touches) no longer than it would alone, give or take INLINE_S.
+# A slot running items that do not wait gives the loop a turn after INLINE of them or
+# INLINE_S seconds since its last turn, whichever comes first: a handler busy with the CPU
+# holds up sockets and timers (heartbeats, touches) no longer than alone, give or take.
 INLINE = 32
 INLINE_S = 0.002
 
@@ -186,15 +213,10 @@ class _Rest:
 class HandlerSlots(Generic[T]):
     """Runs ``run(item, task)`` for each item put in :attr:`queue`, at most ``size`` at
     once; ``task`` is the slot's own task, the one the item runs in (a handler is
-    cancelled through it).
-
-    ``track`` is told of every slot task it starts (the worker waits for them as for its
-    handlers). A slot cancelled while items still wait (the worker aborts) hands each of
-    them to ``abandon`` and ends, as :meth:`halt` does. ``taken``, if given, is called
-    each time a slot takes an item off the queue (a reader waiting for room reads
-    again). A slot gives the loop a turn after ``inline`` items in a row that did not
-    wait (:data:`INLINE` unless told) or :data:`INLINE_S`, whichever comes first; after
-    an item that waited (the loop had its turn) it goes straight on to the next."""
+    cancelled through it). ``track`` is told of every slot task it starts; a slot
+    cancelled while items wait hands each to ``abandon`` and ends (as :meth:`halt`);
+    ``taken``, if given, is called as a slot takes an item off the queue. A slot gives
+    the loop a turn after ``inline`` items in a row that did not wait, or INLINE_S."""
 
     def __init__(
         self,
@@ -228,17 +250,15 @@ class HandlerSlots(Generic[T]):
 
     def wake(self) -> None:
         """See that a slot will look at the queue: if none will, wake an idle one, or
-        start one while fewer than ``size`` run. It goes through the items one after
-        another while they finish without waiting; the first that waits wakes slots
-        for the rest (:meth:`_spread`)."""
+        start one while fewer than ``size`` run (the first item that waits wakes slots
+        for the rest: :meth:`_spread`)."""
         if self._looking or not self.queue or self._closing:
             return
         self._add(1)
 
     def _spread(self) -> None:
         """An item's handler waits (its slot no longer counts as looking): a slot is
-        woken (or made) for each item still queued, so they all start in the loop's next
-        turn."""
+        woken (or made) for each item still queued, to start in the loop's next turn."""
         if not self._closing:
             self._add(len(self.queue) - self._looking)
 
@@ -370,9 +390,11 @@ class HandlerSlots(Generic[T]):
 __all__ = [
     "INLINE",
     "INLINE_S",
+    "MAX_HANDLER_THREADS",
     "HandlerRunner",
     "HandlerSlots",
     "HandlerStopped",
     "HandlerTimeout",
     "Running",
+    "is_async_handler",
 ]
