@@ -22,7 +22,7 @@ from flo_redis.quarantine import (
 )
 from flo_redis.queue.operations import QueueOperations
 from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from flo_redis.streams.operations import (
+from flo_redis.streams import (
     DeadLetter,
     StreamDeadLetterOptions,
     StreamGroupSettings,

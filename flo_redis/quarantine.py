@@ -25,10 +25,11 @@ import builtins
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from flo_redis._session.session import Operations, Session
 from flo_redis._wire import runner
+from flo_redis._wire.aside import scope_of
 from flo_redis._wire.checks import check_count
 from flo_redis._wire.codec import BadRecord, decoded, pack, text
 from flo_redis._wire.gateway import (
@@ -83,16 +84,26 @@ class QuarantinePage:
     cursor: str | None = None
 
 
-class _Scope(Protocol):
-    def keys(self, session: Session) -> Any: ...
+class _Scope:
+    """Where records were set aside: the keys of what the quarantine serves, its name in
+    messages, and how one of its records is put back."""
 
-    def label(self, session: Session) -> str: ...
+    __slots__ = ()
 
-    async def put_back(self, session: Session, entry: QuarantinedRecord, record: bytes) -> None: ...
+    def keys(self, session: Session) -> Any:
+        raise NotImplementedError
+
+    def label(self, session: Session) -> str:
+        """The quarantine as messages and log lines name it (``action 'resize' in
+        namespace 'shop'``)."""
+        return scope_of(self.keys(session))[0]
+
+    async def put_back(self, session: Session, entry: QuarantinedRecord, record: bytes) -> None:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True)
-class ActionQuarantine:
+class ActionQuarantine(_Scope):
     """The quarantine of action ``action``'s queue: its runs (each with its input),
     schedules and concurrency slot holders."""
 
@@ -101,9 +112,6 @@ class ActionQuarantine:
 
     def keys(self, session: Session) -> Any:
         return action_keys(session.get_namespace(self.namespace), self.action)
-
-    def label(self, session: Session) -> str:
-        return f"action {self.action!r} in namespace {session.get_namespace(self.namespace)!r}"
 
     async def put_back(self, session: Session, entry: QuarantinedRecord, record: bytes) -> None:
         """A run waits again (or goes back among the finished runs it was one of); a
@@ -129,7 +137,7 @@ class ActionQuarantine:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueQuarantine:
+class QueueQuarantine(_Scope):
     """The quarantine of plain queue ``queue``: its messages (each with its payload)."""
 
     queue: str
@@ -138,17 +146,15 @@ class QueueQuarantine:
     def keys(self, session: Session) -> Any:
         return queue_keys(session.get_namespace(self.namespace), self.queue)
 
-    def label(self, session: Session) -> str:
-        return f"queue {self.queue!r} in namespace {session.get_namespace(self.namespace)!r}"
-
     async def put_back(self, session: Session, entry: QuarantinedRecord, record: bytes) -> None:
         """The message is ready again (or a dead letter again, if it was one)."""
-        reply = await QUEUE_QUARANTINE_REPLAY(session, self.keys(session), [entry.id, record])
+        keys = self.keys(session)
+        reply = await QUEUE_QUARANTINE_REPLAY(session, keys, [entry.id, record])
         _check_replay(reply.status, entry, self.label(session))
 
 
 @dataclass(frozen=True, slots=True)
-class GroupQuarantine:
+class GroupQuarantine(_Scope):
     """The quarantine of consumer group ``group`` of ``stream`` (partition
     ``partition``): entries whose headers do not decode, each with its payload."""
 
@@ -162,13 +168,6 @@ class GroupQuarantine:
         part = stream_keys(session.get_namespace(self.namespace), self.stream, self.partition)
         return part, part.group(self.group)
 
-    def label(self, session: Session) -> str:
-        ns = session.get_namespace(self.namespace)
-        return (
-            f"group {self.group!r} of stream {self.stream!r} (partition {self.partition}) "
-            f"in namespace {ns!r}"
-        )
-
     async def put_back(self, session: Session, entry: QuarantinedRecord, record: bytes) -> None:
         """The entry is appended again to the stream as a new record, with ``record``
         as its headers (b"": none): every group reads it again."""
@@ -176,12 +175,13 @@ class GroupQuarantine:
             decode_headers(record)
         except BadRecord as exc:
             raise _still_bad(entry, exc, "pass record=b'' to append it without headers") from None
-        reply = await GROUP_QUARANTINE_REPLAY(session, self.keys(session), [entry.id, record])
+        keys = self.keys(session)
+        reply = await GROUP_QUARANTINE_REPLAY(session, keys, [entry.id, record])
         _check_replay(reply.status, entry, self.label(session))
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerQuarantine:
+class WorkerQuarantine(_Scope):
     """The quarantine of a namespace's worker registry. A worker whose record was set
     aside registers again by itself at its next heartbeat or poll."""
 
@@ -190,12 +190,10 @@ class WorkerQuarantine:
     def keys(self, session: Session) -> Any:
         return namespace_keys(session.get_namespace(self.namespace))
 
-    def label(self, session: Session) -> str:
-        return f"worker registry of namespace {session.get_namespace(self.namespace)!r}"
-
     async def put_back(self, session: Session, entry: QuarantinedRecord, record: bytes) -> None:
         """The worker's record is back in the registry (refused if it registered again)."""
-        reply = await WORKER_QUARANTINE_REPLAY(session, self.keys(session), [entry.id, record])
+        keys = self.keys(session)
+        reply = await WORKER_QUARANTINE_REPLAY(session, keys, [entry.id, record])
         _check_replay(reply.status, entry, self.label(session))
 
 
@@ -211,20 +209,20 @@ def _still_bad(entry: QuarantinedRecord, exc: Exception, fix: str = "") -> Valid
 
 
 def _check_replay(status: int, entry: QuarantinedRecord, where: str) -> None:
-    what = f"{entry.kind} {entry.key!r} (quarantine entry {entry.id}) of {where}"
+    """Raise the refusal of a replay of ``entry`` (of the quarantine named ``where``)."""
     if status == Status.OK:
         return
-    if status == Status.NOT_FOUND:
-        raise refusal(status, f"{what} is no longer in the quarantine (replayed or deleted)")
-    if status == Status.CONFLICT:
-        raise refusal(
-            status,
-            f"{what} is not put back: a {entry.kind} of that name exists again; delete "
-            "the quarantined one, or the live one first",
-        )
-    if status == Status.BAD_RECORD:
-        raise ValidationError(f"{what} still does not decode; pass a fixed record to replay")
-    raise ValidationError(f"{what} cannot be put back here (refused: {Status(status).name})")
+    what = f"{entry.kind} {entry.key!r} (quarantine entry {entry.id}) of {where}"
+    refused: dict[int, str] = {
+        Status.NOT_FOUND: "is no longer in the quarantine (replayed or deleted)",
+        Status.CONFLICT: f"is not put back: a {entry.kind} of that name exists again; delete "
+        "the quarantined one, or the live one first",
+        Status.BAD_RECORD: "still does not decode; pass a fixed record to replay",
+    }
+    why = refused.get(status, f"cannot be put back here (refused: {Status(status).name})")
+    if status in (Status.NOT_FOUND, Status.CONFLICT):
+        raise refusal(status, f"{what} {why}")
+    raise ValidationError(f"{what} {why}")
 
 
 _SCOPES = (ActionQuarantine, QueueQuarantine, GroupQuarantine, WorkerQuarantine)
@@ -237,6 +235,12 @@ def _scope(where: object) -> _Scope:
             f"WorkerQuarantine, got {type(where).__name__}"
         )
     return where
+
+
+def _held(scope: _Scope, session: Session) -> Any:
+    """The keys whose ``quarantine`` stream holds what ``scope`` set aside."""
+    keys = scope.keys(session)
+    return keys[1] if isinstance(keys, tuple) else keys
 
 
 def _entry_id(what: str, value: object) -> str:
@@ -272,8 +276,7 @@ class QuarantineOperations(Operations):
         scope = _scope(where)
         check_count("limit", limit, 1, MAX_LIST)
         start = "-" if after is None else "(" + _entry_id("after", after)
-        key = scope.keys(self._session)
-        key = key[1].quarantine if isinstance(key, tuple) else key.quarantine
+        key = _held(scope, self._session).quarantine
         with runner.redis_errors("quarantine list"):
             rows: Any = await self._session.redis.xrange(key, start, "+", count=limit + 1)
         records = tuple(_record(i, f) for i, f in rows[:limit])
@@ -284,8 +287,7 @@ class QuarantineOperations(Operations):
         """How many records ``where`` holds set aside now (at most :data:`KEPT`: the
         newest are kept)."""
         scope = _scope(where)
-        key = scope.keys(self._session)
-        key = key[1].quarantine if isinstance(key, tuple) else key.quarantine
+        key = _held(scope, self._session).quarantine
         with runner.redis_errors("quarantine count"):
             return int(await self._session.redis.xlen(key))
 
@@ -301,8 +303,7 @@ class QuarantineOperations(Operations):
         entry_id = _entry_id("entry_id", entry_id)
         if record is not None and not isinstance(record, bytes):
             raise ValidationError(f"record must be bytes, got {type(record).__name__}")
-        key = scope.keys(self._session)
-        key = key[1].quarantine if isinstance(key, tuple) else key.quarantine
+        key = _held(scope, self._session).quarantine
         with runner.redis_errors("quarantine replay"):
             rows: Any = await self._session.redis.xrange(key, entry_id, entry_id)
         if not rows:
@@ -323,9 +324,7 @@ class QuarantineOperations(Operations):
         if len(entry_ids) > MAX_DELETE:
             raise ValidationError(f"at most {MAX_DELETE} entry ids per delete")
         ids: builtins.list[str] = [_entry_id(f"entry_ids[{i}]", e) for i, e in enumerate(entry_ids)]
-        key = scope.keys(self._session)
-        source = key[1] if isinstance(key, tuple) else key
-        reply = await QUARANTINE_DELETE(self._session, source, [pack(ids)])
+        reply = await QUARANTINE_DELETE(self._session, _held(scope, self._session), [pack(ids)])
         return reply.value
 
 

@@ -10,8 +10,8 @@ from flo_redis.cli import _ops as ops
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.errors import ValidationError
+from flo_redis.streams import DeadLetter, StreamDeadLetterOptions
 from flo_redis.streams.inspect import GroupCounts
-from flo_redis.streams.operations import DeadLetter, StreamDeadLetterOptions
 from flo_redis.types import StreamID, StreamInfo
 
 

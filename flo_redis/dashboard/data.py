@@ -25,8 +25,8 @@ from flo_redis.quarantine import (
     QueueQuarantine,
     WorkerQuarantine,
 )
+from flo_redis.streams import DeadLetter, StreamDeadLetterOptions
 from flo_redis.streams.inspect import GroupCounts
-from flo_redis.streams.operations import DeadLetter, StreamDeadLetterOptions
 from flo_redis.types import (
     ActionInfo,
     ActionListOptions,

@@ -18,6 +18,9 @@ message since delivered again, or never delivered to this client, is refused as 
 (:class:`ConflictError`) and nothing changes. Dead consumers' messages are taken back by
 the dequeues of the queue's other consumers (every 250 ms while messages are out), so a
 queue nobody dequeues from keeps them until someone does.
+
+The scripts' arguments are checked, and their replies read, by the I/O-free builders of
+:mod:`flo_redis.queue.requests`; this module sends.
 """
 
 from __future__ import annotations
@@ -33,11 +36,10 @@ from flo_redis._session.reclaim import RECLAIM_BATCH, ReclaimResult, sweep
 from flo_redis._session.session import Session
 from flo_redis._session.wake import Attempt, long_poll
 from flo_redis._wire import runner
-from flo_redis._wire.aside import SetAside, scope_of, warn_set_aside
+from flo_redis._wire.aside import scope_of, warn_set_aside
 from flo_redis._wire.checks import (
     check_bytes,
     check_count,
-    check_int,
     check_options,
     check_priority,
 )
@@ -55,16 +57,24 @@ from flo_redis._wire.gateway import (
 )
 from flo_redis._wire.keys import QueueKeys, check_name, queue_keys
 from flo_redis._wire.lru import Lru
-from flo_redis._wire.queue_replies import Listed, PerSeq
-from flo_redis._wire.status import Status, refusal
+from flo_redis._wire.queue_replies import PerSeq
 from flo_redis.errors import (
     DequeueReplyLostError,
-    ValidationError,
     is_connection_error,
     validate_block_ms,
 )
+from flo_redis.queue.requests import (
+    check_status,
+    listed,
+    per_seq,
+    raise_report_refusals,
+    raise_requeue_refusals,
+    reclaim_refused,
+    refusals,
+    seqs_arg,
+    tokens_arg,
+)
 from flo_redis.retry import Backoff, is_refused_unrun
-from flo_redis.types.base import LUA_INT
 from flo_redis.types.queue import (
     AckOptions,
     DequeueOptions,
@@ -85,8 +95,6 @@ MAX_COUNT = 1000
 """Most messages one dequeue, peek, ack, nack or requeue script call handles."""
 MAX_VISIBILITY_MS = 12 * 3600 * 1000
 MAX_DELIVERIES = 1000
-MAX_SEQ = 2**53 - 1
-"""Sequence numbers stay below 2^53, exact in the scripts' numbers (``lua/lib/ids.lua``)."""
 RESEND_AT_MOST_S = 60.0
 """A dequeue whose reply was lost is sent again (same poll id) until Redis answers, for
 as long as its deliveries can still be handed over — their visibility timeout — but at
@@ -121,7 +129,7 @@ class QueueOperations:
         priority = check_priority(opts.priority)
         data = check_bytes("payload", payload, self._session.max_payload_bytes)
         reply = await QUEUE_ENQUEUE(self._session, keys, [priority, data])
-        _check_status(reply.status, "enqueue")
+        check_status(reply.status, "enqueue")
         return reply.value
 
     async def dequeue(
@@ -181,7 +189,7 @@ class QueueOperations:
         opts = check_options(options, DlqListOptions)
         keys = self._keys(queue, opts.namespace)
         limit = check_count("limit", opts.limit, 1, MAX_COUNT)
-        return DequeueResult(_listed(await QUEUE_DLQ_LIST(self._session, keys, [limit])))
+        return DequeueResult(listed(await QUEUE_DLQ_LIST(self._session, keys, [limit])))
 
     async def dlq_requeue(
         self, queue: str, seqs: list[int], options: DlqRequeueOptions | None = None
@@ -195,21 +203,14 @@ class QueueOperations:
         if not seqs:
             return
         keys = self._keys(queue, opts.namespace)
-        wanted = _seqs_arg(seqs, queue)
-        missing: builtins.list[int] = []
-        bad: builtins.list[int] = []
+        wanted = seqs_arg(seqs, queue)
+        refused: builtins.list[tuple[int, int]] = []
         for i in range(0, len(wanted), MAX_COUNT):
             chunk = wanted[i : i + MAX_COUNT]
-            reply = _per_seq(await QUEUE_DLQ_REQUEUE(self._session, keys, [pack(chunk)]), chunk)
-            missing += [s for s, st in zip(chunk, reply, strict=True) if st == Status.NOT_FOUND]
-            bad += [s for s, st in zip(chunk, reply, strict=True) if st == Status.BAD_RECORD]
-        _raise_set_aside(keys, "dlq_requeue", bad)
-        if missing:
-            raise refusal(
-                Status.NOT_FOUND,
-                f"seq(s) {_few(missing)} of queue {queue!r} are not dead letters (never "
-                "handed out, acked, or already requeued); list them with dlq_list",
-            )
+            reply = await QUEUE_DLQ_REQUEUE(self._session, keys, [pack(chunk)])
+            refused += refusals(chunk, per_seq(reply, chunk))
+        if refused:
+            raise_requeue_refusals(keys, refused)
 
     async def peek(
         self, queue: str, count: int, options: PeekOptions | None = None
@@ -218,7 +219,7 @@ class QueueOperations:
         opts = check_options(options, PeekOptions)
         keys = self._keys(queue, opts.namespace)
         check_count("count", count, 1, MAX_COUNT)
-        return DequeueResult(_listed(await QUEUE_PEEK(self._session, keys, [count])))
+        return DequeueResult(listed(await QUEUE_PEEK(self._session, keys, [count])))
 
     # --- beyond flo ----------------------------------------------------------------
 
@@ -231,7 +232,7 @@ class QueueOperations:
             self._session.settings.liveness_grace_ms,
             RECLAIM_BATCH,
         ]
-        return await sweep(self._session, QUEUE_RECLAIM, keys, args, _reclaim_refused)
+        return await sweep(self._session, QUEUE_RECLAIM, keys, args, reclaim_refused)
 
     # --- internals -----------------------------------------------------------------
 
@@ -297,7 +298,7 @@ class QueueOperations:
                 await asyncio.sleep(min(pause.next(), left))  # the last send at give_up_at
         if sends > 1:
             log.info("dequeue from %r: answered after %d sends", keys.queue, sends)
-        _check_status(reply.status, "dequeue")
+        check_status(reply.status, "dequeue")
         if reply.aside:
             warn_set_aside(scope_of(keys), reply.aside)
         messages = list(reply.messages)
@@ -317,11 +318,9 @@ class QueueOperations:
         if not seqs:
             return  # as flo: nothing to send
         keys = self._keys(queue, namespace)
-        wanted = _seqs_arg(seqs, queue)
-        fences = _tokens_arg(wanted, tokens)
-        stale: builtins.list[int] = []
-        unknown: builtins.list[int] = []
-        bad: builtins.list[int] = []
+        wanted = seqs_arg(seqs, queue)
+        fences = tokens_arg(wanted, tokens)
+        refused: builtins.list[tuple[int, int]] = []
         for i in range(0, len(wanted), MAX_COUNT):
             chunk = wanted[i : i + MAX_COUNT]
             args: list[runner.Arg] = [
@@ -329,52 +328,9 @@ class QueueOperations:
                 pack(chunk),
                 pack(fences[i : i + MAX_COUNT]),
             ]
-            for seq, st in zip(
-                chunk, _per_seq(await script(self._session, keys, args), chunk), strict=True
-            ):
-                if st == Status.STALE:
-                    stale.append(seq)
-                elif st == Status.NOT_FOUND:
-                    unknown.append(seq)
-                elif st == Status.BAD_RECORD:
-                    bad.append(seq)
-        _raise_set_aside(keys, verb, bad)
-        if unknown:
-            raise refusal(
-                Status.NOT_FOUND,
-                f"{verb}: seq(s) {_few(unknown)} of queue {queue!r} not found (never handed out)",
-            )
-        if stale:
-            raise refusal(
-                Status.STALE,
-                f"{verb} of seq(s) {_few(stale)} of queue {queue!r} refused: not delivered "
-                "to this client now (delivered again since, given back, or never dequeued "
-                "here); "
-                "those changed nothing",
-            )
-
-
-def _raise_set_aside(keys: QueueKeys, verb: str, seqs: Sequence[int]) -> None:
-    """Log and raise for messages a script answered BAD_RECORD: their records did not
-    decode, and were set aside into the queue's quarantine (the others took effect)."""
-    if not seqs:
-        return
-    reason = "its stored record does not decode"
-    warn_set_aside(scope_of(keys), [SetAside("message", str(s), reason) for s in seqs])
-    raise refusal(
-        Status.BAD_RECORD,
-        f"{verb}: the record(s) of seq(s) {_few(seqs)} of queue {keys.queue!r} do not "
-        "decode; set aside into the queue's quarantine (flo-redis quarantine list "
-        f"--queue {keys.queue} --namespace {keys.namespace})",
-    )
-
-
-def _few(seqs: Sequence[int], most: int = 10) -> str:
-    """Seqs for an error message: all of a few, the first ``most`` and a count of many."""
-    if len(seqs) <= most:
-        return str(list(seqs))
-    shown = ", ".join(map(str, seqs[:most]))
-    return f"[{shown}, ... {len(seqs) - most} more]"
+            refused += refusals(chunk, per_seq(await script(self._session, keys, args), chunk))
+        if refused:
+            raise_report_refusals(keys, verb, refused)
 
 
 def _never_sent(exc: BaseException) -> bool:
@@ -409,56 +365,3 @@ def _reply_lost(queue: str, poll_id: str, visibility_ms: int, sends: int) -> Exc
     return DequeueReplyLostError(
         f"{said}{then}; check that Redis is reachable", poll_id, visibility_ms
     )
-
-
-def _reclaim_refused(status: int) -> Exception:
-    return refusal(status, "queue reclaim: an argument is out of range")
-
-
-def _check_status(status: int, what: str) -> None:
-    if status != Status.OK:
-        raise refusal(status, f"queue {what}: an argument is out of range")
-
-
-def _listed(reply: Listed) -> builtins.list[Message]:
-    _check_status(reply.status, "listing")
-    return list(reply.messages)
-
-
-def _per_seq(reply: PerSeq, sent: Sequence[int]) -> tuple[int, ...]:
-    _check_status(reply.status, "report")
-    if len(reply.statuses) != len(sent):
-        raise refusal(Status.OUT_OF_RANGE, "queue script answered a different number of seqs")
-    return reply.statuses
-
-
-def _seqs_arg(seqs: object, queue: str) -> builtins.list[int]:
-    """Validated sequence numbers: a list of ints (ValidationError otherwise); an int no
-    message of any queue can have is unknown (NotFoundError), before anything is sent."""
-    if isinstance(seqs, str | bytes) or not isinstance(seqs, Sequence):
-        raise ValidationError(f"seqs must be a list of int, got {type(seqs).__name__}")
-    out = []
-    for i, seq in enumerate(seqs):
-        check_int(f"seqs[{i}]", seq)
-        if not 1 <= seq <= MAX_SEQ:
-            raise refusal(
-                Status.NOT_FOUND,
-                f"seq {seq} of queue {queue!r} not found: sequence numbers start at 1, as "
-                "returned by enqueue",
-            )
-        out.append(seq)
-    return out
-
-
-def _tokens_arg(seqs: Sequence[int], tokens: Mapping[int, int] | None) -> builtins.list[int]:
-    if tokens is None:
-        return [0] * len(seqs)
-    if not isinstance(tokens, Mapping):
-        raise ValidationError(f"tokens must map seq to delivery_count, got {tokens!r}")
-    out = []
-    for seq in seqs:
-        token = tokens.get(seq, 0)
-        if token != 0:
-            check_count(f"tokens[{seq}]", token, 1, LUA_INT)
-        out.append(token)
-    return out

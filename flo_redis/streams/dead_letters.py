@@ -1,4 +1,5 @@
-"""A consumer group's dead letters: the entries it gave up on, and replaying them.
+"""A consumer group's dead letters: the entries it gave up on, and replaying them;
+functions over a :class:`~flo_redis.streams.partitions.StreamState`.
 
 An entry is dead-lettered when it was nacked or left unacked past the group's ack
 timeout once too often (``max_deliver``); ``lib/stream.lua`` moves it, with its payload,
@@ -30,7 +31,7 @@ from flo_redis._wire.stream_codec import (
     stream_id_arg,
 )
 from flo_redis.errors import ValidationError
-from flo_redis.streams.partitions import PartitionedStreams, merged
+from flo_redis.streams.partitions import StreamState, merged
 from flo_redis.types import StreamID
 
 
@@ -88,66 +89,55 @@ def _dead_letter(entry_id: bytes, fields: dict[bytes, bytes], partition: int) ->
     )
 
 
-class DeadLetters(PartitionedStreams):
-    """``client.stream``'s dead-letter calls."""
+async def listed(
+    state: StreamState, stream: str, group: str, options: StreamDeadLetterOptions | None
+) -> builtins.list[DeadLetter]:
+    """The group's dead letters of every partition (or one), oldest first."""
+    opts = check_options(options, StreamDeadLetterOptions)
+    check_name("group name", group)
+    count = count_arg("count", opts.count, DEFAULT_COUNT)
+    start = "-" if opts.start is None else stream_id_arg("start", opts.start).to_redis()
+    parts = await state.parts(stream, opts.namespace, opts.partition)
 
-    async def dead_letters(
-        self,
-        stream: str,
-        group: str,
-        options: StreamDeadLetterOptions | None = None,
-    ) -> builtins.list[DeadLetter]:
-        """The group's dead letters, oldest first, from ``start`` (inclusive), at most
-        ``count``; of every partition (or only ``partition``). Dead letters are kept up to
-        about 10000 per group and partition (oldest dropped)."""
-        opts = check_options(options, StreamDeadLetterOptions)
-        check_name("group name", group)
-        count = count_arg("count", opts.count, DEFAULT_COUNT)
-        start = "-" if opts.start is None else stream_id_arg("start", opts.start).to_redis()
-        parts = await self._partitions(stream, opts.namespace, opts.partition)
-
-        async def letters(keys: StreamKeys) -> builtins.list[DeadLetter]:
-            with runner.redis_errors("dead_letters"):
-                entries: Any = await self._session.redis.xrange(
-                    keys.group(group).dead, start, "+", count=count
-                )
-            return [_dead_letter(i, fields, keys.partition) for i, fields in entries]
-
-        return merged(await asyncio.gather(*(letters(k) for k in parts)), count)
-
-    async def replay_dead_letters(
-        self,
-        stream: str,
-        group: str,
-        ids: builtins.list[StreamID] | None = None,
-        count: int = DEFAULT_COUNT,
-        namespace: str | None = None,
-        partition: int | None = None,
-    ) -> builtins.list[StreamID]:
-        """Append dead letters back to the stream as new records (same payload and
-        headers) and remove them from the dead letters, atomically: the ones named by
-        ``ids`` (dead-letter ids of ``partition``, default 0; unknown ones are skipped),
-        or the oldest ``count`` (of every partition in turn, or only ``partition``); each
-        goes back to the partition it came from. Returns the new record ids. Every group
-        of the stream reads them as new records."""
-        check_name("group name", group)
-        take = count_arg("count", count, DEFAULT_COUNT)
-        named = b""
-        if ids is not None:
-            names = ids_arg(ids)
-            if not names:
-                return []
-            if len(names) > MAX_COUNT:
-                raise ValidationError(f"replay at most {MAX_COUNT} dead letters per call")
-            take, named = len(names), pack(names)
-            partition = partition or 0
-        parts = await self._partitions(stream, namespace, partition)
-        replayed: builtins.list[StreamID] = []
-        for keys in parts:
-            if len(replayed) >= take:
-                break
-            reply = await GROUP_REPLAY(
-                self._session, (keys, keys.group(group)), [named, take - len(replayed)]
+    async def letters(keys: StreamKeys) -> builtins.list[DeadLetter]:
+        with runner.redis_errors("dead_letters"):
+            entries: Any = await state.session.redis.xrange(
+                keys.group(group).dead, start, "+", count=count
             )
-            replayed += reply.new_ids
-        return replayed
+        return [_dead_letter(i, fields, keys.partition) for i, fields in entries]
+
+    return merged(await asyncio.gather(*(letters(k) for k in parts)), count)
+
+
+async def replay(
+    state: StreamState,
+    stream: str,
+    group: str,
+    ids: builtins.list[StreamID] | None,
+    count: int,
+    namespace: str | None,
+    partition: int | None,
+) -> builtins.list[StreamID]:
+    """Append the named (or the oldest ``count``) dead letters back to their partition,
+    atomically with removing them; the new record ids."""
+    check_name("group name", group)
+    take = count_arg("count", count, DEFAULT_COUNT)
+    named = b""
+    if ids is not None:
+        names = ids_arg(ids)
+        if not names:
+            return []
+        if len(names) > MAX_COUNT:
+            raise ValidationError(f"replay at most {MAX_COUNT} dead letters per call")
+        take, named = len(names), pack(names)
+        partition = partition or 0
+    parts = await state.parts(stream, namespace, partition)
+    replayed: builtins.list[StreamID] = []
+    for keys in parts:
+        if len(replayed) >= take:
+            break
+        reply = await GROUP_REPLAY(
+            state.session, (keys, keys.group(group)), [named, take - len(replayed)]
+        )
+        replayed += reply.new_ids
+    return replayed

@@ -1,11 +1,12 @@
-"""flo's ``client.stream`` on Redis Streams: plain streams here, the rest in its rooms.
+"""flo's ``client.stream`` on Redis Streams: one class whose calls are the functions of
+the stream family.
 
-Every state change is one Lua script (``lua/stream_*.lua``, ``lua/group_*.lua``); each
-call validates its arguments before anything is sent, calls the scripts, waits for
-wake-ups between attempts of a blocking read, and turns replies into flo's result
-classes. :class:`StreamOperations` is composed of:
+Every state change is one Lua script (``lua/stream_*.lua``, ``lua/group_*.lua``). The
+operations are plain functions over a :class:`~flo_redis.streams.partitions.StreamState`
+(the session and what the client remembers of its streams), which the StreamWorker calls
+as well:
 
-- plain streams (this module): append, read, info, trim;
+- :mod:`flo_redis.streams.records`: plain streams (append, read, info, trim);
 - :mod:`flo_redis.streams.groups`: consumer groups (join, read, pending, claim, their
   settings, and what gone consumers held);
 - :mod:`flo_redis.streams.acks`: their acks and nacks, one entry or many;
@@ -21,59 +22,53 @@ from, and acks and nacks name it (``lua/README.md``, section Cluster).
 
 from __future__ import annotations
 
-import asyncio
 import builtins
+from collections.abc import Sequence
 
-from flo_redis._session.tracer import append_span, with_trace_headers
-from flo_redis._session.wake import Attempt
-from flo_redis._wire import runner
-from flo_redis._wire.aside import warn_unreadable
-from flo_redis._wire.checks import check_options
-from flo_redis._wire.gateway import STREAM_APPEND, STREAM_INFO, STREAM_READ, STREAM_TRIM
-from flo_redis._wire.keys import StreamKeys, stream_keys
-from flo_redis._wire.status import Status, refusal
-from flo_redis._wire.stream_codec import (
-    DEFAULT_COUNT,
-    block_ms_arg,
-    count_arg,
-    headers_arg,
-    merge,
-    positive_arg,
-    stream_id_arg,
-)
-from flo_redis.errors import ValidationError, ValueTooLargeError
-from flo_redis.streams.acks import GroupAcks
-from flo_redis.streams.dead_letters import DeadLetter, DeadLetters, StreamDeadLetterOptions
-from flo_redis.streams.groups import ConsumerGroups, StreamGroupSettings, reap_target
-from flo_redis.streams.inspect import StreamInspection
-from flo_redis.streams.placement import partition_of_key
+from flo_redis._session.liveness import DEFAULT_GRACE_MS
+from flo_redis._session.reclaim import RECLAIM_BATCH, ReapTarget
+from flo_redis._session.session import Session
+from flo_redis._wire.checks import MAX_LIST_LIMIT, check_optional_name
+from flo_redis._wire.stream_codec import DEFAULT_COUNT
+from flo_redis.errors import ServerError
+from flo_redis.streams import acks, dead_letters, groups, inspect, records
+from flo_redis.streams.dead_letters import DeadLetter, StreamDeadLetterOptions
+from flo_redis.streams.groups import StreamGroupSettings
+from flo_redis.streams.inspect import GroupCounts
+from flo_redis.streams.partitions import StreamState, create_stream, partition_count
 from flo_redis.types import (
+    PendingEntry,
     StreamAppendOptions,
     StreamAppendResult,
+    StreamClaimResult,
+    StreamGroupAckOptions,
+    StreamGroupJoinOptions,
+    StreamGroupNackOptions,
+    StreamGroupReadOptions,
     StreamID,
     StreamInfo,
     StreamInfoOptions,
     StreamReadOptions,
     StreamReadResult,
-    StreamRecord,
     StreamTrimOptions,
     StreamTrimResult,
 )
-from flo_redis.types.base import LUA_INT
 
-TRIM_BATCH = 1000  # records one trim script call removes (or counts) at most
+IdList = builtins.list[StreamID]
+"""Stream ids (``list`` is a method of :class:`StreamOperations`)."""
 
 
-class StreamOperations(ConsumerGroups, GroupAcks, DeadLetters, StreamInspection):
+class StreamOperations:
     """``client.stream``: append-only streams and consumer groups on Redis Streams, their
-    dead letters, and (from :class:`StreamInspection`) the namespace's streams and each
-    group's lag."""
+    dead letters, the namespace's streams and each group's lag."""
+
+    def __init__(self, session: Session) -> None:
+        self._state = StreamState(session)
+
+    # --- plain streams ---------------------------------------------------------------
 
     async def append(
-        self,
-        stream: str,
-        payload: bytes,
-        options: StreamAppendOptions | None = None,
+        self, stream: str, payload: bytes, options: StreamAppendOptions | None = None
     ) -> StreamAppendResult:
         """Append one record (``payload`` bytes, optional ``headers``) and wake blocked
         readers. The id is Redis's ``<ms>-<seq>``, increasing within its partition. A missing
@@ -81,43 +76,9 @@ class StreamOperations(ConsumerGroups, GroupAcks, DeadLetters, StreamInspection)
         ``partition_key`` go to the same partition (in order); records without one are
         spread round-robin. :class:`ValueTooLargeError` for a payload over the client's
         ``max_payload_bytes``."""
-        opts = check_options(options, StreamAppendOptions)
-        first = self._keys(stream, opts.namespace)
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise ValidationError(f"payload must be bytes, got {type(payload).__name__}")
-        data = bytes(payload)
-        if len(data) > self._session.max_payload_bytes:
-            raise ValueTooLargeError(
-                f"payload is {len(data)} bytes; the limit is {self._session.max_payload_bytes} "
-                "(raise the client's max_payload_bytes or store large data elsewhere)"
-            )
-        if opts.partition_key is not None and not isinstance(opts.partition_key, str):
-            raise ValidationError(
-                f"partition_key must be a str, got {type(opts.partition_key).__name__}"
-            )
-        headers = headers_arg(opts.headers)
-        count = await self._counts.get(first.namespace, stream, first.meta)
-        partition = 0
-        if count > 1:
-            if opts.partition_key is not None:
-                partition = partition_of_key(opts.partition_key, count)
-            else:
-                partition = self._next_turn(first.namespace, stream) % count
-        keys = first if partition == 0 else stream_keys(first.namespace, stream, partition)
-        # Listed first: a user refused the registry is refused before anything is written.
-        await self._remember_stream(first.namespace, stream)
-        with append_span(self._session.tracer, first.namespace, stream, partition) as span:
-            if span.headers:
-                headers = headers_arg(with_trace_headers(opts.headers, span.headers))
-            reply = await STREAM_APPEND(self._session, keys, [data, headers])
-            span.sent((reply.id.to_redis(),))
-        return StreamAppendResult(id=reply.id, partition=partition)
+        return await records.append(self._state, stream, payload, options)
 
-    async def read(
-        self,
-        stream: str,
-        options: StreamReadOptions | None = None,
-    ) -> StreamReadResult:
+    async def read(self, stream: str, options: StreamReadOptions | None = None) -> StreamReadResult:
         """Up to ``count`` (default 100, at most 1000) records between ``start`` and ``end``
         (both inclusive; default the whole stream), oldest first; with ``tail`` the newest
         ``count`` of them (still oldest first). With ``block_ms`` > 0 and nothing to read,
@@ -125,64 +86,15 @@ class StreamOperations(ConsumerGroups, GroupAcks, DeadLetters, StreamInspection)
         stream is read in every partition (or only ``partition``), merged in id order. A
         record whose stored headers do not decode is read with ``headers`` None (and
         logged once at WARNING)."""
-        since = self._session.waker.generation  # an interrupt from here on ends this read
-        opts = check_options(options, StreamReadOptions)
-        parts = await self._partitions(stream, opts.namespace, opts.partition)
-        count = count_arg("count", opts.count, DEFAULT_COUNT)
-        block_ms = block_ms_arg(opts.block_ms)
-        if opts.tail and opts.start is not None:
-            raise ValidationError("tail and start exclude each other; set one of them")
-        start = "-" if opts.start is None else stream_id_arg("start", opts.start).to_redis()
-        end = "+" if opts.end is None else stream_id_arg("end", opts.end).to_redis()
-        if opts.start is not None and opts.end is not None and opts.start > opts.end:
-            raise ValidationError(f"start {opts.start} is after end {opts.end}")
-        args: builtins.list[runner.Arg] = [start, end, count, "1" if opts.tail else "0"]
+        return await records.read(self._state, stream, options)
 
-        async def read_one(keys: StreamKeys) -> builtins.list[StreamRecord]:
-            reply = await STREAM_READ(self._session, keys, args)
-            for bad in reply.bad:  # read without its headers; a group sets it aside
-                warn_unreadable(
-                    ("entry", keys.tag, bad.record.id.to_redis()),
-                    f"stream {stream!r} (partition {keys.partition}, namespace "
-                    f"{keys.namespace!r}): record {bad.record.id} has headers that do not "
-                    f"decode ({bad.reason}); read without them (a consumer group that "
-                    "reads it sets it aside into the group's quarantine)",
-                )
-            return reply.records
-
-        async def attempt() -> Attempt[StreamRecord]:
-            if len(parts) == 1:
-                return Attempt(await read_one(parts[0]))
-            batches = await asyncio.gather(*(read_one(k) for k in parts))
-            return Attempt(merge(batches, count, opts.tail))
-
-        return StreamReadResult(records=await self._long_poll(parts, block_ms, attempt, since))
-
-    async def info(
-        self,
-        stream: str,
-        options: StreamInfoOptions | None = None,
-    ) -> StreamInfo:
+    async def info(self, stream: str, options: StreamInfoOptions | None = None) -> StreamInfo:
         """Record count, bytes held (payloads and headers), first and last id (MIN when
         empty) and partition count; of all partitions together (the lowest first id and
         the highest last id). A missing stream answers as empty."""
-        opts = check_options(options, StreamInfoOptions)
-        parts = await self._partitions(stream, opts.namespace)
-        replies = await asyncio.gather(*(STREAM_INFO(self._session, k) for k in parts))
-        held = [r for r in replies if r.count > 0]
-        return StreamInfo(
-            count=sum(r.count for r in replies),
-            bytes_size=sum(r.bytes_size for r in replies),
-            first_id=min((r.first_id for r in held), default=StreamID()),
-            last_id=max((r.last_id for r in held), default=StreamID()),
-            partition_count=len(parts),
-        )
+        return await records.info(self._state, stream, options)
 
-    async def trim(
-        self,
-        stream: str,
-        options: StreamTrimOptions | None = None,
-    ) -> StreamTrimResult:
+    async def trim(self, stream: str, options: StreamTrimOptions | None = None) -> StreamTrimResult:
         """Remove the oldest records by exactly one bound: ``before`` (ids up to and
         including it), ``max_len`` (keep the newest n) or ``max_age_seconds`` (older than
         that, by server time). With ``dry_run`` nothing is removed and ``removed`` says what
@@ -191,72 +103,209 @@ class StreamOperations(ConsumerGroups, GroupAcks, DeadLetters, StreamInspection)
         record left. :class:`NotFoundError` for a missing stream. A partitioned stream is
         trimmed in every partition by the same bound (``max_len`` keeps the newest n of
         each partition)."""
-        opts = check_options(options, StreamTrimOptions)
-        parts = await self._partitions(stream, opts.namespace)
-        set_bounds = [
-            name
-            for name, value in (
-                ("before", opts.before),
-                ("max_len", opts.max_len),
-                ("max_age_seconds", opts.max_age_seconds),
-            )
-            if value is not None
-        ]
-        if len(set_bounds) != 1:
-            got = ", ".join(set_bounds) or "none"
-            raise ValidationError(
-                f"set exactly one of before, max_len, max_age_seconds (got {got})"
-            )
-        mode: str
-        bound: str
-        if opts.before is not None:
-            mode, bound = "before", stream_id_arg("before", opts.before).to_redis()
-        elif opts.max_len is not None:
-            mode, bound = "max_len", str(positive_arg("max_len", opts.max_len))
-        else:
-            age = positive_arg("max_age_seconds", opts.max_age_seconds, LUA_INT // 1000)
-            mode, bound = "max_age", str(age)
-        outcomes = await asyncio.gather(
-            *(self._trim_partition(k, mode, bound, opts.dry_run) for k in parts)
-        )
-        found = [o for o in outcomes if o is not None]
-        if not found:
-            raise refusal(
-                Status.NOT_FOUND,
-                f"stream {stream!r} not found in namespace {parts[0].namespace!r}; nothing to trim",
-            )
-        removed = sum(o[0] for o in found)
-        left = sum(o[1] for o in found)
-        added = sum(o[2] for o in found)
-        return StreamTrimResult(removed=removed, first_seq=added - left + 1)
+        return await records.trim(self._state, stream, options)
 
-    async def _trim_partition(
-        self, keys: StreamKeys, mode: str, bound: str, dry_run: bool
-    ) -> tuple[int, int, int] | None:
-        """Trim one partition in bounded steps: (removed, records left, entries ever
-        added), or None when the partition does not exist."""
-        dry = "1" if dry_run else "0"
-        removed, after = 0, ""
-        while True:
-            reply = await STREAM_TRIM(self._session, keys, [mode, bound, dry, after, TRIM_BATCH])
-            if reply.status == Status.NOT_FOUND:
-                return None
-            removed += reply.removed
-            if reply.cutoff:
-                mode, bound = "below", reply.cutoff
-            length, added = reply.length, reply.entries_added
-            if not reply.more:
-                break
-            if dry_run:
-                after = reply.last_id
-        left = length - removed if dry_run else length
-        return removed, left, added
+    async def create(self, stream: str, partitions: int = 1, namespace: str | None = None) -> int:
+        """Create ``stream`` with ``partitions`` partitions (1..1024), each in its own hash
+        slot, and return the count. The count is fixed once recorded: creating again with
+        the same count changes nothing, another count is refused with
+        :class:`ConflictError`, and so is a count above 1 for a stream already used
+        without one. A stream never created has one partition."""
+        return await create_stream(self._state, stream, partitions, namespace)
+
+    async def partitions(self, stream: str, namespace: str | None = None) -> int:
+        """How many partitions ``stream`` has (1 unless it was created with more)."""
+        return await partition_count(self._state, stream, namespace)
+
+    # --- consumer groups -------------------------------------------------------------
+
+    async def group_join(
+        self, stream: str, group: str, consumer: str, options: StreamGroupJoinOptions | None = None
+    ) -> None:
+        """Join ``consumer`` to ``group``, creating the group when missing (at the
+        beginning of the stream, so it reads every record still held) and the stream too;
+        on every partition of a partitioned stream. ``ack_timeout_ms`` / ``max_deliver``
+        given in the options are applied to the group."""
+        await groups.join(self._state, stream, group, consumer, options)
+
+    async def group_leave(
+        self, stream: str, group: str, consumer: str, options: StreamGroupJoinOptions | None = None
+    ) -> None:
+        """Remove ``consumer`` from ``group`` (on every partition). A consumer still holding
+        pending entries is kept until they are settled, so none is lost. A missing group
+        is not an error."""
+        await groups.leave(self._state, stream, group, consumer, options)
+
+    async def group_read(
+        self, stream: str, group: str, consumer: str, options: StreamGroupReadOptions | None = None
+    ) -> StreamReadResult:
+        """Hand up to ``count`` (default 100, at most 1000) entries to ``consumer``: first
+        entries due again (nacked, or unacked past the group's ack timeout) with their
+        delivery count raised, then new ones; all in one atomic step per partition. An
+        entry already delivered ``max_deliver`` times goes to the dead letters instead.
+        With ``block_ms`` > 0 and nothing to hand out, waits up to that long. The group is
+        created when missing. Each record's ``delivery_count`` is the delivery's fencing
+        token. A retry with the same ``poll_id`` (within two minutes) gets the entries
+        that poll was handed instead of new ones. A partitioned stream is read from
+        every partition (or only ``partition``), one script call each, starting at a
+        different partition each call so that none is starved; a retry of a poll id this
+        client sent before first replays what each partition handed to it (all of them,
+        before any partition reads afresh, so a fresh read filling ``count`` never keeps
+        a lost reply's entries from coming back), then fills ``count`` from the
+        partitions that had nothing to replay."""
+        return await groups.read(self._state, stream, group, consumer, options)
+
+    async def group_pending(
+        self,
+        stream: str,
+        group: str,
+        consumer: str = "",
+        options: StreamGroupReadOptions | None = None,
+    ) -> builtins.list[PendingEntry]:
+        """The group's pending (delivered, not acked) entries in id order, at most
+        ``count`` (default and maximum 1000): the whole group's, or with ``consumer`` only
+        that consumer's; of every partition (or only ``partition``), merged in id order.
+        A missing stream or group has none."""
+        return await groups.pending(self._state, stream, group, consumer, options)
+
+    async def group_claim(
+        self,
+        stream: str,
+        group: str,
+        consumer: str,
+        min_idle_ms: int,
+        start_id: StreamID,
+        count: int,
+        options: StreamGroupReadOptions | None = None,
+    ) -> StreamClaimResult:
+        """Take a page of the group's pending entries for ``consumer``, scanning in id
+        order from ``start_id``: its own entries, and with ``min_idle_ms`` > 0 also
+        entries other consumers left idle at least that long (with 0 never theirs). Each
+        is delivered again (delivery count raised; one already delivered ``max_deliver``
+        times is dead-lettered instead). Pass ``next_cursor`` as the next ``start_id``
+        until ``done``; a page inspects at most a bounded number of entries, so a page may
+        be empty without being done. A missing stream or group answers done. A
+        partitioned stream is scanned one partition after the other (``start_id`` applies
+        to partition 0, later ones from their start); its ``next_cursor`` then names the
+        partition too, so pass it back unchanged. With ``partition`` only that one is
+        scanned, with plain ids."""
+        where = (stream, group, consumer)
+        return await groups.claim(self._state, where, min_idle_ms, start_id, count, options)
+
+    async def group_ack(
+        self, stream: str, group: str, ids: IdList, options: StreamGroupAckOptions | None = None
+    ) -> None:
+        """Acknowledge entries: they leave the group's pending list for good. Entries not
+        pending (already acked) are skipped, so a resend succeeds. With ``token`` (the
+        delivery count the caller was handed) the ack is refused with
+        :class:`ConflictError` (reason ``STALE_REPORT``), changing nothing, if any entry
+        was delivered again since; without it any consumer may ack (flo's behaviour).
+        The ids are those of partition ``options.partition`` (0 unless the stream is
+        partitioned). :class:`NotFoundError` if the stream or group does not exist."""
+        await acks.settle(self._state, acks.ACK, stream, group, ids, options)
+
+    async def group_ack_many(
+        self,
+        stream: str,
+        group: str,
+        items: Sequence[tuple[StreamID, int | None]],
+        consumer: str = "",
+        partition: int = 0,
+        namespace: str | None = None,
+    ) -> builtins.list[ServerError | None]:
+        """Acknowledge several entries, each with its own token (``None``: any consumer),
+        under exactly :meth:`group_ack`'s rules, one call per 1000: ``None`` where the
+        entry is acked (or already was), else the :class:`ConflictError`
+        (``STALE_REPORT``) its single ack would have raised."""
+        keys = await self._state.part(stream, namespace, partition)
+        consumer = check_optional_name("consumer", consumer)
+        packed = acks.ack_items(items)
+        return await acks.ack_many(self._state, stream, group, keys, consumer, packed)
+
+    async def group_nack(
+        self, stream: str, group: str, ids: IdList, options: StreamGroupNackOptions | None = None
+    ) -> None:
+        """Give entries back for redelivery: a later ``group_read`` hands each out again,
+        before new entries, with its delivery count raised; one already delivered
+        ``max_deliver`` times goes to the dead letters now. ``token`` and ``partition``
+        as for :meth:`group_ack`. :class:`NotFoundError` if the stream or group does not
+        exist."""
+        await acks.settle(self._state, acks.NACK, stream, group, ids, options)
+
+    # --- beyond flo: settings, gone consumers, dead letters, inspection --------------
+
+    async def reclaim_gone_owners(
+        self,
+        stream: str,
+        group: str,
+        *,
+        grace_ms: int = DEFAULT_GRACE_MS,
+        batch: int = RECLAIM_BATCH,
+        namespace: str | None = None,
+    ) -> int:
+        """Give back the deliveries of worker processes that are gone (their liveness
+        subscription absent past ``grace_ms``): each such entry is delivered again by the
+        next group_read, its delivery count raised. Suspects are marked for later; a
+        present owner's deliveries are never touched. Returns how many entries became
+        due. StreamWorkers do this periodically (:func:`reap_target`)."""
+        swept = await groups.reclaim(self._state, stream, group, grace_ms, batch, namespace)
+        return swept.reclaimed
+
+    async def group_settings(
+        self, stream: str, group: str, namespace: str | None = None
+    ) -> StreamGroupSettings:
+        """The group's settings (the defaults for a group not created yet). Change them
+        with ``group_join(..., StreamGroupJoinOptions(ack_timeout_ms=..., max_deliver=...))``."""
+        return await groups.settings(self._state, stream, group, namespace)
+
+    async def dead_letters(
+        self, stream: str, group: str, options: StreamDeadLetterOptions | None = None
+    ) -> builtins.list[DeadLetter]:
+        """The group's dead letters, oldest first, from ``start`` (inclusive), at most
+        ``count``; of every partition (or only ``partition``). Dead letters are kept up to
+        about 10000 per group and partition (oldest dropped)."""
+        return await dead_letters.listed(self._state, stream, group, options)
+
+    async def replay_dead_letters(
+        self,
+        stream: str,
+        group: str,
+        ids: builtins.list[StreamID] | None = None,
+        count: int = DEFAULT_COUNT,
+        namespace: str | None = None,
+        partition: int | None = None,
+    ) -> builtins.list[StreamID]:
+        """Append dead letters back to the stream as new records (same payload and
+        headers) and remove them from the dead letters, atomically: the ones named by
+        ``ids`` (dead-letter ids of ``partition``, default 0; unknown ones are skipped),
+        or the oldest ``count`` (of every partition in turn, or only ``partition``); each
+        goes back to the partition it came from. Returns the new record ids. Every group
+        of the stream reads them as new records."""
+        state = self._state
+        return await dead_letters.replay(state, stream, group, ids, count, namespace, partition)
+
+    async def list(
+        self, namespace: str | None = None, limit: int = MAX_LIST_LIMIT
+    ) -> tuple[str, ...]:
+        """The streams of the namespace in name order (at most ``limit``, 1..1024): every
+        stream created, appended to or joined by a consumer group."""
+        return await inspect.names(self._state, namespace, limit)
+
+    async def groups(self, stream: str, namespace: str | None = None) -> tuple[GroupCounts, ...]:
+        """Every consumer group of ``stream`` with its lag, pending deliveries, consumers
+        and dead letters, summed over the partitions; in group name order. A missing
+        stream has no groups."""
+        return await inspect.groups(self._state, stream, namespace)
 
 
-__all__ = [
-    "DeadLetter",
-    "StreamDeadLetterOptions",
-    "StreamGroupSettings",
-    "StreamOperations",
-    "reap_target",
-]
+def reap_target(
+    streams: StreamOperations, stream: str, group: str, namespace: str | None = None
+) -> ReapTarget:
+    """What a :class:`~flo_redis._session.reclaim.Reaper` sweeps for consumer group
+    ``group`` of ``client.stream``: the deliveries its gone consumers hold, on every
+    partition (no upkeep: ``group_read`` itself hands out entries past their ack
+    timeout)."""
+    return groups.reclaim_target(streams._state, stream, group, namespace)
+
+
+__all__ = ["StreamOperations", "reap_target"]

@@ -1,13 +1,15 @@
-"""Partition fan-out: what every part of ``client.stream`` builds on.
+"""Partition fan-out: the state every stream operation runs on.
 
-A stream has one partition unless it was created with more (:meth:`create`); each
-partition is a complete stream with its own hash slot (:mod:`flo_redis.streams.placement` has
-where the count lives and which partition a record goes to). :class:`PartitionedStreams`
-answers the keys of every partition of a stream (or of the one an option names), keeps
-the per-client turn counters that spread appends and group reads over them (and the poll
-ids of its recent group reads, so that a retried one is known as such), merges
-per-partition answers in id order, waits for records on the partitions' wake channels,
-and puts each stream used in its namespace's stream registry.
+A stream has one partition unless it was created with more (:func:`create_stream`); each
+partition is a complete stream with its own hash slot (:mod:`flo_redis.streams.placement`
+has where the count lives and which partition a record goes to). :class:`StreamState` is
+a session with what one client remembers of its streams: it answers the keys of every
+partition of a stream (or of the one an option names), keeps the turn counters that
+spread appends and group reads over them (and the poll ids of its recent group reads, so
+that a retried one is known as such), waits for records on the partitions' wake
+channels, and puts each stream used in its namespace's stream registry. The operations
+of :mod:`flo_redis.streams` are plain functions over it, called by ``client.stream`` and
+by the StreamWorker alike.
 """
 
 from __future__ import annotations
@@ -50,46 +52,50 @@ def merged(batches: Sequence[Sequence[P]], count: int) -> builtins.list[P]:
     return items[:count]
 
 
-class PartitionedStreams:
-    """The state and helpers shared by every part of ``client.stream``, and its
-    ``create`` / ``partitions`` calls."""
+class StreamState:
+    """A session and what its client remembers of its streams (each memory bounded,
+    least recently used forgotten first): partition counts, turn counters, the last poll
+    id of each poller, and which streams it put in their namespace's registry."""
+
+    __slots__ = ("counts", "listed", "polls", "session", "turns")
 
     def __init__(self, session: Session) -> None:
-        self._session = session
-        self._counts = PartitionCounts(session)
-        self._turn: Lru[tuple[str, ...], itertools.count[int]] = Lru()
-        self._polls: Lru[tuple[str, ...], str] = Lru(POLLS_KEPT)  # see _sent_before
-        self._listed: Lru[tuple[str, str], bool] = Lru()  # streams this client registered
+        self.session = session
+        self.counts = PartitionCounts(session)
+        self.turns: Lru[tuple[str, ...], itertools.count[int]] = Lru()
+        self.polls: Lru[tuple[str, ...], str] = Lru(POLLS_KEPT)  # see sent_before
+        self.listed: Lru[tuple[str, str], bool] = Lru()  # streams this client registered
 
-    def _keys(self, stream: str, namespace: str | None) -> StreamKeys:
-        return stream_keys(self._session.get_namespace(namespace), stream)
+    def keys(self, stream: str, namespace: str | None) -> StreamKeys:
+        """Keys of partition 0 of ``stream`` in ``namespace`` (None: the session's)."""
+        return stream_keys(self.session.get_namespace(namespace), stream)
 
-    async def _partitions(
+    async def parts(
         self, stream: str, namespace: str | None, only: int | None = None
     ) -> builtins.list[StreamKeys]:
         """Keys of every partition of ``stream`` (or only of partition ``only``)."""
-        first = self._keys(stream, namespace)
-        count = await self._counts.get(first.namespace, stream, first.meta)
+        first = self.keys(stream, namespace)
+        count = await self.counts.get(first.namespace, stream, first.meta)
         if only is not None:
             return [stream_keys(first.namespace, stream, partition_arg(stream, only, count))]
         return [first] + [stream_keys(first.namespace, stream, p) for p in range(1, count)]
 
-    async def _partition(self, stream: str, namespace: str | None, partition: int) -> StreamKeys:
+    async def part(self, stream: str, namespace: str | None, partition: int) -> StreamKeys:
         """Keys of partition ``partition`` of ``stream`` (0 is never looked up)."""
         if partition == 0:
-            return self._keys(stream, namespace)
-        (keys,) = await self._partitions(stream, namespace, partition)
+            return self.keys(stream, namespace)
+        (keys,) = await self.parts(stream, namespace, partition)
         return keys
 
-    def _next_turn(self, *key: str) -> int:
+    def next_turn(self, *key: str) -> int:
         """A per-client counter (round-robin appends, fair group reads)."""
-        counter = self._turn.get(key)
+        counter = self.turns.get(key)
         if counter is None:
             counter = itertools.count()
-            self._turn.put(key, counter)
+            self.turns.put(key, counter)
         return next(counter)
 
-    def _sent_before(self, poll_id: str, *key: str) -> bool:
+    def sent_before(self, poll_id: str, *key: str) -> bool:
         """Whether this client sent a read under ``poll_id`` (for ``key``) before: a retry.
         Remembered as the scripts keep poll memos (``lua/lib/polls.lua``): the last poll
         id of each poller ``<poller>#<n>``, any other poll id on its own; at most
@@ -98,11 +104,11 @@ class PartitionedStreams:
             return False
         head, sep, _ = poll_id.rpartition("#")
         field = (*key, head if sep and head else poll_id)
-        again = self._polls.get(field) == poll_id
-        self._polls.put(field, poll_id)
+        again = self.polls.get(field) == poll_id
+        self.polls.put(field, poll_id)
         return again
 
-    async def _long_poll(
+    async def long_poll(
         self,
         parts: Sequence[StreamKeys],
         block_ms: int,
@@ -113,37 +119,38 @@ class PartitionedStreams:
         :func:`flo_redis._session.wake.long_poll`, also for ``since``); ``due_ms`` is ms
         from now."""
         return await long_poll(
-            self._session.waker, [k.wake for k in parts], block_ms, attempt, since=since
+            self.session.waker, [k.wake for k in parts], block_ms, attempt, since=since
         )
 
-    async def _remember_stream(self, namespace: str, stream: str) -> None:
+    async def remember(self, namespace: str, stream: str) -> None:
         """Put ``stream`` in its namespace's stream registry, once per client."""
-        if self._listed.get((namespace, stream)):
+        if self.listed.get((namespace, stream)):
             return
-        await remember(self._session.redis, namespace, namespace_keys(namespace).streams, stream)
-        self._listed.put((namespace, stream), True)
+        await remember(self.session.redis, namespace, namespace_keys(namespace).streams, stream)
+        self.listed.put((namespace, stream), True)
 
-    async def create(self, stream: str, partitions: int = 1, namespace: str | None = None) -> int:
-        """Create ``stream`` with ``partitions`` partitions (1..1024), each in its own hash
-        slot, and return the count. The count is fixed once recorded: creating again with
-        the same count changes nothing, another count is refused with
-        :class:`ConflictError`, and so is a count above 1 for a stream already used
-        without one. A stream never created has one partition."""
-        count = partitions_arg(partitions)
-        keys = self._keys(stream, namespace)
-        await self._remember_stream(keys.namespace, stream)  # first: see append
-        reply = await STREAM_CREATE(self._session, keys, [count])
-        recorded = reply.value
-        if reply.status == Status.CONFLICT:
-            raise refusal(
-                Status.CONFLICT,
-                f"stream {stream!r} in namespace {keys.namespace!r} already has {recorded} "
-                f"partition(s); the count is fixed when a stream is first created or used",
-            )
-        self._counts.remember(keys.namespace, stream, recorded)
-        return recorded
 
-    async def partitions(self, stream: str, namespace: str | None = None) -> int:
-        """How many partitions ``stream`` has (1 unless it was created with more)."""
-        keys = self._keys(stream, namespace)
-        return await self._counts.get(keys.namespace, stream, keys.meta)
+async def create_stream(
+    state: StreamState, stream: str, partitions: int, namespace: str | None
+) -> int:
+    """Create ``stream`` with ``partitions`` partitions, or find it so created; the count
+    (:meth:`~flo_redis.streams.operations.StreamOperations.create`)."""
+    count = partitions_arg(partitions)
+    keys = state.keys(stream, namespace)
+    await state.remember(keys.namespace, stream)  # first: see append
+    reply = await STREAM_CREATE(state.session, keys, [count])
+    recorded = reply.value
+    if reply.status == Status.CONFLICT:
+        raise refusal(
+            Status.CONFLICT,
+            f"stream {stream!r} in namespace {keys.namespace!r} already has {recorded} "
+            f"partition(s); the count is fixed when a stream is first created or used",
+        )
+    state.counts.remember(keys.namespace, stream, recorded)
+    return recorded
+
+
+async def partition_count(state: StreamState, stream: str, namespace: str | None) -> int:
+    """How many partitions ``stream`` has (1 unless it was created with more)."""
+    keys = state.keys(stream, namespace)
+    return await state.counts.get(keys.namespace, stream, keys.meta)

@@ -5,9 +5,9 @@ Joins the group (retrying refusals that did not run), then reads batches with
 ``concurrency`` at once, each in a context of its own: a return acks the record, a raise
 or a timeout nacks it (the group delivers it again, up to its ``max_deliver``). The next
 read is under way while the handlers run, with at most one batch waiting for a free
-handler slot. Acks are sent in batches (one script call per partition while the one
-before is on its way); acks and nacks carry the delivery's token, never wait behind a
-read, are resent after a lost connection and never converted. On ``abort()`` records
+handler slot. Acks go in batches, one script call per partition; acks and nacks carry the
+delivery's token, never wait behind a read, are resent after a lost connection and never
+converted (:mod:`flo_redis.worker.stream_reports`). On ``abort()`` records
 not started yet stay pending, for a later delivery. At start (with
 ``redeliver_pending_on_reconnect``) the worker first re-processes the entries its consumer
 was given and did not ack (``group_claim`` over its own pending list), then reads. A read
@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,18 +33,12 @@ from flo_redis._wire.checks import check_count, check_seconds
 from flo_redis._wire.keys import check_name
 from flo_redis._wire.stream_codec import MAX_COUNT
 from flo_redis.actions.results import check_handler, error_text
-from flo_redis.errors import PermissionDeniedError, ServerError, is_connection_error
+from flo_redis.errors import PermissionDeniedError, is_connection_error
 from flo_redis.retry import is_refused_unrun, worker_backoff
-from flo_redis.streams.operations import StreamOperations, reap_target
-from flo_redis.types import (
-    DEFAULT_WORKER_BLOCK_MS,
-    StreamGroupNackOptions,
-    StreamGroupReadOptions,
-    StreamID,
-    StreamRecord,
-)
+from flo_redis.streams import groups
+from flo_redis.streams.partitions import StreamState
+from flo_redis.types import DEFAULT_WORKER_BLOCK_MS, StreamGroupReadOptions, StreamID, StreamRecord
 from flo_redis.types.base import U32
-from flo_redis.worker.delivery import drop_refused, send_report
 from flo_redis.worker.handlers import INLINE, HandlerRunner, HandlerSlots, HandlerTimeout
 from flo_redis.worker.lifecycle import (
     ClientLike,
@@ -55,6 +48,8 @@ from flo_redis.worker.lifecycle import (
 )
 from flo_redis.worker.observe import overrides, settle
 from flo_redis.worker.reaper import Reaper
+from flo_redis.worker.stream_context import StreamContext, StreamHandler, StreamRecordHandler
+from flo_redis.worker.stream_reports import RecordReports
 
 log = logging.getLogger("flo_redis.stream_worker")
 
@@ -95,48 +90,6 @@ class StreamWorkerOptions:
         check_count("claim_min_idle_ms", self.claim_min_idle_ms, 0, U32 - 1)
 
 
-@dataclass
-class StreamContext:
-    """What a stream handler gets: the record and where it came from."""
-
-    record: StreamRecord
-    namespace: str
-    stream: str
-    group: str
-    consumer: str
-
-    @property
-    def stream_id(self) -> StreamID:
-        return self.record.id
-
-    @property
-    def payload(self) -> bytes:
-        return self.record.payload
-
-    def json(self) -> Any:
-        if not self.record.payload:
-            raise ValueError("No payload data")
-        return json.loads(self.record.payload)
-
-    def into(self, cls: type[Any]) -> Any:
-        data = self.json()
-        return cls(**data) if isinstance(data, dict) else cls(data)
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return self.record.headers or {}
-
-    @property
-    def delivery_count(self) -> int:
-        """How many times the group delivered this record, this delivery included."""
-        return self.record.delivery_count
-
-
-# An ``async def`` handler, or a plain function (run in the worker's thread pool).
-StreamHandler = Callable[[StreamContext], Awaitable[None]] | Callable[[StreamContext], None]
-StreamRecordHandler = StreamHandler
-
-
 class StreamWorker(WorkerLifecycle):
     """Processes a stream's records as one consumer of a group; flo 0.1.2's API."""
 
@@ -162,22 +115,23 @@ class StreamWorker(WorkerLifecycle):
         super().__init__(parent_client)
         check_handler(f"stream {stream!r}", handler)
         self._handler = handler
+        # In StreamWorkerOptions' field order.
         self.config = StreamWorkerOptions(
-            stream=stream,
-            group=group,
-            consumer=consumer or generate_worker_id(),
-            worker_id=worker_id or generate_worker_id(),
-            concurrency=concurrency,
-            batch_size=batch_size,
-            block_ms=block_ms,
-            message_timeout=message_timeout,
-            redeliver_pending_on_reconnect=redeliver_pending_on_reconnect,
-            claim_min_idle_ms=claim_min_idle_ms,
+            stream,
+            group,
+            consumer or generate_worker_id(),
+            worker_id or generate_worker_id(),
+            concurrency,
+            batch_size,
+            block_ms,
+            message_timeout,
+            redeliver_pending_on_reconnect,
+            claim_min_idle_ms,
         )
         check_name("stream name", stream)
         check_name("group name", group)
         check_name("consumer name", self.config.consumer)
-        self._ops: StreamOperations  # made by start(), on the worker's own session
+        self._streams: StreamState  # made by start(), on the worker's own session
         # Records read and not yet started, in the queue of the handler slots that run
         # them (flo_redis/worker/handler_tasks.py); every slot is also in _tasks. Records a
         # slot never took stay pending in Redis, for a later delivery: nothing to give back.
@@ -193,10 +147,8 @@ class StreamWorker(WorkerLifecycle):
         )
         self._room_waiter: asyncio.Future[None] | None = None
         # The record hooks the observer has (set before start): only those are called.
-        self._hooks_before = self._hooks_after = self._counts = self._settled = True  # start()
-        # Acks waiting to be sent, per partition; one task sends them (_send_acks).
-        self._unacked: dict[int, list[list[str]]] = {}  # [entry id, token or ""] each
-        self._ack_task: asyncio.Task[None] | None = None
+        self._hooks_before = self._hooks_after = self._counts = True  # start()
+        self._reports: RecordReports  # acks and nacks; made by start()
 
     async def start(self) -> None:
         """Join the group and process records until :meth:`stop`; returns once running
@@ -217,13 +169,16 @@ class StreamWorker(WorkerLifecycle):
         return HandlerRunner(cfg.concurrency, cfg.message_timeout, "flo-stream-handler")
 
     async def _setup(self) -> None:
-        self._ops = StreamOperations(self.session)
+        self._streams = StreamState(self.session)
         self._hooks_before = overrides(self.observer, "before_run")
         self._hooks_after = overrides(self.observer, "after_run")
         self._counts = overrides(self.observer, "record_delivered") or overrides(
             self.observer, "record_handled"
         )
-        self._settled = overrides(self.observer, "record_settled")
+        where = (self.config.stream, self.config.group, self.config.consumer)
+        self._reports = RecordReports(
+            self._streams, where, self.observer, self._stop.is_set, self._track
+        )
         await self._join()
         if self.config.redeliver_pending_on_reconnect:
             await self._drain_pending()
@@ -233,7 +188,8 @@ class StreamWorker(WorkerLifecycle):
 
     async def _finish(self) -> None:
         try:
-            await self._ops.group_leave(self.config.stream, self.config.group, self.config.consumer)
+            cfg = self.config
+            await groups.leave(self._streams, cfg.stream, cfg.group, cfg.consumer)
         except Exception as exc:
             log.debug("leaving group %s failed (%s)", self.config.group, exc)
 
@@ -243,9 +199,8 @@ class StreamWorker(WorkerLifecycle):
         failures = 0
         while not self._stop.is_set():
             try:
-                await self._ops.group_join(
-                    self.config.stream, self.config.group, self.config.consumer
-                )
+                cfg = self.config
+                await groups.join(self._streams, cfg.stream, cfg.group, cfg.consumer)
                 return
             except Exception as exc:
                 if isinstance(exc, PermissionDeniedError):
@@ -272,7 +227,7 @@ class StreamWorker(WorkerLifecycle):
     async def _poll(self, poll_id: str, room: int) -> Sequence[StreamRecord]:
         cfg = self.config
         options = StreamGroupReadOptions(count=room, block_ms=cfg.block_ms, poll_id=poll_id)
-        result = await self._ops.group_read(cfg.stream, cfg.group, cfg.consumer, options)
+        result = await groups.read(self._streams, cfg.stream, cfg.group, cfg.consumer, options)
         return result.records
 
     async def _poll_failed(self, exc: Exception) -> bool:
@@ -319,18 +274,14 @@ class StreamWorker(WorkerLifecycle):
         ``max_deliver``), and the consumer's pending list then also holds the records
         in the slots, in handlers and being acked. What a read whose reply was lost had
         taken comes back from its retry, under the same poll id (:meth:`_poll_loop`)."""
-        cursor = StreamID()
+        cfg = self.config
+        where, cursor = (cfg.stream, cfg.group, cfg.consumer), StreamID()
         for _ in range(_MAX_DRAIN_PAGES):
             if self._stop.is_set():
                 return
             try:
-                result = await self._ops.group_claim(
-                    self.config.stream,
-                    self.config.group,
-                    self.config.consumer,
-                    self.config.claim_min_idle_ms,
-                    cursor,
-                    self.config.batch_size,
+                result = await groups.claim(
+                    self._streams, where, cfg.claim_min_idle_ms, cursor, cfg.batch_size
                 )
             except Exception as exc:
                 log.warning("pending drain failed (%s); normal reads resume", exc)
@@ -346,8 +297,7 @@ class StreamWorker(WorkerLifecycle):
 
     async def _process(self, record: StreamRecord, slot: asyncio.Task[Any]) -> None:
         """Run one record's handler with its hooks, in the handler slot ``slot``, then
-        ack it (batched, see :meth:`_queue_ack`) or nack it (a task of its own, so the
-        slot goes on)."""
+        ack or nack it (:mod:`flo_redis.worker.stream_reports`)."""
         cfg = self.config
         observer = self.observer
         counts = self._counts
@@ -373,21 +323,9 @@ class StreamWorker(WorkerLifecycle):
             observer.record_handled(cfg.stream, cfg.group, error is None, took)
         token = record.delivery_count or None
         if error is None:
-            self._queue_ack(record, token)
-            return
-        task = asyncio.create_task(self._send_nack(record, token), name="flo-nack")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _send_nack(self, record: StreamRecord, token: int | None) -> None:
-        await send_report(
-            f"nack of {self.config.stream}/{record.id.to_redis()}",
-            lambda: self._nack(record, token),
-            self._stop.is_set,
-            log,
-            report="nack",
-            observer=self.observer,
-        )
+            self._reports.ack(record, token)
+        else:
+            self._reports.nack(record, token)
 
     async def _handle(self, ctx: StreamContext, slot: asyncio.Task[Any]) -> BaseException | None:
         """Run ``before_run`` and the handler under ``message_timeout``; what failed
@@ -420,74 +358,12 @@ class StreamWorker(WorkerLifecycle):
             return exc
         return None
 
-    def _queue_ack(self, record: StreamRecord, token: int | None) -> None:
-        """Queue a record's ack. Acks queued while a batch is on its way go out together
-        in the next (one ``group_ack_many`` per partition): under load few large batches,
-        when idle each ack at once; no timer, no added latency."""
-        item = [record.id.to_redis(), "" if token is None else str(token)]
-        self._unacked.setdefault(record.partition, []).append(item)
-        if self._ack_task is None:
-            self._ack_task = task = asyncio.create_task(self._send_acks(), name="flo-acks")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _send_acks(self) -> None:
-        try:
-            while self._unacked:
-                batches, self._unacked = self._unacked, {}
-                for partition, items in batches.items():
-                    await self._ack_batch(partition, items)
-        finally:
-            self._ack_task = None
-
-    async def _ack_batch(self, partition: int, items: list[list[str]]) -> None:
-        """Send a batch of acks, again after a lost connection (each is fenced by its
-        token, so a resend is safe); each item is answered on its own, and a refused
-        one is logged and dropped."""
-        cfg = self.config
-        answers: Sequence[ServerError | None] = ()
-
-        async def send() -> None:
-            nonlocal answers
-            try:
-                answers = await self._ops._ack_checked(
-                    cfg.stream, cfg.group, cfg.consumer, partition, items
-                )
-            except ServerError as exc:  # the whole batch refused: each item is
-                answers = [exc] * len(items)
-
-        what = f"ack of {len(items)} records of {cfg.stream}"
-        await send_report(what, send, self._stop.is_set, log, report="ack", observer=self.observer)
-        settled = self._settled
-        for (entry_id, _), answer in zip(items, answers, strict=False):
-            if answer is None:
-                if settled:
-                    self.observer.record_settled(cfg.stream, cfg.group, True)
-            else:
-                drop_refused(
-                    f"ack of {cfg.stream}/{entry_id}",
-                    answer,
-                    log,
-                    report="ack",
-                    observer=self.observer,
-                )
-
-    async def _nack(self, record: StreamRecord, token: int | None) -> None:
-        cfg = self.config
-        await self._ops.group_nack(
-            cfg.stream,
-            cfg.group,
-            [record.id],
-            StreamGroupNackOptions(consumer=cfg.consumer, token=token, partition=record.partition),
-        )
-        self.observer.record_settled(cfg.stream, cfg.group, False)
-
     async def _reap(self) -> None:
         """Give back, every so often, what gone consumers of the group were holding."""
         cfg = self.config
         reaper = Reaper(
             self.session,
-            targets=[reap_target(self._ops, cfg.stream, cfg.group)],
+            targets=[groups.reclaim_target(self._streams, cfg.stream, cfg.group)],
             grace_ms=self.session.liveness_grace_ms,
             on_reclaimed=lambda _, n: self.observer.records_reclaimed(cfg.stream, cfg.group, n),
         )
@@ -504,3 +380,12 @@ def _why(exc: BaseException, timeout: float) -> str:
 def _stays_pending(record: StreamRecord) -> None:
     """A record read and never started (the worker aborted or was cancelled) stays
     pending in Redis, for a later delivery: nothing to send."""
+
+
+__all__ = [
+    "StreamContext",
+    "StreamHandler",
+    "StreamRecordHandler",
+    "StreamWorker",
+    "StreamWorkerOptions",
+]

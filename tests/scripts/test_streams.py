@@ -21,7 +21,7 @@ from flo_redis import (
     ValueTooLargeError,
 )
 from flo_redis._wire.keys import stream_keys
-from flo_redis.streams import operations as streams_module
+from flo_redis.streams import records as streams_module
 
 WAIT_S = 10.0  # generous deadline for conditions that should hold within milliseconds
 

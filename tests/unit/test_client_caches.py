@@ -35,12 +35,12 @@ def test_the_least_recently_used_entry_is_forgotten_first() -> None:
 
 
 async def test_streams_met_stay_bounded_and_each_still_works(client: FloClient) -> None:
-    streams = client.stream
+    streams, state = client.stream, client.stream._state
     for n in range(MANY):
         await streams.append(f"s{n}", b"x")
-    assert len(streams._listed) <= CACHE_SIZE
-    assert len(streams._counts._known) <= CACHE_SIZE
-    assert len(streams._turn) <= CACHE_SIZE
+    assert len(state.listed) <= CACHE_SIZE
+    assert len(state.counts._known) <= CACHE_SIZE
+    assert len(state.turns) <= CACHE_SIZE
     # Every stream was registered, the forgotten ones too, and each reads as it should.
     assert len(await discovery.stream_names(client)) == MANY
     await streams.append("s0", b"y")  # forgotten long ago: registered again, harmlessly
@@ -80,9 +80,9 @@ async def test_queues_dequeued_from_stay_bounded(client: FloClient) -> None:
 
 
 async def test_group_reads_of_many_streams_keep_few_turns(client: FloClient) -> None:
-    streams = client.stream
+    streams, state = client.stream, client.stream._state
     for n in range(CACHE_SIZE + 50):
         await streams.group_join(f"g{n}", "g", "c")
         await streams.group_read(f"g{n}", "g", "c", StreamGroupReadOptions(poll_id=f"p{n}#1"))
-    assert len(streams._polls) <= POLLS_KEPT
-    assert len(streams._listed) <= CACHE_SIZE
+    assert len(state.polls) <= POLLS_KEPT
+    assert len(state.listed) <= CACHE_SIZE

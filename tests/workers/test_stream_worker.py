@@ -17,8 +17,8 @@ from flo_redis import (
     StreamGroupJoinOptions,
     StreamGroupReadOptions,
 )
-from flo_redis.streams import StreamOperations
-from flo_redis.streams.partitions import PartitionedStreams
+from flo_redis.streams import groups
+from flo_redis.streams.partitions import StreamState
 
 
 async def test_records_are_handled_and_acked(client: FloClient) -> None:
@@ -147,15 +147,15 @@ async def test_a_stop_while_a_read_prepares_ends_that_read(
     worker = client.new_stream_worker(
         stream="quiet", group="g", handler=lambda ctx: None, block_ms=30_000
     )
-    group_read, partitions = StreamOperations.group_read, PartitionedStreams._partitions
+    group_read, partitions = groups.read, StreamState.parts
     reading = stopped = False
 
-    async def read(self: StreamOperations, *args: Any, **kwargs: Any) -> Any:
+    async def read(*args: Any, **kwargs: Any) -> Any:
         nonlocal reading
         reading = True
-        return await group_read(self, *args, **kwargs)
+        return await group_read(*args, **kwargs)
 
-    async def stop_then_look_up(self: PartitionedStreams, *args: Any) -> Any:
+    async def stop_then_look_up(self: StreamState, *args: Any) -> Any:
         nonlocal stopped
         if reading and not stopped:
             stopped = True
@@ -163,8 +163,8 @@ async def test_a_stop_while_a_read_prepares_ends_that_read(
             await asyncio.sleep(0)  # as a lookup that goes to Redis would
         return await partitions(self, *args)
 
-    monkeypatch.setattr(StreamOperations, "group_read", read)
-    monkeypatch.setattr(PartitionedStreams, "_partitions", stop_then_look_up)
+    monkeypatch.setattr(groups, "read", read)
+    monkeypatch.setattr(StreamState, "parts", stop_then_look_up)
     await asyncio.wait_for(worker.start(), 10)
     assert stopped
 
