@@ -1,6 +1,5 @@
 """The asyncio helpers the library shares: waiting on events without swallowing a
-cancellation, stopping owned tasks, taking a cancellation back, and running handlers
-(``async def`` on the loop, plain functions in a bounded thread pool).
+cancellation, stopping owned tasks, and taking a cancellation back.
 
 Every wait here uses ``asyncio.wait``, never ``wait_for``: a cancellation that arrives
 together with the awaited result must never be swallowed.
@@ -10,21 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import functools
-import inspect
 import sys
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
 #: Whether a task can take back a cancellation (``Task.uncancel``, Python 3.11+): then a
 #: handler can run in its worker's own task and still be stopped at its deadline.
 CAN_UNCANCEL = sys.version_info >= (3, 11)
-
-#: The most threads a worker's pool of plain (non-async) handlers gets.
-MAX_HANDLER_THREADS = 32
 
 
 def raise_if_cancelling() -> None:
@@ -88,60 +79,9 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None, quiet: bool = Fals
                 await task
 
 
-def is_async_handler(fn: object) -> bool:
-    """Whether calling ``fn`` gives a coroutine (also through partials and ``__call__``)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    if inspect.iscoroutinefunction(fn):
-        return True
-    call = getattr(fn, "__call__", None)  # noqa: B004 - the bound method is what is called
-    return call is not None and not inspect.isroutine(fn) and inspect.iscoroutinefunction(call)
-
-
-class HandlerPool:
-    """Runs handlers: ``async def`` ones on the loop, plain ones in a bounded thread pool
-    (made on first use, shut down by :meth:`close` without waiting for threads)."""
-
-    def __init__(self, concurrency: int, prefix: str) -> None:
-        self._threads = max(1, min(concurrency, MAX_HANDLER_THREADS))
-        self._prefix = prefix
-        self._executor: ThreadPoolExecutor | None = None
-        self._async: dict[int, bool] = {}
-
-    def call(self, fn: Callable[[Any], Any], ctx: Any) -> Awaitable[Any]:
-        """An awaitable of ``fn(ctx)``'s result; a plain function runs in a thread, and a
-        coroutine it returns is awaited on the loop."""
-        key = id(fn)
-        is_async = self._async.get(key)
-        if is_async is None:
-            is_async = self._async[key] = is_async_handler(fn)
-        if is_async:
-            return fn(ctx)  # type: ignore[no-any-return]
-        return self._in_thread(fn, ctx)
-
-    async def _in_thread(self, fn: Callable[[Any], Any], ctx: Any) -> Any:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix=self._prefix)
-        # In a copy of this task's context, as asyncio.to_thread does: the handler sees
-        # what the worker set around it (a tracing span).
-        run = contextvars.copy_context().run
-        result = await asyncio.get_running_loop().run_in_executor(self._executor, run, fn, ctx)
-        if inspect.isawaitable(result):
-            return await result
-        return result
-
-    def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
-
-
 __all__ = [
     "CAN_UNCANCEL",
-    "MAX_HANDLER_THREADS",
-    "HandlerPool",
     "cancel_and_wait",
-    "is_async_handler",
     "raise_if_cancelling",
     "sleep_unless_stopped",
     "uncancel_current",

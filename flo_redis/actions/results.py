@@ -9,8 +9,8 @@ Failures: the run keeps ``"<ExceptionType>: <message>"`` and a bounded traceback
 (``ActionRunStatus.error_type`` / ``error_traceback``).
 
 Handlers: coroutine functions run on the event loop; plain callables run in a bounded
-thread pool owned by the worker (:class:`flo_redis._aio.HandlerPool`). Anything else is
-refused when it is registered.
+thread pool owned by the worker (:class:`flo_redis.worker.handlers.HandlerRunner`).
+Anything else is refused when it is registered.
 """
 
 from __future__ import annotations

@@ -2,16 +2,15 @@
 
 A worker registers its actions and itself, then loops: claim up to its free capacity in
 one script call per action queue (and, while a backlog lasts and its handlers are short,
-a few runs ahead of them: :mod:`flo_redis.worker.prefetch`), run each handler under the local
-``action_timeout``, and report the outcome with the run's fencing token. Reports never
-wait behind a poll (polls hold no connection while they wait), lost reports are resent
-and never converted, and ``stop()`` lets running handlers finish and still sends their
-results.
+a few runs ahead of them), run each handler under the local ``action_timeout``, and
+report the outcome with the run's fencing token. Reports never wait behind a poll (polls
+hold no connection while they wait), lost reports are resent and never converted, and
+``stop()`` lets running handlers finish and still sends their results.
 
 Its runs in flight and in hand, each run's handler with its hooks, are
 :mod:`flo_redis.worker.held_runs`; the handler's context is :mod:`flo_redis.worker.context`,
-its reports :mod:`flo_redis.worker.outcomes`, and what both workers share
-:mod:`flo_redis.worker.lifecycle`.
+its reports :mod:`flo_redis.worker.run_reporter` and :mod:`flo_redis.worker.delivery`,
+and what both workers share :mod:`flo_redis.worker.lifecycle`.
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ from flo_redis.actions.schedules import Missed, ScheduleDeclaration, check_spec,
 from flo_redis.actions.workers import Claimed, WorkerOperations
 from flo_redis.errors import BlockTooLongError, NotFoundError, ServerError, ValidationError
 from flo_redis.types import ActionRegisterOptions, Reason
-from flo_redis.worker import lease
 from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS, ActionWorkerOptions
-from flo_redis.worker.context import ActionContext, ActionHandler, ActionResult
+from flo_redis.worker.context import ActionContext, ActionHandler, ActionResult, touch
 from flo_redis.worker.gc import YoungGeneration
 from flo_redis.worker.handlers import HandlerRunner
 from flo_redis.worker.held_runs import ActionRuns
@@ -186,7 +184,6 @@ class ActionWorker(WorkerLifecycle):
 
     def _new_runner(self) -> HandlerRunner:
         # Sized here, so settings changed on the config before start take effect.
-        self._runs.reset(self.config.concurrency)
         return HandlerRunner(self.config.concurrency, self.config.action_timeout, "flo-handler")
 
     async def _setup(self) -> None:
@@ -209,6 +206,7 @@ class ActionWorker(WorkerLifecycle):
             self.config.concurrency,
         )
         self._runs.configure(
+            concurrency=self.config.concurrency,
             session=self.session,
             worker_id=self.config.worker_id,
             serializer=self._serializer,
@@ -340,7 +338,7 @@ class ActionWorker(WorkerLifecycle):
 
     async def _touch(self, ctx: ActionContext, extend_ms: int) -> None:
         held = self._runs.held(ctx)
-        await lease.touch(self.session, self.config.worker_id, ctx, extend_ms, held)
+        await touch(self.session, self.config.worker_id, ctx, extend_ms, held)
 
     async def _progress(self, ctx: ActionContext, value: Any) -> None:
         data = encode_progress(value, self._serializer)

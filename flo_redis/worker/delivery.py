@@ -1,4 +1,7 @@
-"""Delivering a worker's reports (complete, fail, ack, nack): resent, never converted.
+"""Delivering a worker's reports (complete, fail, ack, nack): resent, never converted;
+and an action run's reports other than a complete (:class:`Failed`, :class:`Released`,
+:class:`Dropped`: a complete is batched by :mod:`flo_redis.worker.run_reporter`), each
+delivering itself through its worker's :class:`Reporter`.
 
 A report is fenced by its token, so sending it again is always safe: the scripts answer
 an identical resend of a report that already took effect as success, and refuse one whose
@@ -20,10 +23,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
-from flo_redis.errors import ServerError, is_connection_error
+from flo_redis._session.session import Session
+from flo_redis.actions import reports
+from flo_redis.actions.results import error_text, error_traceback
+from flo_redis.errors import (
+    NonRetryableError,
+    PermissionDeniedError,
+    ServerError,
+    is_connection_error,
+)
 from flo_redis.retry import Backoff, is_refused_unrun
+from flo_redis.types import RunStatus
+from flo_redis.worker.context import ActionContext, HeldRun
+from flo_redis.worker.handlers import HandlerTimeout
 from flo_redis.worker.observe import NO_OBSERVER, WorkerObserver
+
+log = logging.getLogger("flo_redis.worker")
 
 #: The first pause before a report is sent again...
 RESEND_FIRST_S = 0.1
@@ -111,3 +129,128 @@ def _pause_before_resend(
         if end is not None:
             pause = min(pause, max(end - now, 0.0))
     return pause
+
+
+class Reporter(Protocol):
+    """What a report is delivered through: one worker's
+    :class:`flo_redis.worker.run_reporter.RunReporter`."""
+
+    session: Session
+    worker_id: str
+    observer: WorkerObserver
+    refuse: Callable[[PermissionDeniedError], None]
+
+    def send(
+        self, held: HeldRun, kind: str, send: Callable[[], Awaitable[object]], *, sent: int = 0
+    ) -> Awaitable[bool]: ...
+
+    def left(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Failed:
+    """The handler raised or timed out: fail the attempt (retried if ``retry``)."""
+
+    message: str
+    retry: bool = True
+    traceback: str = ""
+    error: BaseException | None = None  # what failed the attempt, for on_failure
+    handled: ClassVar[str] = "failed"
+
+    async def deliver(self, to: Reporter, held: HeldRun) -> None:
+        ctx = held.ctx
+
+        async def send() -> None:
+            try:
+                after = await reports.fail(
+                    to.session,
+                    to.worker_id,
+                    ctx.action_name,
+                    ctx.task_id,
+                    self.message,
+                    retry=self.retry,
+                    traceback=self.traceback or None,
+                    token=ctx.token,
+                )
+            except PermissionDeniedError as exc:
+                to.refuse(exc)
+                raise
+            to.observer.run_failed(ctx.action_name, after == RunStatus.PENDING)
+
+        await to.send(held, "fail", send)
+
+
+@dataclass(slots=True)
+class Released:
+    """The worker stops before the handler ended: give the run back unspent."""
+
+    async def deliver(self, to: Reporter, held: HeldRun) -> None:
+        to.left()
+        ctx = held.ctx
+
+        async def send() -> None:
+            try:
+                await reports.release(
+                    to.session, to.worker_id, ctx.action_name, ctx.task_id, ctx.token
+                )
+            except ServerError as exc:
+                to.observer.report_refused("release")
+                log.info("release of %s refused (%s)", ctx.task_id, exc)
+            else:
+                to.observer.run_released(ctx.action_name)
+
+        await to.send(held, "release", send)
+
+
+@dataclass(slots=True)
+class Dropped:
+    """The run's lease was lost (it moved on): nobody takes a report."""
+
+    handled: ClassVar[str] = "lease_lost"
+
+    async def deliver(self, to: Reporter, held: HeldRun) -> None:
+        to.left()
+
+
+def failure(ctx: ActionContext, exc: BaseException, worker_id: str) -> Failed:
+    """Log a handler's failure (ERROR, with its traceback) and say what the run keeps:
+    retried unless the error is a :class:`NonRetryableError`."""
+    message = error_text(exc)
+    retry = not isinstance(exc, NonRetryableError)
+    log.error(
+        "run %s of %r failed on attempt %d (worker %s)%s: %s",
+        ctx.task_id,
+        ctx.action_name,
+        ctx.attempt,
+        worker_id,
+        "" if retry else ", not retried",
+        message,
+        exc_info=exc,
+        extra={
+            "run_id": ctx.task_id,
+            "action": ctx.action_name,
+            "attempt": ctx.attempt,
+            "worker_id": worker_id,
+        },
+    )
+    return Failed(message, retry=retry, traceback=error_traceback(exc), error=exc)
+
+
+def stopped_report(stop: Exception) -> Failed | Dropped:
+    """The report of a handler the runner stopped: past its time limit, a failure not
+    retried; stopped otherwise (cancelled, or its lease was lost), none at all."""
+    if isinstance(stop, HandlerTimeout):
+        return Failed("Action timed out", retry=False, error=TimeoutError("Action timed out"))
+    return Dropped()  # nobody takes a report
+
+
+__all__ = [
+    "Dropped",
+    "Failed",
+    "Released",
+    "Reporter",
+    "drop_refused",
+    "failure",
+    "send_report",
+    "stopped_report",
+]

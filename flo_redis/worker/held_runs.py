@@ -4,46 +4,119 @@ slots or held in hand, each run's handler with its hooks, and each outcome's rep
 Started runs count against the worker's concurrency from the moment they are queued for
 a slot until their handler ends: their report is then on its way (a complete in its
 action's next batch, anything else in a task of its own), so a slot never waits for one
-and the next run in hand starts in it at once. A run in hand (claimed ahead,
-:mod:`flo_redis.worker.prefetch`) that will not be started is released without spending its
-attempt; so is a started run whose handler never began, or was cancelled by the
-worker's own shutdown.
+and the next run in hand starts in it at once.
+
+**Runs in hand** (:class:`Prefetch`). A worker whose handlers are short would sit idle
+for every claim's round trip, so while a backlog lasts it keeps a few claimed runs in
+hand (each under its lease, with its token) and its next claim in flight while its
+handlers run. How many: enough to cover twice the time a claim takes at the rate the
+handlers finish (``2 * concurrency * claim time / handler time``), never more than the
+concurrency. Long handlers make it none (one second per handler and a millisecond per
+claim make 0.2 of a run at concurrency 100): their runs wait in the queue, where any
+worker can take them; short ones make it at most what the handlers finish within two
+claim round trips, so no other worker waits longer, and a run of a lower priority
+number queued meanwhile overtakes at most that. A run in hand whose lease is half gone
+is given back instead of started (a handler's auto-touch touches at a third of the
+lease from its start: still before the end of a lease started half a lease earlier).
+A run in hand that will not be started is released without spending its attempt; so
+is a started run whose handler never began, or was cancelled by the worker's shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from flo_redis._aio import cancel_and_wait
 from flo_redis._session.session import Session
-from flo_redis.actions.results import JSON, ResultSerializer
+from flo_redis.actions.results import ResultSerializer
 from flo_redis.actions.workers import Claimed
 from flo_redis.types import ActionRegisterOptions
-from flo_redis.worker.context import ActionContext, ActionHandler, RunHolder, new_context
-from flo_redis.worker.handler_tasks import HandlerSlots
-from flo_redis.worker.handlers import HandlerRunner, HandlerStopped, HandlerTimeout
-from flo_redis.worker.lease import HeldRun, start_auto_touch
-from flo_redis.worker.observe import NO_OBSERVER, WorkerObserver, overrides, settle
-from flo_redis.worker.outcomes import (
-    Completed,
-    Dropped,
-    Failed,
-    Released,
-    Report,
-    completion,
-    failure,
-    stopped_report,
+from flo_redis.worker.context import (
+    ActionContext,
+    ActionHandler,
+    HeldRun,
+    RunHolder,
+    hold,
+    start_auto_touch,
 )
-from flo_redis.worker.prefetch import InHand, Prefetch
-from flo_redis.worker.run_reporter import RunReporter
+from flo_redis.worker.delivery import Dropped, Failed, Released, failure, stopped_report
+from flo_redis.worker.handlers import HandlerRunner, HandlerSlots, HandlerStopped, HandlerTimeout
+from flo_redis.worker.observe import WorkerObserver, overrides, settle
+from flo_redis.worker.run_reporter import Completed, Report, RunReporter, completion
 
 log = logging.getLogger("flo_redis.worker")
 
-# Awaits an observer's hook whose errors must not stop the worker: (name, hook, *args).
-HookCaller = Callable[..., Awaitable[None]]
+# How much a new sample moves an estimate (exponentially weighted mean).
+_WEIGHT = 0.2
+# What a claim is taken to cost until one was timed (seconds).
+_FIRST_CLAIM_S = 0.001
+
+
+class InHand(NamedTuple):
+    """A run claimed ahead, and when (event-loop time) its claim was answered."""
+
+    run: Claimed
+    claimed_at: float
+
+
+class Prefetch:
+    """The runs a worker holds ahead of its handlers, and how many it may hold."""
+
+    __slots__ = ("_claim_s", "_handler_s", "backlog", "concurrency", "enabled", "runs")
+
+    def __init__(self, concurrency: int, *, enabled: bool) -> None:
+        self.concurrency = concurrency
+        self.enabled = enabled
+        self.runs: deque[InHand] = deque()
+        self._claim_s = _FIRST_CLAIM_S
+        self._handler_s = 0.0  # not known until a handler ended: hold nothing before
+        self.backlog = False  # the last poll took all it asked for: claim ahead
+
+    def depth(self) -> int:
+        """How many claimed runs to hold beyond the running handlers."""
+        if not self.enabled or self._handler_s <= 0.0:
+            return 0
+        ahead = 2.0 * self.concurrency * self._claim_s / self._handler_s
+        return self.concurrency if ahead >= self.concurrency else int(ahead)
+
+    def room(self, running: int) -> int:
+        """How many runs the next poll may take now, with ``running`` handlers started;
+        0: wait. With a slot free, every free slot and the runs to hold in hand; with
+        every slot busy, a claim ahead once the runs in hand fell to half of what to
+        hold."""
+        concurrency = self.concurrency
+        depth = self.depth() if self.backlog else 0
+        room = concurrency + depth - running - len(self.runs)
+        if running < concurrency:
+            return room
+        return room if depth and room >= max(1, depth // 2) else 0
+
+    def polled(self, taken: int, room: int, ahead: bool, took_s: float) -> None:
+        """A poll for ``room`` runs (``ahead``: every slot busy) took ``taken`` runs in
+        ``took_s`` seconds."""
+        self.backlog = taken >= room
+        if ahead or taken >= room > 1:  # answered without waiting for work: timed
+            self._claim_s += _WEIGHT * (took_s - self._claim_s)
+
+    def handler_took(self, seconds: float) -> None:
+        """A handler ended ``seconds`` after it began."""
+        seconds = max(seconds, 1e-6)
+        if self._handler_s <= 0.0:
+            self._handler_s = seconds
+        else:
+            self._handler_s += _WEIGHT * (seconds - self._handler_s)
+
+    def take(self, run_id: str, token: int) -> InHand | None:
+        """Remove and return the run in hand with this id and token, if any."""
+        for held in self.runs:
+            if held.run.run_id == run_id and held.run.token == token:
+                self.runs.remove(held)
+                return held
+        return None
 
 
 class ActionRuns:
@@ -57,15 +130,15 @@ class ActionRuns:
         *,
         track: Callable[[asyncio.Task[None]], None],
         stopped: Callable[[], bool],
-        hook: HookCaller,
+        hook: Callable[..., Awaitable[None]],
     ) -> None:
         self._holder = holder  # what each run's context asks (touch, progress, results)
         self._track = track
         self._stopped = stopped
-        self._hook = hook
+        self._hook = hook  # awaits an observer's hook whose errors must not stop the worker
         # The worker's record of each run started (in a handler, or in a slot's queue).
         self._held: dict[str, HeldRun] = {}
-        self._concurrency = 1
+        self._concurrency = 1  # and the rest, set by configure() before any run is taken
         self._slots: HandlerSlots[HeldRun] = HandlerSlots(
             self._concurrency,
             self._execute,
@@ -74,35 +147,13 @@ class ActionRuns:
             abandon=self._release,
             log=log,
         )
-        self._prefetch = Prefetch(self._concurrency, enabled=False)  # made by configure()
         self._wake = asyncio.Event()  # the poll loop waits for room on it
         self._waiting = False  # ...and is waiting now
-        # Made by configure(), once the worker's session and settings are known.
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._session: Session
-        self._worker_id = ""
-        self._namespace = ""
-        self._serializer: ResultSerializer = JSON
-        self._observer: WorkerObserver = NO_OBSERVER
-        self._hooks_before = self._hooks_after = self._tell_ended = True
-        self._tell_claimed = self._tell_handled = True
-        self._auto_touch = False
-        self._handlers: Mapping[str, ActionHandler] = {}
-        self._options: Mapping[str, ActionRegisterOptions] = {}
-        self._lease_s: dict[str, float] = {}
-        self._handler_runner: HandlerRunner
-        self._reports: RunReporter
-
-    def reset(self, concurrency: int) -> None:
-        """Before a start: slots for ``concurrency`` handlers (the worker's setting as
-        it is then)."""
-        self._concurrency = concurrency
-        self._slots.reset()
-        self._slots.size = concurrency
 
     def configure(
         self,
         *,
+        concurrency: int,
         session: Session,
         worker_id: str,
         serializer: ResultSerializer,
@@ -113,21 +164,23 @@ class ActionRuns:
         runner: HandlerRunner,
         reports: RunReporter,
     ) -> None:
-        """Once the worker is set up, before any run is taken."""
-        self._loop = asyncio.get_running_loop()
+        """Once the worker is set up, before any run is taken: slots for ``concurrency``
+        handlers (the worker's setting as it is then)."""
+        self._concurrency = concurrency
+        self._slots.reset()
+        self._slots.size = concurrency
+        self._loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self._session = session
         self._worker_id = worker_id
         self._namespace = session.namespace
         self._serializer = serializer
         self._observer = observer
-        self._auto_touch = auto_touch
         self._handlers = handlers
-        self._options = options
         self._handler_runner = runner
         self._reports = reports
-        self._lease_s = {
-            name: o.timeout_ms / 1000.0 for name, o in options.items() if o.timeout_ms > 0
-        }
+        self._lease_s = {n: o.timeout_ms / 1000.0 for n, o in options.items() if o.timeout_ms > 0}
+        # The lease each action's handler keeps alive while it runs (0: none).
+        self._touch_ms = {n: o.timeout_ms if auto_touch else 0 for n, o in options.items()}
         # Runs in hand would count against a limit shared with other workers while they
         # wait, so a worker serving a limited action claims only for free slots.
         limited = any(o.max_concurrency or o.rate_limit for o in options.values())
@@ -176,7 +229,7 @@ class ActionRuns:
         """Start ``runs``, claimed or handed to the poller (it calls this), in free
         slots; the rest are held in hand, in order."""
         self._reports.claimed(len(runs))
-        now = self._time()
+        now = self._loop.time()  # the loop kept: asking asyncio for it costs a getpid()
         in_hand = self._prefetch.runs
         concurrency = self._concurrency
         if self._tell_claimed:
@@ -197,9 +250,8 @@ class ActionRuns:
         self._slots.queue.append(held)
 
     def stop_taking(self) -> None:
-        """The poll loop ended: release the runs in hand, which will not be started,
-        without spending their attempts, and let the slots end once their queue is
-        empty."""
+        """The poll loop ended: release the runs in hand unspent (they will not be
+        started), and let the slots end once their queue is empty."""
         while self._prefetch.runs:
             self._give_back(self._prefetch.runs.popleft())
         self._slots.close()
@@ -221,8 +273,7 @@ class ActionRuns:
         self._deliver(Released(), self._hold(waiting.run, waiting.claimed_at))
 
     def _release(self, held: HeldRun) -> None:
-        """A started run whose handler never began (its slot was cancelled): release
-        it without spending its attempt."""
+        """A started run whose handler never began (its slot was cancelled): released unspent."""
         if self._held.get(held.task_id) is held:
             del self._held[held.task_id]
         self._deliver(Released(), held)
@@ -237,9 +288,8 @@ class ActionRuns:
             self._track(asyncio.create_task(send, name=f"flo-report-{held.task_id}"))
 
     def _handler_done(self, run_id: str, now: float) -> None:
-        """The handler finished (at loop time ``now``): its slot is free while its
-        report is still on the way (a pending report uses no handler capacity;
-        ``current_load`` counts handlers), so the next run in hand starts in it."""
+        """The handler finished (at loop time ``now``): its slot is free, its report on
+        the way (``current_load`` counts handlers), so the next run in hand starts."""
         if self._held.pop(run_id, None) is None:
             return  # told already (a cancelled handler's run was given back)
         in_hand = self._prefetch.runs
@@ -255,36 +305,18 @@ class ActionRuns:
         if self._waiting and self._prefetch.room(len(self._held)) > 0:
             self._wake.set()
 
-    def _time(self) -> float:
-        """The event loop's time (asking asyncio for the loop on every run costs a
-        getpid() system call on Python 3.11)."""
-        return (self._loop or asyncio.get_running_loop()).time()
-
     # --- one run ------------------------------------------------------------------------
 
     def _hold(self, run: Claimed, claimed_at: float) -> HeldRun:
-        """The worker's record of ``run``, claimed at loop time ``claimed_at``, with its
-        handler's context."""
         lease_s = self._lease_s.get(run.action)
-        ctx = new_context(
-            run.run_id,
-            run.action,
-            run.payload,
-            run.attempt,
-            run.created_at_ms,
-            self._namespace,
-            self._holder,
-            run.token,
-            run.trace,
-        )
-        return HeldRun(ctx, claimed_at, lease_s)
+        return hold(run, claimed_at, lease_s, self._namespace, self._holder)
 
     async def _execute(self, held: HeldRun, slot: asyncio.Task[Any]) -> None:
         """Run one started run's handler with its hooks, in the handler slot ``slot``,
         through the handler runner (its time limit counted from when it began, its
         lease kept alive meanwhile with ``auto_touch``); its report is on its way when
         this returns."""
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._loop
         began = handler_began = loop.time()
         ctx = held.ctx
         report: Report
@@ -306,11 +338,11 @@ class ActionRuns:
                 else:
                     runner = self._handler_runner
                     running = held.running = runner.running(held.cancel, handler_began)
+                    touch_ms = self._touch_ms.get(ctx.action_name, 0)
                     toucher = None
-                    if self._auto_touch:
-                        timeout_ms = self._options[ctx.action_name].timeout_ms
+                    if touch_ms > 0:
                         toucher = start_auto_touch(
-                            self._session, self._worker_id, held, running, timeout_ms
+                            self._session, self._worker_id, held, running, touch_ms
                         )
                     try:
                         result = await runner.run(handler, ctx, running, slot)
@@ -353,13 +385,10 @@ class ActionRuns:
         else:
             self._deliver(report, held)
 
-    # --- cancel notices -----------------------------------------------------------------
-
     def revoke(self, run_id: str, token: int, why: str = "was cancelled") -> None:
         """A cancel notice (:mod:`flo_redis._session.notices`), or a refused accept (``why``:
-        the run's offer ran out and it moved on): the run is no longer this hand-out's,
-        so its handler is cancelled as for a lost lease (a sync handler sees
-        ``ctx.cancelled``) and reports nothing. A run in hand is dropped unstarted."""
+        its offer ran out): the run is no longer this hand-out's, so its handler is
+        cancelled as for a lost lease and reports nothing; a run in hand is dropped."""
         held = self._held.get(run_id)
         if held is None and self._prefetch.take(run_id, token) is not None:
             log.info("run %s %s before its handler began", run_id, why)

@@ -1,7 +1,8 @@
-"""One worker's reports and counters: completes and accepts coalesced into batches
-(:mod:`flo_redis.worker.coalescer`), each answer dealt with where it arrives, and the
-load and completed counters, sent in batches. What each kind of report is:
-:mod:`flo_redis.worker.outcomes`.
+"""One worker's reports and counters: what a handler's return becomes (:class:`Completed`),
+completes and accepts coalesced into batches (:mod:`flo_redis.worker.coalescer`), each
+answer dealt with where it arrives, and the load and completed counters, sent in
+batches. The other reports (a fail, a release) and how a report is resent:
+:mod:`flo_redis.worker.delivery`.
 
 A complete is handed to the batch and its handler slot goes on: the batch's answer is dealt
 with where it arrives, and only the rare complete that needs more (a lost connection, a
@@ -18,26 +19,70 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
 
 from flo_redis._aio import sleep_unless_stopped
 from flo_redis._session.session import Session
 from flo_redis._wire.keys import action_keys
 from flo_redis._wire.replies import Claimed
 from flo_redis.actions import reports
+from flo_redis.actions.results import (
+    ResultSerializer,
+    check_outcome,
+    check_result_data,
+    encode_result,
+)
 from flo_redis.errors import PermissionDeniedError, ServerError, is_connection_error
 from flo_redis.retry import is_refused_unrun
 from flo_redis.types import Reason
 from flo_redis.worker.coalescer import Coalescer
-from flo_redis.worker.delivery import drop_refused, send_report
-from flo_redis.worker.lease import HeldRun
+from flo_redis.worker.context import ActionContext, ActionResult, HeldRun
+from flo_redis.worker.delivery import (
+    Dropped,
+    Failed,
+    Released,
+    drop_refused,
+    failure,
+    send_report,
+)
 from flo_redis.worker.observe import WorkerObserver, overrides
-from flo_redis.worker.outcomes import Completed, Failed
 
 log = logging.getLogger("flo_redis.worker")
 
 # How often batched load / completed counters are sent.
 COUNTS_INTERVAL_S = 0.2
+
+
+@dataclass(slots=True)
+class Completed:
+    """The handler returned: complete the run with its encoded result (in its action's
+    next batch of completes, answered there)."""
+
+    data: bytes
+    outcome: str = "success"
+    handled: ClassVar[str] = "completed"
+
+    async def deliver(self, to: RunReporter, held: HeldRun) -> None:
+        to.complete(held, self)
+
+
+Report = Completed | Failed | Released | Dropped
+
+
+def completion(
+    ctx: ActionContext, result: object, serializer: ResultSerializer, worker_id: str
+) -> Completed | Failed:
+    """What a handler's return value becomes: an :class:`ActionResult` as it is, any
+    other value encoded by ``serializer`` (one it cannot encode fails the run)."""
+    if type(result) is bytes:  # the common case, as encode_result answers it
+        return Completed(result)
+    try:
+        if isinstance(result, ActionResult):
+            return Completed(check_result_data(result.data), check_outcome(result.outcome))
+        return Completed(encode_result(result, serializer))
+    except Exception as exc:  # a bad outcome, or a serializer's own error: the run fails
+        return failure(ctx, exc, worker_id)
 
 
 class RunReporter:
@@ -279,4 +324,4 @@ class _Offer(NamedTuple):
 _new_offer = tuple.__new__
 
 
-__all__ = ["RunReporter"]
+__all__ = ["Completed", "Report", "RunReporter", "completion"]

@@ -39,8 +39,7 @@ from flo_redis.streams import groups
 from flo_redis.streams.partitions import StreamState
 from flo_redis.types import DEFAULT_WORKER_BLOCK_MS, StreamGroupReadOptions, StreamID, StreamRecord
 from flo_redis.types.base import U32
-from flo_redis.worker.handler_tasks import INLINE, HandlerSlots
-from flo_redis.worker.handlers import HandlerRunner, HandlerTimeout
+from flo_redis.worker.handlers import INLINE, HandlerRunner, HandlerSlots, HandlerTimeout
 from flo_redis.worker.lifecycle import (
     ClientLike,
     WorkerLifecycle,
