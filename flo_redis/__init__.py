@@ -29,18 +29,11 @@ from flo_redis.streams import (
     StreamOperations,
 )
 from flo_redis.types import *  # noqa: F403  (the API's types: types.__all__)
-from flo_redis.worker.action_worker import (
-    ActionContext,
-    ActionResult,
-    ActionWorker,
-    ActionWorkerOptions,
-)
-from flo_redis.worker.stream_worker import (
-    StreamContext,
-    StreamRecordHandler,
-    StreamWorker,
-    StreamWorkerOptions,
-)
+from flo_redis.worker.action_options import ActionWorkerOptions
+from flo_redis.worker.action_worker import ActionWorker
+from flo_redis.worker.context import ActionContext, ActionResult
+from flo_redis.worker.stream_context import StreamContext, StreamRecordHandler
+from flo_redis.worker.stream_worker import StreamWorker, StreamWorkerOptions
 
 __version__ = "0.1.0"
 

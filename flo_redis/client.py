@@ -46,7 +46,8 @@ from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from flo_redis.streams.operations import StreamOperations
 from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS
 from flo_redis.worker.action_worker import ActionWorker
-from flo_redis.worker.stream_worker import StreamHandler, StreamWorker
+from flo_redis.worker.stream_context import StreamHandler
+from flo_redis.worker.stream_worker import StreamWorker
 
 log = logging.getLogger("flo_redis.client")
 

@@ -35,7 +35,6 @@ from flo_redis._wire.gateway import (
 )
 from flo_redis._wire.keys import (
     MAX_NAME_SIZE,
-    ActionKeys,
     NamespaceKeys,
     action_keys,
     check_name,
@@ -44,7 +43,7 @@ from flo_redis._wire.keys import (
 from flo_redis._wire.replies import Claimed, ClaimReply
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status
-from flo_redis.actions import claims, reports
+from flo_redis.actions import reports
 from flo_redis.actions.claims import Gate, check_handed, poll, unknown_worker
 from flo_redis.actions.reports import CompleteItem
 from flo_redis.actions.worker_registry import MAX_CURSOR_BYTES, read_page, worker_record
@@ -321,22 +320,6 @@ class WorkerOperations(Operations):
         reports.check_tally(load, completed, failed)
         ns = self._ns(namespace).namespace
         await reports.tally(self._session, worker_id, ns, load, completed, failed)
-
-    async def claim(
-        self,
-        keys: ActionKeys,
-        worker_id: str,
-        labels: bytes,
-        max_n: int,
-        poll_id: str,
-        park_ms: int = 0,
-        received: str = "",
-        offer_ms: int = 0,
-    ) -> ClaimReply:
-        """One claim on one action queue (:func:`flo_redis.actions.claims.claim`)."""
-        return await claims.claim(
-            self._session, keys, worker_id, labels, max_n, poll_id, park_ms, received, offer_ms
-        )
 
     # --- beyond flo ----------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from flo_redis._session.tracer import ProducerSpan, pack_context
 from flo_redis.errors import MissingExtraError
 from flo_redis.worker.context import ActionContext
 from flo_redis.worker.observe import WorkerObserver
-from flo_redis.worker.stream_worker import StreamContext
+from flo_redis.worker.stream_context import StreamContext
 
 if TYPE_CHECKING:
     from flo_redis.client import FloClient

@@ -1,19 +1,11 @@
 """flo's ``flo.worker`` path: ``ActionWorker`` and ``StreamWorker``."""
 
-from flo_redis.worker.action_worker import (
-    ActionContext,
-    ActionResult,
-    ActionWorker,
-    ActionWorkerOptions,
-    BlockTooLongError,
-)
-from flo_redis.worker.stream_worker import (
-    StreamContext,
-    StreamHandler,
-    StreamRecordHandler,
-    StreamWorker,
-    StreamWorkerOptions,
-)
+from flo_redis.errors import BlockTooLongError
+from flo_redis.worker.action_options import ActionWorkerOptions
+from flo_redis.worker.action_worker import ActionWorker
+from flo_redis.worker.context import ActionContext, ActionResult
+from flo_redis.worker.stream_context import StreamContext, StreamHandler, StreamRecordHandler
+from flo_redis.worker.stream_worker import StreamWorker, StreamWorkerOptions
 
 __all__ = [
     "ActionContext",

@@ -30,18 +30,14 @@ from flo_redis.actions.results import JSON, ResultSerializer, check_handler, che
 from flo_redis.actions.runs import cancel_confirmed
 from flo_redis.actions.schedules import Missed, ScheduleDeclaration, check_spec, check_timezone
 from flo_redis.actions.workers import Claimed, WorkerOperations
-from flo_redis.errors import BlockTooLongError, NotFoundError, ServerError, ValidationError
+from flo_redis.errors import NotFoundError, ServerError, ValidationError
 from flo_redis.types import ActionRegisterOptions, Reason
 from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS, ActionWorkerOptions
-from flo_redis.worker.context import ActionContext, ActionHandler, ActionResult, touch
+from flo_redis.worker.context import ActionContext, ActionHandler, touch
 from flo_redis.worker.gc import YoungGeneration
 from flo_redis.worker.handlers import HandlerRunner
 from flo_redis.worker.held_runs import ActionRuns
-from flo_redis.worker.lifecycle import (
-    ClientLike,
-    WorkerLifecycle,
-    generate_worker_id,
-)
+from flo_redis.worker.lifecycle import ClientLike, WorkerLifecycle, generate_worker_id
 from flo_redis.worker.poller import ActionPoller
 from flo_redis.worker.progress import encode_progress, report_progress
 from flo_redis.worker.reaper import Reaper
@@ -345,12 +341,3 @@ class ActionWorker(WorkerLifecycle):
         await report_progress(
             self.session, self.config.worker_id, ctx.action_name, ctx.task_id, ctx.token, data
         )
-
-
-__all__ = [
-    "ActionContext",
-    "ActionResult",
-    "ActionWorker",
-    "ActionWorkerOptions",
-    "BlockTooLongError",
-]

@@ -135,77 +135,50 @@ class Observers(WorkerObserver):
     def __init__(self, *observers: WorkerObserver) -> None:
         self.observers = observers
 
-    def run_claimed(self, action: str, pickup_s: float) -> None:
-        for o in self.observers:
-            o.run_claimed(action, pickup_s)
 
-    def run_handled(self, action: str, result: str, duration_s: float) -> None:
-        for o in self.observers:
-            o.run_handled(action, result, duration_s)
+# The hooks a worker calls and does not await, and the middleware hooks it awaits.
+_EVENTS = (
+    "run_claimed",
+    "run_handled",
+    "run_completed",
+    "run_failed",
+    "run_released",
+    "runs_reclaimed",
+    "record_delivered",
+    "record_handled",
+    "record_settled",
+    "records_reclaimed",
+    "report_resent",
+    "report_refused",
+    "run_ended",
+)
+_MIDDLEWARE = ("on_start", "on_stop", "before_run", "after_run", "on_failure")
 
-    def run_completed(self, action: str, outcome: str) -> None:
-        for o in self.observers:
-            o.run_completed(action, outcome)
 
-    def run_failed(self, action: str, retried: bool) -> None:
-        for o in self.observers:
-            o.run_failed(action, retried)
+def _calling_each(hook: str) -> Any:
+    """:class:`Observers`' ``hook``: each observer's, in turn."""
 
-    def run_released(self, action: str) -> None:
+    def each(self: Observers, *args: Any) -> None:
         for o in self.observers:
-            o.run_released(action)
+            getattr(o, hook)(*args)
 
-    def runs_reclaimed(self, action: str, count: int) -> None:
-        for o in self.observers:
-            o.runs_reclaimed(action, count)
+    return each
 
-    def record_delivered(self, stream: str, group: str) -> None:
-        for o in self.observers:
-            o.record_delivered(stream, group)
 
-    def record_handled(self, stream: str, group: str, acked: bool, duration_s: float) -> None:
-        for o in self.observers:
-            o.record_handled(stream, group, acked, duration_s)
+def _awaiting_each(hook: str) -> Any:
+    """:class:`Observers`' middleware ``hook``: each observer's, awaited in turn."""
 
-    def record_settled(self, stream: str, group: str, acked: bool) -> None:
+    async def each(self: Observers, *args: Any) -> None:
         for o in self.observers:
-            o.record_settled(stream, group, acked)
+            await settle(getattr(o, hook)(*args))
 
-    def records_reclaimed(self, stream: str, group: str, count: int) -> None:
-        for o in self.observers:
-            o.records_reclaimed(stream, group, count)
+    return each
 
-    def report_resent(self, report: str) -> None:
-        for o in self.observers:
-            o.report_resent(report)
 
-    def report_refused(self, report: str) -> None:
-        for o in self.observers:
-            o.report_refused(report)
-
-    def run_ended(self, ctx: Any) -> None:
-        for o in self.observers:
-            o.run_ended(ctx)
-
-    async def on_start(self, worker: Any) -> None:
-        for o in self.observers:
-            await settle(o.on_start(worker))
-
-    async def on_stop(self, worker: Any) -> None:
-        for o in self.observers:
-            await settle(o.on_stop(worker))
-
-    async def before_run(self, ctx: Any) -> None:
-        for o in self.observers:
-            await settle(o.before_run(ctx))
-
-    async def after_run(self, ctx: Any, output: bytes) -> None:
-        for o in self.observers:
-            await settle(o.after_run(ctx, output))
-
-    async def on_failure(self, ctx: Any, error: BaseException) -> None:
-        for o in self.observers:
-            await settle(o.on_failure(ctx, error))
+for _hook in _EVENTS:
+    setattr(Observers, _hook, _calling_each(_hook))
+for _hook in _MIDDLEWARE:
+    setattr(Observers, _hook, _awaiting_each(_hook))
 
 
 NO_OBSERVER = WorkerObserver()

@@ -48,7 +48,7 @@ from flo_redis.worker.lifecycle import (
 )
 from flo_redis.worker.observe import overrides, settle
 from flo_redis.worker.reaper import Reaper
-from flo_redis.worker.stream_context import StreamContext, StreamHandler, StreamRecordHandler
+from flo_redis.worker.stream_context import StreamContext, StreamHandler
 from flo_redis.worker.stream_reports import RecordReports
 
 log = logging.getLogger("flo_redis.stream_worker")
@@ -380,12 +380,3 @@ def _why(exc: BaseException, timeout: float) -> str:
 def _stays_pending(record: StreamRecord) -> None:
     """A record read and never started (the worker aborted or was cancelled) stays
     pending in Redis, for a later delivery: nothing to send."""
-
-
-__all__ = [
-    "StreamContext",
-    "StreamHandler",
-    "StreamRecordHandler",
-    "StreamWorker",
-    "StreamWorkerOptions",
-]

@@ -44,6 +44,7 @@ from flo_redis._wire.gateway import ACTION_RECLAIM
 from flo_redis._wire.keys import action_keys, owner_channel
 from flo_redis._wire.runner import SCRIPTS
 from flo_redis._wire.status import Status
+from flo_redis.actions.claims import claim
 from flo_redis.actions.concurrency import SlotOperations
 from flo_redis.errors import ConflictError, NotConnectedError, NotFoundError, ValidationError
 from flo_redis.worker import ActionWorker
@@ -345,13 +346,13 @@ async def test_a_claim_whose_reply_is_cut_is_replayed_on_retry(
             await raw.script_load(SCRIPTS["action_claim"].source)
             proxy.drop_reply_after(SCRIPTS["action_claim"].sha.encode())
             with pytest.raises(NotConnectedError):
-                await client.worker.claim(keys, "w1", b"", 1, "poll-1")
+                await claim(client.session, keys, "w1", b"", 1, "poll-1")
             assert proxy.dropped_replies == 1
             lost = await client.action.status(first)
             assert lost.status == RunStatus.RUNNING  # the claim ran; its answer was lost
-            again = await client.worker.claim(keys, "w1", b"", 1, "poll-1")
+            again = await claim(client.session, keys, "w1", b"", 1, "poll-1")
             assert [(r.run_id, r.token) for r in again.runs] == [(first, lost.token)]
-            other = await client.worker.claim(keys, "w1", b"", 1, "poll-2")
+            other = await claim(client.session, keys, "w1", b"", 1, "poll-2")
             assert [r.run_id for r in other.runs] == [second]
     finally:
         await proxy.stop()

@@ -50,6 +50,7 @@ from flo_redis import (
 )
 from flo_redis._session.reclaim import reclaim_gone_owners
 from flo_redis._wire.keys import action_keys, handoff_channel, owner_channel
+from flo_redis.actions.claims import claim
 
 pytestmark = pytest.mark.slow  # a Hypothesis model: many steps against Redis
 
@@ -194,7 +195,7 @@ class QueueMachine(ClientMachine):
         poll_id = f"poller{index}#{self.parks}"
         wid = self._worker(index)
         parked = self.run(
-            owner.worker.claim(self.keys, wid, b"", 1, poll_id, HOUR_MS // 60, received, 1000)
+            claim(owner.session, self.keys, wid, b"", 1, poll_id, HOUR_MS // 60, received, 1000)
         )
         assert parked.runs == ()
         if last is not None:  # its next claim names the run it received: accepted
