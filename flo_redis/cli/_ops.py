@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flo_redis.cli import _render
+from flo_redis.cli._names import NAMESPACE, Names
 from flo_redis.cli._options import namespace_option, url_option
 from flo_redis.client import FloClient
 from flo_redis.errors import FloError
@@ -48,12 +49,20 @@ def list_command(group: click.Group) -> Callable[[Callable[..., Any]], click.Com
     return decorate
 
 
-def with_client(url: str, namespace: str, work: Callable[[FloClient], Awaitable[T]]) -> T:
-    """Run ``work`` with a connected client; flo's errors become a one-line message and
-    exit status 1."""
+def with_client(
+    url: str,
+    namespace: str,
+    work: Callable[[FloClient], Awaitable[T]],
+    names: Names | None = NAMESPACE,
+) -> T:
+    """Run ``work`` with a connected client once ``names`` are found to exist (None: a
+    serving command, whose namespace may fill later); a name that does not exist, and
+    flo's errors, become a one-line message and exit status 1."""
 
     async def main() -> T:
         async with FloClient(url, namespace=namespace) as client:
+            if names is not None:
+                await names.check(client)
             return await work(client)
 
     try:

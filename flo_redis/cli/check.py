@@ -13,11 +13,12 @@ import sys
 
 import click
 
+from flo_redis.cli._names import NAMESPACE, UnknownNameError, did_you_mean
 from flo_redis.cli._options import Seconds, namespace_option, url_option
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.errors import FloError
-from flo_redis.ops.discovery import all_workers
+from flo_redis.ops.discovery import action_names, all_workers
 from flo_redis.types import WorkerInfo, WorkerStatus
 
 # Action workers heartbeat every 30 s: 60 s means two missed in a row.
@@ -47,6 +48,16 @@ async def _confirmed(
     return await _chosen(client, worker_id, action)
 
 
+async def _hint(client: FloClient, worker_id: str | None, action: str | None) -> str:
+    """What the worker id or action named but not found may have been meant to be: a
+    registered worker's id; an action registered, or served by a worker."""
+    workers = await all_workers(client)
+    if worker_id is not None:
+        return did_you_mean(worker_id, [w.worker_id for w in workers])
+    served = {t for w in workers for t in w.task_types}
+    return did_you_mean(action or "", sorted(served.union(await action_names(client))))
+
+
 def _verdict(info: WorkerInfo, now_ms: int, max_age_s: float) -> str | None:
     """Why a live ``info`` is not healthy, or None."""
     age_s = max(0, now_ms - info.last_heartbeat_ms) / 1000
@@ -69,15 +80,19 @@ async def probe(
     where = f"namespace {namespace!r}"
     try:
         async with FloClient(url, namespace=namespace) as client:
+            await NAMESPACE.check(client)
             chosen = await _chosen(client, worker_id, action)
             chosen = await _confirmed(client, chosen, worker_id, action)
             now_ms = await client.server_time_ms()
+            hint = await _hint(client, worker_id, action) if not chosen else ""
+    except UnknownNameError as exc:
+        return False, exc.message
     except FloError as exc:
         return False, str(exc)
     if not chosen:
         if worker_id is not None:
-            return False, f"no worker {worker_id!r} is registered in {where}"
-        return False, f"no worker of action {action!r} is registered in {where}"
+            return False, f"no worker {worker_id!r} is registered in {where}{hint}"
+        return False, f"no worker of action {action!r} is registered in {where}{hint}"
     gone = [w for w in chosen if w.alive is False]
     live = [w for w in chosen if w.alive is not False]
     if not live:

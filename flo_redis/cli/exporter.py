@@ -51,4 +51,4 @@ def exporter(url: str, namespace: str, port: int, host: str, all_namespaces: boo
             server.close()
 
     with contextlib.suppress(KeyboardInterrupt):
-        with_client(url, namespace, serve)
+        with_client(url, namespace, serve, names=None)

@@ -7,6 +7,7 @@ import json
 import click
 
 from flo_redis.actions.runs import MAX_WAIT_MS
+from flo_redis.cli._names import Names
 from flo_redis.cli._ops import connection_options, json_option, print_json, with_client
 from flo_redis.cli._options import Seconds
 from flo_redis.cli._render import say
@@ -70,7 +71,7 @@ def invoke(
         except WaitTimeoutError as exc:
             return run_id, exc
 
-    run_id, finished = with_client(url, namespace, run)
+    run_id, finished = with_client(url, namespace, run, Names(action=action))
     if not wait:
         if as_json:
             print_json({"run_id": run_id})

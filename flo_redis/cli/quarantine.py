@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from flo_redis.cli import _ops as ops
+from flo_redis.cli._names import NAMESPACE, Names
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.quarantine import (
@@ -86,6 +87,18 @@ def where(
     return WorkerQuarantine()
 
 
+def names(scope: Quarantine) -> Names:
+    """What must exist before ``scope`` is read: its action, or its stream and group; a
+    plain queue has no registry, so neither it nor its namespace is looked up."""
+    if isinstance(scope, ActionQuarantine):
+        return Names(action=scope.action)
+    if isinstance(scope, GroupQuarantine):
+        return Names(stream=scope.stream, group=scope.group)
+    if isinstance(scope, QueueQuarantine):
+        return Names(namespace=False)
+    return NAMESPACE
+
+
 def _size(data: bytes) -> str:
     return f"{len(data)} B"
 
@@ -109,7 +122,7 @@ def list_quarantine(
         page = await client.quarantine.list(scope, limit=limit, after=after)
         return await client.server_time_ms(), await client.quarantine.count(scope), page
 
-    now_ms, total, page = ops.with_client(url, namespace, read)
+    now_ms, total, page = ops.with_client(url, namespace, read, names(scope))
     if as_json:
         ops.print_json({"count": total, "records": page.records, "cursor": page.cursor})
         return
@@ -173,7 +186,7 @@ def replay(
     async def run(client: FloClient) -> None:
         await client.quarantine.replay(scope, entry_id, record)
 
-    ops.with_client(url, namespace, run)
+    ops.with_client(url, namespace, run, names(scope))
     say(f"put back {entry_id}")
 
 
@@ -209,4 +222,4 @@ def delete(
         ops.confirm(yes, f"Delete {len(ids)} record(s) set aside? This cannot be undone.")
         return await client.quarantine.delete(scope, ids)
 
-    say(f"deleted {ops.with_client(url, namespace, run)} record(s)")
+    say(f"deleted {ops.with_client(url, namespace, run, names(scope))} record(s)")

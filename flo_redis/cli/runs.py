@@ -8,6 +8,7 @@ from flo_redis._wire.keys import action_of_run
 from flo_redis.actions.inspect import RunPage, RunState, run_cursor
 from flo_redis.actions.runs import FINAL
 from flo_redis.cli import _ops as ops
+from flo_redis.cli._names import Names
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.errors import BadRecordError, ValidationError
@@ -64,7 +65,7 @@ def list_runs(
         )
         return await client.server_time_ms(), page
 
-    now_ms, page = ops.with_client(url, namespace, read)
+    now_ms, page = ops.with_client(url, namespace, read, Names(action=action))
     if as_json:
         ops.print_json(page)
         return
@@ -194,7 +195,7 @@ def requeue(url: str, namespace: str, yes: bool, action: str, run_ids: tuple[str
         done = await client.action.requeue_failed(action)
         return f"re-queued {done.count} run(s) of {action} in {done.calls} call(s)"
 
-    say(ops.with_client(url, namespace, run))
+    say(ops.with_client(url, namespace, run, Names(action=action)))
 
 
 @runs.command("purge")
@@ -220,4 +221,4 @@ def purge(url: str, namespace: str, yes: bool, action: str, state: str) -> None:
         done = await client.action.purge(action, state)
         return f"purged {done.count} {state} run(s) of {action} in {done.calls} call(s)"
 
-    say(ops.with_client(url, namespace, run))
+    say(ops.with_client(url, namespace, run, Names(action=action)))

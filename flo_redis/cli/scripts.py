@@ -88,7 +88,7 @@ async def _found(client: FloClient) -> str:
 @ops.json_option
 def list_libraries(url: str, as_json: bool) -> None:
     """Every flo-redis library on the server; this version's first."""
-    found = ops.with_client(url, "default", _libraries)
+    found = ops.with_client(url, "default", _libraries, names=None)
     if as_json:
         ops.print_json({"this_version": LIBRARY.name, "libraries": found})
         return
@@ -143,7 +143,7 @@ def load(url: str, replace: bool) -> None:
             await _redis(client).function_load(LIBRARY.source, replace=found == OTHER)
         return "loaded" if found != OTHER else "replaced"
 
-    outcome = ops.with_client(url, "default", work)
+    outcome = ops.with_client(url, "default", work, names=None)
     if outcome == OTHER:
         raise click.ClickException(f"{_NOT_SHIPPED}; replace it: flo-redis scripts load --replace")
     said = {SAME: "was loaded already", "loaded": "loaded", "replaced": "replaced"}
@@ -158,7 +158,7 @@ def prune(url: str, yes: bool) -> None:
     loads its own again at its next call)."""
     others = [
         lib["library"]
-        for lib in ops.with_client(url, "default", _libraries)
+        for lib in ops.with_client(url, "default", _libraries, names=None)
         if not lib["this_version"]
     ]
     if not others:
@@ -179,5 +179,5 @@ def prune(url: str, yes: bool) -> None:
                     if "not found" not in str(exc).lower():  # deleted meanwhile: done
                         raise
 
-    ops.with_client(url, "default", work)
+    ops.with_client(url, "default", work, names=None)
     say(f"deleted {len(others)}: {', '.join(others)}")

@@ -7,6 +7,7 @@ import asyncio
 import click
 
 from flo_redis.cli import _ops as ops
+from flo_redis.cli._names import Names
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.errors import ValidationError
@@ -95,7 +96,7 @@ def info(url: str, namespace: str, as_json: bool, stream: str) -> None:
     async def read(client: FloClient) -> tuple[StreamInfo, tuple[GroupCounts, ...]]:
         return await client.stream.info(stream), await client.stream.groups(stream)
 
-    stream_info, groups = ops.with_client(url, namespace, read)
+    stream_info, groups = ops.with_client(url, namespace, read, Names(stream=stream))
     if as_json:
         ops.print_json({"stream": stream, "info": stream_info, "groups": groups})
         return
@@ -136,7 +137,7 @@ def list_dead(url: str, namespace: str, as_json: bool, stream: str, group: str, 
         )
         return await client.server_time_ms(), letters
 
-    now_ms, letters = ops.with_client(url, namespace, read)
+    now_ms, letters = ops.with_client(url, namespace, read, Names(stream=stream, group=group))
     if as_json:
         ops.print_json(letters)
         return
@@ -195,5 +196,5 @@ def replay(
             raise click.BadParameter(str(exc)) from exc
         return len(done)
 
-    n = ops.with_client(url, namespace, run)
+    n = ops.with_client(url, namespace, run, Names(stream=stream, group=group))
     say(f"replayed {n} dead letter(s) of {group} onto {stream}")

@@ -48,10 +48,15 @@ async def test_a_running_worker_is_healthy_by_id_and_by_action(
                                f"namespace '{namespace}'")  # fmt: skip
 
 
-async def test_an_unknown_worker_is_unhealthy(redis_url: str, namespace: str) -> None:
+async def test_an_unknown_worker_is_unhealthy(
+    client: FloClient, redis_url: str, namespace: str
+) -> None:
+    await client.action.register("resize")
     code, line = check(redis_url, namespace, "--worker", "nobody")
     assert (code, line) == (1, f"unhealthy: no worker 'nobody' is registered in namespace "
                                f"'{namespace}'")  # fmt: skip
+    code, line = check(redis_url, namespace[:-1], "--worker", "nobody")
+    assert code == 1 and line.startswith(f"unhealthy: no namespace '{namespace[:-1]}'")
 
 
 async def test_a_silent_worker_is_unhealthy_and_one_unhealthy_worker_fails_its_action(

@@ -186,9 +186,7 @@ def test_bad_input_is_a_usage_error(redis_url: str, namespace: str, world: dict[
     bad_state = cli(redis_url, namespace, "runs", "list", "job", "--state", "lost")
     assert bad_state.exit_code == 2
     missing = cli(redis_url, namespace, "runs", "list", "nope", "--json")
-    assert missing.exit_code == 0  # an unknown action simply has no runs
-    unknown = cli(redis_url, namespace, "runs", "purge", "nope", "--state", "failed", "--yes")
-    assert unknown.exit_code == 1 and "register it first" in unknown.output
+    assert missing.exit_code == 1 and "no action 'nope'" in missing.output
 
 
 async def test_invoke_wait_through_the_installed_command(client: FloClient, redis_url: str) -> None:

@@ -63,3 +63,24 @@ class Command:
             self.proc.kill()
             self.proc.wait(10)
         self.out.close()
+
+
+def flo_redis(
+    url: str, namespace: str, *args: str, env: dict[str, str] | None = None, stdin: bytes = b""
+) -> subprocess.CompletedProcess[str]:
+    """``flo-redis ARGS`` run to its end with ``--url`` and ``--namespace`` from the
+    environment (as an operator would set them), its stdout and stderr kept apart."""
+    base = {k: v for k, v in os.environ.items() if k not in _OWN_ENV}
+    own = {"FLO_REDIS_URL": url, "FLO_REDIS_NAMESPACE": namespace, **(env or {})}
+    done = subprocess.run(
+        [sys.executable, "-m", "flo_redis.cli", *args],
+        cwd=TESTS,
+        env={**base, **own},
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
