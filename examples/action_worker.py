@@ -1,6 +1,6 @@
 """An ActionWorker serving several actions, stopped cleanly on SIGTERM/SIGINT.
 
-    REDIS_URL=redis://localhost:6379 python examples/action_worker.py
+    FLO_REDIS_URL=redis://localhost:6379 python examples/action_worker.py
 
 - ``resize`` returns bytes (a plain complete);
 - ``approve`` names an outcome with ``ctx.result(...)``;
@@ -23,8 +23,9 @@ from flo_redis import (
     NonRetryableError,
 )
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
-NAMESPACE = os.environ.get("FLO_NAMESPACE", "demo")
+# The settings of the flo-redis command, so `flo-redis status` shows what this runs.
+REDIS_URL = os.environ.get("FLO_REDIS_URL") or os.environ.get("REDIS_URL", "redis://localhost:6379")
+NAMESPACE = os.environ.get("FLO_REDIS_NAMESPACE", "default")
 
 
 async def main() -> None:

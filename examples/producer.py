@@ -1,6 +1,6 @@
 """Invoke runs of the demo actions and wait for their results.
 
-REDIS_URL=redis://localhost:6379 python examples/producer.py [count]
+FLO_REDIS_URL=redis://localhost:6379 python examples/producer.py [count]
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import time
 
 from flo_redis import ActionRegisterOptions, FloClient, NotFoundError, RunStatus
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
-NAMESPACE = os.environ.get("FLO_NAMESPACE", "demo")
+# The settings of the flo-redis command, so `flo-redis status` shows what this runs.
+REDIS_URL = os.environ.get("FLO_REDIS_URL") or os.environ.get("REDIS_URL", "redis://localhost:6379")
+NAMESPACE = os.environ.get("FLO_REDIS_NAMESPACE", "default")
 FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED}
 
 

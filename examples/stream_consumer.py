@@ -1,6 +1,6 @@
 """A consumer-group loop on the low-level stream API: read, process, ack or nack.
 
-    REDIS_URL=redis://localhost:6379 python examples/stream_consumer.py [consumer]
+    FLO_REDIS_URL=redis://localhost:6379 python examples/stream_consumer.py [consumer]
 
 On start it first re-processes the entries this consumer was given but never acked (a
 claim loop over its own pending list), then reads new ones. Each ack/nack carries the
@@ -30,8 +30,9 @@ from flo_redis import (
     StreamRecord,
 )
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
-NAMESPACE = os.environ.get("FLO_NAMESPACE", "demo")
+# The settings of the flo-redis command, so `flo-redis status` shows what this runs.
+REDIS_URL = os.environ.get("FLO_REDIS_URL") or os.environ.get("REDIS_URL", "redis://localhost:6379")
+NAMESPACE = os.environ.get("FLO_REDIS_NAMESPACE", "default")
 STREAM = "orders"
 GROUP = "billing"
 

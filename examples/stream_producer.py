@@ -1,6 +1,6 @@
 """Append events to a stream, then show what the stream holds.
 
-    REDIS_URL=redis://localhost:6379 python examples/stream_producer.py [count]
+    FLO_REDIS_URL=redis://localhost:6379 python examples/stream_producer.py [count]
 
 Run ``examples/stream_consumer.py`` alongside to process them in a consumer group.
 """
@@ -15,8 +15,9 @@ import sys
 
 from flo_redis import FloClient, StreamAppendOptions
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
-NAMESPACE = os.environ.get("FLO_NAMESPACE", "demo")
+# The settings of the flo-redis command, so `flo-redis status` shows what this runs.
+REDIS_URL = os.environ.get("FLO_REDIS_URL") or os.environ.get("REDIS_URL", "redis://localhost:6379")
+NAMESPACE = os.environ.get("FLO_REDIS_NAMESPACE", "default")
 STREAM = "orders"
 
 

@@ -1,6 +1,6 @@
 """A StreamWorker processing the ``orders`` stream in the ``billing`` group.
 
-    REDIS_URL=redis://localhost:6379 python examples/stream_worker.py
+    FLO_REDIS_URL=redis://localhost:6379 python examples/stream_worker.py
 
 A handler that returns acks the record; one that raises nacks it, and the group delivers
 it again (delivery count raised) until ``max_deliver``, then dead-letters it.
@@ -14,8 +14,9 @@ import signal
 
 from flo_redis import FloClient, StreamContext, StreamGroupJoinOptions
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379")
-NAMESPACE = os.environ.get("FLO_NAMESPACE", "demo")
+# The settings of the flo-redis command, so `flo-redis status` shows what this runs.
+REDIS_URL = os.environ.get("FLO_REDIS_URL") or os.environ.get("REDIS_URL", "redis://localhost:6379")
+NAMESPACE = os.environ.get("FLO_REDIS_NAMESPACE", "default")
 
 
 async def bill(ctx: StreamContext) -> None:
