@@ -182,7 +182,7 @@ def test_invoke_prints_the_run_id(redis_url: str, namespace: str, world: dict[st
 
 def test_bad_input_is_a_usage_error(redis_url: str, namespace: str, world: dict[str, Any]) -> None:
     bad_json = cli(redis_url, namespace, "invoke", "job", "--data", "{nope")
-    assert bad_json.exit_code == 2 and "not JSON" in bad_json.output
+    assert bad_json.exit_code == 2 and "not UTF-8 JSON" in bad_json.output
     bad_state = cli(redis_url, namespace, "runs", "list", "job", "--state", "lost")
     assert bad_state.exit_code == 2
     missing = cli(redis_url, namespace, "runs", "list", "nope", "--json")

@@ -61,9 +61,12 @@ def test_a_wait_timeout_in_range_is_taken_in_seconds(
 @pytest.mark.parametrize(
     ("args", "wanted"),
     [
-        (["--delay-ms", "253402300800000"], ["'--delay-ms'", "0<=x<=253402300799999"]),
-        (["--delay-ms", "99999999999999999999999"], ["'--delay-ms'"]),
-        (["--delay-ms", "-1"], ["'--delay-ms'"]),
+        (["--delay", "253402300800"], ["'--delay'", "seconds, 0 to 2.53402e+11"]),
+        (["--delay", "nan"], ["'--delay'"]),
+        (["--delay", "-1"], ["'--delay'"]),
+        (["--priority", "256"], ["'--priority'", "0<=x<=255"]),
+        (["--data", "@no-such-file.json"], ["'--data'", "cannot read 'no-such-file.json'"]),
+        (["--data", "-"], ["'--data'", "not UTF-8 JSON"]),
         (["--idempotency-key", ""], ["'--idempotency-key'", "must not be empty"]),
     ],
 )
