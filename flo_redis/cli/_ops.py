@@ -113,6 +113,15 @@ def print_json(value: Any) -> None:
     _render.say(json.dumps(plain(value), indent=2, sort_keys=False, ensure_ascii=True))
 
 
+def report(as_json: bool, line: str, **facts: Any) -> None:
+    """What a command that changes something did: ``facts`` as one JSON object with
+    ``--json``, else ``line`` for people."""
+    if as_json:
+        print_json(facts)
+    else:
+        _render.say(line)
+
+
 def console() -> Console:
     """Where tables are drawn: strings as plain, cleaned text (:mod:`._render`)."""
     return _render.console()

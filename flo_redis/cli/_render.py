@@ -74,8 +74,9 @@ def say(message: object = "", *, err: bool = False) -> None:
 
 
 def ask(question: str) -> None:
-    """Ask yes or no (the question cleaned); abort (exit 1) on no."""
-    click.confirm(terminal_text(question), abort=True)
+    """Ask yes or no on stderr, so stdout holds only the answer (``--json``); the question
+    cleaned; abort (exit 1) on no."""
+    click.confirm(terminal_text(question), abort=True, err=True)
 
 
 class TerminalFormatter(logging.Formatter):

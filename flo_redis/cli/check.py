@@ -14,8 +14,8 @@ import sys
 import click
 
 from flo_redis.cli._names import NAMESPACE, UnknownNameError, did_you_mean
+from flo_redis.cli._ops import json_option, report
 from flo_redis.cli._options import Seconds, namespace_option, url_option
-from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.errors import FloError
 from flo_redis.ops.discovery import action_names, all_workers
@@ -129,15 +129,22 @@ async def probe(
     show_default=True,
     help="Seconds; an older heartbeat is unhealthy.",
 )
+@json_option
 def check_command(
-    url: str, namespace: str, worker_id: str | None, action: str | None, max_heartbeat_age: float
+    url: str,
+    namespace: str,
+    worker_id: str | None,
+    action: str | None,
+    max_heartbeat_age: float,
+    as_json: bool,
 ) -> None:
     """Exit 0 if the worker (or every live worker of the action, at least one) is alive,
-    ACTIVE and has a recent heartbeat, 1 otherwise; prints one line saying why."""
+    ACTIVE and has a recent heartbeat, 1 otherwise; prints one line saying why (with
+    --json: {"healthy": ..., "why": ...})."""
     if (worker_id is None) == (action is None):
         raise click.UsageError("name one of --worker ID or --action NAME")
     healthy, line = asyncio.run(probe(url, namespace, worker_id, action, max_heartbeat_age))
-    say(f"{'ok' if healthy else 'unhealthy'}: {line}")
+    report(as_json, f"{'ok' if healthy else 'unhealthy'}: {line}", healthy=healthy, why=line)
     sys.exit(0 if healthy else 1)
 
 

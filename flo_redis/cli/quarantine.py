@@ -150,6 +150,7 @@ def list_quarantine(
 
 @quarantine.command("replay")
 @ops.connection_options
+@ops.json_option
 @where_options
 @click.argument("entry_id")
 @click.option("--record-hex", default=None, help="Put back these bytes (hex) instead.")
@@ -162,6 +163,7 @@ def list_quarantine(
 def replay(
     url: str,
     namespace: str,
+    as_json: bool,
     scope: Quarantine,
     entry_id: str,
     record_hex: str | None,
@@ -187,11 +189,12 @@ def replay(
         await client.quarantine.replay(scope, entry_id, record)
 
     ops.with_client(url, namespace, run, names(scope))
-    say(f"put back {entry_id}")
+    ops.report(as_json, f"put back {entry_id}", put_back=entry_id)
 
 
 @quarantine.command("delete")
 @ops.connection_options
+@ops.json_option
 @ops.yes_option
 @where_options
 @click.argument("entry_ids", nargs=-1)
@@ -199,6 +202,7 @@ def replay(
 def delete(
     url: str,
     namespace: str,
+    as_json: bool,
     yes: bool,
     scope: Quarantine,
     entry_ids: tuple[str, ...],
@@ -222,4 +226,5 @@ def delete(
         ops.confirm(yes, f"Delete {len(ids)} record(s) set aside? This cannot be undone.")
         return await client.quarantine.delete(scope, ids)
 
-    say(f"deleted {ops.with_client(url, namespace, run, names(scope))} record(s)")
+    deleted = ops.with_client(url, namespace, run, names(scope))
+    ops.report(as_json, f"deleted {deleted} record(s)", deleted=deleted)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import click
 
 from flo_redis._wire.keys import action_of_run
@@ -164,12 +166,40 @@ def cancel(url: str, namespace: str, as_json: bool, yes: bool, run_id: str) -> N
         say(f"cancelled {run_id} (it was {before.status.name})")
 
 
+def _bulk(
+    url: str,
+    namespace: str,
+    as_json: bool,
+    action: str,
+    step: Callable[[FloClient], Awaitable[tuple[int, int]]],
+    done: tuple[str, str],
+    **facts: object,
+) -> None:
+    """Run ``step`` on ACTION, which answers (runs it moved, script calls), and say so:
+    "<verb> N <state> run(s) of ACTION in C call(s)" for ``done`` = (verb, state); with
+    --json, ``{"action", "<verb>": N, **facts, "calls"}``."""
+    verb, state = done
+    count, calls = ops.with_client(url, namespace, step, Names(action=action))
+    line = f"{verb} {count} {state} run(s) of {action} in {calls} call(s)"
+    ops.report(
+        as_json,
+        line if count else f"no {state} runs of {action}",
+        action=action,
+        **{verb.replace("-", ""): count},
+        **facts,
+        calls=calls,
+    )
+
+
 @runs.command("requeue")
 @ops.connection_options
+@ops.json_option
 @ops.yes_option
 @click.argument("action")
 @click.argument("run_ids", nargs=-1)
-def requeue(url: str, namespace: str, yes: bool, action: str, run_ids: tuple[str, ...]) -> None:
+def requeue(
+    url: str, namespace: str, as_json: bool, yes: bool, action: str, run_ids: tuple[str, ...]
+) -> None:
     """Give failed runs of ACTION a fresh set of attempts: the RUN_IDS named, or every
     failed (and timed out) run when none is named."""
 
@@ -182,32 +212,35 @@ def requeue(url: str, namespace: str, yes: bool, action: str, run_ids: tuple[str
             f"{', '.join(strangers)} not runs of {action!r}", param_hint="RUN_IDS"
         )
 
-    async def run(client: FloClient) -> str:
+    async def run(client: FloClient) -> tuple[int, int]:
+        """(runs re-queued, script calls)"""
         if run_ids:
             for run_id in run_ids:
                 await client.action.requeue(run_id)
-            return f"re-queued {len(run_ids)} run(s) of {action}"
+            return len(run_ids), len(run_ids)
         counts = await client.action.counts(action)
         failed = counts.failed + counts.timed_out
         if failed == 0:
-            return f"no failed runs of {action}"
+            return 0, 0
         ops.confirm(yes, f"Re-queue all {failed} failed runs of {action!r}?")
         done = await client.action.requeue_failed(action)
-        return f"re-queued {done.count} run(s) of {action} in {done.calls} call(s)"
+        return done.count, done.calls
 
-    say(ops.with_client(url, namespace, run, Names(action=action)))
+    _bulk(url, namespace, as_json, action, run, ("re-queued", "failed"))
 
 
 @runs.command("purge")
 @ops.connection_options
+@ops.json_option
 @ops.yes_option
 @click.argument("action")
 @click.option("--state", type=click.Choice(["pending", "delayed", "completed", "failed"]),
               required=True)  # fmt: skip
-def purge(url: str, namespace: str, yes: bool, action: str, state: str) -> None:
+def purge(url: str, namespace: str, as_json: bool, yes: bool, action: str, state: str) -> None:
     """Delete every run of ACTION in one state, with its input."""
 
-    async def run(client: FloClient) -> str:
+    async def run(client: FloClient) -> tuple[int, int]:
+        """(runs deleted, script calls)"""
         counts = await client.action.counts(action)
         n = {
             "pending": counts.pending,
@@ -216,9 +249,9 @@ def purge(url: str, namespace: str, yes: bool, action: str, state: str) -> None:
             "failed": counts.failed + counts.timed_out,
         }[state]
         if n == 0:
-            return f"no {state} runs of {action}"
+            return 0, 0
         ops.confirm(yes, f"Delete all {n} {state} runs of {action!r}? This cannot be undone.")
         done = await client.action.purge(action, state)
-        return f"purged {done.count} {state} run(s) of {action} in {done.calls} call(s)"
+        return done.count, done.calls
 
-    say(ops.with_client(url, namespace, run, Names(action=action)))
+    _bulk(url, namespace, as_json, action, run, ("purged", state), state=state)

@@ -125,12 +125,13 @@ def _this_version(shipped: bool | None) -> str:
 
 @scripts.command("load")
 @url_option
+@ops.json_option
 @click.option(
     "--replace",
     is_flag=True,
     help="Replace a library of this version's name that holds other code.",
 )
-def load(url: str, replace: bool) -> None:
+def load(url: str, as_json: bool, replace: bool) -> None:
     """Load this version's library now, as an admin user (flo-redis acl admin), before
     workers and producers start: their users may call functions but not load them. A
     library of its name holding other code is reported, and replaced with --replace."""
@@ -147,13 +148,20 @@ def load(url: str, replace: bool) -> None:
     if outcome == OTHER:
         raise click.ClickException(f"{_NOT_SHIPPED}; replace it: flo-redis scripts load --replace")
     said = {SAME: "was loaded already", "loaded": "loaded", "replaced": "replaced"}
-    say(f"{LIBRARY.name} {said[outcome]}")
+    ops.report(
+        as_json,
+        f"{LIBRARY.name} {said[outcome]}",
+        library=LIBRARY.name,
+        loaded=outcome != SAME,
+        replaced=outcome == "replaced",
+    )
 
 
 @scripts.command("prune")
 @url_option
+@ops.json_option
 @ops.yes_option
-def prune(url: str, yes: bool) -> None:
+def prune(url: str, as_json: bool, yes: bool) -> None:
     """Delete every flo-redis library but this version's (a process of another version
     loads its own again at its next call)."""
     others = [
@@ -162,7 +170,7 @@ def prune(url: str, yes: bool) -> None:
         if not lib["this_version"]
     ]
     if not others:
-        say("no other flo-redis library on the server")
+        ops.report(as_json, "no other flo-redis library on the server", deleted=[])
         return
     ops.confirm(
         yes,
@@ -180,4 +188,4 @@ def prune(url: str, yes: bool) -> None:
                         raise
 
     ops.with_client(url, "default", work, names=None)
-    say(f"deleted {len(others)}: {', '.join(others)}")
+    ops.report(as_json, f"deleted {len(others)}: {', '.join(others)}", deleted=others)

@@ -8,7 +8,6 @@ import click
 
 from flo_redis.cli import _ops as ops
 from flo_redis.cli._names import Names
-from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.errors import ValidationError
 from flo_redis.streams import DeadLetter, StreamDeadLetterOptions
@@ -164,6 +163,7 @@ def list_dead(url: str, namespace: str, as_json: bool, stream: str, group: str, 
 
 @dead_letters.command("replay")
 @ops.connection_options
+@ops.json_option
 @ops.yes_option
 @click.argument("stream")
 @click.argument("group")
@@ -174,6 +174,7 @@ def list_dead(url: str, namespace: str, as_json: bool, stream: str, group: str, 
 def replay(
     url: str,
     namespace: str,
+    as_json: bool,
     yes: bool,
     stream: str,
     group: str,
@@ -187,14 +188,20 @@ def replay(
     what = f"{len(ids)} named" if named else f"up to {count}"
     ops.confirm(yes, f"Replay {what} dead letters of {group!r} onto {stream!r}?")
 
-    async def run(client: FloClient) -> int:
+    async def run(client: FloClient) -> list[StreamID]:
         try:
-            done = await client.stream.replay_dead_letters(
+            return await client.stream.replay_dead_letters(
                 stream, group, ids=named, count=count, partition=partition
             )
         except ValidationError as exc:
             raise click.BadParameter(str(exc)) from exc
-        return len(done)
 
-    n = ops.with_client(url, namespace, run, Names(stream=stream, group=group))
-    say(f"replayed {n} dead letter(s) of {group} onto {stream}")
+    done = ops.with_client(url, namespace, run, Names(stream=stream, group=group))
+    ops.report(
+        as_json,
+        f"replayed {len(done)} dead letter(s) of {group} onto {stream}",
+        stream=stream,
+        group=group,
+        replayed=len(done),
+        ids=[_id(i) for i in done],
+    )

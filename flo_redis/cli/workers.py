@@ -67,22 +67,23 @@ def list_workers(url: str, namespace: str, as_json: bool) -> None:
 
 def _worker_step(name: str, about: str, done: str) -> None:
     """``workers <name> WORKER_ID``: ask to confirm, call ``client.worker.<name>``, say
-    ``worker <id> <done>``."""
+    ``worker <id> <done>`` (with ``--json``: ``{"worker_id": id, "<done>": true}``)."""
 
     @workers.command(name, help=about)
     @ops.connection_options
+    @ops.json_option
     @ops.yes_option
     @click.argument("worker_id")
-    def step(url: str, namespace: str, yes: bool, worker_id: str) -> None:
+    def step(url: str, namespace: str, as_json: bool, yes: bool, worker_id: str) -> None:
         ops.confirm(yes, f"{name.capitalize()} worker {worker_id!r} in namespace {namespace!r}?")
         ops.with_client(url, namespace, lambda c: getattr(c.worker, name)(worker_id))
-        say(f"worker {worker_id} {done}")
+        ops.report(as_json, f"worker {worker_id} {done}", worker_id=worker_id, **{done: True})
 
 
 _worker_step(
     "drain",
     "Tell WORKER_ID to stop taking work; it finishes what it holds, then stops.",
-    "is draining",
+    "draining",
 )
 _worker_step(
     "deregister",

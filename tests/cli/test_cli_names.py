@@ -15,7 +15,7 @@ from flo_redis import FloClient
 
 
 @pytest.fixture
-def world(redis_url: str, namespace: str) -> None:
+def names_world(redis_url: str, namespace: str) -> None:
     """Action 'greet' and stream 'events' with group 'billing' in ``namespace``."""
 
     async def build(client: FloClient) -> None:
@@ -53,7 +53,7 @@ TYPOS = [
 
 @pytest.mark.parametrize(("args", "line"), TYPOS, ids=[" ".join(a) for a, _ in TYPOS])
 def test_a_typo_in_a_name_says_which_was_meant(
-    redis_url: str, namespace: str, world: Any, args: tuple[str, ...], line: str
+    redis_url: str, namespace: str, names_world: Any, args: tuple[str, ...], line: str
 ) -> None:
     done = flo_redis(redis_url, namespace, *args)
     assert refused(done, line.format(ns=namespace))
@@ -66,7 +66,7 @@ def test_a_typo_in_a_name_says_which_was_meant(
     ids=" ".join,
 )  # fmt: skip
 def test_a_typo_in_a_namespace_says_which_was_meant(
-    redis_url: str, namespace: str, world: Any, args: tuple[str, ...]
+    redis_url: str, namespace: str, names_world: Any, args: tuple[str, ...]
 ) -> None:
     typo = namespace[:-1]
     done = flo_redis(redis_url, typo, *args)
@@ -74,7 +74,7 @@ def test_a_typo_in_a_namespace_says_which_was_meant(
 
 
 def test_a_health_probe_of_a_typo_says_which_was_meant(
-    redis_url: str, namespace: str, world: Any
+    redis_url: str, namespace: str, names_world: Any
 ) -> None:
     done = flo_redis(redis_url, namespace, "check", "--action", "grete")
     assert (done.returncode, done.stdout) == (
@@ -85,20 +85,20 @@ def test_a_health_probe_of_a_typo_says_which_was_meant(
 
 
 def test_a_name_like_none_there_lists_what_there_is(
-    redis_url: str, namespace: str, world: Any
+    redis_url: str, namespace: str, names_world: Any
 ) -> None:
     done = flo_redis(redis_url, namespace, "runs", "list", "zzzzzz")
     assert refused(done, f"no action 'zzzzzz' in namespace '{namespace}'; there are: greet")
 
 
-def test_names_that_exist_are_read(redis_url: str, namespace: str, world: Any) -> None:
+def test_names_that_exist_are_read(redis_url: str, namespace: str, names_world: Any) -> None:
     for args in (("runs", "list", "greet"), ("dead-letters", "list", "events", "billing")):
         done = flo_redis(redis_url, namespace, *args)
         assert done.returncode == 0, done.stderr
 
 
 def test_a_plain_queue_needs_no_registered_namespace(
-    redis_url: str, namespace: str, world: Any
+    redis_url: str, namespace: str, names_world: Any
 ) -> None:
     done = flo_redis(redis_url, f"{namespace}-queues", "quarantine", "list", "--queue", "mail")
     assert done.returncode == 0, done.stderr

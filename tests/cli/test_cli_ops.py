@@ -10,10 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from cli_runner import cli, with_client
 from click.testing import Result
-from histories import history, streams_history
 
 from flo_redis import (
     FloClient,
@@ -27,16 +25,6 @@ FLO_REDIS = str(Path(sys.executable).with_name("flo-redis"))
 def as_json(result: Result) -> Any:
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
-
-
-@pytest.fixture
-def world(redis_url: str, namespace: str) -> dict[str, Any]:
-    async def build(client: FloClient) -> dict[str, Any]:
-        h = await history(client)
-        await streams_history(client)
-        return h
-
-    return with_client(redis_url, namespace, build)
 
 
 def test_status_shows_every_action_worker_and_group(
@@ -123,7 +111,7 @@ def test_requeue_asks_first_and_does_nothing_on_no(
     counts = with_client(redis_url, namespace, lambda c: c.action.counts("job"))
     assert (counts.failed, counts.timed_out) == (2, 1)
     done = cli(redis_url, namespace, "runs", "requeue", "job", "--yes")
-    assert done.exit_code == 0 and "re-queued 3 run(s)" in done.output
+    assert done.exit_code == 0 and "re-queued 3 failed run(s)" in done.output
     counts = with_client(redis_url, namespace, lambda c: c.action.counts("job"))
     assert (counts.pending, counts.failed, counts.timed_out) == (6, 0, 0)
 
