@@ -9,16 +9,15 @@ import dataclasses
 import enum
 import json
 import signal
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from flo_redis.cli import _render
 from flo_redis.cli._names import NAMESPACE, Names
 from flo_redis.cli._options import namespace_option, url_option
+from flo_redis.cli._tables import wide_option
 from flo_redis.client import FloClient
 from flo_redis.errors import FloError
 from flo_redis.ops.discovery import WorkerSummary
@@ -41,10 +40,10 @@ def yes_option(command: F) -> F:
 
 
 def list_command(group: click.Group) -> Callable[[Callable[..., Any]], click.Command]:
-    """``<group> list``, taking the connection options and ``--json``."""
+    """``<group> list``, taking the connection options, ``--json`` and ``--wide``."""
 
     def decorate(fn: Callable[..., Any]) -> click.Command:
-        return group.command("list")(connection_options(json_option(fn)))
+        return group.command("list")(connection_options(json_option(wide_option(fn))))
 
     return decorate
 
@@ -120,38 +119,6 @@ def report(as_json: bool, line: str, **facts: Any) -> None:
         print_json(facts)
     else:
         _render.say(line)
-
-
-def console() -> Console:
-    """Where tables are drawn: strings as plain, cleaned text (:mod:`._render`)."""
-    return _render.console()
-
-
-def table(
-    title: str,
-    columns: Sequence[str],
-    rows: Iterable[Sequence[object]],
-    whole: Sequence[int] = (),
-) -> Table:
-    """A rich table; numbers right-aligned. Where the terminal is too narrow, a cell wraps
-    rather than loses its end; the columns ``whole`` names (ids to copy) are never cut."""
-    out = Table(title=title, title_justify="left", expand=False)
-    materialized = [[("" if v is None else str(v)) for v in row] for row in rows]
-    for i, name in enumerate(columns):
-        numeric = bool(materialized) and all(
-            r[i].lstrip("-").isdigit() for r in materialized if r[i]
-        )
-        widest = max((len(r[i]) for r in materialized), default=0) if i in whole else None
-        out.add_column(
-            name,
-            justify="right" if numeric else "left",
-            overflow="fold",
-            no_wrap=i in whole,
-            min_width=widest,
-        )
-    for row in materialized:
-        out.add_row(*row)
-    return out
 
 
 def age(ms: int | None, now_ms: int) -> str:

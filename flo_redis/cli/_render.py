@@ -63,9 +63,10 @@ class _SafeConsole(Console):
         return super().render_str(terminal_text(text), **kwargs)
 
 
-def console() -> Console:
-    """The console every table of the command is drawn on (stdout)."""
-    return _SafeConsole(file=sys.stdout, soft_wrap=False, markup=False, emoji=False)
+def console(width: int | None = None) -> Console:
+    """The console every table of the command is drawn on (stdout), ``width`` columns
+    wide (None: the terminal's, or ``COLUMNS``)."""
+    return _SafeConsole(file=sys.stdout, soft_wrap=False, markup=False, emoji=False, width=width)
 
 
 def say(message: object = "", *, err: bool = False) -> None:

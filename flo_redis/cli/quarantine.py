@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from flo_redis.cli import _ops as ops
+from flo_redis.cli import _tables as tables
 from flo_redis.cli._names import NAMESPACE, Names
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
@@ -126,8 +127,8 @@ def list_quarantine(
     if as_json:
         ops.print_json({"count": total, "records": page.records, "cursor": page.cursor})
         return
-    ops.console().print(
-        ops.table(
+    tables.console().print(
+        tables.table(
             f"Set aside ({total} in all)",
             ["id", "kind", "key", "set aside", "record", "payload", "why"],
             [
@@ -142,6 +143,8 @@ def list_quarantine(
                 )
                 for r in page.records
             ],
+            wrap=["key", "why"],
+            drop=["payload", "record", "kind"],
         )
     )
     if page.cursor is not None:

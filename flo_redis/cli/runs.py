@@ -10,6 +10,7 @@ from flo_redis._wire.keys import action_of_run
 from flo_redis.actions.inspect import RunPage, RunState, run_cursor
 from flo_redis.actions.runs import FINAL
 from flo_redis.cli import _ops as ops
+from flo_redis.cli import _tables as tables
 from flo_redis.cli._names import Names
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
@@ -72,8 +73,8 @@ def list_runs(
         ops.print_json(page)
         return
     when = "due in" if page.state is RunState.DELAYED else "finished"
-    ops.console().print(
-        ops.table(
+    tables.console().print(
+        tables.table(
             f"{state} runs of {action!r}",
             ["run", "status", "attempt", "created", when, "worker", "error"],
             [
@@ -88,7 +89,8 @@ def list_runs(
                 )
                 for r in page.runs
             ],
-            whole=[0],
+            wrap=["error"],
+            drop=["created", "worker", "attempt"],
         )
     )
     if page.unreadable:
@@ -111,6 +113,7 @@ def _when(run: ActionRunStatus, now_ms: int) -> str:
 @runs.command("show")
 @ops.connection_options
 @ops.json_option
+@tables.wide_option
 @click.argument("run_id")
 def show(url: str, namespace: str, as_json: bool, run_id: str) -> None:
     """Everything known about RUN_ID: status, attempts, times, output or error."""
@@ -134,7 +137,9 @@ def show(url: str, namespace: str, as_json: bool, run_id: str) -> None:
         ("output", output),
         ("error", run.error_message),
     ]
-    ops.console().print(ops.table(f"run {run_id}", ["field", "value"], [r for r in rows if r[1]]))
+    tables.console().print(
+        tables.table(f"run {run_id}", ["field", "value"], [r for r in rows if r[1]], wrap=["value"])
+    )
 
 
 @runs.command("cancel")

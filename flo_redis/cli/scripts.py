@@ -20,6 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 from flo_redis._wire.functions import OTHER, SAME, verdict
 from flo_redis._wire.runner import LIBRARY, redis_errors
 from flo_redis.cli import _ops as ops
+from flo_redis.cli import _tables as tables
 from flo_redis.cli._options import url_option
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
@@ -86,14 +87,15 @@ async def _found(client: FloClient) -> str:
 @scripts.command("list")
 @url_option
 @ops.json_option
+@tables.wide_option
 def list_libraries(url: str, as_json: bool) -> None:
     """Every flo-redis library on the server; this version's first."""
     found = ops.with_client(url, "default", _libraries, names=None)
     if as_json:
         ops.print_json({"this_version": LIBRARY.name, "libraries": found})
         return
-    ops.console().print(
-        ops.table(
+    tables.console().print(
+        tables.table(
             f"Function libraries (this version: {LIBRARY.name})",
             ["library", "functions", "this version"],
             [

@@ -13,14 +13,13 @@ from rich.text import Text
 from flo_redis.cli._ops import (
     age,
     connection_options,
-    console,
     json_option,
     print_json,
-    table,
     with_client,
     worker_figures,
 )
 from flo_redis.cli._options import Seconds
+from flo_redis.cli._tables import console, table, wide_option
 from flo_redis.client import FloClient
 from flo_redis.ops.discovery import Overview, health, overview
 
@@ -43,13 +42,14 @@ def render(ov: Overview) -> Group:
     actions = table(
         f"Actions in {ov.namespace!r}",
         ["action", "pending", "delayed", "running", "completed", "failed", "timed out",
-         "set aside", "done/h", "failed/h", f"done/min (last {SPARK_MINUTES})"],
+         "set aside", "done/h", "failed/h", f"done/min ({SPARK_MINUTES}m)"],
         [
             (a.action, a.pending, a.delayed, a.running, a.completed, a.failed, a.timed_out,
              a.quarantined, a.completed_last_hour, a.failed_last_hour,
              sparkline(a.completed_per_minute))
             for a in ov.actions
         ],
+        drop=["set aside", "failed/h", "done/h", "timed out", f"done/min ({SPARK_MINUTES}m)"],
     )  # fmt: skip
     workers = table(
         "Workers" + (
@@ -63,6 +63,8 @@ def render(ov: Overview) -> Group:
              ", ".join(w.task_types))
             for w in ov.workers
         ],
+        wrap=["actions"],
+        drop=["failed", "completed", "heartbeat"],
     )  # fmt: skip
     groups = table(
         "Stream groups",
@@ -72,6 +74,7 @@ def render(ov: Overview) -> Group:
              g.dead_letters, g.quarantined)
             for g in ov.groups
         ],
+        drop=["set aside", "consumers"],
     )  # fmt: skip
     return Group(actions, workers, Text(worker_figures(ov.worker_summary)), groups)
 
@@ -83,6 +86,7 @@ def register(group: click.Group) -> None:
 @click.command("status")
 @connection_options
 @json_option
+@wide_option
 @click.option("--watch", is_flag=True, help="Refresh in place, like top, until Ctrl-C.")
 @click.option(
     "--interval",

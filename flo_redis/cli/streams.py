@@ -7,6 +7,7 @@ import asyncio
 import click
 
 from flo_redis.cli import _ops as ops
+from flo_redis.cli import _tables as tables
 from flo_redis.cli._names import Names
 from flo_redis.client import FloClient
 from flo_redis.errors import ValidationError
@@ -32,7 +33,7 @@ def _parse_id(text: str) -> StreamID:
 
 
 def _groups_table(title: str, groups: tuple[GroupCounts, ...]) -> object:
-    return ops.table(
+    return tables.table(
         title,
         ["stream", "group", "lag", "pending", "consumers", "dead letters", "set aside"],
         [
@@ -40,6 +41,7 @@ def _groups_table(title: str, groups: tuple[GroupCounts, ...]) -> object:
              g.dead_letters, g.quarantined)
             for g in groups
         ],
+        drop=["set aside", "consumers"],
     )  # fmt: skip
 
 
@@ -64,8 +66,8 @@ def list_streams(url: str, namespace: str, as_json: bool) -> None:
             [{"stream": name, "info": info, "groups": groups} for name, info, groups in found]
         )
         return
-    ops.console().print(
-        ops.table(
+    tables.console().print(
+        tables.table(
             f"Streams in {namespace!r}",
             ["stream", "partitions", "records", "bytes", "groups", "lag", "dead letters"],
             [
@@ -80,6 +82,7 @@ def list_streams(url: str, namespace: str, as_json: bool) -> None:
                 )
                 for name, info, groups in found
             ],
+            drop=["bytes", "partitions"],
         )
     )
 
@@ -87,6 +90,7 @@ def list_streams(url: str, namespace: str, as_json: bool) -> None:
 @streams.command("info")
 @ops.connection_options
 @ops.json_option
+@tables.wide_option
 @click.argument("stream")
 def info(url: str, namespace: str, as_json: bool, stream: str) -> None:
     """STREAM's size and bounds, and every group's lag, pending, consumers and dead
@@ -99,9 +103,9 @@ def info(url: str, namespace: str, as_json: bool, stream: str) -> None:
     if as_json:
         ops.print_json({"stream": stream, "info": stream_info, "groups": groups})
         return
-    out = ops.console()
+    out = tables.console()
     out.print(
-        ops.table(
+        tables.table(
             f"stream {stream!r}",
             ["partitions", "records", "bytes", "first id", "last id"],
             [
@@ -140,8 +144,8 @@ def list_dead(url: str, namespace: str, as_json: bool, stream: str, group: str, 
     if as_json:
         ops.print_json(letters)
         return
-    ops.console().print(
-        ops.table(
+    tables.console().print(
+        tables.table(
             f"dead letters of {group!r} on {stream!r}",
             ["id", "partition", "record", "reason", "deliveries", "consumer", "dead", "bytes"],
             [
@@ -157,6 +161,8 @@ def list_dead(url: str, namespace: str, as_json: bool, stream: str, group: str, 
                 )
                 for d in letters
             ],
+            wrap=["reason"],
+            drop=["bytes", "record", "consumer", "deliveries"],
         )
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from flo_redis.cli import _ops as ops
+from flo_redis.cli import _tables as tables
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.ops.discovery import all_workers, health, summarize
@@ -32,8 +33,8 @@ def list_workers(url: str, namespace: str, as_json: bool) -> None:
     if as_json:
         ops.print_json(list(found))
         return
-    ops.console().print(
-        ops.table(
+    tables.console().print(
+        tables.table(
             f"Workers in {namespace!r}",
             [
                 "worker",
@@ -60,6 +61,8 @@ def list_workers(url: str, namespace: str, as_json: bool) -> None:
                 )
                 for w in found
             ],
+            wrap=["actions"],
+            drop=["machine", "type", "failed", "completed"],
         )
     )
     say(ops.worker_figures(summarize(found, now_ms)))
