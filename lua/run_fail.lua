@@ -27,9 +27,11 @@
   ARGV[4] message    error message
   ARGV[5] retry      1 = re-queue while attempts remain, 0 = final
   ARGV[6] traceback  the failure's traceback, kept with the run; '' = none
-  Returns {status, duplicate, run_status}
+  Returns {status, duplicate, run_status, attempt, max_retries, retry_in_ms}
           status: OK | NOT_FOUND | NO_ACTION | STALE | BAD_RECORD (its record does not
-          decode: it was set aside); run_status: the run's status after
+          decode: it was set aside); run_status: the run's status after; on OK, the
+          attempt that failed, the attempts allowed and the ms until the next attempt
+          (-1: none, the run ended), so the worker can say what comes next
 ]]
 --@include lib/status.lua
 --@include lib/checked.lua
@@ -63,7 +65,7 @@ if not run then return {ST_NOT_FOUND} end
 if not run_is_holder(run, token, worker_id) then
   if run.lrk == 'f' and run_reported_by(run, token, worker_id) and run.err == message
       and run.lrr == retry then
-    return {ST_OK, 1, run.s}
+    return {ST_OK, 1, run.s, run.a, run.mr, -1}
   end
   redis.call('HINCRBY', k.meta, 'stat:stale_refused', 1)
   return {ST_STALE, 0, run.s}
@@ -86,4 +88,6 @@ if retry == 1 and run.a < run.mr then
 else
   queue_bury(k, run_id, run, now, RUN_FAILED)
 end
-return {ST_OK, 0, run.s}
+local retry_in = -1
+if run.s == RUN_PENDING then retry_in = run.rd - now end
+return {ST_OK, 0, run.s, run.a, run.mr, retry_in}

@@ -299,6 +299,27 @@ def reported(reply: Any, _keys: object) -> Reported:
 
 
 @dataclass(frozen=True, slots=True)
+class FailReported(Reported):
+    """``run_fail``: a :class:`Reported`, and on OK what comes next for the run: the
+    attempt that failed, the attempts allowed and the ms until the next attempt (-1:
+    none, the run ended)."""
+
+    attempt: int = 0
+    max_retries: int = 0
+    retry_in_ms: int = -1
+
+
+def fail_reported(reply: Any, keys: object) -> FailReported:
+    """``{status, duplicate, run_status, attempt, max_retries, retry_in_ms}``; a refusal
+    (``{status}``, ``{STALE, 0, run_status}``) read as :func:`reported` reads it."""
+    if len(reply) < 6:
+        base = reported(reply, keys)
+        return FailReported(base.status, base.duplicate, base.run_status, base.limit)
+    status, duplicate, run_status, attempt, max_retries, retry_in_ms = (int(v) for v in reply)
+    return FailReported(status, bool(duplicate), run_status, -1, attempt, max_retries, retry_in_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class ReportedMany:
     """``run_complete_many``: the call's status and, per item in the order sent, its
     status, resend flag (1: an identical resend) and detail (the run's status, or on

@@ -41,7 +41,7 @@ from flo_redis._wire.keys import (
     namespace_keys,
 )
 from flo_redis._wire.refusals import not_registered, raise_run_refusal
-from flo_redis._wire.replies import Reported
+from flo_redis._wire.replies import FailReported, Reported
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal
 from flo_redis.errors import ServerError, ValidationError, ValueTooLargeError, server_error
@@ -315,10 +315,11 @@ async def fail(
     traceback: str | None,
     token: int | None,
     namespace: str | None = None,
-) -> RunStatus:
+) -> FailReported:
     """Fail the run: with ``retry`` and attempts left it runs again (after the action's
     backoff), else it ends FAILED, kept with its error; :func:`complete`'s holder and
-    resend rules. The run's status after: PENDING (another attempt) or FAILED."""
+    resend rules. What comes next: the run's status after, PENDING (another attempt,
+    in ``retry_in_ms``) or FAILED, and its attempts."""
     check_name("worker id", worker_id)
     check_text("error_message", error_message, limit=session.max_payload_bytes)
     check_text("traceback", traceback, optional=True, limit=session.max_payload_bytes)
@@ -335,7 +336,7 @@ async def fail(
     check_report(reply, keys, task_id, worker_id, "fail")
     if not reply.duplicate:
         await tally(session, worker_id, keys.namespace, -1, 0, 1)
-    return RunStatus(reply.run_status)
+    return reply
 
 
 async def release(

@@ -281,7 +281,7 @@ class WorkerOperations(Operations):
         and resend rules as :meth:`complete`. Returns the run's status after: PENDING
         when it waits for another attempt, FAILED when it ended."""
         opts = check_options(options, WorkerFailOptions)
-        return await reports.fail(
+        after = await reports.fail(
             self._session,
             worker_id,
             action_name,
@@ -292,6 +292,7 @@ class WorkerOperations(Operations):
             token=opts.token,
             namespace=opts.namespace,
         )
+        return RunStatus(after.run_status)
 
     async def release(
         self,

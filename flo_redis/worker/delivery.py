@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from flo_redis._session.session import Session
+from flo_redis._wire.replies import FailReported
 from flo_redis.actions import reports
 from flo_redis.actions.results import error_text, error_traceback
 from flo_redis.errors import (
@@ -158,7 +159,10 @@ class Failed:
     handled: ClassVar[str] = "failed"
 
     async def deliver(self, to: Reporter, held: HeldRun) -> None:
+        """Report the failure, then log it (ERROR, with its traceback) saying what the
+        store made of it: the next attempt and when, or that the run ended."""
         ctx = held.ctx
+        answers: list[FailReported] = []
 
         async def send() -> None:
             try:
@@ -175,9 +179,44 @@ class Failed:
             except PermissionDeniedError as exc:
                 to.refuse(exc)
                 raise
-            to.observer.run_failed(ctx.action_name, after == RunStatus.PENDING)
+            answers.append(after)
+            to.observer.run_failed(ctx.action_name, after.run_status == RunStatus.PENDING)
 
         await to.send(held, "fail", send)
+        self._log(ctx, to.worker_id, answers[-1] if answers else None)
+
+    def _log(self, ctx: ActionContext, worker_id: str, after: FailReported | None) -> None:
+        log.error(
+            "run %s of %r failed on attempt %d (worker %s): %s; %s",
+            ctx.task_id,
+            ctx.action_name,
+            ctx.attempt,
+            worker_id,
+            self.message,
+            next_step(after, self.retry),
+            exc_info=self.error,
+            extra={
+                "run_id": ctx.task_id,
+                "action": ctx.action_name,
+                "attempt": ctx.attempt,
+                "worker_id": worker_id,
+            },
+        )
+
+
+def next_step(after: FailReported | None, retry: bool) -> str:
+    """What comes after a failed attempt, as the store answered its report (None: no
+    answer came): "will retry in 2.0 s (attempt 2 of 3)" or why it is final."""
+    if after is None:
+        return "its report was not delivered: the run is taken back when its lease ends"
+    if after.duplicate or after.retry_in_ms < 0:
+        if not retry:
+            return "final: not retried"
+        if after.duplicate:
+            return "reported before"
+        return f"final: no attempts left ({after.attempt} of {after.max_retries})"
+    when = f"in {after.retry_in_ms / 1000:.1f} s" if after.retry_in_ms else "now"
+    return f"will retry {when} (attempt {after.attempt + 1} of {after.max_retries})"
 
 
 @dataclass(slots=True)
@@ -212,28 +251,11 @@ class Dropped:
         to.left()
 
 
-def failure(ctx: ActionContext, exc: BaseException, worker_id: str) -> Failed:
-    """Log a handler's failure (ERROR, with its traceback) and say what the run keeps:
-    retried unless the error is a :class:`NonRetryableError`."""
-    message = error_text(exc)
+def failure(exc: BaseException) -> Failed:
+    """The report of a handler's failure: retried unless the error is a
+    :class:`NonRetryableError` (logged once the report is answered: :class:`Failed`)."""
     retry = not isinstance(exc, NonRetryableError)
-    log.error(
-        "run %s of %r failed on attempt %d (worker %s)%s: %s",
-        ctx.task_id,
-        ctx.action_name,
-        ctx.attempt,
-        worker_id,
-        "" if retry else ", not retried",
-        message,
-        exc_info=exc,
-        extra={
-            "run_id": ctx.task_id,
-            "action": ctx.action_name,
-            "attempt": ctx.attempt,
-            "worker_id": worker_id,
-        },
-    )
-    return Failed(message, retry=retry, traceback=error_traceback(exc), error=exc)
+    return Failed(error_text(exc), retry=retry, traceback=error_traceback(exc), error=exc)
 
 
 def stopped_report(stop: Exception) -> Failed | Dropped:

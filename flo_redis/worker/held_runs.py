@@ -328,7 +328,7 @@ class ActionRuns:
                     await settle(observer.before_run(ctx))
                     handler_began = loop.time()  # the hook's time is not the handler's
             except Exception as exc:
-                report = failure(ctx, exc, self._worker_id)
+                report = failure(exc)
             else:
                 handler = self._handlers.get(ctx.action_name)
                 if handler is None:
@@ -349,12 +349,12 @@ class ActionRuns:
                     except (HandlerTimeout, HandlerStopped) as stop:
                         report = stopped_report(stop)
                     except Exception as exc:
-                        report = failure(ctx, exc, self._worker_id)
+                        report = failure(exc)
                     else:
                         if type(result) is bytes:  # completion's common case
                             report = Completed(result)
                         else:
-                            report = completion(ctx, result, self._serializer, self._worker_id)
+                            report = completion(result, self._serializer)
                     finally:
                         if toucher is not None:
                             await cancel_and_wait(toucher)

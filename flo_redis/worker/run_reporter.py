@@ -37,7 +37,7 @@ from flo_redis.errors import PermissionDeniedError, ServerError, is_connection_e
 from flo_redis.retry import is_refused_unrun
 from flo_redis.types import Reason
 from flo_redis.worker.coalescer import Coalescer
-from flo_redis.worker.context import ActionContext, ActionResult, HeldRun
+from flo_redis.worker.context import ActionResult, HeldRun
 from flo_redis.worker.delivery import (
     Dropped,
     Failed,
@@ -70,9 +70,7 @@ class Completed:
 Report = Completed | Failed | Released | Dropped
 
 
-def completion(
-    ctx: ActionContext, result: object, serializer: ResultSerializer, worker_id: str
-) -> Completed | Failed:
+def completion(result: object, serializer: ResultSerializer) -> Completed | Failed:
     """What a handler's return value becomes: an :class:`ActionResult` as it is, any
     other value encoded by ``serializer`` (one it cannot encode fails the run)."""
     if type(result) is bytes:  # the common case, as encode_result answers it
@@ -82,7 +80,7 @@ def completion(
             return Completed(check_result_data(result.data), check_outcome(result.outcome))
         return Completed(encode_result(result, serializer))
     except Exception as exc:  # a bad outcome, or a serializer's own error: the run fails
-        return failure(ctx, exc, worker_id)
+        return failure(exc)
 
 
 class RunReporter:

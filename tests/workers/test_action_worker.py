@@ -97,6 +97,33 @@ async def test_other_errors_are_retried_until_attempts_run_out(client: FloClient
     assert status.error_message == "RuntimeError: attempt 3 broke"
 
 
+async def test_a_failure_log_says_what_comes_next(
+    client: FloClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="flo_redis")
+    worker = new_worker(client)
+
+    @worker.action("flaky", ActionRegisterOptions(max_retries=3, retry_backoff_ms=100))
+    async def flaky(ctx: ActionContext) -> bytes:
+        raise RuntimeError("broke")
+
+    @worker.action("reject", ActionRegisterOptions(max_retries=3))
+    async def reject(ctx: ActionContext) -> bytes:
+        raise NonRetryableError("malformed")
+
+    async with running(worker, ready=registered):
+        for action in ("flaky", "reject"):
+            await finished(client, (await client.action.invoke(action, b"")).run_id)
+    said = [r.getMessage().rsplit("; ", 1)[1] for r in caplog.records if "failed on" in r.message]
+    assert said == [
+        "will retry in 0.1 s (attempt 2 of 3)",
+        "will retry in 0.2 s (attempt 3 of 3)",
+        "final: no attempts left (3 of 3)",
+        "final: not retried",
+    ]
+    assert all(r.exc_info for r in caplog.records if "failed on" in r.message)
+
+
 async def test_a_retry_that_succeeds_completes(client: FloClient) -> None:
     worker = new_worker(client)
 
