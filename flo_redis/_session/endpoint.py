@@ -9,6 +9,7 @@ any one node (the others are discovered).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import ssl
 from typing import Any
@@ -206,6 +207,27 @@ def is_tls_failure(exc: BaseException, *, tls: bool = False) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+async def answers_plaintext(endpoint: str, timeout_s: float = 1.0) -> bool:
+    """Whether what listens at a ``rediss`` endpoint's host and port answers a plain
+    ``PING``: a server without TLS, which a TLS handshake only waits on until it times
+    out (the handshake's first bytes are no command it can finish reading)."""
+    parts = urlsplit(endpoint)
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(parts.hostname or "localhost", parts.port or 6379), timeout_s
+        )
+    except (OSError, asyncio.TimeoutError):
+        return False
+    try:
+        writer.write(b"PING\r\n")
+        reply = await asyncio.wait_for(reader.read(64), timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    finally:
+        writer.close()
+    return reply[:1] in (b"+", b"-")  # +PONG, or -NOAUTH: a Redis speaking plain RESP
 
 
 # A query argument that carries a secret (redis-py reads ``?password=...`` as the

@@ -28,6 +28,7 @@ from flo_redis._aio import cancel_and_wait
 from flo_redis._session.endpoint import (
     DEFAULT_MAX_CONNECTIONS,
     MIN_REDIS,
+    answers_plaintext,
     connect_redis,
     is_cluster_endpoint,
     is_tls_failure,
@@ -221,7 +222,14 @@ class Session:
                 OSError,
             ) as exc:
                 await conn.aclose()
-                if is_tls_failure(exc, tls=urlsplit(endpoint).scheme.startswith("rediss")):
+                tls = urlsplit(endpoint).scheme.startswith("rediss")
+                if tls and await answers_plaintext(endpoint):
+                    raise ConnectionFailedError(
+                        f"TLS with Redis at {redact(endpoint)} failed: the server there "
+                        "answers without TLS. Use a redis:// URL, or enable TLS on the "
+                        "server (tls-port)."
+                    ) from exc
+                if is_tls_failure(exc, tls=tls):
                     raise ConnectionFailedError(
                         f"TLS with Redis at {redact(endpoint)} failed ({exc}). Check that "
                         "ssl_ca_certs in the URL names the CA that signed the server's "

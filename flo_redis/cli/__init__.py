@@ -15,7 +15,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the flo-redis command needs the 'cli' extra: pip install 'flo-redis[cli]'"
     ) from exc
 
-from flo_redis.cli._render import SafeGroup
+from flo_redis.cli._render import SafeGroup, interrupted
 
 # Modules that each define ``register(group)``; listed once so the command's shape is
 # readable here, and each subcommand family stays in its own room.
@@ -42,5 +42,8 @@ def main() -> None:
     """Run flo-redis workers and operate their queues."""
 
 
-for _name in _COMMAND_MODULES:
-    importlib.import_module(f"{__name__}.{_name}").register(main)
+try:
+    for _name in _COMMAND_MODULES:
+        importlib.import_module(f"{__name__}.{_name}").register(main)
+except KeyboardInterrupt:  # Ctrl-C while the command is still loading
+    interrupted()

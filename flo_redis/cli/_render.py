@@ -28,7 +28,7 @@ import re
 import sys
 import traceback
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -131,3 +131,14 @@ class SafeGroup(click.Group):
             # Final to click's own code; cleaned here, just before click shows it.
             exc.message = terminal_text(exc.message)  # type: ignore[misc]
             raise
+        except KeyboardInterrupt:
+            # Ctrl-C before the command took SIGINT over (a worker still loading its
+            # app or connecting): one line and the shell's code for it, not a
+            # traceback or click's "Aborted!".
+            interrupted()
+
+
+def interrupted() -> NoReturn:
+    """Say the command was interrupted and exit 130, as a shell does on Ctrl-C."""
+    say("interrupted", err=True)
+    raise SystemExit(130)
