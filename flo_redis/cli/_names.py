@@ -7,8 +7,9 @@ and, when it is not there, exits 1 naming what it looked for, where, and what is
 that looks like it: "no action 'grete' in namespace 'myapp' (did you mean 'greet'?)".
 
 A namespace is known once something registered an action or worker or made a stream in
-it. A user narrowed to one namespace may not read the registry of namespaces; for them
-the namespace is taken as given (their actions and streams are still checked).
+it; a worker, while it is registered. A user narrowed to one namespace may not read the
+registry of namespaces; for them the namespace is taken as given (their actions, streams
+and workers are still checked).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import click
 
 from flo_redis.client import FloClient
 from flo_redis.errors import PermissionDeniedError
-from flo_redis.ops.discovery import action_names, namespaces, stream_names
+from flo_redis.ops.discovery import action_names, all_workers, namespaces, stream_names
 
 # How many names are listed when none looks like the one typed.
 _LISTED = 8
@@ -58,11 +59,12 @@ class Names:
     action: str | None = None
     stream: str | None = None
     group: str | None = None
+    worker: str | None = None
     namespace: bool = True
 
     async def check(self, client: FloClient) -> None:
         """Raise :class:`UnknownNameError` for the first name that is not there: the
-        namespace, then the action, the stream, the group of the stream."""
+        namespace, then the action, the stream, the group of the stream, the worker."""
         ns = client.namespace
         if self.namespace:
             await _check_namespace(client, ns)
@@ -79,6 +81,10 @@ class Names:
             groups = [g.group for g in await client.stream.groups(self.stream)]
             if self.group not in groups:
                 raise unknown("group", self.group, f" of stream {self.stream!r}{where}", groups)
+        if self.worker is not None:
+            workers = [w.worker_id for w in await all_workers(client)]
+            if self.worker not in workers:
+                raise unknown("worker", self.worker, where, workers)
 
 
 async def _check_namespace(client: FloClient, namespace: str) -> None:

@@ -6,6 +6,7 @@ import click
 
 from flo_redis.cli import _ops as ops
 from flo_redis.cli import _tables as tables
+from flo_redis.cli._names import Names
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.ops.discovery import all_workers, health, summarize
@@ -78,8 +79,13 @@ def _worker_step(name: str, about: str, done: str) -> None:
     @ops.yes_option
     @click.argument("worker_id")
     def step(url: str, namespace: str, as_json: bool, yes: bool, worker_id: str) -> None:
-        ops.confirm(yes, f"{name.capitalize()} worker {worker_id!r} in namespace {namespace!r}?")
-        ops.with_client(url, namespace, lambda c: getattr(c.worker, name)(worker_id))
+        async def run(client: FloClient) -> None:
+            # Asked once the worker is known to be there (the names are checked first).
+            question = f"{name.capitalize()} worker {worker_id!r} in namespace {namespace!r}?"
+            ops.confirm(yes, question)
+            await getattr(client.worker, name)(worker_id)
+
+        ops.with_client(url, namespace, run, Names(worker=worker_id))
         ops.report(as_json, f"worker {worker_id} {done}", worker_id=worker_id, **{done: True})
 
 

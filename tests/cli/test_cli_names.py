@@ -16,10 +16,12 @@ from flo_redis import FloClient
 
 @pytest.fixture
 def names_world(redis_url: str, namespace: str) -> None:
-    """Action 'greet' and stream 'events' with group 'billing' in ``namespace``."""
+    """Action 'greet', worker 'worker-1' and stream 'events' with group 'billing' in
+    ``namespace``."""
 
     async def build(client: FloClient) -> None:
         await client.action.register("greet")
+        await client.worker.register("worker-1", ["greet"])
         await streams_history(client)
 
     with_client(redis_url, namespace, build)
@@ -34,6 +36,7 @@ def refused(done: subprocess.CompletedProcess[str], line: str) -> bool:
 ACTION = "no action 'grete' in namespace '{ns}' (did you mean 'greet'?)"
 STREAM = "no stream 'evnts' in namespace '{ns}' (did you mean 'events'?)"
 GROUP = "no group 'biling' of stream 'events' in namespace '{ns}' (did you mean 'billing'?)"
+WORKER = "no worker 'worker-l' in namespace '{ns}' (did you mean 'worker-1'?)"
 TYPOS = [
     (("runs", "list", "grete"), ACTION),
     (("runs", "list", "grete", "--json"), ACTION),
@@ -48,6 +51,8 @@ TYPOS = [
     (("dead-letters", "list", "events", "biling"), GROUP),
     (("dead-letters", "replay", "events", "biling", "--yes"), GROUP),
     (("quarantine", "list", "--stream", "events", "--group", "biling"), GROUP),
+    (("workers", "drain", "worker-l", "--yes"), WORKER),
+    (("workers", "deregister", "worker-l", "--yes"), WORKER),
 ]
 
 
