@@ -16,6 +16,7 @@ from flo_redis._wire.lua import load_all
 
 from ._common import percentile, progress
 from ._procs import Child
+from .failover import run_failover
 
 WORKER = "benchmarks._flo_worker"
 
@@ -392,7 +393,8 @@ WORKLOADS: dict[str, tuple[Callable[[Settings], Awaitable[Metrics]], str]] = {
     "crash": (run_crash, "crash redelivery (SIGKILL -> second worker has all runs)"),
     "memory": (run_memory, "memory (worker RSS, Redis bytes per run)"),
     "backlog": (run_backlog, "slowest script with a 200,000-run backlog"),
+    "failover": (run_failover, "a primary SIGKILLed under load: writes lost, time to flow"),
 }
 
 # Workloads measured once however many repeats are asked for (they repeat inside).
-SINGLE_SHOT = {"crash", "backlog"}
+SINGLE_SHOT = {"crash", "backlog", "failover"}

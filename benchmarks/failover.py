@@ -1,0 +1,119 @@
+"""The failover workload: what a primary SIGKILLed under load costs.
+
+The scenario of ``tests/faults/test_failover_loss.py`` (``tests/support/chaos.py``):
+invokes from this process, an ActionWorker and a StreamWorker in a worker process whose
+every side effect goes to a ledger outside Redis, stream appends; mid-load the primary
+holding the action is SIGKILLed and its replica takes over; then the end state is read
+against what each caller was told. Run on one primary and its replica behind an address
+moved to the replica after a second (what Sentinel or a managed service does), and on a
+cluster of three primaries with a replica each (the cluster promotes on its own); at the
+default durability, and at ``replicated`` when the client has durability levels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import flo_redis
+
+from ._common import progress
+
+TESTS = Path(__file__).resolve().parent.parent / "tests" / "support"
+#: The time the pair's watcher takes to judge the primary down before promoting.
+DETECT_S = 1.0
+
+
+def _figures(prefix: str, figures: Any) -> dict[str, Any]:
+    lost = figures.invokes_lost + figures.completions_lost
+    lost += figures.appends_lost + figures.acks_lost
+    return {
+        f"{prefix}_invokes_lost": figures.invokes_lost,
+        f"{prefix}_completions_lost": figures.completions_lost,
+        f"{prefix}_appends_lost": figures.appends_lost,
+        f"{prefix}_acks_lost": figures.acks_lost,
+        f"{prefix}_lost": lost,
+        f"{prefix}_runs_twice": figures.runs_twice,
+        f"{prefix}_records_twice": figures.records_twice,
+        f"{prefix}_refused": sum(figures.refused.values()),
+        f"{prefix}_stranded": len(figures.stranded) + len(figures.misfenced),
+        f"{prefix}_promoted_ms": figures.promoted_s * 1000,
+        f"{prefix}_flow_ms": figures.flow_s * 1000,
+        f"_{prefix}": figures.line(),
+    }
+
+
+async def _on_pair(durability: str, options: dict[str, Any]) -> Any:
+    from cluster_replicas import ReplicatedPair
+
+    pair = await ReplicatedPair.start()
+
+    async def fail() -> None:
+        pair.kill_primary()
+        await asyncio.sleep(DETECT_S)
+        pair.fail_over()
+
+    try:
+        return await _scenario(pair.url, fail, durability, options)
+    finally:
+        await pair.stop()
+
+
+async def _on_cluster() -> Any:
+    from cluster_replicas import ReplicatedCluster
+    from redis.crc import key_slot
+
+    from flo_redis._wire.keys import action_keys
+
+    namespace = f"bench-{uuid.uuid4().hex[:8]}"
+    cluster = await asyncio.to_thread(ReplicatedCluster().start)
+    slot = key_slot(action_keys(namespace, "job").meta.encode())
+
+    async def fail() -> None:
+        old = cluster.kill_primary(slot)
+        await asyncio.to_thread(cluster.wait_promoted, slot, old)
+
+    try:
+        return await _scenario(cluster.url, fail, "primary", {}, namespace)
+    finally:
+        cluster.stop()
+
+
+async def _scenario(
+    url: str,
+    fail: Callable[[], Awaitable[None]],
+    durability: str,
+    options: dict[str, Any],
+    namespace: str | None = None,
+) -> Any:
+    """The chaos scenario on ``url`` with its ledger in a folder of its own."""
+    from chaos import run_chaos
+
+    namespace = namespace or f"bench-{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory(prefix="flo-failover-") as folder:
+        ledger = Path(folder) / "ledger"
+        return await run_chaos(url, namespace, "s", fail, ledger, durability, options)
+
+
+async def run_failover(s: Any) -> dict[str, Any]:
+    """One failover of each kind (the workload's own servers; ``s.url`` is not used)."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    metrics: dict[str, Any] = {}
+    progress("failover: one primary and its replica, default durability")
+    metrics |= _figures("pair", await _on_pair("primary", {}))
+    progress("failover: a cluster with a replica per primary, default durability")
+    metrics |= _figures("cluster", await _on_cluster())
+    durability = getattr(flo_redis, "Durability", None)
+    if durability is None:
+        metrics["_note"] = "replicated: not measured (this version has no durability levels)"
+        return metrics
+    progress("failover: one primary and its replica, replicated")
+    options = {"durability": durability.replicated(replicas=1, timeout_ms=1000)}
+    metrics |= _figures("replicated", await _on_pair("replicated", options))
+    return metrics
