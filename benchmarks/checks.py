@@ -27,6 +27,8 @@ CHECKS = [
     Check("failover, cluster: work flowing again", "failover.cluster_flow_ms", 6000, "ms"),
     Check("failover, primary + replica: not done, or misfenced", "failover.pair_stranded", 0, ""),
     Check("failover, cluster: not done, or misfenced", "failover.cluster_stranded", 0, ""),
+    Check("failover, lagging replica: not done, or misfenced", "failover.lagging_stranded", 0, ""),
+    Check("failover, lagging replica: ids or tokens repeated", "failover.lagging_repeated", 0, ""),
     Check("failover at replicated: acknowledged writes lost", "failover.replicated_lost", 0, ""),
 ]
 

@@ -5,9 +5,12 @@ invokes from this process, an ActionWorker and a StreamWorker in a worker proces
 every side effect goes to a ledger outside Redis, stream appends; mid-load the primary
 holding the action is SIGKILLed and its replica takes over; then the end state is read
 against what each caller was told. Run on one primary and its replica behind an address
-moved to the replica after a second (what Sentinel or a managed service does), and on a
-cluster of three primaries with a replica each (the cluster promotes on its own); at the
-default durability, and at ``replicated`` when the client has durability levels.
+moved to the replica after a second (what Sentinel or a managed service does), then the
+same with the replica trailing its primary by :data:`LAG_S` (its replication stream
+delivered that late, as across a slow network: on one machine it trails by well under a
+millisecond and nothing is lost), and on a cluster of three primaries with a replica each
+(the cluster promotes on its own); at the default durability, and at ``replicated`` on
+the lagging pair when the client has durability levels.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from ._common import progress
 TESTS = Path(__file__).resolve().parent.parent / "tests" / "support"
 #: The time the pair's watcher takes to judge the primary down before promoting.
 DETECT_S = 1.0
+#: How late the lagging pair's replica receives its primary's writes.
+LAG_S = 0.25
 
 
 def _figures(prefix: str, figures: Any) -> dict[str, Any]:
@@ -42,16 +47,19 @@ def _figures(prefix: str, figures: Any) -> dict[str, Any]:
         f"{prefix}_records_twice": figures.records_twice,
         f"{prefix}_refused": sum(figures.refused.values()),
         f"{prefix}_stranded": len(figures.stranded) + len(figures.misfenced),
+        f"{prefix}_repeated": len(figures.repeated),
         f"{prefix}_promoted_ms": figures.promoted_s * 1000,
         f"{prefix}_flow_ms": figures.flow_s * 1000,
+        f"{prefix}_again_ms": figures.again_s * 1000,
+        f"{prefix}_window_ms": figures.loss_window_s * 1000,
         f"_{prefix}": figures.line(),
     }
 
 
-async def _on_pair(durability: str, options: dict[str, Any]) -> Any:
+async def _on_pair(durability: str, options: dict[str, Any], lag_s: float = 0.0) -> Any:
     from cluster_replicas import ReplicatedPair
 
-    pair = await ReplicatedPair.start()
+    pair = await ReplicatedPair.start(lag_s=lag_s)
 
     async def fail() -> None:
         pair.kill_primary()
@@ -107,13 +115,15 @@ async def run_failover(s: Any) -> dict[str, Any]:
     metrics: dict[str, Any] = {}
     progress("failover: one primary and its replica, default durability")
     metrics |= _figures("pair", await _on_pair("primary", {}))
+    progress(f"failover: the same, the replica {LAG_S * 1000:.0f} ms behind, default durability")
+    metrics |= _figures("lagging", await _on_pair("primary", {}, LAG_S))
     progress("failover: a cluster with a replica per primary, default durability")
     metrics |= _figures("cluster", await _on_cluster())
     durability = getattr(flo_redis, "Durability", None)
     if durability is None:
         metrics["_note"] = "replicated: not measured (this version has no durability levels)"
         return metrics
-    progress("failover: one primary and its replica, replicated")
+    progress(f"failover: the replica {LAG_S * 1000:.0f} ms behind, replicated")
     options = {"durability": durability.replicated(replicas=1, timeout_ms=1000)}
-    metrics |= _figures("replicated", await _on_pair("replicated", options))
+    metrics |= _figures("replicated", await _on_pair("replicated", options, LAG_S))
     return metrics

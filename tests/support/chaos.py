@@ -8,6 +8,10 @@ brings a replica up in its place; the load goes on, stops, and everything left i
 time to settle. The :class:`Figures` say what a user of the default durability (or of
 ``durability``) lost at that failover. The failover tests (tests/faults) and the
 ``failover`` benchmark both run it.
+
+Each handler's result names its hand-out as its outcome (``<run id>/<token>``), so the
+ledger says which completes the store accepted; each handler takes :data:`HANDLER_S`, so
+runs and records are in hand across the edge of what a lagging replica lost.
 """
 
 from __future__ import annotations
@@ -30,13 +34,20 @@ from flo_redis import (
     FloError,
     NotFoundError,
     RunStatus,
+    StreamGroupJoinOptions,
     StreamID,
     StreamReadOptions,
 )
 
 HERE = Path(__file__).resolve().parent
-ACTION = "job"
-OPTIONS = ActionRegisterOptions(timeout_ms=30_000, max_retries=1000)
+ACTION, GROUP = "job", "g"
+#: How long a run or a delivery stays with its worker without a report. A run whose
+#: completion was lost (a record whose ack was lost) is held, as Redis now sees it, by a
+#: live worker that has forgotten it: it comes back only when this ends.
+LEASE_MS = 8_000
+OPTIONS = ActionRegisterOptions(timeout_ms=LEASE_MS, max_retries=1000)
+#: How long each handler takes.
+HANDLER_S = 0.05
 #: Load before the kill, and after the new primary is up.
 BEFORE_S, AFTER_S = 3.0, 3.0
 #: Once the load stops, every surviving run and record must be done within this.
@@ -59,25 +70,38 @@ class Figures:
     acks: int = 0
     acks_lost: int = 0
     records_twice: int = 0
+    #: Of the runs twice, those whose earlier completion was accepted, then lost (the
+    #: others' earlier reports were refused: their hand-out was lost).
+    twice_completion_lost: int = 0
     refused: dict[str, int] = field(default_factory=dict)
-    #: From the kill: the new primary serving; the first complete accepted after.
+    #: From the kill: the new primary serving; the first complete accepted after; the
+    #: last hand-out or delivery of a run or record made again.
     promoted_s: float = 0.0
     flow_s: float = float("nan")
-    #: How long before the kill the oldest lost write was acknowledged.
+    again_s: float = float("nan")
+    #: How long before the kill the oldest lost write was acknowledged (an invoke, an
+    #: append, a complete), or the oldest hand-out or delivery made again began.
     loss_window_s: float = 0.0
     #: Runs and records whose record survived but were not done within SETTLE_S.
     stranded: list[str] = field(default_factory=list)
     #: Final runs completed by a report other than their last hand-out's.
     misfenced: list[str] = field(default_factory=list)
+    #: Run ids, record ids or tokens given twice, or tokens handed out after the
+    #: failover not above every one handed out before it.
+    repeated: list[str] = field(default_factory=list)
 
     def line(self) -> str:
+        again = "nothing made again"
+        if self.again_s == self.again_s:  # not nan
+            again = f"the last run or record made again after {self.again_s:.2f} s"
         return (
             f"invokes {self.invokes} lost {self.invokes_lost}; completes {self.completes} "
-            f"lost {self.completions_lost}; runs twice {self.runs_twice}; appends "
-            f"{self.appends} lost {self.appends_lost}; acks {self.acks} lost {self.acks_lost}; "
+            f"lost {self.completions_lost}; runs twice {self.runs_twice} "
+            f"({self.twice_completion_lost} after a lost completion); appends {self.appends}"
+            f" lost {self.appends_lost}; acks {self.acks} lost {self.acks_lost}; "
             f"records twice {self.records_twice}; refused {self.refused}; promoted after "
-            f"{self.promoted_s:.2f} s, work flowing after {self.flow_s:.2f} s; losses acked "
-            f"within {self.loss_window_s * 1000:.0f} ms before the kill"
+            f"{self.promoted_s:.2f} s, work flowing after {self.flow_s:.2f} s, {again}; "
+            f"losses acked within {self.loss_window_s * 1000:.0f} ms before the kill"
         )
 
 
@@ -89,7 +113,7 @@ class Load:
     stream: str
     running: bool = True
     invoked: dict[str, tuple[str, float]] = field(default_factory=dict)  # key: (run, t)
-    appended: dict[bytes, float] = field(default_factory=dict)  # payload: t
+    appended: dict[bytes, tuple[str, float]] = field(default_factory=dict)  # payload: (id, t)
 
     async def invokes(self, lane: int) -> None:
         i = 0
@@ -110,17 +134,45 @@ class Load:
         while self.running:
             payload = f"a{i}".encode()
             try:
-                await self.client.stream.append(self.stream, payload)
+                added = await self.client.stream.append(self.stream, payload)
             except FloError:
                 await asyncio.sleep(0.05)
                 continue
-            self.appended[payload] = time.time()
+            self.appended[payload] = (f"{added.partition}-{added.id.to_redis()}", time.time())
             i += 1
             await asyncio.sleep(0.002)
 
 
-def _ledger(path: Path) -> list[list[str]]:
-    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+@dataclass
+class Seen:
+    """The worker's ledger (chaos_worker.py), read: each run's hand-outs (token: when its
+    handler began), each accepted complete (run and token: when), each record's handler
+    starts, and how many acks and refusals the store answered."""
+
+    handouts: dict[str, dict[int, float]] = field(default_factory=dict)
+    completed: dict[tuple[str, int], float] = field(default_factory=dict)
+    handled: dict[str, list[float]] = field(default_factory=dict)
+    acks: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> Seen:
+        ledger = cls()
+        lines = path.read_text().splitlines() if path.exists() else []
+        for kind, *words, at in (line.split() for line in lines):
+            t = float(at)
+            if kind == "run":
+                ledger.handouts.setdefault(words[0], {}).setdefault(int(words[1]), t)
+            elif kind == "completed":
+                run_id, _, token = words[0].rpartition("/")
+                ledger.completed[(run_id, int(token))] = t
+            elif kind == "record":
+                ledger.handled.setdefault(words[0], []).append(t)
+            elif kind == "acked":
+                ledger.acks += 1
+            else:
+                ledger.refused[words[0]] = ledger.refused.get(words[0], 0) + 1
+        return ledger
 
 
 async def _until(probe: Callable[[], Awaitable[bool]], deadline: float) -> bool:
@@ -160,23 +212,18 @@ async def run_chaos(
     """Load, ``fail()`` (kill the primary; return once a new one serves), more load,
     settle; the figures. ``durability`` is the worker's (chaos_worker.py),
     ``client_options`` the producer client's extra keywords."""
-    worker = subprocess.Popen(  # noqa: ASYNC220 - starting it does not block
-        [sys.executable, str(HERE / "chaos_worker.py"), url, namespace, ACTION, stream,
-         str(ledger), durability], cwd=HERE,
-    )  # fmt: skip
     figures = Figures()
-    try:
-        async with FloClient(url, namespace=namespace, **(client_options or {})) as client:
-            await client.action.register(ACTION, options=OPTIONS)
-            ready = time.monotonic() + 30
-
-            async def joined() -> bool:
-                groups = await client.stream.groups(stream)
-                return any(g.consumers for g in groups) and bool(
-                    (await client.worker.list()).workers
-                )
-
-            assert await _until(joined, ready), "the worker process did not start"
+    async with FloClient(url, namespace=namespace, **(client_options or {})) as client:
+        await client.action.register(ACTION, options=OPTIONS)
+        leased = StreamGroupJoinOptions(ack_timeout_ms=LEASE_MS)
+        await client.stream.group_join(stream, GROUP, "setup", leased)
+        await client.stream.group_leave(stream, GROUP, "setup")
+        worker = subprocess.Popen(  # noqa: ASYNC220 - starting it does not block
+            [sys.executable, str(HERE / "chaos_worker.py"), url, namespace, ACTION, stream,
+             str(ledger), durability], cwd=HERE,
+        )  # fmt: skip
+        try:
+            await _joined(client, stream)
             load = Load(client, stream)
             tasks = [asyncio.create_task(load.invokes(n)) for n in range(2)]
             tasks.append(asyncio.create_task(load.appends()))
@@ -190,12 +237,22 @@ async def run_chaos(
             await _settle(client, load, figures)
             worker.send_signal(signal.SIGTERM)
             await asyncio.to_thread(worker.wait, 30)
-            await _count(client, load, _ledger(ledger), killed, figures)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(10)
+            await _count(client, load, Seen.read(ledger), killed, figures)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(10)
     return figures
+
+
+async def _joined(client: FloClient, stream: str) -> None:
+    """Wait until the worker process has joined the group and registered its actions."""
+
+    async def joined() -> bool:
+        groups = await client.stream.groups(stream)
+        return any(g.consumers for g in groups) and bool((await client.worker.list()).workers)
+
+    assert await _until(joined, time.monotonic() + 30), "the worker process did not start"
 
 
 async def _settle(client: FloClient, load: Load, figures: Figures) -> None:
@@ -218,18 +275,60 @@ async def _settle(client: FloClient, load: Load, figures: Figures) -> None:
 
     await _until(runs_done, deadline)
     if not await _until(group_done, deadline):
-        figures.stranded.append(f"stream {load.stream}: records left in group g")
+        figures.stranded.append(f"stream {load.stream}: records left in group {GROUP}")
     figures.stranded += sorted(left)
 
 
 async def _count(
-    client: FloClient, load: Load, ledger: list[list[str]], killed: float, figures: Figures
+    client: FloClient, load: Load, ledger: Seen, killed: float, figures: Figures
 ) -> None:
     """Read the end state against what the callers were told and what the ledger saw."""
-    kinds = collections.Counter(line[0] for line in ledger)
-    executions = collections.Counter((w[1], int(w[2])) for w in ledger if w[0] == "run")
     lost_at: list[float] = []
-    completed = 0
+    kept = await _runs_kept(client, load, ledger, figures, lost_at)
+    for (run_id, token), t in ledger.completed.items():
+        if kept.get(run_id) != token:
+            figures.completions_lost += 1
+            lost_at.append(t)
+    again: list[float] = []
+    for run_id, handouts in ledger.handouts.items():
+        starts = [handouts[token] for token in sorted(handouts)]
+        if len(starts) > 1:
+            figures.runs_twice += 1
+            lost = any((run_id, token) in ledger.completed for token in sorted(handouts)[:-1])
+            figures.twice_completion_lost += lost
+            lost_at += starts[:-1]
+            again.append(starts[-1])
+    records = await _stream_records(client, load.stream)
+    present = set(records.values())
+    for payload, (_, acked_at) in load.appended.items():
+        if payload not in present:
+            figures.appends_lost += 1
+            lost_at.append(acked_at)
+    for starts in ledger.handled.values():
+        if len(starts) > 1:
+            figures.records_twice += 1
+            lost_at += starts[:-1]
+            again.append(starts[-1])
+    figures.stranded += sorted(set(records) - set(ledger.handled))
+    figures.invokes, figures.appends = len(load.invoked), len(load.appended)
+    figures.completes, figures.acks = len(ledger.completed), ledger.acks
+    figures.acks_lost = figures.acks - len(records)
+    figures.refused = ledger.refused
+    flowing = killed + IN_FLIGHT_S
+    after = [t for t in ledger.completed.values() if t > flowing]
+    figures.flow_s = min(after) - killed if after else float("nan")
+    figures.again_s = max(again) - killed if again else float("nan")
+    figures.loss_window_s = max((killed - t for t in lost_at), default=0.0)
+    figures.repeated = _repeated(load, ledger, killed, killed + figures.promoted_s)
+
+
+async def _runs_kept(
+    client: FloClient, load: Load, ledger: Seen, figures: Figures, lost_at: list[float]
+) -> dict[str, int]:
+    """The token each surviving completed run was completed with; lost invokes counted
+    (when each was answered added to ``lost_at``), runs completed by another report than
+    their last hand-out's listed as misfenced."""
+    kept: dict[str, int] = {}
     for run_id, acked_at in load.invoked.values():
         try:
             status = await client.action.status(run_id)
@@ -239,28 +338,25 @@ async def _count(
             continue
         if status.status != RunStatus.COMPLETED:
             continue  # stranded: listed by _settle
-        completed += 1
+        kept[run_id] = status.token
         token = int((status.output or b"0 0").split()[1])
-        if token != status.token or (run_id, token) not in executions:
+        if token != status.token or token != max(ledger.handouts.get(run_id, {0: 0.0})):
             figures.misfenced.append(run_id)
-    records = await _stream_records(client, load.stream)
-    present = set(records.values())
-    for payload, acked_at in load.appended.items():
-        if payload not in present:
-            figures.appends_lost += 1
-            lost_at.append(acked_at)
-    handled = collections.Counter(w[1] for w in ledger if w[0] == "record")
-    figures.stranded += sorted(set(records) - set(handled))
-    figures.invokes, figures.appends = len(load.invoked), len(load.appended)
-    figures.completes, figures.acks = kinds["completed"], kinds["acked"]
-    figures.completions_lost = figures.completes - completed
-    figures.acks_lost = figures.acks - len(records)
-    figures.runs_twice = sum(
-        1 for n in collections.Counter(run for run, _ in executions).values() if n > 1
-    )
-    figures.records_twice = sum(1 for n in handled.values() if n > 1)
-    figures.refused = dict(collections.Counter(w[1] for w in ledger if w[0] == "refused"))
-    flowing = killed + IN_FLIGHT_S
-    after = [float(w[-1]) for w in ledger if w[0] == "completed" and float(w[-1]) > flowing]
-    figures.flow_s = min(after) - killed if after else float("nan")
-    figures.loss_window_s = max((killed - t for t in lost_at), default=0.0)
+    return kept
+
+
+def _repeated(load: Load, ledger: Seen, killed: float, promoted: float) -> list[str]:
+    """Ids and tokens given twice, and tokens handed out after the failover not above
+    every one handed out before the kill (the lost ones too)."""
+    runs = collections.Counter(run_id for run_id, _ in load.invoked.values())
+    records = collections.Counter(record for record, _ in load.appended.values())
+    handouts = [(token, t) for run in ledger.handouts.values() for token, t in run.items()]
+    tokens = collections.Counter(token for token, _ in handouts)
+    repeated = [f"run id {run_id}" for run_id, n in runs.items() if n > 1]
+    repeated += [f"record id {record}" for record, n in records.items() if n > 1]
+    repeated += [f"token {token}" for token, n in tokens.items() if n > 1]
+    before = [token for token, t in handouts if t < killed]
+    after = [token for token, t in handouts if t > promoted]
+    if before and after and min(after) <= max(before):
+        repeated.append(f"token {min(after)} after the failover, {max(before)} before")
+    return repeated

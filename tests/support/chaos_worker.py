@@ -5,9 +5,11 @@ every side effect is written to a ledger outside Redis.
 
 Each ledger line is one ``write`` on a file opened for appending, ``time.time()`` last:
 
-- ``run <run id> <token> <t>``: an action handler began (it returns ``<pid> <token>``);
+- ``run <run id> <token> <t>``: an action handler began (it returns ``<pid> <token>``,
+  its hand-out ``<run id>/<token>`` as the outcome);
 - ``record <partition>-<record id> <delivery> <t>``: a stream handler began;
-- ``completed <t>`` / ``acked <t>``: the store accepted a complete / an ack;
+- ``completed <run id>/<token> <t>`` / ``acked <t>``: the store accepted a complete (of
+  that hand-out: its outcome) / an ack;
 - ``refused <report> <t>``: the store refused a report (its lease moved on).
 
 ``DURABILITY`` ``replicated``: the client's writes wait for one replica
@@ -24,10 +26,10 @@ import sys
 import time
 from typing import Any
 
-from chaos import OPTIONS
+from chaos import GROUP, HANDLER_S, OPTIONS
 from polling import connected
 
-from flo_redis import ActionContext, FloClient, StreamContext
+from flo_redis import ActionContext, ActionResult, FloClient, StreamContext
 from flo_redis.worker.observe import WorkerObserver
 
 
@@ -41,7 +43,7 @@ class Ledger(WorkerObserver):
         os.write(self.fd, (" ".join(map(str, (*words, time.time()))) + "\n").encode())
 
     def run_completed(self, action: str, outcome: str) -> None:
-        self.write("completed")
+        self.write("completed", outcome)
 
     def record_settled(self, stream: str, group: str, acked: bool) -> None:
         if acked:
@@ -64,14 +66,15 @@ async def main(
 ) -> None:
     ledger = Ledger(path)
 
-    async def run(ctx: ActionContext) -> bytes:
+    async def run(ctx: ActionContext) -> ActionResult:
         ledger.write("run", ctx.task_id, ctx.token)
-        await asyncio.sleep(0.002)
-        return f"{os.getpid()} {ctx.token}".encode()
+        await asyncio.sleep(HANDLER_S)
+        return ctx.result(f"{ctx.task_id}/{ctx.token}", f"{os.getpid()} {ctx.token}".encode())
 
     async def record(ctx: StreamContext) -> None:
         ledger.write("record", f"{ctx.record.partition}-{ctx.stream_id.to_redis()}",
                      ctx.record.delivery_count)  # fmt: skip
+        await asyncio.sleep(HANDLER_S)
 
     client = await connected(FloClient(url, namespace=namespace, **client_options(durability)))
     async with client:
@@ -80,7 +83,7 @@ async def main(
         )
         actions.register_action(action, run, OPTIONS)
         records = client.new_stream_worker(
-            stream=stream, group="g", handler=record, concurrency=50, batch_size=50, block_ms=1000
+            stream=stream, group=GROUP, handler=record, concurrency=50, batch_size=50, block_ms=1000
         )
         actions.observer = records.observer = ledger
 

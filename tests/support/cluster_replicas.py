@@ -119,20 +119,26 @@ class ReplicatedCluster(RedisCluster):
 @dataclass
 class ReplicatedPair:
     """A primary and its replica; clients use :attr:`url`, an address (a proxy) that
-    leads to the primary and, after :meth:`fail_over`, to the promoted replica."""
+    leads to the primary and, after :meth:`fail_over`, to the promoted replica. With a
+    ``lag_s``, the replica replicates through a :class:`Proxy` that delivers the
+    replication stream that late: the replica trails its primary by the lag, as across a
+    slow network, and a killed primary takes its last ``lag_s`` of writes with it."""
 
     primary: RedisServer
     replica: RedisServer
     proxy: Proxy
+    link: Proxy | None = None
 
     @classmethod
-    async def start(cls) -> ReplicatedPair:
+    async def start(cls, lag_s: float = 0.0) -> ReplicatedPair:
         primary = RedisServer(extra=NO_SYNC_DELAY).start()
-        replica = RedisServer(extra=("--replicaof", "127.0.0.1", str(primary.port))).start()
-        async with aioredis.Redis(port=replica.port) as link:
+        link = await Proxy("127.0.0.1", primary.port, lag_s=lag_s).start() if lag_s else None
+        upstream = link.port if link else primary.port
+        replica = RedisServer(extra=("--replicaof", "127.0.0.1", str(upstream))).start()
+        async with aioredis.Redis(port=replica.port) as conn:
             synced = lambda info: info["master_link_status"] == "up"  # noqa: E731
-            await eventually(lambda: link.info("replication"), synced, what="replica in sync")
-        return cls(primary, replica, await Proxy("127.0.0.1", primary.port).start())
+            await eventually(lambda: conn.info("replication"), synced, what="replica in sync")
+        return cls(primary, replica, await Proxy("127.0.0.1", primary.port).start(), link)
 
     @property
     def url(self) -> str:
@@ -140,8 +146,11 @@ class ReplicatedPair:
 
     def kill_primary(self) -> None:
         """SIGKILL the primary: what it acknowledged and had not yet sent its replica is
-        gone. Connections through the address are cut, new ones refused."""
+        gone (with a lag, what the link still held). Connections through the address are
+        cut, new ones refused."""
         self.primary.stop(signal.SIGKILL)
+        if self.link is not None:
+            self.link.cut_all()
         self.proxy.blackout()
 
     def fail_over(self) -> None:
@@ -152,6 +161,8 @@ class ReplicatedPair:
         self.proxy.restore()
 
     async def stop(self) -> None:
-        await self.proxy.stop()
+        for proxy in (self.proxy, self.link):
+            if proxy is not None:
+                await proxy.stop()
         for server in (self.replica, self.primary):
             server.discard()
