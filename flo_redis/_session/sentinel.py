@@ -98,6 +98,11 @@ def parse_sentinel_endpoint(endpoint: str, shown: str) -> SentinelEndpoint:
     }
     rest = urlencode([(name, value) for name, value in query if name not in _SENTINEL_ARGUMENTS])
     tls = parts.scheme.startswith("rediss")
+    if not tls and (tls_only := next((n for n, _ in query if n.startswith("ssl_")), None)):
+        raise InvalidEndpointError(
+            f"endpoint {shown!r}: {tls_only} is a TLS setting; use rediss+sentinel:// "
+            "for TLS to the sentinels and the data nodes"
+        )
     plain = f"{'rediss' if tls else 'redis'}://{userinfo}{at}{sentinels[0][0]}/{database or 0}"
     try:
         options = dict(parse_url(f"{plain}?{rest}" if rest else plain))  # type: ignore[no-untyped-call]

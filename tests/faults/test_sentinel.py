@@ -12,11 +12,13 @@ import collections
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from exporter_scrape import sample, scrape, serving
 from polling import eventually
 from sentinel import SentinelGroup
+from tls_certs import make_authority
 
 from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
 from flo_redis.errors import ConnectionFailedError, is_connection_error
@@ -159,6 +161,21 @@ async def test_a_worker_carries_on_after_the_primary_is_killed(
         await asyncio.to_thread(guarded.replicated)
         await asyncio.to_thread(guarded.kill_primary)
         await carries_on(run)
+
+
+async def test_tls_to_the_sentinels_and_the_data_nodes(tmp_path: Path, namespace: str) -> None:
+    group = SentinelGroup(tls=make_authority(tmp_path), password="pw").start()
+    try:
+        assert group.url.startswith("rediss+sentinel://")
+        async with FloClient(group.url, namespace=namespace) as client, holding(client) as run:
+            await asyncio.to_thread(group.replicated)
+            await asyncio.to_thread(group.kill_primary)
+            await carries_on(run)
+        plain = group.url_with(scheme="redis+sentinel", query="")
+        with pytest.raises(ConnectionFailedError, match="no Redis Sentinel answered"):
+            await _round_trip(plain, namespace)  # the sentinels speak TLS there
+    finally:
+        group.discard()
 
 
 async def test_a_worker_leaves_a_live_primary_demoted_by_the_sentinels(

@@ -31,12 +31,16 @@ What a test reads and uses:
 - :meth:`SentinelGroup.kill_primary` -- ``SIGKILL`` the primary and wait until every
   running sentinel names a promoted replica that answers as primary.
 - :meth:`SentinelGroup.failover` -- a failover with the primary alive (``SENTINEL
-  FAILOVER``): its clients stay connected to it, now a replica answering ``READONLY``.
+  FAILOVER``): it runs on as a replica, the sentinels having closed its clients'
+  connections (``CLIENT KILL``) as they demoted it.
 - :meth:`SentinelGroup.rejoin` -- start a killed node again as a replica of the current
   primary (as the sentinels would make it, a few seconds later); returns once synced.
 - :meth:`SentinelGroup.named_primary` -- the address the sentinels give for the service.
 - :meth:`SentinelGroup.data_client` -- a plain redis-py client of one data node (with
   the password), for assertions on what a node holds.
+- ``SentinelGroup(tls=make_authority(folder))`` -- every process on TLS as well
+  (:mod:`tls_certs`); :attr:`SentinelGroup.url` is then ``rediss+sentinel://`` naming
+  the CA, and :meth:`SentinelGroup.address` gives a node's TLS port.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ from urllib.parse import quote
 
 import redis
 from redis_server import RedisServer
+from tls_certs import Authority, server_args
+
+from flo_redis.testing import free_port
 
 HOST = "127.0.0.1"
 SERVICE = "flo"
@@ -61,8 +68,11 @@ class SentinelGroup:
     """A primary, ``replicas`` replicas and ``sentinel_count`` sentinels monitoring it as
     ``service`` (module docstring). ``password`` guards the data nodes (``requirepass``
     and ``masterauth``; the sentinels get it as ``auth-pass``), ``sentinel_password``
-    the sentinels (``requirepass``, and ``sentinel-pass`` between them). A node is
-    thought down after ``down_after_ms`` without an answer."""
+    the sentinels (``requirepass``, and ``sentinel-pass`` between them). With ``tls``
+    (a CA from :func:`tls_certs.make_authority`) every process also listens on a TLS
+    port, which is the one replicas, sentinels and :attr:`url` use (``rediss+sentinel``);
+    the plain ports stay, for the tests' own look at each node. A node is thought down
+    after ``down_after_ms`` without an answer."""
 
     service: str = SERVICE
     password: str | None = None
@@ -72,10 +82,13 @@ class SentinelGroup:
     down_after_ms: int = 1000
     failover_timeout_ms: int = 3000
     timeout_s: float = 30.0
+    tls: Authority | None = None
     primary: RedisServer | None = None
     replicas: list[RedisServer] = field(default_factory=list)
     sentinels: list[RedisServer] = field(default_factory=list)
     down: list[RedisServer] = field(default_factory=list)
+    # A server's TLS port by its plain port (with ``tls``).
+    tls_ports: dict[int, int] = field(default_factory=dict)
 
     # --- starting and stopping ---------------------------------------------------------
 
@@ -85,10 +98,10 @@ class SentinelGroup:
         try:
             self.primary = self._data_node().start()
             for _ in range(self.replica_count):
-                replica = self._data_node("--replicaof", HOST, str(self.primary.port))
+                replica = self._data_node("--replicaof", HOST, str(self.address(self.primary)))
                 self.replicas.append(replica.start())
             for _ in range(self.sentinel_count):
-                self.sentinels.append(self._sentinel(self.primary.port).start())
+                self.sentinels.append(self._sentinel(self.address(self.primary)).start())
             self._wait(self._settled, "the sentinels did not find the replicas and each other")
         except BaseException:
             self.discard()
@@ -108,10 +121,22 @@ class SentinelGroup:
 
     def _data_node(self, *extra: str) -> RedisServer:
         auth = ("--requirepass", self.password, "--masterauth", self.password)
-        return RedisServer(extra=(*(auth if self.password else ()), *extra))
+        return self._secured(RedisServer(extra=(*(auth if self.password else ()), *extra)))
+
+    def _secured(self, server: RedisServer) -> RedisServer:
+        """``server``, with a TLS port too when the group has ``tls``."""
+        if self.tls is not None:
+            port = self.tls_ports[server.port] = free_port()
+            tls = server_args(self.tls, port, client_certs=False)
+            server.extra = (*server.extra, *tls, "--tls-replication", "yes")
+        return server
+
+    def address(self, server: RedisServer) -> int:
+        """The port the others reach ``server`` on (its TLS port with ``tls``)."""
+        return self.tls_ports.get(server.port, server.port)
 
     def _sentinel(self, primary_port: int) -> RedisServer:
-        server = RedisServer(extra=("--sentinel",))
+        server = self._secured(RedisServer(extra=("--sentinel",)))
         name = self.service
         lines = [
             f"sentinel monitor {name} {HOST} {primary_port} 2",
@@ -140,18 +165,25 @@ class SentinelGroup:
     def url_with(
         self,
         *,
-        scheme: str = "redis+sentinel",
+        scheme: str | None = None,
         ports: list[int] | None = None,
         query: str | None = None,
     ) -> str:
-        """The URL with ``scheme``, naming the sentinels on ``ports`` (default: every
-        sentinel's), with ``query`` (default: ``sentinel_password=`` when one is set)."""
-        ports = [s.port for s in self.sentinels] if ports is None else ports
+        """The URL with ``scheme`` (default ``redis+sentinel``, ``rediss+sentinel`` with
+        ``tls``), naming the
+        sentinels on ``ports`` (default: every sentinel's), with ``query`` (default:
+        ``sentinel_password=`` when one is set, and the CA with ``tls``)."""
+        ports = [self.address(s) for s in self.sentinels] if ports is None else ports
         hosts = ",".join(f"{HOST}:{port}" for port in ports)
         user = f":{quote(self.password, safe='')}@" if self.password else ""
         if query is None:
             secret = self.sentinel_password
-            query = f"sentinel_password={quote(secret, safe='')}" if secret else ""
+            parts = [f"sentinel_password={quote(secret, safe='')}"] if secret else []
+            if self.tls is not None:
+                parts.append(f"ssl_ca_certs={self.tls.ca}")
+            query = "&".join(parts)
+        if scheme is None:
+            scheme = "redis+sentinel" if self.tls is None else "rediss+sentinel"
         return f"{scheme}://{user}{hosts}/{self.service}" + (f"?{query}" if query else "")
 
     def data_client(self, server: RedisServer) -> redis.Redis:
@@ -164,8 +196,8 @@ class SentinelGroup:
         )
 
     def named_primary(self) -> set[int | None]:
-        """The primary's port as each running sentinel names it (None: it names none, or
-        does not answer)."""
+        """The primary's port (:meth:`address`) as each running sentinel names it (None:
+        it names none, or does not answer)."""
         named: set[int | None] = set()
         for sentinel in self.sentinels:
             if sentinel.process is None:
@@ -202,9 +234,9 @@ class SentinelGroup:
 
     def failover(self) -> RedisServer:
         """A failover the sentinels run with the primary alive (``SENTINEL FAILOVER``):
-        return the promoted replica once every running sentinel names it; the old
-        primary, still running and still holding its clients' connections, becomes a
-        replica (in :attr:`replicas`) once it has synced with the new one."""
+        return the promoted replica once every running sentinel names it and the old
+        primary, still running (its clients' connections closed by the sentinels), is
+        its replica (in :attr:`replicas`) and has synced."""
         old = self.primary
         assert old is not None, "start() the group first"
         sentinel = next(s for s in self.sentinels if s.process is not None)
@@ -221,10 +253,10 @@ class SentinelGroup:
 
         def promoted() -> RedisServer | None:
             named = self.named_primary()
-            if len(named) != 1 or old.port in named or None in named:
+            if len(named) != 1 or self.address(old) in named or None in named:
                 return None
             port = named.pop()
-            server = next((r for r in self.replicas if r.port == port), None)
+            server = next((r for r in self.replicas if self.address(r) == port), None)
             return server if server is not None and self._role(server) == "master" else None
 
         new = self._wait(promoted, f"no replica took over from port {old.port}")
@@ -240,7 +272,7 @@ class SentinelGroup:
         server.start()
         self.replicas.append(server)
         with self.data_client(server) as client:  # as the sentinels would, sooner
-            client.execute_command("REPLICAOF", HOST, self.primary.port)
+            client.execute_command("REPLICAOF", HOST, self.address(self.primary))
 
         def synced() -> bool:
             with self.data_client(server) as client:

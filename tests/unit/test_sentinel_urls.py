@@ -68,6 +68,7 @@ def test_a_sentinel_url_is_kept_as_given() -> None:
         ("redis+sentinel://:26379/shop", "no host"),
         ("redis+sentinel://h1:26379/shop/zero", "names the database, a number"),
         ("redis+sentinel://h1:26379/shop?socket_timeout=soon", "socket_timeout"),
+        ("redis+sentinel://h1:26379/shop?ssl_ca_certs=/ca.pem", "use rediss+sentinel://"),
         ("redis+cluster+sentinel://h1:26379/shop", "a Redis Cluster fails over by itself"),
         ("redis+sentinels://h1:26379/shop", "redis+sentinel://"),
     ],
