@@ -21,6 +21,7 @@ from sentinel import SentinelGroup
 from tls_certs import make_authority
 
 from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
+from flo_redis._wire.keys import action_keys
 from flo_redis.errors import ConnectionFailedError, is_connection_error
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import free_port
@@ -135,11 +136,15 @@ async def holding(client: FloClient) -> AsyncIterator[Holding]:
         await task
 
 
-async def carries_on(run: Holding) -> None:
-    """After a failover: runs invoked now are each done once, by a worker parked on a
-    30 s poll long before it ends (the wake-up came through); the held run stays with
-    its live worker for three reclaim graces, then finishes once."""
+async def carries_on(run: Holding, group: SentinelGroup) -> None:
+    """After a failover: the worker's wake-up and liveness channels are subscribed on the
+    new primary; runs invoked then are each done once, by a worker parked on a 30 s poll
+    long before it ends (the wake-up came through); the held run stays with its live
+    worker for three reclaim graces, then finishes once."""
     client = run.client
+    wake = action_keys(client.namespace, "job").wake
+    await eventually(lambda: _subscribers(group, wake), lambda n: n > 0, timeout=20)
+    await eventually(lambda: _subscribers(group, "*:live:*"), lambda n: n > 0)
     after = [(await client.action.invoke("job", b"%d" % i)).run_id for i in range(5)]
     for run_id in after:
         done = await eventually(
@@ -160,7 +165,7 @@ async def test_a_worker_carries_on_after_the_primary_is_killed(
     async with FloClient(guarded.url, namespace=namespace) as client, holding(client) as run:
         await asyncio.to_thread(guarded.replicated)
         await asyncio.to_thread(guarded.kill_primary)
-        await carries_on(run)
+        await carries_on(run, guarded)
 
 
 async def test_tls_to_the_sentinels_and_the_data_nodes(tmp_path: Path, namespace: str) -> None:
@@ -170,7 +175,7 @@ async def test_tls_to_the_sentinels_and_the_data_nodes(tmp_path: Path, namespace
         async with FloClient(group.url, namespace=namespace) as client, holding(client) as run:
             await asyncio.to_thread(group.replicated)
             await asyncio.to_thread(group.kill_primary)
-            await carries_on(run)
+            await carries_on(run, group)
         plain = group.url_with(scheme="redis+sentinel", query="")
         with pytest.raises(ConnectionFailedError, match="no Redis Sentinel answered"):
             await _round_trip(plain, namespace)  # the sentinels speak TLS there
@@ -187,7 +192,7 @@ async def test_a_worker_leaves_a_live_primary_demoted_by_the_sentinels(
         # The old primary keeps running, as a replica; the sentinels close its clients'
         # connections as they demote it.
         await asyncio.to_thread(group.failover)
-        await carries_on(run)
+        await carries_on(run, group)
         with group.data_client(old) as demoted:  # type: ignore[arg-type]
             assert demoted.info("replication")["role"] == "slave"
 
@@ -230,6 +235,15 @@ def _try_invoke(sync: SyncFloClient) -> str | None:
         if isinstance(exc, ConnectionFailedError) or is_connection_error(exc):
             return None
         raise
+
+
+def _subscribers(group: SentinelGroup, channel: str) -> int:
+    """How many subscribe to the shard ``channel`` on the current primary (with a
+    pattern: how many such channels have subscribers)."""
+    with group.data_client(group.primary) as primary:  # type: ignore[arg-type]
+        if "*" in channel:
+            return len(primary.execute_command("PUBSUB", "SHARDCHANNELS", channel))
+        return int(primary.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1])
 
 
 def _completed(status: object) -> bool:
