@@ -91,19 +91,18 @@ def parse_sentinel_endpoint(endpoint: str, shown: str) -> SentinelEndpoint:
             f"(redis+sentinel://host:26379/mymaster/0), not {database!r}"
         )
     query = parse_qsl(parts.query, keep_blank_values=True)
-    sentinel_auth = {
-        name.removeprefix("sentinel_"): unquote(value)
-        for name, value in query
-        if name in _SENTINEL_ARGUMENTS
-    }
-    rest = urlencode([(name, value) for name, value in query if name not in _SENTINEL_ARGUMENTS])
+    ours = _SENTINEL_ARGUMENTS
+    sentinel_auth = {n.removeprefix("sentinel_"): v for n, v in query if n in ours}
+    rest = urlencode([(n, v) for n, v in query if n not in ours])
     tls = parts.scheme.startswith("rediss")
     if not tls and (tls_only := next((n for n, _ in query if n.startswith("ssl_")), None)):
         raise InvalidEndpointError(
             f"endpoint {shown!r}: {tls_only} is a TLS setting; use rediss+sentinel:// "
             "for TLS to the sentinels and the data nodes"
         )
-    plain = f"{'rediss' if tls else 'redis'}://{userinfo}{at}{sentinels[0][0]}/{database or 0}"
+    # The data nodes' settings, read as redis-py reads a plain URL's (the host is the
+    # sentinels' to name).
+    plain = f"{'rediss' if tls else 'redis'}://{userinfo}{at}primary/{database or 0}"
     try:
         options = dict(parse_url(f"{plain}?{rest}" if rest else plain))  # type: ignore[no-untyped-call]
     except ValueError as exc:

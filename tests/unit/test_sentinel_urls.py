@@ -21,6 +21,7 @@ def _read(url: str):  # type: ignore[no-untyped-def]
 
 def test_sentinels_service_and_database() -> None:
     target = _read("redis+sentinel://a.example:26380,[::1]:26381,b.example/shop/3")
+    assert _read("redis+sentinel://[::1]:26380/shop").sentinels == (("::1", 26380),)
     assert target.sentinels == (("a.example", 26380), ("::1", 26381), ("b.example", 26379))
     assert target.service == "shop"
     assert target.options["db"] == 3
@@ -32,13 +33,13 @@ def test_sentinels_service_and_database() -> None:
 def test_data_and_sentinel_credentials_are_kept_apart() -> None:
     url = (
         f"redis+sentinel://app:{SECRET}@h1:26379,h2:26379/shop"
-        "?sentinel_username=watcher&sentinel_password=other%20pw"
+        "?sentinel_username=watcher&sentinel_password=other%20pw%2541"
     )
     target = _read(url)
     assert target.options["username"] == "app" and target.options["password"] == SECRET
-    assert target.sentinel_auth == {"username": "watcher", "password": "other pw"}
+    assert target.sentinel_auth == {"username": "watcher", "password": "other pw%41"}
     sentinel = target.sentinel_settings({"socket_timeout": 2.0})
-    assert sentinel == {"socket_timeout": 2.0, "username": "watcher", "password": "other pw"}
+    assert sentinel == {"socket_timeout": 2.0, "username": "watcher", "password": "other pw%41"}
     assert "sentinel_password" not in target.options
 
 
