@@ -228,6 +228,32 @@ async def test_the_sync_client_and_the_exporter_follow_a_failover(
         assert pending == 2
 
 
+async def test_a_client_follows_a_second_failover_back_to_the_first_node(
+    group: SentinelGroup, namespace: str
+) -> None:
+    async with FloClient(group.url, namespace=namespace) as client:
+        await client.action.register("job")
+        first = group.primary
+        runs = [(await client.action.invoke("job", b"0")).run_id]
+        for _ in range(2):
+            await asyncio.to_thread(group.replicated)
+            await asyncio.to_thread(group.kill_primary)
+            runs.append(await eventually(lambda: _try_invoke_async(client), bool, timeout=20))
+            await asyncio.to_thread(group.rejoin, group.down[0])
+        assert group.primary is first
+        for run_id in runs:
+            assert (await client.action.status(run_id)).status == RunStatus.PENDING
+
+
+async def _try_invoke_async(client: FloClient) -> str | None:
+    try:
+        return (await client.action.invoke("job", b"after")).run_id
+    except Exception as exc:
+        if is_connection_error(exc):
+            return None
+        raise
+
+
 def _try_invoke(sync: SyncFloClient) -> str | None:
     try:
         return sync.action.invoke("job", b"2").run_id
