@@ -29,7 +29,20 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
-from flo_redis._session.endpoint import MIN_REDIS, lowest_version, unreachable, version_tuple
+from flo_redis._session.endpoint import (
+    MIN_REDIS,
+    lowest_version,
+    redact,
+    unreachable,
+    version_tuple,
+)
+from flo_redis._session.sentinel import (
+    NO_PRIMARY,
+    connect_sentinel_sync,
+    is_sentinel_endpoint,
+    no_primary_found_sync,
+    parse_sentinel_endpoint,
+)
 from flo_redis._session.tracer import ProducerTracer, traced
 from flo_redis._wire.checks import check_callback, check_count, check_options
 from flo_redis._wire.gateway import ACTION_INVOKE, RUN_CANCEL
@@ -191,6 +204,8 @@ class SyncFloClient:
             scheme = url.split("://", 1)[0]
             plain = scheme.removesuffix("+cluster") + url[len(scheme) :]
             self.redis = RedisCluster.from_url(plain, **kwargs)
+        elif is_sentinel_endpoint(url):
+            self.redis = connect_sentinel_sync(parse_sentinel_endpoint(url, redact(url)), kwargs)
         else:
             self.redis = redis.Redis.from_url(url, **kwargs)
         # How this client's scripts are sent (its own: no other client shares it).
@@ -238,6 +253,8 @@ def _server_version(conn: redis.Redis | RedisCluster, endpoint: str) -> str:
             return lowest_version(conn.info("server", target_nodes=RedisCluster.PRIMARIES))
         info: dict[str, Any] = conn.info("server")
         return str(info.get("redis_version", "0"))
+    except NO_PRIMARY as exc:
+        raise no_primary_found_sync(conn) from exc  # type: ignore[arg-type]
     except (rex.ConnectionError, rex.TimeoutError, rex.RedisClusterException, OSError) as exc:
         raise unreachable(endpoint, exc) from exc
     except rex.RedisError as exc:

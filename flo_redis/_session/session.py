@@ -37,6 +37,7 @@ from flo_redis._session.endpoint import (
     version_tuple,
 )
 from flo_redis._session.liveness import DEFAULT_GRACE_MS, Liveness
+from flo_redis._session.sentinel import NO_PRIMARY, no_primary_found
 from flo_redis._session.tracer import ProducerTracer
 from flo_redis._session.wake import Waker
 from flo_redis._wire.checks import check_count
@@ -214,6 +215,10 @@ class Session:
                     f"Redis at {redact(endpoint)} refused the credentials ({exc}); "
                     "check the user and password in the URL"
                 ) from exc
+            except NO_PRIMARY as exc:
+                error = await no_primary_found(conn)  # type: ignore[arg-type]
+                await conn.aclose()
+                raise error from exc
             except (
                 rex.ConnectionError,
                 rex.TimeoutError,
