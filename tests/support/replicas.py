@@ -3,9 +3,10 @@ ports, for the durability and failover tests.
 
 ``ReplicaSet(replicas=1).start()`` starts the primary, then each replica, and returns
 once every replica's link is up and the primary counts it. :meth:`ReplicaSet.frozen`
-stops a replica's process (``SIGSTOP``) for a block: it keeps its connection to the
-primary but acknowledges nothing, as a replica behind a stalled network or a long pause
-does; :meth:`ReplicaSet.promote` makes a replica the primary, as a failover does.
+stops a replica's process (``SIGSTOP``, :func:`stopped`; any server, a cluster node's
+too) for a block: it keeps its connection to the primary but acknowledges nothing, as
+a replica behind a stalled network or a long pause does; :meth:`ReplicaSet.promote`
+makes a replica the primary, as a failover does.
 """
 
 from __future__ import annotations
@@ -20,6 +21,30 @@ import redis
 from redis_server import RedisServer
 
 SYNC_TIMEOUT_S = 30.0
+
+
+@contextmanager
+def stopped(server: RedisServer) -> Iterator[RedisServer]:
+    """``server``'s process stopped (SIGSTOP) for the block, then let go on: it keeps its
+    connections but answers and acknowledges nothing meanwhile."""
+    process = server.process
+    assert process is not None, "the server is not running"
+    process.send_signal(signal.SIGSTOP)
+    try:
+        # The signal is only sent: wait until the process is stopped, so nothing it was
+        # doing at that instant (reading the primary's stream, acknowledging it) goes on.
+        deadline = time.monotonic() + SYNC_TIMEOUT_S
+        while _state(process.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.001)
+        yield server
+    finally:
+        process.send_signal(signal.SIGCONT)
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in ``/proc`` (``T``: stopped)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
 
 
 @dataclass
@@ -76,13 +101,8 @@ class ReplicaSet:
     def frozen(self, replica: RedisServer | None = None) -> Iterator[RedisServer]:
         """``replica`` (the first by default) stopped with SIGSTOP for the block, then
         let go on and waited for until it is in sync again."""
-        server = replica or self.replica
-        assert server.process is not None, "the replica is not running"
-        server.process.send_signal(signal.SIGSTOP)
-        try:
+        with stopped(replica or self.replica) as server:
             yield server
-        finally:
-            server.process.send_signal(signal.SIGCONT)
         self.wait_synced()
 
     def promote(self, replica: RedisServer | None = None) -> RedisServer:
