@@ -110,6 +110,32 @@ async def test_replicated_writes_are_on_the_replica_when_they_return(
         replica.close()
 
 
+def waits_sent(pair: ReplicaSet) -> int:
+    """How many WAITs the primary has run since its statistics were last reset."""
+    with redis.Redis(port=pair.primary.port, socket_timeout=5) as conn:
+        stats = conn.info("commandstats")
+    return int(stats.get("cmdstat_wait", {}).get("calls", 0))
+
+
+async def test_only_the_durable_writes_wait_and_primary_adds_nothing(
+    durable: FloClient, plain: FloClient, pair: ReplicaSet
+) -> None:
+    with redis.Redis(port=pair.primary.port) as conn:
+        conn.config_resetstat()
+    run_id, task_id = await claimed(plain)  # register, invoke, claim at PRIMARY
+    await plain.worker.complete("w1", "resize", task_id, b"out")
+    await plain.action.status(run_id)
+    assert waits_sent(pair) == 0
+    run = await durable.action.invoke("resize", b"again")  # one WAIT
+    task = (await durable.worker.await_task("w1", ["resize"], WorkerAwaitOptions(block_ms=0))).task
+    assert task is not None and task.task_id == run.run_id
+    await durable.worker.touch("w1", "resize", task.task_id)
+    await durable.action.status(run.run_id)
+    await durable.action.runs("resize")
+    await durable.worker.complete("w1", "resize", task.task_id, b"out")  # one WAIT
+    assert waits_sent(pair) == 2
+
+
 async def test_a_write_no_replica_acknowledged_raises_not_durable_and_is_applied(
     plain: FloClient, pair: ReplicaSet
 ) -> None:
