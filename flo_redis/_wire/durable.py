@@ -12,12 +12,15 @@ is raised as it came, and the wait beside it meant nothing.
 On one Redis the pair goes on the lane (:mod:`flo_redis._wire.lane`) or on a connection
 of the pool; on a cluster, on a connection of the node that owns the script's hash slot,
 as redis-py's routing would have chosen it. A cluster node that answers ``MOVED`` or
-``ASK`` did not run the script: the client's map of slots is read again before the
-refusal is raised, so the runner's resend goes to the slot's new owner.
+``ASK`` did not run the script, and one that cannot be reached may be gone (a failover):
+the client's map of slots is read again before the error is raised, so the next call
+goes to the slot's owner now.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
@@ -49,18 +52,10 @@ class Waited:
         return await read_pair(conn, self.level)
 
 
-_WAITED: dict[Durability, Waited] = {}
-_WAITED_MAX = 64  # levels a process remembers packed (then it starts again)
-
-
+@functools.lru_cache(maxsize=64)
 def waited(level: Durability) -> Waited:
-    """The trail of ``level``, packed once per level."""
-    known = _WAITED.get(level)
-    if known is None:
-        if len(_WAITED) >= _WAITED_MAX:
-            _WAITED.clear()
-        known = _WAITED[level] = Waited(level)
-    return known
+    """The trail of ``level``, packed once per level (levels are few and frozen)."""
+    return Waited(level)
 
 
 def extra_s(level: Durability) -> float:
@@ -113,6 +108,10 @@ async def pooled_pair(
         await pool.release(conn)
 
 
+# A cluster node's answers after which the map of slots is read again (module docstring).
+MOVED_OR_GONE = (rex.MovedError, rex.AskError, rex.ConnectionError, rex.TimeoutError)
+
+
 async def cluster_pair(
     cluster: RedisCluster, key: str, command: Command, level: Durability
 ) -> Pair:
@@ -123,8 +122,9 @@ async def cluster_pair(
     conn = node.acquire_connection()
     try:
         return await sent_pair(conn, command, level, None)
-    except (rex.MovedError, rex.AskError):
-        await cluster.nodes_manager.initialize()
+    except MOVED_OR_GONE:
+        with contextlib.suppress(rex.RedisError, OSError):  # the call's error is the answer
+            await cluster.nodes_manager.initialize()
         raise
     finally:
         node.release(conn)

@@ -16,7 +16,7 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from flo_redis._wire import functions as _functions
-from flo_redis._wire.durable import sync_pair
+from flo_redis._wire.durable import MOVED_OR_GONE, sync_pair
 from flo_redis._wire.fallback import EVAL, FCALL, Way, ways
 from flo_redis._wire.functions import Functions
 from flo_redis._wire.lane import Arg, pooled_call_sync
@@ -145,8 +145,9 @@ class SyncScriptRunner:
         connection = conn.get_redis_connection(node).connection_pool.get_connection()
         try:
             return sync_pair(connection, command, wait, None)
-        except (rex.MovedError, rex.AskError):
-            conn.nodes_manager.initialize()
+        except MOVED_OR_GONE:
+            with contextlib.suppress(rex.RedisError, OSError):  # the call's error answers
+                conn.nodes_manager.initialize()
             raise
         finally:
             conn.get_redis_connection(node).connection_pool.release(connection)
