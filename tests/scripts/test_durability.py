@@ -32,6 +32,7 @@ from flo_redis import (
     WorkerCompleteOptions,
 )
 from flo_redis._wire.keys import action_keys
+from flo_redis.actions import CompleteItem
 from flo_redis.sync import SyncFloClient
 from flo_redis.types import DequeueOptions
 
@@ -172,16 +173,28 @@ async def test_every_durable_write_raises_not_durable_without_a_replica(
             ),
             "enqueue": plain.queue.enqueue("jobs", b"j1", durability=QUICK),
             "queue ack": plain.queue.ack("jobs", [m.seq for m in taken.messages], durability=QUICK),
+            "invoke_many": plain.action.invoke_many("resize", [b"m1", b"m2"], durability=QUICK),
         }
         for operation, write in writes.items():
             with pytest.raises(NotDurableError) as caught:
                 await write
             assert caught.value.operation == operation
+        # The batch calls a worker makes: the complete of another run, the ack of another.
+        await plain.stream.append("events", b"e2")
+        read = await plain.stream.group_read("events", "g", "c1", StreamGroupReadOptions(count=10))
+        items = [(record.id, None) for record in read.records]
+        with pytest.raises(NotDurableError, match="group ack"):
+            await plain.stream.group_ack_many("events", "g", items, durability=QUICK)
+        another = await plain.worker.await_task("w1", ["resize"], WorkerAwaitOptions(block_ms=0))
+        assert another.task is not None
+        item = CompleteItem(another.task.task_id, b"out")
+        with pytest.raises(NotDurableError, match="complete"):
+            await plain.worker.complete_many("w1", "resize", [item], durability=QUICK)
     # Each was applied on the primary all the same.
     assert (await plain.action.status(run_id)).status == RunStatus.COMPLETED
-    assert len((await plain.stream.read("events")).records) == 2
-    pending = await plain.stream.group_pending("events", "g")
-    assert first.id not in [p.id for p in pending]
+    assert len((await plain.stream.read("events")).records) == 3
+    assert (await plain.stream.group_pending("events", "g")) == []
+    assert (await plain.action.status(item.task_id)).status == RunStatus.COMPLETED
 
 
 async def test_a_call_level_overrides_the_clients(
