@@ -44,8 +44,10 @@ from flo_redis._wire.checks import check_count
 from flo_redis._wire.denied import denied, is_denied
 from flo_redis._wire.keys import ActionKeys, action_keys, check_name, check_namespace
 from flo_redis._wire.runner import RedisConn, ScriptRunner, redis_errors
+from flo_redis.durability import Durability, as_durability
 from flo_redis.errors import (
     ConnectionFailedError,
+    DurabilityUnsupportedError,
     NotConnectedError,
     RedisVersionError,
     ValidationError,
@@ -80,6 +82,8 @@ class ClientSettings:
     liveness_grace_ms: int = DEFAULT_GRACE_MS
     # Commands in flight at once (one connection each, per server or cluster node).
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # The level of this client's writes that name none.
+    durability: Durability = Durability.PRIMARY
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
@@ -90,6 +94,7 @@ class ClientSettings:
             raise ValidationError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
         check_name("owner id", self.owner_id)  # it names the owner's liveness channel
         check_count("liveness_grace_ms", self.liveness_grace_ms, 0)
+        object.__setattr__(self, "durability", as_durability(self.durability))
 
     @property
     def timeout_s(self) -> float:
@@ -251,6 +256,13 @@ class Session:
             if version_tuple(version) < MIN_REDIS:
                 await conn.aclose()
                 raise RedisVersionError(version)
+            level = self.settings.durability
+            if level.waits:
+                try:
+                    level.check_server(version)
+                except DurabilityUnsupportedError:
+                    await conn.aclose()
+                    raise
             self._runner = ScriptRunner(
                 conn,
                 retry=self.settings.retry,
@@ -259,6 +271,8 @@ class Session:
                 if isinstance(conn, RedisCluster)
                 else 0,
                 on_replica=self._on_replica,
+                durability=self.settings.durability,
+                server_version=version,
             )
             self._redis = conn
             self._waker = Waker(conn)

@@ -21,11 +21,12 @@ from flo_redis._aio import (
 )
 from flo_redis._session import outage
 from flo_redis._session.session import Session
+from flo_redis._wire.checks import validate_block_ms
+from flo_redis.durability import Durability
 from flo_redis.errors import (
     PermissionDeniedError,
     ServerError,
     is_connection_error,
-    validate_block_ms,
 )
 from flo_redis.retry import EmptyPollBackoff, worker_backoff
 from flo_redis.types import DEFAULT_WORKER_BLOCK_MS
@@ -61,13 +62,15 @@ class WorkerConfig(Protocol):
     worker_id: str
     concurrency: int
     block_ms: int
+    durability: Durability | None  # its reports' level; None: its client's
 
 
 class ClientLike(Protocol):
     """What a worker needs of the client it is made with: a new client with the same
-    settings (and its own owner id), whose session the worker works on."""
+    settings (and its own owner id; its writes at ``durability`` when given), whose
+    session the worker works on."""
 
-    def sibling(self) -> ClientLike: ...
+    def sibling(self, durability: Durability | None = None) -> ClientLike: ...
 
     @property
     def session(self) -> Session: ...
@@ -136,7 +139,7 @@ class WorkerLifecycle(ClosesOnExit):
         raise a refusal by Redis's ACL last. A cancelled worker cancels its handlers
         (each gives its work back) and waits for them before it re-raises."""
         self._runner = self._new_runner()
-        self._client = self._parent.sibling()
+        self._client = self._parent.sibling(self.config.durability)
         self._session = session = self._client.session
         self._started = True
         self._finished.clear()
