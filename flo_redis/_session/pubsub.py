@@ -45,6 +45,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from flo_redis._aio import cancel_and_wait
 from flo_redis._session import outage
+from flo_redis._session.breaks import Breaks
 from flo_redis._session.listener import Listener, Listeners
 from flo_redis._session.routes import (
     Route,
@@ -75,11 +76,14 @@ class Subscriber:
         retry_pauses: Sequence[float],
         ping_every_s: float | None = None,
         client_name: str | None = None,
+        breaks: Breaks | None = None,
     ) -> None:
         """``connection`` returns the client's current connection: the subscriber's own
         connections are made with its settings (address, credentials, TLS, timeouts) on
         first use. ``purpose`` names tasks and log lines. The other parameters are the
-        differences between the mechanisms (module docstring)."""
+        differences between the mechanisms (module docstring). ``breaks`` is told when a
+        connection is lost or moved off a replica, and when every subscription kept
+        standing is confirmed again."""
         self._connection = connection
         self._purpose = purpose
         self._log = log
@@ -88,6 +92,7 @@ class Subscriber:
         self._retry_pauses = tuple(retry_pauses)
         self._ping_every_s = ping_every_s
         self._client_name = client_name
+        self._breaks = breaks
         self._routes: dict[str, Route] = {}
         self._state: dict[str, asyncio.Future[None]] = {}  # pending, or done: confirmed
         self._route_of: dict[str, str] = {}
@@ -344,6 +349,9 @@ class Subscriber:
             if state is not None and not state.done() and self._route_of.get(name) == route.name:
                 state.set_result(None)
                 outage.reached(self._log, self._connection)
+                breaks = self._breaks
+                if breaks is not None and breaks.broken and all(map(self.confirmed, self._wanted)):
+                    breaks.ended()
         elif kind == "sunsubscribe":
             if route.left(name) or self._route_of.get(name) != route.name:
                 return  # the answer to our own unsubscribe, or not this route's
@@ -360,6 +368,8 @@ class Subscriber:
         for route in list(self._routes.values()):
             where = f"{self._purpose} subscriptions on {route.name or 'redis'}"
             self._log.warning("%s: Redis there is now a replica; subscribing again", where)
+            if self._breaks is not None:
+                self._breaks.began()
             await self._drop(route)
 
     async def _drop(
@@ -371,6 +381,8 @@ class Subscriber:
             return
         if not self._closed and what is not None and cause is not None:
             outage.failed(self._log, self._connection, what, cause)
+            if self._breaks is not None:
+                self._breaks.began()
         del self._routes[route.name]
         self._lost(n for n in list(route.channels) if self._route_of.get(n) == route.name)
         route.channels.clear()

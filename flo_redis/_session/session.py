@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from flo_redis._aio import cancel_and_wait
+from flo_redis._session.breaks import Breaks
 from flo_redis._session.endpoint import (
     DEFAULT_MAX_CONNECTIONS,
     MIN_REDIS,
@@ -125,6 +126,9 @@ class Session:
         self._runner: ScriptRunner | None = None
         self._waker: Waker | None = None
         self._liveness: Liveness | None = None
+        # When the liveness connection is lost, and when it stands again (workers send
+        # again what they reported just before: flo_redis.worker.replay).
+        self.breaks = Breaks()
         self._connect_lock = asyncio.Lock()
         # Moving the subscriptions off a replica (_on_replica): the task, and when it began.
         self._moving: asyncio.Task[None] | None = None
@@ -167,7 +171,9 @@ class Session:
         """This process's liveness subscriptions: one owner channel per hash slot it
         takes work in, held on a dedicated pub/sub connection made on first use."""
         if self._liveness is None:
-            self._liveness = Liveness(self.settings.owner_id, lambda: self.redis)
+            self._liveness = Liveness(
+                self.settings.owner_id, lambda: self.redis, breaks=self.breaks
+            )
         return self._liveness
 
     async def server_time_ms(self) -> int:

@@ -196,6 +196,7 @@ class ActionWorker(WorkerLifecycle):
             self._track,
             lambda run_id, token: self._runs.revoke(run_id, token, "was not accepted in time"),
         )
+        self._replay = self._reports.replay
         self._registration = Registration(
             self.session,
             self._ops,

@@ -32,6 +32,7 @@ from flo_redis.retry import EmptyPollBackoff, worker_backoff
 from flo_redis.types import DEFAULT_WORKER_BLOCK_MS
 from flo_redis.worker.handlers import HandlerRunner
 from flo_redis.worker.observe import NO_OBSERVER, Hook, WorkerObserver, settle
+from flo_redis.worker.replay import Replay
 
 W = TypeVar("W", bound="WorkerLifecycle")
 
@@ -89,6 +90,9 @@ class WorkerLifecycle(ClosesOnExit):
 
     _log = log  # where the worker logs (each kind names its own)
     config: WorkerConfig
+    # The reports sent again after a break in the session's hold on Redis (a lost
+    # liveness connection: a failover, a restart), made with the reports.
+    _replay: Replay[Any]
 
     def __init__(self, parent_client: ClientLike) -> None:
         self.observer: WorkerObserver = NO_OBSERVER
@@ -146,6 +150,7 @@ class WorkerLifecycle(ClosesOnExit):
         try:
             await session.connect()
             await self._setup()
+            session.breaks.watch(self._replay.outage_began, self._replay_after_break)
             await settle(self.observer.on_start(self))
             background = [
                 asyncio.create_task(coro, name=name)
@@ -219,6 +224,11 @@ class WorkerLifecycle(ClosesOnExit):
         return list(self._tasks)
 
     # --- shared pieces -----------------------------------------------------------------
+
+    def _replay_after_break(self) -> None:
+        """The session's hold on Redis stands again after a break: send again what was
+        reported just before it (:mod:`flo_redis.worker.replay`), in a task of its own."""
+        self._track(asyncio.create_task(self._replay.outage_ended(), name="flo-replay"))
 
     def _track(self, task: asyncio.Task[None]) -> None:
         """Count ``task`` (a handler slot, or a report on its way) among those start()

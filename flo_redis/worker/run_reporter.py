@@ -47,6 +47,7 @@ from flo_redis.worker.delivery import (
     send_report,
 )
 from flo_redis.worker.observe import WorkerObserver, overrides
+from flo_redis.worker.replay import Replay
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -124,6 +125,10 @@ class RunReporter:
             tell_accepted=False,
         )
         self._lost = lost
+        # Completes answered lately, sent again after an outage (flo_redis.worker.replay).
+        self.replay: Replay[HeldRun] = Replay(
+            "completes", self._complete_again, asyncio.get_running_loop().time
+        )
         self._load_delta = 0
         self._completed_delta = 0
 
@@ -276,7 +281,16 @@ class RunReporter:
         applied = answers.count(None)
         self._load_delta -= applied
         self._completed_delta += applied
+        self.replay.answered(action, items, answers)
         return answers
+
+    async def _complete_again(self, action: str, items: Sequence[HeldRun]) -> int:
+        """Send completes the store answered before an outage again, not counted again
+        (:mod:`flo_redis.worker.replay`); how many had been lost and took effect now."""
+        _, applied = await reports.complete_many(
+            self.session, self.worker_id, action, items, claimed=True
+        )
+        return applied
 
     async def flush_counts(self) -> None:
         """Send the load and completed counters gathered since the last flush."""

@@ -185,6 +185,7 @@ class StreamWorker(WorkerLifecycle):
         self._reports = RecordReports(
             self._streams, where, self.observer, self._stop.is_set, self._track
         )
+        self._replay = self._reports.replay
         await self._join()
         if self.config.redeliver_pending_on_reconnect:
             await self._drain_pending()

@@ -41,10 +41,11 @@ from flo_redis import (
 
 HERE = Path(__file__).resolve().parent
 ACTION, GROUP = "job", "g"
-#: How long a run or a delivery stays with its worker without a report. A run whose
-#: completion was lost (a record whose ack was lost) is held, as Redis now sees it, by a
-#: live worker that has forgotten it: it comes back only when this ends.
-LEASE_MS = 8_000
+#: How long a run or a delivery stays with its worker without a report: longer than
+#: SETTLE_S, so nothing done by the end came back by its lease. A run whose completion
+#: was lost (a record whose ack was lost) is held, as the new primary sees it, by a live
+#: worker that has moved on: its report is sent again (flo_redis.worker.replay).
+LEASE_MS = 60_000
 OPTIONS = ActionRegisterOptions(timeout_ms=LEASE_MS, max_retries=1000)
 #: How long each handler takes.
 HANDLER_S = 0.05

@@ -10,10 +10,11 @@ address (a proxy here) that is moved to the replica once it is promoted.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import redis
@@ -139,6 +140,16 @@ class ReplicatedPair:
             synced = lambda info: info["master_link_status"] == "up"  # noqa: E731
             await eventually(lambda: conn.info("replication"), synced, what="replica in sync")
         return cls(primary, replica, await Proxy("127.0.0.1", primary.port).start(), link)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def started(cls, lag_s: float = 0.0) -> AsyncIterator[ReplicatedPair]:
+        """A pair for the ``async with`` body (:meth:`start`), stopped after it."""
+        pair = await cls.start(lag_s)
+        try:
+            yield pair
+        finally:
+            await pair.stop()
 
     @property
     def url(self) -> str:
