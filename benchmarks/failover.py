@@ -5,7 +5,8 @@ invokes from this process, an ActionWorker and a StreamWorker in a worker proces
 every side effect goes to a ledger outside Redis, stream appends; mid-load the primary
 holding the action is SIGKILLed and its replica takes over; then the end state is read
 against what each caller was told. Run on one primary and its replica behind an address
-moved to the replica after a second (what Sentinel or a managed service does), then the
+moved to the replica after a second (what Sentinel or a managed service does; the killed
+primary then comes back as the new primary's replica, as Sentinel makes it), then the
 same with the replica trailing its primary by :data:`LAG_S` (its replication stream
 delivered that late, as across a slow network: on one machine it trails by well under a
 millisecond and nothing is lost), and on a cluster of three primaries with a replica each
@@ -45,7 +46,9 @@ def _figures(prefix: str, figures: Any) -> dict[str, Any]:
         f"{prefix}_lost": lost,
         f"{prefix}_runs_twice": figures.runs_twice,
         f"{prefix}_records_twice": figures.records_twice,
+        f"{prefix}_records_gone": figures.records_gone,
         f"{prefix}_refused": sum(figures.refused.values()),
+        f"{prefix}_not_durable": figures.not_durable,
         f"{prefix}_stranded": len(figures.stranded) + len(figures.misfenced),
         f"{prefix}_repeated": len(figures.repeated),
         f"{prefix}_promoted_ms": figures.promoted_s * 1000,
@@ -60,14 +63,8 @@ async def _on_pair(durability: str, options: dict[str, Any], lag_s: float = 0.0)
     from cluster_replicas import ReplicatedPair
 
     pair = await ReplicatedPair.start(lag_s=lag_s)
-
-    async def fail() -> None:
-        pair.kill_primary()
-        await asyncio.sleep(DETECT_S)
-        pair.fail_over()
-
     try:
-        return await _scenario(pair.url, fail, durability, options)
+        return await _scenario(pair.url, lambda: pair.failover(DETECT_S), durability, options)
     finally:
         await pair.stop()
 

@@ -33,7 +33,12 @@ from flo_redis.actions.results import (
     check_result_data,
     encode_result,
 )
-from flo_redis.errors import PermissionDeniedError, ServerError, is_connection_error
+from flo_redis.errors import (
+    NotDurableError,
+    PermissionDeniedError,
+    ServerError,
+    is_connection_error,
+)
 from flo_redis.retry import is_refused_unrun
 from flo_redis.types import Reason
 from flo_redis.worker.coalescer import Coalescer
@@ -176,7 +181,13 @@ class RunReporter:
             self._spawn(self._refused(held, refusal), held.task_id)
 
     def _complete_failed(self, held: HeldRun, error: BaseException) -> None:
-        if is_connection_error(error) or is_refused_unrun(error):
+        # A complete that did not reach the worker's level was applied: its resend, an
+        # identical report, is answered once the replicas have it (as delivery's are).
+        if (
+            is_connection_error(error)
+            or is_refused_unrun(error)
+            or isinstance(error, NotDurableError)
+        ):
             log.info("complete of %s: not answered (%s); sending again", held.task_id, error)
             self._spawn(self._resend(held), held.task_id)
         elif isinstance(error, PermissionDeniedError):
@@ -185,7 +196,8 @@ class RunReporter:
             log.error("complete of %s failed: %r", held.task_id, error, exc_info=error)
 
     async def _resend(self, held: HeldRun) -> None:
-        """The batch carrying ``held``'s complete lost its connection: send it again."""
+        """The batch carrying ``held``'s complete lost its connection, or was not
+        answered at the worker's level: send it again."""
         answers: list[ServerError | None] = []
 
         async def send() -> None:

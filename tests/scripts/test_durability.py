@@ -35,6 +35,7 @@ from flo_redis._wire.keys import action_keys
 from flo_redis.actions import CompleteItem
 from flo_redis.sync import SyncFloClient
 from flo_redis.types import DequeueOptions
+from flo_redis.worker.observe import WorkerObserver
 
 QUICK = Durability.replicated(1, timeout_ms=200)  # a frozen replica fails it quickly
 
@@ -316,11 +317,25 @@ def test_the_blocking_client_waits_for_its_level(pair: ReplicaSet, namespace: st
     assert caught.value.operation == "invoke"
 
 
+class Completes(WorkerObserver):
+    """Counts the completes the store accepted at the worker's level, and those sent
+    again."""
+
+    count = resent = 0
+
+    def run_completed(self, action: str, outcome: str) -> None:
+        self.count += 1
+
+    def report_resent(self, report: str) -> None:
+        self.resent += report == "complete"
+
+
 async def test_a_worker_completes_at_its_level_and_resends_until_the_replica_has_it(
     plain: FloClient, pair: ReplicaSet
 ) -> None:
     await plain.action.register("resize")
     worker = plain.new_action_worker(durability=QUICK, block_ms=200)
+    worker.observer = told = Completes()
     handled = asyncio.Event()
 
     @worker.action("resize")
@@ -331,6 +346,7 @@ async def test_a_worker_completes_at_its_level_and_resends_until_the_replica_has
     async with running(worker):
         first = await plain.action.invoke("resize", b"a")
         assert (await finished(plain, first.run_id)).status == RunStatus.COMPLETED
+        await eventually(lambda: told.count, lambda n: n == 1, interval=0)
         with pair.frozen():
             handled.clear()
             second = await plain.action.invoke("resize", b"b")
@@ -340,6 +356,10 @@ async def test_a_worker_completes_at_its_level_and_resends_until_the_replica_has
                 lambda: plain.action.status(second.run_id),
                 lambda s: s.status == RunStatus.COMPLETED,
             )
-        # Once the replica is back, a resend is answered and the worker goes on.
+            await eventually(lambda: told.resent, what="the complete sent again")
+            assert told.count == 1  # not answered at its level yet
+        # Once the replica is back, a resend is answered (the worker is told the run
+        # completed then) and the worker goes on.
+        await eventually(lambda: told.count, lambda n: n == 2, what="the resend answered")
         third = await plain.action.invoke("resize", b"c")
         assert (await finished(plain, third.run_id)).status == RunStatus.COMPLETED

@@ -9,6 +9,13 @@ time to settle. The :class:`Figures` say what a user of the default durability (
 ``durability``) lost at that failover. The failover tests (tests/faults) and the
 ``failover`` benchmark both run it.
 
+A write answered with ``NotDurableError`` was applied, but not acknowledged at its level:
+it may survive the failover or not, so it is counted apart (:attr:`Figures.not_durable`),
+never as lost. The producer sends such an invoke again with its idempotency key until it
+is answered at its level (the same run), and moves on from such an append (sending it
+again would append it twice); the worker's ledger holds only the reports the store
+answered at the worker's level (a worker sends the others again until they are).
+
 Each handler's result names its hand-out as its outcome (``<run id>/<token>``), so the
 ledger says which completes the store accepted; each handler takes :data:`HANDLER_S`, so
 runs and records are in hand across the edge of what a lagging replica lost.
@@ -32,6 +39,7 @@ from flo_redis import (
     ActionRegisterOptions,
     FloClient,
     FloError,
+    NotDurableError,
     NotFoundError,
     RunStatus,
     StreamGroupJoinOptions,
@@ -59,7 +67,8 @@ IN_FLIGHT_S = 0.05
 
 @dataclass
 class Figures:
-    """What one failover cost. Lost = acknowledged to its caller, gone after."""
+    """What one failover cost. Lost = acknowledged to its caller (at its durability
+    level), gone after."""
 
     invokes: int = 0
     invokes_lost: int = 0
@@ -69,12 +78,21 @@ class Figures:
     appends: int = 0
     appends_lost: int = 0
     acks: int = 0
+    #: Answered acks that did not hold: their record was delivered again, or is pending.
     acks_lost: int = 0
     records_twice: int = 0
+    #: Records the worker handled that are gone with the old primary (appended there
+    #: only). An ack answered for one went with it, or was answered by the new primary,
+    #: which never had the record (it answers an ack of a record not pending as done):
+    #: the two cannot be told apart, and neither leaves a record undone, so neither is
+    #: counted lost; the record's loss is its append's.
+    records_gone: int = 0
     #: Of the runs twice, those whose earlier completion was accepted, then lost (the
     #: others' earlier reports were refused: their hand-out was lost).
     twice_completion_lost: int = 0
     refused: dict[str, int] = field(default_factory=dict)
+    #: Invokes and appends answered NotDurableError: applied, not acknowledged.
+    not_durable: int = 0
     #: From the kill: the new primary serving; the first complete accepted after; the
     #: last hand-out or delivery of a run or record made again.
     promoted_s: float = 0.0
@@ -99,8 +117,10 @@ class Figures:
             f"invokes {self.invokes} lost {self.invokes_lost}; completes {self.completes} "
             f"lost {self.completions_lost}; runs twice {self.runs_twice} "
             f"({self.twice_completion_lost} after a lost completion); appends {self.appends}"
-            f" lost {self.appends_lost}; acks {self.acks} lost {self.acks_lost}; "
-            f"records twice {self.records_twice}; refused {self.refused}; promoted after "
+            f" lost {self.appends_lost}; acks {self.acks} lost {self.acks_lost} "
+            f"({self.records_gone} records handled are gone); "
+            f"records twice {self.records_twice}; refused {self.refused}; not durable "
+            f"{self.not_durable}; promoted after "
             f"{self.promoted_s:.2f} s, work flowing after {self.flow_s:.2f} s, {again}; "
             f"losses acked within {self.loss_window_s * 1000:.0f} ms before the kill"
         )
@@ -115,6 +135,8 @@ class Load:
     running: bool = True
     invoked: dict[str, tuple[str, float]] = field(default_factory=dict)  # key: (run, t)
     appended: dict[bytes, tuple[str, float]] = field(default_factory=dict)  # payload: (id, t)
+    #: Writes answered NotDurableError (module docstring).
+    not_durable: int = 0
 
     async def invokes(self, lane: int) -> None:
         i = 0
@@ -123,7 +145,8 @@ class Load:
             try:
                 options = ActionInvokeOptions(idempotency_key=key)
                 run = await self.client.action.invoke(ACTION, key.encode(), options)
-            except FloError:  # no primary now, or not made durable: the same key again
+            except FloError as exc:  # no primary now, or not durable: the same key again
+                self.not_durable += isinstance(exc, NotDurableError)
                 await asyncio.sleep(0.05)
                 continue
             self.invoked[key] = (run.run_id, time.time())
@@ -136,7 +159,11 @@ class Load:
             payload = f"a{i}".encode()
             try:
                 added = await self.client.stream.append(self.stream, payload)
-            except FloError:
+            except NotDurableError:  # applied: the next payload
+                self.not_durable += 1
+                i += 1
+                continue
+            except FloError:  # not answered: perhaps applied, sent again
                 await asyncio.sleep(0.05)
                 continue
             self.appended[payload] = (f"{added.partition}-{added.id.to_redis()}", time.time())
@@ -313,14 +340,23 @@ async def _count(
     figures.stranded += sorted(set(records) - set(ledger.handled))
     figures.invokes, figures.appends = len(load.invoked), len(load.appended)
     figures.completes, figures.acks = len(ledger.completed), ledger.acks
-    figures.acks_lost = figures.acks - len(records)
-    figures.refused = ledger.refused
+    figures.records_gone = len(set(ledger.handled) - set(records))
+    done = len(records) - await _undone(client, load.stream)  # each had one ack that held
+    figures.acks_lost = figures.acks - figures.records_gone - done
+    figures.refused, figures.not_durable = ledger.refused, load.not_durable
     flowing = killed + IN_FLIGHT_S
     after = [t for t in ledger.completed.values() if t > flowing]
     figures.flow_s = min(after) - killed if after else float("nan")
     figures.again_s = max(again) - killed if again else float("nan")
     figures.loss_window_s = max((killed - t for t in lost_at), default=0.0)
     figures.repeated = _repeated(load, ledger, killed, killed + figures.promoted_s)
+
+
+async def _undone(client: FloClient, stream: str) -> int:
+    """How many records of ``stream`` the group has not done: pending, or still to be
+    handed out."""
+    (group,) = await client.stream.groups(stream)
+    return group.pending + (group.lag or 0)
 
 
 async def _runs_kept(

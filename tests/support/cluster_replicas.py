@@ -5,17 +5,19 @@ primary with its replica behind an address that moves.
 short ``cluster-node-timeout``, so a replica is promoted by the cluster itself a few
 seconds after its primary is SIGKILLed. :class:`ReplicatedPair` is what Sentinel or a
 managed service gives: one primary, one replica, clients reaching the primary through an
-address (a proxy here) that is moved to the replica once it is promoted.
+address (a proxy here) that is moved to the replica once it is promoted, and the killed
+primary brought back as the new primary's replica.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 import redis.asyncio as aioredis
@@ -129,13 +131,17 @@ class ReplicatedPair:
     replica: RedisServer
     proxy: Proxy
     link: Proxy | None = None
+    #: The killed primary coming back as the new primary's replica (:meth:`rejoin`).
+    rejoining: asyncio.Task[RedisServer] | None = field(default=None, init=False)
 
     @classmethod
     async def start(cls, lag_s: float = 0.0) -> ReplicatedPair:
         primary = RedisServer(extra=NO_SYNC_DELAY).start()
         link = await Proxy("127.0.0.1", primary.port, lag_s=lag_s).start() if lag_s else None
         upstream = link.port if link else primary.port
-        replica = RedisServer(extra=("--replicaof", "127.0.0.1", str(upstream))).start()
+        # Promoted, it syncs its own replica at once too (:meth:`rejoin`).
+        follows = ("--replicaof", "127.0.0.1", str(upstream))
+        replica = RedisServer(extra=(*NO_SYNC_DELAY, *follows)).start()
         async with aioredis.Redis(port=replica.port) as conn:
             synced = lambda info: info["master_link_status"] == "up"  # noqa: E731
             await eventually(lambda: conn.info("replication"), synced, what="replica in sync")
@@ -171,7 +177,34 @@ class ReplicatedPair:
         self.proxy.retarget("127.0.0.1", self.replica.port)
         self.proxy.restore()
 
+    async def failover(self, detect_s: float) -> None:
+        """SIGKILL the primary, promote its replica ``detect_s`` later (the time Sentinel
+        takes to judge it down) and bring the killed node back as the new primary's
+        replica; returns once the new primary serves (the rejoin goes on)."""
+        self.kill_primary()
+        await asyncio.sleep(detect_s)
+        self.fail_over()
+        self.rejoin()
+
+    def rejoin(self) -> None:
+        """Bring the killed primary back as a replica of the promoted one, as Sentinel
+        makes a failed primary when it returns, so writes that wait for a replica
+        (``Durability.replicated``) are answered again: restarted empty (its data went
+        with it), it syncs in full from the new primary, through the link with its lag;
+        the two swap roles. Returns at once: :attr:`rejoining` starts the process, and
+        the sync follows (``INFO replication`` says when its link is up)."""
+        killed, promoted = self.primary, self.replica
+        upstream = promoted.port
+        if self.link is not None:
+            self.link.retarget("127.0.0.1", promoted.port)
+            upstream = self.link.port
+        killed.extra = (*NO_SYNC_DELAY, "--replicaof", "127.0.0.1", str(upstream))
+        self.primary, self.replica = promoted, killed
+        self.rejoining = asyncio.create_task(asyncio.to_thread(killed.start))
+
     async def stop(self) -> None:
+        if self.rejoining is not None:
+            await asyncio.gather(self.rejoining, return_exceptions=True)
         for proxy in (self.proxy, self.link):
             if proxy is not None:
                 await proxy.stop()
