@@ -37,6 +37,7 @@ import pytest
 from chaos import Figures, run_chaos
 from cluster_replicas import ReplicatedCluster, ReplicatedPair
 from redis.crc import key_slot
+from sentinel import SentinelGroup
 
 import flo_redis
 from flo_redis._wire.keys import action_keys, stream_keys
@@ -67,6 +68,17 @@ def replicated_cluster() -> Iterator[ReplicatedCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def sentinels() -> Iterator[SentinelGroup]:
+    """A primary, two replicas (one is left to follow the promoted one) and three
+    sentinels, which judge a primary down after a second."""
+    group = SentinelGroup(replica_count=2).start()
+    try:
+        yield group
+    finally:
+        group.discard()
 
 
 def _holds(figures: Figures) -> None:
@@ -156,3 +168,27 @@ async def test_replicated_writes_survive_a_killed_primary(
     _nothing_acknowledged_lost(figures)
     # Work flowed again at its level once the rejoined replica had synced.
     assert math.isfinite(figures.flow_s)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("level", ["primary", "replicated"])
+async def test_a_primary_killed_behind_sentinel(
+    sentinels: SentinelGroup, tmp_path: Path, level: str
+) -> None:
+    """The same load through a ``redis+sentinel://`` URL: the sentinels promote a replica
+    and every connection follows it (the producer's, the worker process's commands,
+    lanes, wake-up and liveness subscriptions). The replicas are in sync on one machine,
+    so at the default level little or nothing is lost; at ``replicated`` nothing answered
+    is, the second replica following the promoted one."""
+    replicated = flo_redis.Durability.replicated(replicas=1, timeout_ms=1000)
+    figures = await run_chaos(
+        sentinels.url, f"t-{uuid.uuid4().hex[:8]}", "s",
+        lambda: asyncio.to_thread(sentinels.kill_primary),
+        tmp_path / "ledger", durability=level,
+        client_options={"durability": replicated} if level == "replicated" else None,
+    )  # fmt: skip
+    _holds(figures)
+    assert math.isfinite(figures.flow_s)
+    if level == "replicated":
+        _nothing_acknowledged_lost(figures)
