@@ -11,7 +11,9 @@ same with the replica trailing its primary by :data:`LAG_S` (its replication str
 delivered that late, as across a slow network: on one machine it trails by well under a
 millisecond and nothing is lost), and on a cluster of three primaries with a replica each
 (the cluster promotes on its own); at the default durability, and at ``replicated`` on
-the lagging pair when the client has durability levels.
+the lagging pair. Last, what ``replicated`` costs beside the default when nothing fails
+(``cost_*``: invoke latency and a worker's throughput, :mod:`benchmarks.durability`), so
+this one workload prints both the loss window and the price of closing it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 import flo_redis
 
 from ._common import progress
+from .durability import run_durability
 
 TESTS = Path(__file__).resolve().parent.parent / "tests" / "support"
 #: The time the pair's watcher takes to judge the primary down before promoting.
@@ -123,4 +126,6 @@ async def run_failover(s: Any) -> dict[str, Any]:
     progress(f"failover: the replica {LAG_S * 1000:.0f} ms behind, replicated")
     options = {"durability": durability.replicated(replicas=1, timeout_ms=1000)}
     metrics |= _figures("replicated", await _on_pair("replicated", options, LAG_S))
+    progress("failover: what replicated costs beside the default (a replica in sync)")
+    metrics |= {f"cost_{name}": value for name, value in (await run_durability(s)).items()}
     return metrics
