@@ -108,6 +108,9 @@ async def _scenario(
         return await run_chaos(url, namespace, "s", fail, ledger, durability, options)
 
 
+TITLE = "a primary SIGKILLed under load: writes lost, time to flow; what replicated costs"
+
+
 async def run_failover(s: Any) -> dict[str, Any]:
     """One failover of each kind (the workload's own servers; ``s.url`` is not used)."""
     if str(TESTS) not in sys.path:

@@ -16,7 +16,6 @@ from flo_redis._wire.lua import load_all
 
 from ._common import percentile, progress
 from ._procs import Child
-from .failover import run_failover
 
 WORKER = "benchmarks._flo_worker"
 
@@ -393,7 +392,6 @@ WORKLOADS: dict[str, tuple[Callable[[Settings], Awaitable[Metrics]], str]] = {
     "crash": (run_crash, "crash redelivery (SIGKILL -> second worker has all runs)"),
     "memory": (run_memory, "memory (worker RSS, Redis bytes per run)"),
     "backlog": (run_backlog, "slowest script with a 200,000-run backlog"),
-    "failover": (run_failover, "a primary SIGKILLed under load: writes lost, time to flow"),
 }
 
 # Workloads measured once however many repeats are asked for (they repeat inside).
