@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
+from dashboard_pages import parsed
 from exporter_scrape import sample, scrape, serving
 from polling import eventually
 from sentinel import SentinelGroup
@@ -22,6 +24,7 @@ from tls_certs import make_authority
 
 from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
 from flo_redis._wire.keys import action_keys
+from flo_redis.dashboard import start_dashboard
 from flo_redis.errors import ConnectionFailedError, is_connection_error
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import free_port
@@ -274,3 +277,43 @@ def _subscribers(group: SentinelGroup, channel: str) -> int:
 
 def _completed(status: object) -> bool:
     return getattr(status, "status", None) == RunStatus.COMPLETED
+
+
+async def test_the_dashboard_and_the_exporter_carry_on_across_a_failover(
+    group: SentinelGroup, namespace: str
+) -> None:
+    """Both serving before the primary dies, both answering from the new one after: the
+    dashboard's client and the exporter's reconnect through the sentinels, and what
+    they show is the new primary's (a run invoked there counts)."""
+    async with FloClient(group.url, namespace=namespace) as client:
+        await client.action.register("job")
+        await client.action.invoke("job", b"before")
+        dashboard = await start_dashboard(client, port=0)
+        try:
+            async with serving(group.url, namespace) as metrics, aiohttp.ClientSession() as http:
+
+                async def pending() -> float | None:
+                    samples = await asyncio.to_thread(scrape, metrics)
+                    labels = {"namespace": namespace, "action": "job", "state": "pending"}
+                    return sample(samples, "flo_redis_queue_runs", **labels)
+
+                async def page() -> str | None:
+                    with contextlib.suppress(aiohttp.ClientError):
+                        async with http.get(f"{dashboard.url}action?name=job") as response:
+                            if response.status == 200:
+                                return " ".join(parsed(await response.text())[1].split())
+                    return None
+
+                assert await pending() == 1
+                before = await page()
+                assert before is not None and "Action job 1 pending" in before
+                await asyncio.to_thread(group.replicated)
+                await asyncio.to_thread(group.kill_primary)
+                await eventually(
+                    lambda: _try_invoke_async(client), lambda r: r is not None, timeout=20
+                )
+                assert await eventually(pending, lambda n: n == 2, timeout=20) == 2
+                # The run invoked on the new primary is counted, beside the first.
+                await eventually(page, lambda t: t is not None and "Action job 2 pending" in t)
+        finally:
+            await dashboard.close()
