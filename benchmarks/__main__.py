@@ -23,11 +23,24 @@ import redis.asyncio as aioredis
 from . import checks
 from ._common import machine_info, private_redis, progress, summary
 from .compare import ORDER, run_compare
+from .durability import TITLE as DURABILITY_TITLE
+from .durability import run_durability
+from .failover import TITLE as FAILOVER_TITLE
+from .failover import run_failover
 from .scale import run_scale
 from .scale import table as scale_table
 from .targets import Sizes, run_targets
 from .targets import table as targets_table
-from .workloads import SINGLE_SHOT, WORKLOADS, Settings
+from .workloads import SINGLE_SHOT, Settings
+from .workloads import WORKLOADS as FLO_WORKLOADS
+
+# The workloads, then a failover under load and the cost of a durability level (each on
+# servers of its own).
+WORKLOADS = {
+    **FLO_WORKLOADS,
+    "failover": (run_failover, FAILOVER_TITLE),
+    "durability": (run_durability, DURABILITY_TITLE),
+}
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -45,6 +58,8 @@ UNITS = {
 def unit_of(metric: str) -> str:
     if metric in UNITS:
         return UNITS[metric]
+    if metric.endswith("runs_per_s"):
+        return "runs/s"
     if metric.endswith("_ms"):
         return "ms"
     if metric.startswith("redis_bytes"):

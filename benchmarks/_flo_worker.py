@@ -13,7 +13,8 @@ Modes:
   stream   StreamWorker (batch ``--batch``) acking ``n`` records
 
 ``--handler roundtrip`` (action and stream) adds one Redis round trip to each handler
-call (benchmarks/_handler.py); the default is a no-op.
+call (benchmarks/_handler.py); the default is a no-op. ``--durability LEVEL`` (action
+modes): the level of the worker's reports (``primary``, ``replicated``).
 
 Every line printed is JSON; ``{"event": "ready"}`` comes right before the worker starts.
 Times are ``time.time()`` so the parent process can compare them with its own.
@@ -49,7 +50,7 @@ def register_options(mode: str) -> ActionRegisterOptions:
 async def run_action(args: argparse.Namespace) -> None:
     work, close = make_handler(args.handler, args.url)
     async with FloClient(args.url, namespace=args.namespace) as client:
-        worker = client.new_action_worker(concurrency=args.concurrency)
+        worker = client.new_action_worker(concurrency=args.concurrency, durability=args.durability)
         done = asyncio.Event()
         seen: set[str] = set()
         calls = 0
@@ -178,6 +179,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--handler", choices=HANDLERS, default="noop")
+    parser.add_argument("--durability", default=None, help="the level of its reports")
     args = parser.parse_args()
     asyncio.run(run_stream(args) if args.mode == "stream" else run_action(args))
 

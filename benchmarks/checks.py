@@ -23,6 +23,13 @@ CHECKS = [
     Check("worker RSS under load (memory workload)", "memory.worker_rss_mb", 60, "MB"),
     Check("worker RSS, ActionWorker round-trip run", "targets.flo_rt.rss_mb", 60, "MB"),
     Check("slowest script call, 200,000-run backlog", "backlog.slowest_script_ms", 50, "ms"),
+    Check("failover, primary + replica: work flowing again", "failover.pair_flow_ms", 3000, "ms"),
+    Check("failover, cluster: work flowing again", "failover.cluster_flow_ms", 6000, "ms"),
+    Check("failover, primary + replica: not done, or misfenced", "failover.pair_stranded", 0, ""),
+    Check("failover, cluster: not done, or misfenced", "failover.cluster_stranded", 0, ""),
+    Check("failover, lagging replica: not done, or misfenced", "failover.lagging_stranded", 0, ""),
+    Check("failover, lagging replica: ids or tokens repeated", "failover.lagging_repeated", 0, ""),
+    Check("failover at replicated: acknowledged writes lost", "failover.replicated_lost", 0, ""),
 ]
 
 

@@ -10,6 +10,7 @@ from flo_redis.actions.operations import ActionOperations
 from flo_redis.actions.results import JsonSerializer, ResultEncodingError, ResultSerializer
 from flo_redis.actions.workers import WorkerOperations
 from flo_redis.client import FloClient
+from flo_redis.durability import Durability
 from flo_redis.errors import *  # noqa: F403  (the error tree: errors.__all__)
 from flo_redis.quarantine import (
     ActionQuarantine,
@@ -48,6 +49,7 @@ __all__ = [
     "ActionWorkerOptions",
     "BulkResult",
     "DeadLetter",
+    "Durability",
     "FloClient",
     "GroupQuarantine",
     "JsonSerializer",

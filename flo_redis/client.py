@@ -39,6 +39,7 @@ from flo_redis.actions.concurrency import SlotOperations
 from flo_redis.actions.operations import ActionOperations
 from flo_redis.actions.results import JSON, ResultSerializer
 from flo_redis.actions.workers import WorkerOperations
+from flo_redis.durability import Durability, DurabilityLike, as_durability
 from flo_redis.errors import ConnectionFailedError, RedisVersionError
 from flo_redis.quarantine import QuarantineOperations
 from flo_redis.queue.operations import QueueOperations
@@ -77,6 +78,10 @@ class FloClient(ClosesOnExit):
     commands in flight at once (one connection each, per server or cluster node): more
     concurrent calls wait their turn for a connection (up to ``timeout_ms``) rather than
     fail. Wake-ups and liveness have connections of their own, outside this cap.
+    ``durability`` is the level of this client's writes that name none (invokes,
+    reports, appends, acks; :class:`~flo_redis.durability.Durability`, or ``"primary"``,
+    ``"replicated"``, ``"fsynced"``); a level the server cannot give is refused at
+    ``connect()``.
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class FloClient(ClosesOnExit):
         cluster: bool = False,
         liveness_grace_ms: int = DEFAULT_GRACE_MS,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        durability: DurabilityLike = Durability.PRIMARY,
     ) -> None:
         self.settings = ClientSettings(
             normalize_endpoint(endpoint, cluster=cluster),
@@ -103,6 +109,7 @@ class FloClient(ClosesOnExit):
             owner_id=new_owner_id() if owner_id is None else owner_id,
             liveness_grace_ms=liveness_grace_ms,
             max_connections=max_connections,
+            durability=as_durability(durability),
         )
         if self.settings.debug:
             # As flo does: debug output goes to stderr unless logging is set up already.
@@ -208,12 +215,14 @@ class FloClient(ClosesOnExit):
         serializer: ResultSerializer = JSON,
         tune_gc: bool = True,
         offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS,
+        durability: DurabilityLike | None = None,
     ) -> ActionWorker:
         """An :class:`ActionWorker` on this client's endpoint and namespace; ``serializer``
         encodes handler results that are not bytes; ``tune_gc`` (see
         :class:`~flo_redis.worker.ActionWorkerOptions`) False leaves the process's garbage
         collector alone; ``offer_window_ms``: how long a run handed to the idle worker
-        waits for its accept before it goes back to its queue for another worker."""
+        waits for its accept before it goes back to its queue for another worker;
+        ``durability``: the level of its completes and fails (None: this client's)."""
         # Its keywords are the worker's own, passed on as given.
         return ActionWorker(self, **_keywords(locals()))
 
@@ -231,14 +240,18 @@ class FloClient(ClosesOnExit):
         message_timeout: float = 300.0,
         redeliver_pending_on_reconnect: bool = True,
         claim_min_idle_ms: int = 0,
+        durability: DurabilityLike | None = None,
     ) -> StreamWorker:
-        """A :class:`StreamWorker` on this client's endpoint and namespace."""
+        """A :class:`StreamWorker` on this client's endpoint and namespace; ``durability``:
+        the level of its acks (None: this client's)."""
         return StreamWorker(self, **_keywords(locals()))
 
-    def sibling(self) -> FloClient:
+    def sibling(self, durability: Durability | None = None) -> FloClient:
         """A new, unconnected client with this one's endpoint, namespace and settings
-        (and its own owner id): the connections a worker opens for itself."""
-        settings = dataclasses.replace(self.settings, owner_id=new_owner_id())
+        (and its own owner id; its writes at ``durability`` when given): the connections
+        a worker opens for itself."""
+        level = self.settings.durability if durability is None else durability
+        settings = dataclasses.replace(self.settings, owner_id=new_owner_id(), durability=level)
         # Its fields are FloClient's keywords; a cluster endpoint stays one (+cluster).
         return FloClient(
             **{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}

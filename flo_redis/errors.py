@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import redis.exceptions
 
-from flo_redis.types import MAX_BLOCK_MS, ActionRunStatus, Ran, Reason, StatusCode
+from flo_redis.types import ActionRunStatus, Ran, Reason, StatusCode
 
 __all__ = [
     "BadRecordError",
@@ -23,6 +23,7 @@ __all__ = [
     "ConflictError",
     "ConnectionFailedError",
     "DequeueReplyLostError",
+    "DurabilityUnsupportedError",
     "FloError",
     "GenericServerError",
     "IncompleteResponseError",
@@ -35,6 +36,7 @@ __all__ = [
     "NamespaceTooLargeError",
     "NonRetryableError",
     "NotConnectedError",
+    "NotDurableError",
     "NotFoundError",
     "OverloadedError",
     "PayloadTooLargeError",
@@ -68,11 +70,7 @@ class NonRetryableError(FloError):
     """
 
 
-# -----------------------------------------------------------------------------
-# Connection
-# -----------------------------------------------------------------------------
-
-
+# --- Connection ---
 class NotConnectedError(FloError):
     """A call was made on a client that is not connected (never connected,
     closed, or dropped after a timeout). Call ``connect()`` or ``reconnect()``."""
@@ -136,11 +134,30 @@ class RedisVersionError(ConnectionFailedError):
         )
 
 
-# -----------------------------------------------------------------------------
-# Protocol
-# -----------------------------------------------------------------------------
+class NotDurableError(FloError):
+    """A write WAS applied on the primary but not at its durability level in time:
+    ``reached`` of ``wanted`` replicas within ``timeout_ms`` (``fsynced``: whether the
+    primary's fsync was seen, for an fsynced level). It may not survive a failover."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str,
+        wanted: int,
+        reached: int,
+        timeout_ms: int,
+        fsynced: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.wanted = wanted
+        self.reached = reached
+        self.timeout_ms = timeout_ms
+        self.fsynced = fsynced
 
 
+# --- Protocol ---
 class ProtocolError(FloError):
     """An answer could not be understood: a bug or a version mismatch, not a
     transient fault. Don't retry; report it."""
@@ -176,11 +193,7 @@ class IncompleteResponseError(ProtocolError):
     """An answer was shorter than its format requires."""
 
 
-# -----------------------------------------------------------------------------
-# Validation (raised before anything is sent)
-# -----------------------------------------------------------------------------
-
-
+# --- Validation (raised before anything is sent) ---
 class ValidationError(FloError):
     """An argument is invalid; nothing was sent. Fix the call; retrying won't help."""
 
@@ -188,6 +201,11 @@ class ValidationError(FloError):
 class MissingExtraError(FloError, ImportError):
     """A feature needs an optional dependency that is not installed; the message names
     the extra to install (``pip install 'flo-redis[...]'``)."""
+
+
+class DurabilityUnsupportedError(ValidationError):
+    """The server lacks the command a durability level needs (``WAITAOF`` before Redis
+    7.2); the message names the server's version. Nothing was sent."""
 
 
 class NamespaceTooLargeError(ValidationError):
@@ -206,27 +224,7 @@ class BlockTooLongError(ValidationError):
     """A blocking wait (``block_ms``) is longer than 300000 ms (5 minutes)."""
 
 
-def validate_block_ms(block_ms: object) -> None:
-    """Refuse a ``block_ms`` that is not an int in [0, MAX_BLOCK_MS].
-
-    Raises BlockTooLongError above the maximum and ValidationError for a
-    negative value, a bool or a non-int.
-    """
-    if isinstance(block_ms, bool) or not isinstance(block_ms, int):
-        raise ValidationError(f"block_ms must be an int, not {block_ms!r}")
-    if block_ms < 0:
-        raise ValidationError(f"block_ms must not be negative, got {block_ms}")
-    if block_ms > MAX_BLOCK_MS:
-        raise BlockTooLongError(
-            f"block_ms may be at most {MAX_BLOCK_MS} (5 minutes), got {block_ms}"
-        )
-
-
-# -----------------------------------------------------------------------------
-# Refusals
-# -----------------------------------------------------------------------------
-
-
+# --- Refusals ---
 class ServerError(FloError):
     """A request was refused.
 

@@ -29,7 +29,20 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.retry import Retry
 
-from flo_redis._session.endpoint import MIN_REDIS, lowest_version, unreachable, version_tuple
+from flo_redis._session.endpoint import (
+    MIN_REDIS,
+    lowest_version,
+    redact,
+    unreachable,
+    version_tuple,
+)
+from flo_redis._session.sentinel import (
+    NO_PRIMARY,
+    connect_sentinel_sync,
+    is_sentinel_endpoint,
+    no_primary_found_sync,
+    parse_sentinel_endpoint,
+)
 from flo_redis._session.tracer import ProducerTracer, traced
 from flo_redis._wire.checks import check_callback, check_count, check_options
 from flo_redis._wire.gateway import ACTION_INVOKE, RUN_CANCEL
@@ -38,6 +51,7 @@ from flo_redis._wire.sync_runner import SyncScriptRunner
 from flo_redis._wire.translate import redis_errors, translated
 from flo_redis.actions import runs as runs
 from flo_redis.client import DEFAULT_MAX_PAYLOAD_BYTES, is_cluster_endpoint, normalize_endpoint
+from flo_redis.durability import Durability, DurabilityLike, as_durability
 from flo_redis.errors import FloError, RedisVersionError
 from flo_redis.types import (
     MAX_VALUE_SIZE,
@@ -59,15 +73,22 @@ class SyncActionOperations:
         return action_keys(ns, name)
 
     def invoke(
-        self, name: str, input_data: bytes, options: ActionInvokeOptions | None = None
+        self,
+        name: str,
+        input_data: bytes,
+        options: ActionInvokeOptions | None = None,
+        *,
+        durability: DurabilityLike | None = None,
     ) -> ActionInvokeResult:
-        """Create a run of ``name``, as ``FloClient.action.invoke`` does."""
+        """Create a run of ``name``, as ``FloClient.action.invoke`` does (``durability``:
+        this write's level, else the client's)."""
         opts = check_options(options, ActionInvokeOptions)
         keys = self._keys(name, opts.namespace)
         limit = self._client.max_payload_bytes
         with traced(self._client.tracer).invoking(keys.namespace, name, 1) as span:
             args, size = runs.invoke_request(keys, input_data, opts, limit, span.context)
-            reply = ACTION_INVOKE.call_sync(self._client.scripts(), keys, args)
+            runner = self._client.scripts()
+            reply = ACTION_INVOKE.call_sync(runner, keys, args, durability=durability)
             result = runs.invoke_reply(reply, keys, size)
             span.sent((result.run_id,))
         return result
@@ -162,7 +183,8 @@ def _next(pubsub: Any, timeout: float, kind: str) -> dict[str, Any] | None:
 class SyncFloClient:
     """A blocking flo-redis client for producers: ``action.invoke``, ``action.status``,
     ``action.wait``, ``action.cancel``. Connections are made on first use; :meth:`close`
-    (or ``with``) releases them."""
+    (or ``with``) releases them. ``durability``: the level of its invokes
+    (:class:`~flo_redis.durability.Durability`), unless an invoke names its own."""
 
     def __init__(
         self,
@@ -171,8 +193,10 @@ class SyncFloClient:
         namespace: str = "default",
         timeout_ms: int = 5000,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        durability: DurabilityLike = Durability.PRIMARY,
     ) -> None:
         url = normalize_endpoint(endpoint)
+        level = as_durability(durability)
         check_count("timeout_ms", timeout_ms, 1)
         check_count("max_payload_bytes", max_payload_bytes, 1, MAX_VALUE_SIZE)
         self.namespace = check_namespace(namespace)
@@ -191,10 +215,12 @@ class SyncFloClient:
             scheme = url.split("://", 1)[0]
             plain = scheme.removesuffix("+cluster") + url[len(scheme) :]
             self.redis = RedisCluster.from_url(plain, **kwargs)
+        elif is_sentinel_endpoint(url):
+            self.redis = connect_sentinel_sync(parse_sentinel_endpoint(url, redact(url)), kwargs)
         else:
             self.redis = redis.Redis.from_url(url, **kwargs)
         # How this client's scripts are sent (its own: no other client shares it).
-        self.runner = SyncScriptRunner(self.redis)
+        self.runner = SyncScriptRunner(self.redis, level)
         self.action = SyncActionOperations(self)
         self._version_checked = False
         self._endpoint = url
@@ -207,6 +233,10 @@ class SyncFloClient:
             version = _server_version(self.redis, self._endpoint)
             if version_tuple(version) < MIN_REDIS:
                 raise RedisVersionError(version)
+            level = self.runner.durability
+            if level.waits:
+                level.check_server(version)
+            self.runner.server_version = version
             self._version_checked = True
         return self.redis
 
@@ -238,6 +268,8 @@ def _server_version(conn: redis.Redis | RedisCluster, endpoint: str) -> str:
             return lowest_version(conn.info("server", target_nodes=RedisCluster.PRIMARIES))
         info: dict[str, Any] = conn.info("server")
         return str(info.get("redis_version", "0"))
+    except NO_PRIMARY as exc:
+        raise no_primary_found_sync(conn) from exc  # type: ignore[arg-type]
     except (rex.ConnectionError, rex.TimeoutError, rex.RedisClusterException, OSError) as exc:
         raise unreachable(endpoint, exc) from exc
     except rex.RedisError as exc:

@@ -73,7 +73,8 @@ def redis_server_path() -> str:
 @dataclass
 class RedisServer:
     """A private redis-server on a free port; restartable, with optional AOF.
-    ``binary`` is the server to run (default: :func:`redis_server_path`)."""
+    ``binary`` is the server to run (default: :func:`redis_server_path`); ``config``, a
+    configuration file read before the options (a Sentinel needs one it may rewrite)."""
 
     port: int = field(default_factory=free_port)
     appendonly: bool = False
@@ -81,6 +82,7 @@ class RedisServer:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="flo-redis-")))
     process: subprocess.Popen[bytes] | None = None
     binary: str | None = None
+    config: Path | None = None
 
     @property
     def url(self) -> str:
@@ -92,6 +94,7 @@ class RedisServer:
             self.binary = redis_server_path()
         args = [
             self.binary,
+            *([str(self.config)] if self.config is not None else []),
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
@@ -110,7 +113,8 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(64).startswith(b"+PONG"):
+                    # A server with a password answers too, that it wants one.
+                    if s.recv(64).startswith((b"+PONG", b"-NOAUTH")):
                         return self
             except OSError:
                 pass

@@ -4,7 +4,8 @@ client with flo-redis's socket settings, and the server's version checked.
 The endpoint is a Redis URL (``redis://``, ``rediss://``, ``unix://``, with ACL user and
 password) or flo's bare ``host:port``; a Redis Cluster is reached with
 ``redis+cluster://host:port`` (``rediss+cluster://`` for TLS) or ``cluster=True``, naming
-any one node (the others are discovered).
+any one node (the others are discovered); a primary watched by Redis Sentinel with
+``redis+sentinel://host1:port1,host2:port2/SERVICE`` (:mod:`flo_redis._session.sentinel`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
+from flo_redis._session.sentinel import (
+    SENTINEL_SCHEMES,
+    connect_sentinel,
+    is_sentinel_endpoint,
+    parse_sentinel_endpoint,
+)
 from flo_redis._wire.lane import closed_by_server
 from flo_redis.errors import ConnectionFailedError, InvalidEndpointError
 
@@ -31,7 +38,7 @@ DEFAULT_MAX_CONNECTIONS = 100
 # flight, for the few commands sent outside the script path (TIME, INFO, HSET).
 _CLUSTER_SPARE_CONNECTIONS = 8
 MIN_REDIS = (7, 0)
-_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", *SENTINEL_SCHEMES)
 _CLUSTER_SUFFIX = "+cluster"
 
 
@@ -39,6 +46,7 @@ def normalize_endpoint(endpoint: str, *, cluster: bool = False) -> str:
     """A Redis URL for ``endpoint``; flo's bare ``host:port`` becomes ``redis://host:port``.
     With ``cluster`` (or a ``redis+cluster://`` / ``rediss+cluster://`` URL) the result
     has the ``+cluster`` scheme, so every connection made from it reaches a cluster.
+    A ``redis+sentinel://`` URL is checked whole (sentinels, service, database, query).
     A refusal names the endpoint with its password hidden (:func:`redact`)."""
     if not isinstance(endpoint, str):
         raise InvalidEndpointError(
@@ -54,11 +62,23 @@ def normalize_endpoint(endpoint: str, *, cluster: bool = False) -> str:
         parts = urlsplit(endpoint)
     except ValueError as exc:  # an unclosed IPv6 bracket
         raise InvalidEndpointError(f"endpoint {shown!r} is not a URL ({exc})") from None
+    if ("cluster" in parts.scheme and "sentinel" in parts.scheme) or (
+        cluster and parts.scheme in SENTINEL_SCHEMES
+    ):
+        raise InvalidEndpointError(
+            f"endpoint {shown!r}: a Redis Cluster fails over by itself and has no "
+            "sentinels; use redis+cluster://host:port for a cluster, or "
+            "redis+sentinel://host:port/SERVICE (without cluster=True) for Sentinel"
+        )
     if parts.scheme not in _SCHEMES:
         raise InvalidEndpointError(
             f"endpoint {shown!r} has scheme {redact(parts.scheme)!r}; use redis://, "
-            "rediss://, unix://, or redis+cluster:// / rediss+cluster:// for a Redis Cluster"
+            "rediss://, unix://, redis+cluster:// / rediss+cluster:// for a Redis Cluster, "
+            "or redis+sentinel:// / rediss+sentinel:// for Redis Sentinel"
         )
+    if parts.scheme in SENTINEL_SCHEMES:
+        parse_sentinel_endpoint(endpoint, shown)
+        return endpoint
     if cluster and not parts.scheme.endswith(_CLUSTER_SUFFIX):
         if parts.scheme == "unix":
             raise InvalidEndpointError(
@@ -98,7 +118,9 @@ def connect_redis(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> Redis | RedisCluster:
     """A redis-py client for a normalized ``endpoint``: a :class:`RedisCluster` for a
-    ``+cluster`` URL, else a plain :class:`Redis`. No retries (flo-redis decides what may
+    ``+cluster`` URL, else a plain :class:`Redis` (for a ``+sentinel`` URL, one whose
+    connections ask the sentinels for the primary: a failover is followed by connecting
+    again). No retries (flo-redis decides what may
     be resent), ``timeout_s`` on every socket operation, TCP keepalive on TCP. Connections
     are made on first use; a cluster must be ``await``-ed ``initialize()``-d.
 
@@ -134,6 +156,11 @@ def connect_redis(
         # closed by server" although Redis is back. Notifications off, the check runs;
         # flo-redis does not use them (its own outage handling reconnects).
         kwargs["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
+    if is_sentinel_endpoint(endpoint):
+        target = parse_sentinel_endpoint(endpoint, redact(endpoint))
+        return connect_sentinel(
+            target, kwargs, max_connections=max_connections, timeout_s=timeout_s
+        )
     pool = BlockingConnectionPool.from_url(
         endpoint, max_connections=max_connections, timeout=timeout_s, **kwargs
     )

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from flo_redis._session.breaks import Breaks
 from flo_redis._session.pubsub import Subscriber
 from flo_redis._wire.keys import check_name, owner_channel
 
@@ -52,9 +53,11 @@ class Liveness:
         connection: Callable[[], Redis | RedisCluster],
         *,
         ping_every_s: float = _PING_EVERY_S,
+        breaks: Breaks | None = None,
     ) -> None:
         """``connection`` returns the client's current connection; liveness connections
-        are made with its settings (address, credentials, TLS, timeouts), on first use."""
+        are made with its settings (address, credentials, TLS, timeouts), on first use.
+        ``breaks`` hears when the hold on Redis breaks and stands again."""
         check_name("owner id", owner)
         self._owner = owner
         self._subscriptions = Subscriber(
@@ -66,6 +69,7 @@ class Liveness:
             retry_pauses=_RETRY_PAUSE_S,
             ping_every_s=ping_every_s,
             client_name=connection_name(owner),
+            breaks=breaks,
         )
 
     @property

@@ -53,7 +53,7 @@ Server = str | Conn | Callable[[], Conn] | None
 
 def address(conn: Conn | Callable[[], Conn] | None) -> str:
     """A short name of the server ``conn`` (or what it returns) talks to: ``host:port``,
-    a socket path, or the cluster's first startup node."""
+    a socket path, the cluster's first startup node, or the service behind Sentinel."""
     if callable(conn) and not isinstance(conn, Redis | RedisCluster):
         try:
             conn = conn()
@@ -64,6 +64,9 @@ def address(conn: Conn | Callable[[], Conn] | None) -> str:
     if isinstance(conn, RedisCluster):
         nodes = conn.nodes_manager.startup_nodes
         return f"cluster {next(iter(nodes), '?')}"
+    service = getattr(conn.connection_pool, "service_name", None)
+    if service is not None:  # behind Redis Sentinel (its primary changes)
+        return f"sentinel service {service}"
     kwargs = conn.connection_pool.connection_kwargs
     if "path" in kwargs:
         return str(kwargs["path"])

@@ -5,8 +5,8 @@ each hold their sharded channels (``SSUBSCRIBE``) through a :class:`Subscriber` 
 own; what the channels mean to the scripts is in ``lua/README.md`` ("Wake-ups",
 "Liveness"). A subscriber routes a channel to the primary owning its hash slot, with one
 connection of its own (the client's settings) and one reader task per node
-(:mod:`flo_redis._session.routes`); sends one ``SSUBSCRIBE``
-per slot (a cluster refuses several slots in one); and counts a channel as subscribed
+(:mod:`flo_redis._session.routes`); sends one ``SSUBSCRIBE`` per slot (a cluster
+refuses several slots in one); and counts a channel as subscribed
 once Redis confirmed it. A subscription lost — connection dropped, slot moved (Redis
 unsubscribes it), subscribe redirected (``MOVED``/``TRYAGAIN``) — is made again where the
 slot lives now, after reloading the slot map; all of them after a call of the client was
@@ -45,6 +45,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from flo_redis._aio import cancel_and_wait
 from flo_redis._session import outage
+from flo_redis._session.breaks import Breaks
 from flo_redis._session.listener import Listener, Listeners
 from flo_redis._session.routes import (
     Route,
@@ -75,11 +76,13 @@ class Subscriber:
         retry_pauses: Sequence[float],
         ping_every_s: float | None = None,
         client_name: str | None = None,
+        breaks: Breaks | None = None,
     ) -> None:
         """``connection`` returns the client's current connection: the subscriber's own
         connections are made with its settings (address, credentials, TLS, timeouts) on
         first use. ``purpose`` names tasks and log lines. The other parameters are the
-        differences between the mechanisms (module docstring)."""
+        differences between the mechanisms (module docstring); ``breaks`` hears of a lost
+        (or moved) connection, and of every subscription kept standing confirmed again."""
         self._connection = connection
         self._purpose = purpose
         self._log = log
@@ -88,6 +91,7 @@ class Subscriber:
         self._retry_pauses = tuple(retry_pauses)
         self._ping_every_s = ping_every_s
         self._client_name = client_name
+        self._breaks = breaks or Breaks()
         self._routes: dict[str, Route] = {}
         self._state: dict[str, asyncio.Future[None]] = {}  # pending, or done: confirmed
         self._route_of: dict[str, str] = {}
@@ -171,9 +175,7 @@ class Subscriber:
             if self._closed:
                 raise NotConnectedError("the client is closed")
             await self._subscribe_missing(channels)
-            pending = [
-                s for n in channels if (s := self._state.get(n)) is not None and not s.done()
-            ]
+            pending = [s for n in channels if (s := self._state.get(n)) and not s.done()]
             remaining = deadline - loop.time()
             if pending and remaining > 0:
                 await asyncio.wait(pending, timeout=remaining)
@@ -344,6 +346,8 @@ class Subscriber:
             if state is not None and not state.done() and self._route_of.get(name) == route.name:
                 state.set_result(None)
                 outage.reached(self._log, self._connection)
+                if self._breaks.broken and all(map(self.confirmed, self._wanted)):
+                    self._breaks.ended()
         elif kind == "sunsubscribe":
             if route.left(name) or self._route_of.get(name) != route.name:
                 return  # the answer to our own unsubscribe, or not this route's
@@ -360,6 +364,7 @@ class Subscriber:
         for route in list(self._routes.values()):
             where = f"{self._purpose} subscriptions on {route.name or 'redis'}"
             self._log.warning("%s: Redis there is now a replica; subscribing again", where)
+            self._breaks.began()
             await self._drop(route)
 
     async def _drop(
@@ -371,6 +376,7 @@ class Subscriber:
             return
         if not self._closed and what is not None and cause is not None:
             outage.failed(self._log, self._connection, what, cause)
+            self._breaks.began()
         del self._routes[route.name]
         self._lost(n for n in list(route.channels) if self._route_of.get(n) == route.name)
         route.channels.clear()
@@ -392,6 +398,3 @@ class Subscriber:
         self._route_of.clear()
         for route in routes:
             await route.close()
-
-
-__all__ = ["SUBSCRIBE_TIMEOUT_S", "Listener", "Subscriber"]

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from flo_redis._aio import cancel_and_wait
+from flo_redis._session.breaks import Breaks
 from flo_redis._session.endpoint import (
     DEFAULT_MAX_CONNECTIONS,
     MIN_REDIS,
@@ -38,14 +39,17 @@ from flo_redis._session.endpoint import (
     version_tuple,
 )
 from flo_redis._session.liveness import DEFAULT_GRACE_MS, Liveness
+from flo_redis._session.sentinel import NO_PRIMARY, no_primary_found
 from flo_redis._session.tracer import ProducerTracer
 from flo_redis._session.wake import Waker
 from flo_redis._wire.checks import check_count
 from flo_redis._wire.denied import denied, is_denied
 from flo_redis._wire.keys import ActionKeys, action_keys, check_name, check_namespace
 from flo_redis._wire.runner import RedisConn, ScriptRunner, redis_errors
+from flo_redis.durability import Durability, as_durability
 from flo_redis.errors import (
     ConnectionFailedError,
+    DurabilityUnsupportedError,
     NotConnectedError,
     RedisVersionError,
     ValidationError,
@@ -80,6 +84,8 @@ class ClientSettings:
     liveness_grace_ms: int = DEFAULT_GRACE_MS
     # Commands in flight at once (one connection each, per server or cluster node).
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # The level of this client's writes that name none.
+    durability: Durability = Durability.PRIMARY
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
@@ -90,6 +96,7 @@ class ClientSettings:
             raise ValidationError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
         check_name("owner id", self.owner_id)  # it names the owner's liveness channel
         check_count("liveness_grace_ms", self.liveness_grace_ms, 0)
+        object.__setattr__(self, "durability", as_durability(self.durability))
 
     @property
     def timeout_s(self) -> float:
@@ -120,6 +127,9 @@ class Session:
         self._runner: ScriptRunner | None = None
         self._waker: Waker | None = None
         self._liveness: Liveness | None = None
+        # When the liveness connection is lost, and when it stands again (workers send
+        # again what they reported just before: flo_redis.worker.replay).
+        self.breaks = Breaks()
         self._connect_lock = asyncio.Lock()
         # Moving the subscriptions off a replica (_on_replica): the task, and when it began.
         self._moving: asyncio.Task[None] | None = None
@@ -162,7 +172,9 @@ class Session:
         """This process's liveness subscriptions: one owner channel per hash slot it
         takes work in, held on a dedicated pub/sub connection made on first use."""
         if self._liveness is None:
-            self._liveness = Liveness(self.settings.owner_id, lambda: self.redis)
+            self._liveness = Liveness(
+                self.settings.owner_id, lambda: self.redis, breaks=self.breaks
+            )
         return self._liveness
 
     async def server_time_ms(self) -> int:
@@ -215,6 +227,10 @@ class Session:
                     f"Redis at {redact(endpoint)} refused the credentials ({exc}); "
                     "check the user and password in the URL"
                 ) from exc
+            except NO_PRIMARY as exc:
+                error = await no_primary_found(conn)  # type: ignore[arg-type]
+                await conn.aclose()
+                raise error from exc
             except (
                 rex.ConnectionError,
                 rex.TimeoutError,
@@ -254,6 +270,13 @@ class Session:
             if version_tuple(version) < MIN_REDIS:
                 await conn.aclose()
                 raise RedisVersionError(version)
+            level = self.settings.durability
+            if level.waits:
+                try:
+                    level.check_server(version)
+                except DurabilityUnsupportedError:
+                    await conn.aclose()
+                    raise
             self._runner = ScriptRunner(
                 conn,
                 retry=self.settings.retry,
@@ -262,6 +285,8 @@ class Session:
                 if isinstance(conn, RedisCluster)
                 else 0,
                 on_replica=self._on_replica,
+                durability=self.settings.durability,
+                server_version=version,
             )
             self._redis = conn
             self._waker = Waker(conn)

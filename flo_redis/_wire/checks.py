@@ -11,8 +11,14 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard, TypeVar
 
-from flo_redis.errors import NamespaceTooLargeError, ValidationError, ValueTooLargeError
+from flo_redis.errors import (
+    BlockTooLongError,
+    NamespaceTooLargeError,
+    ValidationError,
+    ValueTooLargeError,
+)
 from flo_redis.types import (
+    MAX_BLOCK_MS,
     MAX_NAMESPACE_SIZE,
     MAX_VALUE_SIZE,
     ActionInvokeOptions,
@@ -345,3 +351,19 @@ def token_arg(token: int | None) -> str:
         return ""
     check_count("token", token, 1, 2**53)
     return str(token)
+
+
+def validate_block_ms(block_ms: object) -> None:
+    """Refuse a ``block_ms`` that is not an int in [0, MAX_BLOCK_MS].
+
+    Raises BlockTooLongError above the maximum and ValidationError for a
+    negative value, a bool or a non-int.
+    """
+    if isinstance(block_ms, bool) or not isinstance(block_ms, int):
+        raise ValidationError(f"block_ms must be an int, not {block_ms!r}")
+    if block_ms < 0:
+        raise ValidationError(f"block_ms must not be negative, got {block_ms}")
+    if block_ms > MAX_BLOCK_MS:
+        raise BlockTooLongError(
+            f"block_ms may be at most {MAX_BLOCK_MS} (5 minutes), got {block_ms}"
+        )

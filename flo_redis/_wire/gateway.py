@@ -26,6 +26,10 @@ A script that refuses an argument as not what its header takes answers
 raised here, for every script alike, as :class:`BadRequestError` (reason ``MALFORMED``,
 ``ran`` NO) naming ``ARGV[i]`` by its header name. The calls above check their
 arguments first, so it stands for a value that got past them.
+
+A write declared ``durable=`` (its operation's name) takes ``durability=`` (else the
+client's level): above PRIMARY it is followed by the level's wait; its reply is parsed
+first (a refusal wrote nothing), then a wait that fell short raises NotDurableError.
 """
 
 from __future__ import annotations
@@ -55,8 +59,9 @@ from flo_redis._wire.lane import packed_head
 from flo_redis._wire.library import SCRIPTS
 from flo_redis._wire.lua import LuaSourceError
 from flo_redis._wire.runner import Arg, ScriptRunner
-from flo_redis._wire.status import Status, refusal
+from flo_redis._wire.status import Status, bad_arg
 from flo_redis._wire.sync_runner import SyncScriptRunner
+from flo_redis.durability import Durability, DurabilityLike, as_durability
 
 R = TypeVar("R")
 
@@ -87,6 +92,7 @@ class Script(Generic[R]):
 
     __slots__ = (
         "_argc",
+        "_durable",
         "_heads",
         "_leads",
         "_pair",
@@ -107,6 +113,7 @@ class Script(Generic[R]):
         records_owner: bool = False,
         tail: str | None = None,
         leads: Callable[[R], bool] | None = None,
+        durable: str | None = None,
     ) -> None:
         self.lua = SCRIPTS[name]
         if self.lua.keys_tail != tail:
@@ -118,6 +125,7 @@ class Script(Generic[R]):
         self.records_owner = records_owner
         self._parse = parse
         self._leads = leads
+        self._durable = durable
         types = key_types if isinstance(key_types, tuple) else (key_types,)
         plan: list[tuple[int, str]] = []
         for key in self.lua.keys:
@@ -174,11 +182,13 @@ class Script(Generic[R]):
         args: Sequence[Arg] = (),
         *,
         tail: Sequence[str] = (),
+        durability: DurabilityLike | None = None,
     ) -> R:
         """Run the script atomically on ``session`` with the keys of ``source`` and
         ``args``; the parsed reply. :class:`TypeError` for a wrong ARGV count (nothing
         sent); :class:`BadRequestError` for an argument the script refused (nothing
-        written); flo's errors for what Redis refused (the runner's)."""
+        written); flo's errors for what Redis refused (the runner's); ``durability``:
+        the write's level (module docstring)."""
         if tail or type(source) is tuple:
             keys, head = self.keys(source, tail), b""
         else:
@@ -188,23 +198,49 @@ class Script(Generic[R]):
         if self.records_owner:
             await session.liveness.hold(primary.tag)
         runner = session.runner
+        if self._durable is not None or durability is not None:
+            level = self._level(runner.durability, durability)
+            if level is not None:
+                reply, answer = await runner.run(self.lua, keys, args, head, wait=level)
+                return self._settled(reply, answer, level, args, primary)
         if self._leads is None:
             reply = await runner.run(self.lua, keys, args, head)
             if reply[0] == _BAD_ARG:
-                raise self._refused_arg(reply, args)
+                raise bad_arg(self.name, self.lua.argv, reply, args)
             return self._parse(reply, primary)
         leading = runner.leading
         mark = (self.name, primary.tag)
         lead = mark in leading
         reply = await runner.run(self.lua, keys, args, head, lead)
         if reply[0] == _BAD_ARG:
-            raise self._refused_arg(reply, args)
+            raise bad_arg(self.name, self.lua.argv, reply, args)
         parsed = self._parse(reply, primary)
         if self._leads(parsed) != lead:
             if lead:
                 leading.discard(mark)
             elif len(leading) < _LEADING_MAX:
                 leading.add(mark)
+        return parsed
+
+    def _level(self, default: Durability, given: DurabilityLike | None) -> Durability | None:
+        """The level a call waits for; None for PRIMARY. Only a ``durable`` write takes one."""
+        if self._durable is None:
+            if given is not None:
+                raise TypeError(f"{self.name} takes no durability level")
+            return None
+        level = default if given is None else as_durability(given)
+        return level if level.waits else None
+
+    def _settled(
+        self, reply: Any, answer: Any, level: Durability, args: Sequence[Arg], primary: Any
+    ) -> R:
+        """The parsed reply of a call that ``level``'s wait followed (its ``answer``)."""
+        if reply[0] == _BAD_ARG:
+            raise bad_arg(self.name, self.lua.argv, reply, args)
+        parsed = self._parse(reply, primary)
+        missed = level.verdict(answer, self._durable or self.name)
+        if missed is not None:
+            raise missed
         return parsed
 
     def _packed(self, source: Any) -> tuple[list[str], bytes]:
@@ -226,6 +262,7 @@ class Script(Generic[R]):
         args: Sequence[Arg] = (),
         *,
         tail: Sequence[str] = (),
+        durability: DurabilityLike | None = None,
     ) -> R:
         """The same call through a blocking client's runner (``flo_redis.sync``); refused
         for scripts that record an owner (a blocking client holds no liveness). A blocking
@@ -235,23 +272,14 @@ class Script(Generic[R]):
         keys = self.keys(source, tail)
         self._check_args(args)
         primary = source[0] if type(source) is tuple else source
+        level = self._level(runner.durability, durability)
+        if level is not None:
+            reply, answer = runner.run(self.lua, keys, args, wait=level)
+            return self._settled(reply, answer, level, args, primary)
         reply = runner.run(self.lua, keys, args)
         if reply[0] == _BAD_ARG:
-            raise self._refused_arg(reply, args)
+            raise bad_arg(self.name, self.lua.argv, reply, args)
         return self._parse(reply, primary)
-
-    def _refused_arg(self, reply: Any, args: Sequence[Arg]) -> Exception:
-        """The error for the script's ``{BAD_ARG, i}``, naming ``ARGV[i]``."""
-        index = int(reply[1]) if len(reply) > 1 else 0
-        names = self.lua.argv
-        name = names[min(index, len(names)) - 1] if index >= 1 and names else "?"
-        value = args[index - 1] if 1 <= index <= len(args) else None
-        shown = repr(value if not isinstance(value, bytes) or len(value) <= 64 else value[:64])
-        return refusal(
-            Status.BAD_ARG,
-            f"{self.name}: ARGV[{index}] {name} = {shown} is not what the script takes "
-            f"(see the header of lua/{self.name}.lua); nothing was written",
-        )
 
     def _check_args(self, args: Sequence[Arg]) -> None:
         argc = len(args)
@@ -275,8 +303,8 @@ Q = QueueKeys
 
 # Action queues and runs.
 ACTION_REGISTER = Script("action_register", A, r.done)
-ACTION_INVOKE = Script("action_invoke", A, r.invoked, leads=attrgetter("handed"))
-ACTION_INVOKE_MANY = Script("action_invoke_many", A, r.invoked_many)
+ACTION_INVOKE = Script("action_invoke", A, r.invoked, leads=attrgetter("handed"), durable="invoke")
+ACTION_INVOKE_MANY = Script("action_invoke_many", A, r.invoked_many, durable="invoke_many")
 ACTION_DELETE = Script("action_delete", A, r.flag, tail="data_keys")
 ACTION_CLAIM = Script(
     "action_claim", (ActionKeys, HandoffChannel), r.claim_reply, records_owner=True
@@ -290,9 +318,9 @@ ACTION_REQUEUE_FAILED = Script("action_requeue_failed", A, ins.bulk_step)
 ACTION_PURGE = Script("action_purge", A, ins.bulk_step)
 RUN_ACCEPT = Script("run_accept", A, r.reported_many)
 RUN_TOUCH = Script("run_touch", A, r.reported)
-RUN_COMPLETE = Script("run_complete", A, r.reported)
-RUN_COMPLETE_MANY = Script("run_complete_many", A, r.reported_many)
-RUN_FAIL = Script("run_fail", A, r.fail_reported)
+RUN_COMPLETE = Script("run_complete", A, r.reported, durable="complete")
+RUN_COMPLETE_MANY = Script("run_complete_many", A, r.reported_many, durable="complete")
+RUN_FAIL = Script("run_fail", A, r.fail_reported, durable="fail")
 RUN_RELEASE = Script("run_release", A, r.reported)
 RUN_REQUEUE = Script("run_requeue", A, r.number)
 RUN_CANCEL = Script("run_cancel", A, r.cancelled, tail="notice")
@@ -321,7 +349,7 @@ WORKER_CONFIGURE = Script("worker_configure", N, w.worker_settings)
 
 # Streams.
 STREAM_CREATE = Script("stream_create", S, r.number)
-STREAM_APPEND = Script("stream_append", S, sr.appended)
+STREAM_APPEND = Script("stream_append", S, sr.appended, durable="stream append")
 STREAM_READ = Script("stream_read", S, sr.stream_records)
 STREAM_INFO = Script("stream_info", S, sr.stream_stats)
 STREAM_TRIM = Script("stream_trim", S, sr.trimmed)
@@ -332,8 +360,8 @@ GROUP_LEAVE = Script("group_leave", G, r.flag)
 GROUP_READ = Script("group_read", G, sr.delivered, records_owner=True)
 GROUP_CLAIM = Script("group_claim", G, sr.claimed_page, records_owner=True)
 GROUP_PENDING = Script("group_pending", G, sr.pending)
-GROUP_ACK = Script("group_ack", G, sr.settled)
-GROUP_ACK_MANY = Script("group_ack_many", G, sr.settled_many)
+GROUP_ACK = Script("group_ack", G, sr.settled, durable="group ack")
+GROUP_ACK_MANY = Script("group_ack_many", G, sr.settled_many, durable="group ack")
 GROUP_NACK = Script("group_nack", G, sr.settled)
 GROUP_RECLAIM = Script("group_reclaim", G, r.reclaimed, tail="channels")
 GROUP_REPLAY = Script("group_replay", G, sr.replayed)
@@ -341,9 +369,9 @@ GROUP_QUARANTINE = Script("group_quarantine", G, sr.set_aside_ids)
 GROUP_QUARANTINE_REPLAY = Script("group_quarantine_replay", G, sr.reappended)
 
 # Plain queues (client.queue).
-QUEUE_ENQUEUE = Script("queue_enqueue", Q, r.number)
+QUEUE_ENQUEUE = Script("queue_enqueue", Q, r.number, durable="enqueue")
 QUEUE_DEQUEUE = Script("queue_dequeue", Q, q.taken, records_owner=True)
-QUEUE_ACK = Script("queue_ack", Q, q.per_seq)
+QUEUE_ACK = Script("queue_ack", Q, q.per_seq, durable="queue ack")
 QUEUE_NACK = Script("queue_nack", Q, q.per_seq)
 QUEUE_PEEK = Script("queue_peek", Q, q.listed)
 QUEUE_DLQ_LIST = Script("queue_dlq_list", Q, q.listed)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import redis.exceptions as rex
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
@@ -37,6 +37,16 @@ from redis.connection import ConnectionPool as SyncPool
 Arg: TypeAlias = "str | bytes | int"
 # Awaited with a connection before a call is written on it (Lane.call, pooled_call).
 Check: TypeAlias = Callable[[Any], Awaitable[None]]
+
+
+class Trail(Protocol):
+    """A command written after a call in the same write, and how both replies are read
+    (:class:`flo_redis._wire.durable.Waited`)."""
+
+    @property
+    def packed(self) -> bytes: ...
+
+    async def read(self, conn: Any) -> Any: ...
 
 
 def closed_by_server(conn: Any) -> bool:
@@ -58,13 +68,21 @@ class Lane:
         self.busy = False
         self.closed = False
 
-    async def call(self, packed: bytes, lead: bool = False, check: Check | None = None) -> Any:
+    async def call(
+        self,
+        packed: bytes,
+        lead: bool = False,
+        check: Check | None = None,
+        trail: Trail | None = None,
+    ) -> Any:
         """Send one packed command and answer its reply (a Redis error reply raised as
         redis-py raises it); with ``lead``, a ``TIME`` goes ahead of it in the same write
         (module docstring); ``check`` is awaited with the connection first (it may send
-        commands of its own, and refuse the call by raising a Redis error reply). Any
-        other failure, cancellation included, drops the connection, to be made again by
-        the next call."""
+        commands of its own, and refuse the call by raising a Redis error reply). With
+        ``trail``, its packed command follows in the same write and the answer is both
+        replies, read by ``trail.read`` (:mod:`flo_redis._wire.durable`). Any other
+        failure, cancellation included, drops the connection, to be made again by the
+        next call."""
         self.busy = True
         try:
             conn = self._conn
@@ -78,6 +96,8 @@ class Lane:
             try:
                 if check is not None:
                     await check(conn)
+                if trail is not None:
+                    packed += trail.packed
                 writer.write(_LEAD + packed if lead else packed)  # type: ignore[union-attr]
                 if writer.transport.get_write_buffer_size():  # type: ignore[union-attr]
                     await asyncio.wait_for(writer.drain(), conn.socket_timeout)  # type: ignore[union-attr]
@@ -86,6 +106,8 @@ class Lane:
                     # as LOADING refuses the call too): read past it, even an error.
                     with contextlib.suppress(rex.ResponseError):
                         await conn.read_response()
+                if trail is not None:
+                    return await trail.read(conn)
                 return await conn.read_response()
             except rex.ResponseError:
                 raise  # an answer: the connection is in step

@@ -61,6 +61,8 @@ counts none of them (liveness, hand-offs).
 A call on the lane may be *led* by a ``TIME`` written with it (``lead``,
 :mod:`flo_redis._wire.lane`), so that what the script publishes leaves before its reply;
 which calls are led is declared with the script (``Script(leads=...)`` in the gateway).
+A call at a durability level (``wait``) is followed by its ``WAIT`` on the same
+connection, in the same write, on whichever way it goes (:mod:`flo_redis._wire.durable`).
 """
 
 from __future__ import annotations
@@ -76,15 +78,17 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from flo_redis._wire import functions as _functions
+from flo_redis._wire.durable import cluster_pair, pooled_pair, waited
 from flo_redis._wire.fallback import EVAL, FCALL, Way, ways
 from flo_redis._wire.functions import Functions
 from flo_redis._wire.lane import Arg as Arg  # the arguments scripts take (re-exported)
-from flo_redis._wire.lane import Lane, bulk, packed_command, packed_head, pooled_call
+from flo_redis._wire.lane import Check, Lane, bulk, packed_command, packed_head, pooled_call
 from flo_redis._wire.library import LIBRARY as LIBRARY
 from flo_redis._wire.library import SCRIPTS as SCRIPTS
 from flo_redis._wire.lua import LuaScript
 from flo_redis._wire.translate import redis_errors as redis_errors
 from flo_redis._wire.translate import translated as translated
+from flo_redis.durability import Durability
 from flo_redis.errors import ServerError
 from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_refused_unrun, retry_refused
 from flo_redis.types import Ran
@@ -123,12 +127,14 @@ class ScriptRunner:
     __slots__ = (
         "conn",
         "debug",
+        "durability",
         "functions",
         "gate",
         "lane",
         "leading",
         "on_replica",
         "policy",
+        "server_version",
         "spare",
     )
 
@@ -140,8 +146,14 @@ class ScriptRunner:
         debug: bool = False,
         max_in_flight: int = 0,
         on_replica: Callable[[], None] | None = None,
+        durability: Durability = Durability.PRIMARY,
+        server_version: str = "",
     ) -> None:
         self.conn = conn
+        # The level of the client's writes that name none, and the server's version
+        # (a level whose command the server lacks is refused before a call is sent).
+        self.durability = durability
+        self.server_version = server_version
         self.policy = retry
         self.debug = debug
         self.gate = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
@@ -174,33 +186,40 @@ class ScriptRunner:
         args: Sequence[Arg],
         head: bytes = b"",
         lead: bool = False,
+        wait: Durability | None = None,
     ) -> Any:
         """Run ``script`` atomically with ``keys`` and ``args``; its raw reply.
 
         ``head`` is :func:`packed_head` of ``keys`` when the caller keeps it (b"": packed
         here when the call takes the lane); ``lead``: a call that takes the lane is led by
-        a ``TIME`` (module docstring). A refusal that says the script did not run is
-        resent per the retry policy; the last refusal is raised once it is used up. Any
-        other failure is raised as flo's error, and the call is never resent."""
+        a ``TIME`` (module docstring); ``wait``: the call is followed by that level's wait
+        and the answer is the pair of replies (:mod:`flo_redis._wire.durable`), refused
+        first when the server lacks its command. A refusal that says the script did not
+        run is resent per the retry policy; the last refusal is raised once it is used
+        up. Any other failure is raised as flo's error, and the call is never resent."""
+        if wait is not None:
+            wait.check_server(self.server_version)
         if self.debug:
-            return await self._run_logged(script, keys, args)
+            return await self._run_logged(script, keys, args, wait)
         try:
-            return await self._send(script, keys, args, head, lead)
+            return await self._send(script, keys, args, head, lead, wait)
         except ServerError as exc:
             if not is_refused_unrun(exc):
                 raise
             refused = exc
         return await retry_refused(
-            lambda: self._send(script, keys, args, head, lead), self.policy, refused=refused
+            lambda: self._send(script, keys, args, head, lead, wait), self.policy, refused=refused
         )
 
-    async def _run_logged(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    async def _run_logged(
+        self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg], wait: Durability | None
+    ) -> Any:
         name = script.name
 
         async def send_logged() -> Any:
             log.debug("-> %s %s", name, keys[0] if keys else "")
             try:
-                reply = await self._send(script, keys, args, b"", False)
+                reply = await self._send(script, keys, args, b"", False, wait)
             except Exception as exc:
                 log.debug("<- %s %s", name, _failure(exc))
                 raise
@@ -210,14 +229,20 @@ class ScriptRunner:
         return await retry_refused(send_logged, self.policy)
 
     async def _send(
-        self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg], head: bytes, lead: bool
+        self,
+        script: LuaScript,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        head: bytes,
+        lead: bool,
+        wait: Durability | None,
     ) -> Any:
         """One send of the call, each way :func:`ways` gives in turn until one answers."""
         plan = ways(self.functions)
         way = next(plan)
         while True:
             try:
-                return await self._call(script, way, keys, args, head, lead)
+                return await self._call(script, way, keys, args, head, lead, wait)
             except rex.RedisError as exc:
                 failed = exc
             try:
@@ -233,14 +258,17 @@ class ScriptRunner:
         args: Sequence[Arg],
         head: bytes,
         lead: bool,
+        wait: Durability | None,
     ) -> Any:
         """The call sent one way: ``FCALL`` or ``EVALSHA`` on a lane when one is free,
-        else through the pool; ``EVAL`` through the pool. redis-py's errors are raised as
-        they come. An ``FCALL`` is written only on a connection whose server was found to
-        hold the shipped library (:meth:`Functions.verify`; :class:`LibraryRefused`
-        otherwise)."""
+        else through the pool; ``EVAL`` through the pool; with ``wait``, followed by its
+        wait on the same connection. redis-py's errors are raised as they come. An
+        ``FCALL`` is written only on a connection whose server was found to hold the
+        shipped library (:meth:`Functions.verify`; :class:`LibraryRefused` otherwise)."""
         n = len(keys)
         if way == EVAL:
+            if wait is not None:
+                return await self._paired(("EVAL", script.source, n, *keys, *args), keys, wait)
             return await self._command("EVAL", script.source, n, *keys, *args)
         by_function = way == FCALL
         functions = self.functions if by_function else None
@@ -252,8 +280,10 @@ class ScriptRunner:
             name = _NAMES[script.name, by_function]
             packed = packed_command(name, head or packed_head(keys), n, args)
             if packed is not None:
-                return await lane.call(packed, lead, check)
+                return await lane.call(packed, lead, check, None if wait is None else waited(wait))
         command = ("FCALL", script.function) if by_function else ("EVALSHA", script.sha)
+        if wait is not None:
+            return await self._paired((*command, n, *keys, *args), keys, wait, check)
         if check is not None and isinstance(self.conn, Redis):
             return await pooled_call(self.conn.connection_pool, check, *command, n, *keys, *args)
         return await self._command(*command, n, *keys, *args)
@@ -264,6 +294,23 @@ class ScriptRunner:
             return await self.conn.execute_command(*args)
         async with self.gate:
             return await self.conn.execute_command(*args)
+
+    async def _paired(
+        self,
+        command: Sequence[Arg],
+        keys: Sequence[str],
+        wait: Durability,
+        check: Check | None = None,
+    ) -> Any:
+        """``command`` and the wait of ``wait`` on one connection: of the pool, or of the
+        cluster node that owns the keys' slot (within the limit on calls in flight)."""
+        conn = self.conn
+        if isinstance(conn, Redis):
+            return await pooled_pair(conn.connection_pool, command, wait, check)
+        if self.gate is None:
+            return await cluster_pair(conn, keys[0], command, wait)
+        async with self.gate:
+            return await cluster_pair(conn, keys[0], command, wait)
 
     async def _refused(self, what: str, exc: rex.RedisError) -> Exception:
         """The flo error for ``exc``; after a ``READONLY``, first close the connections

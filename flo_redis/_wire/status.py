@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
+from typing import Any
 
 from flo_redis.errors import BadRecordError, ServerError, server_error
 from flo_redis.types import Ran, Reason, StatusCode
@@ -63,3 +65,17 @@ def refusal(status: int, message: str) -> ServerError:
         return BadRecordError(message)
     code, reason = _MAPPING.get(Status(status), (StatusCode.INTERNAL_ERROR, Reason.INTERNAL))
     return server_error(code, reason, message, Ran.NO)
+
+
+def bad_arg(script: str, argv: Sequence[str], reply: Any, args: Sequence[Any]) -> ServerError:
+    """The error for a script's ``{BAD_ARG, i}`` (``argv``: its header's ARGV names),
+    naming ``ARGV[i]``: nothing was written."""
+    index = int(reply[1]) if len(reply) > 1 else 0
+    name = argv[min(index, len(argv)) - 1] if index >= 1 and argv else "?"
+    value = args[index - 1] if 1 <= index <= len(args) else None
+    shown = repr(value if not isinstance(value, bytes) or len(value) <= 64 else value[:64])
+    return refusal(
+        Status.BAD_ARG,
+        f"{script}: ARGV[{index}] {name} = {shown} is not what the script takes "
+        f"(see the header of lua/{script}.lua); nothing was written",
+    )

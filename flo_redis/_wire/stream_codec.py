@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import msgpack
 
-from flo_redis._wire.checks import check_count
+from flo_redis._wire.checks import check_count, validate_block_ms
 from flo_redis._wire.codec import BadRecord, pack
-from flo_redis.errors import ValidationError, ValueTooLargeError, validate_block_ms
+from flo_redis.errors import ValidationError, ValueTooLargeError
 from flo_redis.types import StreamID, StreamRecord
 from flo_redis.types.base import LUA_INT
 

@@ -77,6 +77,7 @@ from flo_redis.actions.schedules import (
 
 # flo's ``flo.actions`` holds client.worker's classes as well: importable from here.
 from flo_redis.actions.workers import Claimed, CompleteItem, WorkerOperations
+from flo_redis.durability import DurabilityLike
 from flo_redis.errors import ValidationError, ValueTooLargeError
 from flo_redis.types import (
     ActionDeleteOptions,
@@ -128,18 +129,24 @@ class ActionOperations(ActionInspection):
         await ACTION_REGISTER(self._session, keys, [pack(settings)])
 
     async def invoke(
-        self, name: str, input_data: bytes, options: ActionInvokeOptions | None = None
+        self,
+        name: str,
+        input_data: bytes,
+        options: ActionInvokeOptions | None = None,
+        *,
+        durability: DurabilityLike | None = None,
     ) -> ActionInvokeResult:
         """Create a run of ``name`` with ``input_data``; :class:`NotFoundError` if the action
         is not registered, :class:`ValueTooLargeError` for an oversized input,
-        :class:`ValidationError` for a bad label or idempotency key (nothing is written)."""
+        :class:`ValidationError` for a bad label or idempotency key (nothing is written).
+        ``durability``: this write's level, else the client's (:class:`NotDurableError`)."""
         opts = _NO_OPTIONS if options is None else check_options(options, ActionInvokeOptions)
         keys = self._action_keys(name, opts.namespace)
         with traced(self._session.tracer).invoking(keys.namespace, name, 1) as span:
             args, size = invoke_request(
                 keys, input_data, opts, self._session.max_payload_bytes, span.context
             )
-            reply = await ACTION_INVOKE(self._session, keys, args)
+            reply = await ACTION_INVOKE(self._session, keys, args, durability=durability)
             result = invoke_reply(reply, keys, size)
             span.sent((result.run_id,))
         return result
@@ -149,12 +156,15 @@ class ActionOperations(ActionInspection):
         name: str,
         inputs: Sequence[bytes],
         options: ActionInvokeOptions | None = None,
+        *,
+        durability: DurabilityLike | None = None,
     ) -> builtins.list[ActionInvokeResult]:
         """Create one run per input in as few calls as possible (1000 runs a call), all
         ready now and in the order given; each call is atomic. Labels and priority apply to
         every run;
         ``delay_ms``, ``run_at_ms`` and ``idempotency_key`` are refused here (use
-        :meth:`invoke`). Every input is checked before anything is sent."""
+        :meth:`invoke`). Every input is checked before anything is sent; each call waits
+        for ``durability`` as :meth:`invoke` does."""
         opts = check_options(options, ActionInvokeOptions)
         if opts.delay_ms or opts.run_at_ms is not None or opts.idempotency_key is not None:
             raise ValidationError(
@@ -171,7 +181,9 @@ class ActionOperations(ActionInspection):
         if len(data) > INVOKE_BATCH:
             await check_inputs_fit(self._session, keys, data)
         with traced(self._session.tracer).invoking(keys.namespace, name, len(data)) as span:
-            results = await self._invoke_chunks(keys, prefix, labels, priority, data, span.context)
+            results = await self._invoke_chunks(
+                keys, prefix, labels, priority, data, span.context, durability
+            )
             span.sent([r.run_id for r in results])
         return results
 
@@ -183,15 +195,15 @@ class ActionOperations(ActionInspection):
         priority: int,
         data: Sequence[bytes],
         trace: bytes,
+        durability: DurabilityLike | None,
     ) -> builtins.list[ActionInvokeResult]:
         """Create runs of ``data``, INVOKE_BATCH a call, each call atomic."""
         name = keys.action
         results: builtins.list[ActionInvokeResult] = []
         for start in range(0, len(data), INVOKE_BATCH):
             chunk = data[start : start + INVOKE_BATCH]
-            reply = await ACTION_INVOKE_MANY(
-                self._session, keys, [prefix, labels, priority, trace, *chunk]
-            )
+            args: list[runner.Arg] = [prefix, labels, priority, trace, *chunk]
+            reply = await ACTION_INVOKE_MANY(self._session, keys, args, durability=durability)
             if reply.status in (Status.NO_ACTION, Status.BAD_SETTING):
                 raise_refusal(reply.status, keys, "invoke_many")
             if reply.status == Status.OUT_OF_RANGE:

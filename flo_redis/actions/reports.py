@@ -44,6 +44,7 @@ from flo_redis._wire.refusals import not_registered, raise_run_refusal
 from flo_redis._wire.replies import FailReported, Reported
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal
+from flo_redis.durability import DurabilityLike
 from flo_redis.errors import ServerError, ValidationError, ValueTooLargeError, server_error
 from flo_redis.types import (
     Ran,
@@ -190,14 +191,17 @@ async def complete(
     token: int | None,
     outcome: str,
     namespace: str | None = None,
+    *,
+    durability: DurabilityLike | None = None,
 ) -> None:
     """Complete the run with ``result``, for its current holder only; the worker's
-    counters move unless it was an identical resend."""
+    counters move unless it was an identical resend. ``durability``: the write's level."""
     check_name("worker id", worker_id)
     check_text("outcome", outcome, limit=MAX_NAME_SIZE)
     data = check_bytes("result", result, session.max_payload_bytes)
     keys = run_keys(session, action_name, task_id, namespace)
-    reply = await RUN_COMPLETE(session, keys, [task_id, token_arg(token), worker_id, data, outcome])
+    argv: list[Arg] = [task_id, token_arg(token), worker_id, data, outcome]
+    reply = await RUN_COMPLETE(session, keys, argv, durability=durability)
     if reply.status == Status.TOO_LARGE:
         raise ValueTooLargeError(
             f"result is {len(data)} bytes; action {action_name!r} accepts at most {reply.limit}"
@@ -254,13 +258,14 @@ async def complete_many(
     namespace: str | None = None,
     *,
     claimed: bool = False,
+    durability: DurabilityLike | None = None,
 ) -> tuple[list[ServerError | None], int]:
     """Complete several runs of one action in one call per :data:`COMPLETE_BATCH`, each
     under :func:`complete`'s rules and answered on its own (``None``: it took effect, or
     was an identical resend; else its refusal), and how many took effect now (the
     caller moves the worker's counters). ``claimed``: the items are a worker's own,
     their run ids and tokens as its claims gave them, so only results and outcomes that
-    are not a plain default need checking."""
+    are not a plain default need checking. ``durability``: each call's level."""
     keys = action_keys(session.get_namespace(namespace), action_name)
     packed, early = _pack_completes(session, action_name, items, namespace, claimed)
     replies: list[ServerError | None] = []
@@ -268,7 +273,9 @@ async def complete_many(
     for start in range(0, len(packed), 4 * COMPLETE_BATCH):
         chunk = packed[start : start + 4 * COMPLETE_BATCH]
         n = len(chunk) // 4
-        reply = await RUN_COMPLETE_MANY(session, keys, [worker_id, pack(chunk)])
+        reply = await RUN_COMPLETE_MANY(
+            session, keys, [worker_id, pack(chunk)], durability=durability
+        )
         if reply.status == Status.NO_ACTION:
             raise not_registered(keys)
         statuses = reply.statuses
@@ -315,6 +322,7 @@ async def fail(
     traceback: str | None,
     token: int | None,
     namespace: str | None = None,
+    durability: DurabilityLike | None = None,
 ) -> FailReported:
     """Fail the run: with ``retry`` and attempts left it runs again (after the action's
     backoff), else it ends FAILED, kept with its error; :func:`complete`'s holder and
@@ -332,7 +340,7 @@ async def fail(
         1 if retry else 0,
         traceback or "",
     ]
-    reply = await RUN_FAIL(session, keys, argv)
+    reply = await RUN_FAIL(session, keys, argv, durability=durability)
     check_report(reply, keys, task_id, worker_id, "fail")
     if not reply.duplicate:
         await tally(session, worker_id, keys.namespace, -1, 0, 1)

@@ -22,6 +22,7 @@ from flo_redis._wire.checks import (
     check_names,
     check_options,
     check_text,
+    validate_block_ms,
 )
 from flo_redis._wire.codec import check_metadata, pack
 from flo_redis._wire.gateway import (
@@ -47,7 +48,8 @@ from flo_redis.actions import reports
 from flo_redis.actions.claims import Gate, check_handed, poll, unknown_worker
 from flo_redis.actions.reports import CompleteItem
 from flo_redis.actions.worker_registry import MAX_CURSOR_BYTES, read_page, worker_record
-from flo_redis.errors import ServerError, ValidationError, validate_block_ms
+from flo_redis.durability import DurabilityLike
+from flo_redis.errors import ServerError, ValidationError
 from flo_redis.types import (
     DEFAULT_WORKER_BLOCK_MS,
     RunStatus,
@@ -230,22 +232,16 @@ class WorkerOperations(Operations):
         task_id: str,
         result: bytes,
         options: WorkerCompleteOptions | None = None,
+        *,
+        durability: DurabilityLike | None = None,
     ) -> None:
         """Complete the run with ``result``, for its current holder only. Resending an
         identical complete that already succeeded answers success and changes nothing;
         a complete from a holder whose lease was taken back is refused
         (:class:`ConflictError`, ``STALE_REPORT``) and changes nothing."""
         opts = check_options(options, WorkerCompleteOptions)
-        await reports.complete(
-            self._session,
-            worker_id,
-            action_name,
-            task_id,
-            result,
-            opts.token,
-            opts.outcome,
-            opts.namespace,
-        )
+        run = (task_id, result, opts.token, opts.outcome, opts.namespace)
+        await reports.complete(self._session, worker_id, action_name, *run, durability=durability)
 
     async def complete_many(
         self,
@@ -255,13 +251,15 @@ class WorkerOperations(Operations):
         namespace: str | None = None,
         *,
         tally: bool = True,
+        durability: DurabilityLike | None = None,
     ) -> builtins.list[ServerError | None]:
         """Complete several runs of one action in one call per 1000, each under exactly
         :meth:`complete`'s rules and answered on its own: ``None`` where the complete took
         effect (or was an identical resend), else the refusal it would have raised."""
         check_name("worker id", worker_id)
+        items = check_list("items", items)
         answers, applied = await reports.complete_many(
-            self._session, worker_id, action_name, check_list("items", items), namespace
+            self._session, worker_id, action_name, items, namespace, durability=durability
         )
         if tally and applied:
             ns = self._session.get_namespace(namespace)
@@ -275,6 +273,8 @@ class WorkerOperations(Operations):
         task_id: str,
         error_message: str,
         options: WorkerFailOptions | None = None,
+        *,
+        durability: DurabilityLike | None = None,
     ) -> RunStatus:
         """Fail the run. With ``retry`` and attempts left it runs again (after the
         action's backoff); otherwise it ends FAILED, kept with its error. Same holder
@@ -291,6 +291,7 @@ class WorkerOperations(Operations):
             traceback=opts.traceback,
             token=opts.token,
             namespace=opts.namespace,
+            durability=durability,
         )
         return RunStatus(after.run_status)
 

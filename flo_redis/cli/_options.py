@@ -8,6 +8,9 @@ from typing import Any, TypeVar
 
 import click
 
+from flo_redis.durability import Durability, as_durability
+from flo_redis.errors import ValidationError
+
 DEFAULT_URL = "redis://localhost:6379"
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,3 +61,25 @@ class Seconds(click.types.FloatParamType):
             return seconds
         taken = f"{self.low:g} or more" if self.high is None else f"{self.low:g} to {high:g}"
         self.fail(f"expected a finite number of seconds, {taken}; got {value!r}", param, ctx)
+
+
+class DurabilityParam(click.ParamType[Durability, Any]):
+    """A durability level (:mod:`flo_redis.durability`): ``primary``, or ``replicated`` or
+    ``fsynced`` with optional ``:REPLICAS`` and ``:TIMEOUT_MS`` (``replicated:2:500``);
+    a bad one is a usage error (exit 2) before anything is sent."""
+
+    name = "level"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Durability:
+        if isinstance(value, Durability):
+            return value
+        level, *numbers = str(value).split(":")
+        try:
+            if level not in ("replicated", "fsynced") or len(numbers) > 2:
+                return as_durability(value)
+            made = Durability.replicated if level == "replicated" else Durability.fsynced
+            return made(*(int(n) for n in numbers))
+        except (ValueError, ValidationError) as exc:
+            self.fail(f"{exc}; e.g. primary, replicated, replicated:1:1000, fsynced:0", param, ctx)

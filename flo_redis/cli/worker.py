@@ -30,7 +30,13 @@ import click
 from flo_redis._session.endpoint import redact
 from flo_redis.cli import _supervisor, _targets
 from flo_redis.cli._logging import LOG_FORMATS, LOG_LEVELS, setup_logging
-from flo_redis.cli._options import Seconds, env_option, namespace_option, url_option
+from flo_redis.cli._options import (
+    DurabilityParam,
+    Seconds,
+    env_option,
+    namespace_option,
+    url_option,
+)
 from flo_redis.client import FloClient
 from flo_redis.errors import FloError
 from flo_redis.types.base import U32
@@ -152,9 +158,11 @@ async def serve(found: Sequence[tuple[str, object]], params: dict[str, Any]) -> 
             except Exception:
                 log.error("%s could not build its worker", spec, exc_info=True)
                 return 1
-        if params["concurrency"] is not None:
-            for worker in workers:
+        for worker in workers:
+            if params["concurrency"] is not None:
                 worker.config.concurrency = params["concurrency"]
+            if params["durability"] is not None:
+                worker.config.durability = params["durability"]
         _freeze_start_up()
         return await _run(workers, client, params)
     finally:
@@ -264,6 +272,14 @@ def add_sidecar(sidecar: Sidecar, *options: click.Option, check: ParamsCheck | N
     "--concurrency",
     "Handlers each worker runs at once; default: the worker's own setting",
     type=click.IntRange(1, U32 - 1),
+    default=None,
+)
+@env_option(
+    "--durability",
+    "The level each worker's reports (completes, fails, acks) wait for: primary, "
+    "replicated[:REPLICAS[:TIMEOUT_MS]] or fsynced[:REPLICAS[:TIMEOUT_MS]]; default: the "
+    "worker's own setting",
+    type=DurabilityParam(),
     default=None,
 )
 @env_option(

@@ -145,8 +145,10 @@ _WORKER_SCRIPTS = (
     "queue_reclaim",
 )
 # What flo-redis writes outside scripts: the registries (ZADD; ZREM when an action is
-# deleted), a cancel notice the script could not send itself (SPUBLISH).
-_PRODUCER_WRITES = ("zadd", "spublish")
+# deleted), a cancel notice the script could not send itself (SPUBLISH); and the WAIT
+# that follows a write at a replicated durability level (flo_redis.durability). WAITAOF
+# (an fsynced level) is unknown to Redis 7.0: grant it by hand (+waitaof) on 7.2+.
+_PRODUCER_WRITES = ("zadd", "spublish", "wait")
 _OPERATOR_WRITES = (*_PRODUCER_WRITES, "zrem")
 # A worker's liveness connections: named (CLIENT SETNAME), kept alive with PING.
 _LIVENESS = ("client|setname", "ping")

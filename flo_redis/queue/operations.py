@@ -42,6 +42,7 @@ from flo_redis._wire.checks import (
     check_count,
     check_options,
     check_priority,
+    validate_block_ms,
 )
 from flo_redis._wire.codec import pack
 from flo_redis._wire.gateway import (
@@ -58,10 +59,10 @@ from flo_redis._wire.gateway import (
 from flo_redis._wire.keys import QueueKeys, check_name, queue_keys
 from flo_redis._wire.lru import Lru
 from flo_redis._wire.queue_replies import PerSeq
+from flo_redis.durability import DurabilityLike
 from flo_redis.errors import (
     DequeueReplyLostError,
     is_connection_error,
-    validate_block_ms,
 )
 from flo_redis.queue.requests import (
     check_status,
@@ -120,15 +121,21 @@ class QueueOperations:
         return queue_keys(self._session.get_namespace(namespace), queue)
 
     async def enqueue(
-        self, queue: str, payload: bytes, options: EnqueueOptions | None = None
+        self,
+        queue: str,
+        payload: bytes,
+        options: EnqueueOptions | None = None,
+        *,
+        durability: DurabilityLike | None = None,
     ) -> int:
         """Add ``payload`` to ``queue``; returns its sequence number. ``priority`` 0-255,
-        lower is taken first; FIFO within one priority. Wakes blocked dequeues."""
+        lower is taken first; FIFO within one priority. Wakes blocked dequeues.
+        ``durability``: this write's level, else the client's."""
         opts = check_options(options, EnqueueOptions)
         keys = self._keys(queue, opts.namespace)
         priority = check_priority(opts.priority)
         data = check_bytes("payload", payload, self._session.max_payload_bytes)
-        reply = await QUEUE_ENQUEUE(self._session, keys, [priority, data])
+        reply = await QUEUE_ENQUEUE(self._session, keys, [priority, data], durability=durability)
         check_status(reply.status, "enqueue")
         return reply.value
 
@@ -170,13 +177,20 @@ class QueueOperations:
 
         return DequeueResult(await long_poll(self._session.waker, [keys.wake], block_ms, attempt))
 
-    async def ack(self, queue: str, seqs: list[int], options: AckOptions | None = None) -> None:
+    async def ack(
+        self,
+        queue: str,
+        seqs: list[int],
+        options: AckOptions | None = None,
+        *,
+        durability: DurabilityLike | None = None,
+    ) -> None:
         """Remove delivered messages for good. Acking a message acked before changes
         nothing; one not delivered to this client now (or delivered again since the
         token in ``options.tokens``) is refused with :class:`ConflictError` after the
         others took effect; a seq never handed out is :class:`NotFoundError`."""
         opts = check_options(options, AckOptions)
-        await self._report(QUEUE_ACK, "ack", queue, seqs, opts.tokens, opts.namespace)
+        await self._report(QUEUE_ACK, "ack", queue, seqs, opts.tokens, opts.namespace, durability)
 
     async def nack(self, queue: str, seqs: list[int], options: NackOptions | None = None) -> None:
         """Give delivered messages back: each is ready again at once (or dead-lettered
@@ -314,6 +328,7 @@ class QueueOperations:
         seqs: Sequence[int],
         tokens: Mapping[int, int] | None,
         namespace: str | None,
+        durability: DurabilityLike | None = None,
     ) -> None:
         if not seqs:
             return  # as flo: nothing to send
@@ -328,7 +343,8 @@ class QueueOperations:
                 pack(chunk),
                 pack(fences[i : i + MAX_COUNT]),
             ]
-            refused += refusals(chunk, per_seq(await script(self._session, keys, args), chunk))
+            reply = await script(self._session, keys, args, durability=durability)
+            refused += refusals(chunk, per_seq(reply, chunk))
         if refused:
             raise_report_refusals(keys, verb, refused)
 

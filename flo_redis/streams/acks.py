@@ -26,9 +26,11 @@ from flo_redis._wire.checks import (
 from flo_redis._wire.codec import pack
 from flo_redis._wire.gateway import GROUP_ACK, GROUP_ACK_MANY, GROUP_NACK, Script
 from flo_redis._wire.keys import StreamKeys
+from flo_redis._wire.lane import Arg
 from flo_redis._wire.status import Status, refusal
 from flo_redis._wire.stream_codec import MAX_COUNT, ids_arg
 from flo_redis._wire.stream_replies import Settled
+from flo_redis.durability import DurabilityLike
 from flo_redis.errors import ServerError, ValidationError
 from flo_redis.streams.groups import no_group
 from flo_redis.streams.partitions import StreamState
@@ -58,9 +60,11 @@ async def settle(
     group: str,
     ids: Sequence[StreamID],
     options: object,
+    durability: DurabilityLike | None = None,
 ) -> None:
     """Ack or nack ``ids`` (of one partition), 1000 per script call; refused with
-    ``STALE_REPORT``, changing nothing, when the options' token is stale."""
+    ``STALE_REPORT``, changing nothing, when the options' token is stale. ``durability``:
+    each ack call's level (a nack takes none)."""
     if not ids:
         return
     opts = check_options(options, how.options)
@@ -74,7 +78,8 @@ async def settle(
     fence = "" if token is None else str(token)
     for i in range(0, len(redis_ids), MAX_COUNT):
         chunk = redis_ids[i : i + MAX_COUNT]
-        reply = await how.script(state.session, (keys, gk), [group, consumer, fence, pack(chunk)])
+        args: list[Arg] = [group, consumer, fence, pack(chunk)]
+        reply = await how.script(state.session, (keys, gk), args, durability=durability)
         if reply.status == Status.NO_GROUP:
             raise no_group(keys, group)
         if reply.status == Status.STALE:
@@ -108,6 +113,7 @@ async def ack_many(
     keys: StreamKeys,
     consumer: str,
     packed: Sequence[Sequence[str]],
+    durability: DurabilityLike | None = None,
 ) -> builtins.list[ServerError | None]:
     """Ack checked items, each ``[entry id, token or ""]`` in Redis's writing, on the
     partition of ``keys``: one call per 1000, and each item answered on its own (None:
@@ -119,7 +125,7 @@ async def ack_many(
     for start in range(0, len(packed), MAX_COUNT):
         chunk = packed[start : start + MAX_COUNT]
         reply = await GROUP_ACK_MANY(
-            state.session, (keys, gk), [group, consumer, pack(chunk), owner]
+            state.session, (keys, gk), [group, consumer, pack(chunk), owner], durability=durability
         )
         if reply.status == Status.NO_GROUP:
             raise no_group(keys, group)

@@ -30,6 +30,7 @@ from flo_redis._session.reclaim import RECLAIM_BATCH, ReapTarget
 from flo_redis._session.session import Session
 from flo_redis._wire.checks import MAX_LIST_LIMIT, check_optional_name
 from flo_redis._wire.stream_codec import DEFAULT_COUNT
+from flo_redis.durability import DurabilityLike
 from flo_redis.errors import ServerError
 from flo_redis.streams import acks, dead_letters, groups, inspect, records
 from flo_redis.streams.dead_letters import DeadLetter, StreamDeadLetterOptions
@@ -68,15 +69,20 @@ class StreamOperations:
     # --- plain streams ---------------------------------------------------------------
 
     async def append(
-        self, stream: str, payload: bytes, options: StreamAppendOptions | None = None
+        self,
+        stream: str,
+        payload: bytes,
+        options: StreamAppendOptions | None = None,
+        *,
+        durability: DurabilityLike | None = None,
     ) -> StreamAppendResult:
         """Append one record (``payload`` bytes, optional ``headers``) and wake blocked
         readers. The id is Redis's ``<ms>-<seq>``, increasing within its partition. A missing
         stream is created. On a partitioned stream, records with the same
         ``partition_key`` go to the same partition (in order); records without one are
         spread round-robin. :class:`ValueTooLargeError` for a payload over the client's
-        ``max_payload_bytes``."""
-        return await records.append(self._state, stream, payload, options)
+        ``max_payload_bytes``. ``durability``: this write's level, else the client's."""
+        return await records.append(self._state, stream, payload, options, durability)
 
     async def read(self, stream: str, options: StreamReadOptions | None = None) -> StreamReadResult:
         """Up to ``count`` (default 100, at most 1000) records between ``start`` and ``end``
@@ -193,7 +199,13 @@ class StreamOperations:
         return await groups.claim(self._state, where, min_idle_ms, start_id, count, options)
 
     async def group_ack(
-        self, stream: str, group: str, ids: IdList, options: StreamGroupAckOptions | None = None
+        self,
+        stream: str,
+        group: str,
+        ids: IdList,
+        options: StreamGroupAckOptions | None = None,
+        *,
+        durability: DurabilityLike | None = None,
     ) -> None:
         """Acknowledge entries: they leave the group's pending list for good. Entries not
         pending (already acked) are skipped, so a resend succeeds. With ``token`` (the
@@ -202,7 +214,7 @@ class StreamOperations:
         was delivered again since; without it any consumer may ack (flo's behaviour).
         The ids are those of partition ``options.partition`` (0 unless the stream is
         partitioned). :class:`NotFoundError` if the stream or group does not exist."""
-        await acks.settle(self._state, acks.ACK, stream, group, ids, options)
+        await acks.settle(self._state, acks.ACK, stream, group, ids, options, durability)
 
     async def group_ack_many(
         self,
@@ -212,6 +224,8 @@ class StreamOperations:
         consumer: str = "",
         partition: int = 0,
         namespace: str | None = None,
+        *,
+        durability: DurabilityLike | None = None,
     ) -> builtins.list[ServerError | None]:
         """Acknowledge several entries, each with its own token (``None``: any consumer),
         under exactly :meth:`group_ack`'s rules, one call per 1000: ``None`` where the
@@ -220,7 +234,7 @@ class StreamOperations:
         keys = await self._state.part(stream, namespace, partition)
         consumer = check_optional_name("consumer", consumer)
         packed = acks.ack_items(items)
-        return await acks.ack_many(self._state, stream, group, keys, consumer, packed)
+        return await acks.ack_many(self._state, stream, group, keys, consumer, packed, durability)
 
     async def group_nack(
         self, stream: str, group: str, ids: IdList, options: StreamGroupNackOptions | None = None

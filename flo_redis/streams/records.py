@@ -29,6 +29,7 @@ from flo_redis._wire.stream_codec import (
     positive_arg,
     stream_id_arg,
 )
+from flo_redis.durability import DurabilityLike, as_durability
 from flo_redis.errors import ValidationError
 from flo_redis.streams.partitions import StreamState
 from flo_redis.streams.placement import partition_of_key
@@ -50,10 +51,17 @@ TRIM_BATCH = 1000  # records one trim script call removes (or counts) at most
 
 
 async def append(
-    state: StreamState, stream: str, payload: bytes, options: StreamAppendOptions | None
+    state: StreamState,
+    stream: str,
+    payload: bytes,
+    options: StreamAppendOptions | None,
+    durability: DurabilityLike | None = None,
 ) -> StreamAppendResult:
-    """Append one record to its partition (by ``partition_key``, else in turn)."""
+    """Append one record to its partition (by ``partition_key``, else in turn), at
+    ``durability`` (checked before anything is written)."""
     opts = check_options(options, StreamAppendOptions)
+    if durability is not None:
+        durability = as_durability(durability)
     first = state.keys(stream, opts.namespace)
     session = state.session
     data = check_bytes("payload", payload, session.max_payload_bytes)
@@ -75,7 +83,7 @@ async def append(
     with traced(session.tracer).appending(first.namespace, stream, partition) as span:
         if span.headers:
             headers = headers_arg(with_trace_headers(opts.headers, span.headers))
-        reply = await STREAM_APPEND(session, keys, [data, headers])
+        reply = await STREAM_APPEND(session, keys, [data, headers], durability=durability)
         span.sent((reply.id.to_redis(),))
     return StreamAppendResult(id=reply.id, partition=partition)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flo_redis._wire.checks import check_count, check_seconds
+from flo_redis.durability import Durability, worker_durability
 from flo_redis.errors import ValidationError
 from flo_redis.types import DEFAULT_WORKER_BLOCK_MS
 from flo_redis.worker.lifecycle import worker_block_ms
@@ -27,7 +28,8 @@ class ActionWorkerOptions:
     ``offer_window_ms`` (100 to 60000): a run handed to the idle worker must be accepted
     within this long (the worker accepts it as its handler starts), or it goes back to
     the head of its queue unspent, for a live worker (a frozen process, a half-open
-    connection; ``lua/README.md``, "Hand-off")."""
+    connection; ``lua/README.md``, "Hand-off"). ``durability``: the level of the worker's
+    reports (completes and fails; :mod:`flo_redis.durability`), None: its client's."""
 
     worker_id: str = ""
     concurrency: int = 10
@@ -36,6 +38,7 @@ class ActionWorkerOptions:
     auto_touch: bool = False
     tune_gc: bool = True
     offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS
+    durability: Durability | None = None
 
     def __post_init__(self) -> None:
         self.check()
@@ -44,6 +47,7 @@ class ActionWorkerOptions:
         """Refuse a bad setting (:class:`ValidationError` naming it): when made, and again
         when the worker starts, so a setting changed in between is checked where used."""
         self.block_ms = worker_block_ms(self.block_ms)
+        self.durability = worker_durability(self.durability)
         check_count("concurrency", self.concurrency, 1)
         check_seconds("action_timeout", self.action_timeout)
         check_count(

@@ -30,6 +30,7 @@ from flo_redis.actions.results import JSON, ResultSerializer, check_handler, che
 from flo_redis.actions.runs import cancel_confirmed
 from flo_redis.actions.schedules import Missed, ScheduleDeclaration, check_spec, check_timezone
 from flo_redis.actions.workers import Claimed, WorkerOperations
+from flo_redis.durability import DurabilityLike, worker_durability
 from flo_redis.errors import NotFoundError, ServerError, ValidationError
 from flo_redis.types import ActionRegisterOptions, Reason
 from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS, ActionWorkerOptions
@@ -69,6 +70,7 @@ class ActionWorker(WorkerLifecycle):
         serializer: ResultSerializer = JSON,
         tune_gc: bool = True,
         offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS,
+        durability: DurabilityLike | None = None,
     ) -> None:
         super().__init__(parent_client)
         self.config = ActionWorkerOptions(
@@ -79,6 +81,7 @@ class ActionWorker(WorkerLifecycle):
             auto_touch=auto_touch,
             tune_gc=tune_gc,
             offer_window_ms=offer_window_ms,
+            durability=worker_durability(durability),
         )
         check_name("worker id", self.config.worker_id)
         check_serializer(serializer)
@@ -193,6 +196,7 @@ class ActionWorker(WorkerLifecycle):
             self._track,
             lambda run_id, token: self._runs.revoke(run_id, token, "was not accepted in time"),
         )
+        self._replay = self._reports.replay
         self._registration = Registration(
             self.session,
             self._ops,

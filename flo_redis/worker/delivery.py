@@ -8,7 +8,9 @@ an identical resend of a report that already took effect as success, and refuse 
 lease was taken back. So a report lost to a dropped connection (a restart, a failover, a
 network blackout) is sent again, identically, until the store answers it, refuses it, or
 the lease it belongs to has surely ended (after that a resend could only be refused, and
-the run is handed out again anyway). The pause between sends starts at
+the run is handed out again anyway). A report that took effect but did not reach the
+worker's durability level in time (:class:`NotDurableError`) is sent again the same way:
+its resend is answered once the replicas caught up. The pause between sends starts at
 :data:`RESEND_FIRST_S` and doubles up to :data:`RESEND_MAX_S`.
 
 A report the store refused (stale lease, unknown run) is logged and dropped: resending it
@@ -32,6 +34,7 @@ from flo_redis.actions import reports
 from flo_redis.actions.results import error_text, error_traceback
 from flo_redis.errors import (
     NonRetryableError,
+    NotDurableError,
     PermissionDeniedError,
     ServerError,
     is_connection_error,
@@ -95,7 +98,7 @@ async def send_report(
             if isinstance(exc, ServerError) and not unrun:
                 drop_refused(what, exc, log, report=report, observer=observer)
                 return False
-            if not (unrun or is_connection_error(exc)):
+            if not (unrun or is_connection_error(exc) or isinstance(exc, NotDurableError)):
                 raise
             if stopping():
                 if stop_deadline is None:

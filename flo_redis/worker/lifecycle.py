@@ -21,16 +21,18 @@ from flo_redis._aio import (
 )
 from flo_redis._session import outage
 from flo_redis._session.session import Session
+from flo_redis._wire.checks import validate_block_ms
+from flo_redis.durability import Durability
 from flo_redis.errors import (
     PermissionDeniedError,
     ServerError,
     is_connection_error,
-    validate_block_ms,
 )
 from flo_redis.retry import EmptyPollBackoff, worker_backoff
 from flo_redis.types import DEFAULT_WORKER_BLOCK_MS
 from flo_redis.worker.handlers import HandlerRunner
 from flo_redis.worker.observe import NO_OBSERVER, Hook, WorkerObserver, settle
+from flo_redis.worker.replay import Replay
 
 W = TypeVar("W", bound="WorkerLifecycle")
 
@@ -61,13 +63,15 @@ class WorkerConfig(Protocol):
     worker_id: str
     concurrency: int
     block_ms: int
+    durability: Durability | None  # its reports' level; None: its client's
 
 
 class ClientLike(Protocol):
     """What a worker needs of the client it is made with: a new client with the same
-    settings (and its own owner id), whose session the worker works on."""
+    settings (and its own owner id; its writes at ``durability`` when given), whose
+    session the worker works on."""
 
-    def sibling(self) -> ClientLike: ...
+    def sibling(self, durability: Durability | None = None) -> ClientLike: ...
 
     @property
     def session(self) -> Session: ...
@@ -86,6 +90,9 @@ class WorkerLifecycle(ClosesOnExit):
 
     _log = log  # where the worker logs (each kind names its own)
     config: WorkerConfig
+    # The reports sent again after a break in the session's hold on Redis (a lost
+    # liveness connection: a failover, a restart), made with the reports.
+    _replay: Replay[Any]
 
     def __init__(self, parent_client: ClientLike) -> None:
         self.observer: WorkerObserver = NO_OBSERVER
@@ -136,13 +143,14 @@ class WorkerLifecycle(ClosesOnExit):
         raise a refusal by Redis's ACL last. A cancelled worker cancels its handlers
         (each gives its work back) and waits for them before it re-raises."""
         self._runner = self._new_runner()
-        self._client = self._parent.sibling()
+        self._client = self._parent.sibling(self.config.durability)
         self._session = session = self._client.session
         self._started = True
         self._finished.clear()
         try:
             await session.connect()
             await self._setup()
+            session.breaks.watch(self._replay.outage_began, self._replay_after_break)
             await settle(self.observer.on_start(self))
             background = [
                 asyncio.create_task(coro, name=name)
@@ -216,6 +224,11 @@ class WorkerLifecycle(ClosesOnExit):
         return list(self._tasks)
 
     # --- shared pieces -----------------------------------------------------------------
+
+    def _replay_after_break(self) -> None:
+        """The session's hold on Redis stands again after a break: send again what was
+        reported just before it (:mod:`flo_redis.worker.replay`), in a task of its own."""
+        self._track(asyncio.create_task(self._replay.outage_ended(), name="flo-replay"))
 
     def _track(self, task: asyncio.Task[None]) -> None:
         """Count ``task`` (a handler slot, or a report on its way) among those start()

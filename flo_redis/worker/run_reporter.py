@@ -33,7 +33,12 @@ from flo_redis.actions.results import (
     check_result_data,
     encode_result,
 )
-from flo_redis.errors import PermissionDeniedError, ServerError, is_connection_error
+from flo_redis.errors import (
+    NotDurableError,
+    PermissionDeniedError,
+    ServerError,
+    is_connection_error,
+)
 from flo_redis.retry import is_refused_unrun
 from flo_redis.types import Reason
 from flo_redis.worker.coalescer import Coalescer
@@ -47,6 +52,7 @@ from flo_redis.worker.delivery import (
     send_report,
 )
 from flo_redis.worker.observe import WorkerObserver, overrides
+from flo_redis.worker.replay import Replay
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -122,6 +128,10 @@ class RunReporter:
             tell_accepted=False,
         )
         self._lost = lost
+        # Completes answered lately, sent again after an outage (flo_redis.worker.replay).
+        self.replay: Replay[HeldRun] = Replay(
+            "completes", self._complete_again, asyncio.get_running_loop().time
+        )
         self._load_delta = 0
         self._completed_delta = 0
 
@@ -169,7 +179,13 @@ class RunReporter:
             self._spawn(self._refused(held, refusal), held.task_id)
 
     def _complete_failed(self, held: HeldRun, error: BaseException) -> None:
-        if is_connection_error(error) or is_refused_unrun(error):
+        # A complete that did not reach the worker's level was applied: its resend, an
+        # identical report, is answered once the replicas have it (as delivery's are).
+        if (
+            is_connection_error(error)
+            or is_refused_unrun(error)
+            or isinstance(error, NotDurableError)
+        ):
             log.info("complete of %s: not answered (%s); sending again", held.task_id, error)
             self._spawn(self._resend(held), held.task_id)
         elif isinstance(error, PermissionDeniedError):
@@ -178,7 +194,8 @@ class RunReporter:
             log.error("complete of %s failed: %r", held.task_id, error, exc_info=error)
 
     async def _resend(self, held: HeldRun) -> None:
-        """The batch carrying ``held``'s complete lost its connection: send it again."""
+        """The batch carrying ``held``'s complete lost its connection, or was not
+        answered at the worker's level: send it again."""
         answers: list[ServerError | None] = []
 
         async def send() -> None:
@@ -274,7 +291,16 @@ class RunReporter:
         applied = answers.count(None)
         self._load_delta -= applied
         self._completed_delta += applied
+        self.replay.answered(action, items, answers)
         return answers
+
+    async def _complete_again(self, action: str, items: Sequence[HeldRun]) -> int:
+        """Send completes the store answered before an outage again, not counted again
+        (:mod:`flo_redis.worker.replay`); how many had been lost and took effect now."""
+        _, applied = await reports.complete_many(
+            self.session, self.worker_id, action, items, claimed=True
+        )
+        return applied
 
     async def flush_counts(self) -> None:
         """Send the load and completed counters gathered since the last flush."""

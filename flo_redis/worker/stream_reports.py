@@ -22,6 +22,7 @@ from flo_redis.types import StreamGroupNackOptions, StreamRecord
 from flo_redis.worker.coalescer import Coalescer
 from flo_redis.worker.delivery import drop_refused, send_report
 from flo_redis.worker.observe import WorkerObserver, overrides
+from flo_redis.worker.replay import Replay
 
 log = logging.getLogger("flo_redis.stream_worker")
 
@@ -62,6 +63,10 @@ class RecordReports:
             tell_accepted=overrides(observer, "record_settled"),
         )
         self._post = self._acks.post
+        # Acks answered lately, sent again after an outage (flo_redis.worker.replay).
+        self.replay: Replay[list[str]] = Replay(
+            "acks", self._ack_again, asyncio.get_running_loop().time
+        )
 
     def ack(self, record: StreamRecord, token: int | None) -> None:
         """Ack ``record`` in the next batch of its partition's acks."""
@@ -95,7 +100,15 @@ class RecordReports:
         await send_report(what, send, self._stopping, log, report="ack", observer=self._observer)
         if len(answers) != len(items):
             raise AcksNotSent(what)
+        self.replay.answered(partition, items, answers)
         return answers
+
+    async def _ack_again(self, partition: str, items: Sequence[list[str]]) -> None:
+        """Send acks the store answered before an outage again (each is fenced by its
+        token; one that took effect is answered as acked): :mod:`flo_redis.worker.replay`.
+        Whether one had been lost is not told."""
+        keys = await self._streams.part(self._stream, None, int(partition))
+        await acks.ack_many(self._streams, self._stream, self._group, keys, self._consumer, items)
 
     def _ack_answered(
         self, item: list[str], refusal: ServerError | None, error: BaseException | None

@@ -33,6 +33,7 @@ from flo_redis._wire.checks import check_count, check_seconds
 from flo_redis._wire.keys import check_name
 from flo_redis._wire.stream_codec import MAX_COUNT
 from flo_redis.actions.results import check_handler, error_text
+from flo_redis.durability import Durability, DurabilityLike, worker_durability
 from flo_redis.errors import PermissionDeniedError, is_connection_error
 from flo_redis.retry import is_refused_unrun, worker_backoff
 from flo_redis.streams import groups
@@ -63,7 +64,8 @@ class StreamWorkerOptions:
     a :class:`ValidationError` naming the setting: ``concurrency`` 1 .. 2**32 - 1 (as a
     registered worker's), ``batch_size`` 1 .. 1000 (the most one group read or claim
     takes), ``message_timeout`` (0, a year] in seconds, ``claim_min_idle_ms``
-    0 .. 2**32 - 1 (as a group's ``ack_timeout_ms``)."""
+    0 .. 2**32 - 1 (as a group's ``ack_timeout_ms``); ``durability``: its acks' level
+    (:mod:`flo_redis.durability`), None: its client's."""
 
     stream: str
     group: str = ""
@@ -75,6 +77,7 @@ class StreamWorkerOptions:
     message_timeout: float = 300.0
     redeliver_pending_on_reconnect: bool = True
     claim_min_idle_ms: int = 0
+    durability: Durability | None = None
 
     def __post_init__(self) -> None:
         self.check()
@@ -83,6 +86,7 @@ class StreamWorkerOptions:
         """Refuse a bad setting (:class:`ValidationError` naming it): when made, and again
         when the worker starts, so a setting changed in between is checked where used."""
         self.block_ms = worker_block_ms(self.block_ms)
+        self.durability = worker_durability(self.durability)
         check_count("concurrency", self.concurrency, 1, U32 - 1)
         fix = f"a group read takes at most {MAX_COUNT} records"
         check_count("batch_size", self.batch_size, 1, MAX_COUNT, fix=fix)
@@ -111,6 +115,7 @@ class StreamWorker(WorkerLifecycle):
         message_timeout: float = 300.0,
         redeliver_pending_on_reconnect: bool = True,
         claim_min_idle_ms: int = 0,
+        durability: DurabilityLike | None = None,
     ) -> None:
         super().__init__(parent_client)
         check_handler(f"stream {stream!r}", handler)
@@ -127,6 +132,7 @@ class StreamWorker(WorkerLifecycle):
             message_timeout,
             redeliver_pending_on_reconnect,
             claim_min_idle_ms,
+            worker_durability(durability),
         )
         check_name("stream name", stream)
         check_name("group name", group)
@@ -179,6 +185,7 @@ class StreamWorker(WorkerLifecycle):
         self._reports = RecordReports(
             self._streams, where, self.observer, self._stop.is_set, self._track
         )
+        self._replay = self._reports.replay
         await self._join()
         if self.config.redeliver_pending_on_reconnect:
             await self._drain_pending()

@@ -41,6 +41,18 @@ def test_benchmarks_quick_invoke(redis_url: str, tmp_path: Path) -> None:
     assert "invoke" in stdout
 
 
+def test_benchmarks_durability_measures_both_levels(tmp_path: Path) -> None:
+    """The durability workload starts its own primary and replica and measures invoke
+    latency and worker throughput at each level; the figures are not judged."""
+    stdout, results = bench(tmp_path, "--quick", "--only", "durability")
+    durability = results["workloads"]["durability"]
+    assert "error" not in durability
+    for level in ("primary", "replicated"):
+        for metric in ("invoke_p50_ms", "invoke_p99_ms", "runs_per_s"):
+            assert durability["metrics"][f"{level}_{metric}"]["median"] > 0
+    assert "replicated_runs_per_s" in stdout
+
+
 def test_benchmarks_targets_beside_baselines(tmp_path: Path) -> None:
     """Every baseline and its flo-redis counterpart run (tiny sizes, a private
     redis-server) and each target gets a ratio and a verdict; the figures are not judged."""

@@ -203,6 +203,23 @@ async def test_targets_a_worker_or_a_function_that_builds_one(
     assert cmd.exits(0)
 
 
+async def test_durability_sets_the_level_of_every_workers_reports(
+    command, client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
+) -> None:
+    # The test server has no replica: a complete at replicated is applied on it, and not
+    # acknowledged by any replica, so the worker says so and sends it again.
+    await raw.set(f"{namespace}:gate", 1)
+    cmd = command(
+        *_worker(redis_url, namespace, "--durability", "replicated:1:100"), "cli_app:build"
+    )
+    await _workers(client, 1)
+    run = await client.action.invoke("hold", b"")
+    await _status(client, run.run_id, RunStatus.COMPLETED)
+    await _logged(cmd, "reached 0 of 1 replicas within 100 ms")
+    cmd.signal(signal.SIGTERM)
+    assert cmd.exits(0)
+
+
 async def test_a_stream_worker_target(
     command, client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:

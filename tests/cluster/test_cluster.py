@@ -33,6 +33,7 @@ from flo_redis._session.notices import tell
 from flo_redis._wire.gateway import RUN_CANCEL
 from flo_redis._wire.keys import action_keys, handoff_channel, queue_keys, stream_keys
 from flo_redis._wire.replies import handed
+from flo_redis.actions.claims import claim
 from flo_redis.actions.runs import cancel_reply
 from flo_redis.sync import SyncFloClient
 
@@ -155,7 +156,7 @@ async def test_an_invoke_hands_a_run_to_a_parked_poller_on_each_node(
         channel = handoff_channel(keys.tag, cclient.owner_id)
         async with cclient.waker.listening([channel], release=True) as listener:
             await listener.arm()
-            parked = await cclient.worker.claim(keys, "w1", b"", 1, "p#0", 10_000)
+            parked = await claim(cclient.session, keys, "w1", b"", 1, "p#0", 10_000)
             assert parked.runs == ()
             run_id = (await cclient.action.invoke(name, b"x")).run_id
             assert await listener.wait(15)

@@ -23,6 +23,7 @@ from flo_redis import (
     WorkerAwaitOptions,
 )
 from flo_redis._wire.keys import action_keys
+from flo_redis.actions.claims import claim
 
 HERE = Path(__file__).resolve().parents[1] / "support"
 NOW = WorkerAwaitOptions(block_ms=0)
@@ -94,7 +95,7 @@ async def test_a_held_back_claim_says_when_the_next_start_is_allowed(
     first = await client.worker.await_tasks("w1", ["job"], 3, NOW)
     assert len(first) == 2  # room for two starts in the window
     keys = action_keys(namespace, "job")
-    reply = await client.worker.claim(keys, "w1", b"", 3, "")
+    reply = await claim(client.session, keys, "w1", b"", 3, "")
     assert reply.runs == ()
     assert reply.rate_next_ms == min(r.claimed_at_ms for r in first) + 60_000
     assert reply.next_due_ms <= reply.rate_next_ms

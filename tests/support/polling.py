@@ -10,7 +10,7 @@ from typing import Protocol, TypeVar
 
 import redis.asyncio as aioredis
 
-from flo_redis import ActionWorker, FloClient, RunStatus
+from flo_redis import ActionWorker, ConnectionFailedError, FloClient, RunStatus
 from flo_redis.types import ActionRunStatus
 
 T = TypeVar("T")
@@ -40,6 +40,17 @@ async def eventually(
         if loop.time() >= deadline:
             raise AssertionError(f"{what} not met within {timeout} s; last value {value!r}")
         await asyncio.sleep(interval)
+
+
+async def connected(client: FloClient) -> FloClient:
+    """``client``, connected once Redis answers: a worker process started during an outage
+    or a failover waits for Redis, as a supervisor would, with no deadline."""
+    while True:
+        try:
+            await client.connect()
+            return client
+        except ConnectionFailedError:
+            await asyncio.sleep(0.2)
 
 
 async def registered(worker: ActionWorker) -> None:

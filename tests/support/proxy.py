@@ -3,7 +3,8 @@ every connection, silence them (a partition, or a half-open connection that keep
 every connection it makes open and silent), or let a request through and drop its reply
 (cutting that connection), so a test can make Redis run a command whose answer never
 arrives, or answer requests itself with ``-LOADING`` as a Redis loading its data set does
-(the request never reaches Redis)."""
+(the request never reaches Redis). With a ``lag_s``, every byte from upstream reaches its
+client that late: a replica replicating through it trails its primary by the lag."""
 
 from __future__ import annotations
 
@@ -25,19 +26,32 @@ class _Link:
     server: asyncio.StreamWriter
     drop_next_reply: bool = False
     stalled: bool = False
+    #: Replies held back by a lag: when each is due, and its bytes.
+    held: asyncio.Queue[tuple[float, bytes]] = field(default_factory=asyncio.Queue)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    #: The task delivering held replies (with a lag): it ends with the link.
+    late: asyncio.Task[None] | None = None
 
     def close(self) -> None:
+        if self.late is not None:
+            self.late.cancel()
         for writer in (self.client, self.server):
             with contextlib.suppress(Exception):
                 writer.close()
 
 
 class Proxy:
-    """Forward ``127.0.0.1:<port>`` to ``upstream``; ``url`` is the Redis URL to use."""
+    """Forward ``127.0.0.1:<port>`` to ``upstream``; ``url`` is the Redis URL to use.
 
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    ``lag_s``: every reply is delivered that long after it arrived, in order. When a
+    connection closes, the replies it still holds are never delivered: a primary
+    replicating through the proxy that dies (or is cut off) takes its last ``lag_s`` of
+    writes with it, as when the replica trails by that much across a network.
+    """
+
+    def __init__(self, upstream_host: str, upstream_port: int, lag_s: float = 0.0) -> None:
         self._upstream = (upstream_host, upstream_port)
+        self.lag_s = lag_s
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
         self._drop_after: bytes | None = None
@@ -149,6 +163,8 @@ class Proxy:
             asyncio.create_task(self._pump_requests(link, reader, up_writer)),
             asyncio.create_task(self._pump_replies(link, up_reader, writer)),
         ]
+        if self.lag_s:
+            link.late = asyncio.create_task(self._deliver_late(link, writer))
 
     async def _pump_requests(
         self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -187,6 +203,9 @@ class Proxy:
                     break
                 if link.stalled:
                     continue
+                if self.lag_s:
+                    link.held.put_nowait((asyncio.get_running_loop().time() + self.lag_s, data))
+                    continue
                 writer.write(data)
                 await writer.drain()
         except (OSError, asyncio.IncompleteReadError):
@@ -194,6 +213,18 @@ class Proxy:
         finally:
             link.close()
             self._links.discard(link)
+
+    async def _deliver_late(self, link: _Link, writer: asyncio.StreamWriter) -> None:
+        """Write each held reply once it is due; none once the link is closed."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                due, data = await link.held.get()
+                await asyncio.sleep(due - loop.time())
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            link.close()
 
 
 @contextlib.asynccontextmanager

@@ -81,11 +81,13 @@ class RedisServer(_RedisServer):
 
 @dataclass
 class RedisCluster:
-    """A private Redis Cluster of ``masters`` redis-servers on free ports, no replicas,
-    joined with ``redis-cli --cluster create`` (one alone given every slot); all 16384
-    slots covered when started."""
+    """A private Redis Cluster of ``masters`` redis-servers on free ports, each with
+    ``replicas`` replicas of its own (none by default), joined with ``redis-cli --cluster
+    create`` (one master alone is given every slot, and takes no replicas); all 16384
+    slots covered and every replica's link up when started."""
 
     masters: int = 3
+    replicas: int = 0
     servers: list[RedisServer] = field(default_factory=list)
 
     @property
@@ -99,7 +101,9 @@ class RedisCluster:
 
     def start(self) -> RedisCluster:
         cli = redis_cli_binary()
-        for _ in range(self.masters):
+        if self.masters == 1 and self.replicas:
+            raise ValueError("a cluster of one master is made without redis-cli: no replicas")
+        for _ in range(self.masters * (1 + self.replicas)):
             server = RedisServer(
                 extra=(
                     "--cluster-enabled", "yes",
@@ -123,7 +127,7 @@ class RedisCluster:
                 "create",
                 *nodes,
                 "--cluster-replicas",
-                "0",
+                str(self.replicas),
                 "--cluster-yes",
             ]
             subprocess.run(
@@ -152,12 +156,32 @@ class RedisCluster:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             states = [self.cli(port, "cluster", "info") for port in self.ports]
-            if all("cluster_state:ok" in s for s in states) and all(
-                "cluster_slots_assigned:16384" in s for s in states
+            if (
+                all("cluster_state:ok" in s for s in states)
+                and all("cluster_slots_assigned:16384" in s for s in states)
+                and self._replicas_linked()
             ):
                 return
             time.sleep(0.1)
         raise RuntimeError("the cluster did not reach cluster_state:ok in 30 s")
+
+    def _replicas_linked(self) -> bool:
+        """Whether every replica's link to its master is up."""
+        return all(
+            "master_link_status:up" in self.cli(port, "info", "replication")
+            for port in self.ports
+            if "role:slave" in self.cli(port, "info", "replication")
+        )
+
+    def replica_of(self, master_port: int) -> RedisServer:
+        """The (first) replica of the master on ``master_port``."""
+        master = self.node_id(master_port)
+        for line in self.cli(self.ports[0], "cluster", "nodes").splitlines():
+            fields = line.split()
+            if "slave" in fields[2] and fields[3] == master:
+                port = int(fields[1].split(":")[1].split("@")[0])
+                return next(s for s in self.servers if s.port == port)
+        raise LookupError(f"the master on port {master_port} has no replica")
 
     def stop(self) -> None:
         for server in self.servers:

@@ -14,7 +14,9 @@ import os
 import random
 import sys
 
-from flo_redis import ActionContext, ActionRegisterOptions, ConnectionFailedError, FloClient
+from polling import connected
+
+from flo_redis import ActionContext, ActionRegisterOptions, FloClient
 
 OPTIONS = ActionRegisterOptions(timeout_ms=300_000, max_retries=1000)
 
@@ -28,13 +30,7 @@ async def main(url: str, namespace: str, action: str, ledger: str, concurrency: 
         await asyncio.sleep(random.uniform(0.001, 0.03))
         return f"{os.getpid()} {ctx.token}".encode()
 
-    client = FloClient(url, namespace=namespace)
-    while True:  # started during an outage: wait for Redis, as a supervisor would
-        try:
-            await client.connect()
-            break
-        except ConnectionFailedError:
-            await asyncio.sleep(0.2)
+    client = await connected(FloClient(url, namespace=namespace))
     async with client:
         worker = client.new_action_worker(
             worker_id=f"soak-{os.getpid()}", concurrency=concurrency, block_ms=1000

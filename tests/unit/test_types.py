@@ -11,6 +11,7 @@ import pytest
 import redis.exceptions
 
 import flo_redis.retry as retry_module
+from flo_redis._wire.checks import validate_block_ms
 from flo_redis.errors import (
     BadRequestError,
     BlockTooLongError,
@@ -33,7 +34,6 @@ from flo_redis.errors import (
     ValidationError,
     is_connection_error,
     server_error,
-    validate_block_ms,
 )
 from flo_redis.retry import (
     DEFAULT_RETRY_POLICY,

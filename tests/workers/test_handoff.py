@@ -34,6 +34,7 @@ from flo_redis._session.session import Session
 from flo_redis._wire.codec import pack
 from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel
 from flo_redis._wire.replies import Claimed, handed
+from flo_redis.actions.claims import claim
 from flo_redis.actions.schedules import fire_due
 from flo_redis.worker import poller
 from flo_redis.worker.poller import ActionPoller
@@ -48,7 +49,7 @@ async def park(
     labels: bytes = b"",
     received: str = "",
 ) -> None:
-    reply = await client.worker.claim(keys, "w1", labels, 1, poll_id, PARK_MS, received)
+    reply = await claim(client.session, keys, "w1", labels, 1, poll_id, PARK_MS, received)
     assert reply.runs == ()
 
 
@@ -112,7 +113,7 @@ async def test_a_lost_message_is_replayed_by_the_poll_id(
     run_id = (await client.action.invoke("job", b"x")).run_id
     token = (await channel.next() or [None, None, None])[2]
     # The poller never heard it: it claims again under the same poll id.
-    again = await client.worker.claim(keys, "w1", b"", 1, "p1#0")
+    again = await claim(client.session, keys, "w1", b"", 1, "p1#0")
     assert [(r.run_id, r.token, r.payload) for r in again.runs] == [(run_id, token, b"x")]
 
 
@@ -124,7 +125,7 @@ async def test_a_handed_run_reads_the_same_as_the_claim_that_replays_it(
     # be read in each other's place are equal (token and attempt; created and ready).
     keys = await register(client, max_retries=3)
     await client.action.invoke("job", b"earlier")
-    await client.worker.claim(keys, "w2", b"", 1, "earlier")  # its run's token is 1
+    await claim(client.session, keys, "w2", b"", 1, "earlier")  # its run's token is 1
     run = await running_run(client, keys, b"input")
     await asyncio.sleep(0.01)  # the retry is ready after the run was created
     await park(client, keys)
@@ -136,7 +137,7 @@ async def test_a_handed_run_reads_the_same_as_the_claim_that_replays_it(
     message = handed(data, "job")
     assert (message.poll_id, message.run_id) == ("p1#0", run.run_id)
     assert message.run is not None
-    (replayed,) = (await client.worker.claim(keys, "w1", b"", 1, "p1#0")).runs
+    (replayed,) = (await claim(client.session, keys, "w1", b"", 1, "p1#0")).runs
     assert message.run == replayed
     assert (replayed.attempt, replayed.payload, replayed.trace) == (2, b"input", b"")
     assert replayed.token > replayed.attempt
@@ -151,7 +152,7 @@ async def test_the_next_poll_answers_with_a_handed_run_not_received(
     run_id = (await client.action.invoke("job", b"x")).run_id
     assert await channel.next() is not None
     # The poller's next poll says it did not receive the run: it is in the answer.
-    nxt = await client.worker.claim(keys, "w1", b"", 5, "p1#1", PARK_MS, "")
+    nxt = await claim(client.session, keys, "w1", b"", 5, "p1#1", PARK_MS, "")
     assert [r.run_id for r in nxt.runs] == [run_id]
 
 
@@ -162,7 +163,7 @@ async def test_a_received_run_is_not_handed_out_again(
     await park(client, keys)
     run_id = (await client.action.invoke("job", b"x")).run_id
     token = (await channel.next() or [None, None, None])[2]
-    nxt = await client.worker.claim(keys, "w1", b"", 5, "p1#1", PARK_MS, f"{run_id} {token}")
+    nxt = await claim(client.session, keys, "w1", b"", 5, "p1#1", PARK_MS, f"{run_id} {token}")
     assert nxt.runs == ()
     assert await raw.zcard(keys.parked) == 1  # parked again for the next one
 
@@ -180,7 +181,7 @@ async def test_the_same_run_handed_again_under_a_new_token_is_not_taken_as_recei
     second = (await channel.next() or [None, None, None])[2]
     assert second != first
     # Its next poll says it received the run under its first token: the retry is answered.
-    nxt = await client.worker.claim(keys, "w1", b"", 5, "p1#2", PARK_MS, f"{run_id} {first}")
+    nxt = await claim(client.session, keys, "w1", b"", 5, "p1#2", PARK_MS, f"{run_id} {first}")
     assert [(r.run_id, r.token) for r in nxt.runs] == [(run_id, second)]
 
 
@@ -189,7 +190,7 @@ async def test_a_claim_of_the_poller_ends_its_park(
 ) -> None:
     keys = await register(client)
     await park(client, keys)
-    assert (await client.worker.claim(keys, "w1", b"", 1, "p1#1")).runs == ()
+    assert (await claim(client.session, keys, "w1", b"", 1, "p1#1")).runs == ()
     run_id = (await client.action.invoke("job", b"x")).run_id
     assert (await client.action.status(run_id)).status == RunStatus.PENDING
     assert await raw.zcard(keys.parked) == 0
@@ -202,14 +203,14 @@ async def test_an_unpark_only_claim_answers_with_what_was_handed(
     await park(client, keys)
     await client.action.invoke("job", b"x")
     second = (await client.action.invoke("job", b"y")).run_id  # queued: the park took one
-    handed = await client.worker.claim(keys, "w1", b"", 0, "p1#0")
+    handed = await claim(client.session, keys, "w1", b"", 0, "p1#0")
     assert [r.payload for r in handed.runs] == [b"x"]
     assert (await client.action.status(second)).status == RunStatus.PENDING
 
 
 async def test_a_park_ends_at_its_deadline(client: FloClient, channel: Channel) -> None:
     keys = await register(client)
-    assert (await client.worker.claim(keys, "w1", b"", 1, "p1#0", 50)).runs == ()
+    assert (await claim(client.session, keys, "w1", b"", 1, "p1#0", 50)).runs == ()
     await asyncio.sleep(0.1)  # past the park's 50 ms: the time is the behaviour
     run_id = (await client.action.invoke("job", b"x")).run_id
     assert (await client.action.status(run_id)).status == RunStatus.PENDING
@@ -248,7 +249,7 @@ async def test_waiting_runs_go_first(client: FloClient, channel: Channel) -> Non
 async def test_max_concurrency_is_honoured(client: FloClient, channel: Channel) -> None:
     keys = await register(client, max_concurrency=1)
     await client.action.invoke("job", b"x")
-    assert len((await client.worker.claim(keys, "w2", b"", 1, "other")).runs) == 1
+    assert len((await claim(client.session, keys, "w2", b"", 1, "other")).runs) == 1
     await park(client, keys)
     run_id = (await client.action.invoke("job", b"y")).run_id
     assert (await client.action.status(run_id)).status == RunStatus.PENDING
@@ -276,7 +277,7 @@ async def test_a_handed_run_of_a_gone_owner_comes_back_through_liveness(
         pubsub = poller.redis.pubsub()
         await pubsub.ssubscribe(handoff_channel(keys.tag, poller.owner_id))
         await pubsub.get_message(timeout=1.0)
-        await poller.worker.claim(keys, "w1", b"", 1, "p1#0", PARK_MS)
+        await claim(poller.session, keys, "w1", b"", 1, "p1#0", PARK_MS)
         run_id = (await client.action.invoke("job", b"x")).run_id
         assert (await client.action.status(run_id)).status == RunStatus.RUNNING
         await pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -293,7 +294,7 @@ async def test_a_handed_run_of_a_gone_owner_comes_back_through_liveness(
 async def running_run(client: FloClient, keys: ActionKeys, payload: bytes = b"x") -> Any:
     """A run invoked and claimed by another poller of `client`'s owner, before any park."""
     await client.action.invoke(keys.action, payload)
-    (run,) = (await client.worker.claim(keys, "w2", b"", 1, "other")).runs
+    (run,) = (await claim(client.session, keys, "w2", b"", 1, "other")).runs
     return run
 
 
@@ -528,7 +529,7 @@ async def test_runs_a_claim_makes_ready_and_does_not_take_are_handed_off(
     await asyncio.sleep(0.1)  # past the 50 ms delay
     # Another worker's claim promotes all three and takes one: the parked poller is
     # handed the next, the third waits, announced.
-    taken = await client.worker.claim(keys, "w2", b"", 1, "q#0")
+    taken = await claim(client.session, keys, "w2", b"", 1, "q#0")
     assert [r.run_id for r in taken.runs] == ids[:1]
     await handed_run(channel, ids[1], client)
     assert await raw.zrange(keys.pending, 0, -1) == [ids[2].encode()]
@@ -540,7 +541,7 @@ async def test_a_gone_owners_run_is_handed_to_a_live_parked_poller(
     keys = await register(client, max_retries=3)
     async with FloClient(redis_url, namespace=namespace) as other:
         await other.action.invoke("job", b"x")
-        (run,) = (await other.worker.claim(keys, "w9", b"", 1, "")).runs
+        (run,) = (await claim(other.session, keys, "w9", b"", 1, "")).runs
     await park(client, keys)
     await reclaim_gone_owners(client.session, "job", grace_ms=0)
     message = await handed_run(channel, run.run_id, client)
@@ -572,7 +573,7 @@ async def test_a_large_input_stays_in_redis_when_a_requeue_hands_the_run_off(
     await client.action.requeue(run.run_id)
     message = await handed_run(channel, run.run_id, client)
     assert message[7] is False
-    again = await client.worker.claim(keys, "w1", b"", 1, "p1#0")
+    again = await claim(client.session, keys, "w1", b"", 1, "p1#0")
     assert [r.payload for r in again.runs] == [big]
 
 
@@ -816,7 +817,7 @@ async def test_a_parked_worker_starts_a_gone_owners_run_without_a_claim(
     keys = await register(client, max_retries=3)
     async with FloClient(redis_url, namespace=namespace) as other:
         await other.action.invoke("job", b"x")
-        (run,) = (await other.worker.claim(keys, "w9", b"", 1, "")).runs
+        (run,) = (await claim(other.session, keys, "w9", b"", 1, "")).runs
     # Its process is gone: the worker's reaper takes the run back after the grace.
     starts = Starts(claims)
     worker = starts.on(client.new_action_worker(block_ms=30_000))

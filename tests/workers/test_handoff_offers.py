@@ -31,6 +31,7 @@ from flo_redis import (
 )
 from flo_redis._session.reclaim import reclaim_gone_owners
 from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel
+from flo_redis.actions.claims import claim
 from flo_redis.worker.progress import report_progress
 
 __all__ = ["channel"]  # the hand-off channel fixture, used here too
@@ -43,7 +44,7 @@ async def park(
     client: FloClient, keys: ActionKeys, poll_id: str = "p1#0", offer_ms: int = OFFER_MS
 ) -> None:
     """Park poller ``poll_id``'s poller (worker w1) stating an offer window."""
-    reply = await client.worker.claim(keys, "w1", b"", 1, poll_id, PARK_MS, "", offer_ms)
+    reply = await claim(client.session, keys, "w1", b"", 1, poll_id, PARK_MS, "", offer_ms)
     assert reply.runs == ()
 
 
@@ -74,7 +75,7 @@ async def reclaim(client: FloClient) -> None:
 
 async def claimed_ids(client: FloClient, keys: ActionKeys, n: int) -> list[str]:
     """The ids a claim of ``n`` by another worker takes, in queue order."""
-    reply = await client.worker.claim(keys, "w2", b"", n, "")
+    reply = await claim(client.session, keys, "w2", b"", n, "")
     return [run.run_id for run in reply.runs]
 
 
@@ -307,21 +308,21 @@ async def by_progress(client: FloClient, run_id: str, token: int) -> None:
 async def by_next_claim(client: FloClient, run_id: str, token: int) -> None:
     # The poller's next poll names the run it received there.
     keys = action_keys(client.namespace, "job")
-    reply = await client.worker.claim(keys, "w1", b"", 1, "p1#1", 0, f"{run_id} {token}")
+    reply = await claim(client.session, keys, "w1", b"", 1, "p1#1", 0, f"{run_id} {token}")
     assert reply.runs == ()
 
 
 async def by_retried_claim(client: FloClient, run_id: str, token: int) -> None:
     # The park's own claim sent again (its reply was lost) answers with the run.
     keys = action_keys(client.namespace, "job")
-    (run,) = (await client.worker.claim(keys, "w1", b"", 1, "p1#0")).runs
+    (run,) = (await claim(client.session, keys, "w1", b"", 1, "p1#0")).runs
     assert (run.run_id, run.token) == (run_id, token)
 
 
 async def by_claim_of_a_run_not_received(client: FloClient, run_id: str, token: int) -> None:
     # The next poll says it received nothing: the claim answers with the run.
     keys = action_keys(client.namespace, "job")
-    (run,) = (await client.worker.claim(keys, "w1", b"", 1, "p1#1")).runs
+    (run,) = (await claim(client.session, keys, "w1", b"", 1, "p1#1")).runs
     assert (run.run_id, run.token) == (run_id, token)
 
 
