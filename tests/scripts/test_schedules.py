@@ -154,8 +154,11 @@ async def test_the_fire_script_refuses_an_occurrence_not_yet_due_and_a_stale_adv
 async def test_schedules_are_listed_replaced_and_removed_by_name(client: FloClient) -> None:
     await client.action.register("report")
     await client.action.register("cleanup")
+    # Half a day away in its time zone, so "often" (every 5 minutes) is always due first.
+    hour = (datetime.now(ZoneInfo("America/New_York")).hour + 12) % 24
+    cron = f"30 {hour} * * *"
     daily = await client.action.schedule(
-        "report", "30 7 * * *", input=b"{}", name="daily", timezone="America/New_York"
+        "report", cron, input=b"{}", name="daily", timezone="America/New_York"
     )
     await client.action.schedule("report", timedelta(minutes=5), name="often")
     await client.action.schedule("cleanup", "0 3 * * *")
@@ -166,10 +169,10 @@ async def test_schedules_are_listed_replaced_and_removed_by_name(client: FloClie
         ("report", "daily"),
     ]
     again = await client.action.schedule(
-        "report", "30 7 * * *", input=b"{}", name="daily", timezone="America/New_York"
+        "report", cron, input=b"{}", name="daily", timezone="America/New_York"
     )
     assert again == daily  # the same schedule keeps its next occurrence
-    assert daily.cron == "30 7 * * *" and daily.every is None and daily.input == b"{}"
+    assert daily.cron == cron and daily.every is None and daily.input == b"{}"
 
     replaced = await client.action.schedule("report", "30 8 * * *", name="daily")
     assert replaced.cron == "30 8 * * *" and replaced.timezone == "UTC"
