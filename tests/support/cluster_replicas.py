@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -23,9 +22,7 @@ import redis
 import redis.asyncio as aioredis
 from polling import eventually
 from proxy import Proxy
-from redis_server import RedisCluster, RedisServer, redis_cli_binary
-
-from flo_redis.testing import free_port
+from redis_server import RedisCluster, RedisServer
 
 #: How long a primary may be unreachable before the cluster promotes its replica.
 NODE_TIMEOUT_MS = 1000
@@ -35,45 +32,13 @@ NO_SYNC_DELAY = ("--repl-diskless-sync-delay", "0")
 
 @dataclass
 class ReplicatedCluster(RedisCluster):
-    """``masters`` primaries with one replica each; all slots covered and every replica
-    in sync when started. A killed node's process is discarded, never restarted."""
+    """``masters`` primaries with one replica each, judged failed after
+    :data:`NODE_TIMEOUT_MS`; all slots covered and every replica in sync when started. A
+    killed node's process is discarded, never restarted."""
 
-    def start(self) -> ReplicatedCluster:
-        for _ in range(2 * self.masters):
-            server = RedisServer(
-                extra=(
-                    "--cluster-enabled", "yes",
-                    "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                    "--cluster-config-file", "nodes.conf",
-                    "--cluster-require-full-coverage", "no",
-                    "--cluster-port", str(free_port()),
-                    *NO_SYNC_DELAY,
-                ),
-            )  # fmt: skip
-            self.servers.append(server.start())
-        try:
-            nodes = [f"127.0.0.1:{port}" for port in self.ports]
-            create = ["--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"]
-            cli = [redis_cli_binary(), *create]
-            subprocess.run(cli, check=True, capture_output=True, timeout=60)
-            self._wait_ok()
-            self._wait(self._replicas_in_sync, "every replica in sync")
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def owner_port(self, slot: int) -> int:
-        """The port of the primary that owns ``slot``, as a live node sees it."""
-        for line in self.cli(self.ports[0], "cluster", "nodes").splitlines():
-            fields = line.split()
-            if "master" not in fields[2] or "fail" in fields[2]:
-                continue
-            for part in fields[8:]:
-                low, _, high = part.partition("-")
-                if not part.startswith("[") and int(low) <= slot <= int(high or low):
-                    return int(fields[1].split(":")[1].split("@")[0])
-        raise LookupError(f"no primary owns slot {slot}")
+    replicas: int = 1
+    node_timeout_ms: int = NODE_TIMEOUT_MS
+    extra: tuple[str, ...] = NO_SYNC_DELAY
 
     def kill_primary(self, slot: int) -> int:
         """SIGKILL the primary that owns ``slot`` (its port is returned); the cluster
@@ -100,15 +65,6 @@ class ReplicatedCluster(RedisCluster):
 
     def _all_ok(self) -> bool:
         return all("cluster_state:ok" in self.cli(p, "cluster", "info") for p in self.ports)
-
-    def _replicas_in_sync(self) -> bool:
-        links = []
-        for port in self.ports:
-            with redis.Redis(port=port) as node:
-                info = node.info("replication")
-            if info["role"] == "slave":
-                links.append(info["master_link_status"] == "up")
-        return len(links) == self.masters and all(links)
 
     @staticmethod
     def _wait(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:

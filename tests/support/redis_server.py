@@ -88,6 +88,10 @@ class RedisCluster:
 
     masters: int = 3
     replicas: int = 0
+    #: How long a node may be unreachable before the others judge it failed.
+    node_timeout_ms: int = 5000
+    #: More arguments for every node's redis-server.
+    extra: tuple[str, ...] = ()
     servers: list[RedisServer] = field(default_factory=list)
 
     @property
@@ -107,11 +111,12 @@ class RedisCluster:
             server = RedisServer(
                 extra=(
                     "--cluster-enabled", "yes",
-                    "--cluster-node-timeout", "5000",
+                    "--cluster-node-timeout", str(self.node_timeout_ms),
                     "--cluster-config-file", "nodes.conf",
                     "--cluster-require-full-coverage", "no",
                     # The bus port defaults to port + 10000, past 65535 for high ports.
                     "--cluster-port", str(free_port()),
+                    *self.extra,
                 ),
             )  # fmt: skip
             self.servers.append(server.start())
@@ -192,10 +197,10 @@ class RedisCluster:
         return self.cli(port, "cluster", "myid")
 
     def owner_port(self, slot: int) -> int:
-        """The port of the primary that owns ``slot``."""
+        """The port of the primary that owns ``slot``, as a live node sees it."""
         for line in self.cli(self.ports[0], "cluster", "nodes").splitlines():
             fields = line.split()
-            if "master" not in fields[2]:
+            if "master" not in fields[2] or "fail" in fields[2]:  # a failed one owns none
                 continue
             for part in fields[8:]:
                 if part.startswith("["):
