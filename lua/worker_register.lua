@@ -3,8 +3,9 @@
   KEYS[1] workers  HASH  worker_id -> msgpack record
   KEYS[2] worker_ids ZSET  worker ids, for paging in id order
   ARGV[1] worker_id
-  ARGV[2] rec      the worker's record, msgpack map: wt, mc, mid, md, tt, ow (lib/workers.lua);
-                   mc 0 .. 2^32 - 1, tt an array of names, mid, md and ow text when given
+  ARGV[2] rec      the worker's record, msgpack map: wt, mc, mid, md, tt, ow, v, hs, pid
+                   (lib/workers.lua); mc 0 .. 2^32 - 1, tt an array of names, mid, md, ow,
+                   v and hs text when given, pid 0 .. 2^32 - 1 when given
   Returns {status}   status: OK
 ]]
 --@include lib/status.lua
@@ -19,6 +20,9 @@ if not (rec and arg_int(rec.wt, 0, 1) and arg_int(rec.mc, 0, U32_MAX)
     and (rec.mid == nil or type(rec.mid) == 'string')
     and (rec.md == nil or type(rec.md) == 'string')
     and (rec.ow == nil or type(rec.ow) == 'string')
+    and (rec.v == nil or type(rec.v) == 'string')
+    and (rec.hs == nil or type(rec.hs) == 'string')
+    and (rec.pid == nil or (type(rec.pid) == 'number' and arg_int(rec.pid, 0, U32_MAX)))
     and (rec.tt == nil or names_ok(rec.tt, INT_MAX))) then
 
   return {ST_BAD_ARG, 2}

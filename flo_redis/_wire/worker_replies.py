@@ -1,6 +1,6 @@
 """The worker registry's replies (``worker_poll``, ``worker_list``, ``worker_presence``,
-``worker_configure``): one frozen dataclass and one parser per reply shape, as in
-:mod:`flo_redis._wire.replies`."""
+``worker_configure``, and ``action_held``: what each worker holds): one frozen dataclass
+and one parser per reply shape, as in :mod:`flo_redis._wire.replies`."""
 
 from __future__ import annotations
 
@@ -69,3 +69,55 @@ class WorkerSettings:
 
 
 worker_settings = fixed(WorkerSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRow:
+    """A run a worker holds: its fencing token, attempt, start and lease deadline (ms;
+    -1: none), and whether it is only offered (handed, not yet accepted)."""
+
+    run_id: str
+    token: int
+    attempt: int
+    started_at_ms: int
+    deadline_ms: int
+    offered: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """``action_held``, for one holder: how many runs it holds (all of them when
+    ``complete``, else at least), and the first of them."""
+
+    held: int
+    complete: bool
+    runs: tuple[HeldRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """``action_held``: one :class:`Holding` per holder asked about, in order."""
+
+    status: int
+    holdings: tuple[Holding, ...]
+
+
+def held(reply: Any, _keys: object) -> Held:
+    holdings: list[Holding] = []
+    i = 1
+    while i < len(reply):
+        n = int(reply[i + 2])
+        runs = tuple(
+            HeldRow(
+                reply[j].decode(),
+                int(reply[j + 1]),
+                int(reply[j + 2]),
+                int(reply[j + 3]),
+                int(reply[j + 4]),
+                bool(int(reply[j + 5])),
+            )
+            for j in range(i + 3, i + 3 + 6 * n, 6)
+        )
+        holdings.append(Holding(int(reply[i]), bool(int(reply[i + 1])), runs))
+        i += 3 + 6 * n
+    return Held(int(reply[0]), tuple(holdings))

@@ -5,6 +5,10 @@ is alive now."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.metadata
+import os
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,16 +25,29 @@ MAX_CURSOR_BYTES = 4096  # a list page's cursor (a worker id)
 SET_ASIDE = -2  # a worker_list row of a worker whose record was set aside (lib/workers.lua)
 
 
+@functools.cache
+def flo_redis_version() -> str:
+    """The installed flo-redis version (a worker's record names it)."""
+    try:
+        return importlib.metadata.version("flo-redis")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree not installed
+        return "0+unknown"
+
+
 def worker_record(
     task_types: Sequence[str], opts: WorkerRegisterOptions, owner_id: str
 ) -> dict[str, Any]:
     """What a registration stores for an action worker (``lua/lib/workers.lua``), its
-    counters left to the script: they start at zero."""
+    counters left to the script: they start at zero. Besides what the caller gives, it
+    names the process that registers: its owner id, flo-redis version, host and pid."""
     return {
         "wt": int(WorkerType.ACTION),
         "mc": opts.concurrency,
         "tt": list(task_types),
         "ow": owner_id,
+        "v": flo_redis_version(),
+        "hs": socket.gethostname()[:256],
+        "pid": os.getpid(),
         **present(mid=opts.machine_id, md=opts.metadata),
     }
 
@@ -52,6 +69,10 @@ def worker_info(row: WorkerRow) -> WorkerInfo:
         machine_id=text(rec.get("mid")),
         metadata=text(rec.get("md")),
         task_types=[text(t) or "" for t in rec.get("tt", [])],
+        owner_id=text(rec.get("ow")),
+        version=text(rec.get("v")),
+        host=text(rec.get("hs")),
+        pid=int(rec["pid"]) if "pid" in rec else None,
     )
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from flo_redis._session.registry import registered_namespaces, registry_names, remember
 from flo_redis._wire.keys import namespace_keys
+from flo_redis.actions.held import DEFAULT_LISTED, WorkerRuns, held_runs
 from flo_redis.actions.inspect import ActionCounts
 from flo_redis.errors import NotFoundError, ValidationError
 from flo_redis.quarantine import WorkerQuarantine
@@ -60,6 +61,31 @@ async def all_workers(client: FloClient, namespace: str | None = None) -> tuple[
         if page.cursor is None:
             return tuple(workers)
         cursor = page.cursor
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerNow:
+    """A registered worker and what it is doing now: ``runs`` (None when it was not
+    asked: its process is gone, or its record names no owner)."""
+
+    info: WorkerInfo
+    runs: WorkerRuns | None
+
+    @property
+    def load(self) -> int:
+        """Runs it holds now (as the queues say), else its last reported load."""
+        return self.info.current_load if self.runs is None else self.runs.held
+
+
+async def workers_now(
+    client: FloClient, namespace: str | None = None, limit: int = DEFAULT_LISTED
+) -> tuple[WorkerNow, ...]:
+    """Every registered worker of the namespace, in id order, each with the runs it
+    holds now (at most ``limit`` listed per worker; :mod:`flo_redis.actions.held`)."""
+    ns = client.get_namespace(namespace)
+    found = await all_workers(client, ns)
+    held = await held_runs(client.session, found, limit=limit, namespace=ns)
+    return tuple(WorkerNow(w, held.get(w.worker_id)) for w in found)
 
 
 GONE = "GONE"
@@ -175,6 +201,7 @@ async def overview(client: FloClient, namespace: str | None = None) -> Overview:
 __all__ = [
     "GONE",
     "Overview",
+    "WorkerNow",
     "WorkerSummary",
     "action_names",
     "all_workers",
@@ -184,4 +211,5 @@ __all__ = [
     "remember",
     "stream_names",
     "summarize",
+    "workers_now",
 ]

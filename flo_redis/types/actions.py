@@ -296,7 +296,11 @@ class WorkerInfo:
     ago), and ``status`` reads UNHEALTHY where the heartbeats say ACTIVE; None, not
     known (the record names no process: written by an older flo-redis). A frozen
     process (SIGSTOP, a paused VM) keeps its subscription: it is alive, and only its
-    heartbeat, growing older, tells."""
+    heartbeat, growing older, tells.
+
+    Also beyond flo, what the registering process recorded of itself: ``owner_id``
+    (every lease it takes names it), the flo-redis ``version`` it runs, its ``host``
+    and ``pid`` (None: written by an older flo-redis)."""
 
     worker_id: str
     worker_type: WorkerType
@@ -311,6 +315,10 @@ class WorkerInfo:
     metadata: str | None = None
     task_types: list[str] = field(default_factory=list)
     alive: bool | None = None
+    owner_id: str | None = None
+    version: str | None = None
+    host: str | None = None
+    pid: int | None = None
 
 
 @dataclass

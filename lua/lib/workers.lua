@@ -4,7 +4,8 @@
   completed/failed, ra registered ms, hb last heartbeat ms, mid machine id, md metadata
   JSON, tt task types, ow the owner id of the process that registered it (its liveness
   channel in the registry's slot says whether that process is still there:
-  worker_presence). UNHEALTHY and "removed" are derived from the heartbeat age and the
+  worker_presence), v the flo-redis version, hs the host and pid the process id of that
+  process (absent in records of older versions). UNHEALTHY and "removed" are derived from the heartbeat age and the
   namespace's settings (config hash: heartbeat_timeout_ms, remove_after_ms; one that does
   not parse reads as its default).
   A record the scripts cannot use (it does not decode, or its times and counters are not
@@ -37,7 +38,9 @@ local function worker_decode(raw)
       or type(rec.tc) ~= 'number' or type(rec.tf) ~= 'number'
       or (rec.st and type(rec.st) ~= 'number') or (rec.wt and type(rec.wt) ~= 'number')
       or (rec.mc and type(rec.mc) ~= 'number') or (rec.md and type(rec.md) ~= 'string')
-      or (rec.mid and type(rec.mid) ~= 'string') or (rec.tt and type(rec.tt) ~= 'table') then
+      or (rec.mid and type(rec.mid) ~= 'string') or (rec.tt and type(rec.tt) ~= 'table')
+      or (rec.v and type(rec.v) ~= 'string') or (rec.hs and type(rec.hs) ~= 'string')
+      or (rec.pid and type(rec.pid) ~= 'number') then
     return false, 'not a worker record: times, counters, status or metadata not of their types'
   end
   for _, t in ipairs(rec.tt or {}) do

@@ -59,6 +59,7 @@ from flo_redis._wire.keys import (
 )
 from flo_redis._wire.runner import LIBRARY, SCRIPTS, ScriptRunner
 from flo_redis._wire.status import Status
+from flo_redis.actions.held import held_runs
 from flo_redis.worker.progress import report_progress
 
 pytestmark = pytest.mark.slow  # every script, argument and bad value: minutes
@@ -141,6 +142,7 @@ async def _workload(c: FloClient) -> None:
     await c.worker.tally("w1", 1, 0, 0)
     await act.runs("job", RunState.PENDING)
     await act.counts("job")
+    await held_runs(c.session, (await c.worker.list()).workers)
     await act.reap("job")
     await reclaim_owners(c.session, "job", ["someone"])
     await act.requeue_failed("job")

@@ -132,6 +132,7 @@ BEHAVIOUR = {
 LUA_ONLY: dict[tuple[str, str], str] = {
     ("action_claim.lua", "BATCH"): "expired leases and due runs handled per claim",
     ("action_invoke_many.lua", "FIRST_INPUT"): "ARGV index of the first input",
+    ("action_held.lua", "SCAN_MAX"): "owner-index entries one call reads, said in its header",
     ("action_reclaim.lua", "GC_BATCH"): "owner-index entries checked per reclaim",
     ("action_reclaim.lua", "GONE"): "error text recorded on the run; Python shows it as is",
     ("run_complete.lua", "RETAIN_BATCH"): "finished runs dropped per call",
