@@ -246,12 +246,19 @@ class FloClient(ClosesOnExit):
         the level of its acks (None: this client's)."""
         return StreamWorker(self, **_keywords(locals()))
 
-    def sibling(self, durability: Durability | None = None) -> FloClient:
+    def sibling(
+        self, durability: Durability | None = None, *, namespace: str | None = None
+    ) -> FloClient:
         """A new, unconnected client with this one's endpoint, namespace and settings
-        (and its own owner id; its writes at ``durability`` when given): the connections
-        a worker opens for itself."""
+        (and its own owner id; its writes at ``durability`` when given; in ``namespace``
+        when given): the connections a worker opens for itself."""
         level = self.settings.durability if durability is None else durability
-        settings = dataclasses.replace(self.settings, owner_id=new_owner_id(), durability=level)
+        settings = dataclasses.replace(
+            self.settings,
+            owner_id=new_owner_id(),
+            durability=level,
+            namespace=self.namespace if namespace is None else namespace,
+        )
         # Its fields are FloClient's keywords; a cluster endpoint stays one (+cluster).
         return FloClient(
             **{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}

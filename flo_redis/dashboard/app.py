@@ -1,47 +1,78 @@
 """The dashboard's web application: pages rendered on the server, forms for changes.
 
 Pages are plain HTML from Jinja2 templates with autoescaping on for every value, styled
-by one stylesheet shipped in the package; there is no JavaScript at all, so the
-Content-Security-Policy forbids scripts outright. Changes are POSTed forms that the
-:class:`~flo_redis.dashboard.guard.Guard` checks (write access, session, CSRF, origin)
-before anything is sent to Redis.
+by one stylesheet shipped in the package, complete without JavaScript. One small script
+of the package's own, ``/static/live.js``, refreshes the parts of a page that change
+from its live event stream (:mod:`.live`); the Content-Security-Policy allows scripts
+and connections from the dashboard itself only (no inline script, no other site).
+Changes are POSTed forms that the :class:`~flo_redis.dashboard.guard.Guard` checks
+(write access, session, CSRF, origin) before anything is sent to Redis. A page shows
+the namespace its ``?ns=`` names (:mod:`.spaces`), the dashboard's own without.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
 from flo_redis.client import FloClient
 from flo_redis.dashboard import changes, pages
 from flo_redis.dashboard.guard import Guard, Refused, Throttled
-from flo_redis.dashboard.render import CLIENT, GUARD, TEMPLATES, error_page, log, templates
+from flo_redis.dashboard.live import DEFAULT_MAX_STREAMS, STREAMS, Streams
+from flo_redis.dashboard.render import (
+    CLIENT,
+    GUARD,
+    SHOWN,
+    SPACES,
+    TEMPLATES,
+    error_page,
+    log,
+    templates,
+)
+from flo_redis.dashboard.spaces import NS_PARAM, Busy, Namespaces
 from flo_redis.errors import ConflictError, FloError, NotFoundError, ValidationError
 
 HEADERS = {
     "Content-Security-Policy": (
-        "default-src 'none'; style-src 'self'; img-src 'self' data:; "
-        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; "
+        "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
-_STATUS_OF = ((NotFoundError, 404), (ValidationError, 400), (ConflictError, 409))
+_STATUS_OF = (
+    (NotFoundError, 404),
+    (ValidationError, 400),
+    (ConflictError, 409),
+    (Busy, 503),
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def create_app(client: FloClient, guard: Guard) -> web.Application:
-    """The dashboard for ``client``'s namespace. The client must be connected while the
-    app serves; the caller owns it."""
+def create_app(
+    client: FloClient,
+    guard: Guard,
+    *,
+    namespaces: Iterable[str] | None = None,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+) -> web.Application:
+    """The dashboard for ``client``'s namespace, and the others ``namespaces`` names
+    (None: every namespace on its Redis; :mod:`.spaces`). At most ``max_streams`` live
+    pages at once (:mod:`.live`). The client must be connected while the app serves;
+    the caller owns it (the app closes the clients it made for other namespaces)."""
     app = web.Application(middlewares=[_guarded_pages])
     app.on_response_prepare.append(_secured)
     app[CLIENT] = client
     app[GUARD] = guard
     app[TEMPLATES] = templates()
+    app[SPACES] = spaces = Namespaces(client, namespaces)
+    app[STREAMS] = streams = Streams(max_streams)
+    app.on_shutdown.append(streams.close)
+    app.on_cleanup.append(lambda _app: spaces.close())
     app.router.add_get("/", pages.overview)
     app.router.add_get("/action", pages.action)
     app.router.add_get("/run", pages.run)
@@ -61,6 +92,8 @@ def create_app(client: FloClient, guard: Guard) -> web.Application:
     app.router.add_post("/quarantine/replay", changes.quarantine_replay)
     app.router.add_post("/quarantine/delete", changes.quarantine_delete)
     app.router.add_get("/static/style.css", pages.stylesheet)
+    app.router.add_get("/static/live.js", pages.live_script)
+    app.router.add_get("/live/{page:.*}", pages.live_page)
     return app
 
 
@@ -79,7 +112,9 @@ async def _guarded_pages(request: web.Request, handler: Handler) -> web.StreamRe
     :func:`_secured`); never a bare 500."""
     try:
         request.app[GUARD].check_host(request)
-        return await handler(request)
+        async with request.app[SPACES].client(await _namespace(request)) as shown:
+            request[SHOWN] = shown
+            return await handler(request)
     except Throttled as exc:
         response = await error_page(request, "refused.html", {"why": exc.why, "login": False}, 429)
         response.headers["Retry-After"] = str(exc.retry_after_s)
@@ -94,10 +129,20 @@ async def _guarded_pages(request: web.Request, handler: Handler) -> web.StreamRe
         if exc.status < 400:  # a redirect after a change
             raise
         response = await error_page(request, "error.html", {"error": exc.reason}, exc.status)
-        if "Allow" in exc.headers:  # 405: the methods the path takes
-            response.headers["Allow"] = exc.headers["Allow"]
+        for name in ("Allow", "Retry-After"):  # 405: the methods the path takes; 503
+            if name in exc.headers:
+                response.headers[name] = exc.headers[name]
         return response
     except Exception:
         log.exception("dashboard page %s %s failed", request.method, request.rel_url.path)
         context = {"error": "the dashboard failed to answer; its log says why"}
         return await error_page(request, "error.html", context, 500)
+
+
+async def _namespace(request: web.Request) -> str | None:
+    """The namespace a request names: ``?ns=``, or a POSTed form's ``ns`` field."""
+    named = request.query.get(NS_PARAM)
+    if named is None and request.method == "POST":
+        field = (await request.post()).get(NS_PARAM)
+        named = field if isinstance(field, str) else None
+    return named or None

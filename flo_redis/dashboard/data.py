@@ -17,7 +17,7 @@ from flo_redis.actions.inspect import ActionCounts, RunPage, RunState
 from flo_redis.client import FloClient
 from flo_redis.errors import ValidationError
 from flo_redis.ops import discovery
-from flo_redis.ops.discovery import WorkerSummary
+from flo_redis.ops.discovery import WorkerNow, WorkerSummary
 from flo_redis.quarantine import (
     ActionQuarantine,
     GroupQuarantine,
@@ -63,7 +63,7 @@ class Overview:
 
 @dataclass(frozen=True)
 class WorkersPage:
-    workers: tuple[WorkerInfo, ...]
+    workers: tuple[WorkerNow, ...]
     summary: WorkerSummary
 
 
@@ -113,9 +113,10 @@ async def overview(client: FloClient) -> Overview:
 
 
 async def workers(client: FloClient) -> WorkersPage:
-    """Every registered worker, and their figures (busy counts live workers only)."""
-    now_ms, found = await asyncio.gather(client.server_time_ms(), discovery.all_workers(client))
-    return WorkersPage(found, discovery.summarize(found, now_ms))
+    """Every registered worker with the runs it holds now, and their figures (busy
+    counts live workers only)."""
+    now_ms, found = await asyncio.gather(client.server_time_ms(), discovery.workers_now(client))
+    return WorkersPage(found, discovery.summarize([w.info for w in found], now_ms))
 
 
 async def action_page(

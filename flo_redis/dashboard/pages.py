@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
+from typing import Any
 
 from aiohttp import web
 
 from flo_redis._wire.keys import action_of_run
-from flo_redis.dashboard import data
+from flo_redis.dashboard import data, live
 from flo_redis.dashboard.guard import local_path
-from flo_redis.dashboard.render import CLIENT, render_page
+from flo_redis.dashboard.render import client_of, page_fixtures, page_html, render_page
 from flo_redis.errors import NotFoundError, ValidationError
 from flo_redis.quarantine import WorkerQuarantine
 
@@ -22,27 +24,62 @@ def _required(request: web.Request, name: str) -> str:
     return value
 
 
-async def overview(request: web.Request) -> web.StreamResponse:
-    page = await data.overview(request.app[CLIENT])
-    return await render_page(request, "overview.html", {"page": page})
+View = tuple[str, Mapping[str, Any]]  # a page's template and what it shows
 
 
-async def action(request: web.Request) -> web.StreamResponse:
+async def overview_view(request: web.Request) -> View:
+    return "overview.html", {"page": await data.overview(client_of(request))}
+
+
+async def action_view(request: web.Request) -> View:
     name = _required(request, "name")
     cursor = request.query.get("cursor")
     page = await data.action_page(
-        request.app[CLIENT],
+        client_of(request),
         name,
         request.query.get("state") or None,
         cursor.encode() if cursor else None,
     )
     if page.info is None:
         raise NotFoundError(f"action {name!r} is not registered in this namespace")
-    return await render_page(request, "action.html", {"page": page})
+    return "action.html", {"page": page}
+
+
+async def workers_view(request: web.Request) -> View:
+    client = client_of(request)
+    page = await data.workers(client)
+    set_aside = await client.quarantine.count(WorkerQuarantine())
+    context = {"workers": page.workers, "summary": page.summary, "set_aside": set_aside}
+    return "workers.html", context
+
+
+# The pages that refresh live (/live/<path>), each drawn by its view.
+LIVE_VIEWS = {"/": overview_view, "/action": action_view, "/workers": workers_view}
+
+
+async def overview(request: web.Request) -> web.StreamResponse:
+    return await render_page(request, *await overview_view(request))
+
+
+async def action(request: web.Request) -> web.StreamResponse:
+    return await render_page(request, *await action_view(request))
+
+
+async def workers(request: web.Request) -> web.StreamResponse:
+    return await render_page(request, *await workers_view(request))
+
+
+async def live_page(request: web.Request) -> web.StreamResponse:
+    """The live event stream of the page at /live/<path> (:mod:`.live`)."""
+    path = "/" + request.match_info["page"]
+    view = LIVE_VIEWS.get(path)
+    if view is None:
+        raise NotFoundError(f"{path} is not a page that refreshes live")
+    return await live.stream(request, view, page_html, page_fixtures, path)
 
 
 async def run(request: web.Request) -> web.StreamResponse:
-    status = await request.app[CLIENT].action.status(_required(request, "id"))
+    status = await client_of(request).action.status(_required(request, "id"))
     context = {
         "run": status,
         "action_name": action_of_run(status.run_id),
@@ -52,31 +89,21 @@ async def run(request: web.Request) -> web.StreamResponse:
     return await render_page(request, "run.html", context)
 
 
-async def workers(request: web.Request) -> web.StreamResponse:
-    page = await data.workers(request.app[CLIENT])
-    set_aside = await request.app[CLIENT].quarantine.count(WorkerQuarantine())
-    return await render_page(
-        request,
-        "workers.html",
-        {"workers": page.workers, "summary": page.summary, "set_aside": set_aside},
-    )
-
-
 async def streams(request: web.Request) -> web.StreamResponse:
-    found = await data.streams(request.app[CLIENT])
+    found = await data.streams(client_of(request))
     return await render_page(request, "streams.html", {"streams": found})
 
 
 async def group(request: web.Request) -> web.StreamResponse:
     page = await data.group_page(
-        request.app[CLIENT], _required(request, "stream"), _required(request, "group")
+        client_of(request), _required(request, "stream"), _required(request, "group")
     )
     return await render_page(request, "group.html", {"page": page})
 
 
 async def quarantine(request: web.Request) -> web.StreamResponse:
     scope = data.quarantine_of(request.query)
-    client = request.app[CLIENT]
+    client = client_of(request)
     page = await client.quarantine.list(
         scope, limit=data.QUARANTINE_ROWS, after=request.query.get("after") or None
     )
@@ -95,5 +122,13 @@ async def login_form(request: web.Request) -> web.StreamResponse:
 
 
 async def stylesheet(request: web.Request) -> web.StreamResponse:
-    css = resources.files("flo_redis.dashboard").joinpath("static/style.css").read_text()
-    return web.Response(text=css, content_type="text/css")
+    return _static("style.css", "text/css")
+
+
+async def live_script(request: web.Request) -> web.StreamResponse:
+    return _static("live.js", "text/javascript")
+
+
+def _static(name: str, content_type: str) -> web.Response:
+    text = resources.files("flo_redis.dashboard").joinpath(f"static/{name}").read_text()
+    return web.Response(text=text, content_type=content_type)

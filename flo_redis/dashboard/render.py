@@ -20,6 +20,7 @@ from yarl import URL
 
 from flo_redis.client import FloClient
 from flo_redis.dashboard.guard import Guard, local_path
+from flo_redis.dashboard.spaces import NS_PARAM, Namespaces
 from flo_redis.dashboard.sparkline import sparkline
 from flo_redis.errors import FloError
 from flo_redis.ops.discovery import health
@@ -28,6 +29,9 @@ from flo_redis.types import StreamID
 log = logging.getLogger("flo_redis.dashboard")
 
 CLIENT: web.AppKey[FloClient] = web.AppKey("client", FloClient)
+SPACES: web.AppKey[Namespaces] = web.AppKey("namespaces", Namespaces)
+# The client of the namespace a request shows (set by the app's middleware).
+SHOWN: web.RequestKey[FloClient] = web.RequestKey("shown", FloClient)
 GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
 
@@ -61,7 +65,32 @@ def templates() -> jinja2.Environment:
     env.filters["hexdump"] = lambda raw: raw[:48].hex(" ") + (" …" if len(raw) > 48 else "")
     env.filters["sid"] = lambda sid: sid.to_redis() if isinstance(sid, StreamID) else str(sid)
     env.globals["sparkline"] = sparkline
+    env.globals["link"] = _link
+    env.filters["urlencode"] = _urlencode
     return env
+
+
+def client_of(request: web.Request) -> FloClient:
+    """The client of the namespace ``request`` shows (``?ns=``; the dashboard's own
+    without)."""
+    return request.get(SHOWN) or request.app[CLIENT]
+
+
+@jinja2.pass_context
+def _urlencode(context: jinja2.runtime.Context, value: Any) -> str:
+    """Jinja's urlencode, but a query built from a mapping carries the namespace the
+    page shows: every link a page builds stays in its namespace."""
+    ns = context.get("ns_param")
+    if ns and isinstance(value, Mapping) and NS_PARAM not in value:
+        value = {**value, NS_PARAM: ns}
+    return jinja2.filters.do_urlencode(value)
+
+
+@jinja2.pass_context
+def _link(context: jinja2.runtime.Context, path: str) -> str:
+    """``path`` (no query) in the namespace the page shows."""
+    ns = context.get("ns_param")
+    return f"{path}?{jinja2.filters.do_urlencode({NS_PARAM: ns})}" if ns else path
 
 
 async def render_page(
@@ -69,8 +98,22 @@ async def render_page(
 ) -> web.Response:
     """``template`` rendered for ``request`` with ``context`` and what every page shows
     (the namespace, the time, access, the note of a finished change, auto-refresh)."""
+    html = await page_html(request, template, context)
+    return web.Response(text=html, content_type="text/html", status=status)
+
+
+async def page_html(
+    request: web.Request,
+    template: str,
+    context: Mapping[str, Any],
+    path: str | None = None,
+    fixed: Mapping[str, Any] | None = None,
+) -> str:
+    """The HTML of :func:`render_page`; ``path``: the page's own path when ``request``
+    is not for the page itself (its live stream), ``fixed``: what every page shows
+    that the stream reads once, not at each refresh (:func:`page_fixtures`)."""
     app = request.app
-    client = app[CLIENT]
+    client = client_of(request)
     try:
         now_ms = await client.server_time_ms()
     except FloError:
@@ -78,13 +121,15 @@ async def render_page(
     refresh = request.query.get("refresh", "")
     kept = {k: v for k, v in request.query.items() if k not in ("done", "refresh")}
     # The page's own path, never read as another site (//evil.example/x is a path).
-    here = URL(local_path(request.rel_url.path)).with_query(kept)
-    html = (
+    here = URL(local_path(path or request.rel_url.path)).with_query(kept)
+    home = app[CLIENT].namespace
+    return (
         app[TEMPLATES]
         .get_template(template)
         .render(
-            access=await app[GUARD].access(request, client),
+            **(fixed or await page_fixtures(request)),
             namespace=client.namespace,
+            ns_param="" if client.namespace == home else client.namespace,
             now_ms=now_ms,
             done=_done(request),
             refresh=int(refresh) if refresh in ("2", "5", "10", "30") else 0,
@@ -93,7 +138,16 @@ async def render_page(
             **context,
         )
     )
-    return web.Response(text=html, content_type="text/html", status=status)
+
+
+async def page_fixtures(request: web.Request) -> dict[str, Any]:
+    """What a page shows of the request's access (a read of its session, which keeps
+    it open) and of the namespaces to switch to."""
+    app = request.app
+    return {
+        "access": await app[GUARD].access(request, client_of(request)),
+        "namespaces": await app[SPACES].names(),
+    }
 
 
 def _done(request: web.Request) -> str:

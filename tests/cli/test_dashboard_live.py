@@ -1,0 +1,226 @@
+"""The dashboard's live pages over HTTP (their event streams: what they send, to whom,
+how many, and that they end), the workers page's runs held now, and the namespace
+switcher. The browser's side is tests/browser/test_browser_live.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from dashboard_pages import get, parsed
+
+from flo_redis import ActionRegisterOptions, FloClient, WorkerAwaitOptions, WorkerRegisterOptions
+from flo_redis.actions.worker_registry import flo_redis_version
+from flo_redis.dashboard import RunningDashboard, start_dashboard
+from flo_redis.dashboard.live import live_regions
+
+NOW = WorkerAwaitOptions(block_ms=0)
+READ_S = 30.0  # a generous bound on waiting for the next event
+
+
+@pytest.fixture
+async def dashboard(client: FloClient) -> AsyncIterator[RunningDashboard]:
+    running = await start_dashboard(client, port=0)
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, dict[str, str]]]:
+    """The events of a stream, as (event, data), until it ends."""
+    name, data = "message", ""
+    while True:
+        line = await asyncio.wait_for(response.content.readline(), READ_S)
+        if not line:
+            return
+        text = line.decode().rstrip("\n")
+        if text.startswith("event: "):
+            name = text[len("event: ") :]
+        elif text.startswith("data: "):
+            data = text[len("data: ") :]
+        elif not text and data:
+            yield name, json.loads(data)
+            name, data = "message", ""
+
+
+async def region_until(response: aiohttp.ClientResponse, name: str, text: str) -> dict[str, str]:
+    """The first update of region ``name`` whose HTML holds ``text`` (within READ_S)."""
+
+    async def first() -> dict[str, str]:
+        async for event, data in events(response):
+            if event == "region" and data["name"] == name and text in data["html"]:
+                return data
+        raise AssertionError(f"the stream ended before region {name!r} showed {text!r}")
+
+    return await asyncio.wait_for(first(), READ_S)
+
+
+async def test_an_open_overview_is_sent_each_region_then_what_changes(
+    client: FloClient, dashboard: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    await client.action.register("pay", options=ActionRegisterOptions(max_retries=1))
+    await client.worker.register("w1", ["pay"], WorkerRegisterOptions())
+    async with browser.get(dashboard.url + "live/") as response:
+        assert response.status == 200
+        assert response.content_type == "text/event-stream"
+        assert "Content-Security-Policy" in response.headers
+        first = set()
+        async for event, data in events(response):
+            if event == "region":
+                first.add(data["name"])
+            if first >= {"overview-counts", "overview-actions", "overview-failures"}:
+                break
+        await client.action.invoke("pay", b"{}")
+        [run] = await client.worker.await_tasks("w1", ["pay"], 1, NOW)
+        await client.worker.fail("w1", "pay", run.run_id, "card declined")
+
+        update = await region_until(response, "overview-failures", "card declined")
+
+    assert run.run_id in update["html"]
+    _, page = await get(browser, dashboard.url)
+    assert live_regions(page)["overview-failures"] == update["html"]  # as the page draws it
+
+
+async def test_a_live_workers_page_shows_a_run_taken_while_it_is_open(
+    client: FloClient, dashboard: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    await client.action.register("pay")
+    await client.worker.register("w1", ["pay"], WorkerRegisterOptions(concurrency=4))
+    async with browser.get(dashboard.url + "live/workers") as response:
+        await region_until(response, "workers", "idle")
+        await client.action.invoke("pay", b"{}")
+        [run] = await client.worker.await_tasks("w1", ["pay"], 1, NOW)
+
+        update = await region_until(response, "workers", run.run_id)
+
+    assert "1/4" in update["html"]
+
+
+async def test_the_workers_page_shows_what_each_worker_holds_and_its_process(
+    client: FloClient, dashboard: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    await client.action.register("pay")
+    await client.worker.register("w1", ["pay"], WorkerRegisterOptions(concurrency=4))
+    for _ in range(2):
+        await client.action.invoke("pay", b"{}")
+    held = [c.run_id for c in await client.worker.await_tasks("w1", ["pay"], 2, NOW)]
+
+    status, body = await get(browser, dashboard.url + "workers")
+
+    assert status == 200
+    _, text = parsed(body)
+    assert all(run_id in text for run_id in held)
+    assert "2/4" in text
+    assert f"flo-redis {flo_redis_version()}" in text
+    assert f"{socket.gethostname()}:{os.getpid()}" in text
+
+
+async def test_streams_are_capped_and_the_one_over_is_told_to_come_back(
+    client: FloClient, browser: aiohttp.ClientSession
+) -> None:
+    running = await start_dashboard(client, port=0, max_streams=1)
+    try:
+        async with browser.get(running.url + "live/workers") as first:
+            assert first.status == 200
+            async with browser.get(running.url + "live/") as second:
+                assert second.status == 503
+                assert second.headers["Retry-After"] == "10"
+                assert "too many live pages" in await second.text()
+    finally:
+        await running.close()
+
+
+async def test_closing_the_dashboard_ends_its_open_streams(
+    client: FloClient, browser: aiohttp.ClientSession
+) -> None:
+    running = await start_dashboard(client, port=0)
+    async with browser.get(running.url + "live/") as response:
+        await region_until(response, "overview-counts", "")
+        # aiohttp would wait up to 60 s for a handler still running: the stream ends
+        # on shutdown, so close() does not wait for it.
+        await asyncio.wait_for(running.close(), READ_S)
+        async for _ in events(response):  # what it sent before it ended, then its end
+            pass
+        assert response.content.at_eof()
+
+
+async def test_a_stream_is_a_page_the_guard_checks(
+    dashboard: RunningDashboard, browser: aiohttp.ClientSession
+) -> None:
+    status, body = await get(browser, dashboard.url + "live/run")
+    assert status == 404 and "not a page that refreshes live" in body
+    async with browser.get(dashboard.url + "live/", headers={"Host": "evil.example"}) as r:
+        assert r.status == 403  # DNS rebinding: a loopback dashboard answers loopback names
+    status, _ = await get(browser, dashboard.url + "live/?ns=" + "{bad}")
+    assert status == 400
+
+
+# --- the namespace switcher ------------------------------------------------------------
+
+
+@pytest.fixture
+async def other(client: FloClient) -> AsyncIterator[FloClient]:
+    """A client of a second namespace on the same Redis, with an action in it."""
+    sibling = client.sibling(namespace=client.namespace + "-other")
+    await sibling.connect()
+    await sibling.action.register("ship")
+    try:
+        yield sibling
+    finally:
+        await sibling.close()
+
+
+async def test_the_switcher_lists_the_namespaces_and_shows_the_one_named(
+    client: FloClient,
+    other: FloClient,
+    dashboard: RunningDashboard,
+    browser: aiohttp.ClientSession,
+) -> None:
+    await client.action.register("pay")
+    _, home = await get(browser, dashboard.url)
+    assert f'<option value="{other.namespace}">' in home
+    assert f'<option value="{client.namespace}" selected>' in home
+
+    status, page = await get(browser, dashboard.url + "?ns=" + other.namespace)
+
+    assert status == 200
+    assert f'<option value="{other.namespace}" selected>' in page
+    assert "/action?name=ship&amp;ns=" + other.namespace in page  # links stay there
+    assert f'href="/workers?ns={other.namespace}"' in page
+    assert "/action?name=pay" not in page
+    status, action = await get(browser, dashboard.url + f"action?name=ship&ns={other.namespace}")
+    assert status == 200 and "ship" in action
+    async with browser.get(dashboard.url + "live/?ns=" + other.namespace) as response:
+        update = await region_until(response, "overview-actions", "ship")
+    assert "pay" not in update["html"]
+
+
+async def test_a_namespace_that_holds_nothing_or_is_not_allowed_is_refused(
+    client: FloClient, other: FloClient, browser: aiohttp.ClientSession
+) -> None:
+    running = await start_dashboard(client, port=0, namespaces=[])
+    try:
+        status, body = await get(browser, running.url + "?ns=" + other.namespace)
+        assert status == 404 and "--show-namespace" in body
+        _, home = await get(browser, running.url)
+        assert "<select" not in home  # nothing to switch to
+    finally:
+        await running.close()
+    running = await start_dashboard(client, port=0)
+    try:
+        status, body = await get(browser, running.url + "?ns=nothing-here")
+        assert status == 404 and "holds nothing" in body
+    finally:
+        await running.close()
