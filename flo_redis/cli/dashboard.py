@@ -39,6 +39,7 @@ async def _serve(
     token: str | None,
     origins: tuple[str, ...],
     policy: SessionPolicy,
+    shown: tuple[str, ...] | None,
 ) -> int:
     from flo_redis.dashboard import start_dashboard
 
@@ -51,10 +52,19 @@ async def _serve(
     try:
         try:
             running = await start_dashboard(
-                client, host=host, port=port, token=token, origins=origins, policy=policy
+                client,
+                host=host,
+                port=port,
+                token=token,
+                origins=origins,
+                policy=policy,
+                namespaces=shown,
             )
         except OSError as exc:
             say(f"flo-redis dashboard: cannot listen on {host}:{port}: {exc}", err=True)
+            return 1
+        except FloError as exc:  # a --show-namespace that is not a name
+            say(f"flo-redis dashboard: {exc}", err=True)
             return 1
         mode = "changes allowed after log-in with the token" if token else "read-only"
         say(f"dashboard of namespace {namespace!r} at {running.url} ({mode}); Ctrl-C stops")
@@ -113,6 +123,14 @@ def _session_seconds(flag: str, meaning: str, default_s: int) -> Callable[[F], F
     "https://dash.example.com (repeatable): requests addressed to it and changes sent "
     "from it are accepted.",
 )
+@click.option(
+    "--show-namespace",
+    "shown",
+    multiple=True,
+    metavar="NAME",
+    help="Another namespace the switcher may show (repeatable; '' for none). Without: "
+    "every namespace on the Redis that its user may list.",
+)
 @_session_seconds("--session-idle", "a logged-in browser's session lasts without a request", 1800)
 @_session_seconds("--session-max", "a session lasts at most after its log-in, used or not", 28800)
 def dashboard_command(
@@ -122,6 +140,7 @@ def dashboard_command(
     port: int,
     write: bool,
     origins: tuple[str, ...],
+    shown: tuple[str, ...],
     session_idle: float | None,
     session_max: float | None,
 ) -> None:
@@ -142,7 +161,8 @@ def dashboard_command(
             idle_s=default.idle_s if session_idle is None else session_idle,
             max_s=default.max_s if session_max is None else session_max,
         )
-        sys.exit(asyncio.run(_serve(url, namespace, host, port, token, origins, policy)))
+        others = tuple(n for n in shown if n) if shown else None
+        sys.exit(asyncio.run(_serve(url, namespace, host, port, token, origins, policy, others)))
 
 
 def register(group: click.Group) -> None:

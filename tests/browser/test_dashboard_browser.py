@@ -186,8 +186,7 @@ async def requeue_with_token(
     await page.screenshot(path=str(shots / "dashboard-run.png"), full_page=True)
 
     await page.get_by_role("link", name="Workers").click()
-    await page.get_by_role("heading", name="Workers").wait_for()
-    await page.screenshot(path=str(shots / "dashboard-workers.png"), full_page=True)
+    await page.get_by_role("heading", name="Workers").wait_for()  # its shot: test_browser_live
 
     await page.get_by_role("link", name="Streams").click()
     await page.get_by_role("link", name="billing").first.click()
