@@ -68,6 +68,7 @@ def create_app(
     app.on_response_prepare.append(_secured)
     app[CLIENT] = client
     app[GUARD] = guard
+    guard.home = client.namespace
     app[TEMPLATES] = templates()
     app[SPACES] = spaces = Namespaces(client, namespaces)
     app[STREAMS] = streams = Streams(max_streams)

@@ -9,9 +9,11 @@ value and ``Origin`` (when the browser sends one) are the dashboard's own.
 
 Sessions live in Redis (:func:`flo_redis._wire.keys.dashboard_keys`), so every process of a
 dashboard (several behind a load balancer, or one restarted) knows them, and a log-out
-ends one for all. Redis holds only an HMAC of the session id under the token: a user who
-can read the namespace cannot log in with what it finds there, and a dashboard started
-with another token knows none of the old sessions. A session ends after
+ends one for all. They are per namespace, each in its namespace's keys and its own
+cookie (:meth:`Guard.cookie_name`): a log-in allows changes in that namespace only.
+Redis holds only an HMAC of the session id under the token: a user who can read the
+namespace cannot log in with what it finds there, and a dashboard started with another
+token knows none of the old sessions. A session ends after
 ``idle_s`` without a request and ``max_s`` after its log-in, used or not
 (:class:`SessionPolicy`). Failed log-ins are counted per client address and for the
 dashboard as a whole; past either limit within the window, log-ins are refused (429)
@@ -161,6 +163,16 @@ class Guard:
         # Reached only over TLS (every public origin https): the session cookie is sent
         # over TLS only. Browsers take a Secure cookie from http://localhost too.
         self._secure = bool(self.origins) and all(o.startswith("https:") for o in self.origins)
+        # The namespace whose sessions ride in SESSION_COOKIE; another namespace's in a
+        # cookie of its own (cookie_name), so a log-in to one keeps the other's.
+        self.home: str | None = None
+
+    def cookie_name(self, namespace: str) -> str:
+        """The session cookie of ``namespace``: SESSION_COOKIE for the dashboard's own,
+        a name of its own (a digest of it) for every other one."""
+        if self.home is None or namespace == self.home:
+            return SESSION_COOKIE
+        return f"{SESSION_COOKIE}_{hashlib.sha256(namespace.encode()).hexdigest()[:16]}"
 
     def check_host(self, request: web.Request) -> None:
         """Raise :class:`Refused` for a request addressed to a name this dashboard does
@@ -189,7 +201,7 @@ class Guard:
     async def _session(self, request: web.Request, client: FloClient) -> str | None:
         """This browser's session id if its session is open (kept for another idle
         period), else None."""
-        session_id = request.cookies.get(SESSION_COOKIE, "")
+        session_id = request.cookies.get(self.cookie_name(client.namespace), "")
         if not self.writable or not (20 <= len(session_id) <= 64 and session_id.isascii()):
             return None
         reply = await DASHBOARD_SESSION_TOUCH(
@@ -234,7 +246,7 @@ class Guard:
         if reply.status != Status.OK:
             raise Refused("that is not this dashboard's token", login=True)
         response.set_cookie(
-            SESSION_COOKIE,
+            self.cookie_name(client.namespace),
             session_id,
             httponly=True,
             samesite="Strict",
@@ -249,7 +261,7 @@ class Guard:
         session_id = await self._session(request, client)
         if session_id is not None:
             await DASHBOARD_SESSION_CLOSE(client.session, self._keys(client, session_id))
-        response.del_cookie(SESSION_COOKIE, path="/")
+        response.del_cookie(self.cookie_name(client.namespace), path="/")
 
     async def check_change(self, request: web.Request, client: FloClient, csrf: str) -> None:
         """Raise :class:`Refused` unless this POST may change something."""

@@ -93,6 +93,25 @@ async def _serve(
         headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}
     )
     await response.prepare(request)
+    try:
+        await _follow(request, response, view, draw, fixed, path, streams)
+    except ConnectionResetError:  # the browser went away while an event was sent
+        pass
+    except Exception:  # the answer has begun: no error page now, only the log
+        log.exception("live page %s failed; its stream ends", path)
+    return response
+
+
+async def _follow(
+    request: web.Request,
+    response: web.StreamResponse,
+    view: View,
+    draw: Draw,
+    fixed: Mapping[str, Any],
+    path: str,
+    streams: Streams,
+) -> None:
+    """Send the page's regions as they change, until the stream is to end."""
     await response.write(f"retry: {RETRY_MS}\n\n".encode())
     sent: dict[str, str] = {}
     loop = asyncio.get_running_loop()
@@ -113,7 +132,6 @@ async def _serve(
                 await response.write(b": idle\n\n")  # finds a browser that went away
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(streams.closing.wait(), INTERVAL_S)
-    return response
 
 
 def _connected(request: web.Request) -> bool:

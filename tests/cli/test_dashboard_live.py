@@ -7,19 +7,28 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from dashboard_pages import get, parsed
+from polling import eventually
 
-from flo_redis import ActionRegisterOptions, FloClient, WorkerAwaitOptions, WorkerRegisterOptions
+from flo_redis import (
+    ActionRegisterOptions,
+    FloClient,
+    RunStatus,
+    WorkerAwaitOptions,
+    WorkerRegisterOptions,
+)
 from flo_redis.actions.worker_registry import flo_redis_version
 from flo_redis.dashboard import RunningDashboard, start_dashboard
 from flo_redis.dashboard.live import live_regions
 
 NOW = WorkerAwaitOptions(block_ms=0)
+TOKEN = "a-long-enough-write-token"
 READ_S = 30.0  # a generous bound on waiting for the next event
 
 
@@ -224,3 +233,67 @@ async def test_a_namespace_that_holds_nothing_or_is_not_allowed_is_refused(
         assert status == 404 and "holds nothing" in body
     finally:
         await running.close()
+
+
+async def test_a_stream_whose_browser_went_away_frees_its_place(
+    client: FloClient, browser: aiohttp.ClientSession
+) -> None:
+    running = await start_dashboard(client, port=0, max_streams=1)
+    try:
+        async with aiohttp.ClientSession() as gone, gone.get(running.url + "live/") as first:
+            await region_until(first, "overview-counts", "")
+
+        async def accepted() -> int:
+            async with browser.get(running.url + "live/") as again:
+                return again.status
+
+        assert await eventually(accepted, lambda s: s == 200, timeout=30, interval=0.5) == 200
+    finally:
+        await running.close()
+
+
+async def test_a_log_in_allows_changes_in_its_own_namespace_only(
+    client: FloClient, other: FloClient
+) -> None:
+    await other.action.register("ship", options=ActionRegisterOptions(max_retries=1))
+    await other.worker.register("w1", ["ship"], WorkerRegisterOptions())
+    run_id = (await other.action.invoke("ship", b"{}")).run_id
+    [run] = await other.worker.await_tasks("w1", ["ship"], 1, NOW)
+    await other.worker.fail("w1", "ship", run.run_id, "lost")
+    running = await start_dashboard(client, port=0, token=TOKEN)
+    jar = aiohttp.CookieJar(unsafe=True)  # keeps cookies of 127.0.0.1, as a browser does
+    try:
+        async with aiohttp.ClientSession(cookie_jar=jar) as session:
+            home = await log_in(session, running.url, "")
+            back = f"/?ns={other.namespace}"  # the page the form was on
+            requeue = {"id": run_id, "csrf": home, "ns": other.namespace, "next": back}
+            status, body = await post(session, running.url + "run/requeue", requeue)
+            assert status == 403 and "log in" in body  # the home log-in is not this one's
+            assert (await other.action.status(run_id)).status == RunStatus.FAILED
+
+            there = await log_in(session, running.url, other.namespace)
+            assert there != home
+            requeue["csrf"] = there
+            status, body = await post(session, running.url + "run/requeue", requeue)
+            assert status == 200 and "Run re-queued" in body
+            assert f'<option value="{other.namespace}" selected>' in body  # back there
+            assert (await other.action.status(run_id)).status == RunStatus.PENDING
+            _, page = await get(session, running.url)
+            assert "write access" in page  # the home session is still open
+    finally:
+        await running.close()
+
+
+async def log_in(session: aiohttp.ClientSession, url: str, ns: str) -> str:
+    """Log in to namespace ``ns`` ('' the dashboard's own); its forms' CSRF value."""
+    form = {"token": TOKEN, "next": "/" + (f"?ns={ns}" if ns else ""), "ns": ns}
+    status, body = await post(session, url + "login", form)
+    assert status == 200 and "write access" in body, body
+    match = re.search(r'name="csrf" value="([0-9a-f]{64})"', body)
+    assert match, body
+    return match.group(1)
+
+
+async def post(session: aiohttp.ClientSession, url: str, form: dict[str, str]) -> tuple[int, str]:
+    async with session.post(url, data=form) as response:
+        return response.status, await response.text()
