@@ -86,7 +86,7 @@ class Namespaces:
         await self._check_shown(namespace)
         async with self._making:
             client = await self._client(namespace)
-        self._users[namespace] = self._users.get(namespace, 0) + 1
+            self._users[namespace] = self._users.get(namespace, 0) + 1
         try:
             yield client
         finally:

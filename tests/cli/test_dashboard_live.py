@@ -26,6 +26,7 @@ from flo_redis import (
 from flo_redis.actions.worker_registry import flo_redis_version
 from flo_redis.dashboard import RunningDashboard, start_dashboard
 from flo_redis.dashboard.live import live_regions
+from flo_redis.dashboard.spaces import Busy, Namespaces
 
 NOW = WorkerAwaitOptions(block_ms=0)
 TOKEN = "a-long-enough-write-token"
@@ -297,3 +298,27 @@ async def log_in(session: aiohttp.ClientSession, url: str, ns: str) -> str:
 async def post(session: aiohttp.ClientSession, url: str, form: dict[str, str]) -> tuple[int, str]:
     async with session.post(url, data=form) as response:
         return response.status, await response.text()
+
+
+async def test_clients_of_other_namespaces_are_bounded_and_idle_ones_closed(
+    client: FloClient, other: FloClient
+) -> None:
+    third = client.sibling(namespace=client.namespace + "-third")
+    await third.connect()
+    await third.action.register("pack")
+    spaces = Namespaces(client, max_clients=1)
+    try:
+        async with spaces.client(other.namespace) as first:
+            assert first.namespace == other.namespace
+            with pytest.raises(Busy, match="try again"):  # the one client is in use
+                async with spaces.client(third.namespace):
+                    pass
+        async with spaces.client(third.namespace) as second:  # the idle one made way
+            assert second.namespace == third.namespace
+            assert await second.action.counts("pack")
+        assert not first.is_connected
+        async with spaces.client(None) as home:
+            assert home is client
+    finally:
+        await spaces.close()
+        await third.close()
