@@ -268,24 +268,25 @@ async def test_odd_counts_and_far_dates_are_shown_not_a_crash(
 # --- every route's parameters and forms, fuzzed -----------------------------------------
 
 GETS = {
-    "/": ("done", "n", "refresh"),
-    "/action": ("name", "state", "cursor", "done", "n"),
-    "/run": ("id",),
-    "/workers": ("w",),
-    "/streams": (),
-    "/group": ("stream", "group"),
-    "/login": ("next",),
+    "/": ("done", "n", "refresh", "ns"),
+    "/action": ("name", "state", "cursor", "done", "n", "ns"),
+    "/run": ("id", "ns"),
+    "/workers": ("w", "ns"),
+    "/streams": ("ns",),
+    "/group": ("stream", "group", "ns"),
+    "/login": ("next", "ns"),
     "/static/style.css": (),
+    "/static/live.js": (),
 }
 POSTS = {
-    "/login": ("token", "next"),
-    "/logout": ("csrf",),
-    "/run/requeue": ("id", "next"),
-    "/run/cancel": ("id", "next"),
-    "/action/requeue-failed": ("name", "next"),
-    "/action/purge": ("name", "state", "confirm", "next"),
-    "/worker/drain": ("id", "next"),
-    "/group/replay": ("stream", "group", "id", "next"),
+    "/login": ("token", "next", "ns"),
+    "/logout": ("csrf", "ns"),
+    "/run/requeue": ("id", "next", "ns"),
+    "/run/cancel": ("id", "next", "ns"),
+    "/action/requeue-failed": ("name", "next", "ns"),
+    "/action/purge": ("name", "state", "confirm", "next", "ns"),
+    "/worker/drain": ("id", "next", "ns"),
+    "/group/replay": ("stream", "group", "id", "next", "ns"),
 }
 # Text a browser can send (no lone surrogates), weighted towards what the pages use.
 TEXT = st.one_of(
@@ -293,7 +294,7 @@ TEXT = st.one_of(
     st.sampled_from(
         ["pay", "pay:1", "pay:999999999999", "w1", "events", "billing", "0/1-0", "9" * 5000,
          "²", "-1", "failed", "delayed", "pending", "completed", "yes", "/", "//evil", "\x00",
-         "a{b}", "\u202e", "\x9b", "requeued_all", "30"]
+         "a{b}", "\u202e", "\x9b", "requeued_all", "30", "default", "t-other"]
     ),
 )  # fmt: skip
 
