@@ -166,12 +166,15 @@ trimmed = fixed(Trimmed)
 @dataclass(frozen=True, slots=True)
 class Settled:
     """``group_ack`` / ``group_nack``: on STALE, the entry refused, its current delivery
-    count and holder."""
+    count and holder; on OK, of a nack, how many entries were given back for redelivery
+    and how many moved to the dead letters (entries no longer pending are neither)."""
 
     status: int
     stale_id: str
     current_count: int
     holder: str
+    redelivered: int = 0
+    dead: int = 0
 
 
 def settled(reply: Any, _keys: object) -> Settled:
@@ -179,6 +182,14 @@ def settled(reply: Any, _keys: object) -> Settled:
     if status != Status.STALE or len(reply) < 4:
         return Settled(status, "", 0, "")
     return Settled(status, text(reply[-3]) or "", int(reply[-2]), text(reply[-1]) or "")
+
+
+def nack_settled(reply: Any, keys: object) -> Settled:
+    """``group_nack``'s reply: {status, nacked, dead, stale_id, current_count, holder}."""
+    status = int(reply[0])
+    if status != Status.OK or len(reply) < 3:
+        return settled(reply, keys)
+    return Settled(status, "", 0, "", redelivered=int(reply[1]), dead=int(reply[2]))
 
 
 @dataclass(frozen=True, slots=True)

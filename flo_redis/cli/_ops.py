@@ -71,14 +71,21 @@ def with_client(
 
 
 async def until_stopped() -> None:
-    """Return once SIGINT or SIGTERM comes: both stop a serving command cleanly, also
-    where SIGINT came in ignored (a process started in the background by a shell
-    without job control)."""
+    """Return once SIGINT or SIGTERM comes, saying which on stderr: both stop a serving
+    command cleanly (exit 0), also where SIGINT came in ignored (a process started in
+    the background by a shell without job control)."""
     stop = asyncio.Event()
+    received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
+
+    def on(sig: signal.Signals) -> None:
+        received.append(sig)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on, sig)
     await stop.wait()
+    _render.say(f"{received[0].name} received: stopping", err=True)
 
 
 def confirm(yes: bool, question: str) -> None:

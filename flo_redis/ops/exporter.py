@@ -22,6 +22,9 @@ Metrics (labels in braces; counts are plain numbers, times in seconds):
 - ``flo_redis_workers{namespace, status}``: registered workers by status: active, idle,
   draining, unhealthy, and gone (no process holds the worker's liveness subscription
   any more: killed, or its connection to Redis lost);
+- ``flo_redis_action_workers{namespace, action}``: workers that take the action's runs
+  now: registered for it, active or idle, their process not gone (0: nobody will
+  claim what waits);
 - ``flo_redis_worker_handlers_busy{namespace}``, ``flo_redis_worker_handler_slots{namespace}``:
   handlers running on workers not gone, and the handler slots of active workers not
   gone (a gone worker's last reported load is not counted);
@@ -46,12 +49,14 @@ with needs_extra("metrics", "flo_redis.ops.exporter"):
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
     from prometheus_client.registry import Collector, CollectorRegistry
 
-from flo_redis.ops.discovery import GONE, Overview
+from flo_redis.ops.discovery import GONE, Overview, health
 from flo_redis.types import WorkerStatus
 
 log = logging.getLogger("flo_redis.exporter")
 
 STATES = ("pending", "delayed", "running", "completed", "failed", "timed_out")
+# The health of a worker that claims runs (flo_redis.ops.discovery.health).
+TAKING_WORK = frozenset({WorkerStatus.ACTIVE.name, WorkerStatus.IDLE.name})
 SCRAPE_TIMEOUT_S = 10.0
 
 
@@ -96,6 +101,11 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
         "Registered workers by status (gone: no process holds its liveness subscription).",
         labels=["namespace", "status"],
     )
+    action_workers = GaugeMetricFamily(
+        "flo_redis_action_workers",
+        "Workers taking the action's runs: registered for it, active or idle, not gone.",
+        labels=["namespace", "action"],
+    )
     busy = GaugeMetricFamily(
         "flo_redis_worker_handlers_busy",
         "Handlers running on workers whose process is not gone.",
@@ -128,7 +138,13 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
     )
     for ov in overviews:
         ns = ov.namespace
+        taking: dict[str, int] = {}
+        for w in ov.workers:
+            if health(w) in TAKING_WORK:
+                for action in set(w.task_types):
+                    taking[action] = taking.get(action, 0) + 1
         for a in ov.actions:
+            action_workers.add_metric([ns, a.action], taking.get(a.action, 0))
             values = (a.pending, a.delayed, a.running, a.completed, a.failed, a.timed_out)
             for state, value in zip(STATES, values, strict=True):
                 runs.add_metric([ns, a.action, state], value)
@@ -153,8 +169,9 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
         if summary.oldest_heartbeat_age_ms is not None:
             heartbeat_age.add_metric([ns], summary.oldest_heartbeat_age_ms / 1000)
         workers_quarantined.add_metric([ns], ov.workers_quarantined)
-    return [runs, finished, next_due, lag, pending, consumers, dead, workers, busy, slots,
-            heartbeat_age, quarantined, group_quarantined, workers_quarantined]  # fmt: skip
+    return [runs, finished, next_due, lag, pending, consumers, dead, workers, action_workers,
+            busy, slots, heartbeat_age, quarantined, group_quarantined,
+            workers_quarantined]  # fmt: skip
 
 
 class QueueCollector(Collector):

@@ -47,6 +47,16 @@ class Settle:
     options: type[StreamGroupAckOptions] | type[StreamGroupNackOptions]
 
 
+@dataclass(frozen=True, slots=True)
+class Nacked:
+    """Where a nack's entries went: given back for redelivery, or to the dead letters
+    (delivered ``max_deliver`` times); an entry no longer pending counts in neither.
+    All 0 for an ack."""
+
+    redelivered: int = 0
+    dead: int = 0
+
+
 ACK = Settle("ack", GROUP_ACK, StreamGroupAckOptions)
 """The entries leave the group's pending list for good."""
 NACK = Settle("nack", GROUP_NACK, StreamGroupNackOptions)
@@ -61,12 +71,13 @@ async def settle(
     ids: Sequence[StreamID],
     options: object,
     durability: DurabilityLike | None = None,
-) -> None:
+) -> Nacked:
     """Ack or nack ``ids`` (of one partition), 1000 per script call; refused with
     ``STALE_REPORT``, changing nothing, when the options' token is stale. ``durability``:
-    each ack call's level (a nack takes none)."""
+    each ack call's level (a nack takes none). A nack answers where its entries went."""
+    done = Nacked()
     if not ids:
-        return
+        return done
     opts = check_options(options, how.options)
     keys = await state.part(stream, opts.namespace, opts.partition)
     gk = keys.group(group)
@@ -90,6 +101,8 @@ async def settle(
                 f"{reply.current_count}, held by {reply.holder!r}); the {how.verb} was "
                 "refused and changed nothing",
             )
+        done = Nacked(done.redelivered + reply.redelivered, done.dead + reply.dead)
+    return done
 
 
 def ack_items(items: Sequence[tuple[StreamID, int | None]]) -> builtins.list[builtins.list[str]]:

@@ -6,6 +6,8 @@ keyed by partition: acks queued while a batch is on its way go out together in t
 each ack at once; no timer, no added latency. A nack is a task of its own, so the
 handler slot goes on. Both carry the delivery's token, never wait behind a read, are
 resent after a lost connection and never converted (:mod:`flo_redis.worker.delivery`).
+A failed record is logged once its nack is answered, with what comes next as Redis
+decided it: "redelivered now (delivery 2 of 5)", or "final: moved to the dead letters".
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from flo_redis.errors import ServerError
-from flo_redis.streams import acks
+from flo_redis.errors import FloError, ServerError
+from flo_redis.streams import acks, groups
 from flo_redis.streams.partitions import StreamState
 from flo_redis.streams.placement import MAX_PARTITIONS
 from flo_redis.types import StreamGroupNackOptions, StreamRecord
@@ -28,6 +30,8 @@ log = logging.getLogger("flo_redis.stream_worker")
 
 # The coalescer's key of each partition's acks, made once (an ack is queued per record).
 _PARTITION_KEYS = tuple(str(partition) for partition in range(MAX_PARTITIONS))
+# How long the group's max_deliver, read for failure logs, is used before it is read again.
+SETTINGS_TTL_S = 10.0
 
 
 class AcksNotSent(Exception):
@@ -37,19 +41,21 @@ class AcksNotSent(Exception):
 
 class RecordReports:
     """The acks and nacks of one StreamWorker's records, as ``consumer`` of ``group`` of
-    ``stream``; ``track`` is told of every task it starts (the worker waits for them),
-    ``stopping()`` says whether the worker is stopping (resends then end soon)."""
+    ``stream`` (``where``: those and the worker's id); ``track`` is told of every task it
+    starts (the worker waits for them), ``stopping()`` says whether the worker is
+    stopping (resends then end soon)."""
 
     def __init__(
         self,
         streams: StreamState,
-        where: tuple[str, str, str],
+        where: tuple[str, str, str, str],
         observer: WorkerObserver,
         stopping: Callable[[], bool],
         track: Callable[[asyncio.Task[None]], None],
     ) -> None:
         self._streams = streams
-        self._stream, self._group, self._consumer = where
+        self._stream, self._group, self._consumer, self._worker_id = where
+        self._max_deliver: tuple[float, int] | None = None  # (read at, value)
         self._observer = observer
         self._stopping = stopping
         self._track = track
@@ -73,9 +79,11 @@ class RecordReports:
         item = [record.id.to_redis(), "" if token is None else str(token)]
         self._post(_PARTITION_KEYS[record.partition], item)
 
-    def nack(self, record: StreamRecord, token: int | None) -> None:
-        """Nack ``record``, in a task of its own."""
-        self._track(asyncio.create_task(self._send_nack(record, token), name="flo-nack"))
+    def nack(self, record: StreamRecord, token: int | None, error: BaseException, why: str) -> None:
+        """Nack ``record``, whose handler failed with ``error`` (``why``, for people), in a
+        task of its own; the failure is logged once the nack is answered."""
+        task = self._send_nack(record, token, error, why)
+        self._track(asyncio.create_task(task, name="flo-nack"))
 
     async def _ack_batch(
         self, partition: str, items: Sequence[list[str]]
@@ -124,19 +132,81 @@ class RecordReports:
         elif not isinstance(error, AcksNotSent | asyncio.CancelledError):
             log.error("%s failed: %r", what, error, exc_info=error)
 
-    async def _send_nack(self, record: StreamRecord, token: int | None) -> None:
-        await send_report(
-            f"nack of {self._stream}/{record.id.to_redis()}",
-            lambda: self._nack(record, token),
+    async def _send_nack(
+        self, record: StreamRecord, token: int | None, error: BaseException, why: str
+    ) -> None:
+        answer: list[acks.Nacked] = []
+
+        async def send() -> None:
+            answer.append(await self._nack(record, token))
+
+        # Read before the nack, so the failure is logged as soon as the nack is answered:
+        # before the record's next delivery can fail and log in turn.
+        max_deliver = await self._max_deliver_now()
+        entry = record.id.to_redis()
+        sent = await send_report(
+            f"nack of {self._stream}/{entry}",
+            send,
             self._stopping,
             log,
             report="nack",
             observer=self._observer,
         )
+        nacked = answer[-1] if sent and answer else None
+        delivery = record.delivery_count
+        log.error(
+            "handler for %s/%s (delivery %d, consumer %s) failed: %s; %s",
+            self._stream,
+            entry,
+            delivery,
+            self._consumer,
+            why,
+            next_delivery(nacked, delivery, max_deliver),
+            exc_info=error,
+            extra={
+                "stream": self._stream,
+                "group": self._group,
+                "entry_id": entry,
+                "attempt": delivery,
+                "worker_id": self._worker_id,
+            },
+        )
 
-    async def _nack(self, record: StreamRecord, token: int | None) -> None:
+    async def _nack(self, record: StreamRecord, token: int | None) -> acks.Nacked:
         options = StreamGroupNackOptions(
             consumer=self._consumer, token=token, partition=record.partition
         )
-        await acks.settle(self._streams, acks.NACK, self._stream, self._group, [record.id], options)
+        nacked = await acks.settle(
+            self._streams, acks.NACK, self._stream, self._group, [record.id], options
+        )
         self._observer.record_settled(self._stream, self._group, False)
+        return nacked
+
+    async def _max_deliver_now(self) -> int | None:
+        """The group's ``max_deliver`` for a failure's log, read again at most every
+        :data:`SETTINGS_TTL_S` (None: Redis did not answer)."""
+        now = asyncio.get_running_loop().time()
+        if self._max_deliver is None or now - self._max_deliver[0] > SETTINGS_TTL_S:
+            try:
+                settings = await groups.settings(self._streams, self._stream, self._group, None)
+            except (FloError, OSError) as exc:
+                log.debug("group settings not read for a failure's log (%s)", exc)
+                return None
+            self._max_deliver = (now, settings.max_deliver)
+        return self._max_deliver[1]
+
+
+def next_delivery(nacked: acks.Nacked | None, delivery: int, max_deliver: int | None) -> str:
+    """What comes after a failed delivery, as its nack was answered (None: no answer,
+    the nack refused or given up): "redelivered now (delivery 2 of 5)", or why not."""
+    if nacked is None:
+        return (
+            "its nack was not accepted: the record is delivered again when its ack "
+            "timeout runs out or its consumer is gone"
+        )
+    if nacked.dead:
+        return f"final: moved to the dead letters (delivery {delivery} of {delivery})"
+    if not nacked.redelivered:
+        return "no longer pending (acked, nacked or taken back before): nothing to redeliver"
+    of = f" of {max_deliver}" if max_deliver else ""
+    return f"redelivered now, before new records (delivery {delivery + 1}{of})"

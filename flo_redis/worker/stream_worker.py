@@ -181,9 +181,13 @@ class StreamWorker(WorkerLifecycle):
         self._counts = overrides(self.observer, "record_delivered") or overrides(
             self.observer, "record_handled"
         )
-        where = (self.config.stream, self.config.group, self.config.consumer)
+        cfg = self.config
         self._reports = RecordReports(
-            self._streams, where, self.observer, self._stop.is_set, self._track
+            self._streams,
+            (cfg.stream, cfg.group, cfg.consumer, cfg.worker_id),
+            self.observer,
+            self._stop.is_set,
+            self._track,
         )
         self._replay = self._reports.replay
         await self._join()
@@ -332,11 +336,11 @@ class StreamWorker(WorkerLifecycle):
         if error is None:
             self._reports.ack(record, token)
         else:
-            self._reports.nack(record, token)
+            self._reports.nack(record, token, error, _why(error, cfg.message_timeout))
 
     async def _handle(self, ctx: StreamContext, slot: asyncio.Task[Any]) -> BaseException | None:
         """Run ``before_run`` and the handler under ``message_timeout``; what failed
-        (logged), or None if it returned."""
+        (logged with its nack's answer), or None if it returned."""
         try:
             if self._hooks_before:
                 hook = self.observer.before_run(ctx)
@@ -345,23 +349,6 @@ class StreamWorker(WorkerLifecycle):
             runner = self._handler_runner
             await runner.run(self._handler, ctx, runner.running(), slot)
         except Exception as exc:
-            record = ctx.record
-            log.error(
-                "handler for %s/%s (delivery %d, consumer %s) failed: %s; nacking",
-                self.config.stream,
-                record.id.to_redis(),
-                record.delivery_count,
-                self.config.consumer,
-                _why(exc, self.config.message_timeout),
-                exc_info=exc,
-                extra={
-                    "stream": self.config.stream,
-                    "group": self.config.group,
-                    "entry_id": record.id.to_redis(),
-                    "attempt": record.delivery_count,
-                    "worker_id": self.config.worker_id,
-                },
-            )
             return exc
         return None
 

@@ -25,14 +25,23 @@ _OWN_ENV = (
 )
 
 
-class Command:
-    """``python -m flo_redis.cli ARGS`` in the tests folder, its output kept."""
+MODULE = (sys.executable, "-m", "flo_redis.cli")
+"""The command as ``python -m flo_redis.cli``."""
+SCRIPT = (str(Path(sys.executable).with_name("flo-redis")),)
+"""The command as the console script pip installs, which a user types."""
 
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+
+class Command:
+    """``python -m flo_redis.cli ARGS`` (or ``program``) in the tests folder, its output
+    (stdout and stderr together) kept."""
+
+    def __init__(
+        self, args: list[str], env: dict[str, str], program: tuple[str, ...] = MODULE
+    ) -> None:
         self.out = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         base = {k: v for k, v in os.environ.items() if k not in _OWN_ENV}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "flo_redis.cli", *args],
+            [*program, *args],
             cwd=TESTS,
             env={**base, **env},
             stdout=self.out,

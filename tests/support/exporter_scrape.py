@@ -20,9 +20,15 @@ FLO_REDIS = str(Path(sys.executable).with_name("flo-redis"))
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def scrape(url: str) -> Samples:
+def page(url: str) -> str:
+    """The exposition text at ``url``."""
     with urllib.request.urlopen(url, timeout=30) as response:
-        text = response.read().decode()
+        text: str = response.read().decode()
+    return text
+
+
+def scrape(url: str) -> Samples:
+    text = page(url)
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)

@@ -56,6 +56,15 @@ def test_the_wheel_holds_every_lua_file_and_py_typed(wheel: Path) -> None:
     assert not any(n.startswith(("tests/", "lua/")) for n in names)
 
 
+def test_the_wheel_holds_the_commands_entry_point_beside_the_package(wheel: Path) -> None:
+    """The console script starts in a module outside ``flo_redis``, so that it runs
+    before the package is imported (a Ctrl-C while loading is one line)."""
+    archive = zipfile.ZipFile(wheel)
+    assert "_flo_redis_cli.py" in archive.namelist()
+    [points] = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    assert "flo-redis = _flo_redis_cli:main" in archive.read(points).decode()
+
+
 def test_the_loader_works_on_the_wheels_lua_folder(wheel: Path, tmp_path: Path) -> None:
     zipfile.ZipFile(wheel).extractall(tmp_path)
     scripts = load_all(tmp_path / "flo_redis" / "lua")

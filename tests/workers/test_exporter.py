@@ -44,10 +44,14 @@ async def test_a_scrape_reports_the_queue_as_it_is(client: FloClient, redis_url:
             + get(samples, "flo_redis_workers", namespace=ns, status="idle")
             == 1
         )
+        # w1 takes job's runs; the process that registered it (this one) is alive.
+        assert get(samples, "flo_redis_action_workers", namespace=ns, action="job") == 1
 
-        # Each scrape reads Redis afresh.
+        # Each scrape reads Redis afresh: a draining worker takes no more runs.
         await client.action.requeue_failed("job")
+        await client.worker.drain("w1")
         samples = await asyncio.to_thread(scrape, url)
+        assert get(samples, "flo_redis_action_workers", namespace=ns, action="job") == 0
         assert (
             get(samples, "flo_redis_queue_runs", namespace=ns, action="job", state="pending") == 6
         )

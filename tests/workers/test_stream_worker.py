@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 import sys
 from typing import Any
 
@@ -18,7 +19,9 @@ from flo_redis import (
     StreamGroupReadOptions,
 )
 from flo_redis.streams import groups
+from flo_redis.streams.acks import Nacked
 from flo_redis.streams.partitions import StreamState
+from flo_redis.worker.stream_reports import next_delivery
 
 
 async def test_records_are_handled_and_acked(client: FloClient) -> None:
@@ -61,6 +64,47 @@ async def test_a_failing_record_is_redelivered_then_dead_lettered(client: FloCli
     assert counts == [1, 2, 3]
     assert [(d.payload, d.delivery_count) for d in letters] == [(b"poison", 3)]
     assert await client.stream.group_pending("events", "etl") == []
+
+
+async def test_a_failure_log_says_what_comes_next(
+    client: FloClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="flo_redis")
+
+    async def handle(ctx: StreamContext) -> None:
+        raise ValueError("cannot parse")
+
+    await client.stream.group_join(
+        "events", "etl", "setup", StreamGroupJoinOptions(max_deliver=3, ack_timeout_ms=60_000)
+    )
+    await client.stream.append("events", b"poison")
+    worker = client.new_stream_worker(stream="events", group="etl", handler=handle, block_ms=500)
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "cannot parse" in r.getMessage()]
+
+    async with running(worker):
+        await eventually(said, lambda lines: len(lines) == 3)
+    entry = (await client.stream.dead_letters("events", "etl"))[0].original_id.to_redis()
+    consumer = worker.config.consumer
+    assert [line.split(" failed: ")[0] for line in said()] == [
+        f"handler for events/{entry} (delivery {n}, consumer {consumer})" for n in (1, 2, 3)
+    ]
+    assert [line.rsplit("; ", 1)[1] for line in said()] == [
+        "redelivered now, before new records (delivery 2 of 3)",
+        "redelivered now, before new records (delivery 3 of 3)",
+        "final: moved to the dead letters (delivery 3 of 3)",
+    ]
+    failed = [r for r in caplog.records if "cannot parse" in r.getMessage()]
+    assert all(r.exc_info and r.exc_info[0] is ValueError for r in failed)
+    assert [getattr(r, "attempt", None) for r in failed] == [1, 2, 3]
+
+
+def test_a_nack_not_accepted_says_how_the_record_comes_back() -> None:
+    said = next_delivery(None, 2, 5)
+    assert said.startswith("its nack was not accepted")
+    assert "ack timeout" in said and "consumer is gone" in said
+    assert next_delivery(Nacked(), 2, 5).startswith("no longer pending")
 
 
 @pytest.mark.slow
