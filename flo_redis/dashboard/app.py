@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from flo_redis.client import FloClient
-from flo_redis.dashboard import changes, pages
+from flo_redis.dashboard import changes, pages, schedule_pages
 from flo_redis.dashboard.guard import Guard, Refused, Throttled
 from flo_redis.dashboard.render import CLIENT, GUARD, TEMPLATES, error_page, log, templates
 from flo_redis.errors import ConflictError, FloError, NotFoundError, ValidationError
@@ -60,6 +60,7 @@ def create_app(client: FloClient, guard: Guard) -> web.Application:
     app.router.add_post("/group/replay", changes.replay)
     app.router.add_post("/quarantine/replay", changes.quarantine_replay)
     app.router.add_post("/quarantine/delete", changes.quarantine_delete)
+    schedule_pages.add_routes(app.router)
     app.router.add_get("/static/style.css", pages.stylesheet)
     return app
 
