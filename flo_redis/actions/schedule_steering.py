@@ -82,8 +82,9 @@ async def trigger_schedule(
         raise no_schedule(action, label)
     if reply.status == Status.TOO_LARGE:
         raise ValueTooLargeError(
-            f"schedule {label!r}'s input is over action {action!r}'s payload limit of "
-            f"{reply.run_id} bytes; set the schedule again with a smaller input"
+            f"the input of schedule {label!r} is over the payload limit of action "
+            f"{action!r} ({reply.run_id} bytes); set the schedule again with a smaller "
+            "input, or register the action with a larger max_payload_bytes"
         )
     if reply.status != Status.OK:
         raise_refusal(reply.status, keys, "schedule trigger")

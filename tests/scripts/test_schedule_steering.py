@@ -13,11 +13,11 @@ import pytest
 import redis.asyncio as aioredis
 from schedule_runs import fired_occurrences
 
-from flo_redis import FloClient
+from flo_redis import ActionRegisterOptions, FloClient
 from flo_redis._wire.gateway import SCHEDULE_DUE, SCHEDULE_LIST
 from flo_redis._wire.keys import action_keys
 from flo_redis.actions.schedules import Missed, Schedule, fire_due, fire_schedules
-from flo_redis.errors import NotFoundError, ValidationError
+from flo_redis.errors import NotFoundError, ValidationError, ValueTooLargeError
 
 SECOND = timedelta(seconds=1)
 
@@ -176,3 +176,16 @@ def test_interval_occurrences_are_the_anchor_plus_whole_intervals(every_ms: int)
         fired_at = due + (k * 37) % every_ms  # each firing late by a different amount
         due = schedule.following(due, fired_at)
         assert due == anchor + k * every_ms  # exact: no drift, no millisecond lost
+
+
+async def test_a_trigger_over_the_actions_payload_limit_is_refused_and_creates_nothing(
+    client: FloClient, raw: aioredis.Redis, namespace: str
+) -> None:
+    await client.action.register("report")
+    await client.action.schedule("report", "0 3 * * *", input=b"x" * 100)
+    # The limit lowered after the schedule was set.
+    await client.action.register("report", options=ActionRegisterOptions(max_payload_bytes=10))
+    with pytest.raises(ValueTooLargeError, match=r"payload limit of action 'report' \(10 bytes\)"):
+        await client.action.trigger_schedule("report")
+    assert await raw.hlen(action_keys(namespace, "report").runs) == 0
+    assert (await client.action.get_schedule("report")).triggered_run_id == ""
