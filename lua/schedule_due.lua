@@ -5,7 +5,9 @@
   KEYS[2] schedule_due  ZSET  schedule name -> next occurrence ms
   ARGV[1] limit     1..1000 schedules at most
   ARGV[2] only_due  1: only schedules due by server time, 0: all
-  Returns {status, now_ms, name, due_ms, record, name, due_ms, record, ...}   status: OK
+  Returns {status, now_ms, next_ms, name, due_ms, record, name, due_ms, record, ...}
+    status: OK; next_ms: the first occurrence after now of any of them (0: none), so a
+    caller can come back exactly then
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -22,7 +24,9 @@ local upto = '+inf'
 if only_due then upto = now end
 local rows = redis.call('ZRANGEBYSCORE', k.schedule_due, '-inf', upto, 'WITHSCORES',
   'LIMIT', 0, limit)
-local out = {ST_OK, now}
+local after = redis.call('ZRANGEBYSCORE', k.schedule_due, '(' .. now, '+inf', 'WITHSCORES',
+  'LIMIT', 0, 1)
+local out = {ST_OK, now, tonumber(after[2]) or 0}
 for i = 1, #rows, 2 do
   local record = redis.call('HGET', k.schedules, rows[i])
   if record then

@@ -13,20 +13,24 @@
   KEYS[7] idempotency   HASH  idempotency key -> run_id
   KEYS[8] wake          CHANNEL  sharded channel announcing new work
   KEYS[9] schedules     HASH  schedule name -> msgpack record {i = input, ...}
-  KEYS[10] schedule_due ZSET  schedule name -> next occurrence ms
-  KEYS[11] parked       ZSET  poller -> park deadline ms: pollers waiting for a hand-off
-  KEYS[12] polls        HASH  poll memos; a parked poller's park rides in its memo
-  KEYS[13] poll_times   ZSET  poll memo -> time ms
-  KEYS[14] owners       HASH  owner id -> ms since it is suspected gone (0: not suspected)
-  KEYS[15] owned        ZSET  "<owner>\0<run_id>": the runs each owner holds
-  KEYS[16] leases       ZSET  run_id -> lease deadline ms
-  KEYS[17] rate         ZSET  token -> start ms: the action's starts within its rate window
-  KEYS[18] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[10] schedule_due ZSET  schedule name -> next occurrence ms (active schedules)
+  KEYS[11] schedule_paused ZSET  schedule name -> the occurrence it holds while paused
+  KEYS[12] schedule_last HASH  schedule name -> msgpack note of the runs it created
+  KEYS[13] parked       ZSET  poller -> park deadline ms: pollers waiting for a hand-off
+  KEYS[14] polls        HASH  poll memos; a parked poller's park rides in its memo
+  KEYS[15] poll_times   ZSET  poll memo -> time ms
+  KEYS[16] owners       HASH  owner id -> ms since it is suspected gone (0: not suspected)
+  KEYS[17] owned        ZSET  "<owner>\0<run_id>": the runs each owner holds
+  KEYS[18] leases       ZSET  run_id -> lease deadline ms
+  KEYS[19] rate         ZSET  token -> start ms: the action's starts within its rate window
+  KEYS[20] quarantine STREAM  records set aside (lib/record.lua)
   ARGV[1] id_prefix  run ids are id_prefix .. sequence
   ARGV[2] name       schedule name
   ARGV[3] due_ms     the occurrence being fired, as read from schedule_due (decimal text
                      of an integer 0 .. 2^53, also the run's idempotency key suffix)
   ARGV[4] next_ms    the occurrence after it (> due_ms, at most 2^53), computed by the client
+                     from due_ms, never from the time it fires: anchor + k * interval for an
+                     interval, so a late firing moves no later occurrence
   Returns {status, run_id, existing}   status: OK | NO_ACTION | NOT_FOUND (no such
     schedule) | STALE (its due time is no longer due_ms) | CONFLICT (not due yet) |
     OUT_OF_RANGE (next_ms <= due_ms) | BAD_SETTING (the action's stored settings do not
@@ -39,12 +43,13 @@
 --@include lib/action.lua
 --@include lib/invoke.lua
 --@include lib/checked.lua
---@include lib/record.lua
+--@include lib/schedule.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8],
-  schedules = KEYS[9], schedule_due = KEYS[10], parked = KEYS[11], polls = KEYS[12],
-  poll_times = KEYS[13], owners = KEYS[14], owned = KEYS[15], leases = KEYS[16],
-  rate = KEYS[17], quarantine = KEYS[18]}
+  schedules = KEYS[9], schedule_due = KEYS[10], schedule_paused = KEYS[11],
+  schedule_last = KEYS[12], parked = KEYS[13], polls = KEYS[14], poll_times = KEYS[15],
+  owners = KEYS[16], owned = KEYS[17], leases = KEYS[18], rate = KEYS[19],
+  quarantine = KEYS[20]}
 local id_prefix = ARGV[1]
 local name = ARGV[2]
 local due_ms = ARGV[3]
@@ -56,18 +61,9 @@ if not next_ms then return {ST_BAD_ARG, 4} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 if action.bad then return {ST_BAD_SETTING} end
-local record = redis.call('HGET', k.schedules, name)
-if not record then return {ST_NOT_FOUND} end
-local schedule, why = record_decode(record)
-if schedule and schedule.i and type(schedule.i) ~= 'string' then
-  schedule, why = false, 'its input is not bytes'
-end
-if not schedule then
-  record_aside(k.quarantine, 'schedule', name, record, why, '')
-  redis.call('HDEL', k.schedules, name)
-  redis.call('ZREM', k.schedule_due, name)
-  return {ST_BAD_RECORD}
-end
+local schedule = schedule_load(k, name)
+if schedule == nil then return {ST_NOT_FOUND} end
+if not schedule then return {ST_BAD_RECORD} end
 if tonumber(redis.call('ZSCORE', k.schedule_due, name)) ~= due then return {ST_STALE} end
 if next_ms <= due then return {ST_OUT_OF_RANGE} end
 local now = now_ms()
@@ -79,4 +75,5 @@ redis.call('ZADD', k.schedule_due, next_ms, name)
 if existing then return {ST_OK, existing, 1} end
 local input = schedule.i or ''
 local run_id = invoke_run(k, action, id_prefix, input, '', now, now, idem_key, 0, '')
+schedule_note(k.schedule_last, name, run_id, now, due)
 return {ST_OK, run_id, 0}

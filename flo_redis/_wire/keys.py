@@ -77,7 +77,9 @@ class ActionKeys:
     rate: str  # ZSET  fencing token -> start ms (starts within the rate limit's window)
     parked: str  # ZSET  poller -> park deadline ms (pollers waiting for a hand-off)
     schedules: str  # HASH  schedule name -> msgpack record (spec, time zone, input)
-    schedule_due: str  # ZSET  schedule name -> next occurrence ms
+    schedule_due: str  # ZSET  schedule name -> next occurrence ms (active schedules)
+    schedule_paused: str  # ZSET  schedule name -> the occurrence it holds while paused
+    schedule_last: str  # HASH  schedule name -> msgpack note of the runs it last created
     quarantine: str  # STREAM  records set aside: runs, schedules, slots (lua/lib/record.lua)
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
@@ -102,6 +104,8 @@ class ActionKeys:
             self.parked,
             self.schedules,
             self.schedule_due,
+            self.schedule_paused,
+            self.schedule_last,
             self.quarantine,
         )
 

@@ -12,7 +12,6 @@ import asyncio
 import builtins
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
 from typing import TypeAlias
 
 from flo_redis._session.liveness_stats import LivenessStats, liveness_stats
@@ -66,14 +65,7 @@ from flo_redis.actions.runs import (
     status_reply,
     wait_timed_out,
 )
-from flo_redis.actions.schedules import (
-    Missed,
-    Schedule,
-    ScheduleDeclaration,
-    check_missed,
-    list_schedules,
-    remove_schedule,
-)
+from flo_redis.actions.schedule_steering import ScheduleOperations
 
 # flo's ``flo.actions`` holds client.worker's classes as well: importable from here.
 from flo_redis.actions.workers import Claimed, CompleteItem, WorkerOperations
@@ -102,9 +94,10 @@ _NO_OPTIONS = ActionInvokeOptions()
 ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None]
 
 
-class ActionOperations(ActionInspection):
+class ActionOperations(ActionInspection, ScheduleOperations):
     """``client.action``: register actions, invoke them, read runs; counts, runs by state
-    and bulk steering come from :class:`ActionInspection`."""
+    and bulk steering come from :class:`ActionInspection`, schedules from
+    :class:`~flo_redis.actions.schedule_steering.ScheduleOperations`."""
 
     async def register(
         self,
@@ -343,44 +336,6 @@ class ActionOperations(ActionInspection):
         """Upkeep of one queue (expired leases, due delayed runs, retention), bounded;
         returns how many runs became ready. Workers call this periodically."""
         return await reap_queue(self._session, name, namespace)
-
-    # --- schedules (flo_redis.actions.schedules) ---------------------------------------------
-
-    async def schedule(
-        self,
-        action: str,
-        cron_or_interval: str | timedelta,
-        *,
-        input: bytes = b"",
-        name: str | None = None,
-        timezone: str = "UTC",
-        missed: Missed | str = Missed.ONCE,
-        namespace: str | None = None,
-    ) -> Schedule:
-        """Run ``action`` on a cron expression (in ``timezone``) or every interval, each
-        occurrence exactly once whichever workers are up. ``name`` (default: the
-        action's name) names it for :meth:`unschedule`; setting the same name again
-        replaces it. ``missed``: what happens to occurrences passed while no worker ran
-        (:class:`~flo_redis.actions.schedules.Missed`). :class:`ValidationError` for a bad cron
-        expression, interval or time zone, :class:`NotFoundError` for an action that is
-        not registered, both before anything is written."""
-        declared = ScheduleDeclaration(
-            action, cron_or_interval, name, input, timezone, check_missed(missed)
-        )
-        return await declared.apply(self._session, namespace)
-
-    async def schedules(
-        self, action: str | None = None, namespace: str | None = None
-    ) -> builtins.list[Schedule]:
-        """The schedules of ``action``, or of every registered action."""
-        return await list_schedules(self._session, action, namespace)
-
-    async def unschedule(
-        self, action: str, name: str | None = None, namespace: str | None = None
-    ) -> None:
-        """Remove the schedule ``name`` of ``action`` (default: the one named after the
-        action); :class:`NotFoundError` when there is none. Runs it created stay."""
-        await remove_schedule(self._session, action, name, namespace)
 
 
 __all__ = ["ActionOperations", "Claimed", "CompleteItem", "WorkerOperations"]

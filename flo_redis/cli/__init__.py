@@ -33,6 +33,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "scripts",
     "acl",
     "quarantine",
+    "schedules",
 )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from aiohttp import web
 
 from flo_redis.client import FloClient
-from flo_redis.dashboard import changes, pages
+from flo_redis.dashboard import changes, pages, schedule_pages
 from flo_redis.dashboard.guard import Guard, Refused, Throttled
 from flo_redis.dashboard.live import DEFAULT_MAX_STREAMS, STREAMS, Streams
 from flo_redis.dashboard.render import (
@@ -92,6 +92,7 @@ def create_app(
     app.router.add_post("/group/replay", changes.replay)
     app.router.add_post("/quarantine/replay", changes.quarantine_replay)
     app.router.add_post("/quarantine/delete", changes.quarantine_delete)
+    schedule_pages.add_routes(app.router)
     app.router.add_get("/static/style.css", pages.stylesheet)
     app.router.add_get("/static/live.js", pages.live_script)
     app.router.add_get("/live/{page:.*}", pages.live_page)

@@ -45,6 +45,10 @@ DONE = {
     "replayed": "Dead letters appended to the stream again.",
     "put_back": "Record put back where it was set aside from.",
     "deleted": "Record deleted from the quarantine for good.",
+    "schedule_paused": "Schedule paused: it creates no run until resumed.",
+    "schedule_resumed": "Schedule resumed at the occurrence it held.",
+    "schedule_triggered": "Schedule triggered: one run created now; its next occurrence stays.",
+    "schedule_removed": "Schedule removed; the runs it created stay.",
     "login": "Logged in: changes are allowed from this browser.",
     "logout": "Logged out.",
 }

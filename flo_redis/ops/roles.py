@@ -18,9 +18,10 @@ version.
   call; the commands a script runs are held to the caller's rights one by one.)
 - **producer** registers actions, invokes, cancels what it invoked, appends and
   enqueues, and schedules, besides what read-only does.
-- **operator** steers besides: re-queues, purges and deletes, drains and removes
-  workers, trims streams, replays dead letters, reclaims by hand; the user of a
-  dashboard started with ``--write`` (its log-ins and sessions).
+- **operator** steers besides: re-queues, purges and deletes, pauses, resumes and
+  triggers schedules, drains and removes workers, trims streams, replays dead letters,
+  reclaims by hand; the user of a dashboard started with ``--write`` (its log-ins and
+  sessions).
 - **worker** runs ``ActionWorker``, ``StreamWorker``, queue consumers and slots: it
   holds liveness channels, which no other role but admin may subscribe to (a channel
   kept subscribed keeps a dead worker's work from coming back), besides what a
@@ -73,6 +74,7 @@ _READ_SCRIPTS = (
     "queue_peek",
     "queue_dlq_list",
     "schedule_due",
+    "schedule_list",
 )
 _PRODUCER_SCRIPTS = (
     *_READ_SCRIPTS,
@@ -105,6 +107,9 @@ _OPERATOR_SCRIPTS = (
     "group_reclaim",
     "queue_dlq_requeue",
     "queue_reclaim",
+    "schedule_pause",
+    "schedule_resume",
+    "schedule_trigger",
     # A dashboard started with --write: its log-ins and sessions.
     "dashboard_login",
     "dashboard_session_touch",

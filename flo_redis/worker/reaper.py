@@ -3,7 +3,9 @@
 Each pass takes back the work of gone owners (:func:`flo_redis._session.reclaim.sweep`
 for each target), and about once a second runs each action's upkeep: expired leases,
 due delayed runs and due schedules, so dead work comes back and schedules fire even when
-nobody invokes or polls.
+nobody invokes or polls. Schedules are also fired at their occurrence: each firing says
+when the action's next one is due (on Redis's clock), and the reaper wakes then, so a
+run is created when its occurrence comes, not at the next upkeep up to a second later.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from flo_redis._session.reclaim import (
 )
 from flo_redis._session.session import Session
 from flo_redis._wire.checks import check_count
-from flo_redis.actions.schedules import fire_due
+from flo_redis.actions.schedules import fire_schedules
 from flo_redis.errors import (
     NotFoundError,
     PermissionDeniedError,
@@ -37,13 +39,15 @@ log = logging.getLogger("flo_redis.reclaim")
 DEFAULT_REAP_INTERVAL_S = 0.25
 """How often a worker's reaper looks for gone owners in each queue it serves."""
 _MAX_FAILED_PAUSE_S = 5.0
+_FIRE_MARGIN_S = 0.002
 
 
 class Reaper:
     """A worker process's periodic reclaim over what it serves: every ``interval_s``
     (sooner when a suspect's grace is about to end, at once while a batch left more) it
     takes back the work of gone owners, and about once a second runs each target's
-    upkeep, so dead work comes back even when nobody invokes or polls.
+    upkeep, so dead work comes back even when nobody invokes or polls; an action's
+    schedules are fired at their occurrences as well (module docstring).
 
     ``actions`` are action queues (upkeep: expired leases, due delayed runs, due
     schedules, so schedules fire while any worker of their action is up); ``targets``
@@ -68,6 +72,9 @@ class Reaper:
             raise ValidationError(f"interval_s must be positive, got {interval_s}")
         check_count("grace_ms", grace_ms, 0)
         self._session = session
+        # Action -> loop time its next schedule occurrence is due (learnt by firing).
+        self._fire_at: dict[str, float] = {}
+        self._firing: dict[str, Callable[[], Awaitable[None]]] = {}
         self._targets = [self._action(name) for name in dict.fromkeys(actions)]
         self._targets += targets
         self._interval_s = interval_s
@@ -81,15 +88,25 @@ class Reaper:
         async def swept(grace_ms: int) -> ReclaimResult:
             return await reclaim_gone_owners(self._session, name, grace_ms=grace_ms)
 
+        async def fire() -> None:
+            self._fire_at.pop(name, None)  # a firing that fails waits for the upkeep
+            result = await fire_schedules(self._session, name)
+            if result.next_in_ms >= 0:
+                # A little after it, so Redis's clock has reached it (else: not due yet).
+                delay = result.next_in_ms / 1000 + _FIRE_MARGIN_S
+                self._fire_at[name] = asyncio.get_running_loop().time() + delay
+
         async def upkeep() -> None:
             try:
                 await reap_queue(self._session, name)
-                await fire_due(self._session, name)
+                await fire()
             except NotFoundError:
                 if self._on_unregistered is not None:
                     with contextlib.suppress(Exception):
                         await self._on_unregistered(name)
 
+        self._firing[name] = fire
+        self._fire_at[name] = 0.0  # at the first pass: what fell due while none was up
         return ReapTarget(name, swept, upkeep)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -137,6 +154,12 @@ class Reaper:
                 for target in self._targets:
                     if target.upkeep is not None:
                         await self._upkeep(target.name, target.upkeep)
+            else:
+                for name, at in list(self._fire_at.items()):
+                    if at <= loop.time():
+                        await self._upkeep(name, self._firing[name])
+            if self._fire_at and not failures:
+                pause = min(pause, max(min(self._fire_at.values()) - loop.time(), 0.0))
             if pause > 0:
                 await wait_event(stop, pause)
             else:

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 import pytest
-from dashboard_pages import get, parsed
+from dashboard_pages import get, logged_in, parsed, post
 
 from flo_redis import ActionInvokeOptions, ActionRegisterOptions, FloClient, RunStatus, WorkerStatus
 from flo_redis.dashboard import RunningDashboard, start_dashboard
@@ -68,20 +68,9 @@ async def browser() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def post(
-    session: aiohttp.ClientSession, url: str, form: dict[str, str], **headers: str
-) -> tuple[int, str]:
-    async with session.post(url, data=form, headers=headers, allow_redirects=True) as response:
-        return response.status, await response.text()
-
-
 async def log_in(session: aiohttp.ClientSession, dash: RunningDashboard) -> str:
     """Log in with the token; the CSRF value the dashboard's forms now carry."""
-    status, body = await post(session, dash.url + "login", {"token": TOKEN, "next": "/"})
-    assert status == 200 and "write access" in body
-    match = re.search(r'name="csrf" value="([0-9a-f]{64})"', body)
-    assert match, body
-    return match.group(1)
+    return await logged_in(session, dash.url, TOKEN)
 
 
 async def test_pages_show_the_namespace_and_escape_every_value(

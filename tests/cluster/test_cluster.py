@@ -35,6 +35,7 @@ from flo_redis._wire.keys import action_keys, handoff_channel, queue_keys, strea
 from flo_redis._wire.replies import handed
 from flo_redis.actions.claims import claim
 from flo_redis.actions.runs import cancel_reply
+from flo_redis.actions.schedules import fire_due
 from flo_redis.sync import SyncFloClient
 
 pytestmark = pytest.mark.cluster
@@ -123,6 +124,29 @@ async def test_invoke_claim_complete_across_slots(cclient: FloClient, craw: Clus
         assert (await finished(cclient, run_id, timeout=30)).status == RunStatus.COMPLETED
     listed = await cclient.action.list()
     assert sorted(a.name for a in listed.actions) == sorted(names)
+
+
+async def test_schedules_are_steered_and_fired_on_three_nodes(
+    cclient: FloClient, craw: ClusterClient
+) -> None:
+    names = await names_on_distinct_nodes(craw, cclient.namespace, 3)
+    for name in names:
+        await cclient.action.register(name)
+        await cclient.action.schedule(name, "0 3 * * *", input=name.encode())
+        paused = await cclient.action.pause_schedule(name)
+        run_id = await cclient.action.trigger_schedule(name)
+        assert (await cclient.action.status(run_id)).status == RunStatus.PENDING
+        resumed = await cclient.action.resume_schedule(name)
+        assert resumed.next_due_ms == paused.next_due_ms and resumed.triggered_run_id == run_id
+        # Due long ago: fired once (missed, once) and on to the next 03:00.
+        await craw.zadd(action_keys(cclient.namespace, name).schedule_due, {name: 1_000})
+        assert await fire_due(cclient.session, name) == 1
+    listed = await cclient.action.schedules()
+    assert sorted(s.name for s in listed) == sorted(names)
+    assert all(s.last_due_ms == 1_000 and s.last_run_id for s in listed)
+    for name in names:
+        await cclient.action.unschedule(name)
+    assert await cclient.action.schedules() == []
 
 
 async def test_an_await_returns_promptly_after_an_invoke(

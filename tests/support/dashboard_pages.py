@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 
 import aiohttp
@@ -30,3 +31,21 @@ def parsed(body: str) -> tuple[set[str], str]:
 async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
     async with session.get(url) as response:
         return response.status, await response.text()
+
+
+async def post(
+    session: aiohttp.ClientSession, url: str, form: dict[str, str], **headers: str
+) -> tuple[int, str]:
+    """POST ``form`` as a browser submits it, following the redirect after a change."""
+    async with session.post(url, data=form, headers=headers, allow_redirects=True) as response:
+        return response.status, await response.text()
+
+
+async def logged_in(session: aiohttp.ClientSession, base_url: str, token: str) -> str:
+    """Log in to the dashboard at ``base_url`` with its write ``token``; the CSRF value
+    its forms now carry."""
+    status, body = await post(session, base_url + "login", {"token": token, "next": "/"})
+    assert status == 200 and "write access" in body
+    match = re.search(r'name="csrf" value="([0-9a-f]{64})"', body)
+    assert match, body
+    return match.group(1)
