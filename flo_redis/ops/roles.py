@@ -64,6 +64,7 @@ _LISTENING = ("ssubscribe", "sunsubscribe")
 _READ_SCRIPTS = (
     "action_counts",
     "action_runs",
+    "action_find",
     "worker_list",
     "worker_presence",
     "stream_read",
