@@ -41,7 +41,8 @@ if #text < 1 or #text > 256 then return {ST_BAD_ARG, 5} end
 if not limit then return {ST_BAD_ARG, 6} end
 if redis.call('EXISTS', k.definition) == 0 then return {ST_NO_ACTION} end
 
-local lower, find, unpack_record = string.lower, string.find, cmsgpack.unpack
+local lower, find, sub, byte = string.lower, string.find, string.sub, string.byte
+local unpack_record = cmsgpack.unpack
 text = lower(text)
 local newest_first = state_newest_first(state)
 local start, skip_ties = state_page_start(set, after_score, after_id, newest_first)
@@ -52,13 +53,44 @@ else
   page = redis.call('ZRANGE', set, start, start + step, 'WITHSCORES')
 end
 
--- Whether the stored record `raw` is a run whose error message holds the text: the
--- bytes are looked at first, so only a record that holds it anywhere is decoded.
+-- The msgpack string that starts at `at` in `raw` (a str header, then its bytes), or nil.
+local function str_at(raw, at)
+  local tag = byte(raw, at)
+  if not tag then return nil end
+  local len, from
+  if tag >= 0xa0 and tag <= 0xbf then
+    len, from = tag - 0xa0, at + 1
+  elseif tag == 0xd9 then
+    len, from = byte(raw, at + 1), at + 2
+  elseif tag == 0xda then
+    local a, b = byte(raw, at + 1, at + 2)
+    if b then len, from = a * 256 + b, at + 3 end
+  elseif tag == 0xdb then
+    local a, b, c, d = byte(raw, at + 1, at + 4)
+    if d then len, from = ((a * 256 + b) * 256 + c) * 256 + d, at + 5 end
+  end
+  if not len then return nil end
+  return sub(raw, from, from + len - 1)
+end
+
+-- Whether the stored record `raw` is a run whose error message holds the text. Only
+-- the strings that follow the bytes of the key "err" are lowered and looked at (never
+-- the whole record, whose output and traceback may be large); a record where one holds
+-- the text is decoded, and its `err` decides.
 local function matches(raw)
-  if not raw or not find(lower(raw), text, 1, true) then return false end
-  local ok, run = pcall(unpack_record, raw)
-  if not ok or type(run) ~= 'table' or type(run.err) ~= 'string' then return false end
-  return find(lower(run.err), text, 1, true) ~= nil
+  if not raw then return false end
+  local at = 1
+  while true do
+    local _, key_end = find(raw, '\163err', at, true)
+    if not key_end then return false end
+    local candidate = str_at(raw, key_end + 1)
+    if candidate and find(lower(candidate), text, 1, true) then
+      local ok, run = pcall(unpack_record, raw)
+      return ok and type(run) == 'table' and type(run.err) == 'string'
+        and find(lower(run.err), text, 1, true) ~= nil
+    end
+    at = key_end + 1
+  end
 end
 
 local last_score, last_id = after_score, after_id

@@ -3,8 +3,14 @@ input (``action.details``)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+from collections.abc import Iterator
+
 import pytest
 import redis.asyncio as aioredis
+from redis_server import RedisServer
 
 from flo_redis import (
     ActionInvokeOptions,
@@ -15,11 +21,13 @@ from flo_redis import (
 )
 from flo_redis._wire.gateway import ACTION_FIND
 from flo_redis._wire.keys import action_keys
-from flo_redis.actions.finding import FIND_STEP
+from flo_redis.actions.finding import FIND_STEP, MAX_SCAN
 from flo_redis.errors import BadRequestError, NotFoundError, ValidationError
 from flo_redis.types import RunStatus
 
 NOW = WorkerAwaitOptions(block_ms=0)
+BIG = 20_000
+SLOW_US = 50_000
 
 
 async def failed_runs(client: FloClient, errors: list[str], action: str = "job") -> list[str]:
@@ -167,3 +175,59 @@ async def test_a_record_that_does_not_decode_is_no_match(
     await raw.hset(action_keys(namespace, "job").runs, bad, b"boom \xc1 not msgpack")
     found = await job.action.find("job", "boom")
     assert [f.run.run_id for f in found.runs] == [good]
+
+
+async def test_only_the_error_message_is_searched_whatever_the_record_holds(
+    job: FloClient,
+) -> None:
+    long_error = "x" * 300 + " Needle at the end"  # a str16 in the record
+    [failed] = await failed_runs(job, [long_error])
+    # A completed run whose output holds the bytes of the key "err" and the text after.
+    run = await job.action.invoke("job", b"in")
+    await job.worker.await_tasks("w1", ["job"], 1, NOW)
+    await job.worker.complete("w1", "job", run.run_id, b"\xa3err\xa6needle")
+    found = await job.action.find("job", "NEEDLE")
+    assert [f.run.run_id for f in found.runs] == [failed]
+    assert found.examined == 2
+
+
+@pytest.fixture(scope="module")
+def slowlog_url() -> Iterator[str]:
+    """A server of this module's own that logs every call over SLOW_US."""
+    server = RedisServer(extra=("--slowlog-log-slower-than", str(SLOW_US))).start()
+    assert server.process is not None
+    with contextlib.suppress(PermissionError):  # the script's own time, not its neighbours'
+        os.setpriority(os.PRIO_PROCESS, server.process.pid, -10)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+async def test_a_search_of_20k_failed_runs_is_short_script_calls(slowlog_url: str) -> None:
+    traceback = 'Traceback (most recent call last):\n  File "app.py", line 1\n' * 40
+    async with FloClient(slowlog_url, namespace="find") as client:
+        await client.action.register("job", options=ActionRegisterOptions(max_retries=1))
+        await client.worker.register("w1", ["job"])
+        await client.action.invoke_many("job", [b"{}"] * BIG)
+        done = 0
+        while done < BIG:
+            runs = await client.worker.await_tasks("w1", ["job"], 1000, NOW)
+            failing = WorkerFailOptions(retry=False, traceback=traceback)
+            await asyncio.gather(
+                *(
+                    client.worker.fail("w1", "job", r.run_id, f"ValueError: row {i}", failing)
+                    for i, r in enumerate(runs, done)
+                )
+            )
+            done += len(runs)
+        conn = aioredis.Redis.from_url(slowlog_url)
+        try:
+            await conn.slowlog_reset()
+            found = await client.action.find("job", "ROW 7777", scan=MAX_SCAN)
+            assert [f.run.error_message for f in found.runs] == ["ValueError: row 7777"]
+            assert (found.examined, found.cursor) == (BIG, None)
+            assert await conn.slowlog_get(128) == []
+        finally:
+            await conn.aclose()
