@@ -21,11 +21,13 @@ import click
 from flo_redis.cli._ops import until_stopped
 from flo_redis.cli._options import F, Seconds, env_option, namespace_option, url_option
 from flo_redis.cli._render import say
+from flo_redis.cli.run_view import redact_options, redactor_of
 from flo_redis.client import FloClient
 from flo_redis.errors import FloError
 
 if TYPE_CHECKING:
     from flo_redis.dashboard.guard import SessionPolicy
+    from flo_redis.ops.redaction import Redactor
 
 TOKEN_ENV = "FLO_REDIS_DASHBOARD_TOKEN"
 _MAX_SESSION_S = 365 * 86400
@@ -39,6 +41,7 @@ async def _serve(
     token: str | None,
     origins: tuple[str, ...],
     policy: SessionPolicy,
+    redactor: Redactor,
 ) -> int:
     from flo_redis.dashboard import start_dashboard
 
@@ -51,7 +54,13 @@ async def _serve(
     try:
         try:
             running = await start_dashboard(
-                client, host=host, port=port, token=token, origins=origins, policy=policy
+                client,
+                host=host,
+                port=port,
+                token=token,
+                origins=origins,
+                policy=policy,
+                redactor=redactor,
             )
         except OSError as exc:
             say(f"flo-redis dashboard: cannot listen on {host}:{port}: {exc}", err=True)
@@ -115,6 +124,7 @@ def _session_seconds(flag: str, meaning: str, default_s: int) -> Callable[[F], F
 )
 @_session_seconds("--session-idle", "a logged-in browser's session lasts without a request", 1800)
 @_session_seconds("--session-max", "a session lasts at most after its log-in, used or not", 28800)
+@redact_options
 def dashboard_command(
     url: str,
     namespace: str,
@@ -124,8 +134,11 @@ def dashboard_command(
     origins: tuple[str, ...],
     session_idle: float | None,
     session_max: float | None,
+    redact: str | None,
+    redact_keys: str | None,
 ) -> None:
     """Serve a web dashboard of the namespace's actions, runs, workers and streams."""
+    redactor = redactor_of(redact, redact_keys)
     token: str | None = None
     if write:
         token = os.environ.get(TOKEN_ENV) or None
@@ -142,7 +155,8 @@ def dashboard_command(
             idle_s=default.idle_s if session_idle is None else session_idle,
             max_s=default.max_s if session_max is None else session_max,
         )
-        sys.exit(asyncio.run(_serve(url, namespace, host, port, token, origins, policy)))
+        served = _serve(url, namespace, host, port, token, origins, policy, redactor)
+        sys.exit(asyncio.run(served))
 
 
 def register(group: click.Group) -> None:

@@ -26,6 +26,7 @@ with needs_extra("dashboard", "the flo-redis dashboard"):
 from flo_redis.client import FloClient
 from flo_redis.dashboard.app import HEADERS, create_app
 from flo_redis.dashboard.guard import Guard, SessionPolicy, is_loopback
+from flo_redis.ops.redaction import NOTHING, Redactor
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -59,6 +60,7 @@ async def start_dashboard(
     token: str | None = None,
     origins: Iterable[str] = (),
     policy: SessionPolicy | None = None,
+    redactor: Redactor = NOTHING,
 ) -> RunningDashboard:
     """Serve the dashboard of ``client``'s namespace at ``http://host:port/`` (port 0:
     a free one). With ``token`` (16 characters or more) it accepts changes from a browser
@@ -66,13 +68,14 @@ async def start_dashboard(
     browser reaches it at through a reverse proxy (``https://dash.example.com``), whose
     requests and changes it then accepts too (:mod:`.guard`); ValueError for one that
     is not an origin. ``policy``: how long sessions last and how failed log-ins are
-    throttled (:class:`~.guard.SessionPolicy`; its defaults without). ``client`` must
-    stay connected.
+    throttled (:class:`~.guard.SessionPolicy`; its defaults without). ``redactor``:
+    what run pages hide of inputs, outputs, progress and errors
+    (:func:`flo_redis.ops.redaction.redactor`). ``client`` must stay connected.
 
     Every answer carries the security headers (:data:`.app.HEADERS`), the errors aiohttp
     gives for a request it cannot read (before the app sees it) included."""
     guard = Guard(token, loopback_only=is_loopback(host), origins=origins, policy=policy)
-    app = create_app(client, guard)
+    app = create_app(client, guard, redactor)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     assert runner.server is not None

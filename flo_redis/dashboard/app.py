@@ -14,10 +14,19 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from flo_redis.client import FloClient
-from flo_redis.dashboard import changes, pages
+from flo_redis.dashboard import changes, pages, run_pages
 from flo_redis.dashboard.guard import Guard, Refused, Throttled
-from flo_redis.dashboard.render import CLIENT, GUARD, TEMPLATES, error_page, log, templates
+from flo_redis.dashboard.render import (
+    CLIENT,
+    GUARD,
+    REDACTOR,
+    TEMPLATES,
+    error_page,
+    log,
+    templates,
+)
 from flo_redis.errors import ConflictError, FloError, NotFoundError, ValidationError
+from flo_redis.ops.redaction import NOTHING, Redactor
 
 HEADERS = {
     "Content-Security-Policy": (
@@ -34,17 +43,20 @@ _STATUS_OF = ((NotFoundError, 404), (ValidationError, 400), (ConflictError, 409)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def create_app(client: FloClient, guard: Guard) -> web.Application:
+def create_app(client: FloClient, guard: Guard, redactor: Redactor = NOTHING) -> web.Application:
     """The dashboard for ``client``'s namespace. The client must be connected while the
-    app serves; the caller owns it."""
+    app serves; the caller owns it. ``redactor``: what run pages hide
+    (:mod:`flo_redis.ops.redaction`)."""
     app = web.Application(middlewares=[_guarded_pages])
     app.on_response_prepare.append(_secured)
     app[CLIENT] = client
     app[GUARD] = guard
     app[TEMPLATES] = templates()
+    app[REDACTOR] = redactor
     app.router.add_get("/", pages.overview)
     app.router.add_get("/action", pages.action)
-    app.router.add_get("/run", pages.run)
+    app.router.add_get("/run", run_pages.run)
+    app.router.add_get("/find", run_pages.find)
     app.router.add_get("/workers", pages.workers)
     app.router.add_get("/streams", pages.streams)
     app.router.add_get("/group", pages.group)

@@ -6,7 +6,6 @@ from importlib import resources
 
 from aiohttp import web
 
-from flo_redis._wire.keys import action_of_run
 from flo_redis.dashboard import data
 from flo_redis.dashboard.guard import local_path
 from flo_redis.dashboard.render import CLIENT, render_page
@@ -39,17 +38,6 @@ async def action(request: web.Request) -> web.StreamResponse:
     if page.info is None:
         raise NotFoundError(f"action {name!r} is not registered in this namespace")
     return await render_page(request, "action.html", {"page": page})
-
-
-async def run(request: web.Request) -> web.StreamResponse:
-    status = await request.app[CLIENT].action.status(_required(request, "id"))
-    context = {
-        "run": status,
-        "action_name": action_of_run(status.run_id),
-        "requeueable": status.status in data.REQUEUEABLE,
-        "cancellable": status.status in data.CANCELLABLE,
-    }
-    return await render_page(request, "run.html", context)
 
 
 async def workers(request: web.Request) -> web.StreamResponse:

@@ -23,6 +23,7 @@ from flo_redis.dashboard.guard import Guard, local_path
 from flo_redis.dashboard.sparkline import sparkline
 from flo_redis.errors import FloError
 from flo_redis.ops.discovery import health
+from flo_redis.ops.redaction import Redactor
 from flo_redis.types import StreamID
 
 log = logging.getLogger("flo_redis.dashboard")
@@ -30,6 +31,7 @@ log = logging.getLogger("flo_redis.dashboard")
 CLIENT: web.AppKey[FloClient] = web.AppKey("client", FloClient)
 GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+REDACTOR: web.AppKey[Redactor] = web.AppKey("redactor", Redactor)
 
 # What a finished change says on the page it returns to (never text from the request).
 DONE = {

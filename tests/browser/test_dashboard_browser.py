@@ -14,55 +14,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
+from chromium_pages import chromium as launched
+from chromium_pages import screenshots
 from polling import eventually
 
 from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
 from flo_redis.dashboard import RunningDashboard, start_dashboard
 from flo_redis.types import StreamGroupJoinOptions, StreamGroupNackOptions, StreamGroupReadOptions
 
-playwright_api = pytest.importorskip("playwright.async_api")
-
-CHROMIUM = os.environ.get("FLO_REDIS_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TOKEN = "browser-test-write-token"
 HTML_NAME = "<b>bold</b>&co"
 
 
 @pytest.fixture
 async def chromium() -> AsyncIterator[object]:
-    if not shutil.which(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    async with playwright_api.async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
+    async with launched() as browser:
+        yield browser
 
 
 @pytest.fixture
 def shots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("FLO_REDIS_SCREENSHOTS") or tmp_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return screenshots(tmp_path)
 
 
 @contextlib.asynccontextmanager
@@ -183,7 +160,6 @@ async def requeue_with_token(
 
     assert await eventually(status, lambda s: s == "COMPLETED", interval=0.2) == "COMPLETED"
     assert "charged" in await page.locator("pre").last.inner_text()
-    await page.screenshot(path=str(shots / "dashboard-run.png"), full_page=True)
 
     await page.get_by_role("link", name="Workers").click()
     await page.get_by_role("heading", name="Workers").wait_for()
