@@ -25,7 +25,7 @@ from flo_redis.client import FloClient
 from flo_redis.errors import ValidationError
 from flo_redis.ops.payloads import encoded, shown
 from flo_redis.ops.redaction import Redactor, redactor
-from flo_redis.types import ActionRunStatus
+from flo_redis.types import ActionRunStatus, RunStatus
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -126,13 +126,19 @@ def print_value(label: str, raw: bytes | None) -> None:
         say(view.note)
 
 
+def _no_input(run: ActionRunStatus) -> str:
+    if run.status is RunStatus.COMPLETED:
+        return "not kept (a completed run's input is deleted when it completes)"
+    return "none stored for this run"
+
+
 def print_details(details: RunDetails, now_ms: int) -> None:
     run = details.status
     rows = [r for r in facts(run, now_ms, details.idempotency_key) if r[1]]
     tables.console().print(tables.table(f"run {run.run_id}", ["field", "value"], rows))
     if details.input is None:
         say()
-        say("input: not kept (a completed run's input is deleted when it completes)")
+        say(f"input: {_no_input(run)}")
     print_value("input", details.input)
     print_value("progress", run.progress)
     print_value("output", run.output)

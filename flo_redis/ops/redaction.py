@@ -100,16 +100,28 @@ def _kind(exc: BaseException) -> str:
 
 
 def _hide_keys(value: V, keys: tuple[str, ...]) -> V:
-    """``value`` with the members named by ``keys`` hidden, when it is JSON; else as is."""
+    """``value`` with the members named by ``keys`` hidden, when it is JSON; as is when
+    it is not; the failure marker for JSON nested too deep to be walked (it could hold
+    a member to hide)."""
     try:
         data = json.loads(value)
-    except (ValueError, RecursionError):
+    except ValueError:
         return value
-    hidden, changed = _hidden(data, keys)
-    if not changed:
-        return value
-    text = json.dumps(hidden, ensure_ascii=False)
+    except RecursionError:
+        return _failed(value)
+    try:
+        hidden, changed = _hidden(data, keys)
+        if not changed:
+            return value
+        text = json.dumps(hidden, ensure_ascii=False)
+    except RecursionError:
+        return _failed(value)
     return text.encode() if isinstance(value, bytes) else text
+
+
+def _failed(value: V) -> V:
+    log.warning("redaction failed: a JSON value nested too deep to look through")
+    return FAILED.encode() if isinstance(value, bytes) else FAILED
 
 
 def _hidden(data: Any, keys: tuple[str, ...]) -> tuple[Any, bool]:
