@@ -206,7 +206,8 @@ def _cursor(cursor: str | None) -> bytes | None:
 @redact_options
 @click.argument("action")
 @click.argument("query")
-@click.option("--limit", type=click.IntRange(1, MAX_FOUND), default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(1, MAX_FOUND), default=20, show_default=True,
+              help="Find at most this many runs.")  # fmt: skip
 @click.option("--scan", type=click.IntRange(1, MAX_SCAN), default=DEFAULT_SCAN,
               show_default=True, help="Examine at most this many runs.")  # fmt: skip
 @click.option("--cursor", default=None, help="Go on from where a previous search stopped.")
