@@ -25,6 +25,7 @@ from flo_redis import (
     WorkerFailOptions,
 )
 from flo_redis.dashboard import RunningDashboard, start_dashboard
+from flo_redis.dashboard.run_pages import FOUND_SHOWN
 from flo_redis.ops.redaction import Redactor, redactor
 
 NOW = WorkerAwaitOptions(block_ms=0)
@@ -142,6 +143,13 @@ async def test_the_action_page_searches_by_a_get_form(
             session, dash.url + "find?" + urlencode({"name": "resize", "q": "x" * 300})
         )
         assert status == 400
+        # A search goes on from a cursor (the page's "search further" link): from the
+        # completed runs on, the failed run is not met again.
+        later = {"name": "resize", "q": "imagetoolarge", "cursor": "completed"}
+        assert runs["failed"] not in await page(session, dash, "/find?" + urlencode(later))
+        bad = {"name": "resize", "q": "x", "cursor": "nowhere 1 x"}
+        status, _ = await get(session, dash.url + "find?" + urlencode(bad))
+        assert status == 400
         empty = await page(session, dash, "/find?name=resize")
         assert "run-search" in empty and "runs examined" not in empty
     finally:
@@ -170,3 +178,25 @@ async def test_the_command_takes_redact_options(
     finally:
         proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), 60) == 0
+
+
+async def test_a_search_that_stopped_links_to_the_rest(
+    client: FloClient, session: aiohttp.ClientSession
+) -> None:
+    await client.action.register("mail", options=ActionRegisterOptions(max_retries=1))
+    await client.worker.register("w1", ["mail"])
+    for i in range(FOUND_SHOWN + 5):
+        run = await client.action.invoke("mail", b"{}")
+        await client.worker.await_tasks("w1", ["mail"], 1, NOW)
+        await client.worker.fail("w1", "mail", run.run_id, f"SMTP 550 for #{i}")
+    dash = await serving(client)
+    try:
+        first = await page(session, dash, "/find?" + urlencode({"name": "mail", "q": "smtp 550"}))
+        assert first.count('href="/run?') == FOUND_SHOWN
+        more = re.search(r'<a href="(/find\?[^"]+)">search further</a>', first)
+        assert more, first
+        rest = await page(session, dash, more.group(1).replace("&amp;", "&"))
+        assert rest.count('href="/run?') == 5 and "search further" not in rest
+        assert "SMTP 550 for #0<" in rest  # the oldest failure comes last
+    finally:
+        await dash.close()
