@@ -23,7 +23,7 @@ from flo_redis.cli._options import env_option
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.errors import ValidationError
-from flo_redis.ops.payloads import encoded, shown
+from flo_redis.ops.payloads import encoded, shown, span
 from flo_redis.ops.redaction import Redactor, redactor
 from flo_redis.types import ActionRunStatus, RunStatus
 
@@ -77,16 +77,6 @@ def when(ms: int | None, now_ms: int) -> str:
     if ms > now_ms:
         return f"{stamp} (in {ops.age(now_ms, ms)})"
     return f"{stamp} ({ops.age(ms, now_ms)} ago)"
-
-
-def span(ms: int) -> str:
-    """A duration for people: "850 ms", "1.2 s", "4.5 min", "2.0 h"."""
-    if ms < 1000:
-        return f"{ms} ms"
-    for unit, size in (("h", 3_600_000), ("min", 60_000)):
-        if ms >= size:
-            return f"{ms / size:.1f} {unit}"
-    return f"{ms / 1000:.1f} s"
 
 
 def facts(run: ActionRunStatus, now_ms: int, key: str | None) -> list[tuple[str, object]]:

@@ -15,7 +15,7 @@ from flo_redis._wire.keys import action_of_run
 from flo_redis.dashboard import data
 from flo_redis.dashboard.pages import _required
 from flo_redis.dashboard.render import CLIENT, REDACTOR, render_page
-from flo_redis.ops.payloads import shown
+from flo_redis.ops.payloads import shown, span
 
 FOUND_SHOWN = 50  # runs a search page lists
 
@@ -31,10 +31,19 @@ async def run(request: web.Request) -> web.StreamResponse:
         "idempotency_key": details.idempotency_key,
         "input": None if raw_input is None else shown(raw_input),
         "output": None if status.output is None else shown(status.output),
+        "waited": _between(status.created_at_ms, status.started_at_ms),
+        "ran": _between(status.started_at_ms, status.completed_at_ms),
         "requeueable": status.status in data.REQUEUEABLE,
         "cancellable": status.status in data.CANCELLABLE,
     }
     return await render_page(request, "run.html", context)
+
+
+def _between(start_ms: int | None, end_ms: int | None) -> str:
+    """How long from ``start_ms`` to ``end_ms`` ("1.2 s"), or "" when one is unknown."""
+    if start_ms is None or end_ms is None:
+        return ""
+    return span(max(end_ms - start_ms, 0))
 
 
 async def find(request: web.Request) -> web.StreamResponse:

@@ -1,4 +1,5 @@
-"""A run's bytes (input, output, progress) as people and programs read them.
+"""A run's bytes (input, output, progress) as people and programs read them, and its
+durations as people read them (:func:`span`).
 
 People get :func:`shown`: pretty JSON when the bytes are JSON, the text when they are
 UTF-8 (and hold no NUL), a hex dump otherwise, each cut at a size (:data:`SHOWN_BYTES`
@@ -85,3 +86,13 @@ def decoded(value: dict[str, Any]) -> bytes:
     if value["encoding"] == "base64":
         return base64.b64decode(value["data"])
     return str(value["data"]).encode()
+
+
+def span(ms: int) -> str:
+    """A duration for people: "850 ms", "1.2 s", "4.5 min", "2.0 h"."""
+    if ms < 1000:
+        return f"{ms} ms"
+    for unit, size in (("h", 3_600_000), ("min", 60_000)):
+        if ms >= size:
+            return f"{ms / size:.1f} {unit}"
+    return f"{ms / 1000:.1f} s"

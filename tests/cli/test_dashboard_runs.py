@@ -86,6 +86,7 @@ async def test_the_run_page_shows_the_input_escaped_and_pretty(
         assert "Input json, " in " ".join(text.split())
         assert f'"password": "{SECRET}"' in text and '{\n  "user":' in text
         assert "order-42" in text and "Traceback (most recent call last)" in text
+        assert re.search(r"\d+(\.\d)? (ms|s) after started", text), text  # how long it ran
         binary = await page(session, dash, "/run?" + urlencode({"id": runs["binary"]}))
         assert "00000000  00 01 ff 70 6e 67" in parsed(binary)[1]
         done = await page(session, dash, "/run?" + urlencode({"id": runs["done"]}))

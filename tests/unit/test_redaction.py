@@ -10,7 +10,7 @@ import os
 import pytest
 
 from flo_redis.errors import ValidationError
-from flo_redis.ops.payloads import SHOWN_BYTES, decoded, encoded, shown
+from flo_redis.ops.payloads import SHOWN_BYTES, decoded, encoded, shown, span
 from flo_redis.ops.redaction import FAILED, Redactor, key_names, load_hook, redactor
 from flo_redis.types import ActionRunStatus, RunStatus
 
@@ -120,3 +120,9 @@ def test_encoded_values_give_the_bytes_back() -> None:
     assert encoded(b"\xff")["encoding"] == "base64"  # type: ignore[index]
     assert encoded(b"\xff")["data"] == base64.b64encode(b"\xff").decode()  # type: ignore[index]
     assert encoded(None) is None
+
+
+def test_durations_read_as_people_say_them() -> None:
+    assert [span(ms) for ms in (0, 850, 1_234, 59_999, 270_000, 7_200_000)] == [
+        "0 ms", "850 ms", "1.2 s", "60.0 s", "4.5 min", "2.0 h",
+    ]  # fmt: skip
