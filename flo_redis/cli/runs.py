@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 import click
@@ -50,6 +51,7 @@ def _cursor_given(ctx: click.Context, param: click.Parameter, cursor: str | None
 @click.option("--limit", type=click.IntRange(1, 1024), default=20, show_default=True)
 @click.option("--cursor", default=None, callback=_cursor_given,
               help="Continue after a previous page.")  # fmt: skip
+@run_view.redact_options
 def list_runs(
     url: str,
     namespace: str,
@@ -58,9 +60,12 @@ def list_runs(
     state: str,
     limit: int,
     cursor: str | None,
+    redact: str | None,
+    redact_keys: str | None,
 ) -> None:
     """A page of ACTION's runs in one state: waiting runs in the order they will be taken,
     finished ones newest first."""
+    hide = run_view.redactor_of(redact, redact_keys)
 
     async def read(client: FloClient) -> tuple[int, RunPage]:
         page = await client.action.runs(
@@ -69,6 +74,7 @@ def list_runs(
         return await client.server_time_ms(), page
 
     now_ms, page = ops.with_client(url, namespace, read, Names(action=action))
+    page = dataclasses.replace(page, runs=tuple(hide.run(r) for r in page.runs))
     if as_json:
         ops.print_json(page)
         return

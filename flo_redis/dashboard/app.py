@@ -52,6 +52,7 @@ def create_app(client: FloClient, guard: Guard, redactor: Redactor = NOTHING) ->
     app[CLIENT] = client
     app[GUARD] = guard
     app[TEMPLATES] = templates()
+    app[TEMPLATES].filters["redacted"] = redactor.run  # runs listed with their errors
     app[REDACTOR] = redactor
     app.router.add_get("/", pages.overview)
     app.router.add_get("/action", pages.action)

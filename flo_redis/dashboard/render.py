@@ -23,7 +23,7 @@ from flo_redis.dashboard.guard import Guard, local_path
 from flo_redis.dashboard.sparkline import sparkline
 from flo_redis.errors import FloError
 from flo_redis.ops.discovery import health
-from flo_redis.ops.redaction import Redactor
+from flo_redis.ops.redaction import NOTHING, Redactor
 from flo_redis.types import StreamID
 
 log = logging.getLogger("flo_redis.dashboard")
@@ -63,6 +63,7 @@ def templates() -> jinja2.Environment:
     env.filters["hexdump"] = lambda raw: raw[:48].hex(" ") + (" …" if len(raw) > 48 else "")
     env.filters["sid"] = lambda sid: sid.to_redis() if isinstance(sid, StreamID) else str(sid)
     env.globals["sparkline"] = sparkline
+    env.filters["redacted"] = NOTHING.run  # the app's redactor replaces it (create_app)
     return env
 
 

@@ -212,6 +212,15 @@ def test_find_by_error_text_idempotency_key_and_run_id(
     assert "no run of resize matches 'no such text'" in none
 
 
+def test_runs_list_hides_what_the_hook_hides(
+    redis_url: str, namespace: str, runs: dict[str, Any], tmp_path: Path
+) -> None:
+    args = ("runs", "list", "resize", "--state", "failed", "--redact", "redactors:hide_secret")
+    for extra in ((), ("--json",)):
+        done = ok(flo_redis(redis_url, namespace, *args, *extra, env=hook_module(tmp_path)))
+        assert runs["failed"] in done and SECRET not in done
+
+
 def test_find_hides_what_the_hook_hides(
     redis_url: str, namespace: str, runs: dict[str, Any], tmp_path: Path
 ) -> None:

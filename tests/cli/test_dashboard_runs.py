@@ -114,10 +114,15 @@ async def test_a_redactor_hides_input_and_error_on_the_run_page(
             body = await page(session, dash, "/run?" + urlencode({"id": runs["failed"]}))
             search = "/find?" + urlencode({"name": "resize", "q": "imagetoolarge"})
             found = await page(session, dash, search)
+            # Failed runs listed with their errors: the overview, the action's failed tab.
+            listed = [await page(session, dash, path) for path in ("/", "/action?name=resize")]
         finally:
             await dash.close()
+        error = "[redaction failed]" if hide.hook is broken else "ImageTooLarge: 9000x9000"
+        assert all(error in body for body in listed)
         if hide.hook is not None:  # the key names hide only the input's member
             assert SECRET not in body and SECRET not in found
+            assert not any(SECRET in body for body in listed)
         assert SECRET not in parsed(body)[1].split("Error")[0]
         assert shown in parsed(body)[1]
 
