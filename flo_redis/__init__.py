@@ -5,6 +5,7 @@ endpoint at your Redis (``redis://localhost:6379``); the worker API is flo-pytho
 """
 
 from flo_redis import errors, types
+from flo_redis.actions.finding import FoundRun, FoundRuns, RunDetails
 from flo_redis.actions.inspect import ActionCounts, BulkResult, RunPage, RunState
 from flo_redis.actions.operations import ActionOperations
 from flo_redis.actions.results import JsonSerializer, ResultEncodingError, ResultSerializer
@@ -51,6 +52,8 @@ __all__ = [
     "DeadLetter",
     "Durability",
     "FloClient",
+    "FoundRun",
+    "FoundRuns",
     "GroupQuarantine",
     "JsonSerializer",
     "QuarantineOperations",
@@ -61,6 +64,7 @@ __all__ = [
     "ResultEncodingError",
     "ResultSerializer",
     "RetryPolicy",
+    "RunDetails",
     "RunPage",
     "RunState",
     "StreamContext",

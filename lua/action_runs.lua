@@ -27,34 +27,15 @@ local limit = arg_int(ARGV[4], 1, 1024)
 
 local set = state_set(k, state)
 if not set then return {ST_BAD_ARG, 1} end
-if after_score ~= '' then
-  local score = arg_int(after_score, 0, INT_MAX)
-  if not score then return {ST_BAD_ARG, 2} end
-  after_score = string.format('%d', score)
-end
+after_score = state_cursor_score(after_score)
+if not after_score then return {ST_BAD_ARG, 2} end
 if not limit then return {ST_BAD_ARG, 4} end
 
-local newest_first = state == 'completed' or state == 'failed'
+local newest_first = state_newest_first(state)
 
 -- Where the page starts: just past the cursor's run while it is still in the set with the
 -- same score; else at the first run ordered after (score, id).
-local start = 0
-local skip_ties = false
-if after_score ~= '' then
-  local score = redis.call('ZSCORE', set, after_id)
-  if score and tonumber(score) == tonumber(after_score) then
-    local rank
-    if newest_first then rank = redis.call('ZREVRANK', set, after_id)
-    else rank = redis.call('ZRANK', set, after_id) end
-    start = rank + 1
-  elseif newest_first then
-    start = redis.call('ZCOUNT', set, '(' .. after_score, '+inf')
-    skip_ties = true
-  else
-    start = redis.call('ZCOUNT', set, '-inf', '(' .. after_score)
-    skip_ties = true
-  end
-end
+local start, skip_ties = state_page_start(set, after_score, after_id, newest_first)
 
 local page
 if newest_first then
@@ -65,9 +46,8 @@ end
 local out = {ST_OK, 0, 0}
 for i = 1, #page, 2 do
   local run_id, score = page[i], page[i + 1]
-  local tie = skip_ties and tonumber(score) == tonumber(after_score)
-  local passed = tie and ((newest_first and run_id >= after_id)
-    or (not newest_first and run_id <= after_id))
+  local passed = skip_ties
+    and state_page_passed(run_id, score, after_score, after_id, newest_first)
   if not passed then
     if out[3] == limit then break end
     out[3] = out[3] + 1

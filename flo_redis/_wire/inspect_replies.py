@@ -1,6 +1,6 @@
 """The replies of the operator's reads and bulk steering (``action_counts``,
-``action_runs``, ``action_requeue_failed``, ``action_purge``): one frozen dataclass and
-one parser per reply shape, as in :mod:`flo_redis._wire.replies`."""
+``action_runs``, ``action_find``, ``action_requeue_failed``, ``action_purge``): one
+frozen dataclass and one parser per reply shape, as in :mod:`flo_redis._wire.replies`."""
 
 from __future__ import annotations
 
@@ -104,15 +104,40 @@ class RunRows:
     rows: tuple[RunRow, ...]
 
 
+def _rows(reply: Any, at: int) -> tuple[RunRow, ...]:
+    """The ``n`` rows ``(run_id, score, record)`` that follow ``n`` at ``reply[at]``."""
+    first = at + 1
+    return tuple(
+        RunRow(text(reply[i]) or "", text(reply[i + 1]) or "", reply[i + 2] or None)
+        for i in range(first, first + 3 * int(reply[at]), 3)
+    )
+
+
 def run_rows(reply: Any, _keys: object) -> RunRows:
     if int(reply[0]) != Status.OK:
         return RunRows(int(reply[0]), False, ())
-    n = int(reply[2])
-    rows = tuple(
-        RunRow(text(reply[i]) or "", text(reply[i + 1]) or "", reply[i + 2] or None)
-        for i in range(3, 3 + 3 * n, 3)
-    )
-    return RunRows(Status.OK, bool(int(reply[1])), rows)
+    return RunRows(Status.OK, bool(int(reply[1])), _rows(reply, 2))
+
+
+@dataclass(frozen=True, slots=True)
+class FoundRows:
+    """``action_find``: the matches of one bounded step, and where it stopped."""
+
+    status: int
+    more: bool = False
+    last_score: str = ""
+    last_id: str = ""
+    examined: int = 0
+    rows: tuple[RunRow, ...] = ()
+
+
+def found_rows(reply: Any, _keys: object) -> FoundRows:
+    if int(reply[0]) != Status.OK:
+        return FoundRows(int(reply[0]))
+    return FoundRows(
+        Status.OK, bool(int(reply[1])), text(reply[2]) or "", text(reply[3]) or "",
+        int(reply[4]), _rows(reply, 5),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

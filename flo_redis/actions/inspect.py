@@ -29,10 +29,11 @@ from flo_redis._wire.gateway import (
 )
 from flo_redis._wire.inspect_replies import ActionCounts as ActionCounts  # beside its parser
 from flo_redis._wire.inspect_replies import BulkStep
-from flo_redis._wire.keys import ActionKeys
+from flo_redis._wire.keys import ActionKeys, action_of_run
 from flo_redis._wire.refusals import not_registered
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal
+from flo_redis.actions.finding import DEFAULT_SCAN, FoundRuns, RunDetails, find_runs, run_details
 from flo_redis.actions.runs import read_run, unreadable_run
 from flo_redis.errors import ValidationError
 from flo_redis.types import ActionRunStatus
@@ -183,6 +184,31 @@ class ActionInspection(Operations):
                     )
         cursor = last if more and last else None
         return RunPage(name, st, tuple(found), cursor, tuple(unreadable))
+
+    async def details(self, run_id: str, namespace: str | None = None) -> RunDetails:
+        """The run's status with its input and idempotency key, read together (the
+        operator's view of one run; ``status`` stays lean for waits and polls).
+        :class:`NotFoundError` for an unknown run."""
+        keys = self._action_keys(action_of_run(run_id), namespace)
+        return await run_details(self._session, keys, run_id)
+
+    async def find(
+        self,
+        name: str,
+        query: str,
+        limit: int = 20,
+        cursor: bytes | None = None,
+        scan: int = DEFAULT_SCAN,
+        namespace: str | None = None,
+    ) -> FoundRuns:
+        """Runs of ``name`` that ``query`` names: the run with that id and the run
+        invoked with that idempotency key (exact, O(1)), then runs whose error message
+        holds it (ASCII case ignored), failed ones first, newest first. At most
+        ``limit`` (1..1000) runs found and ``scan`` (1..100,000) runs examined per call,
+        each script call examining at most 250; pass the answer's ``cursor`` back to go
+        on. :class:`NotFoundError` if the action is not registered."""
+        keys = self._action_keys(name, namespace)
+        return await find_runs(self._session, keys, query, limit, cursor, scan)
 
     async def requeue_failed(
         self, name: str, batch: int = DEFAULT_BATCH, namespace: str | None = None

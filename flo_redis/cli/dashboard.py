@@ -21,11 +21,13 @@ import click
 from flo_redis.cli._ops import until_stopped
 from flo_redis.cli._options import F, Seconds, env_option, namespace_option, url_option
 from flo_redis.cli._render import say
+from flo_redis.cli.run_view import redact_options, redactor_of
 from flo_redis.client import FloClient
 from flo_redis.errors import FloError
 
 if TYPE_CHECKING:
     from flo_redis.dashboard.guard import SessionPolicy
+    from flo_redis.ops.redaction import Redactor
 
 TOKEN_ENV = "FLO_REDIS_DASHBOARD_TOKEN"
 _MAX_SESSION_S = 365 * 86400
@@ -40,6 +42,7 @@ async def _serve(
     origins: tuple[str, ...],
     policy: SessionPolicy,
     shown: tuple[str, ...] | None,
+    redactor: Redactor,
 ) -> int:
     from flo_redis.dashboard import start_dashboard
 
@@ -59,6 +62,7 @@ async def _serve(
                 origins=origins,
                 policy=policy,
                 namespaces=shown,
+                redactor=redactor,
             )
         except OSError as exc:
             say(f"flo-redis dashboard: cannot listen on {host}:{port}: {exc}", err=True)
@@ -133,6 +137,7 @@ def _session_seconds(flag: str, meaning: str, default_s: int) -> Callable[[F], F
 )
 @_session_seconds("--session-idle", "a logged-in browser's session lasts without a request", 1800)
 @_session_seconds("--session-max", "a session lasts at most after its log-in, used or not", 28800)
+@redact_options
 def dashboard_command(
     url: str,
     namespace: str,
@@ -143,8 +148,11 @@ def dashboard_command(
     shown: tuple[str, ...],
     session_idle: float | None,
     session_max: float | None,
+    redact: str | None,
+    redact_keys: str | None,
 ) -> None:
     """Serve a web dashboard of the namespace's actions, runs, workers and streams."""
+    redactor = redactor_of(redact, redact_keys)
     token: str | None = None
     if write:
         token = os.environ.get(TOKEN_ENV) or None
@@ -162,7 +170,8 @@ def dashboard_command(
             max_s=default.max_s if session_max is None else session_max,
         )
         others = tuple(n for n in shown if n) if shown else None
-        sys.exit(asyncio.run(_serve(url, namespace, host, port, token, origins, policy, others)))
+        served = _serve(url, namespace, host, port, token, origins, policy, others, redactor)
+        sys.exit(asyncio.run(served))
 
 
 def register(group: click.Group) -> None:

@@ -1,7 +1,9 @@
-"""``flo-redis runs list|show|cancel|requeue|purge``: one action's runs by state."""
+"""``flo-redis runs list|cancel|requeue|purge``: one action's runs by state (``show`` and
+``find``: :mod:`.run_view`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 import click
@@ -11,8 +13,10 @@ from flo_redis.actions.inspect import RunPage, RunState, run_cursor
 from flo_redis.actions.runs import FINAL
 from flo_redis.cli import _ops as ops
 from flo_redis.cli import _tables as tables
+from flo_redis.cli import run_view
 from flo_redis.cli._names import Names
 from flo_redis.cli._render import say
+from flo_redis.cli.run_view import short
 from flo_redis.client import FloClient
 from flo_redis.errors import BadRecordError, ValidationError
 from flo_redis.types import ActionRunStatus
@@ -22,11 +26,8 @@ STATES = click.Choice([s.value for s in RunState])
 
 def register(group: click.Group) -> None:
     group.add_command(runs)
-
-
-def _short(text: str | None, width: int = 60) -> str:
-    line = (text or "").splitlines()[0] if text else ""
-    return line if len(line) <= width else line[: width - 1] + "…"
+    runs.add_command(run_view.show)
+    runs.add_command(run_view.find)
 
 
 @click.group("runs")
@@ -50,6 +51,7 @@ def _cursor_given(ctx: click.Context, param: click.Parameter, cursor: str | None
 @click.option("--limit", type=click.IntRange(1, 1024), default=20, show_default=True)
 @click.option("--cursor", default=None, callback=_cursor_given,
               help="Continue after a previous page.")  # fmt: skip
+@run_view.redact_options
 def list_runs(
     url: str,
     namespace: str,
@@ -58,9 +60,12 @@ def list_runs(
     state: str,
     limit: int,
     cursor: str | None,
+    redact: str | None,
+    redact_keys: str | None,
 ) -> None:
     """A page of ACTION's runs in one state: waiting runs in the order they will be taken,
     finished ones newest first."""
+    hide = run_view.redactor_of(redact, redact_keys)
 
     async def read(client: FloClient) -> tuple[int, RunPage]:
         page = await client.action.runs(
@@ -69,6 +74,7 @@ def list_runs(
         return await client.server_time_ms(), page
 
     now_ms, page = ops.with_client(url, namespace, read, Names(action=action))
+    page = dataclasses.replace(page, runs=tuple(hide.run(r) for r in page.runs))
     if as_json:
         ops.print_json(page)
         return
@@ -85,7 +91,7 @@ def list_runs(
                     ops.age(r.created_at_ms, now_ms) + " ago",
                     _when(r, now_ms),
                     r.worker_id,
-                    _short(r.error_message),
+                    short(r.error_message),
                 )
                 for r in page.runs
             ],
@@ -108,38 +114,6 @@ def _when(run: ActionRunStatus, now_ms: int) -> str:
     if run.completed_at_ms is not None:
         return ops.age(run.completed_at_ms, now_ms) + " ago"
     return ""
-
-
-@runs.command("show")
-@ops.connection_options
-@ops.json_option
-@tables.wide_option
-@click.argument("run_id")
-def show(url: str, namespace: str, as_json: bool, run_id: str) -> None:
-    """Everything known about RUN_ID: status, attempts, times, output or error."""
-    run = ops.with_client(url, namespace, lambda c: c.action.status(run_id))
-    if as_json:
-        ops.print_json(run)
-        return
-    output = run.output.decode(errors="replace") if run.output is not None else None
-    progress = run.progress.decode(errors="replace") if run.progress is not None else None
-    rows = [
-        ("run", run.run_id),
-        ("status", run.status.name),
-        ("attempt", f"{run.attempt} of {run.max_retries}"),
-        ("created at (ms)", run.created_at_ms),
-        ("started at (ms)", run.started_at_ms),
-        ("finished at (ms)", run.completed_at_ms),
-        ("due at (ms)", run.due_at_ms),
-        ("worker", run.worker_id),
-        ("outcome", run.outcome),
-        ("progress", progress),
-        ("output", output),
-        ("error", run.error_message),
-    ]
-    tables.console().print(
-        tables.table(f"run {run_id}", ["field", "value"], [r for r in rows if r[1]], wrap=["value"])
-    )
 
 
 @runs.command("cancel")

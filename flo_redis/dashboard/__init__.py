@@ -27,6 +27,7 @@ from flo_redis.client import FloClient
 from flo_redis.dashboard.app import HEADERS, create_app
 from flo_redis.dashboard.guard import Guard, SessionPolicy, is_loopback
 from flo_redis.dashboard.live import DEFAULT_MAX_STREAMS
+from flo_redis.ops.redaction import NOTHING, Redactor
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -62,6 +63,7 @@ async def start_dashboard(
     policy: SessionPolicy | None = None,
     namespaces: Iterable[str] | None = None,
     max_streams: int = DEFAULT_MAX_STREAMS,
+    redactor: Redactor = NOTHING,
 ) -> RunningDashboard:
     """Serve the dashboard of ``client``'s namespace at ``http://host:port/`` (port 0:
     a free one). With ``token`` (16 characters or more) it accepts changes from a browser
@@ -72,12 +74,13 @@ async def start_dashboard(
     throttled (:class:`~.guard.SessionPolicy`; its defaults without). ``namespaces``:
     the other namespaces its switcher may show (None: every namespace on the Redis;
     :mod:`.spaces`). ``max_streams``: live pages open at once (:mod:`.live`).
-    ``client`` must stay connected.
+    ``redactor``: what run pages hide of inputs, outputs, progress and errors
+    (:func:`flo_redis.ops.redaction.redactor`). ``client`` must stay connected.
 
     Every answer carries the security headers (:data:`.app.HEADERS`), the errors aiohttp
     gives for a request it cannot read (before the app sees it) included."""
     guard = Guard(token, loopback_only=is_loopback(host), origins=origins, policy=policy)
-    app = create_app(client, guard, namespaces=namespaces, max_streams=max_streams)
+    app = create_app(client, guard, redactor, namespaces=namespaces, max_streams=max_streams)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     assert runner.server is not None

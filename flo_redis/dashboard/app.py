@@ -17,12 +17,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from aiohttp import web
 
 from flo_redis.client import FloClient
-from flo_redis.dashboard import changes, pages, schedule_pages
+from flo_redis.dashboard import changes, pages, run_pages, schedule_pages
 from flo_redis.dashboard.guard import Guard, Refused, Throttled
 from flo_redis.dashboard.live import DEFAULT_MAX_STREAMS, STREAMS, Streams
 from flo_redis.dashboard.render import (
     CLIENT,
     GUARD,
+    REDACTOR,
     SHOWN,
     SPACES,
     TEMPLATES,
@@ -32,6 +33,7 @@ from flo_redis.dashboard.render import (
 )
 from flo_redis.dashboard.spaces import NS_PARAM, Busy, Namespaces
 from flo_redis.errors import ConflictError, FloError, NotFoundError, ValidationError
+from flo_redis.ops.redaction import NOTHING, Redactor
 
 HEADERS = {
     "Content-Security-Policy": (
@@ -56,6 +58,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def create_app(
     client: FloClient,
     guard: Guard,
+    redactor: Redactor = NOTHING,
     *,
     namespaces: Iterable[str] | None = None,
     max_streams: int = DEFAULT_MAX_STREAMS,
@@ -63,7 +66,8 @@ def create_app(
     """The dashboard for ``client``'s namespace, and the others ``namespaces`` names
     (None: every namespace on its Redis; :mod:`.spaces`). At most ``max_streams`` live
     pages at once (:mod:`.live`). The client must be connected while the app serves;
-    the caller owns it (the app closes the clients it made for other namespaces)."""
+    the caller owns it (the app closes the clients it made for other namespaces).
+    ``redactor``: what run pages hide (:mod:`flo_redis.ops.redaction`)."""
     app = web.Application(middlewares=[_guarded_pages])
     app.on_response_prepare.append(_secured)
     app[CLIENT] = client
@@ -74,9 +78,12 @@ def create_app(
     app[STREAMS] = streams = Streams(max_streams)
     app.on_shutdown.append(streams.close)
     app.on_cleanup.append(lambda _app: spaces.close())
+    app[TEMPLATES].filters["redacted"] = redactor.run  # runs listed with their errors
+    app[REDACTOR] = redactor
     app.router.add_get("/", pages.overview)
     app.router.add_get("/action", pages.action)
-    app.router.add_get("/run", pages.run)
+    app.router.add_get("/run", run_pages.run)
+    app.router.add_get("/find", run_pages.find)
     app.router.add_get("/workers", pages.workers)
     app.router.add_get("/streams", pages.streams)
     app.router.add_get("/group", pages.group)

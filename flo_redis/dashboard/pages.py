@@ -8,7 +8,6 @@ from typing import Any
 
 from aiohttp import web
 
-from flo_redis._wire.keys import action_of_run
 from flo_redis.dashboard import data, live
 from flo_redis.dashboard.guard import local_path
 from flo_redis.dashboard.render import client_of, page_fixtures, page_html, render_page
@@ -76,17 +75,6 @@ async def live_page(request: web.Request) -> web.StreamResponse:
     if view is None:
         raise NotFoundError(f"{path} is not a page that refreshes live")
     return await live.stream(request, view, page_html, page_fixtures, path)
-
-
-async def run(request: web.Request) -> web.StreamResponse:
-    status = await client_of(request).action.status(_required(request, "id"))
-    context = {
-        "run": status,
-        "action_name": action_of_run(status.run_id),
-        "requeueable": status.status in data.REQUEUEABLE,
-        "cancellable": status.status in data.CANCELLABLE,
-    }
-    return await render_page(request, "run.html", context)
 
 
 async def streams(request: web.Request) -> web.StreamResponse:

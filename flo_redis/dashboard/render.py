@@ -24,6 +24,7 @@ from flo_redis.dashboard.spaces import NS_PARAM, Namespaces
 from flo_redis.dashboard.sparkline import sparkline
 from flo_redis.errors import FloError
 from flo_redis.ops.discovery import health
+from flo_redis.ops.redaction import NOTHING, Redactor
 from flo_redis.types import StreamID
 
 log = logging.getLogger("flo_redis.dashboard")
@@ -34,6 +35,7 @@ SPACES: web.AppKey[Namespaces] = web.AppKey("namespaces", Namespaces)
 SHOWN: web.RequestKey[FloClient] = web.RequestKey("shown", FloClient)
 GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+REDACTOR: web.AppKey[Redactor] = web.AppKey("redactor", Redactor)
 
 # What a finished change says on the page it returns to (never text from the request).
 DONE = {
@@ -71,6 +73,7 @@ def templates() -> jinja2.Environment:
     env.globals["sparkline"] = sparkline
     env.globals["link"] = _link
     env.filters["urlencode"] = _urlencode
+    env.filters["redacted"] = NOTHING.run  # the app's redactor replaces it (create_app)
     return env
 
 

@@ -66,6 +66,7 @@ _READ_SCRIPTS = (
     "action_counts",
     "action_runs",
     "action_held",
+    "action_find",
     "worker_list",
     "worker_presence",
     "stream_read",

@@ -77,7 +77,9 @@ class ActionRunStatus:
     waiting; ``priority``: the priority it was invoked with (0 .. 255, lower
     first). ``progress`` is the last value its handler reported with
     ``ctx.progress`` (bytes as stored, JSON unless the value was bytes),
-    ``progress_at_ms`` when; None before any."""
+    ``progress_at_ms`` when; None before any. The run's input is not part
+    of its status (a wait reads the status at every wake-up):
+    ``client.action.details(run_id)`` reads it with the status."""
 
     run_id: str
     status: RunStatus

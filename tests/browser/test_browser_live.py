@@ -11,19 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chromium_browser import chromium, screenshots
+from chromium_pages import screenshots
 from polling import eventually
 
 from flo_redis import ActionRegisterOptions, FloClient, WorkerAwaitOptions, WorkerRegisterOptions
 from flo_redis.dashboard import RunningDashboard, start_dashboard
 
 NOW = WorkerAwaitOptions(block_ms=0)
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Any]:
-    async with chromium() as launched:
-        yield launched
 
 
 @pytest.fixture

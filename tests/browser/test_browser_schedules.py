@@ -9,14 +9,12 @@ trigger) and resumes it. The screenshot is the docs' (docs/schedules.md):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
-from chromium_pages import launched, logged_in_page, screenshots
+from chromium_pages import logged_in_page
 from polling import eventually
 
 from flo_redis import ActionContext, FloClient, RunStatus
@@ -26,17 +24,6 @@ from flo_redis.actions.schedules import fire_due
 from flo_redis.dashboard import start_dashboard
 
 TOKEN = "browser-test-write-token"
-
-
-@pytest.fixture
-async def chromium() -> AsyncIterator[Any]:
-    async with launched() as browser:
-        yield browser
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    return screenshots(tmp_path)
 
 
 async def set_aside(client: FloClient, raw: aioredis.Redis, action: str, name: str) -> None:
@@ -49,7 +36,7 @@ async def set_aside(client: FloClient, raw: aioredis.Redis, action: str, name: s
 
 
 async def test_an_operator_sees_next_last_and_error_and_pauses_and_triggers(
-    client: FloClient, raw: aioredis.Redis, chromium: Any, shots: Path
+    client: FloClient, raw: aioredis.Redis, browser: Any, shots: Path
 ) -> None:
     worker = client.new_action_worker(block_ms=500)
     done: list[bytes] = []
@@ -81,7 +68,7 @@ async def test_an_operator_sees_next_last_and_error_and_pauses_and_triggers(
         await eventually(
             lambda: client.action.status(last_run), lambda s: s.status == RunStatus.COMPLETED
         )
-        page = await logged_in_page(chromium, dash.url, TOKEN)
+        page = await logged_in_page(browser, dash.url, TOKEN)
         await page.get_by_role("link", name="Schedules", exact=True).click()
         await page.get_by_role("heading", name="Schedules").first.wait_for()
 

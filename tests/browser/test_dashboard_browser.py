@@ -14,55 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlencode
 
-import pytest
 from polling import eventually
 
 from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
 from flo_redis.dashboard import RunningDashboard, start_dashboard
 from flo_redis.types import StreamGroupJoinOptions, StreamGroupNackOptions, StreamGroupReadOptions
 
-playwright_api = pytest.importorskip("playwright.async_api")
-
-CHROMIUM = os.environ.get("FLO_REDIS_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TOKEN = "browser-test-write-token"
 HTML_NAME = "<b>bold</b>&co"
-
-
-@pytest.fixture
-async def chromium() -> AsyncIterator[object]:
-    if not shutil.which(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    async with playwright_api.async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("FLO_REDIS_SCREENSHOTS") or tmp_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 @contextlib.asynccontextmanager
@@ -75,7 +38,7 @@ async def dashboard(client: FloClient) -> AsyncIterator[RunningDashboard]:
 
 
 async def test_an_operator_requeues_a_failed_run_and_a_worker_completes_it(
-    client: FloClient, chromium: object, shots: Path
+    client: FloClient, browser: object, shots: Path
 ) -> None:
     declined = True
     worker = client.new_action_worker(block_ms=500)
@@ -111,20 +74,20 @@ async def test_an_operator_requeues_a_failed_run_and_a_worker_completes_it(
         )
         await eventually(lambda: client.action.counts(HTML_NAME), lambda c: c.completed == 25)
         async with dashboard(client) as dash:
-            await refused_without_token(chromium, dash, run_id, shots)
+            await refused_without_token(browser, dash, run_id, shots)
             # The operator's requeue succeeds only once the card is accepted.
             declined = False
-            await requeue_with_token(chromium, dash, run_id, shots)
+            await requeue_with_token(browser, dash, run_id, shots)
     finally:
         worker.stop()
         await asyncio.wait_for(task, 30)
 
 
 async def refused_without_token(
-    chromium: object, dash: RunningDashboard, run_id: str, shots: Path
+    browser: object, dash: RunningDashboard, run_id: str, shots: Path
 ) -> None:
     """Without the token: see the failure, press Requeue, be refused."""
-    context = await chromium.new_context(viewport={"width": 1280, "height": 760})  # type: ignore[attr-defined]
+    context = await browser.new_context(viewport={"width": 1280, "height": 760})  # type: ignore[attr-defined]
     page = await context.new_page()
     await page.goto(dash.url)
     row = page.locator("tr", has=page.get_by_text(run_id))
@@ -159,10 +122,10 @@ async def refused_without_token(
 
 
 async def requeue_with_token(
-    chromium: object, dash: RunningDashboard, run_id: str, shots: Path
+    browser: object, dash: RunningDashboard, run_id: str, shots: Path
 ) -> None:
     """Log in with the token, press Requeue, watch the run complete."""
-    context = await chromium.new_context(viewport={"width": 1280, "height": 760})  # type: ignore[attr-defined]
+    context = await browser.new_context(viewport={"width": 1280, "height": 760})  # type: ignore[attr-defined]
     page = await context.new_page()
     await page.goto(dash.url + "login")
     await page.get_by_label("token").fill(TOKEN)
@@ -183,7 +146,6 @@ async def requeue_with_token(
 
     assert await eventually(status, lambda s: s == "COMPLETED", interval=0.2) == "COMPLETED"
     assert "charged" in await page.locator("pre").last.inner_text()
-    await page.screenshot(path=str(shots / "dashboard-run.png"), full_page=True)
 
     await page.get_by_role("link", name="Workers").click()
     await page.get_by_role("heading", name="Workers").wait_for()  # its shot: test_browser_live
@@ -198,7 +160,7 @@ async def requeue_with_token(
 
 
 async def test_an_operator_sees_a_runs_progress_and_cancels_it(
-    client: FloClient, chromium: object, shots: Path
+    client: FloClient, browser: object, shots: Path
 ) -> None:
     # A ten-minute lease and no touches: the worker hears of the cancel by its notice.
     options = ActionRegisterOptions(timeout_ms=600_000)
@@ -220,7 +182,7 @@ async def test_an_operator_sees_a_runs_progress_and_cancels_it(
         run_id = (await client.action.invoke("export", b"{}")).run_id
         await eventually(lambda: client.action.status(run_id), lambda s: s.progress is not None)
         async with dashboard(client) as dash:
-            context = await chromium.new_context(viewport={"width": 1280, "height": 760})  # type: ignore[attr-defined]
+            context = await browser.new_context(viewport={"width": 1280, "height": 760})  # type: ignore[attr-defined]
             page = await context.new_page()
             await page.goto(dash.url + "login")
             await page.get_by_label("token").fill(TOKEN)

@@ -8,7 +8,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from flo_redis import FloClient, StreamGroupReadOptions, WorkerAwaitOptions, WorkerFailOptions
+from flo_redis import (
+    ActionInvokeOptions,
+    FloClient,
+    StreamGroupReadOptions,
+    WorkerAwaitOptions,
+    WorkerFailOptions,
+)
 from flo_redis.ops.discovery import overview
 
 pytestmark = pytest.mark.cluster
@@ -37,6 +43,29 @@ async def test_counts_and_steering_on_a_cluster(cclient: FloClient) -> None:
         assert len(page.runs) == 2 and page.cursor is not None
         assert (await cclient.action.purge(name, "pending")).count == 5
     assert cclient.namespace in await cclient.namespaces()
+
+
+async def test_finding_runs_and_reading_their_input_on_a_cluster(cclient: FloClient) -> None:
+    names = [f"job{i}" for i in range(4)]
+    await cclient.worker.register("w1", names)
+    for name in names:
+        await cclient.action.register(name)
+        run = await cclient.action.invoke(
+            name, f"input of {name}".encode(), ActionInvokeOptions(idempotency_key=f"k-{name}")
+        )
+        await cclient.worker.await_tasks("w1", [name], 1, WorkerAwaitOptions(block_ms=0))
+        await cclient.worker.fail(
+            "w1", name, run.run_id, f"{name} broke", WorkerFailOptions(retry=False)
+        )
+        details = await cclient.action.details(run.run_id)
+        assert (details.input, details.idempotency_key) == (
+            f"input of {name}".encode(),
+            f"k-{name}",
+        )
+        for query, by in ((f"{name.upper()} BROKE", "error"), (f"k-{name}", "idempotency key"),
+                          (run.run_id, "run id")):  # fmt: skip
+            found = await cclient.action.find(name, query)
+            assert [(f.run.run_id, f.by) for f in found.runs] == [(run.run_id, by)]
 
 
 async def test_stream_groups_on_a_cluster(cclient: FloClient) -> None:

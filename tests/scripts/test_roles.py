@@ -417,7 +417,13 @@ async def test_only_a_worker_may_hold_liveness(server: RedisServer, role: str) -
 
 
 CLI = {
-    "read-only": [["status"], ["runs", "list", "job", "--state", "failed"], ["workers", "list"]],
+    "read-only": [
+        ["status"],
+        ["runs", "list", "job", "--state", "failed"],
+        ["runs", "show", "{running}"],
+        ["runs", "find", "job", "boom"],
+        ["workers", "list"],
+    ],
     "operator": [
         ["runs", "cancel", "{running}", "--yes"],
         ["runs", "requeue", "job", "--yes"],
@@ -507,7 +513,7 @@ async def test_an_operator_serves_a_dashboard_that_makes_changes(server: RedisSe
     logs in (its session in Redis), drains a worker, and logs out; a read-only user
     serves it read-only."""
     ns = f"a-{uuid.uuid4().hex[:8]}"
-    await build_world(server.url, ns)
+    world = await build_world(server.url, ns)
     token = "a-long-enough-write-token"
     async with FloClient(role_url(server, "operator", ns), namespace=ns) as client:
         dash = await start_dashboard(client, port=0, token=token)
@@ -529,7 +535,9 @@ async def test_an_operator_serves_a_dashboard_that_makes_changes(server: RedisSe
     async with FloClient(role_url(server, "read-only", ns), namespace=ns) as reader:
         dash = await start_dashboard(reader, port=0)
         try:
-            async with aiohttp.ClientSession() as http, http.get(dash.url) as r:
-                assert r.status == 200
+            async with aiohttp.ClientSession() as http:
+                for page in ("", f"run?id={world.running}", "find?name=job&q=boom"):
+                    async with http.get(dash.url + page) as r:
+                        assert r.status == 200, (page, await r.text())
         finally:
             await dash.close()

@@ -73,6 +73,7 @@ TEXT = {
     "worker_list.after",  # a worker id, where stream_trim's `after` is a stream id
     "attempt_id",
     "record", "why",  # a record set aside (opaque bytes), and why it was
+    "text",  # the piece of an error message a search looks for
 }  # fmt: skip
 # An argument may be left out: '' is its "not given" (the header says so).
 MAY_BE_EMPTY = {
@@ -142,6 +143,7 @@ async def _workload(c: FloClient) -> None:
     await c.worker.tally("w1", 1, 0, 0)
     await act.runs("job", RunState.PENDING)
     await act.counts("job")
+    await act.find("job", "boom")
     await held_runs(c.session, (await c.worker.list()).workers)
     await act.reap("job")
     await reclaim_owners(c.session, "job", ["someone"])
@@ -152,6 +154,10 @@ async def _workload(c: FloClient) -> None:
     await act.purge("job", RunState.FAILED)
     schedule = await act.schedule("job", timedelta(hours=1), name="hourly")
     await act.schedules("job")
+    await act.get_schedule("job", "hourly")
+    await act.pause_schedule("job", "hourly")
+    await act.resume_schedule("job", "hourly")
+    await act.trigger_schedule("job", "hourly")
     keys = action_keys(c.namespace, "job")
     due = schedule.next_due_ms
     await SCHEDULE_FIRE(c.session, keys, [run_id_prefix("job"), "hourly", due, due + 1])

@@ -1,8 +1,8 @@
 """A real browser for dashboard tests: headless Chromium (Debian's ``chromium``) driven by
 Playwright, and the folder its screenshots go to (the docs' with
 ``FLO_REDIS_SCREENSHOTS=docs``, else the test's temporary folder). A test module makes
-its fixtures of these: ``chromium`` from :func:`launched`, ``shots`` from
-:func:`screenshots`."""
+the fixtures of ``tests/browser/conftest.py`` of these: ``browser`` from
+:func:`launched`, ``shots`` from :func:`screenshots`."""
 
 from __future__ import annotations
 
