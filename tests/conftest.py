@@ -8,10 +8,12 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from cli_command import Command
+from dashboard_pages import TOKEN as DASHBOARD_TOKEN
 from proxy import Proxy, proxying
 from redis_server import RedisCluster, RedisServer, discard_all
 
@@ -190,3 +192,27 @@ def command(redis_url: str) -> Iterator[Callable[..., Command]]:
     yield run
     for cmd in started:
         cmd.close()
+
+
+@pytest.fixture
+async def read_only(client: FloClient) -> AsyncIterator[Any]:
+    """A dashboard of the test's namespace, started without a write token."""
+    from flo_redis.dashboard import start_dashboard
+
+    running = await start_dashboard(client, port=0)
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+@pytest.fixture
+async def writable(client: FloClient) -> AsyncIterator[Any]:
+    """A dashboard of the test's namespace that takes changes with ``TOKEN``."""
+    from flo_redis.dashboard import start_dashboard
+
+    running = await start_dashboard(client, port=0, token=DASHBOARD_TOKEN)
+    try:
+        yield running
+    finally:
+        await running.close()

@@ -6,27 +6,16 @@ another namespace. No page breaks the Content-Security-Policy. Screenshots for t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from chromium_pages import screenshots
 from polling import eventually
 
 from flo_redis import ActionRegisterOptions, FloClient, WorkerAwaitOptions, WorkerRegisterOptions
-from flo_redis.dashboard import RunningDashboard, start_dashboard
+from flo_redis.dashboard import RunningDashboard
 
 NOW = WorkerAwaitOptions(block_ms=0)
-
-
-@pytest.fixture
-async def dashboard(client: FloClient) -> AsyncIterator[RunningDashboard]:
-    running = await start_dashboard(client, port=0)
-    try:
-        yield running
-    finally:
-        await running.close()
 
 
 async def open_page(browser: Any, url: str) -> tuple[Any, list[str]]:
@@ -58,11 +47,11 @@ async def still_the_same_page(page: Any) -> bool:
 
 
 async def test_a_count_changes_on_the_open_overview_without_a_reload(
-    client: FloClient, dashboard: RunningDashboard, browser: Any, tmp_path: Path
+    client: FloClient, read_only: RunningDashboard, browser: Any, tmp_path: Path
 ) -> None:
     await client.action.register("pay", options=ActionRegisterOptions(max_retries=1))
     await client.worker.register("w1", ["pay"], WorkerRegisterOptions())
-    page, errors = await open_page(browser, dashboard.url)
+    page, errors = await open_page(browser, read_only.url)
     assert "updating live" in await text_of(page, "footer")
     assert "No failed runs." in await text_of(page, "[data-live=overview-failures]")
 
@@ -82,14 +71,14 @@ async def test_a_count_changes_on_the_open_overview_without_a_reload(
 
 
 async def test_the_workers_page_shows_a_workers_current_run(
-    client: FloClient, dashboard: RunningDashboard, browser: Any, tmp_path: Path
+    client: FloClient, read_only: RunningDashboard, browser: Any, tmp_path: Path
 ) -> None:
     await client.action.register("resize")
     await client.worker.register("w1", ["resize"], WorkerRegisterOptions(concurrency=4))
     await client.worker.register("w2", ["resize"], WorkerRegisterOptions(concurrency=4))
     await client.action.invoke("resize", b"{}")
     [first] = await client.worker.await_tasks("w1", ["resize"], 1, NOW)
-    page, errors = await open_page(browser, dashboard.url + "workers")
+    page, errors = await open_page(browser, read_only.url + "workers")
     row = "tr[data-worker=w1]"
     assert first.run_id in await text_of(page, row)
 
@@ -108,14 +97,14 @@ async def test_the_workers_page_shows_a_workers_current_run(
 
 
 async def test_the_switcher_changes_namespace(
-    client: FloClient, dashboard: RunningDashboard, browser: Any
+    client: FloClient, read_only: RunningDashboard, browser: Any
 ) -> None:
     await client.action.register("pay")
     other = client.sibling(namespace=client.namespace + "-other")
     await other.connect()
     try:
         await other.action.register("ship")
-        page, errors = await open_page(browser, dashboard.url)
+        page, errors = await open_page(browser, read_only.url)
         assert "pay" in await text_of(page, "[data-live=overview-actions]")
 
         await page.select_option("form.ns select", other.namespace)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from cli_runner import with_client
 from histories import history, streams_history
@@ -22,3 +24,10 @@ def world(redis_url: str, namespace: str) -> dict[str, Any]:
         return h
 
     return with_client(redis_url, namespace, build)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[aiohttp.ClientSession]:
+    """An HTTP client that keeps cookies as a browser does (an IP host's too: unsafe)."""
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+        yield session

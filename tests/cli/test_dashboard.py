@@ -9,12 +9,11 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
 from urllib.parse import urlencode
 
 import aiohttp
 import pytest
-from dashboard_pages import get, logged_in, parsed, post
+from dashboard_pages import TOKEN, get, logged_in, parsed, post
 
 from flo_redis import ActionInvokeOptions, ActionRegisterOptions, FloClient, RunStatus, WorkerStatus
 from flo_redis.dashboard import RunningDashboard, start_dashboard
@@ -28,7 +27,6 @@ from flo_redis.types import (
     WorkerRegisterOptions,
 )
 
-TOKEN = "a-long-enough-write-token"
 EVIL = "<img src=x onerror=alert(1)>&\"'"
 
 
@@ -41,31 +39,6 @@ async def failed_run(client: FloClient, action: str, error: str) -> str:
     await client.worker.fail("w1", action, claimed.run_id, error)
     assert (await client.action.status(run_id)).status == RunStatus.FAILED
     return run_id
-
-
-@pytest.fixture
-async def read_only(client: FloClient) -> AsyncIterator[RunningDashboard]:
-    running = await start_dashboard(client, port=0)
-    try:
-        yield running
-    finally:
-        await running.close()
-
-
-@pytest.fixture
-async def writable(client: FloClient) -> AsyncIterator[RunningDashboard]:
-    running = await start_dashboard(client, port=0, token=TOKEN)
-    try:
-        yield running
-    finally:
-        await running.close()
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[aiohttp.ClientSession]:
-    # unsafe: keep cookies of an IP host (127.0.0.1), as a browser does.
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
-        yield session
 
 
 async def log_in(session: aiohttp.ClientSession, dash: RunningDashboard) -> str:

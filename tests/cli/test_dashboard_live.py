@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from dashboard_pages import get, parsed
+from dashboard_pages import TOKEN, get, parsed
 from polling import eventually
 
 from flo_redis import (
@@ -29,23 +29,7 @@ from flo_redis.dashboard.live import live_regions
 from flo_redis.dashboard.spaces import Busy, Namespaces
 
 NOW = WorkerAwaitOptions(block_ms=0)
-TOKEN = "a-long-enough-write-token"
 READ_S = 30.0  # a generous bound on waiting for the next event
-
-
-@pytest.fixture
-async def dashboard(client: FloClient) -> AsyncIterator[RunningDashboard]:
-    running = await start_dashboard(client, port=0)
-    try:
-        yield running
-    finally:
-        await running.close()
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, dict[str, str]]]:
@@ -78,11 +62,11 @@ async def region_until(response: aiohttp.ClientResponse, name: str, text: str) -
 
 
 async def test_an_open_overview_is_sent_each_region_then_what_changes(
-    client: FloClient, dashboard: RunningDashboard, browser: aiohttp.ClientSession
+    client: FloClient, read_only: RunningDashboard, browser: aiohttp.ClientSession
 ) -> None:
     await client.action.register("pay", options=ActionRegisterOptions(max_retries=1))
     await client.worker.register("w1", ["pay"], WorkerRegisterOptions())
-    async with browser.get(dashboard.url + "live/") as response:
+    async with browser.get(read_only.url + "live/") as response:
         assert response.status == 200
         assert response.content_type == "text/event-stream"
         assert "Content-Security-Policy" in response.headers
@@ -99,16 +83,16 @@ async def test_an_open_overview_is_sent_each_region_then_what_changes(
         update = await region_until(response, "overview-failures", "card declined")
 
     assert run.run_id in update["html"]
-    _, page = await get(browser, dashboard.url)
+    _, page = await get(browser, read_only.url)
     assert live_regions(page)["overview-failures"] == update["html"]  # as the page draws it
 
 
 async def test_a_live_workers_page_shows_a_run_taken_while_it_is_open(
-    client: FloClient, dashboard: RunningDashboard, browser: aiohttp.ClientSession
+    client: FloClient, read_only: RunningDashboard, browser: aiohttp.ClientSession
 ) -> None:
     await client.action.register("pay")
     await client.worker.register("w1", ["pay"], WorkerRegisterOptions(concurrency=4))
-    async with browser.get(dashboard.url + "live/workers") as response:
+    async with browser.get(read_only.url + "live/workers") as response:
         await region_until(response, "workers", "idle")
         await client.action.invoke("pay", b"{}")
         [run] = await client.worker.await_tasks("w1", ["pay"], 1, NOW)
@@ -119,7 +103,7 @@ async def test_a_live_workers_page_shows_a_run_taken_while_it_is_open(
 
 
 async def test_the_workers_page_shows_what_each_worker_holds_and_its_process(
-    client: FloClient, dashboard: RunningDashboard, browser: aiohttp.ClientSession
+    client: FloClient, read_only: RunningDashboard, browser: aiohttp.ClientSession
 ) -> None:
     await client.action.register("pay")
     await client.worker.register("w1", ["pay"], WorkerRegisterOptions(concurrency=4))
@@ -127,7 +111,7 @@ async def test_the_workers_page_shows_what_each_worker_holds_and_its_process(
         await client.action.invoke("pay", b"{}")
     held = [c.run_id for c in await client.worker.await_tasks("w1", ["pay"], 2, NOW)]
 
-    status, body = await get(browser, dashboard.url + "workers")
+    status, body = await get(browser, read_only.url + "workers")
 
     assert status == 200
     _, text = parsed(body)
@@ -167,13 +151,13 @@ async def test_closing_the_dashboard_ends_its_open_streams(
 
 
 async def test_a_stream_is_a_page_the_guard_checks(
-    dashboard: RunningDashboard, browser: aiohttp.ClientSession
+    read_only: RunningDashboard, browser: aiohttp.ClientSession
 ) -> None:
-    status, body = await get(browser, dashboard.url + "live/run")
+    status, body = await get(browser, read_only.url + "live/run")
     assert status == 404 and "not a page that refreshes live" in body
-    async with browser.get(dashboard.url + "live/", headers={"Host": "evil.example"}) as r:
+    async with browser.get(read_only.url + "live/", headers={"Host": "evil.example"}) as r:
         assert r.status == 403  # DNS rebinding: a loopback dashboard answers loopback names
-    status, _ = await get(browser, dashboard.url + "live/?ns=" + "{bad}")
+    status, _ = await get(browser, read_only.url + "live/?ns=" + "{bad}")
     assert status == 400
 
 
@@ -195,24 +179,24 @@ async def other(client: FloClient) -> AsyncIterator[FloClient]:
 async def test_the_switcher_lists_the_namespaces_and_shows_the_one_named(
     client: FloClient,
     other: FloClient,
-    dashboard: RunningDashboard,
+    read_only: RunningDashboard,
     browser: aiohttp.ClientSession,
 ) -> None:
     await client.action.register("pay")
-    _, home = await get(browser, dashboard.url)
+    _, home = await get(browser, read_only.url)
     assert f'<option value="{other.namespace}">' in home
     assert f'<option value="{client.namespace}" selected>' in home
 
-    status, page = await get(browser, dashboard.url + "?ns=" + other.namespace)
+    status, page = await get(browser, read_only.url + "?ns=" + other.namespace)
 
     assert status == 200
     assert f'<option value="{other.namespace}" selected>' in page
     assert "/action?name=ship&amp;ns=" + other.namespace in page  # links stay there
     assert f'href="/workers?ns={other.namespace}"' in page
     assert "/action?name=pay" not in page
-    status, action = await get(browser, dashboard.url + f"action?name=ship&ns={other.namespace}")
+    status, action = await get(browser, read_only.url + f"action?name=ship&ns={other.namespace}")
     assert status == 200 and "ship" in action
-    async with browser.get(dashboard.url + "live/?ns=" + other.namespace) as response:
+    async with browser.get(read_only.url + "live/?ns=" + other.namespace) as response:
         update = await region_until(response, "overview-actions", "ship")
     assert "pay" not in update["html"]
 

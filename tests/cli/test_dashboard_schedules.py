@@ -6,39 +6,20 @@ tests/browser/test_browser_schedules.py."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from urllib.parse import urlencode
 
 import aiohttp
-import pytest
 import redis.asyncio as aioredis
-from dashboard_pages import get, logged_in, parsed, post
+from dashboard_pages import TOKEN, get, logged_in, parsed, post
 
 from flo_redis import FloClient
 from flo_redis._wire.codec import pack
 from flo_redis._wire.keys import action_keys
 from flo_redis.actions.schedules import fire_due
-from flo_redis.dashboard import RunningDashboard, start_dashboard
+from flo_redis.dashboard import RunningDashboard
 
-TOKEN = "a-long-enough-write-token"
 EVIL = "<img src=x onerror=alert(1)>"
-
-
-@pytest.fixture
-async def dash(client: FloClient) -> AsyncIterator[RunningDashboard]:
-    running = await start_dashboard(client, port=0, token=TOKEN)
-    try:
-        yield running
-    finally:
-        await running.close()
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[aiohttp.ClientSession]:
-    # unsafe: keep cookies of an IP host (127.0.0.1), as a browser does.
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
-        yield session
 
 
 async def schedules_set(client: FloClient, raw: aioredis.Redis) -> str:
@@ -60,12 +41,15 @@ async def schedules_set(client: FloClient, raw: aioredis.Redis) -> str:
 
 
 async def test_the_page_shows_next_last_paused_and_set_aside(
-    client: FloClient, raw: aioredis.Redis, dash: RunningDashboard, browser: aiohttp.ClientSession
+    client: FloClient,
+    raw: aioredis.Redis,
+    writable: RunningDashboard,
+    browser: aiohttp.ClientSession,
 ) -> None:
     last_run = await schedules_set(client, raw)
-    status, body = await get(browser, dash.url)
+    status, body = await get(browser, writable.url)
     assert status == 200 and 'href="/schedules"' in body  # in the nav
-    status, body = await get(browser, dash.url + "schedules")
+    status, body = await get(browser, writable.url + "schedules")
     assert status == 200
     tags, text = parsed(body)
     assert "img" not in tags and f"thumbs{EVIL}" in text  # a name is text, never markup
@@ -76,41 +60,44 @@ async def test_the_page_shows_next_last_paused_and_set_aside(
     assert "Mars/Olympus" in text  # why
 
     await client.action.pause_schedule("report")
-    _, body = await get(browser, dash.url + "schedules?" + urlencode({"action": "report"}))
+    _, body = await get(browser, writable.url + "schedules?" + urlencode({"action": "report"}))
     _, text = parsed(body)
     assert "PAUSED" in text and "held while paused" in text and "thumbs" not in text
 
 
 async def test_pause_resume_trigger_and_remove_need_a_session_and_its_csrf(
-    client: FloClient, raw: aioredis.Redis, dash: RunningDashboard, browser: aiohttp.ClientSession
+    client: FloClient,
+    raw: aioredis.Redis,
+    writable: RunningDashboard,
+    browser: aiohttp.ClientSession,
 ) -> None:
     await schedules_set(client, raw)
     report = {"action": "report", "name": "report", "next": "/schedules"}
-    status, _ = await post(browser, dash.url + "schedule/pause", {**report, "csrf": "0" * 64})
+    status, _ = await post(browser, writable.url + "schedule/pause", {**report, "csrf": "0" * 64})
     assert status == 403
     assert not (await client.action.get_schedule("report")).paused
 
-    csrf = await logged_in(browser, dash.url, TOKEN)
-    status, _ = await post(browser, dash.url + "schedule/pause", {**report, "csrf": "f" * 64})
+    csrf = await logged_in(browser, writable.url, TOKEN)
+    status, _ = await post(browser, writable.url + "schedule/pause", {**report, "csrf": "f" * 64})
     assert status == 403  # another CSRF value: refused
-    status, body = await post(browser, dash.url + "schedule/pause", {**report, "csrf": csrf})
+    status, body = await post(browser, writable.url + "schedule/pause", {**report, "csrf": csrf})
     assert status == 200 and "Schedule paused" in body and "/schedule/resume" in body
     held = await client.action.get_schedule("report")
     assert held.paused
 
-    status, body = await post(browser, dash.url + "schedule/trigger", {**report, "csrf": csrf})
+    status, body = await post(browser, writable.url + "schedule/trigger", {**report, "csrf": csrf})
     assert status == 200 and "one run created now" in body
     triggered = await client.action.get_schedule("report")
     assert triggered.triggered_run_id and triggered.next_due_ms == held.next_due_ms
     assert triggered.triggered_run_id in body  # shown as the last trigger
 
-    status, body = await post(browser, dash.url + "schedule/resume", {**report, "csrf": csrf})
+    status, body = await post(browser, writable.url + "schedule/resume", {**report, "csrf": csrf})
     assert status == 200 and "Schedule resumed" in body
     assert not (await client.action.get_schedule("report")).paused
 
-    status, body = await post(browser, dash.url + "schedule/remove", {**report, "csrf": csrf})
+    status, body = await post(browser, writable.url + "schedule/remove", {**report, "csrf": csrf})
     assert status == 200 and "Schedule removed" in body
     assert [s.name for s in await client.action.schedules("report")] == []
     gone = {**report, "name": "nope", "csrf": csrf}
-    status, body = await post(browser, dash.url + "schedule/pause", gone)
+    status, body = await post(browser, writable.url + "schedule/pause", gone)
     assert status == 404 and "has no schedule 'nope'" in parsed(body)[1]

@@ -7,6 +7,8 @@ from html.parser import HTMLParser
 
 import aiohttp
 
+TOKEN = "a-long-enough-write-token"  # a write token the dashboards of tests take
+
 
 def parsed(body: str) -> tuple[set[str], str]:
     """The element names in a page and its text, as a browser reads them."""
