@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from cli_command import Command
 from proxy import Proxy, proxying
 from redis_server import RedisCluster, RedisServer, discard_all
+from slowlog import slowlog_server
 
 from flo_redis import FloClient
 
@@ -130,6 +131,14 @@ async def client(redis_url: str, namespace: str) -> AsyncIterator[FloClient]:
         yield c
 
 
+@pytest.fixture(scope="module")
+def slowlog_url() -> Iterator[str]:
+    """A server of the module's own whose SLOWLOG lists every call over 50 ms
+    (tests/support/slowlog.py)."""
+    with slowlog_server() as url:
+        yield url
+
+
 @pytest.fixture
 async def proxy(redis_url: str) -> AsyncIterator[Proxy]:
     """A proxy to the test Redis (tests/support/proxy.py: cut, silence or answer for it)."""
@@ -167,6 +176,13 @@ def cluster_url() -> Iterator[str]:
 
 
 _CLUSTERS: list[RedisCluster] = []
+
+
+@pytest.fixture
+async def cclient(cluster_url: str, namespace: str) -> AsyncIterator[FloClient]:
+    """A client of a namespace of its own on the test cluster."""
+    async with FloClient(cluster_url, namespace=namespace) as c:
+        yield c
 
 
 @pytest.fixture

@@ -79,6 +79,7 @@ class ActionKeys:
     schedules: str  # HASH  schedule name -> msgpack record (spec, time zone, input)
     schedule_due: str  # ZSET  schedule name -> next occurrence ms
     quarantine: str  # STREAM  records set aside: runs, schedules, slots (lua/lib/record.lua)
+    history: str  # STRING  runs per minute over 72 hours, a ring (lua/lib/history.lua)
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
@@ -103,6 +104,7 @@ class ActionKeys:
             self.schedules,
             self.schedule_due,
             self.quarantine,
+            self.history,
         )
 
 

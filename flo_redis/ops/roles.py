@@ -63,6 +63,7 @@ _LISTENING = ("ssubscribe", "sunsubscribe")
 
 _READ_SCRIPTS = (
     "action_counts",
+    "action_history",
     "action_runs",
     "worker_list",
     "worker_presence",
@@ -162,6 +163,7 @@ _WRITES = frozenset(
         *("hset", "hsetnx", "hdel", "hincrby", "zadd", "zrem", "zremrangebyscore", "del"),
         *("xadd", "xack", "xdel", "xtrim", "xclaim", "xreadgroup", "unlink", "spublish"),
         *("xgroup|create", "xgroup|createconsumer", "xgroup|delconsumer"),
+        *("bitfield", "setrange", "pexpire"),
     )
 )
 
@@ -201,7 +203,7 @@ ROLES: dict[str, Role] = {
     )
 }
 
-_CALL = re.compile(r"(?:redis\.p?call\(\s*|\{\s*)'([A-Z]+)'(?:\s*,\s*'([A-Z]+)')?")
+_CALL = re.compile(r"(?:redis\.p?call\(\s*|\{\s*)'([A-Z_]+)'(?:\s*,\s*'([A-Z]+)')?")
 _WITH_SUBCOMMAND = {"PUBSUB", "XINFO", "XGROUP"}
 
 

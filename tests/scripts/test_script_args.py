@@ -141,6 +141,7 @@ async def _workload(c: FloClient) -> None:
     await c.worker.tally("w1", 1, 0, 0)
     await act.runs("job", RunState.PENDING)
     await act.counts("job")
+    await act.history("job", since="5m")
     await act.reap("job")
     await reclaim_owners(c.session, "job", ["someone"])
     await act.requeue_failed("job")
