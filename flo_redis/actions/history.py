@@ -159,6 +159,7 @@ def since_arg(since: timedelta | str) -> timedelta:
     """``since`` as a window of whole minutes from 1 minute to 72 hours: a
     :class:`~datetime.timedelta`, or text such as ``30m``, ``6h``, ``72h`` or ``3d``.
     :class:`ValidationError` saying what is accepted for anything else."""
+    given = since
     if isinstance(since, str):
         match = _SINCE.fullmatch(since)
         if match is None:
@@ -171,7 +172,7 @@ def since_arg(since: timedelta | str) -> timedelta:
         raise ValidationError(f"since must be a timedelta or text like '6h', got {since!r}")
     if since < timedelta(minutes=1) or since > timedelta(minutes=MINUTES):
         raise ValidationError(
-            f"since must be from 1 minute to 72 hours (the history kept), got {since}"
+            f"since must be from 1 minute to 72 hours (the history kept), got {given!r}"
         )
     return since
 
