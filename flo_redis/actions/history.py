@@ -155,6 +155,22 @@ def _quantile(buckets: Sequence[int], total: int, q: float) -> float:
     return float(EDGES_MS[-1])  # pragma: no cover - rank <= total always lands above
 
 
+def format_ms(value: float | None) -> str:
+    """A duration in ms for people: '0.4 ms', '12 ms', '1.5 s', '3.2 min', '2.1 h';
+    '-' for None."""
+    if value is None:
+        return "-"
+    if value < 10:
+        return f"{value:.1f} ms" if value % 1 else f"{value:.0f} ms"
+    if value < 1_000:
+        return f"{value:.0f} ms"
+    if value < 60_000:
+        return f"{value / 1_000:.1f} s".replace(".0 s", " s")
+    if value < 3_600_000:
+        return f"{value / 60_000:.1f} min".replace(".0 min", " min")
+    return f"{value / 3_600_000:.1f} h".replace(".0 h", " h")
+
+
 def since_arg(since: timedelta | str) -> timedelta:
     """``since`` as a window of whole minutes from 1 minute to 72 hours: a
     :class:`~datetime.timedelta`, or text such as ``30m``, ``6h``, ``72h`` or ``3d``.
@@ -254,6 +270,7 @@ __all__ = [
     "ActionHistory",
     "HistoryPoint",
     "Percentiles",
+    "format_ms",
     "percentiles",
     "read_history",
     "since_arg",

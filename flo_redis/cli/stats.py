@@ -12,6 +12,7 @@ from flo_redis.actions.history import (
     EDGES_MS,
     ActionHistory,
     HistoryPoint,
+    format_ms,
     percentiles,
     since_arg,
 )
@@ -103,7 +104,7 @@ def _percentiles(*values: float | None) -> str:
     if values[0] is None:
         return "no runs reported"
     named = zip(("p50", "p90", "p99"), values, strict=True)
-    return "  ".join(f"{name} {ms(v)}" for name, v in named)
+    return "  ".join(f"{name} {format_ms(v)}" for name, v in named)
 
 
 def _row(p: HistoryPoint, step: int, top: int) -> tuple[object, ...]:
@@ -114,9 +115,9 @@ def _row(p: HistoryPoint, step: int, top: int) -> tuple[object, ...]:
         p.failed,
         p.retried,
         _bar(p.completed + p.failed, top),
-        ms(pickup[2]),
-        ms(duration[0]),
-        ms(duration[2]),
+        format_ms(pickup[2]),
+        format_ms(duration[0]),
+        format_ms(duration[2]),
     )
 
 
@@ -130,21 +131,6 @@ def _quantiles(buckets: tuple[int, ...]) -> tuple[float | None, ...]:
 def _bar(n: int, top: int) -> str:
     """``n`` as a block as high as its share of ``top`` (the busiest row)."""
     return SPARK[n * (len(SPARK) - 1) // top] if n else ""
-
-
-def ms(value: float | None) -> str:
-    """A duration in ms for people: '0.4 ms', '12 ms', '1.5 s', '3.2 min', '2.1 h'."""
-    if value is None:
-        return "-"
-    if value < 10:
-        return f"{value:.1f} ms"
-    if value < 1_000:
-        return f"{value:.0f} ms"
-    if value < 60_000:
-        return f"{value / 1_000:.1f} s"
-    if value < 3_600_000:
-        return f"{value / 60_000:.1f} min"
-    return f"{value / 3_600_000:.1f} h"
 
 
 def _span(minutes: int) -> str:
@@ -177,4 +163,4 @@ def as_data(h: ActionHistory, points: tuple[HistoryPoint, ...], every: int) -> d
     }
 
 
-__all__ = ["as_data", "ms", "stats"]
+__all__ = ["as_data", "stats"]

@@ -9,6 +9,7 @@ from aiohttp import web
 from flo_redis._wire.keys import action_of_run
 from flo_redis.dashboard import data
 from flo_redis.dashboard.guard import local_path
+from flo_redis.dashboard.history import window_arg
 from flo_redis.dashboard.render import CLIENT, render_page
 from flo_redis.errors import NotFoundError, ValidationError
 from flo_redis.quarantine import WorkerQuarantine
@@ -23,7 +24,7 @@ def _required(request: web.Request, name: str) -> str:
 
 
 async def overview(request: web.Request) -> web.StreamResponse:
-    page = await data.overview(request.app[CLIENT])
+    page = await data.overview(request.app[CLIENT], window_arg(request.query.get("window")))
     return await render_page(request, "overview.html", {"page": page})
 
 
@@ -35,6 +36,7 @@ async def action(request: web.Request) -> web.StreamResponse:
         name,
         request.query.get("state") or None,
         cursor.encode() if cursor else None,
+        window_arg(request.query.get("window")),
     )
     if page.info is None:
         raise NotFoundError(f"action {name!r} is not registered in this namespace")

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from html.parser import HTMLParser
 
 import aiohttp
+
+from flo_redis import FloClient
+from flo_redis.dashboard import RunningDashboard, start_dashboard
 
 
 def parsed(body: str) -> tuple[set[str], str]:
@@ -30,3 +35,14 @@ def parsed(body: str) -> tuple[set[str], str]:
 async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
     async with session.get(url) as response:
         return response.status, await response.text()
+
+
+@contextlib.asynccontextmanager
+async def served(client: FloClient, token: str | None = None) -> AsyncIterator[RunningDashboard]:
+    """A dashboard of ``client``'s namespace on a free port (read-only without a token),
+    closed when the block ends."""
+    running = await start_dashboard(client, port=0, token=token)
+    try:
+        yield running
+    finally:
+        await running.close()
