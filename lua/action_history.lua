@@ -40,7 +40,9 @@ end
 local start = (oldest - first) % HISTORY_MINUTES
 local head = math.min(minutes, HISTORY_MINUTES - start)
 local slots = bytes(HISTORY_HEAD + start * HISTORY_SLOT, head * HISTORY_SLOT)
-if head < minutes then slots = slots .. bytes(HISTORY_HEAD, (minutes - head) * HISTORY_SLOT) end
+if head < minutes then  -- the window wraps round the ring's end
+  slots = slots .. bytes(HISTORY_HEAD, (minutes - head) * HISTORY_SLOT)
+end
 if detail then return {ST_OK, now, slots} end
 local parts, sub = {}, string.sub
 for i = 0, minutes - 1 do

@@ -10,10 +10,10 @@
           of pickup latency and 23 of handler duration (HISTORY_EDGES)
   A slot holding another minute than the one asked for is empty: a slot is zeroed when
   its minute is first written, so the ring never grows past 8 + 4320 * 151 bytes
-  (652,328; 640 KiB of Redis memory) whatever the traffic, and the key expires 72 hours and a minute after its
-  newest minute (an idle action's history goes by itself). The ring starts at the
-  action's first minute, so the string grows with the time it has been used, not with
-  the clock.
+  (652,328; 640 KiB of Redis memory) whatever the traffic, and the key expires 72 hours
+  and a minute after its newest minute (an idle action's history goes by itself). The
+  ring starts at the action's first minute, so the string grows with the time it has
+  been used, not with the clock.
   A script notes what it counts in a table of its own, `noted` (counter index -> n;
   history_note, history_attempt), and writes it with one BITFIELD per call
   (history_save): a batch of a thousand completes is one write.

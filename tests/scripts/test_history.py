@@ -208,12 +208,20 @@ async def history_of_one(client: FloClient) -> None:
     await client.worker.complete("w1", "job", run.run_id, b"ok")
 
 
-async def test_counts_without_detail(client: FloClient) -> None:
+async def test_a_window_round_the_rings_end_and_counts_without_detail(
+    client: FloClient,
+) -> None:
     await history_of_one(client)
+    # 72 hours back from a ring begun this minute: the read wraps round the ring's end.
+    whole = await client.action.history("job", since=timedelta(hours=72))
     h = await client.action.history("job", since=timedelta(hours=72), detail=False)
-    assert len(h.points) == MINUTES
+    assert len(h.points) == len(whole.points) == MINUTES
+    assert (whole.completed, whole.pickup.count) == (1, 1)
     assert (h.completed, h.pickup.count) == (1, 0)
     assert h.points[-1].pickup == ()
+    assert {p.at_ms for p in h.points if p.completed} == {
+        p.at_ms for p in whole.points if p.completed
+    }
 
 
 async def test_bad_windows_and_unknown_actions_are_refused(client: FloClient) -> None:
