@@ -205,6 +205,8 @@ async def read_history(
     of the bytes), and the percentiles are empty. :class:`NotFoundError` for an action
     that is not registered."""
     window = since_arg(since)
+    if not isinstance(detail, bool):
+        raise ValidationError(f"detail must be True or False, got {detail!r}")
     minutes = _minutes(window)
     reply = await ACTION_HISTORY(session, keys, [minutes, 1 if detail else 0])
     if reply.status == Status.NO_ACTION:
