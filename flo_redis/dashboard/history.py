@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flo_redis.actions.history import (
+    BUCKETS,
     ActionHistory,
     HistoryPoint,
     Percentiles,
@@ -24,7 +25,8 @@ from flo_redis.errors import NotFoundError
 # The windows a page offers, with the minutes each bar (or point) of its charts spans.
 WINDOWS = {"6h": 5, "24h": 15, "72h": 60}
 DEFAULT_WINDOW = "6h"
-COUNTS = (("completed", "completed"), ("failed", "failed"), ("retried", "retried"))
+COUNTS = ("completed", "failed", "retried")  # the series of the bars, bottom up (CSS classes)
+_NONE = (0,) * BUCKETS
 
 
 @dataclass(frozen=True)
@@ -54,56 +56,59 @@ def _clock(at_ms: int, with_day: bool) -> str:
     return at.strftime("%a %H:%M" if with_day else "%H:%M")
 
 
-def _counts_chart(bins: Sequence[HistoryPoint], window: str, what: str) -> Chart:
-    times = [_clock(p.at_ms, window == "72h") for p in bins]
-    series = [(css, [getattr(p, field) for p in bins]) for field, css in COUNTS]
-    total = {field: sum(values) for (field, _), (_, values) in zip(COUNTS, series, strict=True)}
-    label = (
-        f"{what}, last {window}: {total['completed']} completed, {total['failed']} failed, "
-        f"{total['retried']} retried"
-    )
-    return stacked_bars(times, series, label)
-
-
-def charts(histories: Sequence[ActionHistory], window: str, detail: bool) -> HistoryCharts:
-    """The charts of ``histories`` (one for an action page; every action's, summed per
-    minute, for the overview), in bins of the window's span."""
-    step = WINDOWS[window]
-    minutes = [merged(same) for same in zip(*(h.points for h in histories), strict=True)]
-    if not minutes:
-        empty = stacked_bars([], [], f"no history in the last {window}")
-        return HistoryCharts(window, f"{step} min", empty, 0, 0, 0)
-    combined = histories[0] if len(histories) == 1 else None
+def _bins(histories: Sequence[ActionHistory], step: int) -> tuple[HistoryPoint, ...]:
+    """The histories' points summed per minute (each read at its own moment: a read
+    made after the minute turned has one minute more and one less), the newest window's
+    worth, then summed per ``step`` minutes."""
+    by_minute: dict[int, list[HistoryPoint]] = {}
+    for h in histories:
+        for point in h.points:
+            by_minute.setdefault(point.at_ms, []).append(point)
+    minutes = [merged(by_minute[at]) for at in sorted(by_minute)[-len(histories[0].points) :]]
     first = len(minutes) % step or step
     bins = [merged(minutes[:first])]
     bins += [merged(minutes[i : i + step]) for i in range(first, len(minutes), step)]
-    what = f"action {combined.action}" if combined else "every action"
-    counts = _counts_chart(bins, window, what)
-    totals = merged(minutes)
-    base = HistoryCharts(
-        window, f"{step} min", counts, totals.completed, totals.failed, totals.retried
-    )
-    if not detail or combined is None:
-        return base
+    return tuple(bins)
+
+
+def charts(
+    histories: Sequence[ActionHistory], window: str, what: str, detail: bool
+) -> HistoryCharts:
+    """The charts of ``histories`` (one for an action page; every action's, summed per
+    minute, for the overview) in bins of the window's span; ``what`` names them for
+    screen readers."""
+    step = WINDOWS[window]
+    every = f"{step} min"
+    if not histories:
+        return HistoryCharts(window, every, stacked_bars([], [], f"{what}: none"), 0, 0, 0)
+    bins = _bins(histories, step)
+    total = merged(bins)
     times = [_clock(p.at_ms, window == "72h") for p in bins]
+    label = (
+        f"{what}, last {window}: {total.completed} completed, {total.failed} failed, "
+        f"{total.retried} retried"
+    )
+    series = [(field, [getattr(p, field) for p in bins]) for field in COUNTS]
+    counts = stacked_bars(times, series, label)
+    if not detail:
+        return HistoryCharts(window, every, counts, total.completed, total.failed, total.retried)
     pickups = [percentiles(p.pickup) if p.pickup else None for p in bins]
     durations = [percentiles(p.duration) if p.duration else None for p in bins]
-    series = [
+    lines = [
         ("pickup p50", [p.p50 if p else None for p in pickups]),
         ("pickup p99", [p.p99 if p else None for p in pickups]),
         ("duration p50", [d.p50 if d else None for d in durations]),
         ("duration p99", [d.p99 if d else None for d in durations]),
     ]
-    p, d = combined.pickup, combined.duration
+    p, d = percentiles(total.pickup or _NONE), percentiles(total.duration or _NONE)
     label = (
-        f"action {combined.action}, last {window}: pickup p50 {format_ms(p.p50)}, "
-        f"p99 {format_ms(p.p99)}; duration p50 {format_ms(d.p50)}, p99 {format_ms(d.p99)}"
+        f"{what}, last {window}: pickup p50 {format_ms(p.p50)}, p99 {format_ms(p.p99)}; "
+        f"duration p50 {format_ms(d.p50)}, p99 {format_ms(d.p99)}"
     )
-    latency = log_lines(times, series, label, format_ms)
+    latency = log_lines(times, lines, label, format_ms)
     return HistoryCharts(
-        window, f"{step} min", counts, totals.completed, totals.failed, totals.retried,
-        latency, p, d,
-    )  # fmt: skip
+        window, every, counts, total.completed, total.failed, total.retried, latency, p, d
+    )
 
 
 async def overview_charts(client: FloClient, actions: Sequence[str], window: str) -> HistoryCharts:
@@ -117,9 +122,10 @@ async def overview_charts(client: FloClient, actions: Sequence[str], window: str
             return None
 
     found = await asyncio.gather(*(counts(a) for a in actions))
-    return charts([h for h in found if h is not None], window, detail=False)
+    return charts([h for h in found if h is not None], window, "every action", detail=False)
 
 
 async def action_charts(client: FloClient, action: str, window: str) -> HistoryCharts:
     """One action's runs and their latencies over ``window``."""
-    return charts([await client.action.history(action, since=window)], window, detail=True)
+    history = await client.action.history(action, since=window)
+    return charts([history], window, f"action {action}", detail=True)
