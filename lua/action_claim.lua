@@ -26,6 +26,7 @@
                             channel in this queue's slot (lib/channels.lua)
   KEYS[17] wake    CHANNEL  sharded channel announcing new work
   KEYS[18] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[19] history STRING  runs per minute over 72 hours (lib/history.lua)
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
@@ -71,7 +72,7 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
   ended = ended_channel(KEYS[13]), rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16],
-  wake = KEYS[17], quarantine = KEYS[18], aside = {}}
+  wake = KEYS[17], quarantine = KEYS[18], history = KEYS[19], aside = {}, noted = {}}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]

@@ -1,6 +1,6 @@
 --[[ action_counts
   How many runs an action holds in each state, and how many ended in each minute of the
-  last hour (lib/tally.lua). Read only; a handful of O(1) reads plus the 60 buckets.
+  last hour (lib/history.lua). Read only; a handful of O(1) reads and one BITFIELD_RO.
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters (lib/tally.lua)
   KEYS[3] pending  ZSET  runs ready to be claimed
@@ -9,6 +9,7 @@
   KEYS[6] done     ZSET  completed runs kept for retention
   KEYS[7] failed   ZSET  FAILED, TIMED_OUT and CANCELLED runs
   KEYS[8] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[9] history  STRING  runs per minute over 72 hours (lib/history.lua)
   Returns {status, now_ms, pending, delayed, running, completed, failed, timed_out,
           next_due_ms, completed_total, failed_total, quarantined, completed * 60,
           failed * 60}
@@ -21,7 +22,8 @@
 --@include lib/clock.lua
 --@include lib/tally.lua
 local k = {definition = KEYS[1], meta = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
-  leases = KEYS[5], done = KEYS[6], failed = KEYS[7], quarantine = KEYS[8]}
+  leases = KEYS[5], done = KEYS[6], failed = KEYS[7], quarantine = KEYS[8],
+  history = KEYS[9]}
 
 if redis.call('EXISTS', k.definition) == 0 then return {ST_NO_ACTION} end
 local now = now_ms()
@@ -36,22 +38,7 @@ local out = {ST_OK, now, redis.call('ZCARD', k.pending), redis.call('ZCARD', k.d
   next_due, tonumber(totals[1]) or 0, tonumber(totals[2]) or 0,
   redis.call('XLEN', k.quarantine)}
 
-local minute = math.floor(now / 60000)
-local fields = {}
-for m = minute - TALLY_SLOTS + 1, minute do
-  local at = 'm' .. (m % TALLY_SLOTS)
-  fields[#fields + 1] = at
-  fields[#fields + 1] = at .. 'c'
-  fields[#fields + 1] = at .. 'f'
-end
-local v = redis.call('HMGET', k.meta, unpack(fields))
-local completed, failed = {}, {}
-for i = 0, TALLY_SLOTS - 1 do
-  local m = minute - TALLY_SLOTS + 1 + i
-  local fresh = tonumber(v[3 * i + 1]) == m
-  completed[#completed + 1] = fresh and (tonumber(v[3 * i + 2]) or 0) or 0
-  failed[#failed + 1] = fresh and (tonumber(v[3 * i + 3]) or 0) or 0
-end
+local completed, failed = history_recent(k.history, now, 60)
 for _, n in ipairs(completed) do out[#out + 1] = n end
 for _, n in ipairs(failed) do out[#out + 1] = n end
 return out

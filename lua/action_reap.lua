@@ -22,6 +22,7 @@
   KEYS[17] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[18] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[19] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[20] history STRING  runs per minute over 72 hours (lib/history.lua)
   ARGV[1] batch    at most this many items per step (1 .. 1000)
   Returns {status, ready, next_due_ms, (kind, field, why) * m}   status: OK | NO_ACTION;
           ready: runs made ready (handed or queued); then each record this call set aside
@@ -38,7 +39,8 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   done = KEYS[9], idempotency = KEYS[10], wake = KEYS[11], owned = KEYS[12],
   ended = ended_channel(KEYS[13]), parked = KEYS[14], polls = KEYS[15], poll_times = KEYS[16],
-  owners = KEYS[17], rate = KEYS[18], quarantine = KEYS[19], aside = {}}
+  owners = KEYS[17], rate = KEYS[18], quarantine = KEYS[19], history = KEYS[20], aside = {},
+  noted = {}}
 local batch = arg_int(ARGV[1], 1, 1000)
 
 if not batch then return {ST_BAD_ARG, 1} end

@@ -30,7 +30,8 @@
   KEYS[15] poll_times  ZSET  poll memo -> time ms
   KEYS[16] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[17] quarantine STREAM  records set aside (lib/record.lua)
-  KEYS[18..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
+  KEYS[18] history STRING  runs per minute over 72 hours (lib/history.lua)
+  KEYS[19..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
                         in the same order
   ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone
                     (0 .. 2^32 - 1)
@@ -55,9 +56,10 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   delayed = KEYS[5], leases = KEYS[6], failed = KEYS[7], owners = KEYS[8], owned = KEYS[9],
   wake = KEYS[10], ended = ended_channel(KEYS[11]), inputs = KEYS[12], parked = KEYS[13],
-  polls = KEYS[14], poll_times = KEYS[15], rate = KEYS[16], quarantine = KEYS[17], aside = {}}
+  polls = KEYS[14], poll_times = KEYS[15], rate = KEYS[16], quarantine = KEYS[17],
+  history = KEYS[18], aside = {}, noted = {}}
 local channels = {}
-for i = 18, #KEYS do channels[#channels + 1] = KEYS[i] end
+for i = 19, #KEYS do channels[#channels + 1] = KEYS[i] end
 local grace_ms = arg_int(ARGV[1], 0, U32_MAX)
 local batch = arg_int(ARGV[2], 1, RECLAIM_MAX_BATCH)
 local owners = arg_names(ARGV[3], RECLAIM_MAX_OWNERS)
@@ -102,6 +104,7 @@ local function take_back(owner)
 end
 
 local judged = owners_judge(k.owners, owners, channels, now, grace_ms, take_back)
+tally_save(k, now)
 
 -- Index entries of runs their owner no longer holds (finished, expired, taken back) are
 -- dropped a few per call, walking the index with a cursor kept in meta.

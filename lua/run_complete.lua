@@ -11,6 +11,7 @@
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   KEYS[10] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[11] history STRING  runs per minute over 72 hours (lib/history.lua)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
@@ -30,7 +31,8 @@
 --@include lib/complete.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
-  ended = ended_channel(KEYS[9]), quarantine = KEYS[10]}
+  ended = ended_channel(KEYS[9]), quarantine = KEYS[10], history = KEYS[11],
+  noted = {}}
 local run_id = ARGV[1]
 local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]
@@ -48,7 +50,7 @@ local applied = complete_runs(k, action, now, {run_id, token, result, outcome}, 
 local status, duplicate, detail = answer[1], answer[2], answer[3]
 if status == ST_TOO_LARGE then return {ST_TOO_LARGE, detail, RUN_RUNNING} end
 if applied > 0 then
-  tally_ended(k.meta, now, 'c', 1)
+  tally_save(k, now)
   queue_retain(k, k.done, now, action.retention_ms, action.retention_count, RETAIN_BATCH)
 end
 if status == ST_NOT_FOUND or status == ST_BAD_RECORD then return {status} end

@@ -11,6 +11,7 @@
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   KEYS[10] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[11] history STRING  runs per minute over 72 hours (lib/history.lua)
   ARGV[1] worker_id
   ARGV[2] items    msgpack array, flat: run_id, token (1 .. 2^53; '' = token-less), result,
                    outcome of each item in turn (at most MAX_ITEMS items)
@@ -29,7 +30,8 @@
 --@include lib/complete.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
-  ended = ended_channel(KEYS[9]), quarantine = KEYS[10]}
+  ended = ended_channel(KEYS[9]), quarantine = KEYS[10], history = KEYS[11],
+  noted = {}}
 local worker_id = ARGV[1]
 local items = ARGV[2]
 local RETAIN_BATCH = 100
@@ -46,7 +48,7 @@ local now = now_ms()
 local out = {ST_OK}
 local applied = complete_runs(k, action, now, values, worker_id, out, 1)
 if applied > 0 then
-  tally_ended(k.meta, now, 'c', applied)
+  tally_save(k, now)
   -- Trim at least as many kept runs as this call finished, so retention keeps pace.
   queue_retain(k, k.done, now, action.retention_ms, action.retention_count,
     RETAIN_BATCH + applied)

@@ -20,6 +20,7 @@
   KEYS[15] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[16] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[17] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[18] history STRING  runs per minute over 72 hours (lib/history.lua)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
@@ -43,7 +44,8 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8], wake = KEYS[9],
   owned = KEYS[10], ended = ended_channel(KEYS[11]), parked = KEYS[12], polls = KEYS[13],
-  poll_times = KEYS[14], owners = KEYS[15], rate = KEYS[16], quarantine = KEYS[17]}
+  poll_times = KEYS[14], owners = KEYS[15], rate = KEYS[16], quarantine = KEYS[17],
+  history = KEYS[18], noted = {}}
 local run_id = ARGV[1]
 local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]
@@ -79,6 +81,7 @@ run.lrk = 'f'
 run.lrt = run.t
 run.lrw = worker_id
 run.lrr = retry
+history_attempt(k.noted, run, now)
 if retry == 1 and run.a < run.mr then
   if queue_retry(k, run_id, run, now, action.backoff_ms, action.backoff_max_ms) == 1 then
     handoff_ready(k, action, now, 1)
@@ -88,6 +91,7 @@ if retry == 1 and run.a < run.mr then
 else
   queue_bury(k, run_id, run, now, RUN_FAILED)
 end
+tally_save(k, now)
 local retry_in = -1
 if run.s == RUN_PENDING then retry_in = run.rd - now end
 return {ST_OK, 0, run.s, run.a, run.mr, retry_in}

@@ -14,8 +14,10 @@ import pytest
 import redis.asyncio as aioredis
 from cli_command import Command
 from dashboard_pages import TOKEN as DASHBOARD_TOKEN
+from dashboard_pages import served
 from proxy import Proxy, proxying
 from redis_server import RedisCluster, RedisServer, discard_all
+from slowlog import slowlog_server
 
 from flo_redis import FloClient
 
@@ -132,6 +134,14 @@ async def client(redis_url: str, namespace: str) -> AsyncIterator[FloClient]:
         yield c
 
 
+@pytest.fixture(scope="module")
+def slowlog_url() -> Iterator[str]:
+    """A server of the module's own whose SLOWLOG lists every call over 50 ms
+    (tests/support/slowlog.py)."""
+    with slowlog_server() as url:
+        yield url
+
+
 @pytest.fixture
 async def proxy(redis_url: str) -> AsyncIterator[Proxy]:
     """A proxy to the test Redis (tests/support/proxy.py: cut, silence or answer for it)."""
@@ -172,6 +182,13 @@ _CLUSTERS: list[RedisCluster] = []
 
 
 @pytest.fixture
+async def cclient(cluster_url: str, namespace: str) -> AsyncIterator[FloClient]:
+    """A client of a namespace of its own on the test cluster."""
+    async with FloClient(cluster_url, namespace=namespace) as c:
+        yield c
+
+
+@pytest.fixture
 def cluster_nodes(cluster_url: str) -> RedisCluster:
     """The private cluster behind ``cluster_url`` (skips when it is an external one)."""
     if not _CLUSTERS:
@@ -197,22 +214,12 @@ def command(redis_url: str) -> Iterator[Callable[..., Command]]:
 @pytest.fixture
 async def read_only(client: FloClient) -> AsyncIterator[Any]:
     """A dashboard of the test's namespace, started without a write token."""
-    from flo_redis.dashboard import start_dashboard
-
-    running = await start_dashboard(client, port=0)
-    try:
+    async with served(client) as running:
         yield running
-    finally:
-        await running.close()
 
 
 @pytest.fixture
 async def writable(client: FloClient) -> AsyncIterator[Any]:
     """A dashboard of the test's namespace that takes changes with ``TOKEN``."""
-    from flo_redis.dashboard import start_dashboard
-
-    running = await start_dashboard(client, port=0, token=DASHBOARD_TOKEN)
-    try:
+    async with served(client, DASHBOARD_TOKEN) as running:
         yield running
-    finally:
-        await running.close()

@@ -1,5 +1,6 @@
 """The replies of the operator's reads and bulk steering (``action_counts``,
-``action_runs``, ``action_find``, ``action_requeue_failed``, ``action_purge``): one
+``action_history``, ``action_runs``, ``action_find``, ``action_requeue_failed``,
+``action_purge``): one
 frozen dataclass and one parser per reply shape, as in :mod:`flo_redis._wire.replies`."""
 
 from __future__ import annotations
@@ -86,6 +87,22 @@ def counts(reply: Any, keys: Any) -> Counts:
             tuple(minutes[:half][:MINUTES]), tuple(minutes[half:][:MINUTES]), n[11],
         ),
     )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySlots:
+    """``action_history``: the server time of the read and the ring's slots, oldest
+    minute first (decoded by :mod:`flo_redis.actions.history`)."""
+
+    status: int
+    now_ms: int = 0
+    slots: bytes = b""
+
+
+def history_slots(reply: Any, _keys: object) -> HistorySlots:
+    if int(reply[0]) != Status.OK:
+        return HistorySlots(int(reply[0]))
+    return HistorySlots(Status.OK, int(reply[1]), bytes(reply[2] or b""))
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,7 @@ class ActionKeys:
     schedule_paused: str  # ZSET  schedule name -> the occurrence it holds while paused
     schedule_last: str  # HASH  schedule name -> msgpack note of the runs it last created
     quarantine: str  # STREAM  records set aside: runs, schedules, slots (lua/lib/record.lua)
+    history: str  # STRING  runs per minute over 72 hours, a ring (lua/lib/history.lua)
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
@@ -107,6 +108,7 @@ class ActionKeys:
             self.schedule_paused,
             self.schedule_last,
             self.quarantine,
+            self.history,
         )
 
 

@@ -14,6 +14,7 @@ import builtins
 import enum
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 
 from flo_redis._session.session import Operations, Session
 from flo_redis._wire import runner
@@ -34,6 +35,7 @@ from flo_redis._wire.refusals import not_registered
 from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal
 from flo_redis.actions.finding import DEFAULT_SCAN, FoundRuns, RunDetails, find_runs, run_details
+from flo_redis.actions.history import DEFAULT_SINCE, ActionHistory, read_history
 from flo_redis.actions.runs import read_run, unreadable_run
 from flo_redis.errors import ValidationError
 from flo_redis.types import ActionRunStatus
@@ -147,6 +149,22 @@ class ActionInspection(Operations):
         if reply.counts is None:
             raise not_registered(keys)
         return reply.counts
+
+    async def history(
+        self,
+        name: str,
+        since: timedelta | str = DEFAULT_SINCE,
+        namespace: str | None = None,
+        *,
+        detail: bool = True,
+    ) -> ActionHistory:
+        """What ``name``'s runs did in each minute of the last ``since`` (1 minute to 72
+        hours; a timedelta or ``'30m'``, ``'6h'``, ``'72h'``): completed, failed and
+        retried, and the p50/p90/p99 of their pickup latency and handler duration,
+        counted by every worker of the fleet on Redis's clock. ``detail=False`` reads the
+        counts only. One read-only script call. :class:`NotFoundError` if not registered,
+        :class:`ValidationError` for a window out of range."""
+        return await read_history(self._session, self._action_keys(name, namespace), since, detail)
 
     async def runs(
         self,

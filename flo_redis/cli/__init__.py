@@ -25,6 +25,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "check",
     "dashboard",
     "status",
+    "stats",
     "runs",
     "workers",
     "streams",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from flo_redis._session.liveness_stats import LivenessStats
 from flo_redis.actions.inspect import ActionCounts, RunPage, RunState
 from flo_redis.client import FloClient
+from flo_redis.dashboard.history import HistoryCharts, action_charts, overview_charts
 from flo_redis.errors import ValidationError
 from flo_redis.ops import discovery
 from flo_redis.ops.discovery import WorkerNow, WorkerSummary
@@ -59,6 +60,7 @@ class Overview:
     failures: list[ActionRunStatus]
     workers: WorkerSummary
     groups: tuple[GroupCounts, ...]
+    history: HistoryCharts | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class ActionPage:
     runs: RunPage
     stats: LivenessStats
     workers: list[WorkerInfo]
+    history: HistoryCharts | None = None
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,9 @@ class GroupPage:
     consumers: dict[str, int] = field(default_factory=dict)  # pending entries per consumer
 
 
-async def overview(client: FloClient) -> Overview:
-    """Every action with its counts, the workers, every stream group, and the newest
-    failed runs."""
+async def overview(client: FloClient, window: str = "6h") -> Overview:
+    """Every action with its counts, the workers, every stream group, the newest failed
+    runs, and every action's history over ``window`` (6h, 24h or 72h)."""
     seen = await discovery.overview(client)
     live = [w for w in seen.workers if w.alive is not False]
     rows = [ActionRow(c, sum(1 for w in live if c.action in w.task_types)) for c in seen.actions]
@@ -109,7 +112,8 @@ async def overview(client: FloClient) -> Overview:
         key=lambda r: r.completed_at_ms or 0,
         reverse=True,
     )[:RECENT_FAILURES]
-    return Overview(rows, failures, seen.worker_summary, seen.groups)
+    history = await overview_charts(client, [c.action for c in seen.actions], window)
+    return Overview(rows, failures, seen.worker_summary, seen.groups, history)
 
 
 async def workers(client: FloClient) -> WorkersPage:
@@ -120,11 +124,11 @@ async def workers(client: FloClient) -> WorkersPage:
 
 
 async def action_page(
-    client: FloClient, name: str, state: str | None, cursor: bytes | None
+    client: FloClient, name: str, state: str | None, cursor: bytes | None, window: str = "6h"
 ) -> ActionPage:
     """One action: its settings, counts, a page of its runs in ``state`` (by default
-    failed ones if there are any, else pending ones), liveness counters and workers.
-    NotFoundError if it is not registered."""
+    failed ones if there are any, else pending ones), liveness counters, workers and its
+    history over ``window``. NotFoundError if it is not registered."""
     counts = await client.action.counts(name)
     if state is None:
         state = RunState.FAILED if counts.failed + counts.timed_out else RunState.PENDING
@@ -133,7 +137,8 @@ async def action_page(
     actions = await client.action.list(ActionListOptions(prefix=name, limit=1))
     info = next((a for a in actions.actions if a.name == name), None)
     serving = [w for w in await discovery.all_workers(client) if name in w.task_types]
-    return ActionPage(info, counts, runs, stats, serving)
+    history = await action_charts(client, name, window)
+    return ActionPage(info, counts, runs, stats, serving, history)
 
 
 def scope_fields(scope: Quarantine) -> dict[str, str]:

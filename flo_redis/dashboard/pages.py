@@ -10,6 +10,7 @@ from aiohttp import web
 
 from flo_redis.dashboard import data, live
 from flo_redis.dashboard.guard import local_path
+from flo_redis.dashboard.history import window_arg
 from flo_redis.dashboard.render import client_of, page_fixtures, page_html, render_page
 from flo_redis.errors import NotFoundError, ValidationError
 from flo_redis.quarantine import WorkerQuarantine
@@ -27,7 +28,8 @@ View = tuple[str, Mapping[str, Any]]  # a page's template and what it shows
 
 
 async def overview_view(request: web.Request) -> View:
-    return "overview.html", {"page": await data.overview(client_of(request))}
+    page = await data.overview(client_of(request), window_arg(request.query.get("window")))
+    return "overview.html", {"page": page}
 
 
 async def action_view(request: web.Request) -> View:
@@ -38,6 +40,7 @@ async def action_view(request: web.Request) -> View:
         name,
         request.query.get("state") or None,
         cursor.encode() if cursor else None,
+        window_arg(request.query.get("window")),
     )
     if page.info is None:
         raise NotFoundError(f"action {name!r} is not registered in this namespace")

@@ -18,6 +18,7 @@ import jinja2
 from aiohttp import web
 from yarl import URL
 
+from flo_redis.actions.history import format_ms
 from flo_redis.client import FloClient
 from flo_redis.dashboard.guard import Guard, local_path
 from flo_redis.dashboard.spaces import NS_PARAM, Namespaces
@@ -70,6 +71,7 @@ def templates() -> jinja2.Environment:
     env.filters["health"] = health
     env.filters["hexdump"] = lambda raw: raw[:48].hex(" ") + (" …" if len(raw) > 48 else "")
     env.filters["sid"] = lambda sid: sid.to_redis() if isinstance(sid, StreamID) else str(sid)
+    env.filters["ms"] = format_ms
     env.globals["sparkline"] = sparkline
     env.globals["link"] = _link
     env.filters["urlencode"] = _urlencode

@@ -64,6 +64,7 @@ _LISTENING = ("ssubscribe", "sunsubscribe")
 
 _READ_SCRIPTS = (
     "action_counts",
+    "action_history",
     "action_runs",
     "action_held",
     "action_find",
@@ -169,6 +170,7 @@ _WRITES = frozenset(
         *("hset", "hsetnx", "hdel", "hincrby", "zadd", "zrem", "zremrangebyscore", "del"),
         *("xadd", "xack", "xdel", "xtrim", "xclaim", "xreadgroup", "unlink", "spublish"),
         *("xgroup|create", "xgroup|createconsumer", "xgroup|delconsumer"),
+        *("bitfield", "setrange", "pexpire"),
     )
 )
 
@@ -208,7 +210,7 @@ ROLES: dict[str, Role] = {
     )
 }
 
-_CALL = re.compile(r"(?:redis\.p?call\(\s*|\{\s*)'([A-Z]+)'(?:\s*,\s*'([A-Z]+)')?")
+_CALL = re.compile(r"(?:redis\.p?call\(\s*|\{\s*)'([A-Z_]+)'(?:\s*,\s*'([A-Z]+)')?")
 _WITH_SUBCOMMAND = {"PUBSUB", "XINFO", "XGROUP"}
 
 

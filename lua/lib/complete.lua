@@ -11,6 +11,7 @@
 --@include lib/num.lua
 --@include lib/offer.lua
 --@include lib/checked.lua
+--@include lib/tally.lua
 
 -- The verdict on one complete of `run` (nil: no record) by the holder of `token` (a
 -- number, or false: token-less; run_is_holder): status, duplicate, run status (or the
@@ -74,7 +75,9 @@ end
 -- run named twice sees the first complete. A record that does not decode is set aside
 -- (run_aside: `k` names quarantine) and its item answered BAD_RECORD. Each item's
 -- answer, status, duplicate and detail, is added to the reply `out` after its first
--- `out_n` values, in order; returns how many took effect.
+-- `out_n` values, in order; returns how many took effect. Those are noted in `k.noted`
+-- (completed, with each attempt's pickup latency and duration: lib/tally.lua) for the
+-- caller's tally_save.
 local function complete_runs(k, action, now, items, worker_id, out, out_n)
   local n_items = #items / 4
   if n_items == 0 then return 0 end
@@ -111,6 +114,7 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
     end
     if status == ST_STALE then stale = stale + 1 end
     if status == ST_OK and duplicate == 0 then
+      history_attempt(k.noted, run, now)
       run.ct = now
       run.o = nil
       if holder then
@@ -132,6 +136,7 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
   end
   if stale > 0 then redis.call('HINCRBY', k.meta, 'stat:stale_refused', stale) end
   if n_ended == 0 then return 0 end
+  history_note(k.noted, HISTORY_COMPLETED, n_ended)
   if n_owned > 0 and k.owned then redis.call('ZREM', k.owned, unpack(owned)) end
   redis.call('HSET', k.runs, unpack(records))
   redis.call('ZREM', k.leases, unpack(ended))

@@ -97,9 +97,11 @@ local function queue_take(k, run_id, run, worker_id, owner, now, deadline, log_r
   queue_take_many(k, {run_id}, {run}, worker_id, owner, now, deadline, log_rate, token)
 end
 
--- Put a run back to wait for its next attempt, after its backoff. Returns 1 when it is
--- ready now (the caller should wake pollers), 0 when it waits in `delayed`.
+-- Put a run back to wait for its next attempt, after its backoff, noted as retried
+-- (`k.noted`: lib/tally.lua). Returns 1 when it is ready now (the caller should wake
+-- pollers), 0 when it waits in `delayed`.
 local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
+  history_note(k.noted, HISTORY_RETRIED, 1)
   run.s = RUN_PENDING
   run.st = nil
   offer_forget(run)
@@ -117,7 +119,8 @@ local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
 end
 
 -- End a run for good as FAILED / TIMED_OUT / CANCELLED: kept in `failed` (listable,
--- re-queueable); waiters on `k.ended` are told. A cancel is no failure per minute.
+-- re-queueable); waiters on `k.ended` are told. A failure is noted in `k.noted`
+-- (lib/tally.lua); a cancel is no failure per minute.
 local function queue_bury(k, run_id, run, now, status)
   run.s = status
   run.ct = now
@@ -128,7 +131,7 @@ local function queue_bury(k, run_id, run, now, status)
   redis.call('ZADD', k.failed, now, run_id)
   run_ended(k.ended, run_id)
   if status == RUN_TIMED_OUT then redis.call('HINCRBY', k.meta, TALLY_TIMED_OUT, 1) end
-  if status ~= RUN_CANCELLED then tally_ended(k.meta, now, 'f', 1) end
+  if status ~= RUN_CANCELLED then history_note(k.noted, HISTORY_FAILED, 1) end
 end
 
 -- Give a buried run (FAILED, TIMED_OUT or CANCELLED) a fresh set of attempts: its record
@@ -175,7 +178,8 @@ end
 -- its window goes back to its place, unspent (queue_unoffer; stat:offers_expired), but
 -- for the one that runs out after OFFER_FREE_RETURNS in a row: that one counts as its
 -- attempt's lease. One whose record the scripts cannot use is set aside (run_aside: `k`
--- names quarantine). Returns how many became ready.
+-- names quarantine). What it retried or failed is written to the history before it
+-- returns (tally_save). Returns how many became ready.
 local function queue_expire(k, now, limit, backoff_base, backoff_cap)
   local ids = redis.call('ZRANGE', k.leases, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
   local ready, expired, offers = 0, 0, 0
@@ -206,6 +210,7 @@ local function queue_expire(k, now, limit, backoff_base, backoff_cap)
   end
   if expired > 0 then redis.call('HINCRBY', k.meta, 'stat:reclaimed_deadline', expired) end
   if offers > 0 then redis.call('HINCRBY', k.meta, 'stat:offers_expired', offers) end
+  tally_save(k, now)
   return ready
 end
 

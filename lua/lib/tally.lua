@@ -1,27 +1,27 @@
 --[[ lib/tally
-  Counters kept for operators (read by action_counts), in the queue's meta hash:
-  - runs that ended per minute over the last hour: a ring of 60 one-minute buckets, field
-    `m<slot>` holds the bucket's minute (ms / 60000), `m<slot>c` completed and `m<slot>f`
-    failed (FAILED or TIMED_OUT) runs of that minute. A bucket is reset when its slot
-    comes round again, so the ring never holds more than 180 fields, and a bucket older
-    than an hour is never read;
-  - `n:timed_out`: how many runs in the failed set are TIMED_OUT;
-  - `n:completed`, `n:failed`: runs that ended so, in all (counters for Prometheus).
+  Counters kept for operators (read by action_counts and action_history):
+  - in the queue's meta hash: `n:completed`, `n:failed` (runs that ended so, in all:
+    counters for Prometheus) and `n:timed_out` (how many runs in the failed set are
+    TIMED_OUT);
+  - in the action's history (lib/history.lua): runs completed, failed and retried per
+    minute over 72 hours, with their pickup latency and handler duration.
+  A script that ends or retries runs notes each in `k.noted` (history_note,
+  history_attempt), then writes them all with tally_save before it answers: one
+  history write per call, whatever the batch.
 ]]
-local TALLY_SLOTS = 60
+--@include lib/history.lua
 local TALLY_TIMED_OUT = 'n:timed_out'
 local TALLY_TOTAL = {c = 'n:completed', f = 'n:failed'}
 
--- Count `n` runs that ended at `now` as `kind` ('c' completed, 'f' failed).
-local function tally_ended(meta_key, now, kind, n)
-  if n <= 0 then return end
-  local minute = math.floor(now / 60000)
-  local at = 'm' .. (minute % TALLY_SLOTS)
-  if tonumber(redis.call('HGET', meta_key, at)) ~= minute then
-    redis.call('HSET', meta_key, at, minute, at .. 'c', 0, at .. 'f', 0)
-  end
-  redis.call('HINCRBY', meta_key, at .. kind, n)
-  redis.call('HINCRBY', meta_key, TALLY_TOTAL[kind], n)
+-- Write what this call noted in `k.noted`: the totals in meta and the minute of `now` in
+-- the history (one BITFIELD); then nothing is noted.
+local function tally_save(k, now)
+  local noted = k.noted
+  local completed, failed = noted[HISTORY_COMPLETED], noted[HISTORY_FAILED]
+  if completed then redis.call('HINCRBY', k.meta, TALLY_TOTAL.c, completed) end
+  if failed then redis.call('HINCRBY', k.meta, TALLY_TOTAL.f, failed) end
+  history_save(k.history, now, noted)
+  k.noted = {}
 end
 
 -- `n` TIMED_OUT runs left the failed set (re-queued or purged). Runs buried before this
@@ -33,10 +33,12 @@ local function tally_untimed(meta_key, n)
   redis.call('HINCRBY', meta_key, TALLY_TIMED_OUT, -n)
 end
 
--- Every counter field, for forgetting them with the action.
+-- Every counter field, for forgetting them with the action: the totals, and the hour
+-- of per-minute fields versions before the history kept in meta (`m<slot>`, `m<slot>c`,
+-- `m<slot>f` for slots 0 .. 59).
 local function tally_fields()
   local fields = {TALLY_TIMED_OUT, TALLY_TOTAL.c, TALLY_TOTAL.f}
-  for slot = 0, TALLY_SLOTS - 1 do
+  for slot = 0, 59 do
     local at = 'm' .. slot
     fields[#fields + 1] = at
     fields[#fields + 1] = at .. 'c'

@@ -43,6 +43,8 @@ TYPOS = [
     (("runs", "requeue", "grete", "--yes"), ACTION),
     (("runs", "purge", "grete", "--state", "failed", "--yes"), ACTION),
     (("invoke", "grete", "--data", "1"), ACTION),
+    (("stats", "grete"), ACTION),
+    (("stats", "grete", "--since", "30m", "--json"), ACTION),
     (("quarantine", "list", "--action", "grete"), ACTION),
     (("streams", "info", "evnts"), STREAM),
     (("dead-letters", "list", "evnts", "billing"), STREAM),

@@ -3,9 +3,6 @@ Cluster: every script is single-slot, the registries live in their own slots."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-
 import pytest
 
 from flo_redis import (
@@ -18,12 +15,6 @@ from flo_redis import (
 from flo_redis.ops.discovery import overview
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-async def cclient(cluster_url: str) -> AsyncIterator[FloClient]:
-    async with FloClient(cluster_url, namespace=f"c-{uuid.uuid4().hex[:10]}") as c:
-        yield c
 
 
 async def test_counts_and_steering_on_a_cluster(cclient: FloClient) -> None:

@@ -145,6 +145,7 @@ async def _workload(c: FloClient) -> None:
     await act.counts("job")
     await act.find("job", "boom")
     await held_runs(c.session, (await c.worker.list()).workers)
+    await act.history("job", since="5m")
     await act.reap("job")
     await reclaim_owners(c.session, "job", ["someone"])
     await act.requeue_failed("job")

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import AsyncIterator
 from html.parser import HTMLParser
 
 import aiohttp
+
+from flo_redis import FloClient
+from flo_redis.dashboard import RunningDashboard, start_dashboard
 
 TOKEN = "a-long-enough-write-token"  # a write token the dashboards of tests take
 
@@ -51,3 +56,14 @@ async def logged_in(session: aiohttp.ClientSession, base_url: str, token: str) -
     match = re.search(r'name="csrf" value="([0-9a-f]{64})"', body)
     assert match, body
     return match.group(1)
+
+
+@contextlib.asynccontextmanager
+async def served(client: FloClient, token: str | None = None) -> AsyncIterator[RunningDashboard]:
+    """A dashboard of ``client``'s namespace on a free port (read-only without a token),
+    closed when the block ends."""
+    running = await start_dashboard(client, port=0, token=token)
+    try:
+        yield running
+    finally:
+        await running.close()

@@ -25,7 +25,7 @@ from flo_redis import (
 from flo_redis._session import liveness_stats, reclaim
 from flo_redis._wire import checks, keys, stream_codec
 from flo_redis._wire.status import Status
-from flo_redis.actions import concurrency, inspect, reports
+from flo_redis.actions import concurrency, history, inspect, reports
 from flo_redis.actions import operations as actions
 from flo_redis.queue import operations as queue
 from flo_redis.streams import groups
@@ -50,6 +50,14 @@ LUA_CONSTANTS = lua_constants()
 
 # (Lua file, Lua name) -> [(Python value, where it lives)]: one setting on both sides.
 EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
+    ("lib/history.lua", "HISTORY_MINUTES"): [(history.MINUTES, "history.MINUTES")],
+    ("lib/history.lua", "HISTORY_SLOT"): [(history.SLOT_BYTES, "history.SLOT_BYTES")],
+    ("action_history.lua", "COUNTS_WIDTH"): [(history.COUNT_BYTES, "history.COUNT_BYTES")],
+    ("lib/history.lua", "HISTORY_COMPLETED"): [(history.COMPLETED, "history.COMPLETED")],
+    ("lib/history.lua", "HISTORY_FAILED"): [(history.FAILED, "history.FAILED")],
+    ("lib/history.lua", "HISTORY_RETRIED"): [(history.RETRIED, "history.RETRIED")],
+    ("lib/history.lua", "HISTORY_PICKUP"): [(history.PICKUP, "history.PICKUP")],
+    ("lib/history.lua", "HISTORY_DURATION"): [(history.DURATION, "history.DURATION")],
     ("lib/stream.lua", "GROUP_ACK_TIMEOUT_MS"): [
         (groups.DEFAULT_ACK_TIMEOUT_MS, "stream_groups.DEFAULT_ACK_TIMEOUT_MS"),
     ],
@@ -156,7 +164,8 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/stream.lua", "BATCH_KEEP_MS"): "how long a batch stays one with the ack timeout off",
     ("lib/stream.lua", "BATCHED_TO"): "a config field only the group scripts read",
     ("lib/workers.lua", "WORKER_REMOVED"): "a removed worker is never listed",
-    ("lib/tally.lua", "TALLY_SLOTS"): "one-minute buckets kept: the counts cover an hour",
+    ("lib/history.lua", "HISTORY_HEAD"): "bytes before the ring's first slot",
+    ("lib/history.lua", "HISTORY_KEEP_MS"): "the ring's life after its newest minute",
     ("lib/tally.lua", "TALLY_TIMED_OUT"): "a meta field action_counts reads itself",
     ("queue_dequeue.lua", "EXPIRE_BATCH"): "expired deliveries taken back per dequeue",
     ("lib/priority.lua", "PRIORITY_SEQ_SPAN"): "queue orders per priority (a counter, never an id)",
@@ -172,6 +181,13 @@ def enum_members(prefix: tuple[str, str]) -> dict[str, int | str]:
         for (f, name), value in LUA_CONSTANTS.items()
         if f == file and name.startswith(start)
     }
+
+
+def test_the_history_buckets_have_the_same_edges_on_both_sides() -> None:
+    source = (LUA / "lib" / "history.lua").read_text()
+    table = re.search(r"^local HISTORY_EDGES = \{([^}]*)\}", source, re.MULTILINE)
+    assert table is not None
+    assert tuple(int(v) for v in table[1].replace("\n", " ").split(",")) == history.EDGES_MS
 
 
 def test_the_sources_have_constants_to_compare() -> None:
