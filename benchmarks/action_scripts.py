@@ -41,6 +41,7 @@ import redis.asyncio as aioredis
 from flo_redis import FloClient
 from flo_redis._wire.gateway import ACTION_CLAIM, ACTION_INVOKE, RUN_COMPLETE_MANY
 from flo_redis._wire.keys import action_keys
+from flo_redis.actions.claims import claim
 from flo_redis.actions.reports import CompleteItem
 from flo_redis.testing import free_port
 
@@ -65,7 +66,7 @@ async def _round(url: str, n: int, ns: str) -> dict[str, Any]:
         done, poll = 0, 0
         while True:
             poll += 1
-            reply = await client.worker.claim(keys, "w1", b"", BATCH, f"p#{poll}")
+            reply = await claim(client.session, keys, "w1", b"", BATCH, f"p#{poll}")
             if not reply.runs:
                 break
             items = [CompleteItem(r.run_id, b"ok", token=r.token) for r in reply.runs]
@@ -171,7 +172,7 @@ async def callgrind(n: int, in_scripts: bool = False) -> dict[str, Any]:
             await client.action.register("noop")
             keys = action_keys("cg", "noop")
             first = await client.action.invoke("noop", b"{}")
-            warm = await client.worker.claim(keys, "w1", b"", 1, "p#0")
+            warm = await claim(client.session, keys, "w1", b"", 1, "p#0")
             await client.worker.complete_many(
                 "w1", "noop", [CompleteItem(first.run_id, b"ok", token=warm.runs[0].token)]
             )
@@ -184,7 +185,7 @@ async def callgrind(n: int, in_scripts: bool = False) -> dict[str, Any]:
             cg.on()
             while True:
                 poll += 1
-                reply = await client.worker.claim(keys, "w1", b"", BATCH, f"p#{poll}")
+                reply = await claim(client.session, keys, "w1", b"", BATCH, f"p#{poll}")
                 if not reply.runs:
                     break
                 claimed.append(reply.runs)

@@ -32,6 +32,7 @@ from flo_redis import (
 )
 from flo_redis._session.reclaim import reclaim_gone_owners
 from flo_redis._wire.keys import ActionKeys, action_keys, handoff_channel
+from flo_redis.actions.claims import claim
 
 from ._common import private_redis
 
@@ -73,9 +74,9 @@ async def _held(url: str, namespace: str, keys: ActionKeys, raw: aioredis.Redis)
     await pubsub.get_message(timeout=1.0)
     await _parked(raw, keys)
     poll = f"hold-{secrets.token_hex(3)}"
-    await holder.worker.claim(keys, "holder", b"", 1, f"{poll}#0", 1000)
+    await claim(holder.session, keys, "holder", b"", 1, f"{poll}#0", 1000)
     await holder.action.invoke(keys.action, b"")
-    (run,) = (await holder.worker.claim(keys, "holder", b"", 0, f"{poll}#0")).runs
+    (run,) = (await claim(holder.session, keys, "holder", b"", 0, f"{poll}#0")).runs
     await pubsub.aclose()  # type: ignore[no-untyped-call]
     return holder, run
 

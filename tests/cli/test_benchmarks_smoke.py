@@ -85,3 +85,21 @@ async def test_scale_point_on_a_cluster(cluster_url: str, monkeypatch: pytest.Mo
 
     rate = await measure(cluster_url, "actions", 2, 600, timeout=60)
     assert rate > 0
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "figure"),
+    [("action_scripts", ["400", "1"], "action_claim"), ("handoff_paths", ["3"], "retry")],
+)
+def test_the_script_level_benchmarks_run(module: str, args: list[str], figure: str) -> None:
+    """The benchmarks that time scripts on a private server (``python -m
+    benchmarks.<module>``) still drive the calls they time, and print their JSON line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{module}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert figure in json.loads(proc.stdout.strip().splitlines()[-1])
