@@ -24,7 +24,8 @@ from flo_redis._wire.gateway import ACTION_REGISTER
 from flo_redis._wire.keys import ActionKeys, action_keys
 from flo_redis.actions import CompleteItem
 from flo_redis.actions.finding import NONE_STORED, NOT_KEPT, NOT_KEPT_THEN
-from flo_redis.errors import BadRequestError, ValidationError
+from flo_redis.errors import BadRequestError, FloError, ValidationError
+from flo_redis.quarantine import ActionQuarantine
 
 NOW = WorkerAwaitOptions(block_ms=0)
 KEEP = ActionRegisterOptions(keep_inputs=True, max_retries=2)
@@ -265,6 +266,30 @@ async def test_the_option_must_be_a_bool(client: FloClient, raw: aioredis.Redis)
     with pytest.raises(ValidationError, match=r"keep_inputs must be a bool"):
         await client.action.register("job", options=opts)
     assert await raw.exists(action_keys(client.namespace, "job").definition) == 0
+
+
+@pytest.mark.parametrize("keep", [True, False])
+async def test_a_completed_run_put_back_from_the_quarantine_gets_only_a_kept_input(
+    client: FloClient, raw: aioredis.Redis, keep: bool
+) -> None:
+    keys = await job(client, ActionRegisterOptions(keep_inputs=keep))
+    run = await client.action.invoke("job", b"in")
+    [claimed] = await client.worker.await_tasks("w", ["job"], 1, NOW)
+    await client.worker.complete("w", "job", run.run_id, b"out")
+    good = await raw.hget(keys.runs, run.run_id)
+    await raw.hset(keys.runs, run.run_id, b"\xc1 not msgpack")
+    # A resend of the complete finds the record that does not decode: it is set aside.
+    [answer] = await client.worker.complete_many(
+        "w", "job", [CompleteItem(run.run_id, b"out", token=claimed.token)]
+    )
+    assert isinstance(answer, FloError)
+    [aside] = (await client.quarantine.list(ActionQuarantine("job"))).records
+    assert aside.payload == (b"in" if keep else b"")
+    await client.quarantine.replay(ActionQuarantine("job"), aside.id, good)
+    details = await client.action.details(run.run_id)
+    assert (details.status.status, details.status.output) == (RunStatus.COMPLETED, b"out")
+    assert details.input == (b"in" if keep else None)
+    assert await keys_of(raw, keys.inputs) == ({run.run_id} if keep else set())
 
 
 @pytest.mark.parametrize("keep", [True, False])
