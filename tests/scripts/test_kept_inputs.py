@@ -259,6 +259,7 @@ async def test_the_register_script_refuses_a_setting_out_of_range(
 
 
 async def test_the_option_must_be_a_bool(client: FloClient, raw: aioredis.Redis) -> None:
+    assert ActionRegisterOptions().keep_inputs is False
     with pytest.raises(ValueError, match=r"ActionRegisterOptions\.keep_inputs must be a bool"):
         ActionRegisterOptions(keep_inputs=1)  # type: ignore[arg-type]
     opts = ActionRegisterOptions()
