@@ -149,6 +149,22 @@ class _Callgrind:
             time.sleep(0.2)
         raise RuntimeError("callgrind wrote no dump")
 
+    async def answering(self) -> None:
+        """Once the server answers (valgrind starts it slowly); raises after a minute."""
+        raw = aioredis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 60
+        try:
+            while True:
+                try:
+                    await raw.ping()
+                    return
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
+        finally:
+            await raw.aclose()
+
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
@@ -158,16 +174,7 @@ class _Callgrind:
 async def callgrind(n: int, in_scripts: bool = False) -> dict[str, Any]:
     cg = _Callgrind(in_scripts)
     try:
-        raw = aioredis.Redis.from_url(cg.url)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                await raw.ping()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.5)
+        await cg.answering()
         async with FloClient(cg.url, namespace="cg") as client:
             await client.action.register("noop")
             keys = action_keys("cg", "noop")
@@ -195,7 +202,6 @@ async def callgrind(n: int, in_scripts: bool = False) -> dict[str, Any]:
                 items = [CompleteItem(r.run_id, b"ok", token=r.token) for r in runs]
                 await client.worker.complete_many("w1", "noop", items, tally=False)
             out["complete_ir_per_run"] = cg.off() // n
-        await raw.aclose()
         return out
     finally:
         cg.close()

@@ -1,7 +1,7 @@
 --[[ action_quarantine_replay
   Put a record set aside from an action's queue back, taken out of the quarantine. A run
   (lib/run.lua): the record given (the one set aside, or a fixed one) and its input under
-  its run id; a run that was waiting or running waits again at the back of the queue (a
+  its run id (a completed run set aside without one gets none); a run that was waiting or running waits again at the back of the queue (a
   lease it held ended with it; the attempts it spent count), a finished one goes back to
   the completed or failed runs. A schedule (lib/schedule.lua): its record, due next at
   `due_ms` (computed by the caller, which could evaluate it).
@@ -46,7 +46,11 @@ if kind == 'run' then
   if not run then return {ST_BAD_RECORD} end
   if redis.call('HEXISTS', k.runs, field) == 1 then return {ST_CONFLICT} end
   local now = now_ms()
-  redis.call('HSET', k.inputs, field, aside[5])
+  -- A completed run has an input only when its action kept it (lib/inputs.lua); one set
+  -- aside with none ('') gets none back.
+  if run.s ~= RUN_COMPLETED or aside[5] ~= '' then
+    redis.call('HSET', k.inputs, field, aside[5])
+  end
   if run.s == RUN_PENDING or run.s == RUN_RUNNING then
     run.s = RUN_PENDING
     run.st = nil

@@ -8,6 +8,7 @@
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/action.lua
+--@include lib/inputs.lua
 local definition_key = KEYS[1]
 local settings = arg_map(ARGV[1])
 
@@ -18,6 +19,7 @@ local function valid(s)
       return false
     end
   end
+  if not inputs_setting_valid(s.keep_inputs) then return false end
   return not action_settings({s.timeout_ms, s.max_retries, s.backoff_ms, s.backoff_max_ms,
     s.max_concurrency, s.max_payload, s.retention_ms, s.retention_count, s.rate_max,
     s.rate_per_ms}).bad

@@ -156,6 +156,7 @@ _FIELDS: dict[type, tuple[tuple[str, FieldCheck], ...]] = {
         ("max_payload_bytes", _int_in(1, MAX_VALUE_SIZE, optional=True)),
         ("retention_ms", _int_in(1, LUA_INT - 1, optional=True)),
         ("retention_count", _int_in(1, LUA_INT - 1, optional=True)),
+        ("keep_inputs", _bool),
     ),
     ActionInvokeOptions: (
         ("delay_ms", _int_in(0, MAX_TIME_MS)),

@@ -67,6 +67,7 @@ def settings_record(
         "retention_count": opts.retention_count or DEFAULT_RETENTION_COUNT,
         "rate_max": rate_max,
         "rate_per_ms": rate_per_ms,
+        **({"keep_inputs": 1} if opts.keep_inputs else {}),
         **present(owner=opts.owner, description=opts.description),
     }
 

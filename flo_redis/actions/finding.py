@@ -17,7 +17,7 @@ from typing import Any
 from flo_redis._session.session import Session
 from flo_redis._wire import runner
 from flo_redis._wire.aside import warn_unreadable
-from flo_redis._wire.checks import check_count, check_text
+from flo_redis._wire.checks import check_count, check_text, stored_int
 from flo_redis._wire.codec import BadRecord, text, unpack_record
 from flo_redis._wire.gateway import ACTION_FIND
 from flo_redis._wire.keys import ActionKeys, action_of_run
@@ -26,7 +26,7 @@ from flo_redis._wire.runner import Arg
 from flo_redis._wire.status import Status, refusal
 from flo_redis.actions.runs import read_run, status_reply, unreadable_run
 from flo_redis.errors import NotFoundError, ValidationError
-from flo_redis.types import ActionRunStatus
+from flo_redis.types import ActionRunStatus, RunStatus
 from flo_redis.types.base import LUA_INT
 
 FIND_STEP = 250  # runs one action_find call examines at most
@@ -38,15 +38,31 @@ MAX_FOUND = 1000
 FIND_ORDER = ("failed", "delayed", "pending", "running", "completed")
 
 
+#: Why a run shows no input: a completed run of an action without keep_inputs; one
+#: that completed while its action did not keep inputs; anything else.
+NOT_KEPT = (
+    "not kept: completed runs keep their input only with keep_inputs=True (ActionRegisterOptions)"
+)
+NOT_KEPT_THEN = (
+    "not kept: the run completed while its action was registered without "
+    "keep_inputs=True (ActionRegisterOptions)"
+)
+NONE_STORED = "none stored for this run"
+
+
 @dataclass(frozen=True, slots=True)
 class RunDetails:
     """A run with what it was invoked with. ``input``: the bytes it was invoked with,
     as stored; None once they are no longer kept (a completed run's input is deleted
-    when it completes). ``idempotency_key``: the key it was invoked with, if any."""
+    when it completes, unless its action was registered with ``keep_inputs=True``).
+    ``idempotency_key``: the key it was invoked with, if any. ``input_missing``: why
+    ``input`` is None (:data:`NOT_KEPT`, :data:`NOT_KEPT_THEN`, :data:`NONE_STORED`),
+    None when it is there."""
 
     status: ActionRunStatus
     input: bytes | None
     idempotency_key: str | None = None
+    input_missing: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +96,20 @@ async def run_details(session: Session, keys: ActionKeys, run_id: str) -> RunDet
             pipe.hget(keys.runs, run_id)
             pipe.zscore(keys.delayed, run_id)
             pipe.hget(keys.inputs, run_id)
-            raw, due, data = await pipe.execute()
+            pipe.hget(keys.definition, "keep_inputs")
+            raw, due, data, keeps = await pipe.execute()
     status = status_reply(run_id, keys, raw, due)
-    return RunDetails(status, data, _idempotency_key(raw))
+    return RunDetails(status, data, _idempotency_key(raw), _missing(status, data, keeps))
+
+
+def _missing(status: ActionRunStatus, data: bytes | None, keeps: bytes | None) -> str | None:
+    """Why a run's input is not there (:class:`RunDetails`); ``keeps``: its action's
+    stored keep_inputs, read as ``lua/lib/inputs.lua`` reads it."""
+    if data is not None:
+        return None
+    if status.status is not RunStatus.COMPLETED:
+        return NONE_STORED
+    return NOT_KEPT_THEN if stored_int(keeps, 0, 1) == 1 else NOT_KEPT
 
 
 def _idempotency_key(raw: Any) -> str | None:

@@ -9,6 +9,7 @@ what ``--redact`` / ``--redact-keys`` name (:mod:`flo_redis.ops.redaction`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -25,7 +26,7 @@ from flo_redis.client import FloClient
 from flo_redis.errors import ValidationError
 from flo_redis.ops.payloads import encoded, shown, span
 from flo_redis.ops.redaction import Redactor, redactor
-from flo_redis.types import ActionRunStatus, RunStatus
+from flo_redis.types import ActionRunStatus
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -116,19 +117,13 @@ def print_value(label: str, raw: bytes | None) -> None:
         say(view.note)
 
 
-def _no_input(run: ActionRunStatus) -> str:
-    if run.status is RunStatus.COMPLETED:
-        return "not kept (a completed run's input is deleted when it completes)"
-    return "none stored for this run"
-
-
 def print_details(details: RunDetails, now_ms: int) -> None:
     run = details.status
     rows = [r for r in facts(run, now_ms, details.idempotency_key) if r[1]]
     tables.console().print(tables.table(f"run {run.run_id}", ["field", "value"], rows))
     if details.input is None:
         say()
-        say(f"input: {_no_input(run)}")
+        say(f"input: {details.input_missing}")
     print_value("input", details.input)
     print_value("progress", run.progress)
     print_value("output", run.output)
@@ -145,13 +140,14 @@ def details_json(details: RunDetails) -> dict[str, Any]:
     data: dict[str, Any] = ops.plain(details.status)
     data["input"] = encoded(details.input)
     data["idempotency_key"] = details.idempotency_key
+    data["input_missing"] = details.input_missing
     return data
 
 
 def redacted(details: RunDetails, hide: Redactor) -> RunDetails:
     rid = details.status.run_id
-    return RunDetails(
-        hide.run(details.status), hide.value("input", details.input, rid), details.idempotency_key
+    return dataclasses.replace(
+        details, status=hide.run(details.status), input=hide.value("input", details.input, rid)
     )
 
 

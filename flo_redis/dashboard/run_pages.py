@@ -30,6 +30,7 @@ async def run(request: web.Request) -> web.StreamResponse:
         "action_name": action_of_run(status.run_id),
         "idempotency_key": details.idempotency_key,
         "input": None if raw_input is None else shown(raw_input),
+        "input_missing": details.input_missing or "",
         "output": None if status.output is None else shown(status.output),
         "waited": _between(status.created_at_ms, status.started_at_ms),
         "ran": _between(status.started_at_ms, status.completed_at_ms),

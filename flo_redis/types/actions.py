@@ -151,6 +151,9 @@ class ActionRegisterOptions:
       * ``description``: free text shown by action.list.
       * ``rate_limit``: a :class:`RateLimit`, so many starts per window across
         all workers; None: no limit.
+      * ``keep_inputs``: True keeps a completed run's input for as long as the run
+        is kept (its retention), for ``client.action.details`` and ``runs show``;
+        False (the default) deletes it when the run completes.
 
     Raises ValueError for an int out of range (each fits a u32, counts > 0
     where noted) or a backoff maximum below its base.
@@ -168,9 +171,12 @@ class ActionRegisterOptions:
     retention_count: int | None = None
     description: str | None = None
     rate_limit: RateLimit | None = None
+    keep_inputs: bool = False
 
     def __post_init__(self) -> None:
         name = "ActionRegisterOptions"
+        if not isinstance(self.keep_inputs, bool):
+            raise ValueError(f"{name}.keep_inputs must be a bool, got {self.keep_inputs!r}")
         for field_name in (
             "timeout_ms",
             "max_retries",

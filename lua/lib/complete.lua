@@ -12,6 +12,7 @@
 --@include lib/offer.lua
 --@include lib/checked.lua
 --@include lib/tally.lua
+--@include lib/inputs.lua
 
 -- The verdict on one complete of `run` (nil: no record) by the holder of `token` (a
 -- number, or false: token-less; run_is_holder): status, duplicate, run status (or the
@@ -140,7 +141,7 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
   if n_owned > 0 and k.owned then redis.call('ZREM', k.owned, unpack(owned)) end
   redis.call('HSET', k.runs, unpack(records))
   redis.call('ZREM', k.leases, unpack(ended))
-  redis.call('HDEL', k.inputs, unpack(ended))
+  inputs_completed(k, ended)
   redis.call('ZADD', k.done, unpack(done))
   runs_ended(k.ended, ended)
   return n_ended

@@ -98,3 +98,33 @@ async def test_an_operator_finds_a_run_by_its_error_and_reads_its_input(
         await context.close()
     finally:
         await dash.close()
+
+
+async def test_a_completed_runs_kept_input_is_shown_and_a_missing_one_explained(
+    client: FloClient, browser: Any
+) -> None:
+    await client.action.register("price", options=ActionRegisterOptions(keep_inputs=True))
+    await client.action.register("notify")
+    await client.worker.register("w1", ["price", "notify"])
+    kept = await client.action.invoke("price", b'{"sku": "A-17", "qty": 3}')
+    gone = await client.action.invoke("notify", b'{"to": "ann"}')
+    for name, run in (("price", kept), ("notify", gone)):
+        await client.worker.await_tasks("w1", [name], 1, NOW)
+        await client.worker.complete("w1", name, run.run_id, b'{"ok": true}')
+    dash = await start_dashboard(client, port=0)
+    try:
+        context = await browser.new_context()
+        page = await context.new_page()
+        await page.goto(dash.url + "action?name=price&state=completed")
+        await page.get_by_role("link", name=kept.run_id).click()
+        await page.get_by_role("heading", name=f"Run {kept.run_id}").wait_for()
+        assert '"sku": "A-17"' in await page.locator("#input pre").inner_text()
+        await page.goto(dash.url + "run?id=" + gone.run_id)
+        missing = await page.locator("#input p.empty").inner_text()
+        assert missing == (
+            "Not kept: completed runs keep their input only with keep_inputs=True "
+            "(ActionRegisterOptions)."
+        )
+        await context.close()
+    finally:
+        await dash.close()

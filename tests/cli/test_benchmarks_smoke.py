@@ -103,3 +103,23 @@ def test_the_script_level_benchmarks_run(module: str, args: list[str], figure: s
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert figure in json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_kept_inputs_benchmark_measures_both_ways() -> None:
+    """``python -m benchmarks.kept_inputs`` at a tiny size, on a private redis-server (it
+    changes the server's SLOWLOG settings): figures for the action with and without the
+    setting, and the memory of a kept input (which holds its bytes)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.kept_inputs", "200", "1"],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "REDIS_URL"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(proc.stdout)
+    for mode in ("without", "keep_inputs"):
+        assert figures[mode]["worker_runs_per_s"] > 0
+        assert set(figures[mode]["complete_us"]) == {"run_complete", "run_complete_many"}
+    assert figures["bytes_per_kept_input"]["1024"] > 1024

@@ -93,7 +93,30 @@ def test_show_gives_binary_as_hex_and_cuts_a_large_input(
     assert "input (text, 70000 bytes):" in big
     assert f"… {70_000 - 65_536} bytes more" in big
     done = ok(flo_redis(redis_url, namespace, "runs", "show", runs["done"]))
-    assert "input: not kept" in done and "output (json, 12 bytes):" in done
+    assert "output (json, 12 bytes):" in done
+    assert (
+        "input: not kept: completed runs keep their input only with keep_inputs=True "
+        "(ActionRegisterOptions)"
+    ) in done
+
+
+def test_show_gives_a_completed_runs_kept_input(redis_url: str, namespace: str) -> None:
+    async def build(client: FloClient) -> tuple[str, str]:
+        await client.action.register("kept", options=ActionRegisterOptions(keep_inputs=True))
+        await client.worker.register("w1", ["kept"])
+        run = await client.action.invoke("kept", b'{"user": "ann", "size": 4096}')
+        await client.worker.await_tasks("w1", ["kept"], 1, NOW)
+        await client.worker.complete("w1", "kept", run.run_id, b'{"ok": true}')
+        return run.run_id, (await client.action.status(run.run_id)).status.name
+
+    run_id, status = with_client(redis_url, namespace, build)
+    assert status == "COMPLETED"
+    shown = ok(flo_redis(redis_url, namespace, "runs", "show", run_id))
+    assert "input (json, 29 bytes):" in shown and '"user": "ann"' in shown
+    assert "not kept" not in shown and "output (json, 12 bytes):" in shown
+    data = json.loads(ok(flo_redis(redis_url, namespace, "runs", "show", run_id, "--json")))
+    assert data["input"]["data"] == '{"user": "ann", "size": 4096}'
+    assert (data["status"], data["input_missing"]) == ("COMPLETED", None)
 
 
 def test_show_json_keeps_ms_and_gives_the_input_back_exactly(
@@ -110,6 +133,9 @@ def test_show_json_keeps_ms_and_gives_the_input_back_exactly(
     )
     assert binary["input"]["encoding"] == "base64"
     assert base64.b64decode(binary["input"]["data"]) == BINARY
+    done = json.loads(ok(flo_redis(redis_url, namespace, "runs", "show", runs["done"], "--json")))
+    assert done["input"] is None
+    assert done["input_missing"].startswith("not kept: completed runs keep their input only")
     big = json.loads(ok(flo_redis(redis_url, namespace, "runs", "show", runs["big"], "--json")))
     assert big["input"]["data"] == "x" * 70_000  # whole: --json is for programs
 

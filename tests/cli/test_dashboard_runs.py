@@ -90,7 +90,27 @@ async def test_the_run_page_shows_the_input_escaped_and_pretty(
         binary = await page(session, dash, "/run?" + urlencode({"id": runs["binary"]}))
         assert "00000000  00 01 ff 70 6e 67" in parsed(binary)[1]
         done = await page(session, dash, "/run?" + urlencode({"id": runs["done"]}))
-        assert "Not kept: a completed run's input is deleted" in parsed(done)[1]
+        assert (
+            "Not kept: completed runs keep their input only with keep_inputs=True "
+            "(ActionRegisterOptions)."
+        ) in " ".join(parsed(done)[1].split())
+    finally:
+        await dash.close()
+
+
+async def test_the_run_page_shows_a_completed_runs_kept_input(
+    client: FloClient, session: aiohttp.ClientSession
+) -> None:
+    await client.action.register("kept", options=ActionRegisterOptions(keep_inputs=True))
+    await client.worker.register("w1", ["kept"])
+    run = await client.action.invoke("kept", b'{"width": 640}')
+    await client.worker.await_tasks("w1", ["kept"], 1, NOW)
+    await client.worker.complete("w1", "kept", run.run_id, b"ok")
+    dash = await serving(client)
+    try:
+        _, text = parsed(await page(session, dash, "/run?" + urlencode({"id": run.run_id})))
+        assert "COMPLETED" in text and '"width": 640' in text
+        assert "Not kept" not in text
     finally:
         await dash.close()
 

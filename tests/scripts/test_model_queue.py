@@ -128,6 +128,8 @@ class Model:
 
 
 class QueueMachine(ClientMachine):
+    keep_inputs = False  # ActionRegisterOptions.keep_inputs of the action
+
     def __init__(self, redis_url: str) -> None:
         super().__init__(redis_url, "model")
         self.keys = action_keys(self.namespace, ACTION)
@@ -136,7 +138,9 @@ class QueueMachine(ClientMachine):
         self.inboxes: list[Any] = []  # each owner's hand-off channel, subscribed
         self.parks = 0  # numbers the hand-off polls
         self.last_handed: dict[int, Handout] = {}  # per owner, its poller's last hand-off
-        options = ActionRegisterOptions(timeout_ms=HOUR_MS, max_retries=MAX_ATTEMPTS)
+        options = ActionRegisterOptions(
+            timeout_ms=HOUR_MS, max_retries=MAX_ATTEMPTS, keep_inputs=self.keep_inputs
+        )
         self.run(self.client.action.register(ACTION, options=options))
         for _ in range(3):
             self.run(self._new_owner())
@@ -381,11 +385,12 @@ class QueueMachine(ClientMachine):
 
     @invariant()
     def redis_holds_what_the_model_holds(self) -> None:
-        async def read() -> tuple[list[Any], set[bytes]]:
+        async def read() -> tuple[list[Any], set[bytes], set[bytes]]:
             statuses = [await self.client.action.status(r) for r in sorted(self.model.runs)]
-            return statuses, set(await self.raw.zrange(self.keys.owned, 0, -1))
+            owned = set(await self.raw.zrange(self.keys.owned, 0, -1))
+            return statuses, owned, set(await self.raw.hkeys(self.keys.inputs))
 
-        statuses, owned = self.run(read())  # NotFoundError here: a run was lost
+        statuses, owned, inputs = self.run(read())  # NotFoundError here: a run was lost
         for status in statuses:
             want = self.model.runs[status.run_id]
             assert (status.status, status.attempt) == (want.status, want.attempt), status
@@ -396,9 +401,23 @@ class QueueMachine(ClientMachine):
                 assert f"{owner_id}\0{status.run_id}".encode() in owned
         running = sum(1 for r in self.model.runs.values() if r.status == RunStatus.RUNNING)
         assert len(owned) == running  # the owner index holds running runs only
+        # Inputs: of every run but the completed ones, unless the action keeps those too.
+        assert inputs == {
+            r.encode()
+            for r, run in self.model.runs.items()
+            if self.keep_inputs or run.status != RunStatus.COMPLETED
+        }
         stats = self.run(self.client.action.stats(ACTION))
         assert stats.offers_expired == self.model.offers_expired
 
 
+class KeepingQueueMachine(QueueMachine):
+    keep_inputs = True
+
+
 def test_the_action_queue_follows_its_model(redis_url: str) -> None:
     run_model(lambda: QueueMachine(redis_url))
+
+
+def test_an_action_that_keeps_inputs_follows_its_model(redis_url: str) -> None:
+    run_model(lambda: KeepingQueueMachine(redis_url))
