@@ -11,6 +11,10 @@
   KEYS[8] owned    ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[9] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   KEYS[10] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[11] pending ZSET  run_id -> queue order
+  KEYS[12] wake    CHANNEL  sharded channel announcing new work
+  KEYS[13] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
+  KEYS[14] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
@@ -30,7 +34,8 @@
 --@include lib/complete.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
-  ended = ended_channel(KEYS[9]), quarantine = KEYS[10]}
+  ended = ended_channel(KEYS[9]), quarantine = KEYS[10],
+  pending = KEYS[11], wake = KEYS[12], flows = KEYS[13], flow_held = KEYS[14]}
 local run_id = ARGV[1]
 local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]

@@ -18,6 +18,9 @@
   KEYS[12] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[13] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[14] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[15] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
+  KEYS[16] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
+  KEYS[17] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
@@ -36,7 +39,8 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   leases = KEYS[5], wake = KEYS[6], owned = KEYS[7], inputs = KEYS[8], parked = KEYS[9],
   polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12], rate = KEYS[13],
-  quarantine = KEYS[14]}
+  quarantine = KEYS[14],
+  flows = KEYS[15], flow_held = KEYS[16], flow_vt = KEYS[17]}
 local run_id = ARGV[1]
 local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]
@@ -52,6 +56,7 @@ end
 if not run then return {ST_NOT_FOUND} end
 if not run_is_holder(run, token, worker_id) then return {ST_STALE, run.s} end
 redis.call('ZREM', k.leases, run_id)
+flow_release(k, run.fk)
 run.s = RUN_PENDING
 run.a = math.max(run.a - 1, 0)
 run.st = nil
@@ -62,6 +67,6 @@ run.o = nil
 local now = now_ms()
 run.rd = now
 record_save(k.runs, run_id, run)
-queue_push(k.meta, k.pending, run_id, run)
+queue_push(k, run_id, run)
 handoff_ready(k, action, now, 1, releasing)
 return {ST_OK, run.s}

@@ -79,6 +79,9 @@ class ActionKeys:
     schedules: str  # HASH  schedule name -> msgpack record (spec, time zone, input)
     schedule_due: str  # ZSET  schedule name -> next occurrence ms
     quarantine: str  # STREAM  records set aside: runs, schedules, slots (lua/lib/record.lua)
+    flows: str  # HASH  "r:<flow key>" -> runs of that key running (lua/lib/flow.lua)
+    flow_held: str  # ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
+    flow_vt: str  # ZSET  flow key -> virtual time of its last run placed fairly
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
@@ -103,6 +106,9 @@ class ActionKeys:
             self.schedules,
             self.schedule_due,
             self.quarantine,
+            self.flows,
+            self.flow_held,
+            self.flow_vt,
         )
 
 

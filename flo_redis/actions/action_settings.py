@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from flo_redis._session.session import Session
 from flo_redis._wire import runner
-from flo_redis._wire.checks import check_count, stored_int
+from flo_redis._wire.checks import check_count, check_flow_key, stored_int
 from flo_redis._wire.codec import decoded, present, text
 from flo_redis._wire.keys import ActionKeys, action_keys, namespace_keys
 from flo_redis._wire.refusals import bad_settings, not_registered
@@ -19,6 +19,7 @@ from flo_redis.types import (
     ActionListResult,
     ActionRegisterOptions,
     ActionType,
+    FlowControl,
     RateLimit,
 )
 from flo_redis.types.base import LUA_INT, U32
@@ -45,6 +46,38 @@ def rate_limit(limit: object) -> tuple[int, int]:
     )
 
 
+MAX_FLOW_WEIGHT = 1000  # FlowControl.weights: a key's step in virtual time is 1000 / weight
+MAX_FLOW_WEIGHTS = 1000  # keys given a weight, each a field of the action's settings
+
+
+def flow_control(flow: object) -> dict[str, int]:
+    """The settings fields of a :class:`FlowControl` (``lua/lib/flow.lua``): none for
+    None (keys change nothing)."""
+    if flow is None:
+        return {}
+    if not isinstance(flow, FlowControl):
+        raise ValidationError(
+            f"flow must be a FlowControl(concurrency=, fair=, weights=) or None, "
+            f"got {type(flow).__name__}"
+        )
+    fields = {
+        "flow_concurrency": check_count("flow.concurrency", flow.concurrency, 0, U32 - 1),
+        "flow_fair": 1 if flow.fair else 0,
+    }
+    weights = flow.weights or {}
+    if not isinstance(weights, dict) or len(weights) > MAX_FLOW_WEIGHTS:
+        raise ValidationError(
+            f"flow.weights must be a dict of at most {MAX_FLOW_WEIGHTS} flow keys -> weight"
+        )
+    if weights and not flow.fair:
+        raise ValidationError("flow.weights apply to fair turns: pass fair=True with them")
+    for key, weight in weights.items():
+        fields["fw:" + check_flow_key(key)] = check_count(
+            f"flow.weights[{key!r}]", weight, 1, MAX_FLOW_WEIGHT
+        )
+    return fields
+
+
 def settings_record(
     action_type: ActionType, opts: ActionRegisterOptions, client_limit: int
 ) -> dict[str, int | str]:
@@ -67,6 +100,7 @@ def settings_record(
         "retention_count": opts.retention_count or DEFAULT_RETENTION_COUNT,
         "rate_max": rate_max,
         "rate_per_ms": rate_per_ms,
+        **flow_control(opts.flow),
         **present(owner=opts.owner, description=opts.description),
     }
 

@@ -162,13 +162,18 @@ class ActionOperations(ActionInspection):
         """Create one run per input in as few calls as possible (1000 runs a call), all
         ready now and in the order given; each call is atomic. Labels and priority apply to
         every run;
-        ``delay_ms``, ``run_at_ms`` and ``idempotency_key`` are refused here (use
-        :meth:`invoke`). Every input is checked before anything is sent; each call waits
+        ``delay_ms``, ``run_at_ms``, ``idempotency_key`` and ``flow_key`` are refused
+        here (use :meth:`invoke`). Every input is checked before anything is sent; each call waits
         for ``durability`` as :meth:`invoke` does."""
         opts = check_options(options, ActionInvokeOptions)
-        if opts.delay_ms or opts.run_at_ms is not None or opts.idempotency_key is not None:
+        if (
+            opts.delay_ms
+            or opts.run_at_ms is not None
+            or opts.idempotency_key is not None
+            or opts.flow_key is not None
+        ):
             raise ValidationError(
-                "invoke_many takes no delay_ms, run_at_ms or idempotency_key; use invoke"
+                "invoke_many takes no delay_ms, run_at_ms, idempotency_key or flow_key; use invoke"
             )
         keys = self._action_keys(name, opts.namespace)
         priority = check_priority(opts.priority)

@@ -14,6 +14,7 @@ from flo_redis._session.notices import cancel_notice
 from flo_redis._wire.checks import (
     check_bytes,
     check_count,
+    check_flow_key,
     check_idempotency_key,
     check_labels,
     check_priority,
@@ -43,6 +44,7 @@ def invoke_request(
     priority = check_priority(opts.priority)
     check_labels(opts.labels)
     idempotency_key = check_idempotency_key(opts.idempotency_key)
+    flow_key = check_flow_key(opts.flow_key, optional=True)
     labels = pack(tag_labels(opts.labels)) if opts.labels else b""
     return (
         [
@@ -54,6 +56,7 @@ def invoke_request(
             idempotency_key,
             priority,
             trace,
+            flow_key,
         ],
         len(data),
     )

@@ -30,6 +30,7 @@ __all__ = [
     "ActionRegisterOptions",
     "ActionRunStatus",
     "ActionStatusOptions",
+    "FlowControl",
     "RateLimit",
     "TaskAssignment",
     "WorkerAwaitOptions",
@@ -124,6 +125,27 @@ class RateLimit:
     per_ms: int
 
 
+@dataclass(frozen=True)
+class FlowControl:
+    """Flow control by key (flo_redis): what an action does with the ``flow_key`` its
+    invokes name (a tenant, a customer, a resource).
+
+      * ``concurrency``: at most this many runs of one key running at once, across
+        every worker (0: no limit). A run held back by its key's limit waits apart,
+        so other keys' runs behind it are claimed meanwhile.
+      * ``fair``: claims take the keys' ready runs in turn, so a key with many runs
+        waiting does not delay a key with one; priorities still go first, and a key's
+        own runs keep their order.
+      * ``weights``: with ``fair``, a key's share of turns (1 .. 1000; default 1): a
+        key of weight 3 gets three runs for another key's one. At most 1000 keys.
+
+    Checked by ``register``, which raises ValidationError."""
+
+    concurrency: int = 0
+    fair: bool = False
+    weights: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass
 class ActionRegisterOptions:
     """Options for registering an action. Registering replaces the action's
@@ -149,6 +171,8 @@ class ActionRegisterOptions:
       * ``description``: free text shown by action.list.
       * ``rate_limit``: a :class:`RateLimit`, so many starts per window across
         all workers; None: no limit.
+      * ``flow``: a :class:`FlowControl`, for the runs invoked with a ``flow_key``:
+        a limit per key, fair turns between keys; None: keys change nothing.
 
     Raises ValueError for an int out of range (each fits a u32, counts > 0
     where noted) or a backoff maximum below its base.
@@ -166,6 +190,7 @@ class ActionRegisterOptions:
     retention_count: int | None = None
     description: str | None = None
     rate_limit: RateLimit | None = None
+    flow: FlowControl | None = None
 
     def __post_init__(self) -> None:
         name = "ActionRegisterOptions"
@@ -206,6 +231,9 @@ class ActionInvokeOptions:
       * ``priority``: 0 (the default) to 255; ready runs of a lower value are
         claimed first, FIFO within one. A run keeps it through delays, retries
         and re-queues. Out of range: ValidationError at invoke.
+      * ``flow_key``: the run's key for the action's :class:`FlowControl` (a tenant,
+        a customer): a str of 1 .. 255 UTF-8 bytes without NUL; any other:
+        ValidationError at invoke.
 
     Raises ValueError for a time out of range, both times set, or an empty key.
     """
@@ -216,6 +244,7 @@ class ActionInvokeOptions:
     run_at_ms: int | None = None
     idempotency_key: str | None = None
     priority: int = 0
+    flow_key: str | None = None
 
     def __post_init__(self) -> None:
         name = "ActionInvokeOptions"

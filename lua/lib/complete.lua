@@ -11,6 +11,7 @@
 --@include lib/num.lua
 --@include lib/offer.lua
 --@include lib/checked.lua
+--@include lib/flow.lua
 
 -- The verdict on one complete of `run` (nil: no record) by the holder of `token` (a
 -- number, or false: token-less; run_is_holder): status, duplicate, run status (or the
@@ -118,6 +119,7 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
         n_owned = n_owned + 1
         owned[n_owned] = prefix .. run_id
       end
+      if run.fk then flow_release(k, run.fk) end
       n_ended = n_ended + 1
       ended[n_ended] = run_id
       records[2 * n_ended - 1] = run_id

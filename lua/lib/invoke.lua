@@ -10,16 +10,21 @@
 -- k: {meta, runs, inputs, pending, delayed, idempotency, wake}, and for the hand-off
 -- (lib/handoff.lua) {parked, polls, poll_times, owners, owned, leases, rate} -- without
 -- `parked` a ready run is always queued; priority 0..255 (checked by the caller); trace:
--- the producer's packed trace context, or '' (stored only when given). Returns the new
--- run id, and whether it was handed to a parked poller.
+-- the producer's packed trace context, or '' (stored only when given); flow_key: '' or
+-- the run's flow key, flow_step its step when placed fairly (lib/flow.lua; nil: in
+-- arrival order). Returns the new run id, and whether it was handed to a parked poller.
 local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_key, priority,
-    trace)
+    trace, flow_key, flow_step)
   local run_id = string.format('%s%d', id_prefix, (ids_take(k.meta, 'seq', 1, now)))
   local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
   if priority > 0 then run.p = priority end
   if due > now then run.rd = due end
   if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
   if trace ~= '' then run.tr = trace end
+  if flow_key and flow_key ~= '' then
+    run.fk = flow_key
+    run.fw = flow_step
+  end
   if idem_key ~= '' then
     run.ik = idem_key
     redis.call('HSET', k.idempotency, idem_key, run_id)
@@ -33,7 +38,7 @@ local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_ke
     return run_id, true
   else
     record_save(k.runs, run_id, run)
-    queue_push(k.meta, k.pending, run_id, run)
+    queue_push(k, run_id, run)
     redis.call('SPUBLISH', k.wake, '1')
   end
   return run_id, false

@@ -25,7 +25,7 @@ from flo_redis import (
 from flo_redis._session import liveness_stats, reclaim
 from flo_redis._wire import checks, keys, stream_codec
 from flo_redis._wire.status import Status
-from flo_redis.actions import concurrency, inspect, reports
+from flo_redis.actions import action_settings, concurrency, inspect, reports
 from flo_redis.actions import operations as actions
 from flo_redis.queue import operations as queue
 from flo_redis.streams import groups
@@ -50,6 +50,9 @@ LUA_CONSTANTS = lua_constants()
 
 # (Lua file, Lua name) -> [(Python value, where it lives)]: one setting on both sides.
 EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
+    ("lib/flow.lua", "FLOW_STEP"): [
+        (action_settings.MAX_FLOW_WEIGHT, "action_settings.MAX_FLOW_WEIGHT"),
+    ],
     ("lib/stream.lua", "GROUP_ACK_TIMEOUT_MS"): [
         (groups.DEFAULT_ACK_TIMEOUT_MS, "stream_groups.DEFAULT_ACK_TIMEOUT_MS"),
     ],
@@ -139,6 +142,8 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/owners.lua", "OWNED_SEP"): "separator inside the owner index",
     ("lib/handoff.lua", "PARK_MAX_MS"): "a park's longest life; the poller claims again anyway",
     ("lib/handoff.lua", "HANDOFF_SCAN"): "parked pollers one hand-off looks at",
+    ("lib/flow.lua", "FLOW_SWEEP"): "idle keys' virtual times one sweep forgets",
+    ("lib/flow.lua", "FLOW_HELD_SCAN"): "held runs one release or walk looks at",
     ("lib/handoff.lua", "HANDOFF_INPUT_MAX"): "larger inputs are fetched by the claim",
     ("lib/handoff.lua", "HANDOFF_BATCH"): "runs one script hands from the queue's head",
     ("lib/handoff.lua", "PARK_FORGET_BATCH"): "expired parks dropped per claim",

@@ -1,0 +1,189 @@
+--[[ lib/flow
+  Flow control by key (lua/README.md, "Flow control"): a run invoked with a flow key
+  carries it in its record (`fk`). All of a key's state lives in three keys of its
+  action's queue, so every script stays in the queue's hash slot:
+  `flows` HASH  "r:<key>" -> how many runs of the key are RUNNING (absent: none)
+  `flow_held` ZSET  "<key>\0<score, 14 hex digits>\0<run id>" (score 0, ordered by
+    bytes): ready runs held back because their key was at its concurrency limit, each
+    with its score in `pending`, so it goes back to its place
+  `flow_vt` ZSET  key -> the virtual time of its last run placed fairly
+  A run placed fairly (`fw`: its key's step, in the record) is scored
+  priority * 2^45 + virtual time: max(the queue's virtual time, its key's last) plus the
+  key's step (FLOW_STEP / weight), so claims take the keys' runs in turn (start-time
+  fair queueing), lower priority values first, and a key's own runs in their order.
+  The queue's virtual time is that of the head of `pending`, never below meta `fvt`.
+  Every helper costs a run without `fk` one table read.
+]]
+--@include lib/priority.lua
+--@include lib/checked.lua
+--@include lib/run.lua
+
+-- A key's step in virtual time at weight 1; weight w steps FLOW_STEP / w (at least 1).
+local FLOW_STEP = 1000
+-- Entries of keys gone idle that one sweep forgets at most.
+local FLOW_SWEEP = 100
+
+-- The `flows` field of key `key`'s running count.
+local function flow_field(key)
+  return 'r:' .. key
+end
+
+-- The virtual time of the queue now: that of the head of `pending` (a score's part
+-- below the priority), never below meta `fvt` (kept, so it never goes back while runs
+-- are held). `head`: ZRANGE pending 0 0 WITHSCORES.
+local function flow_now(k, head)
+  local floor = tonumber(redis.call('HGET', k.meta, 'fvt')) or 0
+  local vnow = head[2] and tonumber(head[2]) % PRIORITY_SEQ_SPAN or 0
+  if vnow > floor then
+    redis.call('HSET', k.meta, 'fvt', string.format('%d', vnow))
+    return vnow
+  end
+  return floor
+end
+
+-- The score in `pending` of a fair run of key `key` at priority `p`, stepping `step`
+-- (its key's FLOW_STEP / weight): one step past the later of the queue's virtual time
+-- and the key's last placed run. Records the key's new last.
+local function flow_place(k, key, step, p)
+  local vnow = flow_now(k, redis.call('ZRANGE', k.pending, 0, 0, 'WITHSCORES'))
+  local last = tonumber(redis.call('ZSCORE', k.flow_vt, key))
+  if last and last > vnow then vnow = last end
+  local vt = vnow + step
+  redis.call('ZADD', k.flow_vt, string.format('%d', vt), key)
+  return priority_score(p, vt)
+end
+
+-- Forget a batch of keys whose last placed run is at or before the queue's virtual time
+-- (nothing of theirs waits ahead of it); when nothing waits or is held at all, every
+-- key's and the queue's virtual time. So a key that goes idle leaves nothing behind.
+local function flow_sweep(k)
+  if not k.flow_vt or redis.call('EXISTS', k.flow_vt) == 0 then return end
+  local head = redis.call('ZRANGE', k.pending, 0, 0, 'WITHSCORES')
+  local old
+  if not head[1] and redis.call('EXISTS', k.flow_held) == 0 then
+    old = redis.call('ZRANGE', k.flow_vt, 0, FLOW_SWEEP - 1)
+    if #old < FLOW_SWEEP then redis.call('HDEL', k.meta, 'fvt') end
+  else
+    old = redis.call('ZRANGE', k.flow_vt, '-inf', flow_now(k, head), 'BYSCORE', 'LIMIT', 0,
+      FLOW_SWEEP)
+  end
+  if #old > 0 then redis.call('ZREM', k.flow_vt, unpack(old)) end
+end
+
+-- Running counts of keys, read once per call and counted on as runs are taken:
+-- `limit` the action's flow concurrency (0: none).
+local function flow_counts(k, limit)
+  return {k = k, limit = limit, n = {}}
+end
+
+-- Is key `key` at its concurrency limit (counting the runs this call took)?
+local function flow_full(counts, key)
+  if counts.limit == 0 then return false end
+  local n = counts.n[key]
+  if not n then
+    n = tonumber(redis.call('HGET', counts.k.flows, flow_field(key))) or 0
+    counts.n[key] = n
+  end
+  return n >= counts.limit
+end
+
+-- A run of key `key` was taken by this call.
+local function flow_taken(counts, key)
+  if counts.limit > 0 then counts.n[key] = (counts.n[key] or 0) + 1 end
+end
+
+-- Hold back ready run `run_id` of key `key`, still in `pending` (the caller takes it
+-- out): it waits in `flow_held` with its score until a run of its key ends.
+local function flow_hold(k, key, run_id)
+  local score = tonumber(redis.call('ZSCORE', k.pending, run_id)) or 0
+  redis.call('ZADD', k.flow_held, 0, string.format('%s\0%014x\0%s', key, score, run_id))
+end
+
+-- The runs `runs` (tables with `fk`) started: count them per key, one HINCRBY a key.
+local function flow_started(k, runs)
+  if not k.flows then return end
+  local per = nil
+  for i = 1, #runs do
+    local key = runs[i].fk
+    if key then
+      per = per or {}
+      per[key] = (per[key] or 0) + 1
+    end
+  end
+  if not per then return end
+  for key, n in pairs(per) do redis.call('HINCRBY', k.flows, flow_field(key), n) end
+end
+
+-- Held runs one look at a key's (or the queue's) held runs reads at most.
+local FLOW_HELD_SCAN = 16
+
+-- Move held entries `entries` of `flow_held` back to their places in `pending` while
+-- their runs still wait (PENDING) and `room` (a number, or nil: no limit) lasts; drop
+-- those whose runs no longer wait (cancelled, deleted). Returns how many went back.
+local function flow_unhold(k, entries, room_of)
+  local back = 0
+  for _, entry in ipairs(entries) do
+    local key, hex, run_id = string.match(entry, '^(.*)%z(%x+)%z(.*)$')
+    local run = run_id and run_load(k.runs, run_id)
+    if not run or run.s ~= RUN_PENDING then
+      redis.call('ZREM', k.flow_held, entry)
+    elseif room_of(key) then
+      redis.call('ZREM', k.flow_held, entry)
+      redis.call('ZADD', k.pending, string.format('%d', tonumber(hex, 16)), run_id)
+      back = back + 1
+    end
+  end
+  if back > 0 and k.wake then redis.call('SPUBLISH', k.wake, '1') end
+  return back
+end
+
+-- A run of key `key` stopped running (it ended, went back to wait, was taken back):
+-- its slot is free, and the first run its key holds back that still waits goes back to
+-- its place in `pending`, with a wake-up. Without `k.flows` (a script that never ends
+-- a keyed run) nothing.
+local function flow_release(k, key)
+  if not key or not k.flows then return end
+  local field = flow_field(key)
+  if redis.call('HINCRBY', k.flows, field, -1) <= 0 then redis.call('HDEL', k.flows, field) end
+  local held = redis.call('ZRANGE', k.flow_held, '[' .. key .. '\0', '(' .. key .. '\1',
+    'BYLEX', 'LIMIT', 0, FLOW_HELD_SCAN)
+  local freed = 1
+  flow_unhold(k, held, function()
+    freed = freed - 1
+    return freed >= 0
+  end)
+end
+
+-- Walk `flow_held` a batch at a time (cursor: meta `flow_at`): runs no longer waiting
+-- are dropped, and those whose key is below `limit` (0: none) go back to `pending`.
+-- A net under flow_release, so no run stays held once its key has room.
+local function flow_walk(k, limit)
+  if redis.call('EXISTS', k.flow_held) == 0 then return end
+  local cursor = redis.call('HGET', k.meta, 'flow_at') or ''
+  local low = cursor == '' and '-' or '(' .. cursor
+  local batch = redis.call('ZRANGE', k.flow_held, low, '+', 'BYLEX', 'LIMIT', 0, FLOW_HELD_SCAN)
+  local counts = flow_counts(k, limit)
+  flow_unhold(k, batch, function(key)
+    if flow_full(counts, key) then return false end
+    flow_taken(counts, key)
+    return true
+  end)
+  if #batch < FLOW_HELD_SCAN then
+    redis.call('HDEL', k.meta, 'flow_at')
+  else
+    redis.call('HSET', k.meta, 'flow_at', batch[#batch])
+  end
+end
+
+-- How a run of flow key `key` is placed: its step in virtual time when
+-- the action is fair (flow_fair 1; the key's weight `fw:<key>` divides FLOW_STEP), else
+-- nil (placed in arrival order). False when a setting does not parse.
+local function flow_step(def_key, key)
+  local v = redis.call('HMGET', def_key, 'flow_fair', 'fw:' .. key)
+  if not v[1] then return nil end
+
+  local fair, weight = arg_int(v[1], 0, 1), arg_int(v[2] or '1', 1, FLOW_STEP)
+  if not fair or not weight then return false end
+  if fair == 0 then return nil end
+  return math.floor(FLOW_STEP / weight)
+end
