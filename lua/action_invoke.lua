@@ -18,6 +18,7 @@
   KEYS[15] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[16] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
   KEYS[17] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
+  KEYS[18] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] input       payload bytes
   ARGV[3] labels      msgpack map of type-tagged labels, or ''
@@ -44,7 +45,7 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8],
   parked = KEYS[9], polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12],
   owned = KEYS[13], leases = KEYS[14], rate = KEYS[15],
-  flows = KEYS[16], flow_vt = KEYS[17]}
+  flows = KEYS[16], flow_vt = KEYS[17], flow_held = KEYS[18]}
 local id_prefix = ARGV[1]
 local input = ARGV[2]
 local labels = ARGV[3]
@@ -65,10 +66,12 @@ if #flow_key > 255 or string.find(flow_key, '\0', 1, true) then return {ST_BAD_A
 local action = action_load_lean(k.definition)
 if not action then return {ST_NO_ACTION} end
 if action.bad then return {ST_BAD_SETTING} end
-local flow_step_of = nil
+local flow = nil
 if flow_key ~= '' then
-  flow_step_of = flow_step(k.definition, flow_key)
-  if flow_step_of == false then return {ST_BAD_SETTING} end
+  flow = flow_settings(k.definition, flow_key)
+  if not flow then return {ST_BAD_SETTING} end
+else
+  flow_key = nil
 end
 
 if action.max_payload >= 0 and #input > action.max_payload then
@@ -83,5 +86,5 @@ local now = now_ms()
 local due = now + delay_ms
 if run_at_ms > due then due = run_at_ms end
 local run_id, handed = invoke_run(k, action, id_prefix, input, labels, now, due, idem_key,
-  priority, trace, flow_key, flow_step_of)
+  priority, trace, flow_key, flow)
 return {ST_OK, run_id, 0, handed and 1 or 0}

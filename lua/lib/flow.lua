@@ -92,10 +92,11 @@ local function flow_taken(counts, key)
   if counts.limit > 0 then counts.n[key] = (counts.n[key] or 0) + 1 end
 end
 
--- Hold back ready run `run_id` of key `key`, still in `pending` (the caller takes it
--- out): it waits in `flow_held` with its score until a run of its key ends.
-local function flow_hold(k, key, run_id)
-  local score = tonumber(redis.call('ZSCORE', k.pending, run_id)) or 0
+-- Hold back ready run `run_id` of key `key`: it waits in `flow_held` with its score
+-- (`score`, or its score in `pending`, where the caller takes it out) until a run of
+-- its key ends.
+local function flow_hold(k, key, run_id, score)
+  score = score or tonumber(redis.call('ZSCORE', k.pending, run_id)) or 0
   redis.call('ZADD', k.flow_held, 0, string.format('%s\0%014x\0%s', key, score, run_id))
 end
 
@@ -175,15 +176,17 @@ local function flow_walk(k, limit)
   end
 end
 
--- How a run of flow key `key` is placed: its step in virtual time when
--- the action is fair (flow_fair 1; the key's weight `fw:<key>` divides FLOW_STEP), else
--- nil (placed in arrival order). False when a setting does not parse.
-local function flow_step(def_key, key)
-  local v = redis.call('HMGET', def_key, 'flow_fair', 'fw:' .. key)
-  if not v[1] then return nil end
-
-  local fair, weight = arg_int(v[1], 0, 1), arg_int(v[2] or '1', 1, FLOW_STEP)
-  if not fair or not weight then return false end
-  if fair == 0 then return nil end
-  return math.floor(FLOW_STEP / weight)
+-- The settings an invoke of flow key `key` needs: {step = its step in virtual time
+-- when the action is fair (flow_fair 1; the key's weight `fw:<key>` divides
+-- FLOW_STEP), else nil; limit = the action's flow_concurrency}, or false when a
+-- setting does not parse. Read only for an invoke that names a key.
+local function flow_settings(def_key, key)
+  local v = redis.call('HMGET', def_key, 'flow_fair', 'fw:' .. key, 'flow_concurrency')
+  local fair = arg_int(v[1] or '0', 0, 1)
+  local weight = arg_int(v[2] or '1', 1, FLOW_STEP)
+  local limit = arg_int(v[3] or '0', 0, U32_MAX)
+  if not fair or not weight or not limit then return false end
+  local flow = {limit = limit}
+  if fair == 1 then flow.step = math.floor(FLOW_STEP / weight) end
+  return flow
 end
