@@ -96,6 +96,7 @@ def run_status(run_id: str, rec: dict[str, Any], due_at_ms: int | None = None) -
         priority=int(rec.get("p", 0)),
         progress=bytes(rec["pg"]) if rec.get("pg") is not None else None,
         progress_at_ms=int(rec["pt"]) if rec.get("pt") is not None else None,
+        flow_key=text(rec.get("fk")),
     )
 
 

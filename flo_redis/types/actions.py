@@ -78,7 +78,8 @@ class ActionRunStatus:
     waiting; ``priority``: the priority it was invoked with (0 .. 255, lower
     first). ``progress`` is the last value its handler reported with
     ``ctx.progress`` (bytes as stored, JSON unless the value was bytes),
-    ``progress_at_ms`` when; None before any."""
+    ``progress_at_ms`` when; None before any. ``flow_key``: the flow key it was
+    invoked with (:class:`FlowControl`), None for none."""
 
     run_id: str
     status: RunStatus
@@ -97,6 +98,7 @@ class ActionRunStatus:
     priority: int = 0
     progress: bytes | None = None
     progress_at_ms: int | None = None
+    flow_key: str | None = None
 
 
 @dataclass
