@@ -199,7 +199,7 @@ if n > out[3] then
           dropped[n_dropped] = run_id
           local key = run.fk
           if key and flow_full(flows, key) then
-            flow_hold(k, key, run_id)  -- its key is at its limit: held, not in the way
+            flow_hold(k, run_id, run)  -- its key is at its limit: held, not in the way
           else
             if key then flow_taken(flows, key) end
             taken = taken + 1

@@ -37,6 +37,7 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/channels.lua
+--@include lib/flow.lua
 local k = {meta = KEYS[1], runs = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
   leases = KEYS[5], failed = KEYS[6], owned = KEYS[7], ended = ended_channel(KEYS[8]),
   inputs = KEYS[9], quarantine = KEYS[10],
@@ -62,6 +63,7 @@ if was == RUN_RUNNING then holder, token = run.o or '', run.t or 0 end
 redis.call('ZREM', k.pending, run_id)
 redis.call('ZREM', k.delayed, run_id)
 redis.call('ZREM', k.leases, run_id)
+if was == RUN_PENDING then flow_unhold_one(k, run_id, run) end
 run.err = 'cancelled'
 run.tb = nil
 -- The cancel is the last accepted report: no earlier report's resend is taken for one.

@@ -53,6 +53,17 @@ local function flow_place(k, key, step, p)
   return priority_score(p, vt)
 end
 
+-- The score of the first of `n` fair runs of key `key` at priority `p`, queued at once
+-- (flow_place for each in turn: the i-th, from 0, is `step * i` further on).
+local function flow_place_many(k, key, step, p, n)
+  local first = flow_place(k, key, step, p)
+  if n > 1 then
+    redis.call('ZADD', k.flow_vt, string.format('%d', first % PRIORITY_SEQ_SPAN + step * (n - 1)),
+      key)
+  end
+  return first
+end
+
 -- Forget a batch of keys whose last placed run is at or before the queue's virtual time
 -- (nothing of theirs waits ahead of it); when nothing waits or is held at all, every
 -- key's and the queue's virtual time. So a key that goes idle leaves nothing behind.
@@ -92,12 +103,27 @@ local function flow_taken(counts, key)
   if counts.limit > 0 then counts.n[key] = (counts.n[key] or 0) + 1 end
 end
 
--- Hold back ready run `run_id` of key `key`: it waits in `flow_held` with its score
--- (`score`, or its score in `pending`, where the caller takes it out) until a run of
--- its key ends.
-local function flow_hold(k, key, run_id, score)
+-- The `flow_held` entry of run `run_id` of key `key` at score `score`.
+local function flow_held_entry(key, score, run_id)
+  return string.format('%s\0%014x\0%s', key, score, run_id)
+end
+
+-- Hold back ready run `run_id` (its record `run`, of key run.fk): it waits in
+-- `flow_held` with its score (`score`, or its score in `pending`, where the caller takes
+-- it out) until a run of its key ends. The record keeps the score (`hq`, so a cancel
+-- finds the entry) and is saved.
+local function flow_hold(k, run_id, run, score)
   score = score or tonumber(redis.call('ZSCORE', k.pending, run_id)) or 0
-  redis.call('ZADD', k.flow_held, 0, string.format('%s\0%014x\0%s', key, score, run_id))
+  run.hq = score
+  record_save(k.runs, run_id, run)
+  redis.call('ZADD', k.flow_held, 0, flow_held_entry(run.fk, score, run_id))
+end
+
+-- Run `run_id` (record `run`) no longer waits: its held entry, if any, goes.
+local function flow_unhold_one(k, run_id, run)
+  if run.fk and type(run.hq) == 'number' and k.flow_held then
+    redis.call('ZREM', k.flow_held, flow_held_entry(run.fk, run.hq, run_id))
+  end
 end
 
 -- The runs `runs` (tables with `fk`) started: count them per key, one HINCRBY a key.

@@ -37,8 +37,7 @@ local function invoke_run(k, action, id_prefix, input, labels, now, due, idem_ke
     redis.call('ZADD', k.delayed, due, run_id)
     handoff_delayed(k, run_id)
   elseif flow_key and flow.limit > 0 and flow_full(flow_counts(k, flow.limit), flow_key) then
-    record_save(k.runs, run_id, run)
-    flow_hold(k, flow_key, run_id, queue_place(k, run))
+    flow_hold(k, run_id, run, queue_place(k, run))
   elseif k.parked and handoff_new(k, action, run_id, run, input, now) then
     return run_id, true
   else

@@ -188,3 +188,16 @@ async def test_bad_flow_settings_are_refused_at_register(
 ) -> None:
     with pytest.raises(ValidationError):
         await client.action.register("job", options=ActionRegisterOptions(flow=bad))
+
+
+async def test_invoke_many_gives_every_run_its_key_and_its_turns(client: FloClient) -> None:
+    flow = FlowControl(concurrency=3, fair=True)
+    await client.action.register("job", options=ActionRegisterOptions(flow=flow))
+    await client.worker.register("w1", ["job"])
+    await client.action.invoke_many("job", [b""] * 50, ActionInvokeOptions(flow_key="flood"))
+    await client.action.invoke_many("job", [b""] * 2, ActionInvokeOptions(flow_key="a"))
+    keys = await claim_keys(client, 10)
+    # "a" in its turns behind the flood's head, the flood held to its limit of three.
+    assert keys == ["flood", "flood", "a", "flood", "a"]
+    counts = await client.action.counts("job")
+    assert (counts.running, counts.pending) == (5, 47)  # held runs still wait
