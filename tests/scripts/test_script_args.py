@@ -71,6 +71,7 @@ TEXT = {
     "consumer", "name", "after_id", "expected_owner", "inputs", "owner",
     "worker_list.after",  # a worker id, where stream_trim's `after` is a stream id
     "attempt_id",
+    "flow_key",  # a tenant, a customer: any text but NUL (refused BAD_ARG, with a length)
     "record", "why",  # a record set aside (opaque bytes), and why it was
 }  # fmt: skip
 # An argument may be left out: '' is its "not given" (the header says so).
