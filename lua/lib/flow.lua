@@ -8,8 +8,8 @@
     with its score in `pending`, so it goes back to its place
   `flow_vt` ZSET  key -> the virtual time of its last run placed fairly
   A run placed fairly (`fw`: its key's step, in the record) is scored
-  priority * 2^45 + virtual time: max(the queue's virtual time, its key's last) plus the
-  key's step (FLOW_STEP / weight), so claims take the keys' runs in turn (start-time
+  priority * 2^45 + virtual time: max(the queue's virtual time, its key's last plus the
+  key's step (FLOW_STEP / weight)), so claims take the keys' runs in turn (start-time
   fair queueing), lower priority values first, and a key's own runs in their order.
   The queue's virtual time is that of the head of `pending`, never below meta `fvt`.
   Every helper costs a run without `fk` one table read.
@@ -42,13 +42,19 @@ local function flow_now(k, head)
 end
 
 -- The score in `pending` of a fair run of key `key` at priority `p`, stepping `step`
--- (its key's FLOW_STEP / weight): one step past the later of the queue's virtual time
--- and the key's last placed run. Records the key's new last.
+-- (its key's FLOW_STEP / weight): one step past the key's last placed run while that is
+-- ahead of the queue's virtual time V; else (a key with nothing waiting, new or idle)
+-- V - 1, just before the turn at the head, so a key's first run waits for the other
+-- new keys' first runs, not for a turn of every busy key. Records the key's new last.
 local function flow_place(k, key, step, p)
   local vnow = flow_now(k, redis.call('ZRANGE', k.pending, 0, 0, 'WITHSCORES'))
   local last = tonumber(redis.call('ZSCORE', k.flow_vt, key))
-  if last and last > vnow then vnow = last end
-  local vt = vnow + step
+  local vt
+  if last and last + step > vnow then
+    vt = last + step
+  else
+    vt = math.max(vnow - 1, 0)
+  end
   redis.call('ZADD', k.flow_vt, string.format('%d', vt), key)
   return priority_score(p, vt)
 end
@@ -64,7 +70,7 @@ local function flow_place_many(k, key, step, p, n)
   return first
 end
 
--- Forget a batch of keys whose last placed run is at or before the queue's virtual time
+-- Forget a batch of keys whose last placed run is before the queue's virtual time
 -- (nothing of theirs waits ahead of it); when nothing waits or is held at all, every
 -- key's and the queue's virtual time. So a key that goes idle leaves nothing behind.
 local function flow_sweep(k)
@@ -75,8 +81,8 @@ local function flow_sweep(k)
     old = redis.call('ZRANGE', k.flow_vt, 0, FLOW_SWEEP - 1)
     if #old < FLOW_SWEEP then redis.call('HDEL', k.meta, 'fvt') end
   else
-    old = redis.call('ZRANGE', k.flow_vt, '-inf', flow_now(k, head), 'BYSCORE', 'LIMIT', 0,
-      FLOW_SWEEP)
+    old = redis.call('ZRANGE', k.flow_vt, '-inf', '(' .. flow_now(k, head), 'BYSCORE', 'LIMIT',
+      0, FLOW_SWEEP)
   end
   if #old > 0 then redis.call('ZREM', k.flow_vt, unpack(old)) end
 end

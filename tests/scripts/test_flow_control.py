@@ -110,8 +110,9 @@ async def test_fair_turns_take_keys_in_turn_behind_a_flood(client: FloClient) ->
     await invoke(client, "a", 2)
     await invoke(client, "b", 2)
     first = await claim_keys(client, 7)
-    # The flood's head, then one run of each key per turn, however long the flood.
-    assert first == ["flood", "flood", "a", "b", "flood", "a", "b"]
+    # A key arriving joins the turn at the head: one run of each key per turn, however
+    # long the flood.
+    assert first == ["flood", "a", "b", "flood", "a", "b", "flood"]
 
 
 async def test_fair_turns_keep_priorities_first_and_a_keys_order(client: FloClient) -> None:
@@ -197,7 +198,7 @@ async def test_invoke_many_gives_every_run_its_key_and_its_turns(client: FloClie
     await client.action.invoke_many("job", [b""] * 50, ActionInvokeOptions(flow_key="flood"))
     await client.action.invoke_many("job", [b""] * 2, ActionInvokeOptions(flow_key="a"))
     keys = await claim_keys(client, 10)
-    # "a" in its turns behind the flood's head, the flood held to its limit of three.
-    assert keys == ["flood", "flood", "a", "flood", "a"]
+    # "a" joins the flood's turns at once, the flood held to its limit of three.
+    assert keys == ["flood", "a", "flood", "a", "flood"]
     counts = await client.action.counts("job")
     assert (counts.running, counts.pending) == (5, 47)  # held runs still wait
