@@ -88,6 +88,7 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
   local n_owned, n_ended, stale = 0, 0, 0
   local at_now, max_payload = num_arg(now), action.max_payload
   local owner, prefix  -- the last holder seen, and its owner index prefix (owned_entry)
+  local flows = nil  -- flow key -> runs of it completed here (lib/flow.lua)
   local pack = cmsgpack.pack
   for i = 1, n_items do
     local at = 4 * i - 3
@@ -119,7 +120,10 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
         n_owned = n_owned + 1
         owned[n_owned] = prefix .. run_id
       end
-      if run.fk then flow_release(k, run.fk) end
+      if run.fk then
+        flows = flows or {}
+        flows[run.fk] = (flows[run.fk] or 0) + 1
+      end
       n_ended = n_ended + 1
       ended[n_ended] = run_id
       records[2 * n_ended - 1] = run_id
@@ -140,5 +144,8 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
   redis.call('HDEL', k.inputs, unpack(ended))
   redis.call('ZADD', k.done, unpack(done))
   runs_ended(k.ended, ended)
+  if flows then
+    for key, n in pairs(flows) do flow_release(k, key, n, action.flow_concurrency > 0) end
+  end
   return n_ended
 end

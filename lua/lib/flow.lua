@@ -170,18 +170,23 @@ local function flow_unhold(k, entries, room_of)
   return back
 end
 
--- A run of key `key` stopped running (it ended, went back to wait, was taken back):
--- its slot is free, and the first run its key holds back that still waits goes back to
--- its place in `pending`, with a wake-up. Without `k.flows` (a script that never ends
--- a keyed run) nothing.
-local function flow_release(k, key)
+-- `n` runs of key `key` stopped running (they ended, went back to wait, were taken
+-- back): their slots are free, and as many of the first runs their key holds back that
+-- still wait go back to their places in `pending`, with a wake-up. `held`: false when
+-- the caller knows nothing can be held (an action without a per-key limit: the reaper's
+-- walk puts back what a limit since lifted left). Without `k.flows` (a script that
+-- never ends a keyed run) nothing.
+local function flow_release(k, key, n, held)
   if not key or not k.flows then return end
+  n = n or 1
   local field = flow_field(key)
-  if redis.call('HINCRBY', k.flows, field, -1) <= 0 then redis.call('HDEL', k.flows, field) end
-  local held = redis.call('ZRANGE', k.flow_held, '[' .. key .. '\0', '(' .. key .. '\1',
+  if redis.call('HINCRBY', k.flows, field, -n) <= 0 then redis.call('HDEL', k.flows, field) end
+  if held == false then return end
+  local entries = redis.call('ZRANGE', k.flow_held, '[' .. key .. '\0', '(' .. key .. '\1',
     'BYLEX', 'LIMIT', 0, FLOW_HELD_SCAN)
-  local freed = 1
-  flow_unhold(k, held, function()
+  if #entries == 0 then return end
+  local freed = n
+  flow_unhold(k, entries, function()
     freed = freed - 1
     return freed >= 0
   end)
