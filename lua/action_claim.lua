@@ -29,6 +29,7 @@
   KEYS[19] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
   KEYS[20] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
   KEYS[21] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
+  KEYS[22] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
@@ -73,11 +74,10 @@
 --@include lib/offer.lua
 --@include lib/flow.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
-  polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
-  ended = ended_channel(KEYS[13]), rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16],
-  wake = KEYS[17], quarantine = KEYS[18], flows = KEYS[19], flow_held = KEYS[20], flow_vt = KEYS[21],
-  aside = {}}
+  pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8], polls = KEYS[9],
+  poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12], ended = ended_channel(KEYS[13]),
+  rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16], wake = KEYS[17], quarantine = KEYS[18],
+  flows = KEYS[19], flow_held = KEYS[20], flow_vt = KEYS[21], flow_rate = KEYS[22], aside = {}}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]
@@ -198,10 +198,17 @@ if n > out[3] then
           n_dropped = n_dropped + 1
           dropped[n_dropped] = run_id
           local key = run.fk
-          if key and flow_full(flows, key) then
+          local full = key and flow_full(flows, key)
+          local wait = key and not full and flow_wait_until(flows, action, key, now)
+          if full then
             flow_hold(k, run_id, run)  -- its key is at its limit: held, not in the way
+          elseif wait then
+            flow_defer(k, run_id, run, wait)  -- its key's window is full, or paused
           else
-            if key then flow_taken(flows, key) end
+            if key then
+              flow_taken(flows, key)
+              flow_rate_taken(flows, key)
+            end
             taken = taken + 1
             ids[taken] = run_id
             runs[taken] = run
@@ -244,6 +251,7 @@ if n > out[3] then
     end
   end
   if taken > 0 then
+    k.flow_log = action.flow_rate_max > 0
     queue_take_many(k, ids, runs, worker_id, owner, now, queue_lease_deadline(action, now),
       rate_room ~= nil)
     local inputs = redis.call('HMGET', k.inputs, unpack(ids))

@@ -23,8 +23,7 @@
 --@include lib/clock.lua
 --@include lib/tally.lua
 local k = {definition = KEYS[1], meta = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
-  leases = KEYS[5], done = KEYS[6], failed = KEYS[7], quarantine = KEYS[8],
-  flow_held = KEYS[9]}
+  leases = KEYS[5], done = KEYS[6], failed = KEYS[7], quarantine = KEYS[8], flow_held = KEYS[9]}
 
 if redis.call('EXISTS', k.definition) == 0 then return {ST_NO_ACTION} end
 local now = now_ms()

@@ -19,6 +19,7 @@
   KEYS[16] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
   KEYS[17] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
   KEYS[18] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
+  KEYS[19] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] input       payload bytes
   ARGV[3] labels      msgpack map of type-tagged labels, or ''
@@ -42,10 +43,9 @@
 --@include lib/checked.lua
 --@include lib/flow.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8],
-  parked = KEYS[9], polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12],
-  owned = KEYS[13], leases = KEYS[14], rate = KEYS[15],
-  flows = KEYS[16], flow_vt = KEYS[17], flow_held = KEYS[18]}
+  pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8], parked = KEYS[9],
+  polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12], owned = KEYS[13], leases = KEYS[14],
+  rate = KEYS[15], flows = KEYS[16], flow_vt = KEYS[17], flow_held = KEYS[18], flow_rate = KEYS[19]}
 local id_prefix = ARGV[1]
 local input = ARGV[2]
 local labels = ARGV[3]

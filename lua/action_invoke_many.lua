@@ -17,6 +17,7 @@
   KEYS[13] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[14] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
   KEYS[15] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
+  KEYS[16] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] labels      msgpack map of type-tagged labels, or ''
   ARGV[3] priority    0 .. 255: ready runs of a lower value are claimed first
@@ -43,7 +44,7 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], wake = KEYS[6], parked = KEYS[7], polls = KEYS[8], poll_times = KEYS[9],
   owners = KEYS[10], owned = KEYS[11], leases = KEYS[12], rate = KEYS[13], flows = KEYS[14],
-  flow_vt = KEYS[15]}
+  flow_vt = KEYS[15], flow_rate = KEYS[16]}
 local id_prefix = ARGV[1]
 local labels = ARGV[2]
 local priority = arg_int(ARGV[3], 0, PRIORITY_MAX)

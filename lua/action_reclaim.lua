@@ -33,7 +33,8 @@
   KEYS[18] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
   KEYS[19] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
   KEYS[20] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
-  KEYS[21..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
+  KEYS[21] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
+  KEYS[22..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
                         in the same order
   ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone
                     (0 .. 2^32 - 1)
@@ -58,10 +59,10 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   delayed = KEYS[5], leases = KEYS[6], failed = KEYS[7], owners = KEYS[8], owned = KEYS[9],
   wake = KEYS[10], ended = ended_channel(KEYS[11]), inputs = KEYS[12], parked = KEYS[13],
-  polls = KEYS[14], poll_times = KEYS[15], rate = KEYS[16], quarantine = KEYS[17],
-  flows = KEYS[18], flow_held = KEYS[19], flow_vt = KEYS[20], aside = {}}
+  polls = KEYS[14], poll_times = KEYS[15], rate = KEYS[16], quarantine = KEYS[17], flows = KEYS[18],
+  flow_held = KEYS[19], flow_vt = KEYS[20], flow_rate = KEYS[21], aside = {}}
 local channels = {}
-for i = 21, #KEYS do channels[#channels + 1] = KEYS[i] end
+for i = 22, #KEYS do channels[#channels + 1] = KEYS[i] end
 local grace_ms = arg_int(ARGV[1], 0, U32_MAX)
 local batch = arg_int(ARGV[2], 1, RECLAIM_MAX_BATCH)
 local owners = arg_names(ARGV[3], RECLAIM_MAX_OWNERS)

@@ -82,6 +82,7 @@ class ActionKeys:
     flows: str  # HASH  "r:<flow key>" -> runs of that key running (lua/lib/flow.lua)
     flow_held: str  # ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
     flow_vt: str  # ZSET  flow key -> virtual time of its last run placed fairly
+    flow_rate: str  # ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
@@ -109,6 +110,7 @@ class ActionKeys:
             self.flows,
             self.flow_held,
             self.flow_vt,
+            self.flow_rate,
         )
 
 

@@ -32,17 +32,17 @@ MAX_RATE_WINDOW_MS = 86_400_000  # RateLimit.per_ms: a day
 log = logging.getLogger("flo_redis.actions")
 
 
-def rate_limit(limit: object) -> tuple[int, int]:
+def rate_limit(limit: object, what: str = "rate_limit") -> tuple[int, int]:
     """``(max, per_ms)`` of a :class:`RateLimit`, ``(0, 0)`` for None (no limit)."""
     if limit is None:
         return 0, 0
     if not isinstance(limit, RateLimit):
         raise ValidationError(
-            f"rate_limit must be a RateLimit(max, per_ms) or None, got {type(limit).__name__}"
+            f"{what} must be a RateLimit(max, per_ms) or None, got {type(limit).__name__}"
         )
     return (
-        check_count("rate_limit.max", limit.max, 1, MAX_RATE_STARTS),
-        check_count("rate_limit.per_ms", limit.per_ms, 1, MAX_RATE_WINDOW_MS),
+        check_count(f"{what}.max", limit.max, 1, MAX_RATE_STARTS),
+        check_count(f"{what}.per_ms", limit.per_ms, 1, MAX_RATE_WINDOW_MS),
     )
 
 
@@ -60,9 +60,12 @@ def flow_control(flow: object) -> dict[str, int]:
             f"flow must be a FlowControl(concurrency=, fair=, weights=) or None, "
             f"got {type(flow).__name__}"
         )
+    rate_max, rate_per_ms = rate_limit(flow.rate, "flow.rate")
     fields = {
         "flow_concurrency": check_count("flow.concurrency", flow.concurrency, 0, U32 - 1),
         "flow_fair": 1 if flow.fair else 0,
+        "flow_rate_max": rate_max,
+        "flow_rate_per_ms": rate_per_ms,
     }
     weights = flow.weights or {}
     if not isinstance(weights, dict) or len(weights) > MAX_FLOW_WEIGHTS:

@@ -140,12 +140,15 @@ class FlowControl:
         own runs keep their order.
       * ``weights``: with ``fair``, a key's share of turns (1 .. 1000; default 1): a
         key of weight 3 gets three runs for another key's one. At most 1000 keys.
+      * ``rate``: a :class:`RateLimit` for each key: at most ``max`` runs of one key
+        start in any window of ``per_ms``, across every worker; a run past it waits.
 
     Checked by ``register``, which raises ValidationError."""
 
     concurrency: int = 0
     fair: bool = False
     weights: dict[str, int] = field(default_factory=dict)
+    rate: RateLimit | None = None
 
 
 @dataclass

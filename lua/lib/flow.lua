@@ -7,6 +7,9 @@
     bytes): ready runs held back because their key was at its concurrency limit, each
     with its score in `pending`, so it goes back to its place
   `flow_vt` ZSET  key -> the virtual time of its last run placed fairly
+  `flow_rate` ZSET  "<key>\0<start ms, 15 digits>\0<token>" (score 0, ordered by bytes):
+    each key's starts within its rate window, when the action limits them
+  and in `flows`, "p:<key>" -> ms until which a handler's RateLimited paused the key
   A run placed fairly (`fw`: its key's step, in the record) is scored
   priority * 2^45 + virtual time: max(the queue's virtual time, its key's last plus the
   key's step (FLOW_STEP / weight)), so claims take the keys' runs in turn (start-time
@@ -132,19 +135,85 @@ local function flow_unhold_one(k, run_id, run)
   end
 end
 
--- The runs `runs` (tables with `fk`) started: count them per key, one HINCRBY a key.
-local function flow_started(k, runs)
+-- The `flow_rate` entry of a start of key `key` at `at` ms under fencing token `token`.
+local function flow_rate_entry(key, at, token)
+  return string.format('%s\0%015d\0%d', key, at, token)
+end
+
+-- The runs `runs` (tables with `fk`, each RUNNING under its token since `now`) started:
+-- count them per key, one HINCRBY a key, and log each start in `flow_rate` when the
+-- caller set `k.flow_log` (the action limits each key's starts).
+local function flow_started(k, runs, now)
   if not k.flows then return end
   local per = nil
   for i = 1, #runs do
-    local key = runs[i].fk
+    local run = runs[i]
+    local key = run.fk
     if key then
       per = per or {}
       per[key] = (per[key] or 0) + 1
+      if k.flow_log then
+        redis.call('ZADD', k.flow_rate, 0, flow_rate_entry(key, now, run.t))
+      end
     end
   end
   if not per then return end
   for key, n in pairs(per) do redis.call('HINCRBY', k.flows, flow_field(key), n) end
+end
+
+-- Until when key `key` may start no run, or nil when it may start one now: paused by a
+-- handler (`flows` "p:<key>", RateLimited), or its window full (the action's
+-- flow_rate_max starts in any flow_rate_per_ms, counting the starts `counts` noted this
+-- call). Reads once per key per call (cached in `counts`, with flow_counts): drops the
+-- key's starts that left the window, counts those in it.
+local function flow_wait_until(counts, action, key, now)
+  local cached = counts.until_of and counts.until_of[key]
+  if cached == nil then
+    local k = counts.k
+    cached = false
+    local pause = tonumber(redis.call('HGET', k.flows, 'p:' .. key))
+    if pause and pause > now then
+      cached = pause
+    elseif pause then
+      redis.call('HDEL', k.flows, 'p:' .. key)
+    end
+    if not cached and action.flow_rate_max > 0 then
+      local low = '[' .. key .. '\0'
+      local edge = string.format('%s\0%015d', key, now - action.flow_rate_per_ms + 1)
+      redis.call('ZREMRANGEBYLEX', k.flow_rate, low, '(' .. edge)
+      counts.in_window = counts.in_window or {}
+      counts.in_window[key] = redis.call('ZLEXCOUNT', k.flow_rate, '[' .. edge, '(' .. key .. '\1')
+    end
+    counts.until_of = counts.until_of or {}
+    counts.until_of[key] = cached
+  end
+  if cached then return cached end
+  if action.flow_rate_max > 0 and counts.in_window[key] >= action.flow_rate_max then
+    -- The start whose leaving makes room: the oldest of the window (or the one that
+    -- many places in, when this call took some).
+    local at = counts.in_window[key] - action.flow_rate_max
+    local edge = string.format('%s\0%015d', key, now - action.flow_rate_per_ms + 1)
+    local first = redis.call('ZRANGE', counts.k.flow_rate, '[' .. edge, '(' .. key .. '\1',
+      'BYLEX', 'LIMIT', at, 1)[1]
+    local started = first and tonumber(string.sub(first, #key + 2, #key + 16)) or now
+    return started + action.flow_rate_per_ms
+  end
+  return nil
+end
+
+-- A start of key `key` was taken by this call (flow_wait_until counts it).
+local function flow_rate_taken(counts, key)
+  if counts.in_window and counts.in_window[key] then
+    counts.in_window[key] = counts.in_window[key] + 1
+  end
+end
+
+-- Put ready run `run_id` (its record `run`, out of `pending` by the caller) off until
+-- `until_ms`: it waits in `delayed`, and is placed again when due.
+local function flow_defer(k, run_id, run, until_ms)
+  run.rd = until_ms
+  record_save(k.runs, run_id, run)
+  redis.call('ZADD', k.delayed, string.format('%d', until_ms), run_id)
 end
 
 -- Held runs one look at a key's (or the queue's) held runs reads at most.
@@ -192,6 +261,39 @@ local function flow_release(k, key, n, held)
   end)
 end
 
+-- Pause key `key` until `until_ms` (a handler raised RateLimited): its runs are put off
+-- until then by the claims that meet them. The later pause wins.
+local function flow_pause(k, key, until_ms)
+  local field = 'p:' .. key
+  local pause = tonumber(redis.call('HGET', k.flows, field))
+  if not pause or pause < until_ms then
+    redis.call('HSET', k.flows, field, string.format('%d', until_ms))
+  end
+end
+
+-- Forget a batch of starts that left every key's window (`flow_rate`, walked with the
+-- cursor meta `flow_rate_at`), and pauses that ended: what an idle key leaves behind.
+local function flow_rate_sweep(k, action, now)
+  if not k.flow_rate or redis.call('EXISTS', k.flow_rate) == 0 then return end
+  local cursor = redis.call('HGET', k.meta, 'flow_rate_at') or ''
+  local low = cursor == '' and '-' or '(' .. cursor
+  local batch = redis.call('ZRANGE', k.flow_rate, low, '+', 'BYLEX', 'LIMIT', 0, FLOW_SWEEP)
+  local old, n_old = {}, 0
+  for _, entry in ipairs(batch) do
+    local at = tonumber(string.match(entry, '%z(%d+)%z%d+$'))
+    if not at or at <= now - action.flow_rate_per_ms then
+      n_old = n_old + 1
+      old[n_old] = entry
+    end
+  end
+  if n_old > 0 then redis.call('ZREM', k.flow_rate, unpack(old)) end
+  if #batch < FLOW_SWEEP then
+    redis.call('HDEL', k.meta, 'flow_rate_at')
+  else
+    redis.call('HSET', k.meta, 'flow_rate_at', batch[#batch])
+  end
+end
+
 -- Walk `flow_held` a batch at a time (cursor: meta `flow_at`): runs no longer waiting
 -- are dropped, and those whose key is below `limit` (0: none) go back to `pending`.
 -- A net under flow_release, so no run stays held once its key has room.
@@ -215,15 +317,19 @@ end
 
 -- The settings an invoke of flow key `key` needs: {step = its step in virtual time
 -- when the action is fair (flow_fair 1; the key's weight `fw:<key>` divides
--- FLOW_STEP), else nil; limit = the action's flow_concurrency}, or false when a
--- setting does not parse. Read only for an invoke that names a key.
+-- FLOW_STEP), else nil; limit = the action's flow_concurrency; flow_rate_max and
+-- flow_rate_per_ms, as the action's settings name them}, or false when a setting does
+-- not parse. Read only for an invoke that names a key.
 local function flow_settings(def_key, key)
-  local v = redis.call('HMGET', def_key, 'flow_fair', 'fw:' .. key, 'flow_concurrency')
+  local v = redis.call('HMGET', def_key, 'flow_fair', 'fw:' .. key, 'flow_concurrency',
+    'flow_rate_max', 'flow_rate_per_ms')
   local fair = arg_int(v[1] or '0', 0, 1)
   local weight = arg_int(v[2] or '1', 1, FLOW_STEP)
   local limit = arg_int(v[3] or '0', 0, U32_MAX)
-  if not fair or not weight or not limit then return false end
-  local flow = {limit = limit}
+  local rate_max = arg_int(v[4] or '0', 0, 10000)
+  local rate_per_ms = arg_int(v[5] or '0', 0, 86400000)
+  if not fair or not weight or not limit or not rate_max or not rate_per_ms then return false end
+  local flow = {limit = limit, flow_rate_max = rate_max, flow_rate_per_ms = rate_per_ms}
   if fair == 1 then flow.step = math.floor(FLOW_STEP / weight) end
   return flow
 end

@@ -107,7 +107,7 @@ end
 -- Give ready run `run_id` (its record `run`, PENDING, not in `pending`; `input` its input,
 -- or nil to read it) to a parked poller that may take it now: within max_concurrency and
 -- the rate limit, a poller whose labels match, of another owner than `skip_owner` (nil:
--- any), within its flow key's concurrency (lib/flow.lua), and whose hand-off channel has a subscriber (one without, gone or reconnecting,
+-- any), within its flow key's concurrency and rate (lib/flow.lua), and whose hand-off channel has a subscriber (one without, gone or reconnecting,
 -- loses its park: it claims again when back). `fields`: the parked pollers to look at,
 -- when the caller read them (nil: read here). `place`: the run's score in `pending` when
 -- it was taken from there (nil: a new run, given a place if it is offered). True when
@@ -120,9 +120,13 @@ local function handoff_give(k, action, run_id, run, input, now, skip_owner, fiel
   if #fields == 0 then return false end
   local room, rate_room = queue_room(k, action, now, 1)
   if room < 1 then return false end
-  if run.fk and action.flow_concurrency > 0
-      and flow_full(flow_counts(k, action.flow_concurrency), run.fk) then
-    return false
+  if run.fk and k.flows then
+    local counts = flow_counts(k, action.flow_concurrency)
+    if flow_full(counts, run.fk) or (k.flow_rate and flow_wait_until(counts, action, run.fk, now))
+    then
+      return false
+    end
+    k.flow_log = action.flow_rate_max > 0
   end
   local sent = input
   for _, field in ipairs(fields) do

@@ -92,7 +92,7 @@ local function queue_take_many(k, ids, runs, worker_id, owner, now, deadline, lo
   redis.call('HSET', k.runs, unpack(records))
   redis.call('ZADD', k.leases, unpack(leases))
   if rate then redis.call('ZADD', k.rate, unpack(rate)) end
-  flow_started(k, runs)
+  flow_started(k, runs, now)
 end
 
 -- queue_take_many of one run (`token`: its token, when the caller took it already).

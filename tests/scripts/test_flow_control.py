@@ -15,12 +15,15 @@ from flo_redis import (
     ActionRegisterOptions,
     FloClient,
     FlowControl,
+    RateLimit,
+    RunStatus,
     ValidationError,
     WorkerAwaitOptions,
     WorkerFailOptions,
 )
 from flo_redis._wire.gateway import ACTION_REAP
 from flo_redis._wire.keys import action_keys
+from flo_redis.actions.reports import release
 
 NOW = WorkerAwaitOptions(block_ms=0)
 
@@ -202,3 +205,41 @@ async def test_invoke_many_gives_every_run_its_key_and_its_turns(client: FloClie
     assert keys == ["flood", "a", "flood", "a", "flood"]
     counts = await client.action.counts("job")
     assert (counts.running, counts.pending) == (5, 47)  # held runs still wait
+
+
+async def test_a_keys_rate_window_puts_its_extra_runs_off_and_others_go_on(
+    client: FloClient, raw: aioredis.Redis, namespace: str
+) -> None:
+    flow = FlowControl(rate=RateLimit(2, 60_000))
+    await client.action.register("job", options=ActionRegisterOptions(flow=flow))
+    await client.worker.register("w1", ["job"])
+    await invoke(client, "a", 5)
+    await invoke(client, "b", 2)
+    first = await client.worker.await_tasks("w1", ["job"], 10, NOW)
+    keys = [await flow_key_of(client, t.run_id) for t in first]
+    assert sorted(keys) == ["a", "a", "b", "b"]
+    counts = await client.action.counts("job")
+    assert (counts.running, counts.delayed) == (4, 3)
+    # The put-off runs wait until a's oldest start leaves the window.
+    started = min(t.claimed_at_ms for t in first)
+    assert counts.next_due_ms == started + 60_000
+    assert await client.worker.await_tasks("w1", ["job"], 10, NOW) == []
+
+
+async def test_a_rate_limited_release_waits_unspent_and_pauses_its_key(
+    client: FloClient,
+) -> None:
+    await client.action.register("job")
+    await client.worker.register("w1", ["job"])
+    a1, a2 = await invoke(client, "a", 2)
+    (b1,) = await invoke(client, "b", 1)
+    tasks = {t.run_id: t for t in await client.worker.await_tasks("w1", ["job"], 1, NOW)}
+    assert list(tasks) == [a1]
+    await release(client.session, "w1", "job", a1, tasks[a1].token, delay_ms=60_000)
+    status = await client.action.status(a1)
+    assert (status.status, status.attempt) == (RunStatus.PENDING, 0)
+    assert status.due_at_ms is not None
+    # a's other run waits out the pause too; b's goes on.
+    taken = [t.run_id for t in await client.worker.await_tasks("w1", ["job"], 10, NOW)]
+    assert taken == [b1]
+    assert (await client.action.status(a2)).due_at_ms == status.due_at_ms
