@@ -271,13 +271,26 @@ local function flow_pause(k, key, until_ms)
   end
 end
 
+-- The next `n` entries of the byte-ordered set `set_key` after the cursor kept in meta
+-- field `field`, which moves past them (back to the start after the last): a walk of
+-- the whole set, a batch a call, in the reaper.
+local function flow_walk_batch(k, set_key, field, n)
+  local cursor = redis.call('HGET', k.meta, field) or ''
+  local low = cursor == '' and '-' or '(' .. cursor
+  local batch = redis.call('ZRANGE', set_key, low, '+', 'BYLEX', 'LIMIT', 0, n)
+  if #batch < n then
+    redis.call('HDEL', k.meta, field)
+  else
+    redis.call('HSET', k.meta, field, batch[#batch])
+  end
+  return batch
+end
+
 -- Forget a batch of starts that left every key's window (`flow_rate`, walked with the
 -- cursor meta `flow_rate_at`), and pauses that ended: what an idle key leaves behind.
 local function flow_rate_sweep(k, action, now)
   if not k.flow_rate or redis.call('EXISTS', k.flow_rate) == 0 then return end
-  local cursor = redis.call('HGET', k.meta, 'flow_rate_at') or ''
-  local low = cursor == '' and '-' or '(' .. cursor
-  local batch = redis.call('ZRANGE', k.flow_rate, low, '+', 'BYLEX', 'LIMIT', 0, FLOW_SWEEP)
+  local batch = flow_walk_batch(k, k.flow_rate, 'flow_rate_at', FLOW_SWEEP)
   local old, n_old = {}, 0
   for _, entry in ipairs(batch) do
     local at = tonumber(string.match(entry, '%z(%d+)%z%d+$'))
@@ -287,11 +300,6 @@ local function flow_rate_sweep(k, action, now)
     end
   end
   if n_old > 0 then redis.call('ZREM', k.flow_rate, unpack(old)) end
-  if #batch < FLOW_SWEEP then
-    redis.call('HDEL', k.meta, 'flow_rate_at')
-  else
-    redis.call('HSET', k.meta, 'flow_rate_at', batch[#batch])
-  end
 end
 
 -- Walk `flow_held` a batch at a time (cursor: meta `flow_at`): runs no longer waiting
@@ -299,20 +307,13 @@ end
 -- A net under flow_release, so no run stays held once its key has room.
 local function flow_walk(k, limit)
   if redis.call('EXISTS', k.flow_held) == 0 then return end
-  local cursor = redis.call('HGET', k.meta, 'flow_at') or ''
-  local low = cursor == '' and '-' or '(' .. cursor
-  local batch = redis.call('ZRANGE', k.flow_held, low, '+', 'BYLEX', 'LIMIT', 0, FLOW_HELD_SCAN)
+  local batch = flow_walk_batch(k, k.flow_held, 'flow_at', FLOW_HELD_SCAN)
   local counts = flow_counts(k, limit)
   flow_unhold(k, batch, function(key)
     if flow_full(counts, key) then return false end
     flow_taken(counts, key)
     return true
   end)
-  if #batch < FLOW_HELD_SCAN then
-    redis.call('HDEL', k.meta, 'flow_at')
-  else
-    redis.call('HSET', k.meta, 'flow_at', batch[#batch])
-  end
 end
 
 -- The settings an invoke of flow key `key` needs: {step = its step in virtual time
