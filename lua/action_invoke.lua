@@ -20,6 +20,7 @@
   KEYS[17] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
   KEYS[18] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
   KEYS[19] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
+  KEYS[20] flow_once ZSET  flow key -> ms its last run is looked at again (lib/flow.lua)
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] input       payload bytes
   ARGV[3] labels      msgpack map of type-tagged labels, or ''
@@ -30,6 +31,8 @@
   ARGV[8] trace       the producer's packed trace context (run field tr), or '' for none
   ARGV[9] flow_key    the run's flow key (lib/flow.lua; run field fk), or '' for none: at
                       most 255 bytes, no NUL
+  With a flow key, an action's dedup, throttle or debounce (lib/flow.lua, flow_once)
+  may answer with the key's last run instead (existing 1).
   Returns {status, run_id, existing, handed}   status: OK | NO_ACTION | TOO_LARGE (then
           run_id is the limit) | BAD_SETTING (the action's stored settings do not parse;
           nothing written); handed 1: the new run went straight to a parked poller
@@ -45,7 +48,8 @@
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8], parked = KEYS[9],
   polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12], owned = KEYS[13], leases = KEYS[14],
-  rate = KEYS[15], flows = KEYS[16], flow_vt = KEYS[17], flow_held = KEYS[18], flow_rate = KEYS[19]}
+  rate = KEYS[15], flows = KEYS[16], flow_vt = KEYS[17], flow_held = KEYS[18], flow_rate = KEYS[19],
+  flow_once = KEYS[20]}
 local id_prefix = ARGV[1]
 local input = ARGV[2]
 local labels = ARGV[3]
@@ -85,6 +89,17 @@ end
 local now = now_ms()
 local due = now + delay_ms
 if run_at_ms > due then due = run_at_ms end
+local once, once_ms = 0, 0
+if flow_key then
+  once, once_ms = flow_once_settings(k.definition)
+  if not once then return {ST_BAD_SETTING} end
+end
+if once > 0 then
+  local existing = flow_once_existing(k, once, once_ms, flow_key, input, now)
+  if existing then return {ST_OK, existing, 1} end
+  if once == FLOW_DEBOUNCE and now + once_ms > due then due = now + once_ms end
+end
 local run_id, handed = invoke_run(k, action, id_prefix, input, labels, now, due, idem_key,
   priority, trace, flow_key, flow)
+if once > 0 then flow_once_record(k, once, once_ms, flow_key, run_id, now, due) end
 return {ST_OK, run_id, 0, handed and 1 or 0}

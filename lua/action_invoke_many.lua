@@ -29,7 +29,8 @@
   Returns {status, first_seq, n}   run ids are id_prefix .. (first_seq + i), i = 0 .. n-1
           status: OK | NO_ACTION | TOO_LARGE (then first_seq is the limit, n the index)
           | OUT_OF_RANGE (no input, or too many; nothing written) | BAD_SETTING (the
-          action's stored settings do not parse; nothing written)
+          action's stored settings do not parse; nothing written) | CONFLICT (a flow key
+          for an action that dedups, throttles or debounces by key; nothing written)
 ]]
 --@include lib/status.lua
 --@include lib/clock.lua
@@ -66,7 +67,10 @@ if action.bad then return {ST_BAD_SETTING} end
 local flow = nil
 if flow_key ~= '' then
   flow = flow_settings(k.definition, flow_key)
-  if not flow then return {ST_BAD_SETTING} end
+  local once = flow_once_settings(k.definition)
+  if not flow or once == false then return {ST_BAD_SETTING} end
+  -- Dedup, throttle and debounce answer each invoke on its own: one at a time.
+  if once > 0 then return {ST_CONFLICT} end
 end
 
 if action.max_payload >= 0 then

@@ -83,6 +83,7 @@ class ActionKeys:
     flow_held: str  # ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
     flow_vt: str  # ZSET  flow key -> virtual time of its last run placed fairly
     flow_rate: str  # ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
+    flow_once: str  # ZSET  flow key -> ms its last run is looked at again (dedup, throttle, ...)
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
@@ -111,6 +112,7 @@ class ActionKeys:
             self.flow_held,
             self.flow_vt,
             self.flow_rate,
+            self.flow_once,
         )
 
 

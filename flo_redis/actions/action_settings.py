@@ -67,6 +67,7 @@ def flow_control(flow: object) -> dict[str, int]:
         "flow_rate_max": rate_max,
         "flow_rate_per_ms": rate_per_ms,
     }
+    fields |= flow_once(flow)
     weights = flow.weights or {}
     if not isinstance(weights, dict) or len(weights) > MAX_FLOW_WEIGHTS:
         raise ValidationError(
@@ -79,6 +80,30 @@ def flow_control(flow: object) -> dict[str, int]:
             f"flow.weights[{key!r}]", weight, 1, MAX_FLOW_WEIGHT
         )
     return fields
+
+
+FLOW_DEDUP, FLOW_THROTTLE, FLOW_DEBOUNCE = 1, 2, 3  # lua/lib/flow.lua's flow_once modes
+MAX_FLOW_ONCE_MS = 86_400_000
+
+
+def flow_once(flow: FlowControl) -> dict[str, int]:
+    """The settings fields of a FlowControl's dedup, throttle or debounce (at most one)."""
+    modes = []
+    if flow.dedup:
+        ttl = check_count("flow.dedup_ttl_ms", flow.dedup_ttl_ms, 0, MAX_FLOW_ONCE_MS)
+        modes.append((FLOW_DEDUP, ttl))
+    elif flow.dedup_ttl_ms:
+        raise ValidationError("flow.dedup_ttl_ms applies to dedup: pass dedup=True with it")
+    if flow.throttle_ms:
+        ms = check_count("flow.throttle_ms", flow.throttle_ms, 1, MAX_FLOW_ONCE_MS)
+        modes.append((FLOW_THROTTLE, ms))
+    if flow.debounce_ms:
+        ms = check_count("flow.debounce_ms", flow.debounce_ms, 1, MAX_FLOW_ONCE_MS)
+        modes.append((FLOW_DEBOUNCE, ms))
+    if len(modes) > 1:
+        raise ValidationError("flow: give at most one of dedup, throttle_ms and debounce_ms")
+    mode, ms = modes[0] if modes else (0, 0)
+    return {"flow_once": mode, "flow_once_ms": ms}
 
 
 def settings_record(

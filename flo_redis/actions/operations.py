@@ -209,6 +209,11 @@ class ActionOperations(ActionInspection):
                 raise_refusal(reply.status, keys, "invoke_many")
             if reply.status == Status.OUT_OF_RANGE:
                 raise ValidationError(f"invoke_many: {len(chunk)} inputs refused in one call")
+            if reply.status == Status.CONFLICT:
+                raise ValidationError(
+                    f"action {name!r} dedups, throttles or debounces by flow key: each invoke "
+                    "is answered on its own, so invoke its keyed runs one at a time (invoke)"
+                )
             if reply.status == Status.TOO_LARGE:
                 index = start + reply.index
                 raise ValueTooLargeError(

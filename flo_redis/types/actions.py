@@ -142,6 +142,13 @@ class FlowControl:
         key of weight 3 gets three runs for another key's one. At most 1000 keys.
       * ``rate``: a :class:`RateLimit` for each key: at most ``max`` runs of one key
         start in any window of ``per_ms``, across every worker; a run past it waits.
+      * at most one of (each ms 1 .. 86,400,000, dedup's 0 .. that):
+        ``dedup``: an invoke of a key whose last run still waits or runs (or ended
+        less than ``dedup_ttl_ms`` ago) returns that run instead of a new one;
+        ``throttle_ms``: at most one run per key per window; the invokes in it
+        return the window's run; ``debounce_ms``: a run waits that long, and each
+        invoke of its key meanwhile replaces its input and starts the wait again, so
+        only the last input runs.
 
     Checked by ``register``, which raises ValidationError."""
 
@@ -149,6 +156,10 @@ class FlowControl:
     fair: bool = False
     weights: dict[str, int] = field(default_factory=dict)
     rate: RateLimit | None = None
+    dedup: bool = False
+    dedup_ttl_ms: int = 0
+    throttle_ms: int = 0
+    debounce_ms: int = 0
 
 
 @dataclass

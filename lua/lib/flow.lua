@@ -9,7 +9,10 @@
   `flow_vt` ZSET  key -> the virtual time of its last run placed fairly
   `flow_rate` ZSET  "<key>\0<start ms, 15 digits>\0<token>" (score 0, ordered by bytes):
     each key's starts within its rate window, when the action limits them
-  and in `flows`, "p:<key>" -> ms until which a handler's RateLimited paused the key
+  `flow_once` ZSET  key -> ms at which the reaper looks at its last run again (dedup,
+    throttle, debounce: flow_once_existing)
+  and in `flows`, "p:<key>" -> ms until which a handler's RateLimited paused the key,
+  "o:<key>" -> the key's last run (dedup, throttle, debounce)
   A run placed fairly (`fw`: its key's step, in the record) is scored
   priority * 2^45 + virtual time: max(the queue's virtual time, its key's last plus the
   key's step (FLOW_STEP / weight)), so claims take the keys' runs in turn (start-time
@@ -23,6 +26,12 @@
 
 -- A key's step in virtual time at weight 1; weight w steps FLOW_STEP / w (at least 1).
 local FLOW_STEP = 1000
+-- The modes of flow_once (FlowControl's dedup, throttle, debounce).
+local FLOW_DEDUP = 1
+local FLOW_THROTTLE = 2
+local FLOW_DEBOUNCE = 3
+-- How often the reaper looks again at a deduplicated run still waiting or running.
+local FLOW_ONCE_RECHECK_MS = 1000
 -- Entries of keys gone idle that one sweep forgets at most.
 local FLOW_SWEEP = 100
 
@@ -333,4 +342,83 @@ local function flow_settings(def_key, key)
   local flow = {limit = limit, flow_rate_max = rate_max, flow_rate_per_ms = rate_per_ms}
   if fair == 1 then flow.step = math.floor(FLOW_STEP / weight) end
   return flow
+end
+
+-- An action's one-run-per-key mode (`flow_once`: FLOW_DEDUP, FLOW_THROTTLE or
+-- FLOW_DEBOUNCE; 0: none) and its time (`flow_once_ms`: the dedup's time kept after the
+-- run ended, the throttle's window, the debounce's wait), or false when either does not
+-- parse.
+local function flow_once_settings(def_key)
+  local v = redis.call('HMGET', def_key, 'flow_once', 'flow_once_ms')
+  local mode = arg_int(v[1] or '0', 0, FLOW_DEBOUNCE)
+  local ms = arg_int(v[2] or '0', 0, 86400000)
+  if not mode or not ms then return false end
+  return mode, ms
+end
+
+-- The run an invoke of key `key` (input `input`) is answered with instead of a new
+-- one, under the action's mode `mode` and its time `ms` (flow_once_settings), or nil:
+-- dedup: the key's last run while it waits or runs, or ended less than `ms` ago;
+-- throttle: the key's last run while its window (`ms` from its invoke) lasts;
+-- debounce: the key's last run while it still waits for its start, which takes this
+-- input and starts `ms` from now instead.
+local function flow_once_existing(k, mode, ms, key, input, now)
+  local run_id = redis.call('HGET', k.flows, 'o:' .. key)
+  local run = run_id and run_load(k.runs, run_id)
+  if not run then return nil end
+  if mode == FLOW_DEDUP then
+    if run.s == RUN_PENDING or run.s == RUN_RUNNING or (run.ct and run.ct + ms > now) then
+      return run_id
+    end
+  elseif mode == FLOW_THROTTLE then
+    local until_ms = tonumber(redis.call('ZSCORE', k.flow_once, key))
+    if until_ms and until_ms > now then return run_id end
+  elseif run.s == RUN_PENDING and redis.call('ZSCORE', k.delayed, run_id) then
+    run.rd = now + ms
+    record_save(k.runs, run_id, run)
+    redis.call('HSET', k.inputs, run_id, input)
+    redis.call('ZADD', k.delayed, string.format('%d', run.rd), run_id)
+    redis.call('ZADD', k.flow_once, string.format('%d', run.rd), key)
+    return run_id
+  end
+  return nil
+end
+
+-- Run `run_id` is key `key`'s last run (mode `mode`, time `ms`; it is due at `due`):
+-- remembered for the invokes after it, until the reaper's flow_once_sweep finds it done.
+local function flow_once_record(k, mode, ms, key, run_id, now, due)
+  redis.call('HSET', k.flows, 'o:' .. key, run_id)
+  local until_ms = now + ms
+  if mode == FLOW_DEBOUNCE then until_ms = due end
+  if mode == FLOW_DEDUP then until_ms = now + FLOW_ONCE_RECHECK_MS end
+  redis.call('ZADD', k.flow_once, string.format('%d', until_ms), key)
+end
+
+-- Forget the keys' last runs that no invoke can be answered with any more (a batch of
+-- those due in `flow_once`): a throttle's window over, a debounced run started, a
+-- deduplicated run ended `ms` ago (one still live is looked at again later).
+local function flow_once_sweep(k, now)
+  if not k.flow_once or redis.call('EXISTS', k.flow_once) == 0 then return end
+  local due = redis.call('ZRANGE', k.flow_once, '-inf', now, 'BYSCORE', 'LIMIT', 0, FLOW_SWEEP)
+  if #due == 0 then return end
+  local mode, ms = flow_once_settings(k.definition)
+  for _, key in ipairs(due) do
+    local field = 'o:' .. key
+    local run_id = redis.call('HGET', k.flows, field)
+    local run = run_id and run_load(k.runs, run_id)
+    local again = nil
+    if run and mode == FLOW_DEDUP then
+      if run.s == RUN_PENDING or run.s == RUN_RUNNING then
+        again = now + FLOW_ONCE_RECHECK_MS
+      elseif run.ct and run.ct + ms > now then
+        again = run.ct + ms
+      end
+    end
+    if again then
+      redis.call('ZADD', k.flow_once, string.format('%d', again), key)
+    else
+      redis.call('ZREM', k.flow_once, key)
+      if run_id then redis.call('HDEL', k.flows, field) end
+    end
+  end
 end

@@ -107,8 +107,9 @@ end
 -- Give ready run `run_id` (its record `run`, PENDING, not in `pending`; `input` its input,
 -- or nil to read it) to a parked poller that may take it now: within max_concurrency and
 -- the rate limit, a poller whose labels match, of another owner than `skip_owner` (nil:
--- any), within its flow key's concurrency and rate (lib/flow.lua), and whose hand-off channel has a subscriber (one without, gone or reconnecting,
--- loses its park: it claims again when back). `fields`: the parked pollers to look at,
+-- any), within its flow key's concurrency and rate (lib/flow.lua), and whose hand-off
+-- channel has a subscriber (one without, gone or reconnecting, loses its park: it claims
+-- again when back). `fields`: the parked pollers to look at,
 -- when the caller read them (nil: read here). `place`: the run's score in `pending` when
 -- it was taken from there (nil: a new run, given a place if it is offered). True when
 -- handed: the run is saved RUNNING, offered when the park states a window, and the

@@ -185,6 +185,11 @@ async def test_a_bad_flow_key_is_refused_before_anything_is_sent(
         FlowControl(fair=True, weights={"a": 0}),
         FlowControl(fair=True, weights={"a": 1001}),
         FlowControl(weights={"a": 2}),
+        FlowControl(rate=RateLimit(0, 1000)),
+        FlowControl(dedup=True, throttle_ms=1000),
+        FlowControl(dedup_ttl_ms=1000),
+        FlowControl(debounce_ms=-1),
+        FlowControl(throttle_ms=86_400_001),
     ],
 )
 async def test_bad_flow_settings_are_refused_at_register(
@@ -243,3 +248,25 @@ async def test_a_rate_limited_release_waits_unspent_and_pauses_its_key(
     taken = [t.run_id for t in await client.worker.await_tasks("w1", ["job"], 10, NOW)]
     assert taken == [b1]
     assert (await client.action.status(a2)).due_at_ms == status.due_at_ms
+
+
+async def test_dedup_keeps_an_ended_run_for_its_ttl(client: FloClient) -> None:
+    flow = FlowControl(dedup=True, dedup_ttl_ms=3_600_000)
+    await client.action.register("job", options=ActionRegisterOptions(flow=flow))
+    await client.worker.register("w1", ["job"])
+    (first,) = await invoke(client, "k", 1)
+    assert await invoke(client, "k", 1) == [first]
+    (task,) = await client.worker.await_tasks("w1", ["job"], 5, NOW)
+    await client.worker.complete("w1", "job", task.run_id, b"ok")
+    assert await invoke(client, "k", 1) == [first]  # ended, within its TTL
+    assert await invoke(client, "j", 1) != [first]  # another key
+
+
+async def test_invoke_many_refuses_a_key_of_an_action_that_answers_each_invoke(
+    client: FloClient,
+) -> None:
+    await client.action.register("job", options=ActionRegisterOptions(flow=FlowControl(dedup=True)))
+    with pytest.raises(ValidationError, match="one at a time"):
+        await client.action.invoke_many("job", [b""] * 2, ActionInvokeOptions(flow_key="k"))
+    assert (await client.action.counts("job")).pending == 0
+    await client.action.invoke_many("job", [b""] * 2)  # without a key: as ever

@@ -50,6 +50,13 @@ LUA_CONSTANTS = lua_constants()
 
 # (Lua file, Lua name) -> [(Python value, where it lives)]: one setting on both sides.
 EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
+    ("lib/flow.lua", "FLOW_DEDUP"): [(action_settings.FLOW_DEDUP, "action_settings.FLOW_DEDUP")],
+    ("lib/flow.lua", "FLOW_THROTTLE"): [
+        (action_settings.FLOW_THROTTLE, "action_settings.FLOW_THROTTLE"),
+    ],
+    ("lib/flow.lua", "FLOW_DEBOUNCE"): [
+        (action_settings.FLOW_DEBOUNCE, "action_settings.FLOW_DEBOUNCE"),
+    ],
     ("lib/flow.lua", "FLOW_STEP"): [
         (action_settings.MAX_FLOW_WEIGHT, "action_settings.MAX_FLOW_WEIGHT"),
     ],
@@ -144,6 +151,7 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/handoff.lua", "HANDOFF_SCAN"): "parked pollers one hand-off looks at",
     ("lib/flow.lua", "FLOW_SWEEP"): "idle keys' virtual times one sweep forgets",
     ("lib/flow.lua", "FLOW_HELD_SCAN"): "held runs one release or walk looks at",
+    ("lib/flow.lua", "FLOW_ONCE_RECHECK_MS"): "how soon the reaper looks again at a live dedup",
     ("lib/handoff.lua", "HANDOFF_INPUT_MAX"): "larger inputs are fetched by the claim",
     ("lib/handoff.lua", "HANDOFF_BATCH"): "runs one script hands from the queue's head",
     ("lib/handoff.lua", "PARK_FORGET_BATCH"): "expired parks dropped per claim",
