@@ -26,6 +26,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "dashboard",
     "status",
     "runs",
+    "keys",
     "workers",
     "streams",
     "invoke",

@@ -63,6 +63,7 @@ _LISTENING = ("ssubscribe", "sunsubscribe")
 
 _READ_SCRIPTS = (
     "action_counts",
+    "action_flow_keys",
     "action_runs",
     "worker_list",
     "worker_presence",

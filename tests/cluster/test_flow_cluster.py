@@ -44,6 +44,8 @@ async def test_per_key_limits_and_fair_turns_hold_in_every_slot(cclient: FloClie
         taken = await cclient.worker.await_tasks("w1", [name], 10, NOW)
         # The flood at its limit of two, and each other key's run in its turn.
         assert len(taken) == 4
+        busiest = (await cclient.action.flow_keys(name)).keys[0]
+        assert (busiest.key, busiest.running, busiest.held) == ("flood", 2, 28)
         done = 0
         while taken:
             for run in taken:

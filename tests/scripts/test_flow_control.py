@@ -15,6 +15,7 @@ from flo_redis import (
     ActionRegisterOptions,
     FloClient,
     FlowControl,
+    NotFoundError,
     RateLimit,
     RunStatus,
     ValidationError,
@@ -270,3 +271,28 @@ async def test_invoke_many_refuses_a_key_of_an_action_that_answers_each_invoke(
         await client.action.invoke_many("job", [b""] * 2, ActionInvokeOptions(flow_key="k"))
     assert (await client.action.counts("job")).pending == 0
     await client.action.invoke_many("job", [b""] * 2)  # without a key: as ever
+
+
+async def test_the_busiest_keys_show_waiting_running_held_and_paused(
+    client: FloClient,
+) -> None:
+    flow = FlowControl(concurrency=2, rate=RateLimit(100, 60_000))
+    await client.action.register("job", options=ActionRegisterOptions(flow=flow))
+    await client.worker.register("w1", ["job"])
+    await invoke(client, "big", 6)
+    await invoke(client, "small", 1)
+    tasks = await client.worker.await_tasks("w1", ["job"], 3, NOW)
+    assert len(tasks) == 3  # big's two (its limit) and small's one, big's others held
+    await invoke(client, "late", 2)
+    by_key = {await flow_key_of(client, t.run_id): t for t in tasks}
+    small = by_key["small"]
+    await release(client.session, "w1", "job", small.run_id, small.token, delay_ms=60_000)
+    found = await client.action.flow_keys("job")
+    rows = {k.key: k for k in found.keys}
+    assert found.keys[0].key == "big"
+    assert (rows["big"].running, rows["big"].held, rows["big"].started) == (2, 4, 2)
+    assert (rows["late"].waiting, rows["late"].running) == (2, 0)
+    assert rows["small"].paused_until_ms is not None and rows["small"].running == 0
+    assert found.looked_at == 2
+    with pytest.raises(NotFoundError):
+        await client.action.flow_keys("nope")

@@ -142,6 +142,7 @@ async def _workload(c: FloClient) -> None:
     await c.worker.tally("w1", 1, 0, 0)
     await act.runs("job", RunState.PENDING)
     await act.counts("job")
+    await act.flow_keys("job")
     await act.reap("job")
     await reclaim_owners(c.session, "job", ["someone"])
     await act.requeue_failed("job")

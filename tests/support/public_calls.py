@@ -86,7 +86,7 @@ async def valid(client: FloClient) -> AsyncIterator[dict[str, Any]]:
         "grace_ms": 1000, "capacity": 2, "lease_ms": 0, "index": slot.index if slot else 1,
         "expected_owner": "someone", "slot": slot, "action_type": 0,
         "cron_or_interval": "*/5 * * * *", "input": b"x", "timezone": "UTC", "missed": "once",
-        "on_progress": None, "durability": None,
+        "on_progress": None, "durability": None, "sample": 10,
     }  # fmt: skip
 
 
