@@ -105,13 +105,17 @@ local function flow_counts(k, limit)
   return {k = k, limit = limit, n = {}}
 end
 
--- Is key `key` at its concurrency limit (counting the runs this call took)?
+-- Is key `key` at its concurrency limit (counting the runs this call took)? Reads its
+-- running count and its pause (flow_wait_until) in one HMGET, once per call.
 local function flow_full(counts, key)
   if counts.limit == 0 then return false end
   local n = counts.n[key]
   if not n then
-    n = tonumber(redis.call('HGET', counts.k.flows, flow_field(key))) or 0
+    local v = redis.call('HMGET', counts.k.flows, flow_field(key), 'p:' .. key)
+    n = tonumber(v[1]) or 0
     counts.n[key] = n
+    counts.pause = counts.pause or {}
+    counts.pause[key] = v[2] or false
   end
   return n >= counts.limit
 end
@@ -154,7 +158,7 @@ end
 -- caller set `k.flow_log` (the action limits each key's starts).
 local function flow_started(k, runs, now)
   if not k.flows then return end
-  local per = nil
+  local per, log, n_log = nil, {}, 0
   for i = 1, #runs do
     local run = runs[i]
     local key = run.fk
@@ -162,11 +166,13 @@ local function flow_started(k, runs, now)
       per = per or {}
       per[key] = (per[key] or 0) + 1
       if k.flow_log then
-        redis.call('ZADD', k.flow_rate, 0, flow_rate_entry(key, now, run.t))
+        log[n_log + 1], log[n_log + 2] = '0', flow_rate_entry(key, now, run.t)
+        n_log = n_log + 2
       end
     end
   end
   if not per then return end
+  if n_log > 0 then redis.call('ZADD', k.flow_rate, unpack(log, 1, n_log)) end
   for key, n in pairs(per) do redis.call('HINCRBY', k.flows, flow_field(key), n) end
 end
 
@@ -180,7 +186,9 @@ local function flow_wait_until(counts, action, key, now)
   if cached == nil then
     local k = counts.k
     cached = false
-    local pause = tonumber(redis.call('HGET', k.flows, 'p:' .. key))
+    local read = counts.pause and counts.pause[key]
+    if read == nil then read = redis.call('HGET', k.flows, 'p:' .. key) end
+    local pause = tonumber(read)
     if pause and pause > now then
       cached = pause
     elseif pause then
@@ -244,7 +252,11 @@ local function flow_unhold(k, entries, room_of)
       back = back + 1
     end
   end
-  if back > 0 and k.wake then redis.call('SPUBLISH', k.wake, '1') end
+  -- One wake-up per script call, however many keys it freed.
+  if back > 0 and k.wake and not k.flow_woken then
+    redis.call('SPUBLISH', k.wake, '1')
+    k.flow_woken = true
+  end
   return back
 end
 

@@ -5,36 +5,24 @@ SLOWLOG lists every command (script call) that ran longer than that."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
-from redis_server import RedisServer
+from slowlog import slow_calls, slowlog_server
 
 from flo_redis import ActionRegisterOptions, FloClient, WorkerAwaitOptions
 from flo_redis._wire.keys import action_keys
 
 RUNS = 50_000
-SLOW_US = 50_000
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def slowlog_url() -> Iterator[str]:
-    server = RedisServer(extra=("--slowlog-log-slower-than", str(SLOW_US))).start()
-    # SLOWLOG times a call on the wall clock: on a machine loaded with other processes a
-    # short script can be descheduled midway and look slow. Where allowed, the server
-    # runs ahead of its neighbours, so what is timed is the script's own work.
-    assert server.process is not None
-    with contextlib.suppress(PermissionError):
-        os.setpriority(os.PRIO_PROCESS, server.process.pid, -10)
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    with slowlog_server() as url:
+        yield url
 
 
 @pytest.fixture
@@ -45,12 +33,6 @@ async def bulk(slowlog_url: str) -> AsyncIterator[tuple[FloClient, aioredis.Redi
             yield client, conn
         finally:
             await conn.aclose()
-
-
-async def slow_calls(conn: aioredis.Redis) -> list[tuple[int, str]]:
-    """(duration in µs, command) of every call SLOWLOG holds: those over 50 ms."""
-    entries = await conn.slowlog_get(128)
-    return [(int(e["duration"]), e["command"][:60].decode(errors="replace")) for e in entries]
 
 
 async def test_requeue_and_purge_50k_runs_in_short_script_calls(
