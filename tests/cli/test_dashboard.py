@@ -110,7 +110,6 @@ async def test_pages_show_the_namespace_and_escape_every_value(
         status, body = await get(browser, read_only.url + page)
         assert status == 200, (page, body)
         tags, text = parsed(body)
-        assert "table" in tags
         assert "img" not in tags and f"pay{EVIL}" in text, page
 
 
