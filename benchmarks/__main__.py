@@ -27,6 +27,8 @@ from .durability import TITLE as DURABILITY_TITLE
 from .durability import run_durability
 from .failover import TITLE as FAILOVER_TITLE
 from .failover import run_failover
+from .flood import TITLE as FLOOD_TITLE
+from .flood import run_flood
 from .scale import run_scale
 from .scale import table as scale_table
 from .targets import Sizes, run_targets
@@ -40,6 +42,7 @@ WORKLOADS = {
     **FLO_WORKLOADS,
     "failover": (run_failover, FAILOVER_TITLE),
     "durability": (run_durability, DURABILITY_TITLE),
+    "flood": (run_flood, FLOOD_TITLE),
 }
 
 RESULTS = Path(__file__).resolve().parent / "results"

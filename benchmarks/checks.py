@@ -15,6 +15,7 @@ class Check:
     source: str  # "workload.metric", or "targets.RUN.metric"
     bound: float
     unit: str
+    at_least: bool = False  # the value must reach the bound, not stay under it
 
 
 CHECKS = [
@@ -30,6 +31,8 @@ CHECKS = [
     Check("failover, lagging replica: not done, or misfenced", "failover.lagging_stranded", 0, ""),
     Check("failover, lagging replica: ids or tokens repeated", "failover.lagging_repeated", 0, ""),
     Check("failover at replicated: acknowledged writes lost", "failover.replicated_lost", 0, ""),
+    Check("flood, fair: a new key's first run starts, p99", "flood.fair_first_p99_ms", 250, "ms"),
+    Check("flood: throughput fair / not fair", "flood.fair_throughput_ratio", 0.9, "x", True),
 ]
 
 
@@ -54,13 +57,14 @@ def judge(results: dict[str, Any]) -> list[dict[str, Any]]:
         value = _value(results, check.source)
         if value is None:
             continue
+        held = value >= check.bound if check.at_least else value <= check.bound
         out.append(
             {
                 "title": check.title,
                 "value": value,
-                "bound": f"≤ {check.bound:g} {check.unit}",
+                "bound": f"{'≥' if check.at_least else '≤'} {check.bound:g} {check.unit}",
                 "unit": check.unit,
-                "verdict": "PASS" if value <= check.bound else "MISS",
+                "verdict": "PASS" if held else "MISS",
             }
         )
     return out
@@ -70,5 +74,7 @@ def table(checks: list[dict[str, Any]]) -> list[str]:
     rows = [("no-regression check", "measured", "bound", "")]
     for c in checks:
         value = f"{c['value']:,.0f}" if c["value"] >= 100 else f"{c['value']:.1f}"
+        if c["value"] < 10:
+            value = f"{c['value']:.2f}"
         rows.append((c["title"], f"{value} {c['unit']}", c["bound"], c["verdict"]))
     return text_table(rows)

@@ -395,4 +395,4 @@ WORKLOADS: dict[str, tuple[Callable[[Settings], Awaitable[Metrics]], str]] = {
 }
 
 # Workloads measured once however many repeats are asked for (they repeat inside).
-SINGLE_SHOT = {"crash", "backlog", "failover"}
+SINGLE_SHOT = {"crash", "backlog", "failover", "flood"}

@@ -33,7 +33,7 @@ from flo_redis.streams import (
 from flo_redis.types import *  # noqa: F403  (the API's types: types.__all__)
 from flo_redis.worker.action_options import ActionWorkerOptions
 from flo_redis.worker.action_worker import ActionWorker
-from flo_redis.worker.context import ActionContext, ActionResult
+from flo_redis.worker.context import ActionContext, ActionResult, RateLimited
 from flo_redis.worker.stream_context import StreamContext, StreamRecordHandler
 from flo_redis.worker.stream_worker import StreamWorker, StreamWorkerOptions
 
@@ -61,6 +61,7 @@ __all__ = [
     "QuarantinedRecord",
     "QueueOperations",
     "QueueQuarantine",
+    "RateLimited",
     "ResultEncodingError",
     "ResultSerializer",
     "RetryPolicy",

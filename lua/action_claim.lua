@@ -27,13 +27,18 @@
   KEYS[17] wake    CHANNEL  sharded channel announcing new work
   KEYS[18] quarantine STREAM  records set aside (lib/record.lua)
   KEYS[19] history STRING  runs per minute over 72 hours (lib/history.lua)
+  KEYS[20] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
+  KEYS[21] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
+  KEYS[22] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
+  KEYS[23] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
   ARGV[4] max_n       how many runs the worker can take now, 0 .. 2^32 - 1 (0: only end
                       the poller's park and answer with what was handed to it)
   ARGV[5] poll_id     '' or an id the caller reuses when it retries this poll
-  ARGV[6] scan        pending runs inspected per window (label routing), 1 .. 1000; at
+  ARGV[6] scan        pending runs inspected per window (label routing, runs held
+                      back by their flow key's limit: lib/flow.lua), 1 .. 1000; at
                       most two windows: the head, and one at a cursor that moves past runs
                       no worker asking took (meta field scan_at)
   ARGV[7] park_ms     when nothing is handed to a "<poller>#<n>" poll, park the poller
@@ -68,11 +73,14 @@
 --@include lib/handoff.lua
 --@include lib/checked.lua
 --@include lib/offer.lua
+--@include lib/flow.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   polls = KEYS[9], poll_times = KEYS[10], owners = KEYS[11], owned = KEYS[12],
   ended = ended_channel(KEYS[13]), rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16],
-  wake = KEYS[17], quarantine = KEYS[18], history = KEYS[19], aside = {}, noted = {}}
+  wake = KEYS[17], quarantine = KEYS[18], history = KEYS[19],
+  flows = KEYS[20], flow_held = KEYS[21], flow_vt = KEYS[22], flow_rate = KEYS[23],
+  aside = {}, noted = {}}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]
@@ -168,6 +176,7 @@ if n > out[3] then
   local want = n - out[3]
   local ids, runs, dropped, bad = {}, {}, {}, {}
   local taken, n_dropped = 0, 0  -- #ids, #dropped
+  local flows = flow_counts(k, action.flow_concurrency)
   -- Take from `candidates` (pending run ids, in queue order) the runs this worker may
   -- run, until `want` are taken: their records read a slice at a time; the runs taken
   -- and those no longer pending are noted in `dropped`, to leave `pending` in one call,
@@ -191,9 +200,22 @@ if n > out[3] then
         elseif run.lb == nil or labels_match(run.lb, worker_labels) then
           n_dropped = n_dropped + 1
           dropped[n_dropped] = run_id
-          taken = taken + 1
-          ids[taken] = run_id
-          runs[taken] = run
+          local key = run.fk
+          local full = key and flow_full(flows, key)
+          local wait = key and not full and flow_wait_until(flows, action, key, now)
+          if full then
+            flow_hold(k, run_id, run)  -- its key is at its limit: held, not in the way
+          elseif wait then
+            flow_defer(k, run_id, run, wait)  -- its key's window is full, or paused
+          else
+            if key then
+              flow_taken(flows, key)
+              flow_rate_taken(flows, key)
+            end
+            taken = taken + 1
+            ids[taken] = run_id
+            runs[taken] = run
+          end
         end
       end
       from = to + 1
@@ -232,6 +254,7 @@ if n > out[3] then
     end
   end
   if taken > 0 then
+    k.flow_log = action.flow_rate_max > 0
     queue_take_many(k, ids, runs, worker_id, owner, now, queue_lease_deadline(action, now),
       rate_room ~= nil)
     local inputs = redis.call('HMGET', k.inputs, unpack(ids))

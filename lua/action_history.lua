@@ -17,7 +17,7 @@
 --@include lib/clock.lua
 --@include lib/history.lua
 local k = {definition = KEYS[1], history = KEYS[2]}
-local minutes = arg_int(ARGV[1], 1, HISTORY_MINUTES)
+local minutes = arg_int(ARGV[1], 1, HISTORY.MINUTES)
 local detail = arg_flag(ARGV[2])
 local COUNTS_WIDTH = 13
 
@@ -37,16 +37,16 @@ local function bytes(from, width)
   return got
 end
 
-local start = (oldest - first) % HISTORY_MINUTES
-local head = math.min(minutes, HISTORY_MINUTES - start)
-local slots = bytes(HISTORY_HEAD + start * HISTORY_SLOT, head * HISTORY_SLOT)
+local start = (oldest - first) % HISTORY.MINUTES
+local head = math.min(minutes, HISTORY.MINUTES - start)
+local slots = bytes(HISTORY.HEAD + start * HISTORY.SLOT, head * HISTORY.SLOT)
 if head < minutes then  -- the window wraps round the ring's end
-  slots = slots .. bytes(HISTORY_HEAD, (minutes - head) * HISTORY_SLOT)
+  slots = slots .. bytes(HISTORY.HEAD, (minutes - head) * HISTORY.SLOT)
 end
 if detail then return {ST_OK, now, slots} end
 local parts, sub = {}, string.sub
 for i = 0, minutes - 1 do
-  local at = i * HISTORY_SLOT
+  local at = i * HISTORY.SLOT
   parts[i + 1] = sub(slots, at + 1, at + COUNTS_WIDTH)
 end
 return {ST_OK, now, table.concat(parts)}

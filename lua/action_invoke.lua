@@ -16,6 +16,11 @@
   KEYS[13] owned   ZSET  "<owner>\0<run_id>": the runs each owner holds
   KEYS[14] leases  ZSET  run_id -> lease deadline ms
   KEYS[15] rate    ZSET  token -> start ms: the action's starts within its rate window
+  KEYS[16] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
+  KEYS[17] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
+  KEYS[18] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
+  KEYS[19] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
+  KEYS[20] flow_once ZSET  flow key -> ms its last run is looked at again (lib/flow.lua)
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] input       payload bytes
   ARGV[3] labels      msgpack map of type-tagged labels, or ''
@@ -24,6 +29,10 @@
   ARGV[6] idem_key    idempotency key, or ''
   ARGV[7] priority    0 .. 255: ready runs of a lower value are claimed first; FIFO within one
   ARGV[8] trace       the producer's packed trace context (run field tr), or '' for none
+  ARGV[9] flow_key    the run's flow key (lib/flow.lua; run field fk), or '' for none: at
+                      most 255 bytes, no NUL
+  With a flow key, an action's dedup, throttle or debounce (lib/flow.lua, flow_once)
+  may answer with the key's last run instead (existing 1).
   Returns {status, run_id, existing, handed}   status: OK | NO_ACTION | TOO_LARGE (then
           run_id is the limit) | BAD_SETTING (the action's stored settings do not parse;
           nothing written); handed 1: the new run went straight to a parked poller
@@ -35,10 +44,12 @@
 --@include lib/action.lua
 --@include lib/invoke.lua
 --@include lib/checked.lua
+--@include lib/flow.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8],
-  parked = KEYS[9], polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12],
-  owned = KEYS[13], leases = KEYS[14], rate = KEYS[15]}
+  pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8], parked = KEYS[9],
+  polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12], owned = KEYS[13], leases = KEYS[14],
+  rate = KEYS[15], flows = KEYS[16], flow_vt = KEYS[17], flow_held = KEYS[18], flow_rate = KEYS[19],
+  flow_once = KEYS[20]}
 local id_prefix = ARGV[1]
 local input = ARGV[2]
 local labels = ARGV[3]
@@ -48,15 +59,24 @@ local run_at_ms = arg_int(ARGV[5], 0, MAX_TIME_MS)
 local idem_key = ARGV[6]
 local priority = arg_int(ARGV[7], 0, PRIORITY_MAX)
 local trace = ARGV[8]
+local flow_key = ARGV[9]
 
 if labels ~= '' and not arg_map(labels) then return {ST_BAD_ARG, 3} end
 if not delay_ms then return {ST_BAD_ARG, 4} end
 if not run_at_ms then return {ST_BAD_ARG, 5} end
 if not priority then return {ST_BAD_ARG, 7} end
+if #flow_key > 255 or string.find(flow_key, '\0', 1, true) then return {ST_BAD_ARG, 9} end
 
 local action = action_load_lean(k.definition)
 if not action then return {ST_NO_ACTION} end
 if action.bad then return {ST_BAD_SETTING} end
+local flow = nil
+if flow_key ~= '' then
+  flow = flow_settings(k.definition, flow_key)
+  if not flow then return {ST_BAD_SETTING} end
+else
+  flow_key = nil
+end
 
 if action.max_payload >= 0 and #input > action.max_payload then
   return {ST_TOO_LARGE, action.max_payload}
@@ -69,6 +89,17 @@ end
 local now = now_ms()
 local due = now + delay_ms
 if run_at_ms > due then due = run_at_ms end
+local once, once_ms = 0, 0
+if flow_key then
+  once, once_ms = flow_once_settings(k.definition)
+  if not once then return {ST_BAD_SETTING} end
+end
+if once > 0 then
+  local existing = flow_once_existing(k, once, once_ms, flow_key, input, now)
+  if existing then return {ST_OK, existing, 1} end
+  if once == FLOW.DEBOUNCE and now + once_ms > due then due = now + once_ms end
+end
 local run_id, handed = invoke_run(k, action, id_prefix, input, labels, now, due, idem_key,
-  priority, trace)
+  priority, trace, flow_key, flow)
+if once > 0 then flow_once_record(k, once, once_ms, flow_key, run_id, now, due) end
 return {ST_OK, run_id, 0, handed and 1 or 0}

@@ -57,7 +57,7 @@ if kind == 'run' then
     run.o = nil
     run.rd = now
     record_save(k.runs, field, run)
-    queue_push(k.meta, k.pending, field, run)
+    queue_push(k, field, run)
     redis.call('SPUBLISH', k.wake, '1')
   else
     redis.call('HSET', k.runs, field, record)

@@ -23,6 +23,11 @@
   KEYS[18] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[19] quarantine STREAM  records set aside (lib/record.lua)
   KEYS[20] history STRING  runs per minute over 72 hours (lib/history.lua)
+  KEYS[21] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
+  KEYS[22] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
+  KEYS[23] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
+  KEYS[24] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
+  KEYS[25] flow_once ZSET  flow key -> ms its last run is looked at again (lib/flow.lua)
   ARGV[1] batch    at most this many items per step (1 .. 1000)
   Returns {status, ready, next_due_ms, (kind, field, why) * m}   status: OK | NO_ACTION;
           ready: runs made ready (handed or queued); then each record this call set aside
@@ -39,7 +44,9 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   pending = KEYS[5], delayed = KEYS[6], leases = KEYS[7], failed = KEYS[8],
   done = KEYS[9], idempotency = KEYS[10], wake = KEYS[11], owned = KEYS[12],
   ended = ended_channel(KEYS[13]), parked = KEYS[14], polls = KEYS[15], poll_times = KEYS[16],
-  owners = KEYS[17], rate = KEYS[18], quarantine = KEYS[19], history = KEYS[20], aside = {},
+  owners = KEYS[17], rate = KEYS[18], quarantine = KEYS[19], history = KEYS[20],
+  flows = KEYS[21], flow_held = KEYS[22], flow_vt = KEYS[23], flow_rate = KEYS[24],
+  flow_once = KEYS[25], aside = {},
   noted = {}}
 local batch = arg_int(ARGV[1], 1, 1000)
 
@@ -52,6 +59,10 @@ local ready = queue_expire(k, now, batch, action.backoff_ms, action.backoff_max_
 ready = ready + queue_promote(k, now, batch)
 queue_retain(k, k.done, now, action.retention_ms, action.retention_count, batch)
 if ready > 0 then handoff_ready(k, action, now, ready) end
+flow_walk(k, action.flow_concurrency)
+flow_sweep(k)
+flow_rate_sweep(k, action, now)
+flow_once_sweep(k, now)
 local out = {ST_OK, ready, queue_next_due(k.delayed)}
 for i, v in ipairs(k.aside) do out[3 + i] = v end
 return out

@@ -22,7 +22,7 @@ local function valid(s)
   if not inputs_setting_valid(s.keep_inputs) then return false end
   return not action_settings({s.timeout_ms, s.max_retries, s.backoff_ms, s.backoff_max_ms,
     s.max_concurrency, s.max_payload, s.retention_ms, s.retention_count, s.rate_max,
-    s.rate_per_ms}).bad
+    s.rate_per_ms, s.flow_concurrency, s.flow_rate_max, s.flow_rate_per_ms}).bad
 end
 if not valid(settings) then return {ST_BAD_ARG, 1} end
 

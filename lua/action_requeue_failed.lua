@@ -19,6 +19,8 @@
   KEYS[13] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[14] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[15] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[16] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
+  KEYS[17] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
   ARGV[1] upto     re-queue runs that failed at or before this ms (0 .. 2^53); '' = the
                    newest now
   ARGV[2] batch    1 .. 500
@@ -35,8 +37,8 @@
 --@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   failed = KEYS[5], wake = KEYS[6], inputs = KEYS[7], leases = KEYS[8], owned = KEYS[9],
-  parked = KEYS[10], polls = KEYS[11], poll_times = KEYS[12], owners = KEYS[13],
-  rate = KEYS[14], quarantine = KEYS[15], aside = {}}
+  parked = KEYS[10], polls = KEYS[11], poll_times = KEYS[12], owners = KEYS[13], rate = KEYS[14],
+  quarantine = KEYS[15], flows = KEYS[16], flow_rate = KEYS[17], aside = {}}
 local MAX_BATCH = 500
 local upto = arg_int_or_none(ARGV[1], 0, INT_MAX)
 local batch = arg_int(ARGV[2], 1, MAX_BATCH)

@@ -17,7 +17,10 @@
   KEYS[8] ended    CHANNEL  sharded channel told the ids of runs that end (client.action.wait)
   KEYS[9] inputs   HASH  run_id -> input bytes
   KEYS[10] quarantine STREAM  records set aside (lib/record.lua)
-  KEYS[11..n] notice  CHANNEL  the notice channel of the owner named in ARGV[2] (none
+  KEYS[11] wake    CHANNEL  sharded channel announcing new work
+  KEYS[12] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
+  KEYS[13] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
+  KEYS[14..n] notice  CHANNEL  the notice channel of the owner named in ARGV[2] (none
                      when ARGV[2] is empty); refused (OUT_OF_RANGE) unless exactly that
                      owner's notice channel in this queue's slot (lib/channels.lua)
   ARGV[1] run_id
@@ -34,10 +37,12 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/channels.lua
+--@include lib/flow.lua
 local k = {meta = KEYS[1], runs = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
   leases = KEYS[5], failed = KEYS[6], owned = KEYS[7], ended = ended_channel(KEYS[8]),
-  inputs = KEYS[9], quarantine = KEYS[10]}
-local notice = #KEYS > 10 and KEYS[#KEYS] or nil  -- the tail: none, or one channel
+  inputs = KEYS[9], quarantine = KEYS[10],
+  wake = KEYS[11], flows = KEYS[12], flow_held = KEYS[13]}
+local notice = #KEYS > 13 and KEYS[#KEYS] or nil  -- the tail: none, or one channel
 local run_id = ARGV[1]
 local expected = ARGV[2]
 if notice and not channel_of(notice, NOTICE_CHANNEL, k.runs, expected) then
@@ -58,6 +63,7 @@ if was == RUN_RUNNING then holder, token = run.o or '', run.t or 0 end
 redis.call('ZREM', k.pending, run_id)
 redis.call('ZREM', k.delayed, run_id)
 redis.call('ZREM', k.leases, run_id)
+if was == RUN_PENDING then flow_unhold_one(k, run_id, run) end
 run.err = 'cancelled'
 run.tb = nil
 -- The cancel is the last accepted report: no earlier report's resend is taken for one.

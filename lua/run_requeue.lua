@@ -16,6 +16,9 @@
   KEYS[13] owners  HASH  owner id -> ms since it is suspected gone (0: not suspected)
   KEYS[14] rate    ZSET  token -> start ms: the action's starts within its rate window
   KEYS[15] quarantine STREAM  records set aside (lib/record.lua)
+  KEYS[16] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
+  KEYS[17] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
+  KEYS[18] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
   ARGV[1] run_id
   Returns {status, run_status}   status: OK | NOT_FOUND | NO_ACTION | CONFLICT (not failed)
           | BAD_RECORD (its record does not decode: it was set aside)
@@ -28,8 +31,8 @@
 --@include lib/handoff.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   failed = KEYS[5], wake = KEYS[6], inputs = KEYS[7], leases = KEYS[8], owned = KEYS[9],
-  parked = KEYS[10], polls = KEYS[11], poll_times = KEYS[12], owners = KEYS[13],
-  rate = KEYS[14], quarantine = KEYS[15]}
+  parked = KEYS[10], polls = KEYS[11], poll_times = KEYS[12], owners = KEYS[13], rate = KEYS[14],
+  quarantine = KEYS[15], flow_vt = KEYS[16], flows = KEYS[17], flow_rate = KEYS[18]}
 local run_id = ARGV[1]
 
 local action = action_load(k.definition)
@@ -47,6 +50,6 @@ local now = now_ms()
 tally_untimed(k.meta, queue_unbury(run, action.max_retries, now))
 record_save(k.runs, run_id, run)
 redis.call('ZREM', k.failed, run_id)
-queue_push(k.meta, k.pending, run_id, run)
+queue_push(k, run_id, run)
 handoff_ready(k, action, now, 1)
 return {ST_OK, run.s}

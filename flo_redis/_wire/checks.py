@@ -242,6 +242,20 @@ def check_text(what: str, value: object, *, optional: bool = False, limit: int =
     return value
 
 
+MAX_FLOW_KEY_SIZE = 255
+
+
+def check_flow_key(value: object, *, optional: bool = False) -> str:
+    """A flow key (``lua/lib/flow.lua``): a str of 1 .. 255 UTF-8 bytes without NUL
+    (None passes as "" when ``optional``)."""
+    if value is None and optional:
+        return ""
+    key = check_text("flow_key", value, limit=MAX_FLOW_KEY_SIZE)
+    if not key or "\0" in key:
+        raise ValidationError("flow_key must be 1 .. 255 bytes without NUL, e.g. a tenant id")
+    return key
+
+
 LABEL_TYPES = (str, int, float, bool, type(None), list, dict)
 """What a label value may be: JSON's types (a list or dict is taken, and never matches)."""
 

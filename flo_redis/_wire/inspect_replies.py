@@ -1,6 +1,6 @@
 """The replies of the operator's reads and bulk steering (``action_counts``,
 ``action_history``, ``action_runs``, ``action_find``, ``action_requeue_failed``,
-``action_purge``): one
+``action_purge``, ``action_flow_keys``): one
 frozen dataclass and one parser per reply shape, as in :mod:`flo_redis._wire.replies`."""
 
 from __future__ import annotations
@@ -169,3 +169,54 @@ class BulkStep:
 
 
 bulk_step = with_aside(BulkStep, 4)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowKey:
+    """One flow key of an action (``lua/lib/flow.lua``): ``waiting`` its runs among the
+    waiting runs looked at (the head of the queue), ``running`` its runs running,
+    ``held`` its runs held back by its concurrency limit, ``started`` its starts in its
+    rate window (0 without a per-key rate), ``paused_until_ms`` the end of a
+    RateLimited pause (None: not paused)."""
+
+    key: str
+    waiting: int
+    running: int
+    held: int
+    started: int
+    paused_until_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowKeys:
+    """An action's busiest flow keys, busiest first, read atomically at ``at_ms``;
+    ``looked_at``: the waiting runs looked at (``waiting`` counts among those)."""
+
+    action: str
+    at_ms: int
+    looked_at: int
+    keys: tuple[FlowKey, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowKeysReply:
+    status: Status
+    flow_keys: FlowKeys | None
+
+
+def flow_keys(reply: Any, keys: Any) -> FlowKeysReply:
+    """``{status, now_ms, looked, n, (key, waiting, running, held, started,
+    paused_until) * n}``."""
+    status = Status(int(reply[0]))
+    if status != Status.OK:
+        return FlowKeysReply(status, None)
+    rows = []
+    for i in range(4, 4 + 6 * int(reply[3]), 6):
+        paused = int(reply[i + 5])
+        rows.append(
+            FlowKey(
+                text(reply[i]) or "", int(reply[i + 1]), int(reply[i + 2]), int(reply[i + 3]),
+                int(reply[i + 4]), paused or None,
+            )
+        )  # fmt: skip
+    return FlowKeysReply(status, FlowKeys(keys.action, int(reply[1]), int(reply[2]), tuple(rows)))

@@ -82,6 +82,11 @@ class ActionKeys:
     schedule_last: str  # HASH  schedule name -> msgpack note of the runs it last created
     quarantine: str  # STREAM  records set aside: runs, schedules, slots (lua/lib/record.lua)
     history: str  # STRING  runs per minute over 72 hours, a ring (lua/lib/history.lua)
+    flows: str  # HASH  "r:<flow key>" -> runs of that key running (lua/lib/flow.lua)
+    flow_held: str  # ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
+    flow_vt: str  # ZSET  flow key -> virtual time of its last run placed fairly
+    flow_rate: str  # ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
+    flow_once: str  # ZSET  flow key -> ms its last run is looked at again (dedup, throttle, ...)
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
@@ -109,6 +114,11 @@ class ActionKeys:
             self.schedule_last,
             self.quarantine,
             self.history,
+            self.flows,
+            self.flow_held,
+            self.flow_vt,
+            self.flow_rate,
+            self.flow_once,
         )
 
 

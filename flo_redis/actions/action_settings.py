@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from flo_redis._session.session import Session
 from flo_redis._wire import runner
-from flo_redis._wire.checks import check_count, stored_int
+from flo_redis._wire.checks import check_count, check_flow_key, stored_int
 from flo_redis._wire.codec import decoded, present, text
 from flo_redis._wire.keys import ActionKeys, action_keys, namespace_keys
 from flo_redis._wire.refusals import bad_settings, not_registered
@@ -19,6 +19,7 @@ from flo_redis.types import (
     ActionListResult,
     ActionRegisterOptions,
     ActionType,
+    FlowControl,
     RateLimit,
 )
 from flo_redis.types.base import LUA_INT, U32
@@ -31,18 +32,78 @@ MAX_RATE_WINDOW_MS = 86_400_000  # RateLimit.per_ms: a day
 log = logging.getLogger("flo_redis.actions")
 
 
-def rate_limit(limit: object) -> tuple[int, int]:
+def rate_limit(limit: object, what: str = "rate_limit") -> tuple[int, int]:
     """``(max, per_ms)`` of a :class:`RateLimit`, ``(0, 0)`` for None (no limit)."""
     if limit is None:
         return 0, 0
     if not isinstance(limit, RateLimit):
         raise ValidationError(
-            f"rate_limit must be a RateLimit(max, per_ms) or None, got {type(limit).__name__}"
+            f"{what} must be a RateLimit(max, per_ms) or None, got {type(limit).__name__}"
         )
     return (
-        check_count("rate_limit.max", limit.max, 1, MAX_RATE_STARTS),
-        check_count("rate_limit.per_ms", limit.per_ms, 1, MAX_RATE_WINDOW_MS),
+        check_count(f"{what}.max", limit.max, 1, MAX_RATE_STARTS),
+        check_count(f"{what}.per_ms", limit.per_ms, 1, MAX_RATE_WINDOW_MS),
     )
+
+
+MAX_FLOW_WEIGHT = 1000  # FlowControl.weights: a key's step in virtual time is 1000 / weight
+MAX_FLOW_WEIGHTS = 1000  # keys given a weight, each a field of the action's settings
+
+
+def flow_control(flow: object) -> dict[str, int]:
+    """The settings fields of a :class:`FlowControl` (``lua/lib/flow.lua``): none for
+    None (keys change nothing)."""
+    if flow is None:
+        return {}
+    if not isinstance(flow, FlowControl):
+        raise ValidationError(
+            f"flow must be a FlowControl(concurrency=, fair=, weights=) or None, "
+            f"got {type(flow).__name__}"
+        )
+    rate_max, rate_per_ms = rate_limit(flow.rate, "flow.rate")
+    fields = {
+        "flow_concurrency": check_count("flow.concurrency", flow.concurrency, 0, U32 - 1),
+        "flow_fair": 1 if flow.fair else 0,
+        "flow_rate_max": rate_max,
+        "flow_rate_per_ms": rate_per_ms,
+    }
+    fields |= flow_once(flow)
+    weights = flow.weights or {}
+    if not isinstance(weights, dict) or len(weights) > MAX_FLOW_WEIGHTS:
+        raise ValidationError(
+            f"flow.weights must be a dict of at most {MAX_FLOW_WEIGHTS} flow keys -> weight"
+        )
+    if weights and not flow.fair:
+        raise ValidationError("flow.weights apply to fair turns: pass fair=True with them")
+    for key, weight in weights.items():
+        fields["fw:" + check_flow_key(key)] = check_count(
+            f"flow.weights[{key!r}]", weight, 1, MAX_FLOW_WEIGHT
+        )
+    return fields
+
+
+FLOW_DEDUP, FLOW_THROTTLE, FLOW_DEBOUNCE = 1, 2, 3  # lua/lib/flow.lua's flow_once modes
+MAX_FLOW_ONCE_MS = 86_400_000
+
+
+def flow_once(flow: FlowControl) -> dict[str, int]:
+    """The settings fields of a FlowControl's dedup, throttle or debounce (at most one)."""
+    modes = []
+    if flow.dedup:
+        ttl = check_count("flow.dedup_ttl_ms", flow.dedup_ttl_ms, 0, MAX_FLOW_ONCE_MS)
+        modes.append((FLOW_DEDUP, ttl))
+    elif flow.dedup_ttl_ms:
+        raise ValidationError("flow.dedup_ttl_ms applies to dedup: pass dedup=True with it")
+    if flow.throttle_ms:
+        ms = check_count("flow.throttle_ms", flow.throttle_ms, 1, MAX_FLOW_ONCE_MS)
+        modes.append((FLOW_THROTTLE, ms))
+    if flow.debounce_ms:
+        ms = check_count("flow.debounce_ms", flow.debounce_ms, 1, MAX_FLOW_ONCE_MS)
+        modes.append((FLOW_DEBOUNCE, ms))
+    if len(modes) > 1:
+        raise ValidationError("flow: give at most one of dedup, throttle_ms and debounce_ms")
+    mode, ms = modes[0] if modes else (0, 0)
+    return {"flow_once": mode, "flow_once_ms": ms}
 
 
 def settings_record(
@@ -68,6 +129,7 @@ def settings_record(
         "rate_max": rate_max,
         "rate_per_ms": rate_per_ms,
         **({"keep_inputs": 1} if opts.keep_inputs else {}),
+        **flow_control(opts.flow),
         **present(owner=opts.owner, description=opts.description),
     }
 

@@ -23,6 +23,7 @@ from flo_redis._wire.checks import MAX_LIST_LIMIT, check_count
 from flo_redis._wire.codec import BadRecord, decoded
 from flo_redis._wire.gateway import (
     ACTION_COUNTS,
+    ACTION_FLOW_KEYS,
     ACTION_PURGE,
     ACTION_REQUEUE_FAILED,
     ACTION_RUNS,
@@ -30,6 +31,7 @@ from flo_redis._wire.gateway import (
 )
 from flo_redis._wire.inspect_replies import ActionCounts as ActionCounts  # beside its parser
 from flo_redis._wire.inspect_replies import BulkStep
+from flo_redis._wire.inspect_replies import FlowKeys as FlowKeys  # beside its parser
 from flo_redis._wire.keys import ActionKeys, action_of_run
 from flo_redis._wire.refusals import not_registered
 from flo_redis._wire.runner import Arg
@@ -165,6 +167,21 @@ class ActionInspection(Operations):
         counts only. One read-only script call. :class:`NotFoundError` if not registered,
         :class:`ValidationError` for a window out of range."""
         return await read_history(self._session, self._action_keys(name, namespace), since, detail)
+
+    async def flow_keys(
+        self, name: str, limit: int = 20, sample: int = 500, namespace: str | None = None
+    ) -> FlowKeys:
+        """``name``'s busiest flow keys (at most ``limit``, 1..1000), busiest first, with
+        their running, held-back and in-window counts and their RateLimited pause, read
+        in one bounded, read-only script call; a key's ``waiting`` counts its runs among
+        the first ``sample`` (1..1000) waiting. :class:`NotFoundError` if not registered."""
+        keys = self._action_keys(name, namespace)
+        limit = check_count("limit", limit, 1, 1000)
+        sample = check_count("sample", sample, 1, 1000)
+        reply = await ACTION_FLOW_KEYS(self._session, keys, [limit, sample])
+        if reply.flow_keys is None:
+            raise not_registered(keys)
+        return reply.flow_keys
 
     async def runs(
         self,

@@ -26,6 +26,7 @@ from flo_redis._wire.checks import (
     check_callback,
     check_count,
     check_cursor,
+    check_flow_key,
     check_labels,
     check_list,
     check_options,
@@ -154,18 +155,19 @@ class ActionOperations(ActionInspection, ScheduleOperations):
     ) -> builtins.list[ActionInvokeResult]:
         """Create one run per input in as few calls as possible (1000 runs a call), all
         ready now and in the order given; each call is atomic. Labels and priority apply to
-        every run;
-        ``delay_ms``, ``run_at_ms`` and ``idempotency_key`` are refused here (use
-        :meth:`invoke`). Every input is checked before anything is sent; each call waits
-        for ``durability`` as :meth:`invoke` does."""
+        every run, and so does a ``flow_key``; ``delay_ms``, ``run_at_ms`` and
+        ``idempotency_key`` are refused here (use :meth:`invoke`). Every input is checked
+        before anything is sent; each call waits for ``durability`` as :meth:`invoke`
+        does."""
         opts = check_options(options, ActionInvokeOptions)
         if opts.delay_ms or opts.run_at_ms is not None or opts.idempotency_key is not None:
             raise ValidationError(
-                "invoke_many takes no delay_ms, run_at_ms or idempotency_key; use invoke"
+                "invoke_many takes no delay_ms, run_at_ms, idempotency_key or flow_key; use invoke"
             )
         keys = self._action_keys(name, opts.namespace)
         priority = check_priority(opts.priority)
         check_labels(opts.labels)
+        flow_key = check_flow_key(opts.flow_key, optional=True)
         limit = self._session.max_payload_bytes
         items = check_list("inputs", inputs)
         data = [check_bytes(f"inputs[{i}]", x, limit) for i, x in enumerate(items)]
@@ -175,7 +177,7 @@ class ActionOperations(ActionInspection, ScheduleOperations):
             await check_inputs_fit(self._session, keys, data)
         with traced(self._session.tracer).invoking(keys.namespace, name, len(data)) as span:
             results = await self._invoke_chunks(
-                keys, prefix, labels, priority, data, span.context, durability
+                keys, prefix, (labels, priority, span.context, flow_key), data, durability
             )
             span.sent([r.run_id for r in results])
         return results
@@ -184,23 +186,27 @@ class ActionOperations(ActionInspection, ScheduleOperations):
         self,
         keys: ActionKeys,
         prefix: str,
-        labels: bytes,
-        priority: int,
+        shared: tuple[bytes, int, bytes, str],
         data: Sequence[bytes],
-        trace: bytes,
         durability: DurabilityLike | None,
     ) -> builtins.list[ActionInvokeResult]:
-        """Create runs of ``data``, INVOKE_BATCH a call, each call atomic."""
+        """Create runs of ``data``, INVOKE_BATCH a call, each call atomic; ``shared``:
+        every run's labels, priority, trace context and flow key."""
         name = keys.action
         results: builtins.list[ActionInvokeResult] = []
         for start in range(0, len(data), INVOKE_BATCH):
             chunk = data[start : start + INVOKE_BATCH]
-            args: list[runner.Arg] = [prefix, labels, priority, trace, *chunk]
+            args: list[runner.Arg] = [prefix, *shared, *chunk]
             reply = await ACTION_INVOKE_MANY(self._session, keys, args, durability=durability)
             if reply.status in (Status.NO_ACTION, Status.BAD_SETTING):
                 raise_refusal(reply.status, keys, "invoke_many")
             if reply.status == Status.OUT_OF_RANGE:
                 raise ValidationError(f"invoke_many: {len(chunk)} inputs refused in one call")
+            if reply.status == Status.CONFLICT:
+                raise ValidationError(
+                    f"action {name!r} dedups, throttles or debounces by flow key: each invoke "
+                    "is answered on its own, so invoke its keyed runs one at a time (invoke)"
+                )
             if reply.status == Status.TOO_LARGE:
                 index = start + reply.index
                 raise ValueTooLargeError(

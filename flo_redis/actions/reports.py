@@ -354,13 +354,17 @@ async def release(
     task_id: str,
     token: int | None,
     namespace: str | None = None,
+    *,
+    delay_ms: int = 0,
 ) -> None:
-    """Give a held run back to its queue as it was, not counted as an attempt; refused
-    with :class:`ConflictError` (``STALE_REPORT``) if the caller no longer holds it."""
+    """Give a held run back to its queue as it was, not counted as an attempt (after
+    ``delay_ms``, with its flow key's runs: RateLimited); refused with
+    :class:`ConflictError` (``STALE_REPORT``) if the caller no longer holds it."""
     check_name("worker id", worker_id)
     fence = token_arg(token)
+    delay = check_count("delay_ms", delay_ms, 0, 86_400_000)
     keys = run_keys(session, action_name, task_id, namespace)
-    reply = await RUN_RELEASE(session, keys, [task_id, fence, worker_id])
+    reply = await RUN_RELEASE(session, keys, [task_id, fence, worker_id, delay])
     check_report(reply, keys, task_id, worker_id, "release")
 
 

@@ -14,6 +14,7 @@ from flo_redis._session.notices import cancel_notice
 from flo_redis._wire.checks import (
     check_bytes,
     check_count,
+    check_flow_key,
     check_idempotency_key,
     check_labels,
     check_priority,
@@ -43,6 +44,7 @@ def invoke_request(
     priority = check_priority(opts.priority)
     check_labels(opts.labels)
     idempotency_key = check_idempotency_key(opts.idempotency_key)
+    flow_key = check_flow_key(opts.flow_key, optional=True)
     labels = pack(tag_labels(opts.labels)) if opts.labels else b""
     return (
         [
@@ -54,6 +56,7 @@ def invoke_request(
             idempotency_key,
             priority,
             trace,
+            flow_key,
         ],
         len(data),
     )
@@ -93,6 +96,7 @@ def run_status(run_id: str, rec: dict[str, Any], due_at_ms: int | None = None) -
         priority=int(rec.get("p", 0)),
         progress=bytes(rec["pg"]) if rec.get("pg") is not None else None,
         progress_at_ms=int(rec["pt"]) if rec.get("pt") is not None else None,
+        flow_key=text(rec.get("fk")),
     )
 
 

@@ -27,6 +27,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "status",
     "stats",
     "runs",
+    "keys",
     "workers",
     "streams",
     "invoke",

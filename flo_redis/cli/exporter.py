@@ -32,7 +32,7 @@ def exporter(url: str, namespace: str, port: int, host: str, all_namespaces: boo
     """Serve every action's runs by state and every stream group's lag, pending and
     dead letters at http://HOST:PORT/metrics, read from Redis at each scrape."""
     try:
-        from flo_redis.ops.exporter import queue_registry
+        from flo_redis.ops.exporter import FLOW_TOP, queue_registry
         from flo_redis.ops.metrics import serve_metrics
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -40,7 +40,7 @@ def exporter(url: str, namespace: str, port: int, host: str, all_namespaces: boo
     async def serve(client: FloClient) -> None:
         async def read() -> Sequence[Overview]:
             names = await namespaces(client) if all_namespaces else (namespace,)
-            return await asyncio.gather(*(overview(client, n) for n in names))
+            return await asyncio.gather(*(overview(client, n, FLOW_TOP) for n in names))
 
         loop = asyncio.get_running_loop()
         server = serve_metrics(port, host, queue_registry(loop, read))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from flo_redis._session.liveness_stats import LivenessStats
-from flo_redis.actions.inspect import ActionCounts, RunPage, RunState
+from flo_redis.actions.inspect import ActionCounts, FlowKeys, RunPage, RunState
 from flo_redis.client import FloClient
 from flo_redis.dashboard.history import HistoryCharts, action_charts, overview_charts
 from flo_redis.errors import ValidationError
@@ -42,6 +42,7 @@ from flo_redis.types import (
 
 RUNS_SHOWN = 50  # runs a page of an action's runs lists
 RECENT_FAILURES = 10  # failed runs on the overview
+FLOW_KEYS_SHOWN = 10  # flow keys an action's page lists: the busiest
 GROUP_ROWS = 100  # pending entries / dead letters listed for a group
 QUARANTINE_ROWS = 50  # records set aside a quarantine page lists
 REQUEUEABLE = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED)
@@ -77,6 +78,7 @@ class ActionPage:
     stats: LivenessStats
     workers: list[WorkerInfo]
     history: HistoryCharts | None = None
+    flow_keys: FlowKeys | None = None  # its busiest flow keys (FlowControl)
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,8 @@ async def action_page(
     info = next((a for a in actions.actions if a.name == name), None)
     serving = [w for w in await discovery.all_workers(client) if name in w.task_types]
     history = await action_charts(client, name, window)
-    return ActionPage(info, counts, runs, stats, serving, history)
+    flow_keys = await client.action.flow_keys(name, limit=FLOW_KEYS_SHOWN, sample=200)
+    return ActionPage(info, counts, runs, stats, serving, history, flow_keys)
 
 
 def scope_fields(scope: Quarantine) -> dict[str, str]:

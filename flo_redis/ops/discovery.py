@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from flo_redis._session.registry import registered_namespaces, registry_names, remember
 from flo_redis._wire.keys import namespace_keys
 from flo_redis.actions.held import DEFAULT_LISTED, WorkerRuns, held_runs
-from flo_redis.actions.inspect import ActionCounts
+from flo_redis.actions.inspect import ActionCounts, FlowKeys
 from flo_redis.errors import NotFoundError, ValidationError
 from flo_redis.quarantine import WorkerQuarantine
 from flo_redis.streams.inspect import GroupCounts
@@ -28,6 +28,8 @@ from flo_redis.types import WorkerInfo, WorkerListOptions, WorkerStatus
 
 if TYPE_CHECKING:
     from flo_redis.client import FloClient
+
+FLOW_SAMPLE = 100  # waiting runs an overview's flow keys look at, per action
 
 log = logging.getLogger("flo_redis.discovery")
 
@@ -150,17 +152,19 @@ class Overview:
     workers: tuple[WorkerInfo, ...]
     groups: tuple[GroupCounts, ...]
     workers_quarantined: int = 0
+    flow_keys: tuple[FlowKeys, ...] = ()  # each action's busiest flow keys, when asked
 
     @property
     def worker_summary(self) -> WorkerSummary:
         return summarize(self.workers, self.at_ms)
 
 
-async def overview(client: FloClient, namespace: str | None = None) -> Overview:
-    """Counts of every action, the workers and every stream group of the namespace.
-    An action deleted while this reads is left out, and so is (with a WARNING) an
-    action or stream whose name is no longer taken (a control character an earlier
-    version let through)."""
+async def overview(client: FloClient, namespace: str | None = None, flow_top: int = 0) -> Overview:
+    """Counts of every action, the workers and every stream group of the namespace, and
+    with ``flow_top`` each action's busiest flow keys (that many at most, among the keys
+    of the first 100 runs waiting: ``action.flow_keys``). An action deleted while this
+    reads is left out, and so is (with a WARNING) an action or stream whose name is no
+    longer taken (a control character an earlier version let through)."""
     ns = client.get_namespace(namespace)
 
     async def counts(name: str) -> ActionCounts | None:
@@ -188,6 +192,16 @@ async def overview(client: FloClient, namespace: str | None = None) -> Overview:
     )
     found = await asyncio.gather(*(counts(a) for a in actions))
     groups = await asyncio.gather(*(stream_groups(s) for s in streams))
+
+    async def flow_keys(name: str) -> FlowKeys | None:
+        try:
+            return await client.action.flow_keys(name, flow_top, FLOW_SAMPLE, ns)
+        except NotFoundError:
+            return None
+
+    flows = []
+    if flow_top > 0:
+        flows = await asyncio.gather(*(flow_keys(c.action) for c in found if c is not None))
     return Overview(
         namespace=ns,
         at_ms=at_ms,
@@ -195,6 +209,7 @@ async def overview(client: FloClient, namespace: str | None = None) -> Overview:
         workers=workers,
         groups=tuple(g for per_stream in groups for g in per_stream),
         workers_quarantined=set_aside,
+        flow_keys=tuple(f for f in flows if f is not None and f.keys),
     )
 
 

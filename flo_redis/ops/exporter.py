@@ -34,6 +34,10 @@ Metrics (labels in braces; counts are plain numbers, times in seconds):
 - ``flo_redis_quarantined{namespace, action}``, ``flo_redis_stream_group_quarantined``
   ``{namespace, stream, group}`` and ``flo_redis_workers_quarantined{namespace}``:
   records set aside because they do not decode (:mod:`flo_redis.quarantine`);
+- ``flo_redis_flow_key_runs{namespace, action, key, state}``: the runs of an action's
+  busiest flow keys (``FlowControl``), at most ``FLOW_TOP`` keys per action (never a
+  series per key), by state: waiting (among the first 100 runs waiting), running, held
+  (back by the key's concurrency limit);
 - ``flo_redis_exporter_up``: 1 when the last scrape read Redis, else 0.
 """
 
@@ -58,6 +62,7 @@ STATES = ("pending", "delayed", "running", "completed", "failed", "timed_out")
 # The health of a worker that claims runs (flo_redis.ops.discovery.health).
 TAKING_WORK = frozenset({WorkerStatus.ACTIVE.name, WorkerStatus.IDLE.name})
 SCRAPE_TIMEOUT_S = 10.0
+FLOW_TOP = 10  # flow keys per action with series of their own: the busiest
 
 
 def families(overviews: Sequence[Overview]) -> list[Metric]:
@@ -169,9 +174,19 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
         if summary.oldest_heartbeat_age_ms is not None:
             heartbeat_age.add_metric([ns], summary.oldest_heartbeat_age_ms / 1000)
         workers_quarantined.add_metric([ns], ov.workers_quarantined)
+    flow = GaugeMetricFamily(
+        "flo_redis_flow_key_runs",
+        f"Runs of an action's busiest flow keys (at most {FLOW_TOP}), by state.",
+        labels=["namespace", "action", "key", "state"],
+    )
+    for ov in overviews:
+        for found in ov.flow_keys:
+            for k in found.keys[:FLOW_TOP]:
+                for state, n in (("waiting", k.waiting), ("running", k.running), ("held", k.held)):
+                    flow.add_metric([ov.namespace, found.action, k.key, state], n)
     return [runs, finished, next_due, lag, pending, consumers, dead, workers, action_workers,
             busy, slots, heartbeat_age, quarantined, group_quarantined,
-            workers_quarantined]  # fmt: skip
+            workers_quarantined, flow]  # fmt: skip
 
 
 class QueueCollector(Collector):

@@ -65,6 +65,7 @@ _LISTENING = ("ssubscribe", "sunsubscribe")
 _READ_SCRIPTS = (
     "action_counts",
     "action_history",
+    "action_flow_keys",
     "action_runs",
     "action_held",
     "action_find",

@@ -30,6 +30,7 @@ __all__ = [
     "ActionRegisterOptions",
     "ActionRunStatus",
     "ActionStatusOptions",
+    "FlowControl",
     "RateLimit",
     "TaskAssignment",
     "WorkerAwaitOptions",
@@ -77,8 +78,9 @@ class ActionRunStatus:
     waiting; ``priority``: the priority it was invoked with (0 .. 255, lower
     first). ``progress`` is the last value its handler reported with
     ``ctx.progress`` (bytes as stored, JSON unless the value was bytes),
-    ``progress_at_ms`` when; None before any. The run's input is not part
-    of its status (a wait reads the status at every wake-up):
+    ``progress_at_ms`` when; None before any. ``flow_key``: the flow key it was
+    invoked with (:class:`FlowControl`), None for none. The run's input is not
+    part of its status (a wait reads the status at every wake-up):
     ``client.action.details(run_id)`` reads it with the status."""
 
     run_id: str
@@ -98,6 +100,7 @@ class ActionRunStatus:
     priority: int = 0
     progress: bytes | None = None
     progress_at_ms: int | None = None
+    flow_key: str | None = None
 
 
 @dataclass
@@ -124,6 +127,41 @@ class RateLimit:
 
     max: int
     per_ms: int
+
+
+@dataclass(frozen=True)
+class FlowControl:
+    """Flow control by key (flo_redis): what an action does with the ``flow_key`` its
+    invokes name (a tenant, a customer, a resource).
+
+      * ``concurrency``: at most this many runs of one key running at once, across
+        every worker (0: no limit). A run held back by its key's limit waits apart,
+        so other keys' runs behind it are claimed meanwhile.
+      * ``fair``: claims take the keys' ready runs in turn, so a key with many runs
+        waiting does not delay a key with one; priorities still go first, and a key's
+        own runs keep their order.
+      * ``weights``: with ``fair``, a key's share of turns (1 .. 1000; default 1): a
+        key of weight 3 gets three runs for another key's one. At most 1000 keys.
+      * ``rate``: a :class:`RateLimit` for each key: at most ``max`` runs of one key
+        start in any window of ``per_ms``, across every worker; a run past it waits.
+      * at most one of (each ms 1 .. 86,400,000, dedup's 0 .. that):
+        ``dedup``: an invoke of a key whose last run still waits or runs (or ended
+        less than ``dedup_ttl_ms`` ago) returns that run instead of a new one;
+        ``throttle_ms``: at most one run per key per window; the invokes in it
+        return the window's run; ``debounce_ms``: a run waits that long, and each
+        invoke of its key meanwhile replaces its input and starts the wait again, so
+        only the last input runs.
+
+    Checked by ``register``, which raises ValidationError."""
+
+    concurrency: int = 0
+    fair: bool = False
+    weights: dict[str, int] = field(default_factory=dict)
+    rate: RateLimit | None = None
+    dedup: bool = False
+    dedup_ttl_ms: int = 0
+    throttle_ms: int = 0
+    debounce_ms: int = 0
 
 
 @dataclass
@@ -154,6 +192,8 @@ class ActionRegisterOptions:
       * ``keep_inputs``: True keeps a completed run's input for as long as the run
         is kept (its retention), for ``client.action.details`` and ``runs show``;
         False (the default) deletes it when the run completes.
+      * ``flow``: a :class:`FlowControl`, for the runs invoked with a ``flow_key``:
+        a limit per key, fair turns between keys; None: keys change nothing.
 
     Raises ValueError for an int out of range (each fits a u32, counts > 0
     where noted) or a backoff maximum below its base.
@@ -172,6 +212,7 @@ class ActionRegisterOptions:
     description: str | None = None
     rate_limit: RateLimit | None = None
     keep_inputs: bool = False
+    flow: FlowControl | None = None
 
     def __post_init__(self) -> None:
         name = "ActionRegisterOptions"
@@ -214,6 +255,9 @@ class ActionInvokeOptions:
       * ``priority``: 0 (the default) to 255; ready runs of a lower value are
         claimed first, FIFO within one. A run keeps it through delays, retries
         and re-queues. Out of range: ValidationError at invoke.
+      * ``flow_key``: the run's key for the action's :class:`FlowControl` (a tenant,
+        a customer): a str of 1 .. 255 UTF-8 bytes without NUL; any other:
+        ValidationError at invoke.
 
     Raises ValueError for a time out of range, both times set, or an empty key.
     """
@@ -224,6 +268,7 @@ class ActionInvokeOptions:
     run_at_ms: int | None = None
     idempotency_key: str | None = None
     priority: int = 0
+    flow_key: str | None = None
 
     def __post_init__(self) -> None:
         name = "ActionInvokeOptions"

@@ -19,7 +19,7 @@ from flo_redis._wire.replies import Claimed
 from flo_redis.actions import reports
 from flo_redis.actions.reports import MAX_TOUCH_EXTEND_MS
 from flo_redis.actions.results import ResultSerializer, check_outcome, encode_result
-from flo_redis.errors import ServerError, is_connection_error
+from flo_redis.errors import FloError, ServerError, is_connection_error
 from flo_redis.types import Reason, StatusCode
 from flo_redis.worker.handlers import Running
 
@@ -41,6 +41,24 @@ class RunHolder(Protocol):
     async def _touch(self, ctx: ActionContext, extend_ms: int) -> None: ...
 
     async def _progress(self, ctx: ActionContext, value: Any) -> None: ...
+
+
+class RateLimited(FloError):
+    """Raise from an action handler when what it calls said "too many requests": the
+    run is given back without spending its attempt, and waits ``retry_after_ms``
+    (1 .. 86,400,000); the runs of its flow key (``ActionInvokeOptions.flow_key``) wait
+    as long too, across every worker. A run without a key waits alone."""
+
+    def __init__(self, retry_after_ms: int, message: str = "") -> None:
+        if isinstance(retry_after_ms, bool) or not isinstance(retry_after_ms, int):
+            raise TypeError(f"retry_after_ms must be an int, got {type(retry_after_ms).__name__}")
+        if not 1 <= retry_after_ms <= MAX_RATE_LIMITED_MS:
+            raise ValueError(f"retry_after_ms must be 1 .. {MAX_RATE_LIMITED_MS}")
+        super().__init__(message or f"rate limited: try again in {retry_after_ms} ms")
+        self.retry_after_ms = retry_after_ms
+
+
+MAX_RATE_LIMITED_MS = 86_400_000  # RateLimited.retry_after_ms: a day (lua/run_release.lua)
 
 
 class ActionResult:

@@ -41,7 +41,7 @@ from flo_redis.errors import (
 )
 from flo_redis.retry import Backoff, is_refused_unrun
 from flo_redis.types import RunStatus
-from flo_redis.worker.context import ActionContext, HeldRun
+from flo_redis.worker.context import ActionContext, HeldRun, RateLimited
 from flo_redis.worker.handlers import HandlerTimeout
 from flo_redis.worker.observe import NO_OBSERVER, WorkerObserver
 
@@ -224,16 +224,25 @@ def next_step(after: FailReported | None, retry: bool) -> str:
 
 @dataclass(slots=True)
 class Released:
-    """The worker stops before the handler ended: give the run back unspent."""
+    """The worker stops before the handler ended, or the handler raised RateLimited:
+    give the run back unspent (after ``delay_ms``, with its flow key's runs)."""
+
+    delay_ms: int = 0
 
     async def deliver(self, to: Reporter, held: HeldRun) -> None:
         to.left()
         ctx = held.ctx
+        delay_ms = self.delay_ms
 
         async def send() -> None:
             try:
                 await reports.release(
-                    to.session, to.worker_id, ctx.action_name, ctx.task_id, ctx.token
+                    to.session,
+                    to.worker_id,
+                    ctx.action_name,
+                    ctx.task_id,
+                    ctx.token,
+                    delay_ms=delay_ms,
                 )
             except ServerError as exc:
                 to.observer.report_refused("release")
@@ -254,9 +263,12 @@ class Dropped:
         to.left()
 
 
-def failure(exc: BaseException) -> Failed:
+def failure(exc: BaseException) -> Failed | Released:
     """The report of a handler's failure: retried unless the error is a
-    :class:`NonRetryableError` (logged once the report is answered: :class:`Failed`)."""
+    :class:`NonRetryableError` (logged once the report is answered: :class:`Failed`);
+    a :class:`RateLimited` gives the run back unspent, to wait as it says."""
+    if isinstance(exc, RateLimited):
+        return Released(delay_ms=exc.retry_after_ms)
     retry = not isinstance(exc, NonRetryableError)
     return Failed(error_text(exc), retry=retry, traceback=error_traceback(exc), error=exc)
 

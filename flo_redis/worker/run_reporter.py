@@ -76,7 +76,7 @@ class Completed:
 Report = Completed | Failed | Released | Dropped
 
 
-def completion(result: object, serializer: ResultSerializer) -> Completed | Failed:
+def completion(result: object, serializer: ResultSerializer) -> Completed | Failed | Released:
     """What a handler's return value becomes: an :class:`ActionResult` as it is, any
     other value encoded by ``serializer`` (one it cannot encode fails the run)."""
     if type(result) is bytes:  # the common case, as encode_result answers it

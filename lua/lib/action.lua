@@ -34,6 +34,11 @@ local function action_settings(v)
     -- At most rate_max starts in any rate_per_ms window (0: no rate limit).
     rate_max = int(9, 'rate_max', 0, 10000, 0),
     rate_per_ms = int(10, 'rate_per_ms', 0, 86400000, 0),
+    -- At most this many runs of one flow key running at once (0: no limit; lib/flow.lua).
+    flow_concurrency = int(11, 'flow_concurrency', 0, U32_MAX, 0),
+    -- At most flow_rate_max starts of one flow key in any flow_rate_per_ms (0: none).
+    flow_rate_max = int(12, 'flow_rate_max', 0, 10000, 0),
+    flow_rate_per_ms = int(13, 'flow_rate_per_ms', 0, 86400000, 0),
   }
   action.bad = bad
   return action
@@ -42,7 +47,7 @@ end
 local function action_load(def_key)
   local v = redis.call('HMGET', def_key, 'timeout_ms', 'max_retries', 'backoff_ms',
     'backoff_max_ms', 'max_concurrency', 'max_payload', 'retention_ms', 'retention_count',
-    'rate_max', 'rate_per_ms')
+    'rate_max', 'rate_per_ms', 'flow_concurrency', 'flow_rate_max', 'flow_rate_per_ms')
   if not v[1] then return nil end
   return action_settings(v)
 end

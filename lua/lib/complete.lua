@@ -13,6 +13,7 @@
 --@include lib/checked.lua
 --@include lib/tally.lua
 --@include lib/inputs.lua
+--@include lib/flow.lua
 
 -- The verdict on one complete of `run` (nil: no record) by the holder of `token` (a
 -- number, or false: token-less; run_is_holder): status, duplicate, run status (or the
@@ -91,6 +92,7 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
   local n_owned, n_ended, stale = 0, 0, 0
   local at_now, max_payload = num_arg(now), action.max_payload
   local owner, prefix  -- the last holder seen, and its owner index prefix (owned_entry)
+  local flows = nil  -- flow key -> runs of it completed here (lib/flow.lua)
   local pack = cmsgpack.pack
   for i = 1, n_items do
     local at = 4 * i - 3
@@ -123,6 +125,10 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
         n_owned = n_owned + 1
         owned[n_owned] = prefix .. run_id
       end
+      if run.fk then
+        flows = flows or {}
+        flows[run.fk] = (flows[run.fk] or 0) + 1
+      end
       n_ended = n_ended + 1
       ended[n_ended] = run_id
       records[2 * n_ended - 1] = run_id
@@ -137,12 +143,15 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
   end
   if stale > 0 then redis.call('HINCRBY', k.meta, 'stat:stale_refused', stale) end
   if n_ended == 0 then return 0 end
-  history_note(k.noted, HISTORY_COMPLETED, n_ended)
+  history_note(k.noted, HISTORY.COMPLETED, n_ended)
   if n_owned > 0 and k.owned then redis.call('ZREM', k.owned, unpack(owned)) end
   redis.call('HSET', k.runs, unpack(records))
   redis.call('ZREM', k.leases, unpack(ended))
   inputs_completed(k, ended)
   redis.call('ZADD', k.done, unpack(done))
   runs_ended(k.ended, ended)
+  if flows then
+    for key, n in pairs(flows) do flow_release(k, key, n, action.flow_concurrency > 0) end
+  end
   return n_ended
 end

@@ -21,6 +21,7 @@
 --@include lib/polls.lua
 --@include lib/ids.lua
 --@include lib/offer.lua
+--@include lib/flow.lua
 
 -- A park lasts at most this long; the poller claims again by then.
 local PARK_MAX_MS = 60000
@@ -106,8 +107,9 @@ end
 -- Give ready run `run_id` (its record `run`, PENDING, not in `pending`; `input` its input,
 -- or nil to read it) to a parked poller that may take it now: within max_concurrency and
 -- the rate limit, a poller whose labels match, of another owner than `skip_owner` (nil:
--- any), and whose hand-off channel has a subscriber (one without, gone or reconnecting,
--- loses its park: it claims again when back). `fields`: the parked pollers to look at,
+-- any), within its flow key's concurrency and rate (lib/flow.lua), and whose hand-off
+-- channel has a subscriber (one without, gone or reconnecting, loses its park: it claims
+-- again when back). `fields`: the parked pollers to look at,
 -- when the caller read them (nil: read here). `place`: the run's score in `pending` when
 -- it was taken from there (nil: a new run, given a place if it is offered). True when
 -- handed: the run is saved RUNNING, offered when the park states a window, and the
@@ -119,6 +121,14 @@ local function handoff_give(k, action, run_id, run, input, now, skip_owner, fiel
   if #fields == 0 then return false end
   local room, rate_room = queue_room(k, action, now, 1)
   if room < 1 then return false end
+  if run.fk and k.flows then
+    local counts = flow_counts(k, action.flow_concurrency)
+    if flow_full(counts, run.fk) or (k.flow_rate and flow_wait_until(counts, action, run.fk, now))
+    then
+      return false
+    end
+    k.flow_log = action.flow_rate_max > 0
+  end
   local sent = input
   for _, field in ipairs(fields) do
     local raw = redis.call('HGET', k.polls, field)
@@ -142,7 +152,7 @@ local function handoff_give(k, action, run_id, run, input, now, skip_owner, fiel
         if park.ow then
           -- An offer (lib/offer.lua): the lease ends with the window unless accepted.
           run.of = deadline
-          run.q = place or queue_place(k.meta, run)
+          run.q = place or queue_place(k, run)
           if now + park.ow < deadline then deadline = now + park.ow end
         end
         queue_take(k, run_id, run, park.w, park.o, now, deadline, rate_room ~= nil, token)

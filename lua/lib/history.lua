@@ -18,16 +18,10 @@
   history_note, history_attempt), and writes it with one BITFIELD per call
   (history_save): a batch of a thousand completes is one write.
 ]]
-local HISTORY_MINUTES = 4320
-local HISTORY_HEAD = 8
-local HISTORY_SLOT = 151
-local HISTORY_KEEP_MS = 259260000  -- (4320 + 1) minutes
--- Counter indexes in a slot.
-local HISTORY_COMPLETED = 0
-local HISTORY_FAILED = 1
-local HISTORY_RETRIED = 2
-local HISTORY_PICKUP = 3
-local HISTORY_DURATION = 26
+-- The ring's geometry (KEEP_MS: (4320 + 1) minutes), then the counter indexes in a slot;
+-- one table, not a local each, to keep the Functions library's locals in bounds.
+local HISTORY = {MINUTES = 4320, HEAD = 8, SLOT = 151, KEEP_MS = 259260000,
+  COMPLETED = 0, FAILED = 1, RETRIED = 2, PICKUP = 3, DURATION = 26}
 -- Bucket i (1 .. 21) holds [HISTORY_EDGES[i], HISTORY_EDGES[i + 1]) ms; bucket 0 under
 -- 1 ms, bucket 22 from 10^7 ms (2.8 h) on. (Mirrored in flo_redis/actions/history.py.)
 local HISTORY_EDGES = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000,
@@ -58,15 +52,15 @@ local function history_attempt(noted, run, now)
   if waited < 0 then waited = 0 end
   local ran = now - started
   if ran < 0 then ran = 0 end
-  local p = HISTORY_PICKUP + history_bucket(waited)
-  local d = HISTORY_DURATION + history_bucket(ran)
+  local p = HISTORY.PICKUP + history_bucket(waited)
+  local d = HISTORY.DURATION + history_bucket(ran)
   noted[p] = (noted[p] or 0) + 1
   noted[d] = (noted[d] or 0) + 1
 end
 
 -- The bit offset of minute `minute`'s slot in a ring that starts at `first`.
 local function history_slot_bit(first, minute)
-  return (HISTORY_HEAD + ((minute - first) % HISTORY_MINUTES) * HISTORY_SLOT) * 8
+  return (HISTORY.HEAD + ((minute - first) % HISTORY.MINUTES) * HISTORY.SLOT) * 8
 end
 
 -- Write `noted` into the slot of `now`'s minute in the ring `key`: one BITFIELD (the
@@ -95,7 +89,7 @@ local function history_save(key, now, noted)
       stale = redis.call('BITFIELD', key, 'GET', 'u32', at)[1] ~= minute
     end
     if stale then
-      redis.call('SETRANGE', key, at / 8, string.rep('\0', HISTORY_SLOT))
+      redis.call('SETRANGE', key, at / 8, string.rep('\0', HISTORY.SLOT))
       set(at, minute)
     end
     if minute > last then set('32', minute) end
@@ -107,7 +101,7 @@ local function history_save(key, now, noted)
     j = j + 4
   end
   redis.call('BITFIELD', key, unpack(cmd))
-  if minute ~= last then redis.call('PEXPIRE', key, HISTORY_KEEP_MS) end
+  if minute ~= last then redis.call('PEXPIRE', key, HISTORY.KEEP_MS) end
 end
 
 -- Completed and failed runs in each of the `n` minutes up to `now`'s, oldest first, from
@@ -124,8 +118,8 @@ local function history_recent(key, now, n)
   for m = minute - n + 1, minute do
     local at = history_slot_bit(first, m)
     cmd[j + 1], cmd[j + 2], cmd[j + 3] = 'GET', 'u32', at
-    cmd[j + 4], cmd[j + 5], cmd[j + 6] = 'GET', 'u24', at + 32 + 24 * HISTORY_COMPLETED
-    cmd[j + 7], cmd[j + 8], cmd[j + 9] = 'GET', 'u24', at + 32 + 24 * HISTORY_FAILED
+    cmd[j + 4], cmd[j + 5], cmd[j + 6] = 'GET', 'u24', at + 32 + 24 * HISTORY.COMPLETED
+    cmd[j + 7], cmd[j + 8], cmd[j + 9] = 'GET', 'u24', at + 32 + 24 * HISTORY.FAILED
     j = j + 9
   end
   local v = redis.call('BITFIELD_RO', key, unpack(cmd))

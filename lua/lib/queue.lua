@@ -10,17 +10,19 @@
 --@include lib/num.lua
 --@include lib/ids.lua
 --@include lib/offer.lua
+--@include lib/flow.lua
 
 -- A new place in the queue for `run`: its score in `pending`, after every run of a lower
 -- priority value and after those of its own queued before it (its priority `p`,
--- default 0, stays with it).
-local function queue_place(meta_key, run)
-  return priority_score(run.p or 0, redis.call('HINCRBY', meta_key, 'qseq', '1'))
+-- default 0, stays with it); a run placed fairly (`fw`), in its key's turn (lib/flow.lua).
+local function queue_place(k, run)
+  if run.fw and k.flow_vt then return flow_place(k, run.fk, run.fw, run.p or 0) end
+  return priority_score(run.p or 0, redis.call('HINCRBY', k.meta, 'qseq', '1'))
 end
 
 -- Queue `run` as ready to claim, at a new place (queue_place).
-local function queue_push(meta_key, pending_key, run_id, run)
-  redis.call('ZADD', pending_key, num_arg(queue_place(meta_key, run)), run_id)
+local function queue_push(k, run_id, run)
+  redis.call('ZADD', k.pending, num_arg(queue_place(k, run)), run_id)
 end
 
 -- How many of `want` runs may start now: at most the action's max_concurrency minus its
@@ -90,6 +92,7 @@ local function queue_take_many(k, ids, runs, worker_id, owner, now, deadline, lo
   redis.call('HSET', k.runs, unpack(records))
   redis.call('ZADD', k.leases, unpack(leases))
   if rate then redis.call('ZADD', k.rate, unpack(rate)) end
+  flow_started(k, runs, now)
 end
 
 -- queue_take_many of one run (`token`: its token, when the caller took it already).
@@ -101,7 +104,8 @@ end
 -- (`k.noted`: lib/tally.lua). Returns 1 when it is ready now (the caller should wake
 -- pollers), 0 when it waits in `delayed`.
 local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
-  history_note(k.noted, HISTORY_RETRIED, 1)
+  history_note(k.noted, HISTORY.RETRIED, 1)
+  flow_release(k, run.fk)
   run.s = RUN_PENDING
   run.st = nil
   offer_forget(run)
@@ -114,7 +118,7 @@ local function queue_retry(k, run_id, run, now, backoff_base, backoff_cap)
     redis.call('ZADD', k.delayed, now + delay, run_id)
     return 0
   end
-  queue_push(k.meta, k.pending, run_id, run)
+  queue_push(k, run_id, run)
   return 1
 end
 
@@ -122,6 +126,7 @@ end
 -- re-queueable); waiters on `k.ended` are told. A failure is noted in `k.noted`
 -- (lib/tally.lua); a cancel is no failure per minute.
 local function queue_bury(k, run_id, run, now, status)
+  if run.s == RUN_RUNNING then flow_release(k, run.fk) end
   run.s = status
   run.ct = now
   offer_forget(run)
@@ -131,7 +136,7 @@ local function queue_bury(k, run_id, run, now, status)
   redis.call('ZADD', k.failed, now, run_id)
   run_ended(k.ended, run_id)
   if status == RUN_TIMED_OUT then redis.call('HINCRBY', k.meta, TALLY_TIMED_OUT, 1) end
-  if status ~= RUN_CANCELLED then history_note(k.noted, HISTORY_FAILED, 1) end
+  if status ~= RUN_CANCELLED then history_note(k.noted, HISTORY.FAILED, 1) end
 end
 
 -- Give a buried run (FAILED, TIMED_OUT or CANCELLED) a fresh set of attempts: its record
@@ -157,6 +162,7 @@ end
 -- hand-out gets a new one.
 local function queue_unoffer(k, run_id, run)
   local place, returns = run.q, (run.ox or 0) + 1
+  flow_release(k, run.fk)
   run.s = RUN_PENDING
   run.a = run.a - 1
   run.st = nil
@@ -169,7 +175,7 @@ local function queue_unoffer(k, run_id, run)
   if place then
     redis.call('ZADD', k.pending, num_arg(place), run_id)
   else
-    queue_push(k.meta, k.pending, run_id, run)
+    queue_push(k, run_id, run)
   end
 end
 
@@ -219,7 +225,7 @@ local function queue_promote(k, now, limit)
   local ids = redis.call('ZRANGE', k.delayed, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
   for _, run_id in ipairs(ids) do
     redis.call('ZREM', k.delayed, run_id)
-    queue_push(k.meta, k.pending, run_id, run_load(k.runs, run_id) or {})
+    queue_push(k, run_id, run_load(k.runs, run_id) or {})
   end
   return #ids
 end

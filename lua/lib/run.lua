@@ -7,6 +7,7 @@
   rd ready ms: when the run last became (or, delayed, becomes) ready to claim; absent
   means its created time (a claim reports claimed minus ready as the pickup latency);
   pg / pt the last progress value its handler reported and when (run_progress),
+  fk the run's flow key and fw its step in virtual time when placed fairly (lib/flow.lua),
   tr the producer's trace context (a msgpack map of W3C trace headers, opaque here; absent
   when the invoke carried none), handed to the worker with each claim.
   A record the scripts cannot compute with (it does not decode, or a field they add,
@@ -51,6 +52,10 @@ local function run_check(run)
       or (ik and type(ik) ~= 'string') or (lb and type(lb) ~= 'table') then
     return 'not a run record: owner, trace, idempotency key or labels not of its type'
   end
+  local fk, fw = run.fk, run.fw
+  if (fk and type(fk) ~= 'string') or (fw and type(fw) ~= 'number') then
+    return 'not a run record: flow key or flow step not of its type'
+  end
   return 'not a run record: a number in it is not a number (NaN)'
 end
 
@@ -78,7 +83,8 @@ local function run_unpack_from(raws, runs, from)
           and (t == nil or t <= 2^1024) and (p == nil or p <= 2^1024)
           and (rd == nil or rd <= 2^1024) and (st == nil or st <= 2^1024)
           and (o == nil or o >= '') and (tr == nil or tr >= '') and (ik == nil or ik >= '')
-          and (lb == nil or type(lb) == 'table')) then
+          and (lb == nil or type(lb) == 'table')
+          and (run.fk == nil or (run.fk >= '' and (run.fw == nil or run.fw <= 2^1024)))) then
         return i
       end
       runs[i] = run

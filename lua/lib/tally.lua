@@ -17,7 +17,7 @@ local TALLY_TOTAL = {c = 'n:completed', f = 'n:failed'}
 -- the history (one BITFIELD); then nothing is noted.
 local function tally_save(k, now)
   local noted = k.noted
-  local completed, failed = noted[HISTORY_COMPLETED], noted[HISTORY_FAILED]
+  local completed, failed = noted[HISTORY.COMPLETED], noted[HISTORY.FAILED]
   if completed then redis.call('HINCRBY', k.meta, TALLY_TOTAL.c, completed) end
   if failed then redis.call('HINCRBY', k.meta, TALLY_TOTAL.f, failed) end
   history_save(k.history, now, noted)

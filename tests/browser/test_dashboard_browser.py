@@ -20,7 +20,15 @@ from urllib.parse import urlencode
 
 from polling import eventually
 
-from flo_redis import ActionContext, ActionRegisterOptions, FloClient, RunStatus
+from flo_redis import (
+    ActionContext,
+    ActionInvokeOptions,
+    ActionRegisterOptions,
+    FloClient,
+    FlowControl,
+    RunStatus,
+    WorkerAwaitOptions,
+)
 from flo_redis.dashboard import RunningDashboard, start_dashboard
 from flo_redis.types import StreamGroupJoinOptions, StreamGroupNackOptions, StreamGroupReadOptions
 
@@ -203,3 +211,26 @@ async def test_an_operator_sees_a_runs_progress_and_cancels_it(
     finally:
         worker.stop()
         await asyncio.wait_for(task, 30)
+
+
+async def test_an_operator_sees_the_busiest_flow_keys_of_an_action(
+    client: FloClient, chromium: object, shots: Path
+) -> None:
+    flow = FlowControl(concurrency=2, fair=True)
+    await client.action.register("resize", options=ActionRegisterOptions(flow=flow))
+    await client.worker.register("w1", ["resize"])
+    for key, n in (("tenant-big", 40), ("tenant-small", 1)):
+        opts = ActionInvokeOptions(flow_key=key)
+        await client.action.invoke_many("resize", [b""] * n, opts)
+    await client.worker.await_tasks("w1", ["resize"], 50, WorkerAwaitOptions(block_ms=0))
+    async with dashboard(client) as dash:
+        context = await chromium.new_context()  # type: ignore[attr-defined]
+        page = await context.new_page()
+        await page.goto(dash.url + "action?" + urlencode({"name": "resize"}))
+        table = page.locator("section.flow-keys table")
+        big = table.locator("tr", has=page.get_by_text("tenant-big", exact=True))
+        cells = [await big.locator("td").nth(i).inner_text() for i in range(4)]
+        assert cells == ["tenant-big", "0", "2", "38"]  # running 2 (its limit), 38 held
+        assert await table.locator("tr", has=page.get_by_text("tenant-small")).count() == 1
+        await page.screenshot(path=str(shots / "dashboard-flow-keys.png"), full_page=True)
+        await context.close()

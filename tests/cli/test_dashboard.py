@@ -15,7 +15,15 @@ import aiohttp
 import pytest
 from dashboard_pages import TOKEN, get, logged_in, parsed, post
 
-from flo_redis import ActionInvokeOptions, ActionRegisterOptions, FloClient, RunStatus, WorkerStatus
+from flo_redis import (
+    ActionInvokeOptions,
+    ActionRegisterOptions,
+    FloClient,
+    FlowControl,
+    RunStatus,
+    WorkerAwaitOptions,
+    WorkerStatus,
+)
 from flo_redis.dashboard import RunningDashboard, start_dashboard
 from flo_redis.dashboard.guard import local_path
 from flo_redis.dashboard.sparkline import sparkline
@@ -442,3 +450,24 @@ async def test_a_path_that_looks_like_another_site_never_links_there(
     assert status == 404
     hrefs = re.findall(r'href="([^"]*)"', body)
     assert hrefs and not any("evil.example" in href for href in hrefs)
+
+
+async def test_the_action_page_shows_its_busiest_flow_keys(
+    client: FloClient, read_only: RunningDashboard
+) -> None:
+    flow = FlowControl(concurrency=1)
+    await client.action.register("keyed", options=ActionRegisterOptions(flow=flow))
+    await client.worker.register("w1", ["keyed"])
+    for key in ("tenant-big", "tenant-big", "tenant-big", "tenant-small"):
+        await client.action.invoke("keyed", b"", ActionInvokeOptions(flow_key=key))
+    await client.worker.await_tasks("w1", ["keyed"], 10, WorkerAwaitOptions(block_ms=0))
+    async with aiohttp.ClientSession() as browser:
+        status, body = await get(browser, read_only.url + "action?name=keyed")
+        assert status == 200
+        tags, text = parsed(body)
+        assert "table" in tags
+        assert "Busiest flow keys" in text and "tenant-big" in text and "tenant-small" in text
+        # An action whose runs name no key shows no such table.
+        await client.action.register("plain")
+        status, body = await get(browser, read_only.url + "action?name=plain")
+        assert status == 200 and "Busiest flow keys" not in body

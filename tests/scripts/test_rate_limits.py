@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from polling import eventually
+from windows import most_in_any_window
 
 from flo_redis import (
     ActionRegisterOptions,
@@ -27,17 +28,6 @@ from flo_redis.actions.claims import claim
 
 HERE = Path(__file__).resolve().parents[1] / "support"
 NOW = WorkerAwaitOptions(block_ms=0)
-
-
-def most_in_any_window(starts: list[int], per_ms: int) -> int:
-    """The most starts within any half-open window [t, t + per_ms)."""
-    starts = sorted(starts)
-    most, j = 0, 0
-    for i, t in enumerate(starts):
-        while starts[j] <= t - per_ms:
-            j += 1
-        most = max(most, i - j + 1)
-    return most
 
 
 @contextmanager

@@ -72,6 +72,7 @@ TEXT = {
     "consumer", "name", "after_id", "expected_owner", "inputs", "owner",
     "worker_list.after",  # a worker id, where stream_trim's `after` is a stream id
     "attempt_id",
+    "flow_key",  # a tenant, a customer: any text but NUL (refused BAD_ARG, with a length)
     "record", "why",  # a record set aside (opaque bytes), and why it was
     "text",  # the piece of an error message a search looks for
 }  # fmt: skip
@@ -146,6 +147,7 @@ async def _workload(c: FloClient) -> None:
     await act.find("job", "boom")
     await held_runs(c.session, (await c.worker.list()).workers)
     await act.history("job", since="5m")
+    await act.flow_keys("job")
     await act.reap("job")
     await reclaim_owners(c.session, "job", ["someone"])
     await act.requeue_failed("job")

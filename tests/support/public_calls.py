@@ -87,7 +87,7 @@ async def valid(client: FloClient) -> AsyncIterator[dict[str, Any]]:
         "expected_owner": "someone", "slot": slot, "action_type": 0,
         "cron_or_interval": "*/5 * * * *", "input": b"x", "timezone": "UTC", "missed": "once",
         "on_progress": None, "durability": None, "idempotency_key": None, "query": "e",
-        "scan": 10, "since": "6h", "detail": True,
+        "scan": 10, "since": "6h", "detail": True, "sample": 10,
     }  # fmt: skip
 
 

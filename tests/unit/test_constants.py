@@ -25,7 +25,7 @@ from flo_redis import (
 from flo_redis._session import liveness_stats, reclaim
 from flo_redis._wire import checks, keys, stream_codec
 from flo_redis._wire.status import Status
-from flo_redis.actions import concurrency, history, inspect, reports
+from flo_redis.actions import action_settings, concurrency, history, inspect, reports
 from flo_redis.actions import operations as actions
 from flo_redis.queue import operations as queue
 from flo_redis.streams import groups
@@ -34,13 +34,22 @@ from flo_redis.worker import progress
 
 LUA = Path(__file__).resolve().parents[2] / "lua"
 _CONSTANT = re.compile(r"^local ([A-Z][A-Z0-9_]*) = (-?\d+|'[^']*')", re.MULTILINE)
+# A table of constants (``local FLOW = {STEP = 1000, ...}``): its fields read as FLOW_STEP.
+_TABLE = re.compile(r"^local ([A-Z][A-Z0-9_]*) = \{([^}]*)\}", re.MULTILINE)
+_FIELD = re.compile(r"\b([A-Z][A-Z0-9_]*) = (-?\d+|'[^']*')")
 
 
 def lua_constants() -> dict[tuple[str, str], int | str]:
     """(file relative to lua/, NAME) -> value."""
     found: dict[tuple[str, str], int | str] = {}
     for path in sorted(LUA.rglob("*.lua")):
-        for name, raw in _CONSTANT.findall(path.read_text()):
+        text = path.read_text()
+        pairs = _CONSTANT.findall(text) + [
+            (f"{table}_{name}", raw)
+            for table, fields in _TABLE.findall(text)
+            for name, raw in _FIELD.findall(fields)
+        ]
+        for name, raw in pairs:
             value: int | str = raw[1:-1] if raw.startswith("'") else int(raw)
             found[(str(path.relative_to(LUA)), name)] = value
     return found
@@ -58,6 +67,16 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
     ("lib/history.lua", "HISTORY_RETRIED"): [(history.RETRIED, "history.RETRIED")],
     ("lib/history.lua", "HISTORY_PICKUP"): [(history.PICKUP, "history.PICKUP")],
     ("lib/history.lua", "HISTORY_DURATION"): [(history.DURATION, "history.DURATION")],
+    ("lib/flow.lua", "FLOW_DEDUP"): [(action_settings.FLOW_DEDUP, "action_settings.FLOW_DEDUP")],
+    ("lib/flow.lua", "FLOW_THROTTLE"): [
+        (action_settings.FLOW_THROTTLE, "action_settings.FLOW_THROTTLE"),
+    ],
+    ("lib/flow.lua", "FLOW_DEBOUNCE"): [
+        (action_settings.FLOW_DEBOUNCE, "action_settings.FLOW_DEBOUNCE"),
+    ],
+    ("lib/flow.lua", "FLOW_STEP"): [
+        (action_settings.MAX_FLOW_WEIGHT, "action_settings.MAX_FLOW_WEIGHT"),
+    ],
     ("lib/stream.lua", "GROUP_ACK_TIMEOUT_MS"): [
         (groups.DEFAULT_ACK_TIMEOUT_MS, "stream_groups.DEFAULT_ACK_TIMEOUT_MS"),
     ],
@@ -148,6 +167,9 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/owners.lua", "OWNED_SEP"): "separator inside the owner index",
     ("lib/handoff.lua", "PARK_MAX_MS"): "a park's longest life; the poller claims again anyway",
     ("lib/handoff.lua", "HANDOFF_SCAN"): "parked pollers one hand-off looks at",
+    ("lib/flow.lua", "FLOW_SWEEP"): "idle keys' virtual times one sweep forgets",
+    ("lib/flow.lua", "FLOW_HELD_SCAN"): "held runs one release or walk looks at",
+    ("lib/flow.lua", "FLOW_ONCE_RECHECK_MS"): "how soon the reaper looks again at a live dedup",
     ("lib/handoff.lua", "HANDOFF_INPUT_MAX"): "larger inputs are fetched by the claim",
     ("lib/handoff.lua", "HANDOFF_BATCH"): "runs one script hands from the queue's head",
     ("lib/handoff.lua", "PARK_FORGET_BATCH"): "expired parks dropped per claim",

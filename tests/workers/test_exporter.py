@@ -10,9 +10,9 @@ from exporter_scrape import sample as get
 from exporter_scrape import scrape, serving
 from histories import history, streams_history
 
-from flo_redis import FloClient
+from flo_redis import ActionInvokeOptions, ActionRegisterOptions, FloClient, FlowControl
 from flo_redis.ops.discovery import overview
-from flo_redis.ops.exporter import families
+from flo_redis.ops.exporter import FLOW_TOP, families
 
 pytestmark = pytest.mark.slow  # the exporter as a process
 
@@ -66,3 +66,19 @@ async def test_metric_names_follow_prometheus_conventions(client: FloClient) -> 
             assert not family.name.endswith("_total")  # the exposition adds it
         for sample in family.samples:
             assert set(sample.labels) >= {"namespace"}
+
+
+async def test_a_scrape_shows_the_busiest_flow_keys_only(client: FloClient, redis_url: str) -> None:
+    flow = FlowControl(concurrency=1)
+    await client.action.register("keyed", options=ActionRegisterOptions(flow=flow))
+    await client.action.invoke("keyed", b"", ActionInvokeOptions(flow_key="big"))
+    await client.action.invoke("keyed", b"", ActionInvokeOptions(flow_key="big"))
+    for i in range(FLOW_TOP + 5):  # more keys than get series
+        await client.action.invoke("keyed", b"", ActionInvokeOptions(flow_key=f"k{i:02}"))
+    ns = client.namespace
+    async with serving(redis_url, ns) as url:
+        samples = await asyncio.to_thread(scrape, url)
+    labels = {"namespace": ns, "action": "keyed", "key": "big"}
+    assert get(samples, "flo_redis_flow_key_runs", state="waiting", **labels) == 2
+    keys = {dict(labels)["key"] for name, labels in samples if name == "flo_redis_flow_key_runs"}
+    assert len(keys) == FLOW_TOP and "big" in keys
