@@ -214,7 +214,7 @@ async def test_an_operator_sees_a_runs_progress_and_cancels_it(
 
 
 async def test_an_operator_sees_the_busiest_flow_keys_of_an_action(
-    client: FloClient, chromium: object, shots: Path
+    client: FloClient, browser: object, shots: Path
 ) -> None:
     flow = FlowControl(concurrency=2, fair=True)
     await client.action.register("resize", options=ActionRegisterOptions(flow=flow))
@@ -224,7 +224,7 @@ async def test_an_operator_sees_the_busiest_flow_keys_of_an_action(
         await client.action.invoke_many("resize", [b""] * n, opts)
     await client.worker.await_tasks("w1", ["resize"], 50, WorkerAwaitOptions(block_ms=0))
     async with dashboard(client) as dash:
-        context = await chromium.new_context()  # type: ignore[attr-defined]
+        context = await browser.new_context()  # type: ignore[attr-defined]
         page = await context.new_page()
         await page.goto(dash.url + "action?" + urlencode({"name": "resize"}))
         table = page.locator("section.flow-keys table")
