@@ -35,10 +35,78 @@ class RedisServerNotFound(FileNotFoundError):
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now, kept for this process.
+
+    Every process that takes its ports here holds a lock on each one it took (a file in
+    ``flo-redis-ports`` under the temporary folder) for as long as it lives, so no two
+    such processes share a port: a server stopped and started again on its port (a
+    restart, a killed primary coming back as a replica) finds it still its own, even with
+    other test processes starting servers beside it."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _held_ports and _hold(port):
+            return port
+    raise RuntimeError("no free port found on 127.0.0.1 that no other process holds")
+
+
+#: The ports this process took, each with the open file of its lock.
+_held_ports: dict[int, int] = {}
+
+
+def _hold(port: int) -> bool:
+    """Lock ``port`` for this process; False when another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # no POSIX locks: the port is only free now
+        _held_ports[port] = -1
+        return True
+    folder = Path(tempfile.gettempdir()) / "flo-redis-ports"
+    folder.mkdir(exist_ok=True)
+    fd = os.open(folder / str(port), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _held_ports[port] = fd
+    return True
+
+
+def _answering_pid(port: int) -> int | None:
+    """The pid of the server answering PING on ``port`` (from ``INFO server``), 0 when
+    it wants a password first, None while nothing answers or it is still loading."""
+    with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+        s.sendall(b"PING\r\nINFO server\r\n")
+        reply = b""
+        while not _two_replies(reply):
+            chunk = s.recv(65536)
+            if not chunk:
+                return None
+            reply += chunk
+    if reply.startswith(b"-NOAUTH"):  # a server with a password answers too
+        return 0
+    if not reply.startswith(b"+PONG"):  # -LOADING, or not a Redis
+        return None
+    for line in reply.split(b"\r\n"):
+        if line.startswith(b"process_id:"):
+            return int(line.split(b":", 1)[1])
+    return None
+
+
+def _two_replies(data: bytes) -> bool:
+    """``data`` holds a whole simple reply and, after it, a whole simple or bulk one."""
+    first = data.find(b"\r\n")
+    if first < 0:
+        return False
+    rest = data[first + 2 :]
+    head = rest.find(b"\r\n")
+    if head < 0:
+        return False
+    if not rest.startswith(b"$"):
+        return True
+    return len(rest) >= head + 2 + int(rest[1:head]) + 2
 
 
 def valkey_server_path() -> str | None:
@@ -89,7 +157,8 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}"
 
     def start(self) -> RedisServer:
-        """Start it and wait until it answers PING; RuntimeError if it does not."""
+        """Start it and wait until it answers PING itself (the pid ``INFO`` gives is its
+        own) with its data loaded; RuntimeError if it does not."""
         if self.binary is None:
             self.binary = redis_server_path()
         args = [
@@ -109,21 +178,34 @@ class RedisServer:
             if self.process.poll() is not None:
                 err = self.process.stderr.read().decode() if self.process.stderr else ""
                 self.stop()
-                raise RuntimeError(f"{self.binary} exited at start: {err}")
+                raise RuntimeError(f"{self.binary} exited at start: {err}{self._log_tail()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    # A server with a password answers too, that it wants one.
-                    if s.recv(64).startswith((b"+PONG", b"-NOAUTH")):
-                        return self
+                answering = _answering_pid(self.port)
             except OSError:
-                pass
+                answering = None
+            # Another server on the port answers too, until this one fails to bind it.
+            if answering == self.process.pid or (answering == 0 and self._ready_in_log()):
+                return self
             time.sleep(0.02)
         self.stop(signal.SIGKILL)  # started but never answering: nothing is left running
         raise RuntimeError(
             f"{self.binary} on port {self.port} did not answer PING within "
             f"{START_TIMEOUT_S:g} s; its log: {self.workdir / 'redis.log'}"
         )
+
+    def _log_tail(self) -> str:
+        try:
+            lines = (self.workdir / "redis.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(["", "its log ends:", *lines[-5:]])
+
+    def _ready_in_log(self) -> bool:
+        """The log says this server listens (for one that wants a password before INFO)."""
+        try:
+            return b"Ready to accept connections" in (self.workdir / "redis.log").read_bytes()
+        except OSError:
+            return False
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the process (its data folder stays, so :meth:`start` can resume it)."""
