@@ -46,6 +46,8 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # formatted where it was raised (a handler process)
+            line["exc"] = record.exc_text
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
         return json.dumps(line, default=str)

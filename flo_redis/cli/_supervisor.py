@@ -5,6 +5,7 @@ command with ``--processes 1``, in its own process group (a Ctrl-C in the termin
 the supervisor only, which passes each signal on once, so "first signal stops, second
 aborts" holds for the children too). A child that dies is started again after a pause that
 doubles while it keeps dying young (0.5 s up to 30 s), so a crash loop never spins.
+SIGHUP is passed on to every child (each reloads its handler processes).
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ class Supervisor:
         """Supervise until a signal and every child has exited; 0 if all exited 0."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGHUP, lambda _sig, _frame: self._send(signal.SIGHUP))
         for child in self.children:
             self._start(child)
         while not self.signals:

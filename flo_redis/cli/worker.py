@@ -1,5 +1,6 @@
 """``flo-redis worker MODULE:ATTR ...``: run workers until a signal, then stop cleanly.
 
+SIGHUP reloads the handler processes of ``--executor process`` (flo_redis.cli._executor).
 First SIGTERM/SIGINT: stop claiming, let running handlers finish and send their results,
 exit 0. At ``--shutdown-timeout`` or on a second signal: cancel running handlers and give
 their runs back without spending the attempt, then exit. ``--processes N`` runs N such
@@ -28,7 +29,7 @@ from typing import Any
 import click
 
 from flo_redis._session.endpoint import redact
-from flo_redis.cli import _supervisor, _targets
+from flo_redis.cli import _executor, _supervisor, _targets
 from flo_redis.cli._logging import LOG_FORMATS, LOG_LEVELS, setup_logging
 from flo_redis.cli._options import (
     DurabilityParam,
@@ -163,6 +164,7 @@ async def serve(found: Sequence[tuple[str, object]], params: dict[str, Any]) -> 
                 worker.config.concurrency = params["concurrency"]
             if params["durability"] is not None:
                 worker.config.durability = params["durability"]
+        _executor.apply(workers, params)
         _freeze_start_up()
         return await _run(workers, client, params)
     finally:
@@ -184,6 +186,8 @@ async def _run(workers: list[_targets.Worker], client: FloClient, params: dict[s
     shutdown = _Shutdown(workers, params["shutdown_timeout"])
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, shutdown.signal, sig.name)
+    reloads = _executor.Reloads(workers)
+    loop.add_signal_handler(signal.SIGHUP, reloads.signal)
     process = WorkerProcess(
         client,
         workers,
@@ -243,6 +247,7 @@ async def _run(workers: list[_targets.Worker], client: FloClient, params: dict[s
                     await _deregister(running[task], client)
     finally:
         aborting.cancel()
+        await reloads.close()
         for helper in helpers:
             helper.cancel()
         outcomes = await asyncio.gather(*helpers, return_exceptions=True)
@@ -307,11 +312,13 @@ def add_sidecar(sidecar: Sidecar, *options: click.Option, check: ParamsCheck | N
     type=click.IntRange(1, MAX_PROCESSES),
     default=1,
 )
+@_executor.options
 @click.argument("targets", metavar="MODULE:ATTR...", nargs=-1, required=True)
 @click.pass_context
 def worker_command(ctx: click.Context, /, targets: tuple[str, ...], **params: Any) -> None:
     """Run the workers MODULE:ATTR names: an ActionWorker, a StreamWorker, or a function
     (plain or async) that builds one from a FloClient. Several run in one process."""
+    _executor.check(params)
     for check in _CHECKS:
         check(params)
     setup_logging(params["log_level"], params["log_format"])

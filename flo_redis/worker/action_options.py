@@ -3,13 +3,14 @@ when the worker starts."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from flo_redis._wire.checks import check_count, check_seconds
-from flo_redis.durability import Durability, worker_durability
+from flo_redis.durability import Durability
 from flo_redis.errors import ValidationError
 from flo_redis.types import DEFAULT_WORKER_BLOCK_MS
-from flo_redis.worker.lifecycle import worker_block_ms
+from flo_redis.worker.lifecycle import CheckedConfig
 
 #: How long a run handed to an idle worker waits for its accept by default, and the
 #: bounds of ``offer_window_ms`` (a park lasts at most a minute).
@@ -18,8 +19,54 @@ MIN_OFFER_WINDOW_MS = 100
 MAX_OFFER_WINDOW_MS = 60_000
 
 
+#: The most children one ProcessExecutor starts, and the highest memory limit (1 TiB).
+MAX_CHILDREN = 1024
+MAX_MEMORY_LIMIT_MB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ProcessExecutor:
+    """Run an :class:`ActionWorker`'s plain ``def`` handlers in ``size`` pre-started child
+    processes (None: the worker's concurrency), one run at a time each, instead of its
+    threads: a time limit, a cancel or a lost lease stops them for sure
+    (:class:`~flo_redis.worker.HandlerInterrupted` raised in the handler, then the child
+    killed ``grace_s`` later if it goes on), a crash fails only its own run, and their
+    CPU never holds up the worker's event loop. A child is replaced after
+    ``max_runs_per_child`` runs (0: never) and when it uses more than
+    ``memory_limit_mb`` of resident memory (0: no limit; its run fails saying so). A
+    child must answer within ``start_timeout_s`` of its start. Handlers must be
+    module-level functions (a child imports them by name); ``async def`` handlers stay
+    on the worker's event loop. Linux and other POSIX systems; the memory limit reads
+    ``/proc``, so Linux only."""
+
+    size: int | None = None
+    max_runs_per_child: int = 0
+    memory_limit_mb: int = 0
+    grace_s: float = 1.0
+    start_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.size is not None:
+            check_count("ProcessExecutor.size", self.size, 1, MAX_CHILDREN)
+        check_count("ProcessExecutor.max_runs_per_child", self.max_runs_per_child, 0)
+        check_count("ProcessExecutor.memory_limit_mb", self.memory_limit_mb, 0, MAX_MEMORY_LIMIT_MB)
+        check_seconds("ProcessExecutor.grace_s", self.grace_s, 3600.0)
+        check_seconds("ProcessExecutor.start_timeout_s", self.start_timeout_s, 3600.0)
+        if self.memory_limit_mb and not sys.platform.startswith("linux"):
+            raise ValidationError(
+                "ProcessExecutor.memory_limit_mb reads each child's memory from /proc, "
+                f"which {sys.platform} has not; leave it 0 there"
+            )
+
+
+def check_executor(executor: object) -> None:
+    """A worker's ``executor``: a :class:`ProcessExecutor` or None."""
+    if executor is not None and not isinstance(executor, ProcessExecutor):
+        raise ValidationError(f"executor must be a ProcessExecutor or None, got {executor!r}")
+
+
 @dataclass
-class ActionWorkerOptions:
+class ActionWorkerOptions(CheckedConfig):
     """An ActionWorker's settings. ``block_ms`` 0/None means 30000; above 300000 is
     refused with :class:`BlockTooLongError`. ``tune_gc``: while the worker runs, the
     garbage collector's young generation holds what its runs in flight keep alive
@@ -29,7 +76,9 @@ class ActionWorkerOptions:
     within this long (the worker accepts it as its handler starts), or it goes back to
     the head of its queue unspent, for a live worker (a frozen process, a half-open
     connection; ``lua/README.md``, "Hand-off"). ``durability``: the level of the worker's
-    reports (completes and fails; :mod:`flo_redis.durability`), None: its client's."""
+    reports (completes and fails; :mod:`flo_redis.durability`), None: its client's.
+    ``executor``: a :class:`ProcessExecutor` runs the worker's plain ``def`` handlers in
+    child processes; None runs them in its threads."""
 
     worker_id: str = ""
     concurrency: int = 10
@@ -39,15 +88,12 @@ class ActionWorkerOptions:
     tune_gc: bool = True
     offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS
     durability: Durability | None = None
-
-    def __post_init__(self) -> None:
-        self.check()
+    executor: ProcessExecutor | None = None
 
     def check(self) -> None:
         """Refuse a bad setting (:class:`ValidationError` naming it): when made, and again
         when the worker starts, so a setting changed in between is checked where used."""
-        self.block_ms = worker_block_ms(self.block_ms)
-        self.durability = worker_durability(self.durability)
+        super().check()
         check_count("concurrency", self.concurrency, 1)
         check_seconds("action_timeout", self.action_timeout)
         check_count(
@@ -57,9 +103,10 @@ class ActionWorkerOptions:
             MAX_OFFER_WINDOW_MS,
             fix="it needs only to outlast a round trip to Redis; 1000, the default, suits most",
         )
+        check_executor(self.executor)
         for flag in ("auto_touch", "tune_gc"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValidationError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
 
 
-__all__ = ["DEFAULT_OFFER_WINDOW_MS", "ActionWorkerOptions"]
+__all__ = ["DEFAULT_OFFER_WINDOW_MS", "ActionWorkerOptions", "ProcessExecutor", "check_executor"]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from polling import eventually
 
-from flo_redis.worker.handlers import INLINE, INLINE_S, HandlerSlots
+from flo_redis.worker.slots import INLINE, INLINE_S, HandlerSlots
 
 _SEEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("seen", default=None)
 
