@@ -31,6 +31,8 @@
   KEYS[21] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
   KEYS[22] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
   KEYS[23] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
+  KEYS[24] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
+  KEYS[25] nudge   CHANNEL  sharded channel telling forwarders the outbox has a message (lib/graph.lua)
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
@@ -80,7 +82,7 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   ended = ended_channel(KEYS[13]), rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16],
   wake = KEYS[17], quarantine = KEYS[18], history = KEYS[19],
   flows = KEYS[20], flow_held = KEYS[21], flow_vt = KEYS[22], flow_rate = KEYS[23],
-  aside = {}, noted = {}}
+  aside = {}, noted = {}, outbox = KEYS[24], nudge = KEYS[25]}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]

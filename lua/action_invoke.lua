@@ -21,6 +21,10 @@
   KEYS[18] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
   KEYS[19] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
   KEYS[20] flow_once ZSET  flow key -> ms its last run is looked at again (lib/flow.lua)
+  KEYS[21] waiting  ZSET  run_id -> created ms: runs waiting for their parents (lib/graph.lua)
+  KEYS[22] graph  HASH  dependency states (lib/graph.lua)
+  KEYS[23] graph_idx  ZSET  dependency index, by name (lib/graph.lua)
+  KEYS[24] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] input       payload bytes
   ARGV[3] labels      msgpack map of type-tagged labels, or ''
@@ -31,6 +35,12 @@
   ARGV[8] trace       the producer's packed trace context (run field tr), or '' for none
   ARGV[9] flow_key    the run's flow key (lib/flow.lua; run field fk), or '' for none: at
                       most 255 bytes, no NUL
+  ARGV[10] deps     msgpack array: parent run id, policy ('f' fail, 'i' ignore, 'r' run
+                    anyway) of each parent the run waits for (lib/graph.lua), at most
+                    10000 parents, none twice, no NUL in an id; '' for none. Not with a
+                    flow key.
+  ARGV[11] batch    the id of the batch the run is a member of (lib/batch.lua), or '':
+                    1 .. 255 bytes, no NUL
   With a flow key, an action's dedup, throttle or debounce (lib/flow.lua, flow_once)
   may answer with the key's last run instead (existing 1).
   Returns {status, run_id, existing, handed}   status: OK | NO_ACTION | TOO_LARGE (then
@@ -49,7 +59,7 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   pending = KEYS[5], delayed = KEYS[6], idempotency = KEYS[7], wake = KEYS[8], parked = KEYS[9],
   polls = KEYS[10], poll_times = KEYS[11], owners = KEYS[12], owned = KEYS[13], leases = KEYS[14],
   rate = KEYS[15], flows = KEYS[16], flow_vt = KEYS[17], flow_held = KEYS[18], flow_rate = KEYS[19],
-  flow_once = KEYS[20]}
+  flow_once = KEYS[20], waiting = KEYS[21], graph = KEYS[22], graph_idx = KEYS[23], outbox = KEYS[24]}
 local id_prefix = ARGV[1]
 local input = ARGV[2]
 local labels = ARGV[3]
@@ -66,6 +76,19 @@ if not delay_ms then return {ST_BAD_ARG, 4} end
 if not run_at_ms then return {ST_BAD_ARG, 5} end
 if not priority then return {ST_BAD_ARG, 7} end
 if #flow_key > 255 or string.find(flow_key, '\0', 1, true) then return {ST_BAD_ARG, 9} end
+local deps = ARGV[10]
+local batch = ARGV[11]
+if deps == '' then
+  deps = nil
+else
+  deps = graph_deps(deps)
+  if not deps or flow_key ~= '' then return {ST_BAD_ARG, 10} end
+end
+if batch == '' then
+  batch = nil
+elseif #batch > 255 or string.find(batch, '\0', 1, true) then
+  return {ST_BAD_ARG, 11}
+end
 
 local action = action_load_lean(k.definition)
 if not action then return {ST_NO_ACTION} end
@@ -100,6 +123,6 @@ if once > 0 then
   if once == FLOW.DEBOUNCE and now + once_ms > due then due = now + once_ms end
 end
 local run_id, handed = invoke_run(k, action, id_prefix, input, labels, now, due, idem_key,
-  priority, trace, flow_key, flow)
+  priority, trace, flow_key, flow, deps, batch)
 if once > 0 then flow_once_record(k, once, once_ms, flow_key, run_id, now, due) end
 return {ST_OK, run_id, 0, handed and 1 or 0}

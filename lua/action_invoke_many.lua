@@ -18,6 +18,10 @@
   KEYS[14] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
   KEYS[15] flow_vt ZSET  flow key -> virtual time of its last run placed fairly (lib/flow.lua)
   KEYS[16] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
+  KEYS[17] waiting  ZSET  run_id -> created ms: runs waiting for their parents (lib/graph.lua)
+  KEYS[18] graph  HASH  dependency states (lib/graph.lua)
+  KEYS[19] graph_idx  ZSET  dependency index, by name (lib/graph.lua)
+  KEYS[20] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
   ARGV[1] id_prefix   run ids are id_prefix .. sequence
   ARGV[2] labels      msgpack map of type-tagged labels, or ''
   ARGV[3] priority    0 .. 255: ready runs of a lower value are claimed first
@@ -25,7 +29,12 @@
   ARGV[5] flow_key    the runs' flow key (lib/flow.lua; run field fk), or '' for none: at
                       most 255 bytes, no NUL; placed in the key's turns when the action is
                       fair (a run of a key at its limit is held by the claim that meets it)
-  ARGV[6..n] inputs   payload bytes, one per run (at most 1000)
+  ARGV[6] deps        the parents every run waits for, as action_invoke's deps ('' for
+                      none): then the runs wait (lib/graph.lua) instead of being queued;
+                      at most 10000 parents in all (runs times parents); not with a flow key
+  ARGV[7] batch       the id of the batch every run is a member of (lib/batch.lua), or
+                      '': 1 .. 255 bytes, no NUL
+  ARGV[8..n] inputs   payload bytes, one per run (at most 1000)
   Returns {status, first_seq, n}   run ids are id_prefix .. (first_seq + i), i = 0 .. n-1
           status: OK | NO_ACTION | TOO_LARGE (then first_seq is the limit, n the index)
           | OUT_OF_RANGE (no input, or too many; nothing written) | BAD_SETTING (the
@@ -42,16 +51,19 @@
 --@include lib/checked.lua
 --@include lib/ids.lua
 --@include lib/flow.lua
+--@include lib/graph.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
   pending = KEYS[5], wake = KEYS[6], parked = KEYS[7], polls = KEYS[8], poll_times = KEYS[9],
   owners = KEYS[10], owned = KEYS[11], leases = KEYS[12], rate = KEYS[13], flows = KEYS[14],
-  flow_vt = KEYS[15], flow_rate = KEYS[16]}
+  flow_vt = KEYS[15], flow_rate = KEYS[16], waiting = KEYS[17], graph = KEYS[18], graph_idx = KEYS[19], outbox = KEYS[20]}
 local id_prefix = ARGV[1]
 local labels = ARGV[2]
 local priority = arg_int(ARGV[3], 0, PRIORITY_MAX)
 local trace = ARGV[4]
 local flow_key = ARGV[5]
-local FIRST_INPUT = 6
+local deps = ARGV[6]
+local batch = ARGV[7]
+local FIRST_INPUT = 8
 local MAX_RUNS = 1000
 
 if labels ~= '' and not arg_map(labels) then return {ST_BAD_ARG, 2} end
@@ -61,6 +73,13 @@ local n = #ARGV - FIRST_INPUT + 1
 if n < 1 or n > MAX_RUNS then
   return {ST_OUT_OF_RANGE, MAX_RUNS, n}
 end
+if deps == '' then
+  deps = nil
+else
+  deps = graph_deps(deps)
+  if not deps or flow_key ~= '' or n * #deps / 2 > 10000 then return {ST_BAD_ARG, 6} end
+end
+if #batch > 255 or string.find(batch, '\0', 1, true) then return {ST_BAD_ARG, 7} end
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 if action.bad then return {ST_BAD_SETTING} end
@@ -87,6 +106,21 @@ local run = {s = RUN_PENDING, a = 0, t = 0, c = now, mr = action.max_retries}
 if priority > 0 then run.p = priority end
 if labels ~= '' then run.lb = cmsgpack.unpack(labels) end
 if trace ~= '' then run.tr = trace end
+if batch ~= '' then
+  run.bt = batch
+  local group = string.format('b\0%s\0%d\0%d\0', id_prefix, first, n)
+  redis.call('ZADD', k.outbox, now, group .. batch)
+end
+if deps then
+  local input_fields = {}
+  for i = 0, n - 1 do
+    input_fields[2 * i + 1] = string.format('%s%d', id_prefix, first + i)
+    input_fields[2 * i + 2] = ARGV[FIRST_INPUT + i]
+  end
+  redis.call('HSET', k.inputs, unpack(input_fields))
+  graph_wait(k, id_prefix, first, n, run, deps, now)
+  return {ST_OK, first, n}
+end
 -- Scores base_score + step * i: in arrival order (qseq), or in the key's turns.
 local base_score, step
 if flow then

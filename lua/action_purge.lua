@@ -13,6 +13,7 @@
   KEYS[7] done     ZSET  run_id -> finished ms
   KEYS[8] failed   ZSET  run_id -> finished ms
   KEYS[9] idempotency HASH  idempotency key -> run_id
+  KEYS[10] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
   ARGV[1] state    pending | delayed | completed | failed
   ARGV[2] upto     delete runs scored at or below this (an integer 0 .. 2^53 - 1); '' =
                    the highest score now
@@ -27,7 +28,7 @@
 --@include lib/states.lua
 --@include lib/checked.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4],
-  pending = KEYS[5], delayed = KEYS[6], done = KEYS[7], failed = KEYS[8], idempotency = KEYS[9]}
+  pending = KEYS[5], delayed = KEYS[6], done = KEYS[7], failed = KEYS[8], idempotency = KEYS[9], outbox = KEYS[10]}
 local MAX_BATCH = 500
 local state = ARGV[1]
 local upto = arg_int_or_none(ARGV[2], 0, INT_MAX)

@@ -20,7 +20,10 @@
   KEYS[11] wake    CHANNEL  sharded channel announcing new work
   KEYS[12] flows   HASH  "r:<flow key>" -> its runs running (lib/flow.lua)
   KEYS[13] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
-  KEYS[14..n] notice  CHANNEL  the notice channel of the owner named in ARGV[2] (none
+  KEYS[14] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
+  KEYS[15] waiting  ZSET  run_id -> created ms: runs waiting for their parents (lib/graph.lua)
+  KEYS[16] nudge   CHANNEL  sharded channel telling forwarders the outbox has a message (lib/graph.lua)
+  KEYS[17..n] notice  CHANNEL  the notice channel of the owner named in ARGV[2] (none
                      when ARGV[2] is empty); refused (OUT_OF_RANGE) unless exactly that
                      owner's notice channel in this queue's slot (lib/channels.lua)
   ARGV[1] run_id
@@ -41,8 +44,8 @@
 local k = {meta = KEYS[1], runs = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
   leases = KEYS[5], failed = KEYS[6], owned = KEYS[7], ended = ended_channel(KEYS[8]),
   inputs = KEYS[9], quarantine = KEYS[10],
-  wake = KEYS[11], flows = KEYS[12], flow_held = KEYS[13]}
-local notice = #KEYS > 13 and KEYS[#KEYS] or nil  -- the tail: none, or one channel
+  wake = KEYS[11], flows = KEYS[12], flow_held = KEYS[13], outbox = KEYS[14], waiting = KEYS[15], nudge = KEYS[16]}
+local notice = #KEYS > 16 and KEYS[#KEYS] or nil  -- the tail: none, or one channel
 local run_id = ARGV[1]
 local expected = ARGV[2]
 if notice and not channel_of(notice, NOTICE_CHANNEL, k.runs, expected) then
@@ -63,6 +66,7 @@ if was == RUN_RUNNING then holder, token = run.o or '', run.t or 0 end
 redis.call('ZREM', k.pending, run_id)
 redis.call('ZREM', k.delayed, run_id)
 redis.call('ZREM', k.leases, run_id)
+redis.call('ZREM', k.waiting, run_id)
 if was == RUN_PENDING then flow_unhold_one(k, run_id, run) end
 run.err = 'cancelled'
 run.tb = nil

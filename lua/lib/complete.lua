@@ -14,6 +14,7 @@
 --@include lib/tally.lua
 --@include lib/inputs.lua
 --@include lib/flow.lua
+--@include lib/graph.lua
 
 -- The verdict on one complete of `run` (nil: no record) by the holder of `token` (a
 -- number, or false: token-less; run_is_holder): status, duplicate, run status (or the
@@ -129,6 +130,7 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
         flows = flows or {}
         flows[run.fk] = (flows[run.fk] or 0) + 1
       end
+      if run.gd or run.bt then graph_ended(k, run_id, run, now) end
       n_ended = n_ended + 1
       ended[n_ended] = run_id
       records[2 * n_ended - 1] = run_id

@@ -2,6 +2,7 @@
   Moving runs between the pending, delayed and lease sets of one action queue.
   Every helper takes the keys it touches as arguments (all from the caller's KEYS).
 ]]
+--@include lib/clock.lua
 --@include lib/run.lua
 --@include lib/owners.lua
 --@include lib/ended.lua
@@ -11,6 +12,7 @@
 --@include lib/ids.lua
 --@include lib/offer.lua
 --@include lib/flow.lua
+--@include lib/graph.lua
 
 -- A new place in the queue for `run`: its score in `pending`, after every run of a lower
 -- priority value and after those of its own queued before it (its priority `p`,
@@ -132,6 +134,7 @@ local function queue_bury(k, run_id, run, now, status)
   offer_forget(run)
   owned_drop(k.owned, run.o, run_id)
   run.o = nil
+  if run.gd or run.bt then graph_ended(k, run_id, run, now) end
   record_save(k.runs, run_id, run)
   redis.call('ZADD', k.failed, now, run_id)
   run_ended(k.ended, run_id)
@@ -152,6 +155,7 @@ local function queue_unbury(run, max_retries, now)
   run.st = nil
   run.lrk = nil
   run.rd = now
+  if run.fb ~= nil then run.fb = nil end
   return timed_out
 end
 
@@ -256,7 +260,9 @@ local RECORD_IK = '\162ik'
 local RECORD_TIMED_OUT = '\161s\5' -- RUN_TIMED_OUT
 
 -- Forget the runs `ids` entirely (retention, purge): records, inputs, idempotency keys,
--- and their entries in `set_key`; a few commands for the whole batch. Returns how many of
+-- and their entries in `set_key`; a few commands for the whole batch. In a queue that has
+-- held a graph (meta `graph`), a run's graph entries are left to a message in `k.outbox`
+-- (lib/graph.lua, graph_forget). Returns how many of
 -- them were TIMED_OUT when `count_timed_out`, else 0. A record is read only for what it
 -- can tell: its idempotency key while any is kept, whether it timed out when counted;
 -- and decoded only when its bytes hold one of them (nearly none do).
@@ -264,10 +270,13 @@ local function queue_forget(k, set_key, ids, count_timed_out)
   if #ids == 0 then return 0 end
   local idem_keys, timed_out = {}, 0
   local find_ik = redis.call('HLEN', k.idempotency) > 0
-  if find_ik or count_timed_out then
+  local graph = redis.call('HEXISTS', k.meta, 'graph') == 1
+  if find_ik or count_timed_out or graph then
     local records = redis.call('HMGET', k.runs, unpack(ids))
+    local now = graph and now_ms()
     for i = 1, #ids do
       local raw = records[i]
+      if raw and graph then graph_forget(k, ids[i], raw, now) end
       if raw and ((find_ik and string.find(raw, RECORD_IK, 1, true))
           or (count_timed_out and string.find(raw, RECORD_TIMED_OUT, 1, true))) then
         local run = run_decode(raw)  -- one that does not decode is forgotten all the same

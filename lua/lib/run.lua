@@ -130,11 +130,11 @@ end
 
 -- Set aside the record `raw` of `run_id` (not usable: `why`) into k.quarantine with its
 -- input, and take the run out of the queue: its record, its input, and its id from each
--- of the sets k names (pending, delayed, leases, done, failed). Its owner index entry, if
+-- of the sets k names (pending, delayed, leases, done, failed, waiting). Its owner index entry, if
 -- any, is left to the reclaim's clean-up. Listed in k.aside when the script has one.
 local function run_aside(k, run_id, raw, why)
   record_aside_item(k, 'run', run_id, raw, why, k.runs, k.inputs,
-    {'pending', 'delayed', 'leases', 'done', 'failed'})
+    {'pending', 'delayed', 'leases', 'done', 'failed', 'waiting'})
 end
 
 -- Is the caller the current holder? With a token (a number: the script parsed it where

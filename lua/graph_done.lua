@@ -1,0 +1,41 @@
+--[[ graph_done
+  A forwarder is done with messages it took (graph_take): one carried in full leaves the
+  outbox; one of which a page was carried keeps its cursor and is due again at once, for
+  the next page. A cursor never moves back (a forwarder whose lease ran out may report a
+  page another has carried since).
+  KEYS[1] graph    HASH  dependency states, message cursors (lib/graph.lua)
+  KEYS[2] outbox   ZSET  graph messages -> ms due (lib/graph.lua)
+  ARGV[1] items    msgpack array: message, cursor of each ('' once carried in full), at
+                   most 1000 messages
+  Returns {status}   OK
+]]
+--@include lib/status.lua
+--@include lib/clock.lua
+--@include lib/checked.lua
+local k = {graph = KEYS[1], outbox = KEYS[2]}
+local items = arg_array(ARGV[1], 2000)
+if not items or #items % 2 ~= 0 then return {ST_BAD_ARG, 1} end
+for i = 1, #items do
+  if type(items[i]) ~= 'string' then return {ST_BAD_ARG, 1} end
+end
+local now = now_ms()
+local carried = {}
+for i = 1, #items, 2 do
+  local member, cursor = items[i], items[i + 1]
+  local field = 'c\0' .. member
+  if cursor == '' then
+    carried[#carried + 1] = member
+    local kind = string.byte(member, 1)
+    if kind == 101 then redis.call('HDEL', k.graph, field) end  -- 'e'
+    if kind == 82 then redis.call('HDEL', k.graph, field, 'P' .. string.sub(member, 2)) end
+  elseif redis.call('ZSCORE', k.outbox, member) then
+    local at = redis.call('HGET', k.graph, field)
+    -- An 'R' cursor counts parents (a number), an 'e' one is a child's id.
+    local behind = not at or (string.byte(member, 1) == 82
+      and tonumber(at) < tonumber(cursor)) or (string.byte(member, 1) ~= 82 and at < cursor)
+    if behind then redis.call('HSET', k.graph, field, cursor) end
+    redis.call('ZADD', k.outbox, now, member)
+  end
+end
+if #carried > 0 then redis.call('ZREM', k.outbox, unpack(carried)) end
+return {ST_OK}

@@ -1,0 +1,156 @@
+--[[ graph_take
+  Take the messages of a queue's outbox that are due (lib/graph.lua), for a forwarder to
+  carry to the queues they are for: each one taken is due again `lease_ms` later, should
+  its forwarder not finish it (graph_done), so a forwarder that dies delays a message and
+  never loses it. A message to forget a run's graph entries concerns this queue alone: it
+  is carried out here, a page at a time (after the run's last end message is gone), and
+  not returned.
+  KEYS[1] graph    HASH  dependency states, message cursors (lib/graph.lua)
+  KEYS[2] graph_idx ZSET  dependency index, by name (lib/graph.lua)
+  KEYS[3] outbox   ZSET  graph messages -> ms due (lib/graph.lua)
+  ARGV[1] limit    at most this many messages (1 .. 1000)
+  ARGV[2] page     at most this many children per ended run, and entries forgotten per
+                   message (1 .. 1000)
+  ARGV[3] lease_ms a message taken is due again after this many ms (1 .. 3600000)
+  Returns {status, now_ms, next_due_ms, message * n}   status: OK; next_due_ms: when the
+          earliest message left is due (-1: none); each message {member, 'r', prefix,
+          first, n, parent, policy} (children prefix .. first, ..., n of them) or
+          {member, 'R', child, cursor, parents}: register the child on the next
+          page of its parents (`cursor` as for 'e'), or
+          {member, 'e', run, version, status, cursor, children, batch}: the run ended,
+          `children`
+          the next page of those that depend on it, `cursor` to pass to graph_done
+          ('' when this page is the last), `batch` the batch to tell of the end ('' for
+          none, or after the first page); or {member, 'b', prefix, first, n, batch}: the
+          runs prefix .. first, ... (n of them) are members of `batch`
+]]
+--@include lib/status.lua
+--@include lib/graph_index.lua
+--@include lib/clock.lua
+--@include lib/checked.lua
+local k = {graph = KEYS[1], graph_idx = KEYS[2], outbox = KEYS[3]}
+local limit = arg_int(ARGV[1], 1, 1000)
+local page = arg_int(ARGV[2], 1, 1000)
+local lease_ms = arg_int(ARGV[3], 1, 3600000)
+if not limit then return {ST_BAD_ARG, 1} end
+if not page then return {ST_BAD_ARG, 2} end
+if not lease_ms then return {ST_BAD_ARG, 3} end
+
+local now = now_ms()
+local members = redis.call('ZRANGE', k.outbox, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+
+-- The next `n` entries of the index after `from` (exclusive) that start with `prefix`.
+local function index_page(prefix, from, n)
+  return graph_index_page(k.graph_idx, prefix, from, n)
+end
+
+-- Forget a page of the graph entries of run `run` (its parents when `parents` is '1',
+-- those depending on it when `dependents` is); true once none is left.
+local function forget(run, parents, dependents)
+  local left = page
+  if parents == '1' then
+    -- Its registration, if not carried yet, goes with it.
+    redis.call('ZREM', k.outbox, 'R\0' .. run)
+    redis.call('HDEL', k.graph, 'P\0' .. run, 'c\0R\0' .. run)
+    local prefix = 'p\0' .. run .. '\0'
+    local entries = index_page(prefix, nil, left)
+    if #entries > 0 then
+      local states = {}
+      for i, entry in ipairs(entries) do
+        states[i] = 'd\0' .. string.sub(entry, 3)
+      end
+      redis.call('ZREM', k.graph_idx, unpack(entries))
+      redis.call('HDEL', k.graph, unpack(states))
+      left = left - #entries
+    end
+    if left == 0 then return false end
+  end
+  if dependents == '1' then
+    local entries = index_page('k\0' .. run .. '\0', nil, left)
+    if #entries > 0 then redis.call('ZREM', k.graph_idx, unpack(entries)) end
+    if #entries == left then return false end
+  end
+  return true
+end
+
+local out = {ST_OK, now, -1}
+local leased, due = {}, string.format('%d', now + lease_ms)
+local function lease(member)
+  leased[#leased + 1] = due
+  leased[#leased + 1] = member
+end
+for _, member in ipairs(members) do
+  local kind = string.sub(member, 1, 1)
+  local parts = {}
+  for part in string.gmatch(string.sub(member, 3) .. '\0', '([^%z]*)%z') do
+    parts[#parts + 1] = part
+  end
+  if kind == 'f' then
+    local run, version, status = parts[1], parts[2], parts[3]
+    local ended = 'e\0' .. run .. '\0' .. version .. '\0' .. status
+    if (parts[6] or '') ~= '' then ended = ended .. '\0' .. parts[6] end
+    if redis.call('ZSCORE', k.outbox, ended) then
+      lease(member)  -- its end is not told yet
+    elseif forget(run, parts[4], parts[5]) then
+      redis.call('ZREM', k.outbox, member)
+    end
+  elseif kind == 'r' then
+    lease(member)
+    out[#out + 1] = {member, 'r', parts[1], parts[2], parts[3], parts[4], parts[5]}
+  elseif kind == 'R' then
+    -- The child's next page of parents (from its packed list, after the cursor: how many
+    -- came before), each state written now unless it was (a page taken again).
+    local child = parts[1]
+    local done_n = tonumber(redis.call('HGET', k.graph, 'c\0' .. member)) or 0
+    local packed = redis.call('HGET', k.graph, 'P\0' .. child)
+    local ok, deps = pcall(cmsgpack.unpack, packed or '')
+    local last = ok and type(deps) == 'table' and math.min(#deps, 2 * (done_n + page)) or 0
+    if last <= 2 * done_n then
+      redis.call('ZREM', k.outbox, member)
+      redis.call('HDEL', k.graph, 'c\0' .. member, 'P\0' .. child)
+    else
+      local parents, index = {}, {}
+      for i = 2 * done_n + 1, last, 2 do
+        local pair = child .. '\0' .. deps[i]
+        redis.call('HSETNX', k.graph, 'd\0' .. pair, deps[i + 1] .. ' w -1')
+        parents[#parents + 1] = deps[i]
+        index[#index + 1] = 0
+        index[#index + 1] = 'p\0' .. pair
+      end
+      redis.call('ZADD', k.graph_idx, unpack(index))
+      lease(member)
+      local next_cursor = last < #deps and string.format('%d', last / 2) or ''
+      out[#out + 1] = {member, 'R', child, next_cursor, parents}
+    end
+  elseif kind == 'b' then
+    lease(member)
+    out[#out + 1] = {member, 'b', parts[1], parts[2], parts[3], parts[4]}
+  elseif kind == 'e' then
+    local run = parts[1]
+    local cursor = redis.call('HGET', k.graph, 'c\0' .. member) or nil
+    local entries = index_page('k\0' .. run .. '\0', cursor, page)
+    -- Its batch is told with the first page (or alone), not again with the next pages.
+    local batch = not cursor and parts[4] or ''
+    if #entries == 0 and batch == '' then
+      redis.call('ZREM', k.outbox, member)
+      redis.call('HDEL', k.graph, 'c\0' .. member)
+    else
+      -- Only children registered before this end ("<child> <ends>", ends below its
+      -- version): one registered since was told of it, or of a later state, then.
+      local skip, version, children = #run + 3, tonumber(parts[2]), {}
+      for _, entry in ipairs(entries) do
+        local child, since = string.match(string.sub(entry, skip + 1), '^(.*)%z(%d+)$')
+        if child and tonumber(since) < version then children[#children + 1] = child end
+      end
+      local next_cursor = #entries == page and string.sub(entries[#entries], skip + 1) or ''
+      lease(member)
+      out[#out + 1] = {member, 'e', run, parts[2], parts[3], next_cursor, children, batch}
+    end
+  else
+    redis.call('ZREM', k.outbox, member)  -- no message of this version: dropped
+  end
+end
+if #leased > 0 then redis.call('ZADD', k.outbox, unpack(leased)) end
+local first = redis.call('ZRANGE', k.outbox, 0, 0, 'WITHSCORES')
+if #first > 0 then out[3] = tonumber(first[2]) end
+return out

@@ -1,0 +1,129 @@
+--[[ lib/graph
+  Runs that depend on runs (lua/README.md, "Dependencies"): what every script that ends
+  or forgets a run does for the graph around it. Parents and children may live in other
+  queues, so in other hash slots on a cluster: a script never writes another queue's
+  keys. It leaves a message in its own queue's `outbox` (a ZSET: message -> ms it is
+  due), which the forwarders (flo_redis/actions/graph.py) carry to the other queue's
+  graph scripts, each applied idempotently. Messages, NUL-separated:
+    e <run> <version> <status> [<batch>]   the run ended (its version counts its ends,
+                                 `ge`); its batch, if any, is told too
+    r <prefix> <first> <n> <parent> <policy>   new children (ids prefix .. first, ...,
+                                 n of them) wait on a parent: register them there
+    R <child>                    a new child waits on the parents packed in its 'P'
+                                 field: write its states and register it on each, a
+                                 page at a time
+    b <prefix> <first> <n> <batch>   new runs are members of a batch (lib/batch.lua)
+    f <run> <version> <status> <parents> <dependents> <batch>   forget the run's graph
+                                 entries (after its last end message is carried)
+  A run's record says what of the graph it holds: `gd` 1 when runs depend on it (then
+  `ge` counts its ends), `dn` the parents it has, `dw` those not ended yet, `df` those of
+  the fail policy that ended otherwise than completed, `fb` the parent whose end failed
+  (or cancelled) it, `bt` the batch it is a member of.
+  `k` names outbox, and nudge: the channel that wakes the queue's forwarders.
+]]
+--@include lib/record.lua
+--@include lib/checked.lua
+
+-- Tell the runs that depend on `run_id` (`run`, at its end status, saved by the caller
+-- after this) that it ended: a message for the forwarders, due now, and a nudge on the
+-- queue's `nudge` channel, once per call (`k.nudged`), which only forwarders hear.
+local function graph_ended(k, run_id, run, now)
+  local v = (run.ge or 0) + 1
+  run.ge = v
+  local member = 'e\0' .. run_id .. '\0' .. string.format('%d\0%d', v, run.s)
+  redis.call('ZADD', k.outbox, now, run.bt and (member .. '\0' .. run.bt) or member)
+  if not k.nudged then
+    k.nudged = true
+    redis.pcall('SPUBLISH', k.nudge, '1')
+  end
+end
+
+-- Leave a message to forget the graph entries of the forgotten run `run_id` (its bytes
+-- `raw`) once it holds any: those go in pages, bounded (graph_take). A record without
+-- the msgpack bytes of the keys "gd" and "dn" (fixstr of 2) holds none.
+local function graph_forget(k, run_id, raw, now)
+  if not (string.find(raw, '\162gd', 1, true) or string.find(raw, '\162dn', 1, true)
+      or string.find(raw, '\162bt', 1, true)) then
+    return
+  end
+  local ok, run = pcall(cmsgpack.unpack, raw)
+  if not ok or type(run) ~= 'table' then return end
+  redis.call('ZADD', k.outbox, now, 'f\0' .. run_id .. '\0' .. string.format(
+    '%d\0%d\0%d\0%d\0', tonumber(run.ge) or 0, tonumber(run.s) or 0, run.dn and 1 or 0,
+    run.gd and 1 or 0) .. (type(run.bt) == 'string' and run.bt or ''))
+end
+
+-- Call `cmd` on `key` with the values `args` (in pairs), a few thousand a call: Lua
+-- unpacks at most about 8000 values onto its stack.
+local function graph_bulk(cmd, key, args)
+  for i = 1, #args, 6000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 5999, #args)))
+  end
+end
+
+-- Make the `n` new runs id_prefix .. first, ... (each `run`, PENDING; not saved yet) wait
+-- for their parents: `deps` a flat array of parent id, policy ('f' fail, 'i' ignore, 'r'
+-- run anyway) of each, checked by the caller (graph_deps, `deps.packed` its msgpack).
+-- Runs invoked together get each (child, parent) state now, waiting ('w', version -1)
+-- and indexed under the child, and one message per parent asks the parent's queue to
+-- register them ('r' prefix first n parent policy). A run invoked alone keeps its
+-- parents packed ('P' field) and one message ('R' child) has the forwarders write its
+-- states and register it a page at a time (graph_take), so even an invoke of 10,000
+-- parents is a few writes. Saves the runs into `waiting`, a few calls for all.
+local function graph_wait(k, id_prefix, first, n, run, deps, now)
+  local parents = #deps / 2
+  run.dn, run.dw, run.df = parents, parents, 0
+  local record, at = cmsgpack.pack(run), string.format('%d', now)
+  redis.call('HSET', k.meta, 'graph', '1')
+  if n == 1 then
+    local run_id = string.format('%s%d', id_prefix, first)
+    redis.call('HSET', k.runs, run_id, record)
+    redis.call('ZADD', k.waiting, at, run_id)
+    redis.call('HSET', k.graph, 'P\0' .. run_id, deps.packed)
+    redis.call('ZADD', k.outbox, at, 'R\0' .. run_id)
+    return
+  end
+  local records, waiting, states, index = {}, {}, {}, {}
+  for i = 0, n - 1 do
+    local run_id = string.format('%s%d', id_prefix, first + i)
+    records[2 * i + 1], records[2 * i + 2] = run_id, record
+    waiting[2 * i + 1], waiting[2 * i + 2] = at, run_id
+    for j = 1, #deps, 2 do
+      local pair = run_id .. '\0' .. deps[j]
+      states[#states + 1] = 'd\0' .. pair
+      states[#states + 1] = deps[j + 1] .. ' w -1'
+      index[#index + 1] = 0
+      index[#index + 1] = 'p\0' .. pair
+    end
+  end
+  graph_bulk('HSET', k.runs, records)
+  graph_bulk('ZADD', k.waiting, waiting)
+  graph_bulk('HSET', k.graph, states)
+  graph_bulk('ZADD', k.graph_idx, index)
+  local group, messages = string.format('r\0%s\0%d\0%d\0', id_prefix, first, n), {}
+  for j = 1, #deps, 2 do
+    messages[j] = at
+    messages[j + 1] = group .. deps[j] .. '\0' .. deps[j + 1]
+  end
+  graph_bulk('ZADD', k.outbox, messages)
+end
+
+-- The parents `packed` names (ARGV: a msgpack array of parent id, policy of each), as a
+-- flat array; nil unless each id is a string of 1 .. 512 bytes without NUL, each policy
+-- 'f', 'i' or 'r', no parent is named twice, and there are 1 .. 10000.
+local function graph_deps(packed)
+  local deps = arg_array(packed, 20000)
+  if not deps or #deps == 0 or #deps % 2 ~= 0 then return nil end
+  local seen = {}
+  for i = 1, #deps, 2 do
+    local parent, policy = deps[i], deps[i + 1]
+    if type(parent) ~= 'string' or #parent == 0 or #parent > 512 or seen[parent]
+        or string.find(parent, '\0', 1, true) then
+      return nil
+    end
+    if policy ~= 'f' and policy ~= 'i' and policy ~= 'r' then return nil end
+    seen[parent] = true
+  end
+  deps.packed = packed
+  return deps
+end

@@ -1,0 +1,175 @@
+"""Runs that depend on runs, step by step through the scripts (docs/flows.md): a child
+waits for its parents, becomes ready once, follows each parent's failure by its policy,
+comes back when a failed parent is retried and completes, and leaves nothing behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flo_redis import (
+    ActionInvokeOptions,
+    ActionRegisterOptions,
+    FloClient,
+    NotFoundError,
+    RunStatus,
+    TaskAssignment,
+    ValidationError,
+    WorkerAwaitOptions,
+    WorkerFailOptions,
+)
+from flo_redis.types import Dependency
+
+NOW = WorkerAwaitOptions(block_ms=0)
+
+
+async def setup(client: FloClient, *actions: str, **options: Any) -> None:
+    for action in actions:
+        await client.action.register(action, options=ActionRegisterOptions(**options))
+    await client.worker.register("w", list(actions))
+
+
+async def take(client: FloClient, action: str) -> TaskAssignment | None:
+    return (await client.worker.await_task("w", [action], NOW)).task
+
+
+async def run_one(client: FloClient, action: str, result: bytes = b"ok") -> str:
+    task = await take(client, action)
+    assert task is not None, f"no run of {action} ready"
+    await client.worker.complete("w", action, task.task_id, result)
+    await client.action.forward(action)
+    return task.task_id
+
+
+async def fail_one(client: FloClient, action: str) -> str:
+    task = await take(client, action)
+    assert task is not None, f"no run of {action} ready"
+    await client.worker.fail("w", action, task.task_id, "boom", WorkerFailOptions(retry=False))
+    await client.action.forward(action)
+    return task.task_id
+
+
+async def invoke(client: FloClient, action: str, *parents: str | Dependency) -> str:
+    opts = ActionInvokeOptions(depends_on=list(parents))
+    return (await client.action.invoke(action, b"in", opts)).run_id
+
+
+async def test_a_child_waits_for_every_parent_then_runs_once(client: FloClient) -> None:
+    await setup(client, "a", "b")
+    p1 = (await client.action.invoke("a", b"1")).run_id
+    p2 = (await client.action.invoke("a", b"2")).run_id
+    child = await invoke(client, "b", p1, p2)
+    status = await client.action.status(child)
+    assert (status.status, status.parents, status.waiting_on) == (RunStatus.PENDING, 2, 2)
+    assert await take(client, "b") is None  # not ready: both parents run
+    await run_one(client, "a", b"r1")
+    assert (await client.action.status(child)).waiting_on == 1
+    assert await take(client, "b") is None
+    await run_one(client, "a", b"r2")
+    assert (await client.action.status(child)).waiting_on == 0
+    task = await take(client, "b")
+    assert task is not None and task.task_id == child
+    assert await take(client, "b") is None  # exactly once
+    for parent in (p1, p2):
+        assert (await client.action.status(parent)).has_dependents
+        assert (await client.action.dependents(parent)).items == [child]
+    page = await client.action.dependencies(child)
+    assert [(p.run_id, p.status) for p in page.items] == [
+        (p1, RunStatus.COMPLETED),
+        (p2, RunStatus.COMPLETED),
+    ]
+
+
+async def test_a_parent_that_ended_before_the_child_is_told_at_its_invoke(
+    client: FloClient,
+) -> None:
+    await setup(client, "a", "b")
+    parent = (await client.action.invoke("a", b"1")).run_id
+    await run_one(client, "a")
+    child = await invoke(client, "b", parent)
+    task = await take(client, "b")
+    assert task is not None and task.task_id == child
+
+
+async def test_failure_policies(client: FloClient) -> None:
+    await setup(client, "a", "b")
+    parent = (await client.action.invoke("a", b"1")).run_id
+    failing = await invoke(client, "b", parent)
+    ignoring = await invoke(client, "b", Dependency(parent, "ignore"))
+    running = await invoke(client, "b", Dependency(parent, "run"))
+    await fail_one(client, "a")
+    status = await client.action.status(failing)
+    assert status.status == RunStatus.FAILED
+    assert status.error_message == f"parent {parent} ended FAILED"
+    ready = {(await take(client, "b")).task_id, (await take(client, "b")).task_id}  # type: ignore[union-attr]
+    assert ready == {ignoring, running}
+
+
+async def test_a_cancelled_parent_cancels_its_children_and_theirs(client: FloClient) -> None:
+    await setup(client, "a", "b", "c")
+    parent = (await client.action.invoke("a", b"1")).run_id
+    child = await invoke(client, "b", parent)
+    grandchild = await invoke(client, "c", child)
+    await client.action.cancel(parent)
+    await client.action.forward("b")
+    assert (await client.action.status(child)).status == RunStatus.CANCELLED
+    assert (await client.action.status(grandchild)).status == RunStatus.CANCELLED
+
+
+async def test_a_failed_parent_retried_and_completed_brings_its_children_back(
+    client: FloClient,
+) -> None:
+    await setup(client, "a", "b")
+    parent = (await client.action.invoke("a", b"1")).run_id
+    child = await invoke(client, "b", parent)
+    await fail_one(client, "a")
+    assert (await client.action.status(child)).status == RunStatus.FAILED
+    await client.action.requeue(parent)
+    await run_one(client, "a")
+    status = await client.action.status(child)
+    assert (status.status, status.attempt, status.error_message) == (RunStatus.PENDING, 0, None)
+    task = await take(client, "b")
+    assert task is not None and task.task_id == child
+
+
+async def test_an_unknown_parent_fails_its_child(client: FloClient) -> None:
+    await setup(client, "a", "b")
+    child = await invoke(client, "b", "a:99999999")
+    status = await client.action.status(child)
+    assert status.status == RunStatus.FAILED
+    assert status.error_message == "parent a:99999999 not found"
+
+
+async def test_bad_dependencies_are_refused_before_anything_is_written(client: FloClient) -> None:
+    await setup(client, "a", "b")
+    parent = (await client.action.invoke("a", b"1")).run_id
+    with pytest.raises(ValidationError, match="twice"):
+        await invoke(client, "b", parent, parent)
+    with pytest.raises(NotFoundError):
+        await invoke(client, "b", "not a run id")
+    with pytest.raises(ValueError, match="on_failure"):
+        Dependency(parent, "maybe")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="flow_key"):
+        await client.action.invoke("b", b"", ActionInvokeOptions(depends_on=[parent], flow_key="k"))
+    assert (await client.action.counts("b")).pending == 0  # type: ignore[attr-defined]
+
+
+async def test_invoke_many_makes_every_run_wait_for_the_same_parents(client: FloClient) -> None:
+    await setup(client, "a", "b")
+    parent = (await client.action.invoke("a", b"1")).run_id
+    opts = ActionInvokeOptions(depends_on=[parent])
+    children = [r.run_id for r in await client.action.invoke_many("b", [b"x"] * 1500, opts)]
+    assert await take(client, "b") is None
+    counts = await client.action.counts("b")  # type: ignore[attr-defined]
+    assert (counts.awaiting_parents, counts.pending) == (1500, 0)
+    assert len((await client.action.dependents(parent, count=1000)).items) == 1000
+    await run_one(client, "a")
+    while await client.action.forward("a"):
+        pass  # a parent of 1,500 children tells them a page at a time
+    counts = await client.action.counts("b")  # type: ignore[attr-defined]
+    assert (counts.awaiting_parents, counts.pending) == (0, 1500)
+    taken = set()
+    while (task := await take(client, "b")) is not None:
+        taken.add(task.task_id)
+    assert taken == set(children)
