@@ -27,8 +27,12 @@ from .durability import TITLE as DURABILITY_TITLE
 from .durability import run_durability
 from .failover import TITLE as FAILOVER_TITLE
 from .failover import run_failover
+from .fanout import TITLE as FANOUT_TITLE
+from .fanout import run_fanout
 from .flood import TITLE as FLOOD_TITLE
 from .flood import run_flood
+from .process import TITLE as PROCESS_TITLE
+from .process import run_process
 from .scale import run_scale
 from .scale import table as scale_table
 from .targets import Sizes, run_targets
@@ -37,12 +41,15 @@ from .workloads import SINGLE_SHOT, Settings
 from .workloads import WORKLOADS as FLO_WORKLOADS
 
 # The workloads, then a failover under load and the cost of a durability level (each on
-# servers of its own).
+# servers of its own), fairness under a flood, and plain handlers in processes beside
+# Celery's prefork pool, and a fan-out and fan-in of dependent runs.
 WORKLOADS = {
     **FLO_WORKLOADS,
     "failover": (run_failover, FAILOVER_TITLE),
     "durability": (run_durability, DURABILITY_TITLE),
     "flood": (run_flood, FLOOD_TITLE),
+    "process": (run_process, PROCESS_TITLE),
+    "fanout": (run_fanout, FANOUT_TITLE),
 }
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -130,6 +137,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="tasks per point of the scale-out curve (default 10000)",
     )
     parser.add_argument(
+        "--process-concurrency",
+        type=int,
+        default=2,
+        help="the process workload's concurrency, every system alike (default 2)",
+    )
+    parser.add_argument(
+        "--celery-python",
+        default=None,
+        metavar="PATH",
+        help="the interpreter the process workload runs Celery from; 'none' leaves Celery "
+        "out (default: this one if it has Celery, else benchmarks/.celery-venv, made once)",
+    )
+    parser.add_argument(
         "--flush-ok",
         action="store_true",
         help="with REDIS_URL and --compare: allow flushing databases 1-9 of that Redis",
@@ -167,7 +187,13 @@ def loadavg() -> list[float]:
 
 
 async def run_workloads(args: argparse.Namespace, url: str) -> dict[str, Any]:
-    settings = Settings(url=url, quick=args.quick)
+    settings = Settings(
+        url=url,
+        quick=args.quick,
+        repeats=args.repeats,
+        process_concurrency=args.process_concurrency,
+        celery_python=args.celery_python,
+    )
     out: dict[str, Any] = {}
     for name in args.selected:
         if name in EXTRA:

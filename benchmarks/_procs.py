@@ -24,17 +24,26 @@ class Child:
         self._sampler: asyncio.Task[None] | None = None
 
     @classmethod
-    async def start(cls, module: str, *args: str, label: str = "") -> Child:
+    async def start(
+        cls,
+        module: str,
+        *args: str,
+        label: str = "",
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Child:
+        """Start ``python -m module args`` (``python``: this interpreter unless named),
+        with ``env`` added to the benchmark's environment."""
         # a file, not a pipe: a chatty child never blocks; closed in close()
         err = tempfile.TemporaryFile()  # noqa: SIM115
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
+            python or sys.executable,
             "-m",
             module,
             *args,
             stdout=asyncio.subprocess.PIPE,
             stderr=err,
-            env=child_env(),
+            env={**child_env(), **(env or {})},
         )
         return cls(proc, label or module, err)
 

@@ -33,6 +33,17 @@ CHECKS = [
     Check("failover at replicated: acknowledged writes lost", "failover.replicated_lost", 0, ""),
     Check("flood, fair: a new key's first run starts, p99", "flood.fair_first_p99_ms", 250, "ms"),
     Check("flood: throughput fair / not fair", "flood.fair_throughput_ratio", 0.9, "x", True),
+    Check("fan-out and fan-in / the same runs plain", "fanout.graph_over_plain", 0.7, "x", True),
+    Check(
+        "process executor / Celery prefork, no-op", "process.noop_process_over_celery", 2, "x", True
+    ),
+    Check(
+        "process executor / Celery prefork, 1 ms CPU",
+        "process.cpu_1ms_process_over_celery",
+        2,
+        "x",
+        True,
+    ),
 ]
 
 

@@ -24,6 +24,9 @@ WORKER = "benchmarks._flo_worker"
 class Settings:
     url: str
     quick: bool
+    repeats: int = 3  # for the workloads that alternate their passes inside one call
+    process_concurrency: int = 2  # the process workload's (benchmarks/process.py)
+    celery_python: str | None = None  # the interpreter it runs Celery from (None: find one)
 
     @property
     def action_n(self) -> int:
@@ -395,4 +398,4 @@ WORKLOADS: dict[str, tuple[Callable[[Settings], Awaitable[Metrics]], str]] = {
 }
 
 # Workloads measured once however many repeats are asked for (they repeat inside).
-SINGLE_SHOT = {"crash", "backlog", "failover", "flood"}
+SINGLE_SHOT = {"crash", "backlog", "failover", "flood", "process"}

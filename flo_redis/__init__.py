@@ -31,8 +31,10 @@ from flo_redis.streams import (
     StreamOperations,
 )
 from flo_redis.types import *  # noqa: F403  (the API's types: types.__all__)
-from flo_redis.worker.action_options import ActionWorkerOptions
+from flo_redis.worker.action_options import ActionWorkerOptions, ProcessExecutor
 from flo_redis.worker.action_worker import ActionWorker
+from flo_redis.worker.child import HandlerInterrupted
+from flo_redis.worker.child_link import HandlerProcessError, HandlerProcessLost
 from flo_redis.worker.context import ActionContext, ActionResult, RateLimited
 from flo_redis.worker.stream_context import StreamContext, StreamRecordHandler
 from flo_redis.worker.stream_worker import StreamWorker, StreamWorkerOptions
@@ -55,7 +57,11 @@ __all__ = [
     "FoundRun",
     "FoundRuns",
     "GroupQuarantine",
+    "HandlerInterrupted",
+    "HandlerProcessError",
+    "HandlerProcessLost",
     "JsonSerializer",
+    "ProcessExecutor",
     "QuarantineOperations",
     "QuarantinePage",
     "QuarantinedRecord",

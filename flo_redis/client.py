@@ -45,7 +45,7 @@ from flo_redis.quarantine import QuarantineOperations
 from flo_redis.queue.operations import QueueOperations
 from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from flo_redis.streams.operations import StreamOperations
-from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS
+from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS, ProcessExecutor
 from flo_redis.worker.action_worker import ActionWorker
 from flo_redis.worker.stream_context import StreamHandler
 from flo_redis.worker.stream_worker import StreamWorker
@@ -216,13 +216,16 @@ class FloClient(ClosesOnExit):
         tune_gc: bool = True,
         offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS,
         durability: DurabilityLike | None = None,
+        executor: ProcessExecutor | None = None,
     ) -> ActionWorker:
         """An :class:`ActionWorker` on this client's endpoint and namespace; ``serializer``
         encodes handler results that are not bytes; ``tune_gc`` (see
         :class:`~flo_redis.worker.ActionWorkerOptions`) False leaves the process's garbage
         collector alone; ``offer_window_ms``: how long a run handed to the idle worker
         waits for its accept before it goes back to its queue for another worker;
-        ``durability``: the level of its completes and fails (None: this client's)."""
+        ``durability``: the level of its completes and fails (None: this client's);
+        ``executor``: a :class:`~flo_redis.worker.ProcessExecutor` runs its plain
+        ``def`` handlers in child processes (None: in its threads)."""
         # Its keywords are the worker's own, passed on as given.
         return ActionWorker(self, **_keywords(locals()))
 
@@ -241,9 +244,12 @@ class FloClient(ClosesOnExit):
         redeliver_pending_on_reconnect: bool = True,
         claim_min_idle_ms: int = 0,
         durability: DurabilityLike | None = None,
+        executor: ProcessExecutor | None = None,
     ) -> StreamWorker:
         """A :class:`StreamWorker` on this client's endpoint and namespace; ``durability``:
-        the level of its acks (None: this client's)."""
+        the level of its acks (None: this client's); ``executor``: a
+        :class:`~flo_redis.worker.ProcessExecutor` runs a plain ``def`` handler in child
+        processes (None: in its threads)."""
         return StreamWorker(self, **_keywords(locals()))
 
     def sibling(

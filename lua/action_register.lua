@@ -27,11 +27,20 @@ end
 if not valid(settings) then return {ST_BAD_ARG, 1} end
 
 local now = now_ms()
-redis.call('DEL', definition_key)
+-- Replaced in place (not deleted, then written): a caller lacking a right (ACL) is
+-- refused at the first write, before anything of the registration it replaces is gone.
+local stale = {}
+for _, name in ipairs(redis.call('HKEYS', definition_key)) do
+  if name ~= 'registered_at_ms' and settings[name] == nil then stale[#stale + 1] = name end
+end
+if #stale > 0 and not redis.acl_check_cmd('HDEL', definition_key, unpack(stale)) then
+  redis.call('HDEL', definition_key, unpack(stale))  -- refused: Redis names the right
+end
 local fields = {'registered_at_ms', now}
 for name, value in pairs(settings) do
   fields[#fields + 1] = name
   fields[#fields + 1] = value
 end
 redis.call('HSET', definition_key, unpack(fields))
+if #stale > 0 then redis.call('HDEL', definition_key, unpack(stale)) end
 return {ST_OK}

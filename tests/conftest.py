@@ -16,6 +16,7 @@ from cli_command import Command
 from dashboard_pages import TOKEN as DASHBOARD_TOKEN
 from dashboard_pages import served
 from proxy import Proxy, proxying
+from redis.asyncio.cluster import RedisCluster as ClusterClient
 from redis_server import RedisCluster, RedisServer, discard_all
 from slowlog import slowlog_server
 
@@ -186,6 +187,16 @@ async def cclient(cluster_url: str, namespace: str) -> AsyncIterator[FloClient]:
     """A client of a namespace of its own on the test cluster."""
     async with FloClient(cluster_url, namespace=namespace) as c:
         yield c
+
+
+@pytest.fixture
+async def craw(cluster_url: str) -> AsyncIterator[ClusterClient]:
+    """A plain cluster client of the test cluster, to look at keys directly."""
+    conn = ClusterClient.from_url(cluster_url.replace("redis+cluster://", "redis://"))
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
 
 
 @pytest.fixture

@@ -1,10 +1,9 @@
 """The script gateway: every Lua script as one typed, callable object.
 
 A :class:`Script` is declared once, here, with the key classes of :mod:`flo_redis._wire.keys`
-its KEYS come from and the parser of its reply shape (``replies.py`` and its siblings
-``stream_``, ``queue_``, ``schedule_``, ``worker_`` and ``inspect_replies.py``). At
-import, each header KEYS name is matched to a field of those classes — a header naming a
-key no class has fails loudly — so a call passes key objects, never a list:
+its KEYS come from and the parser of its reply shape (``replies.py`` and its ``*_replies``
+siblings). At import, each header KEYS name is matched to a field of those classes — a
+header naming a key no class has fails loudly — so a call passes key objects, never a list:
 
     reply = await ACTION_CLAIM(session, keys, [worker_id, owner, labels, n, poll, scan])
 
@@ -14,22 +13,18 @@ sends the script through the session's script runner
 (:class:`flo_redis._wire.runner.ScriptRunner`) and answers the parsed reply. A header's
 variadic tail (``KEYS[i..n] name``) is declared here too and passed as ``tail=``.
 
-A script whose call should be *led* by a ``TIME`` on the lane (so that what it publishes
-leaves Redis before its own reply: :mod:`flo_redis._wire.lane`) says so here, with
-``leads=``: a test of its parsed reply. A call whose reply passes it makes the next call
-of that script with keys of the same hash tag, from the same client, a led one; a reply
-that fails it ends that. So ``action_invoke`` leads the invoke that follows one handed
-to a parked poller, and no other.
+``leads=`` (a test of the parsed reply) makes the next call of that script with keys of the
+same hash tag, from the same client, one *led* by a ``TIME`` on the lane, so what it
+publishes leaves Redis before its reply (:mod:`flo_redis._wire.lane`): ``action_invoke``
+leads the invoke after one handed to a parked poller, and no other.
 
-A script that refuses an argument as not what its header takes answers
-``{BAD_ARG, i}`` before it reads or writes anything (``lua/lib/checked.lua``); that is
-raised here, for every script alike, as :class:`BadRequestError` (reason ``MALFORMED``,
-``ran`` NO) naming ``ARGV[i]`` by its header name. The calls above check their
-arguments first, so it stands for a value that got past them.
+A script's ``{BAD_ARG, i}`` (an argument not what its header takes; nothing read or
+written: ``lua/lib/checked.lua``) is raised here, for all alike, as
+:class:`BadRequestError` (reason ``MALFORMED``, ``ran`` NO) naming ``ARGV[i]``.
 
 A write declared ``durable=`` (its operation's name) takes ``durability=`` (else the
-client's level): above PRIMARY it is followed by the level's wait; its reply is parsed
-first (a refusal wrote nothing), then a wait that fell short raises NotDurableError.
+client's level): above PRIMARY the level's wait follows; its reply is parsed first (a
+refusal wrote nothing), then a wait that fell short raises NotDurableError.
 """
 
 from __future__ import annotations
@@ -39,6 +34,7 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
+from flo_redis._wire import graph_replies as g
 from flo_redis._wire import inspect_replies as ins
 from flo_redis._wire import queue_replies as q
 from flo_redis._wire import replies as r
@@ -47,6 +43,7 @@ from flo_redis._wire import stream_replies as sr
 from flo_redis._wire import worker_replies as w
 from flo_redis._wire.keys import (
     ActionKeys,
+    BatchKeys,
     DashboardKeys,
     GroupKeys,
     HandoffChannel,
@@ -65,10 +62,8 @@ from flo_redis.durability import Durability, DurabilityLike, as_durability
 
 R = TypeVar("R")
 
-# Key objects whose packed KEYS one script keeps (then it starts again).
-_HEADS_MAX = 1024
-# Hash tags a client remembers as leading (``leads=``; then none, until a reply leads).
-_LEADING_MAX = 1024
+# Packed KEYS a script keeps, and leading hash tags a client keeps: past these, anew.
+_HEADS_MAX = _LEADING_MAX = 1024
 _BAD_ARG = int(Status.BAD_ARG)
 
 
@@ -77,8 +72,7 @@ class _Holder(Protocol):
 
 
 class Session(Protocol):
-    """What a script call needs: the client's script runner, and liveness for
-    owner-recording scripts."""
+    """What a script call needs: its runner, and liveness for owner-recording scripts."""
 
     @property
     def runner(self) -> ScriptRunner: ...
@@ -160,8 +154,7 @@ class Script(Generic[R]):
         self._heads: dict[int, tuple[Any, list[str], bytes]] = {}
 
     def keys(self, source: Any, tail: Sequence[str] = ()) -> list[str]:
-        """The KEYS list for ``source`` (a key object, or a tuple of them in the
-        declared order) and the variadic ``tail``."""
+        """The KEYS for ``source`` (a key object, or a tuple of them in order) and ``tail``."""
         if self._single is not None:
             keys = list(self._single(source))
         elif self._pair is not None and type(source) is tuple:
@@ -204,17 +197,11 @@ class Script(Generic[R]):
                 reply, answer = await runner.run(self.lua, keys, args, head, wait=level)
                 return self._settled(reply, answer, level, args, primary)
         if self._leads is None:
-            reply = await runner.run(self.lua, keys, args, head)
-            if reply[0] == _BAD_ARG:
-                raise bad_arg(self.name, self.lua.argv, reply, args)
-            return self._parse(reply, primary)
+            return self._parsed(await runner.run(self.lua, keys, args, head), args, primary)
         leading = runner.leading
         mark = (self.name, primary.tag)
         lead = mark in leading
-        reply = await runner.run(self.lua, keys, args, head, lead)
-        if reply[0] == _BAD_ARG:
-            raise bad_arg(self.name, self.lua.argv, reply, args)
-        parsed = self._parse(reply, primary)
+        parsed = self._parsed(await runner.run(self.lua, keys, args, head, lead), args, primary)
         if self._leads(parsed) != lead:
             if lead:
                 leading.discard(mark)
@@ -235,17 +222,21 @@ class Script(Generic[R]):
         self, reply: Any, answer: Any, level: Durability, args: Sequence[Arg], primary: Any
     ) -> R:
         """The parsed reply of a call that ``level``'s wait followed (its ``answer``)."""
-        if reply[0] == _BAD_ARG:
-            raise bad_arg(self.name, self.lua.argv, reply, args)
-        parsed = self._parse(reply, primary)
+        parsed = self._parsed(reply, args, primary)
         missed = level.verdict(answer, self._durable or self.name)
         if missed is not None:
             raise missed
         return parsed
 
+    def _parsed(self, reply: Any, args: Sequence[Arg], primary: Any) -> R:
+        """The typed reply; :class:`BadRequestError` naming the argument the script
+        refused as not what its header takes (module docstring)."""
+        if reply[0] == _BAD_ARG:
+            raise bad_arg(self.name, self.lua.argv, reply, args)
+        return self._parse(reply, primary)
+
     def _packed(self, source: Any) -> tuple[list[str], bytes]:
-        """The KEYS of one key object and their packed head (:func:`packed_head`),
-        made once per key object."""
+        """The KEYS of a key object and their packed head (:func:`packed_head`), made once."""
         known = self._heads.get(id(source))
         if known is not None and known[0] is source:
             return known[1], known[2]
@@ -276,10 +267,7 @@ class Script(Generic[R]):
         if level is not None:
             reply, answer = runner.run(self.lua, keys, args, wait=level)
             return self._settled(reply, answer, level, args, primary)
-        reply = runner.run(self.lua, keys, args)
-        if reply[0] == _BAD_ARG:
-            raise bad_arg(self.name, self.lua.argv, reply, args)
-        return self._parse(reply, primary)
+        return self._parsed(runner.run(self.lua, keys, args), args, primary)
 
     def _check_args(self, args: Sequence[Arg]) -> None:
         argc = len(args)
@@ -296,12 +284,13 @@ def _getter(names: list[str]) -> Callable[[Any], Any]:
 
 
 A = ActionKeys
+B = BatchKeys
 G = (StreamKeys, GroupKeys)
 N = NamespaceKeys
 S = StreamKeys
 Q = QueueKeys
 
-# Action queues and runs.
+# Action queues, runs, and the graph between runs (flo_redis.actions.graph).
 ACTION_REGISTER = Script("action_register", A, r.done)
 ACTION_INVOKE = Script("action_invoke", A, r.invoked, leads=attrgetter("handed"), durable="invoke")
 ACTION_INVOKE_MANY = Script("action_invoke_many", A, r.invoked_many, durable="invoke_many")
@@ -329,6 +318,18 @@ RUN_RELEASE = Script("run_release", A, r.reported)
 RUN_REQUEUE = Script("run_requeue", A, r.number)
 RUN_CANCEL = Script("run_cancel", A, r.cancelled, tail="notice")
 RUN_PROGRESS = Script("run_progress", A, r.reported)
+GRAPH_TAKE = Script("graph_take", A, g.taken)
+GRAPH_DONE = Script("graph_done", A, r.done)
+GRAPH_DEPEND = Script("graph_depend", A, g.depended)
+GRAPH_RESOLVE = Script("graph_resolve", A, g.resolved)
+GRAPH_LIST = Script("graph_list", A, g.listed)
+GRAPH_SUSPEND = Script("graph_suspend", A, r.number)
+BATCH_OPEN = Script("batch_open", B, r.done)
+BATCH_NOTE = Script("batch_note", B, r.done)
+BATCH_SEAL = Script("batch_seal", B, r.done)
+BATCH_TAKE = Script("batch_take", B, g.batch_taken)
+BATCH_DONE = Script("batch_done", B, r.done)
+BATCH_DUE = Script("batch_due", N, r.names)
 SLOT_ACQUIRE = Script("slot_acquire", A, r.slot_taken, records_owner=True)
 SLOT_RELEASE = Script("slot_release", A, r.number)
 SCHEDULE_SET = Script("schedule_set", A, sch.set_reply)
@@ -387,8 +388,7 @@ QUEUE_DLQ_REQUEUE = Script("queue_dlq_requeue", Q, q.per_seq)
 QUEUE_RECLAIM = Script("queue_reclaim", Q, r.reclaimed, tail="channels")
 QUEUE_QUARANTINE_REPLAY = Script("queue_quarantine_replay", Q, r.done)
 
-# Any quarantine (an action's, a plain queue's, a group's, a namespace's): the one key
-# is read by name, so any of those key objects may be passed.
+# Any quarantine: its one key is read by name, so any key object with one may be passed.
 QUARANTINE_DELETE = Script("quarantine_delete", A, r.number)
 
 # The dashboard's log-ins and sessions (flo_redis.dashboard.guard).
@@ -396,5 +396,5 @@ DASHBOARD_LOGIN = Script("dashboard_login", DashboardKeys, r.number)
 DASHBOARD_SESSION_TOUCH = Script("dashboard_session_touch", DashboardKeys, r.number)
 DASHBOARD_SESSION_CLOSE = Script("dashboard_session_close", DashboardKeys, r.done)
 
+# Every declared script by name (a test holds this equal to the files in ``lua/``).
 ALL: dict[str, Script[Any]] = {s.name: s for s in globals().values() if isinstance(s, Script)}
-"""Every declared script by name (a test holds this equal to the files in ``lua/``)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from flo_redis._wire.aside import SetAside
 from flo_redis._wire.codec import text
-from flo_redis._wire.replies import with_aside
+from flo_redis._wire.replies import fixed, row_starts, with_aside
 from flo_redis._wire.status import Status
 
 
@@ -27,7 +27,9 @@ class ActionCounts:
     ``failed_total`` count every run that ended so since the action was registered
     (a deleted action starts again from 0). ``quarantined`` counts the records set aside
     in the action's quarantine (runs, schedules, slot holders that did not decode:
-    :mod:`flo_redis.quarantine`)."""
+    :mod:`flo_redis.quarantine`). ``awaiting_parents`` counts the runs (PENDING) that
+    wait for their parents to end (``depends_on``, docs/flows.md): in no other count
+    until they are ready."""
 
     action: str
     namespace: str
@@ -44,6 +46,7 @@ class ActionCounts:
     completed_per_minute: tuple[int, ...]
     failed_per_minute: tuple[int, ...]
     quarantined: int = 0
+    awaiting_parents: int = 0
 
     @property
     def waiting(self) -> int:
@@ -72,19 +75,19 @@ MINUTES = 60  # per-minute buckets kept (lib/tally.lua)
 
 def counts(reply: Any, keys: Any) -> Counts:
     """``{status, at_ms, pending, delayed, running, completed, failed, timed_out,
-    next_due_ms, completed_total, failed_total, quarantined, completed * m, failed *
-    m}``: the last 2m values are per-minute tallies, oldest first."""
+    next_due_ms, completed_total, failed_total, quarantined, awaiting_parents, completed
+    * m, failed * m}``: the last 2m values are per-minute tallies, oldest first."""
     n = [int(x) for x in reply]
-    if n[0] != Status.OK or len(n) < 12:
+    if n[0] != Status.OK or len(n) < 13:
         return Counts(n[0], None)
-    minutes = n[12:]
+    minutes = n[13:]
     half = len(minutes) // 2
     return Counts(
         Status.OK,
         ActionCounts(
             keys.action, keys.namespace, n[1], n[2], n[3], n[4], n[5], n[6], n[7],
             None if n[8] < 0 else n[8], n[9], n[10],
-            tuple(minutes[:half][:MINUTES]), tuple(minutes[half:][:MINUTES]), n[11],
+            tuple(minutes[:half][:MINUTES]), tuple(minutes[half:][:MINUTES]), n[11], n[12],
         ),
     )  # fmt: skip
 
@@ -99,10 +102,7 @@ class HistorySlots:
     slots: bytes = b""
 
 
-def history_slots(reply: Any, _keys: object) -> HistorySlots:
-    if int(reply[0]) != Status.OK:
-        return HistorySlots(int(reply[0]))
-    return HistorySlots(Status.OK, int(reply[1]), bytes(reply[2] or b""))
+history_slots = fixed(HistorySlots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +123,9 @@ class RunRows:
 
 def _rows(reply: Any, at: int) -> tuple[RunRow, ...]:
     """The ``n`` rows ``(run_id, score, record)`` that follow ``n`` at ``reply[at]``."""
-    first = at + 1
     return tuple(
         RunRow(text(reply[i]) or "", text(reply[i + 1]) or "", reply[i + 2] or None)
-        for i in range(first, first + 3 * int(reply[at]), 3)
+        for i in row_starts(reply, at, 3)
     )
 
 
@@ -211,7 +210,7 @@ def flow_keys(reply: Any, keys: Any) -> FlowKeysReply:
     if status != Status.OK:
         return FlowKeysReply(status, None)
     rows = []
-    for i in range(4, 4 + 6 * int(reply[3]), 6):
+    for i in row_starts(reply, 3, 6):
         paused = int(reply[i + 5])
         rows.append(
             FlowKey(

@@ -1,9 +1,8 @@
 """The one place Redis key and channel names are built.
 
-Every key of one action queue shares the hash tag ``{<namespace>:<action>}``, every key of
-one stream (partition) shares ``{<namespace>:<stream>}`` and the worker registry of a
-namespace lives under ``{<namespace>}``. A script therefore always touches a single hash
-slot, on one Redis and on Redis Cluster alike.
+Every key of one action queue shares the hash tag ``{<namespace>:<action>}``, of a stream
+(partition) ``{<namespace>:<stream>}``, of a batch ``{<namespace>:<batch>}``, and the
+registries live under ``{<namespace>}``: a script touches a single hash slot.
 
 User-supplied names are validated here, before any key is built: a name that could break
 the hash tag (``{``/``}``), blur the boundary between namespace and name (``:`` in a
@@ -87,39 +86,24 @@ class ActionKeys:
     flow_vt: str  # ZSET  flow key -> virtual time of its last run placed fairly
     flow_rate: str  # ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
     flow_once: str  # ZSET  flow key -> ms its last run is looked at again (dedup, throttle, ...)
+    waiting: str  # ZSET  run_id -> created ms (runs waiting for their parents to end)
+    graph: str  # HASH  "d\0<child>\0<parent>" -> dependency state; "c\0<message>" -> cursor
+    graph_idx: str  # ZSET  "p\0<child>\0<parent>", "k\0<parent>\0<child>" (score 0, by name)
+    outbox: str  # ZSET  graph message -> ms it is due (lua/lib/graph.lua)
+    nudge: str  # sharded pub/sub channel telling forwarders of graph messages
     wake: str  # sharded pub/sub channel announcing new work
     ended: str  # sharded pub/sub channel told the ids of runs that end (action.wait)
 
     def all_data_keys(self) -> tuple[str, ...]:
-        return (
-            self.definition,
-            self.runs,
-            self.inputs,
-            self.pending,
-            self.delayed,
-            self.leases,
-            self.done,
-            self.failed,
-            self.idempotency,
-            self.polls,
-            self.poll_times,
-            self.owners,
-            self.owned,
-            self.slots,
-            self.rate,
-            self.parked,
-            self.schedules,
-            self.schedule_due,
-            self.schedule_paused,
-            self.schedule_last,
-            self.quarantine,
-            self.history,
-            self.flows,
-            self.flow_held,
-            self.flow_vt,
-            self.flow_rate,
-            self.flow_once,
-        )
+        """Every key of the queue but its meta hash (its names and channels are none)."""
+        return tuple(getattr(self, name) for name in _ACTION_DATA)
+
+
+_ACTION_DATA = tuple(
+    f.name
+    for f in fields(ActionKeys)
+    if f.name not in ("namespace", "action", "tag", "meta", "nudge", "wake", "ended")
+)
 
 
 def action_keys(namespace: str, action: str) -> ActionKeys:
@@ -193,6 +177,28 @@ class NamespaceKeys:
     actions: str  # ZSET  action names (score 0) for paging in name order
     streams: str  # ZSET  stream names (score 0)
     quarantine: str  # STREAM  worker records set aside (lua/lib/record.lua)
+    batches: str  # ZSET  open batch id -> ms its messages are next looked at
+
+
+@dataclass(frozen=True, slots=True)
+class BatchKeys:
+    """Keys of one batch (lua/lib/batch.lua); all in one hash slot, its own."""
+
+    namespace: str
+    batch: str
+    tag: str
+    state: str  # HASH  counts, settings, callbacks made
+    members: str  # HASH  member -> "<state> <version>"
+    outbox: str  # ZSET  batch message -> ms it is due
+
+
+@functools.lru_cache(maxsize=4096)
+def batch_keys(namespace: str, batch: str) -> BatchKeys:
+    """The keys of batch ``batch`` of ``namespace`` (validated names; cached)."""
+    check_namespace(namespace)
+    check_name("batch id", batch)
+    tag = f"{{{namespace}:{batch}}}"
+    return _keyed(BatchKeys, f"{PREFIX}:b:{tag}", namespace=namespace, batch=batch, tag=tag)
 
 
 def namespace_keys(namespace: str) -> NamespaceKeys:

@@ -104,15 +104,17 @@ def _read(root: Traversable, rel: str) -> str:
     return node.read_text(encoding="utf-8")
 
 
-def flatten(root: Traversable, rel: str) -> str:
+def flatten(root: Traversable, rel: str, texts: dict[str, str] | None = None) -> str:
     """The source of ``rel`` with every include inlined once, in dependency order, and
-    without the helper functions it never uses (module docstring)."""
-    return _without_unused([_Piece.of(text) for text in _pieces(root, [rel])])
+    without the helper functions it never uses (module docstring). ``texts``: files
+    read before, by name (those read now are added)."""
+    pieces = _pieces(root, [rel], {} if texts is None else texts)
+    return _without_unused([_Piece.of(text) for text in pieces])
 
 
-def _pieces(root: Traversable, names: list[str]) -> list[str]:
-    """``names`` and everything they include, each file once, in dependency order: each
-    file's text between its includes."""
+def _pieces(root: Traversable, names: list[str], texts: dict[str, str]) -> list[str]:
+    """``names`` and all they include, each file once, in dependency order: each file's
+    text between its includes (``texts``: as :func:`flatten`'s)."""
     seen: set[str] = set()
     pieces: list[str] = []
 
@@ -123,17 +125,29 @@ def _pieces(root: Traversable, names: list[str]) -> list[str]:
         if name in seen:
             return
         seen.add(name)
-        text = _read(root, name)
-        at = 0
-        for match in _INCLUDE.finditer(text):
-            pieces.append(text[at : match.start()])
-            expand(match.group(1), (*stack, name))
-            at = match.end()
-        pieces.append(text[at:])
+        text = texts.get(name)
+        if text is None:
+            text = texts[name] = _read(root, name)
+        between, included = _split(text)
+        for piece, inner in zip(between[:-1], included, strict=True):
+            pieces.append(piece)
+            expand(inner, (*stack, name))
+        pieces.append(between[-1])
 
     for name in names:
         expand(name, ())
     return pieces
+
+
+@functools.lru_cache(maxsize=1024)
+def _split(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``text`` between its includes (one more stretch than includes), and the files it
+    includes, in order (helpers recur in many scripts: each is split once)."""
+    matches = list(_INCLUDE.finditer(text))
+    ends = [0, *(m.end() for m in matches)]
+    starts = [*(m.start() for m in matches), len(text)]
+    between = tuple(text[a:b] for a, b in zip(ends, starts, strict=True))
+    return between, tuple(m.group(1) for m in matches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,13 +260,14 @@ def load_all(root: Traversable | None = None) -> dict[str, LuaScript]:
     base = root if root is not None else lua_root()
     scripts: dict[str, LuaScript] = {}
     texts: dict[str, str] = {}
+    read: dict[str, str] = {}  # each file (a helper: by many scripts) read once
     for entry in sorted(base.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".lua"):
             continue
         name = entry.name[: -len(".lua")]
-        text = texts[entry.name] = entry.read_text(encoding="utf-8")
+        text = texts[entry.name] = read[entry.name] = entry.read_text(encoding="utf-8")
         keys, argv, tail, returns = parse_header(name, text)
-        source = flatten(base, entry.name)
+        source = flatten(base, entry.name, read)
         sha = hashlib.sha1(source.encode()).hexdigest()
         scripts[name] = LuaScript(
             name, source, sha, keys, argv, tail, returns, bool(_VARIADIC_ARGV.search(text))
@@ -348,7 +363,8 @@ def library(
             if name in users:
                 users[name].add(_family(script_name))
     own = {name: _INCLUDE.sub("", read(name)) for name in helpers}
-    shared = [name for name in helpers if len(users[name]) != 1]
+    families = {_family(name) for name in scripts}
+    shared = [name for name in helpers if users[name] in (families, set())]
     digest = hashlib.sha1("".join(own[n] for n in helpers).encode())  # with unused ones
     for name in sorted(scripts):
         digest.update(f"{name} {scripts[name].sha}\n".encode())
@@ -357,8 +373,8 @@ def library(
     top_locals = sum(_local_count(own[n]) for n in shared)
     named: dict[str, LuaScript] = {}
     functions: dict[str, str] = {}
-    for family in sorted({_family(name) for name in scripts}):
-        mine = [n for n in helpers if users[n] == {family}]
+    for family in sorted(families):
+        mine = [n for n in helpers if family in users[n] and n not in shared]
         peak = top_locals + sum(_local_count(own[n]) for n in mine)
         if peak > _MAX_LOCALS:
             raise LuaSourceError(

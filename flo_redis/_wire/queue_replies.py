@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flo_redis._wire.aside import SetAside
-from flo_redis._wire.replies import set_aside
+from flo_redis._wire.replies import row_starts, set_aside
 from flo_redis.types.queue import Message
 
 
@@ -22,7 +22,7 @@ def _messages(reply: Sequence[Any], at: int) -> tuple[Message, ...]:
             delivery_count=int(reply[i + 3]),
             priority=int(reply[i + 4]),
         )
-        for i in range(at + 1, at + 1 + 5 * int(reply[at]), 5)
+        for i in row_starts(reply, at, 5)
     )
 
 

@@ -26,16 +26,17 @@ _READ: dict[str, Callable[[Any], object]] = {
     "int": int,
     "bool": lambda v: bool(int(v)),
     "str": lambda v: text(v) or "",
+    "bytes": lambda v: bytes(v or b""),
     "StreamID": StreamID.from_redis,
 }
 
 
 def fixed(cls: type[Reply]) -> Callable[[Any, object], Reply]:
     """The parser of a fixed-shape reply ``{status, v1, v2, ...}``: ``cls`` (a dataclass
-    of int, bool and str fields, in reply order) with each value read as its field's
-    type (a bool from 0/1, a str from bytes). A shorter reply, such as a refusal's bare
-    ``{status}``, leaves the fields it lacks their defaults. A StreamID field reads
-    ``<ms>-<seq>``. Fields of another type (what a call set aside: :func:`with_aside`)
+    of int, bool, str and bytes fields, in reply order) with each value read as its
+    field's type (a bool from 0/1, a str from bytes). A shorter reply, such as a
+    refusal's bare ``{status}``, leaves the fields it lacks their defaults. A StreamID
+    field reads ``<ms>-<seq>``. Fields of another type (what a call set aside: :func:`with_aside`)
     come last and keep their defaults."""
     read = tuple(
         _READ[str(f.type)]
@@ -47,6 +48,13 @@ def fixed(cls: type[Reply]) -> Callable[[Any, object], Reply]:
         return cls(*(r(v) for r, v in zip(read, reply, strict=False)))  # short: defaults
 
     return parse
+
+
+def row_starts(reply: Any, at: int, width: int) -> range:
+    """Where each of the ``n`` rows of ``width`` values starts, in a reply holding ``n``
+    at ``reply[at]`` and the rows right after it."""
+    start = at + 1
+    return range(start, start + width * int(reply[at]), width)
 
 
 def set_aside(values: Any) -> tuple[SetAside, ...]:
@@ -227,21 +235,17 @@ number = fixed(Number)
 
 @dataclass(frozen=True, slots=True)
 class Cancelled:
-    """``run_cancel``: the run's status before, and a running run's holder and token."""
+    """``run_cancel``: the run's status before, and a running run's holder and token
+    (a refusal answers ``{status}`` or ``{CONFLICT, was}``)."""
 
     status: int
-    was: int
-    holder: str
-    token: int
-    told: bool
+    was: int = 0
+    holder: str = ""
+    token: int = 0
+    told: bool = False
 
 
-def cancelled(reply: Any, _keys: object) -> Cancelled:
-    if len(reply) < 5:
-        return Cancelled(int(reply[0]), int(reply[1]) if len(reply) > 1 else 0, "", 0, False)
-    return Cancelled(
-        int(reply[0]), int(reply[1]), text(reply[2]) or "", int(reply[3]), bool(int(reply[4]))
-    )
+cancelled = fixed(Cancelled)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,8 @@ On Redis Cluster every script's keys share one hash slot (``keys.py``), and redi
 routes each call by its keys to the primary owning that slot, following ``MOVED`` and
 ``ASK``; ``NOSCRIPT`` is answered per node, so the ``EVAL`` fallback loads the script on
 the node that ran it. A slot in the middle of a migration may answer ``TRYAGAIN`` until
-its keys have moved; redis-py retries for a while, then the call is refused as
-:class:`UnavailableError` (it did not run, so it is safe to repeat).
+its keys have moved; redis-py retries for a while, then gives up ("TTL exhausted"), and
+the call is refused as :class:`UnavailableError` that did not run, resent as below.
 
 Resending is decided here and nowhere else: a call refused *without running* (Redis
 ``LOADING``, ``TRYAGAIN``, a cluster redirection redis-py gave up following,
@@ -71,7 +71,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import redis.exceptions as rex
 from redis.asyncio import Redis
@@ -109,6 +109,18 @@ _NAMES = {
     for script in SCRIPTS.values()
     for by_function in (True, False)
 }
+
+
+class _Call(NamedTuple):
+    """One script call as :meth:`ScriptRunner.run` was given it, handed whole to each
+    step that sends it (a named tuple: one is made on every call's path)."""
+
+    script: LuaScript
+    keys: Sequence[str]
+    args: Sequence[Arg]
+    head: bytes
+    lead: bool
+    wait: Durability | None
 
 
 class ScriptRunner:
@@ -199,27 +211,24 @@ class ScriptRunner:
         up. Any other failure is raised as flo's error, and the call is never resent."""
         if wait is not None:
             wait.check_server(self.server_version)
+        call = _Call(script, keys, args, head, lead, wait)
         if self.debug:
-            return await self._run_logged(script, keys, args, wait)
+            return await self._run_logged(call._replace(head=b"", lead=False))
         try:
-            return await self._send(script, keys, args, head, lead, wait)
+            return await self._send(call)
         except ServerError as exc:
             if not is_refused_unrun(exc):
                 raise
             refused = exc
-        return await retry_refused(
-            lambda: self._send(script, keys, args, head, lead, wait), self.policy, refused=refused
-        )
+        return await retry_refused(lambda: self._send(call), self.policy, refused=refused)
 
-    async def _run_logged(
-        self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg], wait: Durability | None
-    ) -> Any:
-        name = script.name
+    async def _run_logged(self, call: _Call) -> Any:
+        name, keys = call.script.name, call.keys
 
         async def send_logged() -> Any:
             log.debug("-> %s %s", name, keys[0] if keys else "")
             try:
-                reply = await self._send(script, keys, args, b"", False, wait)
+                reply = await self._send(call)
             except Exception as exc:
                 log.debug("<- %s %s", name, _failure(exc))
                 raise
@@ -228,43 +237,27 @@ class ScriptRunner:
 
         return await retry_refused(send_logged, self.policy)
 
-    async def _send(
-        self,
-        script: LuaScript,
-        keys: Sequence[str],
-        args: Sequence[Arg],
-        head: bytes,
-        lead: bool,
-        wait: Durability | None,
-    ) -> Any:
+    async def _send(self, call: _Call) -> Any:
         """One send of the call, each way :func:`ways` gives in turn until one answers."""
         plan = ways(self.functions)
         way = next(plan)
         while True:
             try:
-                return await self._call(script, way, keys, args, head, lead, wait)
+                return await self._call(call, way)
             except rex.RedisError as exc:
                 failed = exc
             try:
                 way = plan.send(failed)
             except rex.RedisError as exc:
-                raise await self._refused(script.name, exc) from exc
+                raise await self._refused(call.script.name, exc) from exc
 
-    async def _call(
-        self,
-        script: LuaScript,
-        way: Way,
-        keys: Sequence[str],
-        args: Sequence[Arg],
-        head: bytes,
-        lead: bool,
-        wait: Durability | None,
-    ) -> Any:
+    async def _call(self, call: _Call, way: Way) -> Any:
         """The call sent one way: ``FCALL`` or ``EVALSHA`` on a lane when one is free,
         else through the pool; ``EVAL`` through the pool; with ``wait``, followed by its
         wait on the same connection. redis-py's errors are raised as they come. An
         ``FCALL`` is written only on a connection whose server was found to hold the
         shipped library (:meth:`Functions.verify`; :class:`LibraryRefused` otherwise)."""
+        script, keys, args, head, lead, wait = call
         n = len(keys)
         if way == EVAL:
             if wait is not None:

@@ -8,17 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from flo_redis._wire.codec import BadRecord, text
-from flo_redis._wire.replies import fixed, names_from
+from flo_redis._wire.replies import fixed, names_from, row_starts
 from flo_redis._wire.status import Status
 from flo_redis._wire.stream_codec import decode_headers, sid
 from flo_redis.types import StorageTier, StreamID, StreamRecord
-
-
-def _rows(reply: Any, at: int, width: int) -> range:
-    """Where each of the ``n`` rows of ``width`` fields starts, in a reply holding ``n``
-    at ``reply[at]`` and the rows right after it."""
-    start = at + 1
-    return range(start, start + width * int(reply[at]), width)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +46,13 @@ def records(
                 int(reply[i + 1]) if tokens else 0,
                 partition,
             )
-            for i in _rows(reply, at, width)
+            for i in row_starts(reply, at, width)
         ], ()
     except BadRecord:
         pass
     found: list[StreamRecord] = []
     bad: list[BadEntry] = []
-    for i in _rows(reply, at, width):
+    for i in row_starts(reply, at, width):
         raw = reply[i + body + 1]
         record = StreamRecord(
             sid(reply[i]), hot, stream, bytes(reply[i + body]), None,
@@ -225,7 +218,7 @@ class Pending:
 def pending(reply: Any, _keys: object) -> Pending:
     rows = tuple(
         PendingRow(sid(reply[i]), text(reply[i + 1]) or "", int(reply[i + 2]), int(reply[i + 3]))
-        for i in _rows(reply, 1, 4)
+        for i in row_starts(reply, 1, 4)
     )
     return Pending(int(reply[0]), rows)
 
@@ -239,7 +232,7 @@ class Replayed:
 
 
 def replayed(reply: Any, _keys: object) -> Replayed:
-    return Replayed(int(reply[0]), tuple(sid(reply[i + 1]) for i in _rows(reply, 1, 2)))
+    return Replayed(int(reply[0]), tuple(sid(reply[i + 1]) for i in row_starts(reply, 1, 2)))
 
 
 set_aside_ids = names_from(2)

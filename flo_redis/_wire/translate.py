@@ -57,9 +57,14 @@ def translated(what: str, exc: rex.RedisError) -> Exception:
         )
     if isinstance(exc, rex.ConnectionError):
         return NotConnectedError(f"{what}: connection to Redis lost ({exc})")
-    if isinstance(exc, rex.TryAgainError | rex.ClusterDownError | rex.MovedError | rex.AskError):
-        # Redirections redis-py gave up following (a slot in mid-migration, a cluster
-        # without a primary for the slot): the command did not run.
+    # Redirections redis-py gave up following (a slot in mid-migration, a cluster without
+    # a primary for the slot), or followed until it gave up ("TTL exhausted.": MOVED, ASK
+    # and TRYAGAIN answers, which a slot mid-migration gives a script whose keys are not
+    # all on one side yet): the command did not run.
+    redirected = rex.TryAgainError | rex.ClusterDownError | rex.MovedError | rex.AskError
+    if isinstance(exc, redirected) or (
+        isinstance(exc, rex.ClusterError) and str(exc) == "TTL exhausted."
+    ):
         return _unavailable(f"{what}: the Redis Cluster is moving this slot ({exc}); retry")
     if isinstance(exc, rex.ClusterError):
         return UnavailableError(f"{what}: the Redis Cluster did not serve it ({exc})")

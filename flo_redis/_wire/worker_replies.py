@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flo_redis._wire.replies import fixed
+from flo_redis._wire.replies import fixed, row_starts
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +116,7 @@ def held(reply: Any, _keys: object) -> Held:
                 int(reply[j + 4]),
                 bool(int(reply[j + 5])),
             )
-            for j in range(i + 3, i + 3 + 6 * n, 6)
+            for j in row_starts(reply, i + 2, 6)
         )
         holdings.append(Holding(int(reply[i]), bool(int(reply[i + 1])), runs))
         i += 3 + 6 * n

@@ -15,6 +15,7 @@ import enum
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from flo_redis._session.session import Operations, Session
 from flo_redis._wire import runner
@@ -42,6 +43,8 @@ from flo_redis.actions.runs import read_run, unreadable_run
 from flo_redis.errors import ValidationError
 from flo_redis.types import ActionRunStatus
 from flo_redis.types.base import LUA_INT
+
+T = TypeVar("T")
 
 MAX_BATCH = 500  # runs per bulk script call: 4-8 ms of Redis time, tens of ms at worst
 # The default keeps every call far under 50 ms of Redis time even on a loaded machine: 25
@@ -140,6 +143,14 @@ async def failed_runs(session: Session, keys: ActionKeys, limit: int) -> list[Ac
     return found
 
 
+def _registered(keys: ActionKeys, answer: T | None) -> T:
+    """A read's ``answer``; :class:`NotFoundError` when the read found no registered
+    action (its reply's answer is None for NO_ACTION)."""
+    if answer is None:
+        raise not_registered(keys)
+    return answer
+
+
 class ActionInspection(Operations):
     """The operator half of ``client.action``: counts, runs by state, bulk steering."""
 
@@ -147,10 +158,7 @@ class ActionInspection(Operations):
         """Exact counts of ``name``'s runs by state and per minute over the last hour, read
         in one atomic, read-only script call. :class:`NotFoundError` if not registered."""
         keys = self._action_keys(name, namespace)
-        reply = await ACTION_COUNTS(self._session, keys)
-        if reply.counts is None:
-            raise not_registered(keys)
-        return reply.counts
+        return _registered(keys, (await ACTION_COUNTS(self._session, keys)).counts)
 
     async def history(
         self,
@@ -179,9 +187,7 @@ class ActionInspection(Operations):
         limit = check_count("limit", limit, 1, 1000)
         sample = check_count("sample", sample, 1, 1000)
         reply = await ACTION_FLOW_KEYS(self._session, keys, [limit, sample])
-        if reply.flow_keys is None:
-            raise not_registered(keys)
-        return reply.flow_keys
+        return _registered(keys, reply.flow_keys)
 
     async def runs(
         self,

@@ -29,6 +29,7 @@ from flo_redis._wire.checks import (
     check_flow_key,
     check_labels,
     check_list,
+    check_name,
     check_options,
     check_priority,
     check_text,
@@ -51,7 +52,9 @@ from flo_redis._wire.keys import (
 )
 from flo_redis._wire.refusals import not_registered, raise_refusal, raise_run_refusal
 from flo_redis._wire.status import Status, refusal
+from flo_redis.actions import batches, graph
 from flo_redis.actions.action_settings import check_inputs_fit, list_page, settings_record
+from flo_redis.actions.graph_steering import GraphOperations
 from flo_redis.actions.inspect import ActionInspection, failed_runs
 from flo_redis.actions.runs import (
     DEFAULT_WAIT_MS,
@@ -95,10 +98,11 @@ _NO_OPTIONS = ActionInvokeOptions()
 ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None]
 
 
-class ActionOperations(ActionInspection, ScheduleOperations):
+class ActionOperations(ActionInspection, ScheduleOperations, GraphOperations):
     """``client.action``: register actions, invoke them, read runs; counts, runs by state
     and bulk steering come from :class:`ActionInspection`, schedules from
-    :class:`~flo_redis.actions.schedule_steering.ScheduleOperations`."""
+    :class:`~flo_redis.actions.schedule_steering.ScheduleOperations`, the graph between
+    runs and batches from :class:`~flo_redis.actions.graph_steering.GraphOperations`."""
 
     async def register(
         self,
@@ -136,6 +140,8 @@ class ActionOperations(ActionInspection, ScheduleOperations):
         ``durability``: this write's level, else the client's (:class:`NotDurableError`)."""
         opts = _NO_OPTIONS if options is None else check_options(options, ActionInvokeOptions)
         keys = self._action_keys(name, opts.namespace)
+        if opts.batch is not None:
+            await batches.check_open(self._session, keys.namespace, opts.batch)
         with traced(self._session.tracer).invoking(keys.namespace, name, 1) as span:
             args, size = invoke_request(
                 keys, input_data, opts, self._session.max_payload_bytes, span.context
@@ -143,6 +149,9 @@ class ActionOperations(ActionInspection, ScheduleOperations):
             reply = await ACTION_INVOKE(self._session, keys, args, durability=durability)
             result = invoke_reply(reply, keys, size)
             span.sent((result.run_id,))
+        if opts.depends_on or opts.batch:
+            # Registered on its parents, counted by its batch, now (else at the upkeep).
+            await graph.forward_after(self._session, keys)
         return result
 
     async def invoke_many(
@@ -168,6 +177,7 @@ class ActionOperations(ActionInspection, ScheduleOperations):
         priority = check_priority(opts.priority)
         check_labels(opts.labels)
         flow_key = check_flow_key(opts.flow_key, optional=True)
+        deps = graph.deps_request(opts.depends_on, opts.flow_key)
         limit = self._session.max_payload_bytes
         items = check_list("inputs", inputs)
         data = [check_bytes(f"inputs[{i}]", x, limit) for i, x in enumerate(items)]
@@ -176,26 +186,32 @@ class ActionOperations(ActionInspection, ScheduleOperations):
         if len(data) > INVOKE_BATCH:
             await check_inputs_fit(self._session, keys, data)
         with traced(self._session.tracer).invoking(keys.namespace, name, len(data)) as span:
-            results = await self._invoke_chunks(
-                keys, prefix, (labels, priority, span.context, flow_key), data, durability
-            )
+            batch = "" if opts.batch is None else check_name("batch", opts.batch)
+            if batch:
+                await batches.check_open(self._session, keys.namespace, batch)
+            shared = (labels, priority, span.context, flow_key, deps, batch)
+            results = await self._invoke_chunks(keys, prefix, shared, data, durability)
             span.sent([r.run_id for r in results])
+        if deps or opts.batch:  # registered on their parents, counted by the batch, now
+            await graph.forward_after(self._session, keys)
         return results
 
     async def _invoke_chunks(
         self,
         keys: ActionKeys,
         prefix: str,
-        shared: tuple[bytes, int, bytes, str],
+        shared: tuple[bytes, int, bytes, str, bytes, str],
         data: Sequence[bytes],
         durability: DurabilityLike | None,
     ) -> builtins.list[ActionInvokeResult]:
-        """Create runs of ``data``, INVOKE_BATCH a call, each call atomic; ``shared``:
-        every run's labels, priority, trace context and flow key."""
+        """Create runs of ``data``, INVOKE_BATCH a call (fewer with many parents: at most
+        MAX_PARENTS dependencies a call), each call atomic; ``shared``: every run's labels,
+        priority, trace context, flow key, packed parents and batch."""
         name = keys.action
         results: builtins.list[ActionInvokeResult] = []
-        for start in range(0, len(data), INVOKE_BATCH):
-            chunk = data[start : start + INVOKE_BATCH]
+        per_call = graph.runs_per_call(shared[4], INVOKE_BATCH)
+        for start in range(0, len(data), per_call):
+            chunk = data[start : start + per_call]
             args: list[runner.Arg] = [prefix, *shared, *chunk]
             reply = await ACTION_INVOKE_MANY(self._session, keys, args, durability=durability)
             if reply.status in (Status.NO_ACTION, Status.BAD_SETTING):
@@ -325,6 +341,8 @@ class ActionOperations(ActionInspection, ScheduleOperations):
         notice = cancel_reply(await RUN_CANCEL(self._session, keys, args, tail=tail), keys, run_id)
         if notice is not None:
             await tell(self._session.redis, notice)
+        if isinstance(raw, bytes) and graph.told_of_end(raw):
+            await graph.forward_after(self._session, keys)  # told now, not at the upkeep
 
     async def failed(
         self, name: str, limit: int = 100, namespace: str | None = None

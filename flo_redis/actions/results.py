@@ -132,15 +132,22 @@ def check_serializer(serializer: object) -> None:
 
 
 def error_text(exc: BaseException) -> str:
-    """``"KeyError: 'image'"``: the exception's type and message, as the run keeps them."""
-    message = str(exc)
+    """``"KeyError: 'image'"``: the exception's type and message, as the run keeps them
+    (an exception whose ``__str__`` raises still fails its run, saying so)."""
+    try:
+        message = str(exc)
+    except Exception as broken:
+        message = f"(its text could not be had: {type(broken).__name__})"
     name = type(exc).__name__
     return f"{name}: {message}" if message else name
 
 
 def error_traceback(exc: BaseException) -> str:
     """The exception's traceback, its last :data:`MAX_TRACEBACK_CHARS` characters."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # a __str__ that raises, all the way down
+        text = f"{type(exc).__name__} (its traceback could not be printed)"
     if len(text) > MAX_TRACEBACK_CHARS:
         text = "...\n" + text[-(MAX_TRACEBACK_CHARS - 4) :]
     return text

@@ -17,6 +17,7 @@ from flo_redis._wire.checks import (
     check_flow_key,
     check_idempotency_key,
     check_labels,
+    check_name,
     check_priority,
     stored_int,
 )
@@ -26,6 +27,7 @@ from flo_redis._wire.refusals import bad_settings, not_registered, raise_run_ref
 from flo_redis._wire.replies import Cancelled, Invoked
 from flo_redis._wire.runner import Arg, RedisConn, redis_errors
 from flo_redis._wire.status import Status, refusal
+from flo_redis.actions.graph import deps_request
 from flo_redis.errors import BadRecordError, ValueTooLargeError, WaitTimeoutError
 from flo_redis.types import ActionInvokeOptions, ActionInvokeResult, ActionRunStatus, RunStatus
 from flo_redis.types.base import LUA_INT
@@ -46,6 +48,7 @@ def invoke_request(
     idempotency_key = check_idempotency_key(opts.idempotency_key)
     flow_key = check_flow_key(opts.flow_key, optional=True)
     labels = pack(tag_labels(opts.labels)) if opts.labels else b""
+    deps = deps_request(opts.depends_on, opts.flow_key)
     return (
         [
             run_id_prefix(keys.action),
@@ -57,6 +60,8 @@ def invoke_request(
             priority,
             trace,
             flow_key,
+            deps,
+            "" if opts.batch is None else check_name("batch", opts.batch),
         ],
         len(data),
     )
@@ -97,6 +102,10 @@ def run_status(run_id: str, rec: dict[str, Any], due_at_ms: int | None = None) -
         progress=bytes(rec["pg"]) if rec.get("pg") is not None else None,
         progress_at_ms=int(rec["pt"]) if rec.get("pt") is not None else None,
         flow_key=text(rec.get("fk")),
+        parents=int(rec.get("dn", 0)),
+        waiting_on=int(rec.get("dw", 0)),
+        has_dependents=bool(rec.get("gd")),
+        batch=text(rec.get("bt")) or None,
     )
 
 

@@ -27,6 +27,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "status",
     "stats",
     "runs",
+    "batches",
     "keys",
     "workers",
     "streams",

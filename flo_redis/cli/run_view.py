@@ -1,10 +1,12 @@
 """``flo-redis runs show|find``: one run as an operator reads it, and finding runs.
 
-``show`` prints a run's facts with readable times, then its input, output, progress,
-error and traceback (:mod:`flo_redis.ops.payloads`: pretty JSON, text or hex, cut at
-64 KiB); ``--json`` keeps times in ms and gives the input whole (``encoding`` and
-``data``). ``find`` looks a text up in one action's runs (:meth:`find`). Both hide
-what ``--redact`` / ``--redact-keys`` name (:mod:`flo_redis.ops.redaction`).
+``show`` prints a run's facts with readable times, the graph around it (its parents and
+the runs that depend on it: :mod:`flo_redis.ops.run_graph`), then its input, output,
+progress, error and traceback (:mod:`flo_redis.ops.payloads`: pretty JSON, text or
+hex, cut at 64 KiB); ``--json`` keeps times in ms and gives the input whole
+(``encoding`` and ``data``) and the graph (``graph``). ``find`` looks a text up in one
+action's runs (:meth:`find`). Both hide what ``--redact`` / ``--redact-keys`` name
+(:mod:`flo_redis.ops.redaction`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from flo_redis.client import FloClient
 from flo_redis.errors import ValidationError
 from flo_redis.ops.payloads import encoded, shown, span
 from flo_redis.ops.redaction import Redactor, redactor
+from flo_redis.ops.run_graph import RunGraph, run_graph
 from flo_redis.types import ActionRunStatus
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -102,6 +105,7 @@ def facts(run: ActionRunStatus, now_ms: int, key: str | None) -> list[tuple[str,
         ("worker", run.worker_id),
         ("outcome", run.outcome),
         ("progress at", when(run.progress_at_ms, now_ms)),
+        ("batch", run.batch or ""),
     ]
 
 
@@ -117,10 +121,28 @@ def print_value(label: str, raw: bytes | None) -> None:
         say(view.note)
 
 
-def print_details(details: RunDetails, now_ms: int) -> None:
+def print_graph(graph: RunGraph) -> None:
+    """The runs it waits for (each with its policy and state) and those waiting for it,
+    each under its count line ("parents: 3 (1 waiting)", "dependents: 2"); nothing for a
+    run with neither."""
+    draw = tables.console()
+    if graph.parents or graph.parent_rows:
+        say()
+        say(f"parents: {graph.parents_note()}")
+        rows = [(p.run_id, p.on_failure, p.state) for p in graph.parent_rows]
+        draw.print(tables.table("", ["run", "on failure", "state"], rows))
+    if graph.dependents:
+        say()
+        say(f"dependents: {graph.dependents_note()}")
+        draw.print(tables.table("", ["run"], [(d,) for d in graph.dependents]))
+
+
+def print_details(details: RunDetails, now_ms: int, graph: RunGraph | None = None) -> None:
     run = details.status
     rows = [r for r in facts(run, now_ms, details.idempotency_key) if r[1]]
     tables.console().print(tables.table(f"run {run.run_id}", ["field", "value"], rows))
+    if graph is not None:
+        print_graph(graph)
     if details.input is None:
         say()
         say(f"input: {details.input_missing}")
@@ -134,13 +156,15 @@ def print_details(details: RunDetails, now_ms: int) -> None:
             say(text)
 
 
-def details_json(details: RunDetails) -> dict[str, Any]:
-    """The run as ``ops.plain`` gives it (times in ms), with the input whole and its
-    idempotency key."""
+def details_json(details: RunDetails, graph: RunGraph | None = None) -> dict[str, Any]:
+    """The run as ``ops.plain`` gives it (times in ms), with the input whole, its
+    idempotency key and the graph around it (:meth:`RunGraph.as_json`)."""
     data: dict[str, Any] = ops.plain(details.status)
     data["input"] = encoded(details.input)
     data["idempotency_key"] = details.idempotency_key
     data["input_missing"] = details.input_missing
+    if graph is not None:
+        data["graph"] = graph.as_json()
     return data
 
 
@@ -165,20 +189,21 @@ def show(
     redact_keys: str | None,
     run_id: str,
 ) -> None:
-    """Everything known about RUN_ID: status, attempts, times, input, output, error and
-    traceback."""
+    """Everything known about RUN_ID: status, attempts, times, the runs it waits for
+    and those waiting for it, input, output, error and traceback."""
     hide = redactor_of(redact, redact_keys)
 
-    async def read(client: FloClient) -> tuple[int, RunDetails]:
+    async def read(client: FloClient) -> tuple[int, RunDetails, RunGraph]:
         details = await client.action.details(run_id)
-        return await client.server_time_ms(), details
+        graph = await run_graph(client, details.status)
+        return await client.server_time_ms(), details, graph
 
-    now_ms, details = ops.with_client(url, namespace, read)
+    now_ms, details, graph = ops.with_client(url, namespace, read)
     details = redacted(details, hide)
     if as_json:
-        ops.print_json(details_json(details))
+        ops.print_json(details_json(details, graph))
         return
-    print_details(details, now_ms)
+    print_details(details, now_ms, graph)
 
 
 def _cursor(cursor: str | None) -> bytes | None:

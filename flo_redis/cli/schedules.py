@@ -4,8 +4,8 @@ could not be evaluated (:mod:`flo_redis.ops.schedule_board`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -17,6 +17,8 @@ from flo_redis.cli._names import Names, unknown
 from flo_redis.cli._render import say
 from flo_redis.client import FloClient
 from flo_redis.ops.schedule_board import ScheduleBoard, SetAsideSchedule, schedule_board
+
+T = TypeVar("T")
 
 
 def register(group: click.Group) -> None:
@@ -159,24 +161,39 @@ def _show(schedule: Schedule, now_ms: int) -> None:
 
 
 def _target(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``ACTION [SCHEDULE]``: the schedule, named after its action when not given."""
+    """The connection options, ``--json`` and ``ACTION [SCHEDULE]``: the schedule, named
+    after its action when not given (:func:`_on_schedule` finds it)."""
     command = click.argument("schedule", required=False)(command)
-    return click.argument("action")(command)
+    command = click.argument("action")(command)
+    return ops.connection_options(ops.json_option(command))
+
+
+def _on_schedule(
+    url: str,
+    namespace: str,
+    action: str,
+    schedule: str | None,
+    act: Callable[[FloClient, str], Awaitable[T]],
+) -> T:
+    """What ``act(client, name)`` answers for the schedule meant (:func:`_checked`: exit
+    1 with "did you mean" when the action has no such schedule)."""
+
+    async def run(client: FloClient) -> T:
+        return await act(client, await _checked(client, action, schedule))
+
+    return ops.with_client(url, namespace, run, Names(action=action))
 
 
 @schedules.command("show")
-@ops.connection_options
-@ops.json_option
 @_target
 def show(url: str, namespace: str, as_json: bool, action: str, schedule: str | None) -> None:
     """One schedule: its spec, state, next and last occurrence, last trigger."""
 
-    async def read(client: FloClient) -> tuple[Schedule, int]:
-        label = await _checked(client, action, schedule)
+    async def read(client: FloClient, label: str) -> tuple[Schedule, int]:
         found = await client.action.get_schedule(action, label)
         return found, await client.server_time_ms()
 
-    found, now_ms = ops.with_client(url, namespace, read, Names(action=action))
+    found, now_ms = _on_schedule(url, namespace, action, schedule, read)
     if as_json:
         ops.print_json({"now_ms": now_ms, **schedule_json(found)})
     else:
@@ -187,16 +204,13 @@ def _steer(verb: str, about: str) -> None:
     """``schedules <verb> ACTION [SCHEDULE]``: pause or resume, then say where it is."""
 
     @schedules.command(verb, help=about)
-    @ops.connection_options
-    @ops.json_option
     @_target
     def step(url: str, namespace: str, as_json: bool, action: str, schedule: str | None) -> None:
-        async def run(client: FloClient) -> tuple[Schedule, int]:
-            label = await _checked(client, action, schedule)
+        async def run(client: FloClient, label: str) -> tuple[Schedule, int]:
             steer = getattr(client.action, f"{verb}_schedule")
             return await steer(action, label), await client.server_time_ms()
 
-        found, now_ms = ops.with_client(url, namespace, run, Names(action=action))
+        found, now_ms = _on_schedule(url, namespace, action, schedule, run)
         held = "holds" if found.paused else "next"
         ops.report(
             as_json,
@@ -215,8 +229,6 @@ _steer(
 
 
 @schedules.command("trigger")
-@ops.connection_options
-@ops.json_option
 @_target
 @click.option("--idempotency-key", default=None, help="Trigger once for this key.")
 def trigger(
@@ -229,31 +241,27 @@ def trigger(
 ) -> None:
     """Create one run now from the schedule's input; its next occurrence stays."""
 
-    async def run(client: FloClient) -> str:
-        label = await _checked(client, action, schedule)
+    async def run(client: FloClient, label: str) -> str:
         return await client.action.trigger_schedule(action, label, idempotency_key=idempotency_key)
 
-    run_id = ops.with_client(url, namespace, run, Names(action=action))
+    run_id = _on_schedule(url, namespace, action, schedule, run)
     ops.report(as_json, f"created run {run_id}", run_id=run_id)
 
 
 @schedules.command("remove")
-@ops.connection_options
-@ops.json_option
-@ops.yes_option
 @_target
+@ops.yes_option
 def remove(
     url: str, namespace: str, as_json: bool, yes: bool, action: str, schedule: str | None
 ) -> None:
     """Remove a schedule for good (runs it created stay)."""
 
-    async def run(client: FloClient) -> str:
-        label = await _checked(client, action, schedule)
+    async def run(client: FloClient, label: str) -> str:
         ops.confirm(yes, f"Remove schedule {label!r} of action {action!r}?")
         await client.action.unschedule(action, label)
         return label
 
-    label = ops.with_client(url, namespace, run, Names(action=action))
+    label = _on_schedule(url, namespace, action, schedule, run)
     ops.report(as_json, f"removed schedule {label} of {action}", removed=label, action=action)
 
 

@@ -42,14 +42,15 @@ def render(ov: Overview) -> Group:
     actions = table(
         f"Actions in {ov.namespace!r}",
         ["action", "pending", "delayed", "running", "completed", "failed", "timed out",
-         "set aside", "done/h", "failed/h", f"done/min ({SPARK_MINUTES}m)"],
+         "on parents", "set aside", "done/h", "failed/h", f"done/min ({SPARK_MINUTES}m)"],
         [
             (a.action, a.pending, a.delayed, a.running, a.completed, a.failed, a.timed_out,
-             a.quarantined, a.completed_last_hour, a.failed_last_hour,
+             a.awaiting_parents, a.quarantined, a.completed_last_hour, a.failed_last_hour,
              sparkline(a.completed_per_minute))
             for a in ov.actions
         ],
-        drop=["set aside", "failed/h", "done/h", "timed out", f"done/min ({SPARK_MINUTES}m)"],
+        drop=["set aside", "failed/h", "done/h", "timed out", "on parents",
+              f"done/min ({SPARK_MINUTES}m)"],
     )  # fmt: skip
     workers = table(
         "Workers" + (

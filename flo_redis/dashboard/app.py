@@ -84,6 +84,7 @@ def create_app(
     app.router.add_get("/action", pages.action)
     app.router.add_get("/run", run_pages.run)
     app.router.add_get("/find", run_pages.find)
+    app.router.add_get("/batch", run_pages.batch)
     app.router.add_get("/workers", pages.workers)
     app.router.add_get("/streams", pages.streams)
     app.router.add_get("/group", pages.group)

@@ -4,7 +4,10 @@ action's runs (``/find``, the GET form on the action page: no JavaScript).
 What a page shows of a run's input, output, progress and error goes through the app's
 redactor first (:mod:`flo_redis.ops.redaction`); a search is one bounded call
 (:meth:`~flo_redis.actions.inspect.ActionInspection.find`) whose cursor the page links
-to for more.
+to for more. A run's page also shows the graph around it (:mod:`flo_redis.ops.run_graph`):
+the first page of its parents and of the runs that depend on it, each linking to its page.
+A batch's page (``/batch``) shows its counts and the first page of its members
+(:mod:`flo_redis.ops.batch_view`), each linking to its page; a run's page links to its batch.
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ from flo_redis._wire.keys import action_of_run
 from flo_redis.dashboard import data
 from flo_redis.dashboard.pages import _required
 from flo_redis.dashboard.render import REDACTOR, client_of, render_page
+from flo_redis.ops.batch_view import batch_view
 from flo_redis.ops.payloads import shown, span
+from flo_redis.ops.run_graph import run_graph
 
 FOUND_SHOWN = 50  # runs a search page lists
 
 
 async def run(request: web.Request) -> web.StreamResponse:
-    details = await client_of(request).action.details(_required(request, "id"))
+    client = client_of(request)
+    details = await client.action.details(_required(request, "id"))
     hide = request.app[REDACTOR]
     status = hide.run(details.status)
     raw_input = hide.value("input", details.input, status.run_id)
@@ -36,8 +42,14 @@ async def run(request: web.Request) -> web.StreamResponse:
         "ran": _between(status.started_at_ms, status.completed_at_ms),
         "requeueable": status.status in data.REQUEUEABLE,
         "cancellable": status.status in data.CANCELLABLE,
+        "graph": await run_graph(client, details.status),
     }
     return await render_page(request, "run.html", context)
+
+
+async def batch(request: web.Request) -> web.StreamResponse:
+    view = await batch_view(client_of(request), _required(request, "id"))
+    return await render_page(request, "batch.html", {"view": view})
 
 
 def _between(start_ms: int | None, end_ms: int | None) -> str:

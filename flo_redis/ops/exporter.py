@@ -10,7 +10,8 @@ action and stream group, never a scan.
 Metrics (labels in braces; counts are plain numbers, times in seconds):
 
 - ``flo_redis_queue_runs{namespace, action, state}``: runs by state (pending, delayed,
-  running, completed, failed, timed_out) — completed counts runs still kept (retention);
+  running, completed, failed, timed_out, awaiting_parents) — completed counts runs still
+  kept (retention); awaiting_parents those waiting for their parents (``depends_on``);
 - ``flo_redis_queue_runs_finished_total{namespace, action, outcome}``: runs that ended
   (outcome completed or failed, failed including timed out) since the action was
   registered (a counter; it restarts when the action is deleted);
@@ -58,7 +59,7 @@ from flo_redis.types import WorkerStatus
 
 log = logging.getLogger("flo_redis.exporter")
 
-STATES = ("pending", "delayed", "running", "completed", "failed", "timed_out")
+STATES = ("pending", "delayed", "running", "completed", "failed", "timed_out", "awaiting_parents")
 # The health of a worker that claims runs (flo_redis.ops.discovery.health).
 TAKING_WORK = frozenset({WorkerStatus.ACTIVE.name, WorkerStatus.IDLE.name})
 SCRAPE_TIMEOUT_S = 10.0
@@ -150,7 +151,15 @@ def families(overviews: Sequence[Overview]) -> list[Metric]:
                     taking[action] = taking.get(action, 0) + 1
         for a in ov.actions:
             action_workers.add_metric([ns, a.action], taking.get(a.action, 0))
-            values = (a.pending, a.delayed, a.running, a.completed, a.failed, a.timed_out)
+            values = (
+                a.pending,
+                a.delayed,
+                a.running,
+                a.completed,
+                a.failed,
+                a.timed_out,
+                a.awaiting_parents,
+            )
             for state, value in zip(STATES, values, strict=True):
                 runs.add_metric([ns, a.action, state], value)
             finished.add_metric([ns, a.action, "completed"], a.completed_total)

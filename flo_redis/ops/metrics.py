@@ -65,6 +65,10 @@ REPORT_COUNTERS = {  # labels: report
     "resent": "Reports sent again after a lost connection, by kind.",
     "refused": "Reports the store refused (lease moved on, run gone), by kind.",
 }
+PROCESS_COUNTERS = {  # labels: reason
+    "replaced": "Handler processes ended and replaced, by reason: crashed, memory, killed "
+    "(it went on after a stop), worn (max runs), reloaded.",
+}
 Counters = dict[str, Counter]
 
 
@@ -105,9 +109,10 @@ class PrometheusObserver(WorkerObserver):
         self._runs |= counters("runs", ("action", "outcome"), {"completed": COMPLETED_DOC})
         self._records = counters("stream_records", ("stream", "group"), RECORD_COUNTERS)
         self._reports = counters("reports", ("report",), REPORT_COUNTERS)
+        self._processes = counters("handler_processes", ("reason",), PROCESS_COUNTERS)
         self._handler_duration = seconds(
             "handler_duration",
-            "Action handler run time, by result: completed, failed, lease_lost.",
+            "Action handler run time, by result: completed, failed, suspended, lease_lost.",
             ("action", "result"),
             HANDLER_BUCKETS,
         )
@@ -161,6 +166,9 @@ class PrometheusObserver(WorkerObserver):
 
     def report_refused(self, report: str) -> None:
         self._reports["refused"].labels(report).inc()
+
+    def handler_process_replaced(self, reason: str) -> None:
+        self._processes["replaced"].labels(reason).inc()
 
     def _outcome(self, action: str, outcome: str) -> str:
         """The label ``outcome`` is counted under: itself, while the action has fewer

@@ -78,6 +78,7 @@ _READ_SCRIPTS = (
     "queue_dlq_list",
     "schedule_due",
     "schedule_list",
+    "graph_list",
 )
 _PRODUCER_SCRIPTS = (
     *_READ_SCRIPTS,
@@ -85,6 +86,17 @@ _PRODUCER_SCRIPTS = (
     "action_invoke",
     "action_invoke_many",
     "run_cancel",
+    # Carrying the graph's messages: an invoke with depends_on, a cancel, a worker.
+    "graph_take",
+    "graph_done",
+    "graph_depend",
+    "graph_resolve",
+    # Batches: opened, sealed and told of their runs by producers and workers alike.
+    "batch_open",
+    "batch_note",
+    "batch_seal",
+    "batch_take",
+    "batch_done",
     "schedule_set",
     "schedule_remove",
     "stream_create",
@@ -124,6 +136,8 @@ _WORKER_SCRIPTS = (
     "action_reap",
     "action_reclaim",
     "action_unpark",
+    "batch_due",
+    "graph_suspend",
     "run_touch",
     "run_complete",
     "run_complete_many",

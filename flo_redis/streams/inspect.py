@@ -85,7 +85,9 @@ async def _groups_of(state: StreamState, keys: StreamKeys) -> builtins.list[Grou
     with runner.redis_errors("stream groups"):
         try:
             infos: Any = await conn.xinfo_groups(keys.log)
-        except rex.ResponseError:
+        except rex.ResponseError as exc:
+            if "no such key" not in str(exc).lower():
+                raise
             return []  # no such stream
         names = [decoded(info["name"]) for info in infos]
         dead = await asyncio.gather(*(conn.xlen(keys.group(n).dead) for n in names))

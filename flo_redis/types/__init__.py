@@ -10,10 +10,11 @@ All option classes take ``namespace: str | None = None``; None means the
 client's namespace.
 """
 
-from flo_redis.types import actions, base, streams
+from flo_redis.types import actions, base, graph, streams
 from flo_redis.types import queue as _queue_types
 from flo_redis.types.actions import *  # noqa: F403
 from flo_redis.types.base import *  # noqa: F403
+from flo_redis.types.graph import *  # noqa: F403
 from flo_redis.types.queue import *  # noqa: F403
 from flo_redis.types.streams import *  # noqa: F403
 
@@ -23,4 +24,5 @@ __all__ = [
     *streams.__all__,
     *actions.__all__,
     *_queue_types.__all__,
+    *graph.__all__,
 ]

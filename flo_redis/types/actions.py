@@ -4,6 +4,7 @@ fields. Exported from :mod:`flo_redis.types` like the rest."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from flo_redis.types.base import (
     check_int_field,
     check_optional_int_field,
 )
+from flo_redis.types.graph import Dependency
 
 __all__ = [
     "ActionDeleteOptions",
@@ -79,8 +81,12 @@ class ActionRunStatus:
     first). ``progress`` is the last value its handler reported with
     ``ctx.progress`` (bytes as stored, JSON unless the value was bytes),
     ``progress_at_ms`` when; None before any. ``flow_key``: the flow key it was
-    invoked with (:class:`FlowControl`), None for none. The run's input is not
-    part of its status (a wait reads the status at every wake-up):
+    invoked with (:class:`FlowControl`), None for none. ``parents``: how many runs
+    it was invoked to wait for (``depends_on``), ``waiting_on`` how many of those
+    have not ended yet, as it was told (docs/flows.md); ``has_dependents``: runs
+    wait for this one (``client.action.dependents`` lists them); ``batch``: the batch it
+    was invoked into (``ActionInvokeOptions(batch=...)``), None for none. The run's
+    input is not part of its status (a wait reads the status at every wake-up):
     ``client.action.details(run_id)`` reads it with the status."""
 
     run_id: str
@@ -101,6 +107,10 @@ class ActionRunStatus:
     progress: bytes | None = None
     progress_at_ms: int | None = None
     flow_key: str | None = None
+    parents: int = 0
+    waiting_on: int = 0
+    has_dependents: bool = False
+    batch: str | None = None
 
 
 @dataclass
@@ -258,6 +268,13 @@ class ActionInvokeOptions:
       * ``flow_key``: the run's key for the action's :class:`FlowControl` (a tenant,
         a customer): a str of 1 .. 255 UTF-8 bytes without NUL; any other:
         ValidationError at invoke.
+      * ``depends_on``: runs (of any action) this run waits for: run ids, or
+        :class:`Dependency` to say what a parent's failure does (default: the
+        child fails too). The run stays PENDING until every parent has ended, then
+        becomes ready once (after ``delay_ms`` / ``run_at_ms`` if those are later).
+        At most 10,000 parents, none twice; not with ``flow_key`` (docs/flows.md).
+      * ``batch``: the id of an open batch (``client.action.open_batch``) the run is a
+        member of; its end counts toward the batch's callbacks.
 
     Raises ValueError for a time out of range, both times set, or an empty key.
     """
@@ -269,6 +286,8 @@ class ActionInvokeOptions:
     idempotency_key: str | None = None
     priority: int = 0
     flow_key: str | None = None
+    depends_on: Sequence[str | Dependency] = ()
+    batch: str | None = None
 
     def __post_init__(self) -> None:
         name = "ActionInvokeOptions"

@@ -107,8 +107,19 @@ StreamID.MAX = StreamID(U64 - 1, U64 - 1)
 # =============================================================================
 
 
+class _IdOrMin:
+    """A result whose ``id`` given as None (its default, as flo's) is made
+    :class:`StreamID` ``0-0``."""
+
+    id: StreamID
+
+    def __post_init__(self) -> None:
+        if self.id is None:
+            self.id = StreamID()
+
+
 @dataclass
-class StreamRecord:
+class StreamRecord(_IdOrMin):
     """One stream record. ``id`` is never None after construction (a None
     becomes StreamID.MIN); ``stream`` is the stream's name when the call knows it.
 
@@ -128,22 +139,14 @@ class StreamRecord:
     delivery_count: int = 0
     partition: int = 0
 
-    def __post_init__(self) -> None:
-        if self.id is None:
-            self.id = StreamID()
-
 
 @dataclass
-class StreamAppendResult:
+class StreamAppendResult(_IdOrMin):
     """The id the appended record got; ``partition`` (flo_redis): the partition it
     went to (0 for a stream without partitions)."""
 
     id: StreamID = None  # type: ignore[assignment]
     partition: int = 0
-
-    def __post_init__(self) -> None:
-        if self.id is None:
-            self.id = StreamID()
 
 
 @dataclass
@@ -154,7 +157,7 @@ class StreamReadResult:
 
 
 @dataclass
-class PendingEntry:
+class PendingEntry(_IdOrMin):
     """A delivered but not yet acked entry of a consumer group.
 
     ``delivery_count`` is how often it was delivered, ``consumer`` who holds
@@ -166,10 +169,6 @@ class PendingEntry:
     delivery_count: int = 0
     idle_ms: int = 0
     partition: int = 0
-
-    def __post_init__(self) -> None:
-        if self.id is None:
-            self.id = StreamID()
 
 
 @dataclass

@@ -33,8 +33,14 @@ from flo_redis.actions.workers import Claimed, WorkerOperations
 from flo_redis.durability import DurabilityLike, worker_durability
 from flo_redis.errors import NotFoundError, ServerError, ValidationError
 from flo_redis.types import ActionRegisterOptions, Reason
-from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS, ActionWorkerOptions
+from flo_redis.worker.action_options import (
+    DEFAULT_OFFER_WINDOW_MS,
+    ActionWorkerOptions,
+    ProcessExecutor,
+)
 from flo_redis.worker.context import ActionContext, ActionHandler, touch
+from flo_redis.worker.executors import WorkerPools, check_process_handler, placed
+from flo_redis.worker.forwarder import Forwarder
 from flo_redis.worker.gc import YoungGeneration
 from flo_redis.worker.handlers import HandlerRunner
 from flo_redis.worker.held_runs import ActionRuns
@@ -71,6 +77,7 @@ class ActionWorker(WorkerLifecycle):
         tune_gc: bool = True,
         offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS,
         durability: DurabilityLike | None = None,
+        executor: ProcessExecutor | None = None,
     ) -> None:
         super().__init__(parent_client)
         self.config = ActionWorkerOptions(
@@ -82,12 +89,15 @@ class ActionWorker(WorkerLifecycle):
             tune_gc=tune_gc,
             offer_window_ms=offer_window_ms,
             durability=worker_durability(durability),
+            executor=executor,
         )
         check_name("worker id", self.config.worker_id)
         check_serializer(serializer)
         self._serializer = serializer
         self._handlers: dict[str, ActionHandler] = {}
         self._options: dict[str, ActionRegisterOptions] = {}
+        self._executors: dict[str, ProcessExecutor] = {}  # actions' own
+        self._pools = WorkerPools()
         self._schedules: list[ScheduleDeclaration] = []
         # Its runs in flight and in hand (flo_redis/worker/held_runs.py).
         self._runs = ActionRuns(self, track=self._track, stopped=self._stop.is_set, hook=self._hook)
@@ -101,12 +111,16 @@ class ActionWorker(WorkerLifecycle):
     # --- registration --------------------------------------------------------------
 
     def action(
-        self, name: str, options: ActionRegisterOptions | None = None
+        self,
+        name: str,
+        options: ActionRegisterOptions | None = None,
+        *,
+        executor: ProcessExecutor | None = None,
     ) -> Callable[[ActionHandler], ActionHandler]:
         """Decorator registering ``fn`` as the handler of action ``name``."""
 
         def decorator(fn: ActionHandler) -> ActionHandler:
-            self.register_action(name, fn, options)
+            self.register_action(name, fn, options, executor=executor)
             return fn
 
         return decorator
@@ -141,15 +155,24 @@ class ActionWorker(WorkerLifecycle):
         return decorator
 
     def register_action(
-        self, name: str, handler: ActionHandler, options: ActionRegisterOptions | None = None
+        self,
+        name: str,
+        handler: ActionHandler,
+        options: ActionRegisterOptions | None = None,
+        *,
+        executor: ProcessExecutor | None = None,
     ) -> None:
         """Register ``handler`` for ``name``; ValueError if the name already has one.
         ``options.namespace`` is ignored: the worker's namespace is used. ``handler`` is
-        an ``async def`` function or a plain one (run in a bounded thread pool);
+        an ``async def`` function or a plain one (run in a bounded thread pool, or in
+        the processes of ``executor``, else of the worker's ``executor``);
         :class:`ValidationError` for anything that cannot be called with the context,
-        or options that are not an :class:`ActionRegisterOptions`."""
+        options that are not an :class:`ActionRegisterOptions`, or a handler ``executor``
+        cannot run (an ``async def``, or one a process cannot import by name)."""
         check_name("action name", name)
         check_handler(f"action {name!r}", handler)
+        if executor is not None:
+            check_process_handler(f"action {name!r}", handler, executor)
         if options is not None and not isinstance(options, ActionRegisterOptions):
             raise ValidationError(
                 f"the options of action {name!r} must be an ActionRegisterOptions, got "
@@ -160,6 +183,8 @@ class ActionWorker(WorkerLifecycle):
             raise ValueError(f"Action handler already registered: {name}")
         self._handlers[name] = handler
         self._options[name] = options or ActionRegisterOptions()
+        if executor is not None:
+            self._executors[name] = executor
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -181,6 +206,21 @@ class ActionWorker(WorkerLifecycle):
             if young is not None:
                 young.release()
 
+    def check_handlers(self) -> None:
+        """Refuse, before the worker starts, a handler its executor cannot run in a
+        process (:class:`ValidationError` naming it: a lambda, a function defined inside
+        another); :meth:`start` does the same."""
+        placed(self._handlers, self._executors, self.config.executor)
+
+    async def reload(self) -> int:
+        """Start new handler processes, which import the handlers' code afresh, and
+        retire the old ones as their runs end (``flo-redis worker`` does this on
+        SIGHUP): no run is lost or run twice. How many process pools were reloaded (0
+        when every handler runs in threads or on the event loop, which keep their code).
+        :class:`HandlerProcessError`, the old processes kept, when the new code does
+        not start."""
+        return await self._pools.reload()
+
     def _new_runner(self) -> HandlerRunner:
         # Sized here, so settings changed on the config before start take effect.
         return HandlerRunner(self.config.concurrency, self.config.action_timeout, "flo-handler")
@@ -197,6 +237,13 @@ class ActionWorker(WorkerLifecycle):
             lambda run_id, token: self._runs.revoke(run_id, token, "was not accepted in time"),
         )
         self._replay = self._reports.replay
+        handlers = await self._pools.start(
+            self._handlers,
+            self._executors,
+            self.config.executor,
+            self.config.concurrency,
+            self.observer.handler_process_replaced,
+        )
         self._registration = Registration(
             self.session,
             self._ops,
@@ -212,7 +259,7 @@ class ActionWorker(WorkerLifecycle):
             serializer=self._serializer,
             observer=self.observer,
             auto_touch=self.config.auto_touch,
-            handlers=self._handlers,
+            handlers=handlers,
             options=self._options,
             runner=self._handler_runner,
             reports=self._reports,
@@ -241,6 +288,7 @@ class ActionWorker(WorkerLifecycle):
         )
 
     def _background(self) -> Iterable[tuple[str, Coroutine[Any, Any, None]]]:
+        self._forwarder = Forwarder(self.session, sorted(self._handlers))
         reaper = Reaper(
             self.session,
             sorted(self._handlers),
@@ -255,11 +303,16 @@ class ActionWorker(WorkerLifecycle):
             ),
             ("flo-counters", self._reports.counts_loop(self._stop)),
             ("flo-reaper", reaper.run(self._stop)),
+            ("flo-graph", self._forwarder.run()),
             ("flo-cancel-notices", self._notices.run()),
         )
 
     async def _finish(self) -> None:
         await self._reports.close()
+        await self._forwarder.flush()
+
+    async def _end_handlers(self) -> None:
+        await self._pools.close()
 
     def _in_handler(self) -> Iterable[asyncio.Task[None]]:
         return self._runs.in_handler()

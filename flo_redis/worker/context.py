@@ -7,7 +7,6 @@ it (loop time by which the lease has surely ended, for the resends of its report
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,13 +14,16 @@ from typing import Any, Protocol
 
 from flo_redis._session.session import Session
 from flo_redis._session.tracer import unpack_context
+from flo_redis._wire.keys import action_keys
 from flo_redis._wire.replies import Claimed
 from flo_redis.actions import reports
+from flo_redis.actions.graph import parent_results
 from flo_redis.actions.reports import MAX_TOUCH_EXTEND_MS
 from flo_redis.actions.results import ResultSerializer, check_outcome, encode_result
 from flo_redis.errors import FloError, ServerError, is_connection_error
-from flo_redis.types import Reason, StatusCode
+from flo_redis.types import GraphPage, Reason, StatusCode
 from flo_redis.worker.handlers import Running
+from flo_redis.worker.payload import PayloadReading
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -37,6 +39,9 @@ class RunHolder(Protocol):
 
     @property
     def config(self) -> _Config: ...
+
+    @property
+    def session(self) -> Session: ...
 
     async def _touch(self, ctx: ActionContext, extend_ms: int) -> None: ...
 
@@ -57,6 +62,9 @@ class RateLimited(FloError):
         super().__init__(message or f"rate limited: try again in {retry_after_ms} ms")
         self.retry_after_ms = retry_after_ms
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled whole (from a handler process)
+        return (type(self), (self.retry_after_ms, str(self)))
+
 
 MAX_RATE_LIMITED_MS = 86_400_000  # RateLimited.retry_after_ms: a day (lua/run_release.lua)
 
@@ -75,7 +83,7 @@ class ActionResult:
 
 
 @dataclass
-class ActionContext:
+class ActionContext(PayloadReading):
     """What a handler gets: the run, its input, and ways to touch, check cancellation
     and name an outcome. ``token`` is this hand-out's fencing token (pass it to your own
     downstream writes to fence them); ``cancelled`` turns true when the run was cancelled
@@ -100,22 +108,6 @@ class ActionContext:
         (:mod:`flo_redis.ops.tracing`)."""
         return unpack_context(self._trace)
 
-    def input(self) -> bytes:
-        return self.payload
-
-    def json(self) -> Any:
-        if not self.payload:
-            raise ValueError("No input data")
-        return json.loads(self.payload)
-
-    def into(self, cls: type[Any]) -> Any:
-        data = self.json()
-        return cls(**data) if isinstance(data, dict) else cls(data)
-
-    @staticmethod
-    def to_bytes(value: Any) -> bytes:
-        return json.dumps(value).encode()
-
     async def progress(self, value: Any) -> None:
         """Store ``value`` as the run's progress (bytes as they are, anything else by the
         worker's serializer; at most 1 KiB, else :class:`ValueTooLargeError`): shown in its
@@ -126,6 +118,15 @@ class ActionContext:
     async def touch(self, extend_ms: int = 30000) -> None:
         """Extend this run's lease to ``extend_ms`` from now (fenced by the token)."""
         await self._worker._touch(self, extend_ms)
+
+    async def parents(self, after: str | None = None, count: int = 100) -> GraphPage:
+        """A page of the results of the runs this one waited for (``depends_on``), in id
+        order: each a :class:`~flo_redis.types.ParentResult` (status, output, outcome,
+        error). A parent of the ``ignore`` policy that did not complete is left out.
+        ``after``: the previous page's ``after`` (None: the first page); at most
+        ``count`` (1 .. 1000) a page, so a run with 10,000 parents reads them in turn."""
+        keys = action_keys(self.namespace, self.action_name)
+        return await parent_results(self._worker.session, keys, self.task_id, after, count)
 
     @property
     def cancelled(self) -> bool:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from flo_redis._session.session import Session
+from flo_redis._wire.keys import action_keys
 from flo_redis._wire.replies import FailReported
-from flo_redis.actions import reports
+from flo_redis.actions import graph, reports
 from flo_redis.actions.results import error_text, error_traceback
 from flo_redis.errors import (
     NonRetryableError,
@@ -254,6 +255,31 @@ class Released:
 
 
 @dataclass(slots=True)
+class Suspended:
+    """The handler returned ``ctx.wait_for(...)``: the run ends its attempt waiting for
+    those runs (``deps``, packed), unspent, and runs again once they ended."""
+
+    deps: bytes
+    handled: ClassVar[str] = "suspended"
+
+    async def deliver(self, to: Reporter, held: HeldRun) -> None:
+        to.left()
+        ctx = held.ctx
+        keys = action_keys(ctx.namespace, ctx.action_name)
+
+        async def send() -> None:
+            try:
+                await graph.suspend(
+                    to.session, keys, ctx.task_id, ctx.token, to.worker_id, self.deps
+                )
+            except ServerError as exc:
+                to.observer.report_refused("suspend")
+                log.warning("run %s could not wait for more runs (%s)", ctx.task_id, exc)
+
+        await to.send(held, "suspend", send)
+
+
+@dataclass(slots=True)
 class Dropped:
     """The run's lease was lost (it moved on): nobody takes a report."""
 
@@ -274,10 +300,12 @@ def failure(exc: BaseException) -> Failed | Released:
 
 
 def stopped_report(stop: Exception) -> Failed | Dropped:
-    """The report of a handler the runner stopped: past its time limit, a failure not
-    retried; stopped otherwise (cancelled, or its lease was lost), none at all."""
+    """The report of a handler the runner stopped: past its time limit, a failure (not
+    retried unless the handler surely stopped: ``HandlerTimeout.retry``); stopped
+    otherwise (cancelled, or its lease was lost), none at all."""
     if isinstance(stop, HandlerTimeout):
-        return Failed("Action timed out", retry=False, error=TimeoutError("Action timed out"))
+        error = TimeoutError("Action timed out")
+        return Failed("Action timed out", retry=stop.retry, error=error)
     return Dropped()  # nobody takes a report
 
 
@@ -286,6 +314,7 @@ __all__ = [
     "Failed",
     "Released",
     "Reporter",
+    "Suspended",
     "drop_refused",
     "failure",
     "send_report",

@@ -44,9 +44,10 @@ from flo_redis.worker.context import (
     start_auto_touch,
 )
 from flo_redis.worker.delivery import Dropped, Failed, Released, failure, stopped_report
-from flo_redis.worker.handlers import HandlerRunner, HandlerSlots, HandlerStopped, HandlerTimeout
+from flo_redis.worker.handlers import HandlerRunner, HandlerStopped, HandlerTimeout
 from flo_redis.worker.observe import WorkerObserver, overrides, settle
 from flo_redis.worker.run_reporter import Completed, Report, RunReporter, completion
+from flo_redis.worker.slots import HandlerSlots
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -84,10 +85,9 @@ class Prefetch:
         return self.concurrency if ahead >= self.concurrency else int(ahead)
 
     def room(self, running: int) -> int:
-        """How many runs the next poll may take now, with ``running`` handlers started;
-        0: wait. With a slot free, every free slot and the runs to hold in hand; with
-        every slot busy, a claim ahead once the runs in hand fell to half of what to
-        hold."""
+        """How many runs the next poll may take now, with ``running`` handlers started (0:
+        wait): with a slot free, every free slot and the runs to hold in hand; with every
+        slot busy, a claim ahead once the runs in hand fell to half of what to hold."""
         concurrency = self.concurrency
         depth = self.depth() if self.backlog else 0
         room = concurrency + depth - running - len(self.runs)

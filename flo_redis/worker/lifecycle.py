@@ -22,7 +22,7 @@ from flo_redis._aio import (
 from flo_redis._session import outage
 from flo_redis._session.session import Session
 from flo_redis._wire.checks import validate_block_ms
-from flo_redis.durability import Durability
+from flo_redis.durability import Durability, worker_durability
 from flo_redis.errors import (
     PermissionDeniedError,
     ServerError,
@@ -64,6 +64,24 @@ class WorkerConfig(Protocol):
     concurrency: int
     block_ms: int
     durability: Durability | None  # its reports' level; None: its client's
+
+
+class CheckedConfig:
+    """What both workers' options do with the settings they share: each is checked when
+    the options are made and again when the worker starts (:meth:`check`), so a setting
+    changed in between is refused where it is used; ``block_ms`` and ``durability`` by
+    flo's rules. A worker's options extend :meth:`check` with their own settings."""
+
+    block_ms: int
+    durability: Durability | None
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Refuse a bad setting (:class:`ValidationError` naming it)."""
+        self.block_ms = worker_block_ms(self.block_ms)
+        self.durability = worker_durability(self.durability)
 
 
 class ClientLike(Protocol):
@@ -175,6 +193,7 @@ class WorkerLifecycle(ClosesOnExit):
             raise
         finally:
             self._handler_runner.close()
+            await self._end_handlers()
             await session.close()
             # This start is over: a later start() works again. (A stop() before the
             # first start() still keeps that start from taking work.)
@@ -189,6 +208,9 @@ class WorkerLifecycle(ClosesOnExit):
 
     async def _setup(self) -> None:
         """Before any work is taken (register, join)."""
+
+    async def _end_handlers(self) -> None:
+        """Once every handler ended, in every case: end what runs them."""
 
     def _background(self) -> Iterable[tuple[str, Coroutine[Any, Any, None]]]:
         """(name, coroutine) of the tasks that run beside the poll loop."""

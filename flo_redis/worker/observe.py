@@ -84,6 +84,13 @@ class WorkerObserver:
         """The store refused a report (its lease moved on, or the run is gone); it is
         dropped."""
 
+    # --- handler processes (ActionWorker with a ProcessExecutor) ----------------------
+
+    def handler_process_replaced(self, reason: str) -> None:
+        """A handler process ended and another took its place: ``crashed`` (a signal,
+        ``os._exit``), ``memory`` (past the memory limit), ``killed`` (it went on after
+        a stop), ``worn`` (its ``max_runs_per_child``), ``reloaded``."""
+
     # --- middleware (both): awaited, plain or async ---------------------------------
     # ``ctx`` is an :class:`~flo_redis.ActionContext` for an action run and a
     # :class:`~flo_redis.StreamContext` for a stream record: the hooks are called once
@@ -150,6 +157,7 @@ _EVENTS = (
     "records_reclaimed",
     "report_resent",
     "report_refused",
+    "handler_process_replaced",
     "run_ended",
 )
 _MIDDLEWARE = ("on_start", "on_stop", "before_run", "after_run", "on_failure")

@@ -19,10 +19,14 @@ primary refuses (its run or record was lost too, or moved on) is dropped quietly
 run comes back under the usual rules.
 
 Only what the outage could have lost is sent: a report answered longer than the window
-before it had surely reached a healthy replica (replication lag is milliseconds on a
-working link). A worker that needs no loss at all says so with a durability level
-(``Durability.replicated``); this is what the default level does to make a failover cost
-as little as it can.
+before it had surely reached a healthy replica. Replication lag is milliseconds on a
+working link, but a replica on a loaded machine has been seen more than 2 s behind, so
+the window is :data:`WINDOW_S` (10 s) and the newest :data:`MOST` reports, whichever is
+less: a resend that finds its report applied changes nothing, so a wide window costs
+only the resend (one batch call per action or partition, once per outage), and memory is
+bounded by ``MOST`` whatever the window. A worker that needs no loss at all says so with
+a durability level (``Durability.replicated``); this is what the default level does to
+make a failover cost as little as it can.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ from flo_redis.errors import ServerError, is_connection_error
 
 log = logging.getLogger("flo_redis.worker")
 
-#: How long before an outage an answered report is sent again after it.
-WINDOW_S = 2.0
+#: How long before an outage an answered report is sent again after it (a replica this
+#: far behind loses what a resend cannot bring back).
+WINDOW_S = 10.0
 #: The most reports kept (the newest): memory stays bounded at any throughput.
 MOST = 10_000
 

@@ -27,6 +27,7 @@ from flo_redis._session.session import Session
 from flo_redis._wire.keys import action_keys
 from flo_redis._wire.replies import Claimed
 from flo_redis.actions import reports
+from flo_redis.actions.graph import deps_request
 from flo_redis.actions.results import (
     ResultSerializer,
     check_outcome,
@@ -40,13 +41,14 @@ from flo_redis.errors import (
     is_connection_error,
 )
 from flo_redis.retry import is_refused_unrun
-from flo_redis.types import Reason
+from flo_redis.types import Reason, WaitFor
 from flo_redis.worker.coalescer import Coalescer
 from flo_redis.worker.context import ActionResult, HeldRun
 from flo_redis.worker.delivery import (
     Dropped,
     Failed,
     Released,
+    Suspended,
     drop_refused,
     failure,
     send_report,
@@ -73,15 +75,20 @@ class Completed:
         to.complete(held, self)
 
 
-Report = Completed | Failed | Released | Dropped
+Report = Completed | Failed | Released | Dropped | Suspended
 
 
-def completion(result: object, serializer: ResultSerializer) -> Completed | Failed | Released:
-    """What a handler's return value becomes: an :class:`ActionResult` as it is, any
-    other value encoded by ``serializer`` (one it cannot encode fails the run)."""
+def completion(
+    result: object, serializer: ResultSerializer
+) -> Completed | Failed | Released | Suspended:
+    """What a handler's return value becomes: an :class:`ActionResult` as it is, a
+    :class:`WaitFor` a wait for more runs, any other value encoded by ``serializer`` (one
+    it cannot encode fails the run, as do runs to wait for that are not run ids)."""
     if type(result) is bytes:  # the common case, as encode_result answers it
         return Completed(result)
     try:
+        if isinstance(result, WaitFor):
+            return Suspended(deps_request(result.depends_on, None))
         if isinstance(result, ActionResult):
             return Completed(check_result_data(result.data), check_outcome(result.outcome))
         return Completed(encode_result(result, serializer))

@@ -40,15 +40,18 @@ from flo_redis.streams import groups
 from flo_redis.streams.partitions import StreamState
 from flo_redis.types import DEFAULT_WORKER_BLOCK_MS, StreamGroupReadOptions, StreamID, StreamRecord
 from flo_redis.types.base import U32
-from flo_redis.worker.handlers import INLINE, HandlerRunner, HandlerSlots, HandlerTimeout
+from flo_redis.worker.action_options import ProcessExecutor, check_executor
+from flo_redis.worker.executors import WorkerPools, check_stream_handler
+from flo_redis.worker.handlers import HandlerRunner, HandlerTimeout
 from flo_redis.worker.lifecycle import (
+    CheckedConfig,
     ClientLike,
     WorkerLifecycle,
     generate_worker_id,
-    worker_block_ms,
 )
 from flo_redis.worker.observe import overrides, settle
 from flo_redis.worker.reaper import Reaper
+from flo_redis.worker.slots import INLINE, HandlerSlots
 from flo_redis.worker.stream_context import StreamContext, StreamHandler
 from flo_redis.worker.stream_reports import RecordReports
 
@@ -58,7 +61,7 @@ _MAX_DRAIN_PAGES = 1000
 
 
 @dataclass
-class StreamWorkerOptions:
+class StreamWorkerOptions(CheckedConfig):
     """A StreamWorker's settings; ``block_ms`` 0/None means 30000, above 300000 is
     refused with :class:`BlockTooLongError`. The other numbers are checked here too, with
     a :class:`ValidationError` naming the setting: ``concurrency`` 1 .. 2**32 - 1 (as a
@@ -78,20 +81,18 @@ class StreamWorkerOptions:
     redeliver_pending_on_reconnect: bool = True
     claim_min_idle_ms: int = 0
     durability: Durability | None = None
-
-    def __post_init__(self) -> None:
-        self.check()
+    executor: ProcessExecutor | None = None
 
     def check(self) -> None:
         """Refuse a bad setting (:class:`ValidationError` naming it): when made, and again
         when the worker starts, so a setting changed in between is checked where used."""
-        self.block_ms = worker_block_ms(self.block_ms)
-        self.durability = worker_durability(self.durability)
+        super().check()
         check_count("concurrency", self.concurrency, 1, U32 - 1)
         fix = f"a group read takes at most {MAX_COUNT} records"
         check_count("batch_size", self.batch_size, 1, MAX_COUNT, fix=fix)
         check_seconds("message_timeout", self.message_timeout)
         check_count("claim_min_idle_ms", self.claim_min_idle_ms, 0, U32 - 1)
+        check_executor(self.executor)
 
 
 class StreamWorker(WorkerLifecycle):
@@ -116,10 +117,13 @@ class StreamWorker(WorkerLifecycle):
         redeliver_pending_on_reconnect: bool = True,
         claim_min_idle_ms: int = 0,
         durability: DurabilityLike | None = None,
+        executor: ProcessExecutor | None = None,
     ) -> None:
         super().__init__(parent_client)
         check_handler(f"stream {stream!r}", handler)
-        self._handler = handler
+        check_stream_handler(stream, handler, executor)
+        self._handler = self._calls = handler  # _calls: as the runner calls it
+        self._pools = WorkerPools()
         # In StreamWorkerOptions' field order.
         self.config = StreamWorkerOptions(
             stream,
@@ -133,6 +137,7 @@ class StreamWorker(WorkerLifecycle):
             redeliver_pending_on_reconnect,
             claim_min_idle_ms,
             worker_durability(durability),
+            executor,
         )
         check_name("stream name", stream)
         check_name("group name", group)
@@ -190,12 +195,27 @@ class StreamWorker(WorkerLifecycle):
             self._track,
         )
         self._replay = self._reports.replay
+        self._calls = await self._pools.start_stream(
+            self._handler, cfg.executor, cfg.concurrency, self.observer.handler_process_replaced
+        )
         await self._join()
         if self.config.redeliver_pending_on_reconnect:
             await self._drain_pending()
 
     def _background(self) -> Iterable[tuple[str, Coroutine[Any, Any, None]]]:
         return (("flo-reaper", self._reap()),)
+
+    async def _end_handlers(self) -> None:
+        await self._pools.close()
+
+    def check_handlers(self) -> None:
+        """As :meth:`ActionWorker.check_handlers`."""
+        check_stream_handler(self.config.stream, self._handler, self.config.executor)
+
+    async def reload(self) -> int:
+        """As :meth:`ActionWorker.reload`: new handler processes for the code on disk now
+        (1), the old retired as their records end; 0 without a ProcessExecutor."""
+        return await self._pools.reload()
 
     async def _finish(self) -> None:
         try:
@@ -347,7 +367,7 @@ class StreamWorker(WorkerLifecycle):
                 if hook is not None:
                     await settle(hook)
             runner = self._handler_runner
-            await runner.run(self._handler, ctx, runner.running(), slot)
+            await runner.run(self._calls, ctx, runner.running(), slot)
         except Exception as exc:
             return exc
         return None

@@ -123,3 +123,44 @@ def test_the_kept_inputs_benchmark_measures_both_ways() -> None:
         assert figures[mode]["worker_runs_per_s"] > 0
         assert set(figures[mode]["complete_us"]) == {"run_complete", "run_complete_many"}
     assert figures["bytes_per_kept_input"]["1024"] > 1024
+
+
+def test_benchmarks_process_workload_without_celery(tmp_path: Path) -> None:
+    """The process workload runs both flo-redis executors (the thread executor, and the
+    process executor) on plain ``def`` handlers with Celery left out, as where Celery is
+    not installed: figures for each, no failed pass, and no check judged without Celery."""
+    stdout, results = bench(
+        tmp_path, "--quick", "--only", "process", "--celery-python", "none", "--repeats", "1"
+    )
+    process = results["workloads"]["process"]
+    assert "error" not in process
+    metrics = process["metrics"]
+    for handler in ("noop", "cpu_1ms"):
+        assert metrics[f"{handler}_thread_runs_per_s"]["median"] > 0
+        assert metrics[f"{handler}_process_runs_per_s"]["median"] > 0
+        assert metrics[f"{handler}_celery_runs_per_s"]["median"] is None
+    assert not any("failed" in note for note in process["notes"])
+    assert results["checks"] == []
+    assert "noop_process_over_thread" in stdout
+
+
+CELERY_VENV = ROOT / "benchmarks" / ".celery-venv" / "bin" / "python"
+
+
+@pytest.mark.skipif(
+    not CELERY_VENV.exists(),
+    reason="no Celery here (python -m benchmarks --only process makes benchmarks/.celery-venv)",
+)
+def test_benchmarks_process_workload_beside_celery(tmp_path: Path) -> None:
+    """With Celery's environment at hand, its prefork pool is measured the same way and
+    the target (process executor at least twice Celery's rate) is judged per handler."""
+    _, results = bench(
+        tmp_path, "--quick", "--only", "process", "--celery-python", str(CELERY_VENV),
+        "--repeats", "1",
+    )  # fmt: skip
+    metrics = results["workloads"]["process"]["metrics"]
+    for handler in ("noop", "cpu_1ms"):
+        assert metrics[f"{handler}_celery_runs_per_s"]["median"] > 0
+        assert metrics[f"{handler}_process_over_celery"]["median"] > 0
+    verdicts = [c["verdict"] for c in results["checks"]]
+    assert len(verdicts) == 2 and set(verdicts) <= {"PASS", "MISS"}

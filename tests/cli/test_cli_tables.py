@@ -28,9 +28,10 @@ def test_status_fits_and_names_what_it_leaves_out(
     for header in ("action", "pending", "delayed", "running", "completed", "failed", "worker",
                    "status", "heartbeat", "stream", "group", "lag", "dead letters"):  # fmt: skip
         assert f" {header} " in shown, header
-    assert "--wide also shows: timed out, set aside, done/h, failed/h" in shown
+    assert "--wide also shows: timed out, on parents, set aside, done/h, failed/h" in shown
     wide = flo_redis(redis_url, namespace, "status", "--wide", env=NARROW).stdout
-    assert " timed out " in wide and " failed/h " in wide and "--wide also shows" not in wide
+    assert " timed out " in wide and " on parents " in wide and " failed/h " in wide
+    assert "--wide also shows" not in wide
 
 
 def test_ids_are_printed_whole(redis_url: str, namespace: str, world: dict[str, Any]) -> None:

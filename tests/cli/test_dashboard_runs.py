@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 from dashboard_pages import get, parsed
+from run_graphs import MANY, MISSING, graph_world
 
 from flo_redis import (
     ActionInvokeOptions,
@@ -27,6 +28,7 @@ from flo_redis import (
 from flo_redis.dashboard import RunningDashboard, start_dashboard
 from flo_redis.dashboard.run_pages import FOUND_SHOWN
 from flo_redis.ops.redaction import Redactor, redactor
+from flo_redis.ops.run_graph import SHOWN
 
 NOW = WorkerAwaitOptions(block_ms=0)
 SECRET = "hunter2-secret"
@@ -224,5 +226,48 @@ async def test_a_search_that_stopped_links_to_the_rest(
         rest = await page(session, dash, more.group(1).replace("&amp;", "&"))
         assert rest.count('href="/run?') == 5 and "search further" not in rest
         assert "SMTP 550 for #0<" in rest  # the oldest failure comes last
+    finally:
+        await dash.close()
+
+
+def link(run_id: str) -> str:
+    return f'href="/run?{urlencode({"id": run_id})}"'
+
+
+def words(body: str) -> str:
+    return " ".join(parsed(body)[1].split())
+
+
+async def test_the_run_page_shows_the_graph_around_the_run(
+    client: FloClient, session: aiohttp.ClientSession
+) -> None:
+    graph = await graph_world(client)
+    dash = await serving(client)
+    try:
+        child = await page(session, dash, "/run?" + urlencode({"id": graph["child"]}))
+        assert "of action b · waiting on 1 of 4 parents" in words(child)
+        assert "Parents 4 (1 waiting)" in words(child) and "Dependents" not in words(child)
+        rows = re.findall(r"<tr>\s*(<td>.*?)</tr>", child.split('id="graph"')[1], re.S)
+        states = {words(re.findall(r"<td>(.*?)</td>", r, re.S)[2]): r for r in rows}
+        for parent, policy, state in ((graph["done"], "fail", "COMPLETED"),
+                                      (graph["failed"], "run", "FAILED"),
+                                      (graph["waiting"], "fail", "waiting"),
+                                      (MISSING, "ignore", "not found")):  # fmt: skip
+            assert link(parent) in states[state] and f"<td>{policy}</td>" in states[state]
+        assert MISSING not in child and "&lt;img src=x onerror=alert(1)&gt;:7" in child
+        # A parent lists the runs waiting for it, each a link; a page's worth and the count.
+        waiting = await page(session, dash, "/run?" + urlencode({"id": graph["waiting"]}))
+        assert "Dependents 1" in words(waiting) and link(graph["child"]) in waiting
+        assert "waiting on" not in words(waiting) and "Parents" not in words(waiting)
+        wide = await page(session, dash, "/run?" + urlencode({"id": graph["wide"]}))
+        assert f"Dependents {MANY}; the first {SHOWN}" in words(wide)
+        children = sorted(graph["children"])
+        assert all(link(c) in wide for c in children[:SHOWN])
+        assert not any(c in wide for c in children[SHOWN:])
+        crowded = await page(session, dash, "/run?" + urlencode({"id": graph["crowded"]}))
+        assert f"waiting on {MANY} of {MANY} parents" in words(crowded)
+        assert f"Parents {MANY} ({MANY} waiting); the first {SHOWN}" in words(crowded)
+        plain = await page(session, dash, "/run?" + urlencode({"id": graph["plain"]}))
+        assert 'id="graph"' not in plain and "waiting on" not in words(plain)
     finally:
         await dash.close()

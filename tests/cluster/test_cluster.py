@@ -1,7 +1,8 @@
 """The same code on a real local 3-master Redis Cluster: actions in different slots, a
 worker serving queues on three nodes, partitioned streams, plain queues (client.queue)
 on three nodes, wake-ups, ``NOSCRIPT`` after
-``SCRIPT FLUSH`` on every node, and a queue's slot moved to another node mid-run."""
+``SCRIPT FLUSH`` on every node, and a queue's slot moved to another node mid-run (and a
+call sent again while its slot is half moved)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from flo_redis import (
     DequeueOptions,
     EnqueueOptions,
     FloClient,
+    RetryPolicy,
     RunStatus,
     StreamAppendOptions,
     StreamContext,
@@ -45,15 +47,6 @@ pytestmark = pytest.mark.cluster
 async def cclient(cluster_url: str) -> AsyncIterator[FloClient]:
     async with FloClient(cluster_url, namespace=f"c-{uuid.uuid4().hex[:10]}") as c:
         yield c
-
-
-@pytest.fixture
-async def craw(cluster_url: str) -> AsyncIterator[ClusterClient]:
-    conn = ClusterClient.from_url(cluster_url.replace("redis+cluster://", "redis://"))
-    try:
-        yield conn
-    finally:
-        await conn.aclose()
 
 
 async def node_of(craw: ClusterClient, key: str) -> str:
@@ -486,3 +479,30 @@ async def test_a_queue_slot_moves_to_another_node_while_a_worker_runs(
             assert status.status == RunStatus.COMPLETED
     assert len(done) >= len(run_ids)
     assert len(set(run_ids)) == len(run_ids)
+
+
+async def test_a_call_refused_while_its_slot_is_half_moved_is_sent_again(
+    cluster_url: str, cluster_nodes: RedisCluster
+) -> None:
+    # Mid-migration, a script whose keys are not all on one side answers TRYAGAIN; once
+    # redis-py stops retrying, the call did not run, so the client's retry policy sends
+    # it again until the move is done, and it runs once.
+    patient = RetryPolicy(max_attempts=50, initial_backoff_ms=100, max_backoff_ms=200)
+    namespace = f"c-{uuid.uuid4().hex[:10]}"
+    async with FloClient(cluster_url, namespace=namespace, retry=patient) as client:
+        await client.action.register("moving")
+        first = await client.action.invoke("moving", b"before")
+        slot = key_slot(action_keys(namespace, "moving").runs.encode())
+        source = cluster_nodes.owner_port(slot)
+        target = next(p for p in cluster_nodes.ports if p != source)
+        await asyncio.to_thread(cluster_nodes.begin_move, slot, source, target)
+        try:
+            call = asyncio.create_task(client.action.invoke("moving", b"during"))
+            await asyncio.sleep(1.5)  # past redis-py's own retries of TRYAGAIN
+            assert not call.done()
+        finally:
+            await asyncio.to_thread(cluster_nodes.finish_move, slot, source, target)
+        during = await call
+        runs = await client.action.runs("moving")
+    assert cluster_nodes.owner_port(slot) == target
+    assert sorted(r.run_id for r in runs.runs) == sorted([first.run_id, during.run_id])

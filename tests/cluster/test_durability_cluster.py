@@ -18,6 +18,7 @@ from flo_redis._wire.keys import action_keys, stream_keys
 from flo_redis.sync import SyncFloClient
 
 QUICK = Durability.replicated(1, timeout_ms=300)
+PATIENT = Durability.replicated(1, timeout_ms=5000)
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +53,14 @@ async def test_the_wait_goes_to_the_master_that_ran_the_write(
     async with FloClient(cluster.url, namespace=namespace, durability=QUICK) as client:
         for name in (frozen_action, live_action):
             await client.action.register(name)
-            await client.action.invoke(name, b"warm")  # every master answered durably
+            # every master answered durably (given time: a loaded machine's replica may
+            # take longer than QUICK's 300 ms to acknowledge)
+            await client.action.invoke(name, b"warm", durability=PATIENT)
         master = owner(cluster, action_keys(namespace, frozen_action).runs)
         with stopped(cluster.replica_of(master)):
             with pytest.raises(NotDurableError) as caught:
                 await client.action.invoke(frozen_action, b"x")
-            run = await client.action.invoke(live_action, b"y")
+            run = await client.action.invoke(live_action, b"y", durability=PATIENT)
         assert caught.value.reached == 0 and caught.value.operation == "invoke"
         assert (await client.action.status(run.run_id)).status == RunStatus.PENDING
         assert len((await client.action.runs(frozen_action)).runs) == 2  # it was applied

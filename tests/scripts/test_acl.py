@@ -21,6 +21,7 @@ from flo_redis import (
     RunStatus,
     StreamContext,
 )
+from flo_redis._wire.keys import action_keys
 from flo_redis.ops.roles import rules
 from flo_redis.sync import SyncFloClient
 from flo_redis.testing import RedisServer
@@ -208,3 +209,28 @@ async def test_a_stream_worker_lacking_a_right_is_told_which(server: RedisServer
         with pytest.raises(PermissionDeniedError) as info:
             await asyncio.wait_for(worker.start(), 30)
     assert info.value.right == "+evalsha"
+
+
+@pytest.mark.parametrize("right", ["+hset", "+hdel"])
+async def test_a_registration_refused_for_a_right_leaves_the_one_it_would_replace(
+    server: RedisServer, right: str
+) -> None:
+    # A script is not undone by a refusal halfway: the registration replaces the stored
+    # settings in place, refused before its first write, never deleting them first.
+    namespace = f"acl-r-{uuid.uuid4().hex[:6]}"
+    definition = action_keys(namespace, "resize").definition
+    async with FloClient(server.url, namespace=namespace) as admin:
+        options = ActionRegisterOptions(max_retries=5, description="resizes")
+        await admin.action.register("resize", options=options)
+    with redis.Redis.from_url(server.url) as raw:
+        before = raw.hgetall(definition)
+    async with FloClient(user_url(server, without("producer", right)), namespace=namespace) as c:
+        with pytest.raises(PermissionDeniedError) as info:
+            await c.action.register("resize", options=ActionRegisterOptions(max_retries=2))
+    expect_named(info.value, right)
+    with redis.Redis.from_url(server.url) as raw:
+        assert raw.hgetall(definition) == before
+    async with FloClient(server.url, namespace=namespace) as admin:  # and with every right
+        await admin.action.register("resize", options=ActionRegisterOptions(max_retries=2))
+        (info_,) = [a for a in (await admin.action.list()).actions if a.name == "resize"]
+    assert (info_.max_retries, info_.description) == (2, None)

@@ -19,6 +19,7 @@ from flo_redis._wire.keys import (
     HandoffChannel,
     OwnerChannel,
     action_keys,
+    batch_keys,
     dashboard_keys,
     namespace_keys,
     notice_channel,
@@ -40,7 +41,7 @@ def script_keys(script: str, namespace: str, name: str, partition: int = 0) -> l
     gateway = ALL[script]
     family = script.split("_", 1)[0]
     source: object
-    if family in ("action", "run", "slot", "schedule"):
+    if family in ("action", "run", "slot", "schedule", "graph"):
         keys = action_keys(namespace, name)
         tag = keys.tag
         source = keys
@@ -63,8 +64,11 @@ def script_keys(script: str, namespace: str, name: str, partition: int = 0) -> l
     elif family == "dashboard":
         source = dashboard_keys(namespace, "2001:db8::/64", "ab" * 32)
         tag, tails = "", {}
-    elif family == "worker":
+    elif family == "worker" or script == "batch_due":
         source = namespace_keys(namespace)
+        tag, tails = source.tag, {}
+    elif family == "batch":
+        source = batch_keys(namespace, name)
         tag, tails = source.tag, {}
     elif family == "quarantine":  # any quarantine: here a group's, the others' below
         sk = stream_keys(namespace, name, partition)

@@ -494,7 +494,7 @@ def test_all_keys_of_one_queue_share_a_slot(namespace: str, action: str) -> None
     assert len(names) >= 13
     # delete removes every data key but the counters (run ids are never reused); the
     # channels hold no data
-    assert set(names) - set(keys.all_data_keys()) == {keys.meta, keys.wake, keys.ended}
+    assert set(names) - set(keys.all_data_keys()) == {keys.meta, keys.nudge, keys.wake, keys.ended}
     assert all(keys.tag in n for n in names)
     assert {key_slot(n.encode()) for n in names} == {key_slot(keys.tag[1:-1].encode())}
     ns = namespace_keys(namespace)

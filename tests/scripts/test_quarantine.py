@@ -24,6 +24,7 @@ from script_state import by_sha
 
 from flo_redis import (
     ActionContext,
+    ActionInvokeOptions,
     ActionQuarantine,
     BadRecordError,
     DequeueOptions,
@@ -41,6 +42,8 @@ from flo_redis import (
     WorkerQuarantine,
 )
 from flo_redis._wire.keys import action_keys, namespace_keys, queue_keys, stream_keys
+from flo_redis.actions import graph
+from flo_redis.actions.graph import deps_request
 from flo_redis.actions.schedules import fire_due
 from flo_redis.dashboard import start_dashboard
 
@@ -559,3 +562,62 @@ async def test_set_aside_replayed_and_deleted_on_a_cluster(cluster_url: str) -> 
         await c.quarantine.replay(GroupQuarantine("s", "g"), entry.id, b"")
         again = await c.stream.group_read("s", "g", "c1", StreamGroupReadOptions(count=5))
         assert [(r.payload, r.headers) for r in again.records] == [(b"bad", None)]
+
+
+async def test_graph_records_that_do_not_decode_are_set_aside_and_the_graph_goes_on(
+    client: FloClient, raw: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "flo_redis.quarantine")
+    for name in ("parent", "child"):
+        await client.action.register(name)
+    await client.worker.register("w", ["parent", "child"])
+    keys = {name: action_keys(client.namespace, name) for name in ("parent", "child")}
+    after = lambda *ids: ActionInvokeOptions(depends_on=list(ids))  # noqa: E731
+    # A parent that no longer decodes when a child registers on it: set aside, and the
+    # child ends as for a parent not found.
+    broken = (await client.action.invoke("parent", b"p1")).run_id
+    await raw.hset(keys["parent"].runs, broken, GARBAGE)
+    orphan = (await client.action.invoke("child", b"c1", after(broken))).run_id
+    # A waiting child that no longer decodes when its parent ends: set aside, and the
+    # other child of that parent is released.
+    parent = (await client.action.invoke("parent", b"p2")).run_id
+    lost, kept = [(await client.action.invoke("child", b"c", after(parent))).run_id for _ in "ab"]
+    await raw.hset(keys["child"].runs, lost, NOT_A_MAP)
+    [task] = await client.worker.await_tasks("w", ["parent"], 1, WorkerAwaitOptions(block_ms=0))
+    await client.worker.complete("w", "parent", task.run_id, b"done")
+    await client.action.forward("parent")
+
+    status = await client.action.status(orphan)
+    assert (status.status, status.error_message) == (
+        RunStatus.FAILED,
+        f"parent {broken} not found",
+    )
+    assert (await client.action.status(kept)).status == RunStatus.PENDING
+    assert await raw.zscore(keys["child"].waiting, lost) is None
+    for name, run_id, record in (("parent", broken, GARBAGE), ("child", lost, NOT_A_MAP)):
+        [aside] = (await client.quarantine.list(ActionQuarantine(name))).records
+        assert (aside.kind, aside.key, aside.record) == ("run", run_id, record)
+        assert len(warnings_about(caplog, repr(run_id))) == 1
+    counts = await client.action.counts("child")
+    assert (counts.quarantined, counts.pending, counts.failed) == (1, 1, 1)
+
+
+async def test_a_run_that_no_longer_decodes_is_set_aside_when_it_waits_for_more(
+    client: FloClient, raw: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "flo_redis.quarantine")
+    await client.action.register("job")
+    await client.worker.register("w", ["job"])
+    other = (await client.action.invoke("job", b"other")).run_id
+    run_id = (await client.action.invoke("job", b"x")).run_id
+    tasks = await client.worker.await_tasks("w", ["job"], 2, WorkerAwaitOptions(block_ms=0))
+    task = next(t for t in tasks if t.run_id == run_id)
+    keys = action_keys(client.namespace, "job")
+    await raw.hset(keys.runs, run_id, GARBAGE)
+    deps = deps_request([other], None)
+    with pytest.raises(BadRecordError, match="set aside"):
+        await graph.suspend(client.session, keys, run_id, task.token, "w", deps)
+    [aside] = (await client.quarantine.list(ActionQuarantine("job"))).records
+    assert (aside.key, aside.record, aside.payload) == (run_id, GARBAGE, b"x")
+    assert len(warnings_about(caplog, repr(run_id))) == 1
+    assert await raw.zscore(keys.leases, run_id) is None

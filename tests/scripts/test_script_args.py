@@ -28,6 +28,8 @@ from flo_redis import (
     ActionInvokeOptions,
     ActionQuarantine,
     ActionRegisterOptions,
+    BatchOptions,
+    Callback,
     DequeueOptions,
     FloClient,
     FloError,
@@ -59,6 +61,8 @@ from flo_redis._wire.keys import (
 )
 from flo_redis._wire.runner import LIBRARY, SCRIPTS, ScriptRunner
 from flo_redis._wire.status import Status
+from flo_redis.actions.batches import forward_due_batches
+from flo_redis.actions.graph import deps_request, suspend
 from flo_redis.actions.held import held_runs
 from flo_redis.worker.progress import report_progress
 
@@ -75,11 +79,13 @@ TEXT = {
     "flow_key",  # a tenant, a customer: any text but NUL (refused BAD_ARG, with a length)
     "record", "why",  # a record set aside (opaque bytes), and why it was
     "text",  # the piece of an error message a search looks for
+    "batch", "parent",  # a batch's id (any text but NUL, refused BAD_ARG with a length)
+    "graph_list.after",  # a page's cursor: the end of the last entry, any text
 }  # fmt: skip
 # An argument may be left out: '' is its "not given" (the header says so).
 MAY_BE_EMPTY = {
     "labels", "token", "upto", "after_score", "ack_timeout_ms", "max_deliver", "ids",
-    "after", "headers", "heartbeat_timeout_ms", "remove_after_ms",
+    "after", "headers", "heartbeat_timeout_ms", "remove_after_ms", "deps",
 }  # fmt: skip
 
 # Not what any numeric, flag, choice, stream-id or msgpack argument takes.
@@ -100,9 +106,25 @@ class Call:
     args: list[Any]
 
 
+# Every key of the namespace and its DUMP, in one round trip (the sweep takes one look
+# after each of its thousands of calls).
+_KEYSPACE = """
+local out, cursor = {}, '0'
+repeat
+  local page = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = page[1]
+  for _, key in ipairs(page[2]) do
+    out[#out + 1] = key
+    out[#out + 1] = redis.call('DUMP', key)
+  end
+until cursor == '0'
+return out
+"""
+
+
 async def keyspace(raw: aioredis.Redis, namespace: str) -> dict[bytes, Any]:
-    found = [k async for k in raw.scan_iter(match=f"*{namespace}*", count=1000)]
-    return {k: await raw.dump(k) for k in sorted(found)}
+    flat = await raw.eval(_KEYSPACE, 0, f"*{namespace}*")
+    return dict(sorted(zip(flat[::2], flat[1::2], strict=True)))
 
 
 @pytest.fixture
@@ -204,6 +226,7 @@ async def _workload(c: FloClient) -> None:
     await c.queue.reclaim_gone_owners("q")
     await act.register("gone")
     await act.delete("gone")
+    await _graph_workload(c)
     # the quarantines (flo_redis/quarantine.py): a record set aside, put back, deleted
     await SCHEDULE_QUARANTINE(c.session, keys, ["hourly", b"x", "why"])
     raw = c.redis
@@ -230,6 +253,29 @@ async def _workload(c: FloClient) -> None:
     await DASHBOARD_SESSION_CLOSE(c.session, dash)
 
 
+async def _graph_workload(c: FloClient) -> None:
+    """Dependencies, a continuation and a batch: every graph and batch script once."""
+    act = c.action
+    await act.register("step")
+    await c.worker.register("w3", ["step"])
+    parent = (await act.invoke("step", b"p")).run_id
+    task = (await c.worker.await_task("w3", ["step"], WorkerAwaitOptions(block_ms=0))).task
+    assert task is not None
+    await c.worker.complete("w3", "step", task.task_id, b"done")
+    child = (await act.invoke("step", b"c", ActionInvokeOptions(depends_on=[parent]))).run_id
+    await act.invoke_many("step", [b"m"], ActionInvokeOptions(depends_on=[parent, child]))
+    await act.dependencies(child)
+    held = (await c.worker.await_task("w3", ["step"], WorkerAwaitOptions(block_ms=0))).task
+    assert held is not None
+    await suspend(c.session, action_keys(c.namespace, "step"), held.task_id, held.token,
+                  "w3", deps_request(["step:99999"], None))  # fmt: skip
+    batch = await act.open_batch(BatchOptions(on_complete=Callback("step")))
+    await act.open_batch(BatchOptions(parent=batch))  # its parent told: batch_take, _done
+    await act.invoke("step", b"b", ActionInvokeOptions(batch=batch))
+    await act.seal_batch(batch)
+    await forward_due_batches(c.session, c.namespace)
+
+
 async def quiet(call: Any) -> None:
     """Make ``call``; a refusal is fine: the script was called, which is what counts."""
     with contextlib.suppress(FloError):
@@ -252,6 +298,7 @@ async def test_the_workload_calls_every_script(recorded: dict[str, Call]) -> Non
     assert set(recorded) == set(ALL)
 
 
+@pytest.mark.timeout(600)  # every script, argument and bad value: 1.5 min here, more loaded
 @pytest.mark.parametrize("mode", ["FCALL", "EVALSHA"])
 async def test_a_malformed_argument_is_refused_typed_and_writes_nothing(
     recorded: dict[str, Call], raw: aioredis.Redis, namespace: str, mode: str

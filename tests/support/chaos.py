@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from flo_redis import (
     ActionInvokeOptions,
     ActionRegisterOptions,
@@ -46,6 +48,8 @@ from flo_redis import (
     StreamID,
     StreamReadOptions,
 )
+from flo_redis._wire.codec import decoded
+from flo_redis._wire.keys import stream_keys
 
 HERE = Path(__file__).resolve().parent
 ACTION, GROUP = "job", "g"
@@ -98,6 +102,8 @@ class Figures:
     promoted_s: float = 0.0
     flow_s: float = float("nan")
     again_s: float = float("nan")
+    #: From the end of the load until every run and record was done (or SETTLE_S).
+    settle_s: float = 0.0
     #: How long before the kill the oldest lost write was acknowledged (an invoke, an
     #: append, a complete), or the oldest hand-out or delivery made again began.
     loss_window_s: float = 0.0
@@ -122,7 +128,8 @@ class Figures:
             f"records twice {self.records_twice}; refused {self.refused}; not durable "
             f"{self.not_durable}; promoted after "
             f"{self.promoted_s:.2f} s, work flowing after {self.flow_s:.2f} s, {again}; "
-            f"losses acked within {self.loss_window_s * 1000:.0f} ms before the kill"
+            f"losses acked within {self.loss_window_s * 1000:.0f} ms before the kill; "
+            f"settled in {self.settle_s:.2f} s"
         )
 
 
@@ -208,7 +215,7 @@ async def _until(probe: Callable[[], Awaitable[bool]], deadline: float) -> bool:
         try:
             if await probe():
                 return True
-        except FloError:
+        except (FloError, RedisError):
             pass  # a connection made before the failover: asked again
         await asyncio.sleep(0.2)
     return False
@@ -285,7 +292,8 @@ async def _joined(client: FloClient, stream: str) -> None:
 
 async def _settle(client: FloClient, load: Load, figures: Figures) -> None:
     """Wait until every surviving run is completed and the group has nothing left."""
-    deadline = time.monotonic() + SETTLE_S
+    start = time.monotonic()
+    deadline = start + SETTLE_S
     left = {run_id for run_id, _ in load.invoked.values()}
 
     async def runs_done() -> bool:
@@ -298,13 +306,30 @@ async def _settle(client: FloClient, load: Load, figures: Figures) -> None:
         return not left
 
     async def group_done() -> bool:
-        (group,) = await client.stream.groups(load.stream)
-        return group.pending == 0 and not group.lag
+        return not await records_left(client, load.stream)
 
     await _until(runs_done, deadline)
     if not await _until(group_done, deadline):
         figures.stranded.append(f"stream {load.stream}: records left in group {GROUP}")
     figures.stranded += sorted(left)
+    figures.settle_s = time.monotonic() - start
+
+
+async def records_left(client: FloClient, stream: str) -> set[str]:
+    """The records of ``stream`` (``<partition>-<id>``) the group has not done: pending,
+    or past its cursor. Read from the group, not from its ``lag``: a replica's copy of a
+    group never knows how many entries it has read, so once promoted it reports no lag
+    (None) until its cursor reaches the end of the stream."""
+    redis, namespace = client.session.redis, client.session.get_namespace(None)
+    left: set[str] = set()
+    for partition in range(max(g.partitions for g in await client.stream.groups(stream))):
+        log = stream_keys(namespace, stream, partition).log
+        (group,) = [g for g in await redis.xinfo_groups(log) if decoded(g["name"]) == GROUP]
+        pending = await redis.xpending_range(log, GROUP, "-", "+", int(group["pending"]) + 1)
+        ahead: Any = await redis.xrange(log, f"({decoded(group['last-delivered-id'])}", "+")
+        ids = [p["message_id"] for p in pending] + [entry_id for entry_id, _ in ahead]
+        left.update(f"{partition}-{decoded(i)}" for i in ids)
+    return left
 
 
 async def _count(
@@ -341,8 +366,12 @@ async def _count(
     figures.invokes, figures.appends = len(load.invoked), len(load.appended)
     figures.completes, figures.acks = len(ledger.completed), ledger.acks
     figures.records_gone = len(set(ledger.handled) - set(records))
-    done = len(records) - await _undone(client, load.stream)  # each had one ack that held
+    done = len(set(records) - await records_left(client, load.stream))  # one ack of each held
     figures.acks_lost = figures.acks - figures.records_gone - done
+    assert figures.acks_lost >= 0, (
+        f"{figures.acks} acks answered, fewer than the {done} records done and the "
+        f"{figures.records_gone} handled records gone: the ledger or the group is miscounted"
+    )
     figures.refused, figures.not_durable = ledger.refused, load.not_durable
     flowing = killed + IN_FLIGHT_S
     after = [t for t in ledger.completed.values() if t > flowing]
@@ -350,13 +379,6 @@ async def _count(
     figures.again_s = max(again) - killed if again else float("nan")
     figures.loss_window_s = max((killed - t for t in lost_at), default=0.0)
     figures.repeated = _repeated(load, ledger, killed, killed + figures.promoted_s)
-
-
-async def _undone(client: FloClient, stream: str) -> int:
-    """How many records of ``stream`` the group has not done: pending, or still to be
-    handed out."""
-    (group,) = await client.stream.groups(stream)
-    return group.pending + (group.lag or 0)
 
 
 async def _runs_kept(

@@ -71,6 +71,7 @@ async def valid(client: FloClient) -> AsyncIterator[dict[str, Any]]:
     entry = (await client.stream.append("s", b"x")).id
     await client.stream.group_join("s", "g", "c1")
     await client.stream.group_read("s", "g", "c1", StreamGroupReadOptions(block_ms=0))
+    batch_id = await client.action.open_batch()
     yield {
         "name": "job", "action": "job", "action_name": "job", "run_id": run.run_id,
         "task_id": run.run_id, "input_data": b"x", "payload": b"x", "inputs": [b"x"],
@@ -88,6 +89,7 @@ async def valid(client: FloClient) -> AsyncIterator[dict[str, Any]]:
         "cron_or_interval": "*/5 * * * *", "input": b"x", "timezone": "UTC", "missed": "once",
         "on_progress": None, "durability": None, "idempotency_key": None, "query": "e",
         "scan": 10, "since": "6h", "detail": True, "sample": 10,
+        "after": None, "batch_id": batch_id,
     }  # fmt: skip
 
 

@@ -215,11 +215,21 @@ class RedisCluster:
         ``redis-cli --cluster reshard`` does: IMPORTING / MIGRATING, MIGRATE the keys in
         batches, then SETSLOT NODE on every primary. No failover, nothing lost."""
         source_port = self.owner_port(slot)
-        if source_port == target_port:
-            return
+        if source_port != target_port:
+            self.begin_move(slot, source_port, target_port)
+            self.finish_move(slot, source_port, target_port)
+
+    def begin_move(self, slot: int, source_port: int, target_port: int) -> None:
+        """The first step of :meth:`move_slot`: ``slot`` IMPORTING on the target and
+        MIGRATING on the source, no key moved yet. Until :meth:`finish_move`, a command
+        on several of its keys that are not all in one node answers TRYAGAIN."""
         source, target = self.node_id(source_port), self.node_id(target_port)
         self.cli(target_port, "cluster", "setslot", str(slot), "importing", source)
         self.cli(source_port, "cluster", "setslot", str(slot), "migrating", target)
+
+    def finish_move(self, slot: int, source_port: int, target_port: int) -> None:
+        """The rest of :meth:`move_slot` after :meth:`begin_move`: the keys moved, then
+        the slot given to the target on every primary."""
         while True:
             keys = self.cli(source_port, "cluster", "getkeysinslot", str(slot), "100")
             names = [k for k in keys.splitlines() if k]
@@ -227,5 +237,6 @@ class RedisCluster:
                 break
             migrate = ["migrate", "127.0.0.1", str(target_port), "", "0", "5000", "keys"]
             self.cli(source_port, *migrate, *names)
+        target = self.node_id(target_port)
         for port in [target_port, source_port, *self.ports]:
             self.cli(port, "cluster", "setslot", str(slot), "node", target)

@@ -558,3 +558,30 @@ def test_a_workers_context_carries_each_field_of_its_run() -> None:
     assert made == named
     assert (made.task_id, made.action_name, made.payload, made.token) == ("r1", "resize", b"in", 7)
     assert not made.cancelled
+
+
+class _NoText(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+async def test_a_handler_raising_an_exception_without_text_fails_its_run_saying_so(
+    client: FloClient,
+) -> None:
+    worker = client.new_action_worker(block_ms=500)
+
+    async def handler(ctx: Any) -> None:
+        raise _NoText()
+
+    def plain(ctx: Any) -> None:
+        raise _NoText()
+
+    options = ActionRegisterOptions(max_retries=1)
+    worker.register_action("loud", handler, options)
+    worker.register_action("plain", plain, options)
+    async with running(worker, ready=registered):
+        runs = [await client.action.invoke(name, b"") for name in ("loud", "plain")]
+        ended = [await finished(client, run.run_id) for run in runs]
+    for status in ended:  # failed at once, not left to its lease
+        assert status.status == RunStatus.FAILED
+        assert status.error_message == "_NoText: (its text could not be had: RuntimeError)"

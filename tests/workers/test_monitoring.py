@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import process_app
 import pytest
 import yaml
 from exporter_scrape import page, serving
@@ -27,6 +28,7 @@ from flo_redis import (
     ActionRegisterOptions,
     FloClient,
     NonRetryableError,
+    ProcessExecutor,
     RunStatus,
     StreamContext,
 )
@@ -165,6 +167,9 @@ async def _worker_page(client: FloClient) -> str:
                 raise NonRetryableError("no such card")
             return ctx.result("approved", {}) if kind == b"approve" else b"paid"
 
+        # A handler process that crashes: replaced, and counted.
+        worker.register_action("crunch", process_app.crash, executor=ProcessExecutor(size=1))
+
         await client.stream.create("orders")
         await client.stream.group_join("orders", "ship", "setup")
 
@@ -177,9 +182,11 @@ async def _worker_page(client: FloClient) -> str:
         )
         streamer.observer = observer
         await client.action.register("pay", options=options)
+        await client.action.register("crunch")
         async with running(worker), running(streamer):
             ids = [(await client.action.invoke("pay", p)).run_id
                    for p in (b"ok", b"approve", b"flaky", b"final")]  # fmt: skip
+            await client.action.invoke("crunch", b"exit")
             for payload in (b"ok", b"flaky"):
                 await client.stream.append("orders", payload)
             for run_id in ids:
@@ -192,6 +199,7 @@ async def _worker_page(client: FloClient) -> str:
                 lambda t: (
                     'flo_redis_stream_records_acked_total{group="ship",stream="orders"} 2.0' in t
                     and 'flo_redis_runs_failed_total{action="pay"} 1.0' in t
+                    and 'flo_redis_handler_processes_replaced_total{reason="crashed"}' in t
                 ),
             )
         return text
