@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from itertools import groupby
 from typing import Generic, TypeVar
 
-from flo_redis.errors import ServerError, is_connection_error
+from flo_redis.errors import NotDurableError, ServerError, is_connection_error
 
 log = logging.getLogger("flo_redis.worker")
 
@@ -90,8 +90,11 @@ class Replay(Generic[Item]):
     async def outage_ended(self) -> None:
         """The hold stands again: send what is due, and what was answered since the
         break began (an answer the old server sent as it died may arrive after the break
-        was seen), each key's items in one batch. A send that fails is given up
-        (logged): the reports it carried come back under their lease, as without this."""
+        was seen), each key's items in one batch. A send applied but not yet at its
+        durability level (a new primary with fewer replicas than the level waits for) is
+        kept as answered now, so another outage within the window sends it again. A send
+        that fails otherwise is given up (logged): the reports it carried come back under
+        their lease, as without this."""
         if not self._broken:
             return
         due = self._due + list(self._kept)
@@ -105,6 +108,17 @@ class Replay(Generic[Item]):
             items = [entry[2] for entry in entries]
             try:
                 now = await self._resend(key, items)
+            except NotDurableError as exc:
+                # Applied on the new primary, not yet on enough of its replicas (they sync
+                # once one follows it): kept as answered now, so another outage soon after
+                # sends them again.
+                answered = self._clock()
+                self._kept.extend((answered, key, item) for item in items)
+                log.info(
+                    "sent again %d %s of %s after the outage: %s", len(items), self._what, key, exc
+                )
+                applied = None
+                continue
             except Exception as exc:  # given up: the lease rules bring the runs back
                 log.warning(
                     "sending %d %s of %s again after the outage failed (%s)",

@@ -54,11 +54,14 @@ class Ledger(WorkerObserver):
 
 
 def client_options(durability: str) -> dict[str, Any]:
+    """``primary``, or ``replicated[:REPLICAS]`` (1 by default), each write waiting 1 s."""
     if durability == "primary":
         return {}
     from flo_redis import Durability  # the durability levels
 
-    return {"durability": Durability.replicated(replicas=1, timeout_ms=1000)}
+    level, _, replicas = durability.partition(":")
+    assert level == "replicated", durability
+    return {"durability": Durability.replicated(replicas=int(replicas or 1), timeout_ms=1000)}
 
 
 async def main(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from flo_redis.errors import ConflictError, ServerError
+from flo_redis.errors import ConflictError, NotDurableError, ServerError
 from flo_redis.worker.replay import MOST, WINDOW_S, Replay
 
 
@@ -82,3 +82,31 @@ def test_a_failed_resend_of_one_key_does_not_stop_the_others() -> None:
     replay.outage_began()
     asyncio.run(replay.outage_ended())
     assert sent == ["b"]
+
+
+def test_a_resend_applied_but_not_yet_replicated_is_sent_again_after_another_outage() -> None:
+    """After a failover the new primary may have fewer replicas than the level waits for:
+    the resend is applied there, and kept, so that a second outage soon after sends it
+    once more rather than losing it with a primary that had not passed it on."""
+    clock = Clock()
+    sent: list[list[str]] = []
+
+    async def resend(key: str, items: Sequence[str]) -> int:
+        sent.append(list(items))
+        if len(sent) == 1:
+            raise NotDurableError(
+                "complete reached 1 of 2", operation="complete", wanted=2, reached=1, timeout_ms=1
+            )
+        return 0
+
+    replay: Replay[str] = Replay("completes", resend, clock)
+    replay.answered("a", ["a1"], [None])
+    replay.outage_began()
+    asyncio.run(replay.outage_ended())
+    clock.now += WINDOW_S - 1
+    replay.outage_began()
+    asyncio.run(replay.outage_ended())
+    clock.now += WINDOW_S + 1  # answered long before this one: not sent again
+    replay.outage_began()
+    asyncio.run(replay.outage_ended())
+    assert sent == [["a1"], ["a1"]]
