@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 START_TIMEOUT_S = 10.0
+# A server that cannot bind its port exits within milliseconds of its start.
+_BIND_SETTLE_S = 0.5
 
 log = logging.getLogger("flo_redis.testing")
 
@@ -174,6 +176,7 @@ class RedisServer:
         ]  # fmt: skip
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + START_TIMEOUT_S
+        locked_since = 0.0
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 err = self.process.stderr.read().decode() if self.process.stderr else ""
@@ -183,9 +186,15 @@ class RedisServer:
                 answering = _answering_pid(self.port)
             except OSError:
                 answering = None
-            # Another server on the port answers too, until this one fails to bind it.
-            if answering == self.process.pid or (answering == 0 and self._ready_in_log()):
+            # Another server on the port answers too, until this one fails to bind it. One
+            # that wants a password tells no pid: its log says it listens, or it has lived
+            # on past the moment a failed bind would have ended it.
+            if answering == self.process.pid:
                 return self
+            if answering == 0:
+                locked_since = locked_since or time.monotonic()
+                if self._ready_in_log() or time.monotonic() - locked_since > _BIND_SETTLE_S:
+                    return self
             time.sleep(0.02)
         self.stop(signal.SIGKILL)  # started but never answering: nothing is left running
         raise RuntimeError(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,29 @@ def test_a_server_that_never_answers_is_stopped_when_start_gives_up(
             os.kill(pid, 0)  # killed and reaped: no such process
     finally:
         server.discard()
+
+
+def test_a_port_another_server_listens_on_fails_the_start_rather_than_answering_for_it() -> None:
+    """The other server answers PING on the port at once; the start waits for its own
+    process to answer, and fails with the server's own words when it cannot bind."""
+    first = RedisServer(binary=redis_server_binary()).start()
+    second = RedisServer(binary=redis_server_binary(), port=first.port)
+    try:
+        with pytest.raises(RuntimeError, match=r"exited at start: (.|\n)*Address already in use"):
+            second.start()
+        assert second.process is None
+        assert first.process is not None
+        info = redis.Redis.from_url(first.url).info("server")
+        assert info["process_id"] == first.process.pid
+    finally:
+        second.discard()
+        first.discard()
+
+
+def test_a_port_handed_out_here_is_not_handed_to_another_process() -> None:
+    """Two test processes starting servers side by side never share a port, even while
+    one of them has its server stopped for a restart."""
+    port = testing.free_port()
+    probe = f"from flo_redis.testing import _hold; print(_hold({port}))"
+    elsewhere = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert elsewhere.stdout.split() == ["False"], elsewhere.stderr
