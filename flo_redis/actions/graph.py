@@ -36,7 +36,7 @@ from flo_redis._wire.gateway import (
     GRAPH_SUSPEND,
     GRAPH_TAKE,
 )
-from flo_redis._wire.graph_replies import Message
+from flo_redis._wire.graph_replies import Listed, Message
 from flo_redis._wire.keys import ActionKeys, action_keys, action_of_run
 from flo_redis._wire.refusals import raise_run_refusal
 from flo_redis._wire.status import Status, refusal
@@ -244,9 +244,7 @@ async def parents(
     session: Session, keys: ActionKeys, run_id: str, after: str | None = None, count: int = 100
 ) -> GraphPage:
     """A page of ``run_id``'s parents (:class:`ParentState`), in id order."""
-    count = check_count("count", count, 1, 1000)
-    after = check_text("after", after, optional=True, limit=1024)
-    reply = await GRAPH_LIST(session, keys, ["parents", run_id, after, count])
+    reply = await _listed(session, keys, "parents", run_id, after, count)
     items = [
         ParentState(pid, _ON_FAILURE.get(policy, "fail"), _state(state), state != "-1")
         for pid, policy, state, _version in reply.parents
@@ -258,10 +256,18 @@ async def dependents(
     session: Session, keys: ActionKeys, run_id: str, after: str | None = None, count: int = 100
 ) -> GraphPage:
     """A page of the ids of the runs that wait for ``run_id``, in id order."""
+    reply = await _listed(session, keys, "dependents", run_id, after, count)
+    return GraphPage(list(reply.dependents), reply.after or None)
+
+
+async def _listed(
+    session: Session, keys: ActionKeys, which: str, run_id: str, after: str | None, count: int
+) -> Listed:
+    """One ``graph_list`` page of ``run_id``'s ``which`` (parents or dependents), its
+    paging checked first."""
     count = check_count("count", count, 1, 1000)
     after = check_text("after", after, optional=True, limit=1024)
-    reply = await GRAPH_LIST(session, keys, ["dependents", run_id, after, count])
-    return GraphPage(list(reply.dependents), reply.after or None)
+    return await GRAPH_LIST(session, keys, [which, run_id, after, count])
 
 
 async def parent_results(
