@@ -113,12 +113,16 @@ async def test_steering_a_schedule_that_is_not_there_is_refused(client: FloClien
 
 
 async def test_a_paused_schedule_stays_paused_when_set_again(client: FloClient) -> None:
+    # Two daily hours still ahead today or both tomorrow (UTC), one hour apart, whatever
+    # the hour the test runs at.
+    hour = (await client.server_time_ms() // 3_600_000 + 2) % 24
+    daily, an_hour_later = f"0 {hour} * * *", f"0 {(hour + 1) % 24} * * *"
     await client.action.register("report")
-    await client.action.schedule("report", "0 3 * * *")
+    await client.action.schedule("report", daily)
     held = (await client.action.pause_schedule("report")).next_due_ms
-    same = await client.action.schedule("report", "0 3 * * *")  # a worker starting again
+    same = await client.action.schedule("report", daily)  # a worker starting again
     assert same.paused and same.next_due_ms == held
-    changed = await client.action.schedule("report", "0 4 * * *")  # a deploy that changes it
+    changed = await client.action.schedule("report", an_hour_later)  # a deploy changes it
     assert changed.paused and changed.next_due_ms == held + 3_600_000
     assert (await client.action.get_schedule("report")) == changed
 
