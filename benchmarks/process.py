@@ -9,7 +9,10 @@ handler; ``--quick`` 1,000 and 600), then one worker process started at concurre
 (``--process-concurrency``, default 2, the machine's cores), and the rate read from the
 counter: N-1 runs over the time from the first handler call to the N-th.
 
-- ``process``: ``ActionWorker(client, concurrency=C, executor=ProcessExecutor())``
+- ``process``: ``ActionWorker(client, concurrency=2C, executor=ProcessExecutor(size=C))``:
+  C handler processes, as Celery's ``-c C``, and C more runs held ready for them, so a
+  process that ends a run starts the next without waiting on Redis (Celery holds 4C
+  ahead, its default prefetch)
 - ``thread``: ``ActionWorker(client, concurrency=C)``, its default thread executor
 - ``celery``: ``celery worker -P prefork -c C`` on a Redis broker, the benchmark's own
   Redis (settings: benchmarks/_process_celery.py)
@@ -59,6 +62,8 @@ SYSTEMS = ("process", "thread", "celery")
 HERE = Path(__file__).resolve().parent
 CELERY_VENV = HERE / ".celery-venv"
 PASS_TIMEOUT = 180.0
+#: The process executor's runs held per handler process (its own and one ready).
+HELD_AHEAD = 2
 
 
 def celery_pins() -> list[str]:
@@ -175,7 +180,12 @@ async def _flo_pass(
         await client.action.register(NAME, options=ActionRegisterOptions())
         await invoke_all(client, NAME, n)
         args = ["--url", url, "--namespace", ns, "--name", NAME, "--handler", handler]
-        args += ["--executor", executor, "--concurrency", str(concurrency)]
+        args += ["--executor", executor]
+        if executor == "process":  # C processes, C more runs held ready (module docstring)
+            args += ["--concurrency", str(HELD_AHEAD * concurrency)]
+            args += ["--processes", str(concurrency)]
+        else:
+            args += ["--concurrency", str(concurrency)]
         worker = await Child.start(
             "benchmarks._process_flo", *args, label=executor, env=counter_env(url, key, n)
         )
@@ -274,7 +284,9 @@ async def run_process(s: Any) -> dict[str, Any]:
     )
     metrics["_note"] = "; ".join(
         [
-            f"concurrency {concurrency}, {sizes['noop']:,} / {sizes['cpu_1ms']:,} tasks, "
+            f"concurrency {concurrency} (the process executor: {concurrency} processes, "
+            f"{HELD_AHEAD * concurrency} runs held), {sizes['noop']:,} / {sizes['cpu_1ms']:,} "
+            "tasks, "
             f"medians of {s.repeats} round(s) in alternating order (runs/s by round: {rounds})",
             *notes,
         ]
