@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,15 +146,24 @@ async def carries_on(run: Holding, group: SentinelGroup) -> None:
     long before it ends (the wake-up came through); the held run stays with its live
     worker for three reclaim graces, then finishes once."""
     client = run.client
+    began = time.monotonic()
+
+    def step(what: str) -> None:  # printed, so a failure or a timeout shows where it stood
+        port = group.primary.port if group.primary else None
+        print(f"{time.monotonic() - began:6.2f} s: {what} (primary on port {port})")
+
     wake = action_keys(client.namespace, "job").wake
     await eventually(lambda: _subscribers(group, wake), lambda n: n > 0, timeout=20)
+    step("wake-ups subscribed on the primary")
     await eventually(lambda: _subscribers(group, "*:live:*"), lambda n: n > 0)
+    step("liveness subscribed on the primary")
     after = [(await client.action.invoke("job", b"%d" % i)).run_id for i in range(5)]
     for run_id in after:
         done = await eventually(
             lambda run_id=run_id: client.action.status(run_id), _completed, timeout=20
         )
         assert done.attempt == 1 and run.handled[run_id] == 1
+        step(f"{run_id} completed")
     await asyncio.sleep(3 * client.liveness_grace_ms / 1000)
     running = await client.action.status(run.held)
     assert running.status == RunStatus.RUNNING and running.attempt == 1
