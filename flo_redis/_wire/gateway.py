@@ -7,11 +7,10 @@ header naming a key no class has fails loudly — so a call passes key objects, 
 
     reply = await ACTION_CLAIM(session, keys, [worker_id, owner, labels, n, poll, scan])
 
-builds KEYS by header name, checks the ARGV count, holds the owner's liveness channel
-first for scripts that record an owner (so work taken is never judged a gone owner's),
-sends the script through the session's script runner
-(:class:`flo_redis._wire.runner.ScriptRunner`) and answers the parsed reply. A header's
-variadic tail (``KEYS[i..n] name``) is declared here too and passed as ``tail=``.
+builds KEYS by header name, checks the ARGV count, holds the owner's liveness channel first
+for scripts that record an owner (so work taken is never judged a gone owner's), sends it by
+the session's :class:`~flo_redis._wire.runner.ScriptRunner` and answers the parsed reply. A
+header's variadic tail (``KEYS[i..n] name``) is declared here and passed as ``tail=``.
 
 ``leads=`` (a test of the parsed reply) makes the next call of that script with keys of the
 same hash tag, from the same client, one *led* by a ``TIME`` on the lane, so what it
@@ -149,9 +148,9 @@ class Script(Generic[R]):
                 order = itemgetter(*(at[(str(i), key)] for i, key in plan))
                 self._pair = lambda src: order(g0(src[0]) + g1(src[1]))
         self._argc = len(self.lua.argv)
-        # id(key object) -> (it, its KEYS, their packed head): the key objects are cached
-        # where they are built, so a queue's KEYS are listed and packed once.
-        self._heads: dict[int, tuple[Any, list[str], bytes]] = {}
+        # id(key object), or a tuple's ids -> (it, its KEYS, their packed head): key objects
+        # are cached where built, and an entry keeps them alive (their ids stay theirs).
+        self._heads: dict[Any, tuple[Any, list[str], bytes]] = {}
 
     def keys(self, source: Any, tail: Sequence[str] = ()) -> list[str]:
         """The KEYS for ``source`` (a key object, or a tuple of them in order) and ``tail``."""
@@ -182,7 +181,7 @@ class Script(Generic[R]):
         sent); :class:`BadRequestError` for an argument the script refused (nothing
         written); flo's errors for what Redis refused (the runner's); ``durability``:
         the write's level (module docstring)."""
-        if tail or type(source) is tuple:
+        if tail:
             keys, head = self.keys(source, tail), b""
         else:
             keys, head = self._packed(source)
@@ -236,14 +235,15 @@ class Script(Generic[R]):
         return self._parse(reply, primary)
 
     def _packed(self, source: Any) -> tuple[list[str], bytes]:
-        """The KEYS of a key object and their packed head (:func:`packed_head`), made once."""
-        known = self._heads.get(id(source))
-        if known is not None and known[0] is source:
+        """The KEYS of a key object, or a tuple of them (by its members), packed once."""
+        mark = tuple(map(id, source)) if type(source) is tuple else id(source)
+        known = self._heads.get(mark)
+        if known is not None:
             return known[1], known[2]
         keys = self.keys(source)
         if len(self._heads) >= _HEADS_MAX:
             self._heads.clear()
-        self._heads[id(source)] = (source, keys, head := packed_head(keys))
+        self._heads[mark] = (source, keys, head := packed_head(keys))
         return keys, head
 
     def call_sync(

@@ -1,13 +1,12 @@
 """The one place Redis key and channel names are built.
 
 Every key of one action queue shares the hash tag ``{<namespace>:<action>}``, of a stream
-(partition) ``{<namespace>:<stream>}``, of a batch ``{<namespace>:<batch>}``, and the
-registries live under ``{<namespace>}``: a script touches a single hash slot.
+(partition) ``{<namespace>:<stream>}``, of a batch ``{<namespace>:<batch>}``, and the registries
+live under ``{<namespace>}``: a script touches a single hash slot.
 
-User-supplied names are validated here, before any key is built: a name that could break
-the hash tag (``{``/``}``), blur the boundary between namespace and name (``:`` in a
-namespace), or carries control characters is refused with a :class:`ValidationError` that
-says what to change.
+User-supplied names are validated here, before any key is built: a name that could break the hash
+tag (``{``/``}``), blur the boundary between namespace and name (``:`` in a namespace), or carries
+control characters is refused with a :class:`ValidationError` that says what to change.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from flo_redis.errors import KeyTooLargeError, ValidationError, server_error
 from flo_redis.types import MAX_KEY_SIZE, Ran, Reason, StatusCode
 
 PREFIX = "flo"
-
 
 Keys = TypeVar("Keys")
 
@@ -246,6 +244,7 @@ class OwnerChannel:
     channel: str  # CHANNEL  subscribed by the owner, never published to
 
     @classmethod
+    @functools.lru_cache(maxsize=4096)  # one object each: a call packs its KEYS once
     def of(cls, tag: str, owner: str) -> OwnerChannel:
         return cls(owner_channel(tag, owner))
 
@@ -263,6 +262,7 @@ class HandoffChannel:
     handoff: str  # CHANNEL  subscribed by the owner's waker; runs handed to it
 
     @classmethod
+    @functools.lru_cache(maxsize=4096)  # one object each: a call packs its KEYS once
     def of(cls, tag: str, owner: str) -> HandoffChannel:
         return cls(handoff_channel(tag, owner))
 
