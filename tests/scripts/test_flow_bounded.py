@@ -29,6 +29,7 @@ from flo_redis import (
 from flo_redis._wire.keys import action_keys
 from flo_redis._wire.library import SCRIPTS
 from flo_redis.actions.reports import CompleteItem
+from flo_redis.actions.workers import Claimed
 
 pytestmark = pytest.mark.slow
 
@@ -63,10 +64,16 @@ async def workload(client: FloClient, conn: aioredis.Redis) -> float:
     keys = action_keys(client.namespace, "job")
     flow_keys = (keys.flows, keys.flow_held, keys.flow_vt, keys.flow_rate, keys.flow_once)
 
+    async def claim() -> list[Claimed]:
+        # A heartbeat first, as a worker sends them: on a loaded machine the workload
+        # outlasts the heartbeat timeout, past which a silent worker's claims are refused.
+        await client.worker.heartbeat("w1")
+        return await client.worker.await_tasks("w1", ["job"], BATCH, NOW)
+
     await invoke_keys(client, range(KEYS))
     running = []
     while len(running) < KEYS:
-        running += await client.worker.await_tasks("w1", ["job"], BATCH, NOW)
+        running += await claim()
     await invoke_keys(client, range(HELD))  # each held at once: its key is at its limit
     counts = await client.action.counts("job")
     assert (counts.running, counts.pending) == (KEYS, HELD)
@@ -85,7 +92,7 @@ async def workload(client: FloClient, conn: aioredis.Redis) -> float:
         await client.worker.complete_many(
             "w1", "job", [CompleteItem(r.run_id, b"ok", token=r.token) for r in chunk]
         )
-    while tasks := await client.worker.await_tasks("w1", ["job"], BATCH, NOW):
+    while tasks := await claim():
         await client.worker.complete_many(
             "w1", "job", [CompleteItem(t.run_id, b"ok", token=t.token) for t in tasks]
         )
