@@ -129,7 +129,9 @@ def connect_redis(
     ``timeout_s``) instead of failing — redis-py's own pool would raise "Too many
     connections". On a cluster the wait happens in the session's script runner
     (:class:`flo_redis._wire.runner.ScriptRunner`, ``max_in_flight``), redis-py's cluster
-    pool having no waiting mode."""
+    pool having no waiting mode; a command that finds a node's connections all busy all
+    the same is refused unsent (OVERLOADED), and script calls and status reads are sent
+    again as the retry policy says."""
     kwargs: dict[str, Any] = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,

@@ -55,6 +55,16 @@ def translated(what: str, exc: rex.RedisError) -> Exception:
             f"{what}: Redis answered as a read-only replica (a failover made the server "
             "at this address a replica); connecting again to reach the primary"
         )
+    if isinstance(exc, rex.MaxConnectionsError):
+        # Every connection to a cluster node is busy (redis-py's cluster pool does not
+        # wait for one to come free): nothing was sent, so it may be sent again.
+        return server_error(
+            StatusCode.OVERLOADED,
+            Reason.UNCLASSIFIED,
+            f"{what}: every connection to the Redis Cluster node is busy; sent again "
+            "shortly (or raise the client's max_connections)",
+            Ran.NO,
+        )
     if isinstance(exc, rex.ConnectionError):
         return NotConnectedError(f"{what}: connection to Redis lost ({exc})")
     # Redirections redis-py gave up following (a slot in mid-migration, a cluster without

@@ -12,7 +12,7 @@ import asyncio
 import builtins
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from flo_redis._session.liveness_stats import LivenessStats, liveness_stats
 from flo_redis._session.notices import tell
@@ -75,6 +75,7 @@ from flo_redis.actions.schedule_steering import ScheduleOperations
 from flo_redis.actions.workers import Claimed, CompleteItem, WorkerOperations
 from flo_redis.durability import DurabilityLike
 from flo_redis.errors import ValidationError, ValueTooLargeError
+from flo_redis.retry import retry_refused
 from flo_redis.types import (
     ActionDeleteOptions,
     ActionInvokeOptions,
@@ -240,11 +241,17 @@ class ActionOperations(ActionInspection, ScheduleOperations, GraphOperations):
         """The run's current state; :class:`NotFoundError` for an unknown (or expired) run."""
         opts = check_options(options, ActionStatusOptions)
         keys = self._action_keys(action_of_run(run_id), opts.namespace)
-        with runner.redis_errors("status"):
-            async with self._session.redis.pipeline(transaction=False) as pipe:
-                pipe.hget(keys.runs, run_id)
-                pipe.zscore(keys.delayed, run_id)
-                raw, due = await pipe.execute()
+
+        async def read() -> list[Any]:
+            with runner.redis_errors("status"):
+                async with self._session.redis.pipeline(transaction=False) as pipe:
+                    pipe.hget(keys.runs, run_id)
+                    pipe.zscore(keys.delayed, run_id)
+                    return list(await pipe.execute())
+
+        # A read refused unsent (loading, a cluster node's connections all busy under a
+        # burst of waits) is sent again as the client's retry policy says.
+        raw, due = await retry_refused(read, self._session.runner.policy)
         return status_reply(run_id, keys, raw, due)
 
     async def wait(

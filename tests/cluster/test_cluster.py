@@ -83,6 +83,27 @@ async def test_the_client_connects_by_url_or_option(cluster_url: str) -> None:
         assert len(by_option.redis.get_primaries()) >= 3  # type: ignore[union-attr]
 
 
+async def test_a_burst_beyond_a_nodes_connections_is_sent_again_not_failed(
+    cluster_url: str, namespace: str
+) -> None:
+    """redis-py's cluster pool does not wait for a free connection: a command that finds
+    a node's all busy is refused unsent. Reads (status, what ``wait`` reads) and script
+    calls so refused are sent again as the retry policy says, so a burst far above the
+    connections (as hundreds of waits at once) is answered, slower, not failed."""
+    patient = RetryPolicy(max_attempts=50, initial_backoff_ms=5, max_backoff_ms=50)
+    async with FloClient(
+        cluster_url, namespace=namespace, max_connections=1, retry=patient
+    ) as client:
+        await client.action.register("job")
+        first = (await client.action.invoke("job", b"")).run_id
+        reads = [client.action.status(first) for _ in range(200)]
+        invokes = [client.action.invoke("job", b"") for _ in range(100)]
+        answers = await asyncio.gather(*reads, *invokes)
+        assert all(a.status == RunStatus.PENDING for a in answers[:200])  # type: ignore[union-attr]
+        assert len({a.run_id for a in answers[200:]}) == 100
+        assert (await client.action.counts("job")).pending == 101
+
+
 # --- actions --------------------------------------------------------------------------
 
 
