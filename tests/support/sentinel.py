@@ -35,6 +35,8 @@ What a test reads and uses:
   connections (``CLIENT KILL``) as they demoted it.
 - :meth:`SentinelGroup.rejoin` -- start a killed node again as a replica of the current
   primary (as the sentinels would make it, a few seconds later); returns once synced.
+- ``SentinelGroup(chained=1)`` -- a replica of the first replica too, which the
+  sentinels never promote (:attr:`SentinelGroup.followers`).
 - :meth:`SentinelGroup.named_primary` -- the address the sentinels give for the service.
 - :meth:`SentinelGroup.data_client` -- a plain redis-py client of one data node (with
   the password), for assertions on what a node holds.
@@ -72,12 +74,18 @@ class SentinelGroup:
     (a CA from :func:`tls_certs.make_authority`) every process also listens on a TLS
     port, which is the one replicas, sentinels and :attr:`url` use (``rediss+sentinel``);
     the plain ports stay, for the tests' own look at each node. A node is thought down
-    after ``down_after_ms`` without an answer."""
+    after ``down_after_ms`` without an answer. ``chained`` replicas more each follow the
+    first replica, not the primary: the primary's ``WAIT`` does not count them and the
+    sentinels never promote them (they see only the primary's own replicas, and a
+    ``replica-priority`` of 0 says never), so with one
+    replica and chained ones, ``WAIT 1`` names the one replica a failover promotes, and
+    the chained replicas follow it once it is primary."""
 
     service: str = SERVICE
     password: str | None = None
     sentinel_password: str | None = None
     replica_count: int = 1
+    chained: int = 0
     sentinel_count: int = 3
     down_after_ms: int = 1000
     failover_timeout_ms: int = 3000
@@ -87,6 +95,8 @@ class SentinelGroup:
     replicas: list[RedisServer] = field(default_factory=list)
     sentinels: list[RedisServer] = field(default_factory=list)
     down: list[RedisServer] = field(default_factory=list)
+    # The chained replicas (``chained``).
+    followers: list[RedisServer] = field(default_factory=list)
     # A server's TLS port by its plain port (with ``tls``).
     tls_ports: dict[int, int] = field(default_factory=dict)
 
@@ -100,6 +110,10 @@ class SentinelGroup:
             for _ in range(self.replica_count):
                 replica = self._data_node("--replicaof", HOST, str(self.address(self.primary)))
                 self.replicas.append(replica.start())
+            for _ in range(self.chained):
+                first = self.address(self.replicas[0])
+                follows = ("--replicaof", HOST, str(first), "--replica-priority", "0")
+                self.followers.append(self._data_node(*follows).start())
             for _ in range(self.sentinel_count):
                 self.sentinels.append(self._sentinel(self.address(self.primary)).start())
             self._wait(self._settled, "the sentinels did not find the replicas and each other")
@@ -110,13 +124,14 @@ class SentinelGroup:
 
     def discard(self) -> None:
         """Stop every process and remove its data folder."""
-        for server in [*self.sentinels, *self.replicas, *self.down]:
+        for server in [*self.sentinels, *self.replicas, *self.followers, *self.down]:
             server.discard()
         if self.primary is not None:
             self.primary.discard()
         self.sentinels.clear()
         self.replicas.clear()
         self.down.clear()
+        self.followers.clear()
         self.primary = None
 
     def _data_node(self, *extra: str) -> RedisServer:
@@ -269,10 +284,16 @@ class SentinelGroup:
         made it a replica of the current primary and it has synced."""
         assert self.primary is not None
         self.down.remove(server)
+        # A replica from its start: an empty primary told to follow later would be a
+        # primary with no data for that moment (docs/durability.md).
+        server.extra = (
+            *_without_replicaof(server.extra),
+            "--replicaof",
+            HOST,
+            str(self.address(self.primary)),
+        )
         server.start()
         self.replicas.append(server)
-        with self.data_client(server) as client:  # as the sentinels would, sooner
-            client.execute_command("REPLICAOF", HOST, self.address(self.primary))
 
         def synced() -> bool:
             with self.data_client(server) as client:
@@ -301,7 +322,7 @@ class SentinelGroup:
                 return False
             if int(state["num-other-sentinels"]) < self.sentinel_count - 1:
                 return False
-        return all(self._linked(replica) for replica in self.replicas)
+        return all(self._linked(replica) for replica in [*self.replicas, *self.followers])
 
     def _linked(self, replica: RedisServer) -> bool:
         with self.data_client(replica) as client:
@@ -321,6 +342,14 @@ class SentinelGroup:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what} within {self.timeout_s:g} s")
             time.sleep(0.05)
+
+
+def _without_replicaof(args: tuple[str, ...]) -> tuple[str, ...]:
+    """Server arguments ``args`` without a ``--replicaof HOST PORT``."""
+    if "--replicaof" not in args:
+        return args
+    at = args.index("--replicaof")
+    return (*args[:at], *args[at + 3 :])
 
 
 def _text(value: object) -> str:
