@@ -74,8 +74,8 @@ from flo_redis.actions.schedule_steering import ScheduleOperations
 # flo's ``flo.actions`` holds client.worker's classes as well: importable from here.
 from flo_redis.actions.workers import Claimed, CompleteItem, WorkerOperations
 from flo_redis.durability import DurabilityLike
-from flo_redis.errors import ValidationError, ValueTooLargeError
-from flo_redis.retry import retry_refused
+from flo_redis.errors import ServerError, ValidationError, ValueTooLargeError
+from flo_redis.retry import Backoff, is_refused_unrun, retry_refused
 from flo_redis.types import (
     ActionDeleteOptions,
     ActionInvokeOptions,
@@ -94,6 +94,8 @@ INVOKE_BATCH = 1000  # runs per action_invoke_many call
 
 # The options of an invoke given none (never changed: an invoke only reads them).
 _NO_OPTIONS = ActionInvokeOptions()
+# A wait's status read refused unsent past the retry policy: the pauses before it reads again.
+_BUSY_FIRST_S, _BUSY_MAX_S = 0.01, 0.5
 
 # What ``wait(..., on_progress=...)`` calls with the run's status: sync or async.
 ProgressCallback: TypeAlias = Callable[[ActionRunStatus], Awaitable[None] | None]
@@ -280,11 +282,22 @@ class ActionOperations(ActionInspection, ScheduleOperations, GraphOperations):
         # The channel is held only while someone waits on it (release=True): the scripts
         # publish ends only then.
         seen = NO_PROGRESS
+        busy = Backoff(_BUSY_FIRST_S, _BUSY_MAX_S)
         async with self._session.waker.listening([keys.ended], release=True) as listener:
             while True:
                 # Subscribed before the read: an end published after it is never missed.
                 await listener.arm()
-                status = await self.status(run_id, options)
+                try:
+                    status = await self.status(run_id, options)
+                except ServerError as exc:
+                    # A read refused unsent (every connection busy) past the retry
+                    # policy's tries: the wait reads again while its time lasts.
+                    pause = busy.next()
+                    if not is_refused_unrun(exc) or loop.time() + pause >= deadline:
+                        raise
+                    await asyncio.sleep(pause)
+                    continue
+                busy.reset()
                 if on_progress is not None and progress_mark(status) != seen:
                     seen = progress_mark(status)
                     heard = on_progress(status)

@@ -104,6 +104,28 @@ async def test_a_burst_beyond_a_nodes_connections_is_sent_again_not_failed(
         assert (await client.action.counts("job")).pending == 101
 
 
+async def test_waits_beyond_a_nodes_connections_read_again_and_return_each_runs_end(
+    cluster_url: str, namespace: str
+) -> None:
+    """A wait's status read refused unsent (every connection busy) once the retry policy
+    is spent is read again while the wait's time lasts: a hundred waits at once through
+    one connection per node, with no resend at all, each return their run's end."""
+    once = RetryPolicy(max_attempts=1)
+    async with (
+        FloClient(cluster_url, namespace=namespace) as steering,
+        FloClient(cluster_url, namespace=namespace, max_connections=1, retry=once) as client,
+    ):
+        await steering.action.register("job")
+        run_ids = [(await steering.action.invoke("job", b"")).run_id for _ in range(100)]
+        waits = [asyncio.ensure_future(client.action.wait(r, timeout_ms=30_000)) for r in run_ids]
+        await asyncio.sleep(0.2)
+        for run_id in run_ids:
+            await steering.action.cancel(run_id)
+        ended = await asyncio.gather(*waits)
+        assert [s.run_id for s in ended] == run_ids
+        assert {s.status for s in ended} == {RunStatus.CANCELLED}
+
+
 # --- actions --------------------------------------------------------------------------
 
 
