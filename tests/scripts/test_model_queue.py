@@ -415,9 +415,11 @@ class KeepingQueueMachine(QueueMachine):
     keep_inputs = True
 
 
+@pytest.mark.timeout(300)  # its examples: 50 s alone, several times that beside other passes
 def test_the_action_queue_follows_its_model(redis_url: str) -> None:
     run_model(lambda: QueueMachine(redis_url))
 
 
+@pytest.mark.timeout(300)  # its examples: 50 s alone, several times that beside other passes
 def test_an_action_that_keeps_inputs_follows_its_model(redis_url: str) -> None:
     run_model(lambda: KeepingQueueMachine(redis_url))
