@@ -174,6 +174,13 @@ class Child:
             )
         return child
 
+    def take(self, ctx: ActionContext | StreamContext, message: tuple[Any, ...]) -> None:
+        """Run ``message``, ``ctx``'s run: sent, :attr:`reply` new for its answer."""
+        self.ctx = ctx
+        self.runs += 1
+        self.reply = asyncio.get_running_loop().create_future()
+        self.send(message)
+
     def send(self, message: tuple[Any, ...]) -> None:
         if self.lost:
             return

@@ -79,7 +79,8 @@ class ProcessPool:
         self._handlers = pickled_handlers(handlers)
         self._children: set[Child] = set()
         self._idle: deque[Child] = deque()
-        self._waiting: deque[asyncio.Future[Child]] = deque()
+        # Runs waiting for a child: each handed its child (and sent) by _give.
+        self._waiting: deque[tuple[asyncio.Future[Child], Any, tuple[Any, ...]]] = deque()
         self._seq = itertools.count(1)
         self._closing = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -135,6 +136,8 @@ class ProcessPool:
                     self._background(self._answer(child, message[1], message[2]))
                 elif child.reply is not None and not child.reply.done():
                     child.reply.set_result(message)
+                    child.rss = message[2]
+                    self._release(child)  # its next run sent now, not once this one's wakes
         except (asyncio.IncompleteReadError, OSError):
             pass
         child.lost = True
@@ -200,38 +203,39 @@ class ProcessPool:
 
     # --- runs ---------------------------------------------------------------------------
 
-    async def _acquire(self) -> Child:
-        """A live child for a run: an idle one, else the first to come free (one that
-        died between being handed over and the run resuming is passed over)."""
-        while True:
-            while self._idle:
-                child = self._idle.popleft()
-                if not child.lost:
-                    return child
-            waiter: asyncio.Future[Child] = asyncio.get_running_loop().create_future()
-            self._waiting.append(waiter)
-            try:
-                child = await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._give(waiter.result())  # handed over as it was cancelled
-                raise
+    async def _acquire(self, ctx: Any, message: tuple[Any, ...]) -> Child:
+        """A live child that was sent ``message``, ``ctx``'s run: an idle one, else the
+        first to come free, sent it as it comes free (:meth:`_give`)."""
+        while self._idle:
+            child = self._idle.popleft()
             if not child.lost:
+                child.take(ctx, message)
                 return child
+        waiter: asyncio.Future[Child] = asyncio.get_running_loop().create_future()
+        self._waiting.append((waiter, ctx, message))
+        try:
+            return await waiter
+        except asyncio.CancelledError as stop:
+            if waiter.done() and not waiter.cancelled():  # sent as it was cancelled
+                child = waiter.result()
+                assert child.reply is not None
+                await self._stop(child, child.reply, timed_out="timeout" in stop.args)
+            raise
 
     def _give(self, child: Child) -> None:
-        """``child`` is free: to the first run waiting, else idle (a lost one to none)."""
+        """``child`` is free: sent the first run waiting, else idle (a lost one to none)."""
         if child.lost:
             return
         while self._waiting:
-            waiter = self._waiting.popleft()
+            waiter, ctx, message = self._waiting.popleft()
             if not waiter.done():
+                child.take(ctx, message)
                 waiter.set_result(child)
                 return
         self._idle.append(child)
 
     def _release(self, child: Child) -> None:
-        """``child``'s run ended: free it, or retire it (reloaded, or its runs or its
+        """``child`` answered its run: free it, or retire it (reloaded, or its runs or its
         memory spent: one starts in its place)."""
         child.ctx = child.reply = None
         if child.lost:
@@ -254,30 +258,26 @@ class ProcessPool:
         or its exception raised (its traceback in the child as the cause). A cancellation
         (time limit or stop) stops the handler first (:meth:`_stop`), then goes on."""
         handler_waits()  # its time limit counts from its start in a child, not the wait
-        child = await self._acquire()
-        handler_begins()
-        child.ctx = ctx
-        child.runs += 1
-        reply = child.reply = asyncio.get_running_loop().create_future()
         measure = bool(self.settings.memory_limit_mb)
-        child.send(("run", next(self._seq), *handed(ctx), measure))
+        child = await self._acquire(ctx, ("run", next(self._seq), *handed(ctx), measure))
+        handler_begins()
+        reply = child.reply
+        assert reply is not None
         try:
-            try:
-                # Shielded: a cancellation of this task cancels the wait, not the reply.
-                message = await asyncio.shield(reply)
-            except asyncio.CancelledError as stop:
-                await self._stop(child, reply, timed_out="timeout" in stop.args)
-                raise
-            return self._result(ctx, child, message)
-        finally:
-            self._release(child)
+            # Shielded: a cancellation of this task cancels the wait, not the reply.
+            message = await asyncio.shield(reply)
+        except asyncio.CancelledError as stop:
+            await self._stop(child, reply, timed_out="timeout" in stop.args)
+            raise
+        return self._result(ctx, message)
 
     async def _stop(self, child: Child, reply: asyncio.Future[Any], timed_out: bool) -> None:
         """Stop ``child``'s handler: the signal that raises ``HandlerInterrupted`` in it,
         then SIGKILL if it has not answered within ``grace_s``. Returns once it answered
         or ended; cancelled again meanwhile (a worker's abort cancels its handlers again
         and again), it still gives the handler its grace, then raises."""
-        child.signal(SIG_TIMEOUT if timed_out else SIG_CANCEL)
+        if not reply.done():  # answered: the child may be running its next run
+            child.signal(SIG_TIMEOUT if timed_out else SIG_CANCEL)
         grace = self.settings.grace_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
@@ -308,11 +308,10 @@ class ProcessPool:
         if again:
             raise asyncio.CancelledError
 
-    def _result(self, ctx: Any, child: Child, message: tuple[Any, ...]) -> Any:
+    def _result(self, ctx: Any, message: tuple[Any, ...]) -> Any:
         kind = message[0]
         if kind == "lost":
             raise HandlerProcessLost(message[1])
-        child.rss = message[2]
         if kind == "done":
             return message[3]
         if kind == "outcome":
