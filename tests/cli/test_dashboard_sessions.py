@@ -69,7 +69,7 @@ async def dashboards(client: FloClient) -> AsyncIterator[list[RunningDashboard]]
 
 
 async def session_keys(raw: aioredis.Redis, namespace: str) -> list[bytes]:
-    return [k async for k in raw.scan_iter(match=f"flo:dash:{{{namespace}}}:session:*")]
+    return [k async for k in raw.scan_iter(match=f"flo:dash:{{{namespace}}}:session:*", count=1000)]
 
 
 async def test_a_log_out_ends_the_session_in_every_process(

@@ -48,6 +48,7 @@ def most_at_once(intervals: list[tuple[int, int]]) -> int:
     return most
 
 
+@pytest.mark.timeout(240)  # its own deadline is 180 s: 45 s alone, 120 s beside other passes
 async def test_a_keys_limit_holds_while_worker_processes_are_killed(
     client: FloClient, raw: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis_server import own_server_url
 
 from flo_redis import (
     ActionListOptions,
@@ -31,6 +32,8 @@ from flo_redis import (
 from flo_redis._wire.replies import Claimed
 from flo_redis.actions import CompleteItem
 from flo_redis.sync import SyncFloClient
+
+redis_url = own_server_url()  # each call is followed by a scan of the keyspace
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from public_calls import BAD, public_calls, valid, valid_call  # noqa: F401
+from redis_server import own_server_url
 
 from flo_redis import (
     FloClient,
@@ -26,6 +27,8 @@ from flo_redis import (
 )
 
 pytestmark = pytest.mark.slow  # every public call with every bad value: minutes
+
+redis_url = own_server_url()  # each call is followed by a scan of the keyspace
 
 
 async def keyspace(raw: aioredis.Redis, namespace: str) -> dict[bytes, Any]:

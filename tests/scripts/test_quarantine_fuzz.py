@@ -333,7 +333,7 @@ def test_random_bytes_in_every_record_stop_nothing(
                 await pages(client, w)
                 await commands(redis_url, w)
         finally:
-            found = [k async for k in raw.scan_iter(match=f"*{ns}*")]
+            found = [k async for k in raw.scan_iter(match=f"*{ns}*", count=1000)]
             if found:
                 await raw.delete(*found)
             await raw.aclose()

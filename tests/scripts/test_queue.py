@@ -50,7 +50,7 @@ def seqs(messages: list[Message]) -> list[int]:
 
 
 async def queue_key_count(raw: aioredis.Redis, namespace: str) -> int:
-    return len([k async for k in raw.scan_iter(match=f"flo:q:{{{namespace}:*")])
+    return len([k async for k in raw.scan_iter(match=f"flo:q:{{{namespace}:*", count=1000)])
 
 
 # --- delivery order and peek -----------------------------------------------------------

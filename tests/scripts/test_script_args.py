@@ -23,6 +23,7 @@ import msgpack
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
+from redis_server import own_server_url
 
 from flo_redis import (
     ActionInvokeOptions,
@@ -125,6 +126,9 @@ return out
 async def keyspace(raw: aioredis.Redis, namespace: str) -> dict[bytes, Any]:
     flat = await raw.eval(_KEYSPACE, 0, f"*{namespace}*")
     return dict(sorted(zip(flat[::2], flat[1::2], strict=True)))
+
+
+redis_url = own_server_url()  # the sweep scans the keyspace after each of its calls
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ class ClientMachine(RuleBasedStateMachine):
         async def close() -> None:
             await self.close_first()
             await self.client.close()
-            keys = [k async for k in self.raw.scan_iter(match=f"*{self.namespace}*")]
+            keys = [k async for k in self.raw.scan_iter(match=f"*{self.namespace}*", count=1000)]
             if keys:
                 await self.raw.delete(*keys)
             await self.raw.aclose()

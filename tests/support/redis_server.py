@@ -240,3 +240,19 @@ class RedisCluster:
         target = self.node_id(target_port)
         for port in [target_port, source_port, *self.ports]:
             self.cli(port, "cluster", "setslot", str(slot), "node", target)
+
+
+def own_server_url() -> object:
+    """A module-scoped ``redis_url`` fixture naming the module's own server (conftest's
+    ``server``), for a module that scans its namespace's keys after each call: a scan
+    walks every key of a server, on the session's shared one every key earlier tests
+    left (a sweep of 5 s alone took 150 s late in a full run). In the module::
+
+        redis_url = own_server_url()
+    """
+
+    @pytest.fixture(scope="module")
+    def redis_url(server: RedisServer) -> str:
+        return server.url
+
+    return redis_url

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from cli_command import Command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis_server import own_server_url
 
 from flo_redis import (
     AckOptions,
@@ -48,6 +49,8 @@ from flo_redis import (
 from flo_redis.sync import SyncFloClient
 from flo_redis.types.base import MAX_TIME_MS
 from flo_redis.worker.stream_worker import StreamWorkerOptions
+
+redis_url = own_server_url()  # each call is followed by a scan of the keyspace
 
 
 async def keyspace(raw: aioredis.Redis, namespace: str) -> dict[bytes, bytes | None]:
