@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from chaos import GROUP, Figures, records_left, run_chaos
-from cluster_replicas import ReplicatedCluster, ReplicatedPair
+from cluster_replicas import ReplicatedCluster, ReplicatedPair, replicated
 from redis.crc import key_slot
 from sentinel import SentinelGroup
 
@@ -155,7 +155,7 @@ async def test_the_records_left_are_counted_on_a_promoted_replica() -> None:
             assert len(read.records) == 30
             assert len(await records_left(client, "s")) == 100
         async with aioredis.Redis(port=pair.primary.port) as primary:
-            assert await primary.wait(1, 5000) == 1
+            assert await replicated(primary) == 1
         pair.kill_primary()
         pair.fail_over()
         async with FloClient(pair.url, namespace=namespace) as client:  # its connections new

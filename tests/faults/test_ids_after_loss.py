@@ -13,6 +13,7 @@ from typing import TypeVar
 import msgpack
 import pytest
 import redis.asyncio as aioredis
+from cluster_replicas import replicated
 from polling import eventually
 from redis.asyncio.cluster import RedisCluster
 from redis_server import RedisServer
@@ -270,7 +271,7 @@ async def test_a_failover_to_a_replica_that_lags_repeats_no_id_or_token(
         p = aioredis.Redis(port=primary.port)
         r = aioredis.Redis(port=replica.port)
         try:
-            assert await p.execute_command("WAIT", 1, 5000) == 1
+            assert await replicated(p) == 1
             # The replica is cut off and promoted; what the old primary does from here on
             # is lost to it.
             await r.execute_command("REPLICAOF", "NO", "ONE")

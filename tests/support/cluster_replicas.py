@@ -28,6 +28,25 @@ from redis_server import RedisCluster, RedisServer
 NODE_TIMEOUT_MS = 1000
 #: A replica's first sync starts at once (Redis waits 5 s for more replicas by default).
 NO_SYNC_DELAY = ("--repl-diskless-sync-delay", "0")
+# A key of no namespace, written and removed to give WAIT the primary's newest offset.
+_MARK = "flo-test:replicated"
+
+
+async def replicated(primary: aioredis.Redis, replicas: int = 1, timeout_ms: int = 5000) -> int:
+    """``WAIT`` for ``replicas`` replicas to have everything the primary holds; how many
+    have. ``WAIT`` waits for the writes of its own connection only (a connection that
+    wrote nothing returns at once), so this one writes first: a key set and removed,
+    whose offset is past every write before it, whichever connection sent them."""
+    await primary.set(_MARK, b"1")
+    await primary.delete(_MARK)
+    return int(await primary.execute_command("WAIT", replicas, timeout_ms))
+
+
+def replicated_sync(primary: redis.Redis, replicas: int, timeout_ms: int) -> int:
+    """:func:`replicated` with redis-py's blocking client."""
+    primary.set(_MARK, b"1")
+    primary.delete(_MARK)
+    return int(primary.execute_command("WAIT", replicas, timeout_ms))
 
 
 @dataclass

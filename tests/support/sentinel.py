@@ -55,6 +55,7 @@ from typing import TypeVar
 from urllib.parse import quote
 
 import redis
+from cluster_replicas import replicated_sync
 from redis_server import RedisServer
 from tls_certs import Authority, server_args
 
@@ -234,7 +235,7 @@ class SentinelGroup:
         assert self.primary is not None
         with self.data_client(self.primary) as client:
             wanted = len(self.replicas)
-            got = client.execute_command("WAIT", wanted, int(self.timeout_s * 1000))
+            got = replicated_sync(client, wanted, int(self.timeout_s * 1000))
             assert got >= wanted, f"{got} of {wanted} replicas caught up"
 
     def kill_primary(self) -> RedisServer:
