@@ -216,12 +216,12 @@ async def test_a_primary_killed_behind_sentinel(
     so at the default level little or nothing is lost; at ``replicated`` nothing answered
     is: each write waits for the one replica the sentinels can promote, and the chained
     replica follows it once it is primary, so work flows on at that level."""
-    replicated = flo_redis.Durability.replicated(replicas=1, timeout_ms=1000)
+    durability = flo_redis.Durability.replicated(replicas=1, timeout_ms=1000)
     figures = await run_chaos(
         sentinels.url, f"t-{uuid.uuid4().hex[:8]}", "s",
         lambda: asyncio.to_thread(sentinels.kill_primary),
         tmp_path / "ledger", durability=level,
-        client_options={"durability": replicated} if level == "replicated" else None,
+        client_options={"durability": durability} if level == "replicated" else None,
     )  # fmt: skip
     _holds(figures)
     assert math.isfinite(figures.flow_s)

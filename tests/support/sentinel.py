@@ -75,12 +75,12 @@ class SentinelGroup:
     (a CA from :func:`tls_certs.make_authority`) every process also listens on a TLS
     port, which is the one replicas, sentinels and :attr:`url` use (``rediss+sentinel``);
     the plain ports stay, for the tests' own look at each node. A node is thought down
-    after ``down_after_ms`` without an answer. ``chained`` replicas more each follow the
-    first replica, not the primary: the primary's ``WAIT`` does not count them and the
-    sentinels never promote them (they see only the primary's own replicas, and a
-    ``replica-priority`` of 0 says never), so with one
-    replica and chained ones, ``WAIT 1`` names the one replica a failover promotes, and
-    the chained replicas follow it once it is primary."""
+    after ``down_after_ms`` without an answer. ``chained`` more replicas follow the first
+    replica, not the primary (:attr:`followers`): the primary's ``WAIT`` does not count
+    them, and the sentinels never promote them (they learn only the primary's own
+    replicas, and a ``replica-priority`` of 0 says never). With one replica and chained
+    ones, ``WAIT 1`` counts the one replica a failover can promote, and the chained ones
+    follow it once it is primary."""
 
     service: str = SERVICE
     password: str | None = None
