@@ -17,7 +17,9 @@ changes nothing.
 Time is advanced the way the scripts read it — against Redis's clock: to let a lease run
 out or a delayed run fall due, the test moves that one deadline into the past in the
 queue's own sorted set (``leases`` / ``delayed``), then lets the queue's upkeep run, as
-the clock passing that deadline would.
+the clock passing that deadline would. Offers are made with the longest window (60 s), so
+an offer runs out only when a step says so, never because a loaded machine was slow
+between steps.
 
 ``FLO_MODEL_EXAMPLES`` / ``FLO_MODEL_STEPS`` as in ``tests/support/model_machine.py``.
 """
@@ -57,6 +59,7 @@ pytestmark = pytest.mark.slow  # a Hypothesis model: many steps against Redis
 ACTION = "job"
 MAX_ATTEMPTS = 2
 HOUR_MS = 3_600_000
+MINUTE_MS = 60_000
 NOW = WorkerAwaitOptions(block_ms=0)
 ENDED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT)
 
@@ -198,8 +201,8 @@ class QueueMachine(ClientMachine):
         self.parks += 1
         poll_id = f"poller{index}#{self.parks}"
         wid = self._worker(index)
-        parked = self.run(
-            claim(owner.session, self.keys, wid, b"", 1, poll_id, HOUR_MS // 60, received, 1000)
+        parked = self.run(  # park and offer windows of 60 s, the most: time moves by steps
+            claim(owner.session, self.keys, wid, b"", 1, poll_id, MINUTE_MS, received, MINUTE_MS)
         )
         assert parked.runs == ()
         if last is not None:  # its next claim names the run it received: accepted
