@@ -345,6 +345,14 @@ def test_run_dependencies_follow_their_model(redis_url: str) -> None:
     run_model(lambda: GraphMachine(redis_url))
 
 
+@pytest.mark.cluster
+def test_run_dependencies_follow_their_model_across_a_clusters_slots(cluster_url: str) -> None:
+    """The same histories on the 3-master cluster: the three actions' queues lie in
+    slots of their own, most often on different masters, so each script goes to its
+    queue's master by SHA and every edge between queues crosses slots."""
+    run_model(lambda: GraphMachine(cluster_url))
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 async def test_an_end_carried_after_a_requeue_is_not_told_to_a_child_registered_since(
     client: FloClient, policy: OnFailure

@@ -162,8 +162,9 @@ class QueueMachine(ClientMachine):
         await owner.connect()
         self.owners.append(owner)
         await owner.worker.register(self._worker(len(self.owners) - 1), [ACTION])
-        inbox = self.raw.pubsub()  # what the scripts' subscriber check counts
-        await inbox.ssubscribe(handoff_channel(self.keys.tag, owner.owner_id))
+        channel = handoff_channel(self.keys.tag, owner.owner_id)
+        inbox = (await self.node(channel)).pubsub()  # what the scripts' subscriber check counts
+        await inbox.ssubscribe(channel)
         await inbox.get_message(timeout=1.0)
         self.inboxes.append(inbox)
 
@@ -318,8 +319,9 @@ class QueueMachine(ClientMachine):
         async def die_and_reclaim() -> int:
             await owner.close()  # as a killed process loses its connections
             await inbox.aclose()
+            node = await self.node(channel)
             await eventually(
-                lambda: self.raw.execute_command("PUBSUB", "SHARDNUMSUB", channel),
+                lambda: node.execute_command("PUBSUB", "SHARDNUMSUB", channel),
                 lambda counts: int(counts[1]) == 0,
                 interval=0.01,
                 what="the owner's channel left",
@@ -426,3 +428,11 @@ def test_the_action_queue_follows_its_model(redis_url: str) -> None:
 @pytest.mark.timeout(300)  # its examples: 50 s alone, several times that beside other passes
 def test_an_action_that_keeps_inputs_follows_its_model(redis_url: str) -> None:
     run_model(lambda: KeepingQueueMachine(redis_url))
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)  # its examples: 25 s alone
+def test_the_action_queue_follows_its_model_on_a_cluster(cluster_url: str) -> None:
+    """The same histories on the 3-master cluster: scripts by SHA to the queue's master,
+    hand-offs and owner channels sharded there."""
+    run_model(lambda: QueueMachine(cluster_url))
