@@ -83,13 +83,14 @@ def raw_client(url: str) -> Any:
     return aioredis.Redis.from_url(url)
 
 
-def run_model(machine: Callable[[], ClientMachine]) -> None:
-    """Run ``machine`` as a Hypothesis state machine test: EXAMPLES histories of STEPS
-    steps, no deadline (Redis calls on a loaded machine), no example database."""
+def run_model(machine: Callable[[], ClientMachine], share: float = 1.0) -> None:
+    """Run ``machine`` as a Hypothesis state machine test: ``share`` of EXAMPLES
+    histories (at least one) of STEPS steps, no deadline (Redis calls on a loaded
+    machine), no example database."""
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=EXAMPLES,
+            max_examples=max(1, round(EXAMPLES * share)),
             stateful_step_count=STEPS,
             deadline=None,
             suppress_health_check=list(HealthCheck),
