@@ -17,7 +17,7 @@ from dashboard_pages import TOKEN as DASHBOARD_TOKEN
 from dashboard_pages import served
 from proxy import Proxy, proxying
 from redis.asyncio.cluster import RedisCluster as ClusterClient
-from redis_server import RedisCluster, RedisServer, discard_all
+from redis_server import RedisCluster, RedisServer, cluster_client, discard_all
 from slowlog import slowlog_server
 
 from flo_redis import FloClient
@@ -192,7 +192,7 @@ async def cclient(cluster_url: str, namespace: str) -> AsyncIterator[FloClient]:
 @pytest.fixture
 async def craw(cluster_url: str) -> AsyncIterator[ClusterClient]:
     """A plain cluster client of the test cluster, to look at keys directly."""
-    conn = ClusterClient.from_url(cluster_url.replace("redis+cluster://", "redis://"))
+    conn = cluster_client(cluster_url)
     try:
         yield conn
     finally:

@@ -15,8 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from cluster_replicas import replicated
 from polling import eventually
-from redis.asyncio.cluster import RedisCluster
-from redis_server import RedisServer
+from redis_server import RedisServer, cluster_client
 
 from flo_redis import (
     AckOptions,
@@ -313,7 +312,7 @@ async def test_a_failover_to_a_replica_that_lags_repeats_no_id_or_token(
 async def test_ids_after_a_queue_lost_its_data_are_new_on_a_cluster(
     cluster_url: str, namespace: str
 ) -> None:
-    raw = RedisCluster.from_url(cluster_url.replace("redis+cluster://", "redis://"))
+    raw = cluster_client(cluster_url)
     try:
         async with FloClient(cluster_url, namespace=namespace) as client:
             names = [f"job{i}" for i in range(3)]  # spread over the cluster's slots

@@ -26,7 +26,7 @@ from polling import eventually, registered, running
 from proxy import Proxy
 from redis.crc import key_slot
 from redis_server import RedisCluster as RedisClusterNodes
-from redis_server import RedisServer
+from redis_server import RedisServer, cluster_client
 
 from flo_redis import (
     ActionContext,
@@ -634,10 +634,8 @@ async def test_slot_refuses_a_late_release_by_a_replaced_owner(
 async def test_liveness_and_reclaim_on_a_cluster_node_per_queue(cluster_url: str) -> None:
     """Each queue's owner channel is subscribed on the node owning the queue's slot, and
     the reclaim script reads the count there (the channel is in its KEYS)."""
-    from redis.asyncio.cluster import RedisCluster as ClusterClient
-
     namespace = f"c-{uuid.uuid4().hex[:10]}"
-    craw = ClusterClient.from_url(cluster_url.replace("redis+cluster://", "redis://"))
+    craw = cluster_client(cluster_url)
     await craw.initialize()
     names: dict[str, str] = {}
     for i in range(1000):

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 from redis.asyncio.cluster import RedisCluster as ClusterClient
+from redis_server import cluster_client
 
 from flo_redis import FloClient
 
@@ -79,7 +80,7 @@ def raw_client(url: str) -> Any:
     """A plain client of ``url``'s server, or of its cluster for a ``redis+cluster://``
     URL (keys routed by slot; a scan walks every master)."""
     if url.startswith("redis+cluster://"):
-        return ClusterClient.from_url(url.replace("redis+cluster://", "redis://", 1))
+        return cluster_client(url)
     return aioredis.Redis.from_url(url)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 import pytest
+from redis.asyncio.cluster import RedisCluster as ClusterClient
 
 from flo_redis.testing import RedisServer as _RedisServer
 from flo_redis.testing import RedisServerNotFound, free_port, redis_server_path, valkey_server_path
@@ -256,3 +257,9 @@ def own_server_url() -> object:
         return server.url
 
     return redis_url
+
+
+def cluster_client(url: str) -> ClusterClient:
+    """A plain redis-py cluster client of the cluster a ``redis+cluster://`` URL (such as
+    :attr:`RedisCluster.url`) names, to look at its keys directly; the caller closes it."""
+    return ClusterClient.from_url(url.replace("redis+cluster://", "redis://", 1))
