@@ -26,6 +26,7 @@
 --@include lib/graph_index.lua
 --@include lib/checked.lua
 --@include lib/run.lua
+--@include lib/graph_group.lua
 local k = {meta = KEYS[1], runs = KEYS[2], graph_idx = KEYS[3], inputs = KEYS[4],
   quarantine = KEYS[5], pending = KEYS[6], delayed = KEYS[7], leases = KEYS[8],
   done = KEYS[9], failed = KEYS[10], waiting = KEYS[11], aside = {}}
@@ -41,14 +42,7 @@ local out = {ST_OK, k.aside}
 local loaded, index = {}, {}
 for i = 1, #items, 2 do
   local parent, child = items[i], items[i + 1]
-  local run = loaded[parent]
-  if run == nil then
-    local why, raw
-    run, why, raw = run_load(k.runs, parent)
-    if run == false then run_aside(k, parent, raw, why) end
-    run = run or false
-    loaded[parent] = run
-  end
+  local run = run_load_once(k, loaded, parent)
   if not run then
     out[#out + 1] = -1
     out[#out + 1] = 0

@@ -11,6 +11,11 @@
   - ended by a parent (`fb`), and no parent of the fail policy is failed any more (one
     was retried and completed): it gets a fresh set of attempts, waiting or ready; when
     another still fails it, it names that one instead (and ends as its end makes it).
+  A child that is a group (lib/graph.lua, "Groups") keeps the count in its record, then
+  each member takes the change in as a run told it would (the same three cases), a page
+  at a time: this call begins, and a message 'w' in the outbox (`sweeps`, the
+  forwarder's) goes on from where it stopped. A member that took a change in already
+  is passed over, so a page carried twice is harmless.
   KEYS[1] definition HASH  the action's settings
   KEYS[2] meta     HASH  counters
   KEYS[3] runs     HASH  run_id -> msgpack record
@@ -30,13 +35,17 @@
   KEYS[17] quarantine STREAM  records set aside (lib/record.lua)
   KEYS[18] leases  ZSET  run_id -> lease deadline ms
   KEYS[19] done    ZSET  run_id -> finished ms
-  ARGV[1] items    msgpack array: child run id, parent run id, the parent's state (-1: no
-                   such parent; else the status it ended with), its version, of each (at
-                   most 1000 items)
+  ARGV[1] items    msgpack array: child run id (or group), parent run id, the parent's
+                   state (-1: no such parent; else the status it ended with), its
+                   version, of each (at most 1000 items)
+  ARGV[2] sweeps   msgpack array: group, version, cursor of each message 'w' carried here
+                   (at most 100): its members from number `cursor` on take in the
+                   group's change `version` (none once the group changed again)
   A child whose record does not decode is set aside into the quarantine (lib/run.lua).
-  Returns {status, ready, ended, revived, (kind, field, why) * m}   status: OK |
+  Returns {status, ready, ended, revived, cursors, (kind, field, why) * m}   status: OK |
           NO_ACTION; how many children became ready, ended with a parent, got attempts
-          again; then each record set aside (a child whose record does not decode)
+          again; cursors: per sweep, where the next page begins ('' when none is left);
+          then each record set aside (a child whose record does not decode)
 ]]
 --@include lib/status.lua
 --@include lib/graph_index.lua
@@ -45,6 +54,7 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/action.lua
+--@include lib/graph_group.lua
 local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[4],
   delayed = KEYS[5], failed = KEYS[6], waiting = KEYS[7], graph = KEYS[8],
   outbox = KEYS[9], owned = KEYS[10], ended = ended_channel(KEYS[11]), wake = KEYS[12],
@@ -58,6 +68,16 @@ for i = 1, #items, 4 do
     return {ST_BAD_ARG, 1}
   end
 end
+local sweeps = arg_array(ARGV[2], 300)
+if not sweeps or #sweeps % 3 ~= 0 then return {ST_BAD_ARG, 2} end
+for i = 1, #sweeps, 3 do
+  if type(sweeps[i]) ~= 'string' or type(sweeps[i + 1]) ~= 'number'
+      or type(sweeps[i + 2]) ~= 'number' or sweeps[i + 2] < 0 then
+    return {ST_BAD_ARG, 2}
+  end
+end
+-- Members a call takes a group's change to, at most: each is a record read and written.
+local SWEEP_MEMBERS = 500
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local STATUS_NAMES = {[RUN_COMPLETED] = 'COMPLETED', [RUN_FAILED] = 'FAILED',
@@ -80,8 +100,9 @@ local function blamed(parent, told)
   return 'parent ' .. parent .. ' ended ' .. STATUS_NAMES[told]
 end
 
--- A parent of `child` that still fails it (policy f, ended otherwise than completed),
--- and how it ended: among the first 1000 of its parents, in id order (nil: none there).
+-- A parent of `child` (a run or a group) that still fails it (policy f, ended otherwise
+-- than completed), and how it ended: among the first 1000 of its parents, in id order
+-- (nil: none there).
 local function still_failing(child)
   local prefix = 'p\0' .. child .. '\0'
   local entries = graph_index_page(k.graph_idx, prefix, nil, 1000)
@@ -91,6 +112,35 @@ local function still_failing(child)
     local policy, told = string.match(state, '^(%a) (%-?%w+) ')
     if failing(policy, told) then return parent, tonumber(told) end
   end
+  return nil
+end
+
+-- Groups read in this call (false: none such, or its record does not decode), and
+-- those it changed.
+local groups, regrouped = {}, {}
+local function group_load(group)
+  local grp = groups[group]
+  if grp == nil then
+    local ok, value = pcall(cmsgpack.unpack, redis.call('HGET', k.graph, 'g\0' .. group) or '')
+    grp = ok and type(value) == 'table' and type(value.dw) == 'number'
+      and type(value.df) == 'number' and value or false
+    groups[group] = grp
+  end
+  return grp
+end
+
+-- The child's record, read once per call (false: none, or set aside).
+local function child_load(child)
+  return run_load_once(k, records, child)
+end
+
+-- A parent failing the run `run` of a group, and how it ended: one of its own, else the
+-- group's (nil: none).
+local function blame_of(child, run)
+  local parent, how = still_failing(child)
+  if parent then return parent, how end
+  local grp = run.dg and group_load(run.dg)
+  if grp and grp.df > 0 and grp.fb then return grp.fb, grp.ft end
   return nil
 end
 
@@ -107,72 +157,141 @@ local function release(run_id, run)
   ready = ready + 1
 end
 
+-- The child `child` (`run`, its counts `dw` and `df` just changed; `parent`, told
+-- `told`, the parent to blame should it end now) as its counts make it: ended, ready,
+-- back with fresh attempts, or naming another parent. `renamed`: the parent it names
+-- is no longer failing it.
+local function decide(child, run, parent, told, renamed)
+  changed[child] = true
+  local waits = waiting[child]
+  if waits == nil then
+    waits = redis.call('ZSCORE', k.waiting, child) ~= false
+  end
+  waiting[child] = waits
+  if waits and run.df > 0 then
+    waiting[child] = false
+    redis.call('ZREM', k.waiting, child)
+    run.fb = parent
+    run.err = blamed(parent, told)
+    run.tb = nil
+    queue_bury(k, child, run, now, told == RUN_CANCELLED and RUN_CANCELLED or RUN_FAILED)
+    ended = ended + 1
+  elseif waits and run.dw == 0 then
+    waiting[child] = false
+    redis.call('ZREM', k.waiting, child)
+    release(child, run)
+  elseif run.fb and run.df == 0 and (run.s == RUN_FAILED or run.s == RUN_CANCELLED) then
+    redis.call('ZREM', k.failed, child)
+    queue_unbury(run, action.max_retries, now)
+    run.fb, run.err, run.tb = nil, nil, nil
+    revived = revived + 1
+    if run.dw > 0 then
+      waiting[child] = true
+      redis.call('ZADD', k.waiting, now, child)
+    else
+      release(child, run)
+    end
+  elseif renamed and run.df > 0 and (run.s == RUN_FAILED or run.s == RUN_CANCELLED) then
+    -- The parent it blamed completed since, but another still fails it: it blames
+    -- that one, and ends as that one's end makes it (its own dependents were told).
+    local other, how = blame_of(child, run)
+    if other then
+      run.fb, run.err = other, blamed(other, how)
+      run.s = how == RUN_CANCELLED and RUN_CANCELLED or RUN_FAILED
+    end
+  end
+end
+
+-- The member `member` of `group` (`grp`) takes in the group's counts, if it has not.
+local function take_in(member, group, grp)
+  local run = child_load(member)
+  if not run or run.dg ~= group then return end
+  local gw, gf = run.gw or grp.dn, run.gf or 0
+  local renamed = run.fb ~= nil and run.fb ~= grp.fb and grp.df > 0 and gf > 0
+    and not still_failing(member)
+  if gw == grp.dw and gf == grp.df and not renamed then return end
+  run.dw, run.df = run.dw + grp.dw - gw, run.df + grp.df - gf
+  run.gw, run.gf = grp.dw, grp.df
+  decide(member, run, grp.fb or '', grp.ft or -1, renamed)
+end
+
+-- Take `group`'s change `version` to its members from number `from` on, as many as
+-- `budget` allows; where the next page begins ('' when none is left), and the budget
+-- left.
+local function sweep(group, version, from, budget)
+  local grp = group_load(group)
+  local prefix, first, n = graph_group_of(group)
+  if not grp or grp.v ~= version or not prefix then return '', budget end
+  local last = math.min(n, from + budget)
+  for i = from, last - 1 do
+    take_in(string.format('%s%d', prefix, first + i), group, grp)
+  end
+  return last < n and string.format('%d', last) or '', budget - math.max(last - from, 0)
+end
+
 for i = 1, #items, 4 do
   local child, parent, told, version = items[i], items[i + 1], items[i + 2], items[i + 3]
   local field = 'd\0' .. child .. '\0' .. parent
   local state = redis.call('HGET', k.graph, field)
   local policy, was, seen = nil, nil, nil
   if state then policy, was, seen = string.match(state, '^(%a) (%-?%w+) (%-?%d+)$') end
-  local run = false
   if policy and tonumber(seen) < version then
-    run = records[child]
-    if run == nil then
-      local why, raw
-      run, why, raw = run_load(k.runs, child)
-      if run == false then run_aside(k, child, raw, why) end
-      run = run or false
-      records[child] = run
-    end
-  end
-  if run then
-    changed[child] = true
-    local now_state = tostring(told)  -- '-1': no such parent, failing as FAILED does
-    redis.call('HSET', k.graph, field, policy .. ' ' .. now_state .. ' ' .. version)
-    if was == 'w' then run.dw = run.dw - 1 end
-    run.df = run.df + (failing(policy, now_state) and 1 or 0) - (failing(policy, was) and 1 or 0)
-    local waits = waiting[child]
-    if waits == nil then
-      waits = redis.call('ZSCORE', k.waiting, child) ~= false
-    end
-    waiting[child] = waits
-    if waits and run.df > 0 then
-      waiting[child] = false
-      redis.call('ZREM', k.waiting, child)
-      run.fb = parent
-      run.err = blamed(parent, told)
-      run.tb = nil
-      queue_bury(k, child, run, now, told == RUN_CANCELLED and RUN_CANCELLED or RUN_FAILED)
-      ended = ended + 1
-    elseif waits and run.dw == 0 then
-      waiting[child] = false
-      redis.call('ZREM', k.waiting, child)
-      release(child, run)
-    elseif run.fb and run.df == 0 and (run.s == RUN_FAILED or run.s == RUN_CANCELLED) then
-      redis.call('ZREM', k.failed, child)
-      queue_unbury(run, action.max_retries, now)
-      run.fb, run.err, run.tb = nil, nil, nil
-      revived = revived + 1
-      if run.dw > 0 then
-        waiting[child] = true
-        redis.call('ZADD', k.waiting, now, child)
+    local group = graph_group_of(child) ~= nil
+    local run
+    if group then run = group_load(child) else run = child_load(child) end
+    if run then
+      local now_state = tostring(told)  -- '-1': no such parent, failing as FAILED does
+      redis.call('HSET', k.graph, field, policy .. ' ' .. now_state .. ' ' .. version)
+      if was == 'w' then run.dw = run.dw - 1 end
+      run.df = run.df + (failing(policy, now_state) and 1 or 0)
+        - (failing(policy, was) and 1 or 0)
+      local renamed = run.fb == parent and not failing(policy, now_state)
+      if group then
+        -- The group names a parent that fails it: the first that did, while it does.
+        if run.df == 0 then
+          run.fb, run.ft = nil, nil
+        elseif run.fb == parent and failing(policy, now_state) then
+          run.ft = told
+        elseif run.fb == parent or not run.fb then
+          if failing(policy, now_state) then
+            run.fb, run.ft = parent, told
+          else
+            run.fb, run.ft = still_failing(child)
+          end
+        end
+        run.v = (run.v or 0) + 1
+        regrouped[child] = true
       else
-        release(child, run)
-      end
-    elseif run.fb == parent and run.df > 0 and not failing(policy, now_state)
-        and (run.s == RUN_FAILED or run.s == RUN_CANCELLED) then
-      -- The parent it blamed completed since, but another still fails it: it blames
-      -- that one, and ends as that one's end makes it (its own dependents were told).
-      local other, how = still_failing(child)
-      if other then
-        run.fb, run.err = other, blamed(other, how)
-        run.s = how == RUN_CANCELLED and RUN_CANCELLED or RUN_FAILED
+        decide(child, run, parent, told, renamed)
       end
     end
   end
 end
+-- The groups changed: each saved, and its members told, as far as this call goes; a
+-- message 'w' has the forwarders carry on from there.
+local budget = SWEEP_MEMBERS
+for group in pairs(regrouped) do
+  local grp = groups[group]
+  redis.call('HSET', k.graph, 'g\0' .. group, cmsgpack.pack(grp))
+  local cursor
+  cursor, budget = sweep(group, grp.v, 0, budget)
+  local message, before = string.format('w\0%s\0%d', group, grp.v),
+    string.format('w\0%s\0%d', group, grp.v - 1)
+  redis.call('ZREM', k.outbox, before)  -- a page of it carried later changes nothing
+  redis.call('HDEL', k.graph, 'c\0' .. before)
+  if cursor ~= '' then
+    redis.call('ZADD', k.outbox, now, message)
+    redis.call('HSET', k.graph, 'c\0' .. message, cursor)
+    redis.pcall('SPUBLISH', k.nudge, '1')
+  end
+end
+local cursors = {}
+for i = 1, #sweeps, 3 do
+  cursors[#cursors + 1], budget = sweep(sweeps[i], sweeps[i + 1], sweeps[i + 2], budget)
+end
 for child in pairs(changed) do record_save(k.runs, child, records[child]) end
 if woken then redis.call('SPUBLISH', k.wake, '1') end
 tally_save(k, now)
-local out = {ST_OK, ready, ended, revived}
+local out = {ST_OK, ready, ended, revived, cursors}
 for _, value in ipairs(k.aside) do out[#out + 1] = value end
 return out

@@ -26,7 +26,7 @@
                      decides)
   ARGV[3] worker_id
   ARGV[4] deps       the runs to wait for, as action_invoke's deps: none the run waits
-                     for already, nor itself
+                     for already (itself or as a member of its group), nor itself
   Returns {status, run_status}   status: OK | NOT_FOUND | STALE | BAD_RECORD (its record
           does not decode: set aside into the quarantine) | CONFLICT (it waits
           for a run named already, or for itself: nothing written)
@@ -62,7 +62,8 @@ if not run_is_holder(run, token, worker_id) then
 end
 for i = 1, #deps, 2 do
   local state = 'd\0' .. run_id .. '\0' .. deps[i]
-  if deps[i] == run_id or redis.call('HEXISTS', k.graph, state) == 1 then
+  if deps[i] == run_id or redis.call('HEXISTS', k.graph, state) == 1 or (run.dg
+      and redis.call('HEXISTS', k.graph, 'd\0' .. run.dg .. '\0' .. deps[i]) == 1) then
     return {ST_CONFLICT, run.s}
   end
 end

@@ -14,7 +14,10 @@
   ARGV[3] lease_ms a message taken is due again after this many ms (1 .. 3600000)
   Returns {status, now_ms, next_due_ms, message * n}   status: OK; next_due_ms: when the
           earliest message left is due (-1: none); each message {member, 'r', prefix,
-          first, n, parent, policy} (children prefix .. first, ..., n of them) or
+          first, n, parent, policy} (children prefix .. first, ..., n of them), {member,
+          'q', group, parent, policy} (a group to register on the parent: lib/graph.lua),
+          {member, 'w', group, version, cursor}: apply the group's state to its members
+          from number `cursor` on (graph_resolve), or
           {member, 'R', child, cursor, parents}: register the child on the next
           page of its parents (`cursor` as for 'e'), or
           {member, 'e', run, version, status, cursor, children, batch}: the run ended,
@@ -28,6 +31,7 @@
 --@include lib/graph_index.lua
 --@include lib/clock.lua
 --@include lib/checked.lua
+--@include lib/graph_group.lua
 local k = {graph = KEYS[1], graph_idx = KEYS[2], outbox = KEYS[3]}
 local limit = arg_int(ARGV[1], 1, 1000)
 local page = arg_int(ARGV[2], 1, 1000)
@@ -73,6 +77,22 @@ local function forget(run, parents, dependents)
   return true
 end
 
+-- A member of `group` is forgotten: the group counts it; after its last member the
+-- group's own entries go, a page at a time, as a forgotten run's parents do.
+local function leave_group(group)
+  local field = 'g\0' .. group
+  local ok, grp = pcall(cmsgpack.unpack, redis.call('HGET', k.graph, field) or '')
+  if not ok or type(grp) ~= 'table' or type(grp.a) ~= 'number' then return end
+  grp.a = grp.a - 1
+  if grp.a > 0 then
+    redis.call('HSET', k.graph, field, cmsgpack.pack(grp))
+  elseif forget(group, '1', '0') then
+    redis.call('HDEL', k.graph, field)
+  else  -- more than a page of parents: the rest go as a forgotten run's do
+    redis.call('ZADD', k.outbox, now, 'f\0' .. group .. '\0000\0000\0001\0000\0')
+  end
+end
+
 local out = {ST_OK, now, -1}
 local leased, due = {}, string.format('%d', now + lease_ms)
 local function lease(member)
@@ -93,7 +113,16 @@ for _, member in ipairs(members) do
       lease(member)  -- its end is not told yet
     elseif forget(run, parts[4], parts[5]) then
       redis.call('ZREM', k.outbox, member)
+      if (parts[7] or '') ~= '' then leave_group(parts[7]) end
+      if graph_group_of(run) then redis.call('HDEL', k.graph, 'g\0' .. run) end
     end
+  elseif kind == 'q' then
+    lease(member)
+    out[#out + 1] = {member, 'q', parts[1], parts[2], parts[3]}
+  elseif kind == 'w' then
+    lease(member)
+    local cursor = redis.call('HGET', k.graph, 'c\0' .. member) or '0'
+    out[#out + 1] = {member, 'w', parts[1], parts[2], cursor}
   elseif kind == 'r' then
     lease(member)
     out[#out + 1] = {member, 'r', parts[1], parts[2], parts[3], parts[4], parts[5]}

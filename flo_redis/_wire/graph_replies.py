@@ -14,10 +14,12 @@ from flo_redis._wire.replies import set_aside, with_aside
 @dataclass(frozen=True, slots=True)
 class Message:
     """One outbox message a forwarder carries: ``kind`` ``"r"`` (``children`` to register
-    on ``parent`` under ``policy``), ``"R"`` (the child ``run`` to register on a page of
-    its parents, here ``children``; ``cursor`` as for ``"e"``) or ``"e"`` (``run`` ended
-    with ``status``, its end number ``version``; ``children`` the next page of those
-    depending on it, ``cursor`` where the page ends, ``""`` for the last)."""
+    on ``parent`` under ``policy``; ``"q"`` the same for a group, its one child), ``"R"``
+    (the child ``run`` to register on a page of its parents, here ``children``;
+    ``cursor`` as for ``"e"``), ``"e"`` (``run`` ended with ``status``, its end number
+    ``version``; ``children`` the next page of those depending on it, ``cursor`` where
+    the page ends, ``""`` for the last) or ``"w"`` (the group ``run``'s change
+    ``version`` to take to its members from number ``cursor`` on)."""
 
     member: bytes
     kind: str
@@ -48,6 +50,13 @@ def _message(row: Any) -> Message:
         parents = tuple(text(p) or "" for p in row[4])
         return Message(member, kind, text(row[2]) or "", cursor=text(row[3]) or "",
                        children=parents)  # fmt: skip
+    if kind == "q":  # a group, to register on its parent as one child
+        group = text(row[2]) or ""
+        return Message(member, kind, "", text(row[3]) or "", text(row[4]) or "",
+                       children=(group,))  # fmt: skip
+    if kind == "w":  # a group's change, for its members
+        return Message(member, kind, text(row[2]) or "", version=int(row[3]),
+                       cursor=text(row[4]) or "0")  # fmt: skip
     if kind in ("r", "b"):  # children of a parent, or members of a batch
         prefix, first, n = text(row[2]) or "", int(row[3]), int(row[4])
         runs = tuple(f"{prefix}{first + i}" for i in range(n))
@@ -92,16 +101,28 @@ def depended(reply: Any, _keys: object) -> Depended:
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
-    """``graph_resolve``: children made ready, ended by a parent, given attempts again."""
+    """``graph_resolve``: children made ready, ended by a parent, given attempts again;
+    per group change carried (its message ``"w"``), where its next page begins (``""``:
+    none is left)."""
 
     status: int
     ready: int = 0
     ended: int = 0
     revived: int = 0
+    cursors: tuple[str, ...] = ()
     aside: tuple[SetAside, ...] = ()
 
 
-resolved = with_aside(Resolved, 4)
+_resolved = with_aside(Resolved, 4)
+
+
+def resolved(reply: Any, keys: object) -> Resolved:
+    if len(reply) < 5:
+        return _resolved(reply, keys)
+    cursors = tuple(text(c) or "" for c in reply[4])
+    parsed = _resolved([*reply[:4], *reply[5:]], keys)
+    return Resolved(parsed.status, parsed.ready, parsed.ended, parsed.revived, cursors,
+                    parsed.aside)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

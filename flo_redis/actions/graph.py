@@ -69,6 +69,8 @@ ALL_ROUNDS = 2 * MAX_PARENTS // TAKE_LIMIT + 2
 _POLICY: dict[str, str] = {"fail": "f", "ignore": "i", "run": "r"}
 _ON_FAILURE: dict[str, OnFailure] = {"f": "fail", "i": "ignore", "r": "run"}
 _NOT_ENDED = -2  # graph_depend: the parent has not ended
+SWEEPS = 100  # groups' changes per graph_resolve call (its members paged there)
+_NO_ITEMS = _NO_SWEEPS = pack([])
 
 
 def deps_request(depends_on: object, flow_key: str | None) -> bytes:
@@ -123,6 +125,11 @@ class Forwarded:
 
 
 def _keys_of(keys: ActionKeys, run_id: str) -> ActionKeys:
+    """The keys of the queue of ``run_id``, a run or a group of runs invoked together
+    (``<action>:<first>+<n>``, lua/lib/graph.lua)."""
+    head, plus, count = run_id.rpartition("+")
+    if plus and count.isdigit():
+        run_id = head
     return action_keys(keys.namespace, action_of_run(run_id))
 
 
@@ -135,8 +142,23 @@ async def _resolve(session: Session, keys: ActionKeys, items: list[Any]) -> None
     for child_keys, chunk in by_queue.items():
         for at in range(0, len(chunk), 4 * CHUNK):
             # NO_ACTION: the child's action was deleted since; nothing is left to tell.
-            reply = await GRAPH_RESOLVE(session, child_keys, [pack(chunk[at : at + 4 * CHUNK])])
+            part = pack(chunk[at : at + 4 * CHUNK])
+            reply = await GRAPH_RESOLVE(session, child_keys, [part, _NO_SWEEPS])
             warn_set_aside(scope_of(child_keys), reply.aside)
+
+
+async def _sweep(session: Session, keys: ActionKeys, sweeps: list[Message]) -> list[str]:
+    """Take groups' changes (messages ``"w"`` of ``keys``' own queue) to their members, a
+    page each; where each one's next page begins (``""``: none is left)."""
+    cursors: list[str] = []
+    for at in range(0, len(sweeps), SWEEPS):
+        chunk = sweeps[at : at + SWEEPS]
+        items = pack([x for m in chunk for x in (m.run, m.version, int(m.cursor or 0))])
+        reply = await GRAPH_RESOLVE(session, keys, [_NO_ITEMS, items])
+        warn_set_aside(scope_of(keys), reply.aside)
+        # NO_ACTION: the action was deleted since, and its groups with it.
+        cursors += reply.cursors if reply.status == Status.OK else [""] * len(chunk)
+    return cursors
 
 
 async def _register(session: Session, keys: ActionKeys, messages: list[Message]) -> None:
@@ -177,7 +199,7 @@ async def forward(session: Session, keys: ActionKeys, *, rounds: int = ROUNDS) -
         )
         if not taken.messages:
             break
-        registers = [m for m in taken.messages if m.kind in ("r", "R")]
+        registers = [m for m in taken.messages if m.kind in ("r", "q", "R")]
         if registers:
             await _register(session, keys, registers)
         ends: list[Any] = []
@@ -194,10 +216,14 @@ async def forward(session: Session, keys: ActionKeys, *, rounds: int = ROUNDS) -
             await _resolve(session, keys, ends)
         for batch, items in batches.items():
             await batches_.note(session, keys.namespace, batch, items)
-        done = [x for m in taken.messages for x in (m.member, m.cursor)]
+        sweeps = [m for m in taken.messages if m.kind == "w"]
+        swept = await _sweep(session, keys, sweeps)
+        left = dict(zip((m.member for m in sweeps), swept, strict=True))
+        cursors = [left.get(m.member, m.cursor) for m in taken.messages]
+        done = [x for m, c in zip(taken.messages, cursors, strict=True) for x in (m.member, c)]
         await GRAPH_DONE(session, keys, [pack(done)])
         carried += len(taken.messages)
-        if len(taken.messages) < TAKE_LIMIT and not any(m.cursor for m in taken.messages):
+        if len(taken.messages) < TAKE_LIMIT and not any(cursors):
             break
     return Forwarded(carried, due_in_s)
 

@@ -12,13 +12,30 @@
     R <child>                    a new child waits on the parents packed in its 'P'
                                  field: write its states and register it on each, a
                                  page at a time
+    q <group> <parent> <policy>  a new group (below) waits on a parent: register the
+                                 group there, as one child
+    w <group> <version>          apply the group's state to its members, a page at a time
+                                 from the message's cursor (graph_resolve)
     b <prefix> <first> <n> <batch>   new runs are members of a batch (lib/batch.lua)
-    f <run> <version> <status> <parents> <dependents> <batch>   forget the run's graph
-                                 entries (after its last end message is carried)
+    f <run> <version> <status> <parents> <dependents> <batch> [<group>]   forget the
+                                 run's graph entries (after its last end message is
+                                 carried); a group's member leaves it, the last one
+                                 forgets the group
   A run's record says what of the graph it holds: `gd` 1 when runs depend on it (then
   `ge` counts its ends), `dn` the parents it has, `dw` those not ended yet, `df` those of
   the fail policy that ended otherwise than completed, `fb` the parent whose end failed
   (or cancelled) it, `bt` the batch it is a member of.
+  Groups: the runs of one invoke_many that wait for parents wait as one group, named
+  "<prefix><first>+<n>" (its members prefix .. first, ..., n of them; no run has such an
+  id). The group, not each member, has a state per parent ('d' <group> <parent>) and an
+  index entry ('p' <group> <parent>), and is registered on each parent as one child, so
+  a parent's end is one message and one state change for all of them. Its record ('g'
+  <group> in `graph`, msgpack) counts as a run's does (`dn`, `dw`, `df`), names the
+  parent that fails it (`fb`, how it ended `ft`), how many members are not forgotten
+  (`a`) and counts its changes (`v`). A member's record names its group (`dg`) and the
+  group's `dw` and `df` it last took in (`gw`, `gf`): its own `dw` and `df` count the
+  group's and any of its own (a continuation's), so each change of the group reaches
+  each member once, in pages (graph_resolve), and a member decides as any run does.
   `k` names outbox, and nudge: the channel that wakes the queue's forwarders.
 ]]
 --@include lib/record.lua
@@ -48,9 +65,11 @@ local function graph_forget(k, run_id, raw, now)
   end
   local ok, run = pcall(cmsgpack.unpack, raw)
   if not ok or type(run) ~= 'table' then return end
-  redis.call('ZADD', k.outbox, now, 'f\0' .. run_id .. '\0' .. string.format(
-    '%d\0%d\0%d\0%d\0', tonumber(run.ge) or 0, tonumber(run.s) or 0, run.dn and 1 or 0,
-    run.gd and 1 or 0) .. (type(run.bt) == 'string' and run.bt or ''))
+  local member = 'f\0' .. run_id .. '\0' .. string.format('%d\0%d\0%d\0%d\0',
+    tonumber(run.ge) or 0, tonumber(run.s) or 0, run.dn and 1 or 0, run.gd and 1 or 0)
+    .. (type(run.bt) == 'string' and run.bt or '')
+  if type(run.dg) == 'string' then member = member .. '\0' .. run.dg end
+  redis.call('ZADD', k.outbox, now, member)
 end
 
 -- Call `cmd` on `key` with the values `args` (in pairs), a few thousand a call: Lua
@@ -64,9 +83,9 @@ end
 -- Make the `n` new runs id_prefix .. first, ... (each `run`, PENDING; not saved yet) wait
 -- for their parents: `deps` a flat array of parent id, policy ('f' fail, 'i' ignore, 'r'
 -- run anyway) of each, checked by the caller (graph_deps, `deps.packed` its msgpack).
--- Runs invoked together get each (child, parent) state now, waiting ('w', version -1)
--- and indexed under the child, and one message per parent asks the parent's queue to
--- register them ('r' prefix first n parent policy). A run invoked alone keeps its
+-- Runs invoked together wait as one group ("Groups" above): its record and its state
+-- per parent now, waiting ('w', version -1), and one message per parent asks the
+-- parent's queue to register it ('q' group parent policy). A run invoked alone keeps its
 -- parents packed ('P' field) and one message ('R' child) has the forwarders write its
 -- states and register it a page at a time (graph_take), so even an invoke of 10,000
 -- parents is a few writes. Saves the runs into `waiting`, a few calls for all.
@@ -83,28 +102,27 @@ local function graph_wait(k, id_prefix, first, n, run, deps, now)
     redis.call('ZADD', k.outbox, at, 'R\0' .. run_id)
     return
   end
-  local records, waiting, states, index = {}, {}, {}, {}
+  local group = string.format('%s%d+%d', id_prefix, first, n)
+  run.dg, run.gw, run.gf = group, parents, 0
+  record = cmsgpack.pack(run)
+  local records, waiting, states, index, messages = {}, {}, {}, {}, {}
   for i = 0, n - 1 do
     local run_id = string.format('%s%d', id_prefix, first + i)
     records[2 * i + 1], records[2 * i + 2] = run_id, record
     waiting[2 * i + 1], waiting[2 * i + 2] = at, run_id
-    for j = 1, #deps, 2 do
-      local pair = run_id .. '\0' .. deps[j]
-      states[#states + 1] = 'd\0' .. pair
-      states[#states + 1] = deps[j + 1] .. ' w -1'
-      index[#index + 1] = 0
-      index[#index + 1] = 'p\0' .. pair
-    end
+  end
+  for j = 1, #deps, 2 do
+    local pair = group .. '\0' .. deps[j]
+    states[j], states[j + 1] = 'd\0' .. pair, deps[j + 1] .. ' w -1'
+    index[j], index[j + 1] = 0, 'p\0' .. pair
+    messages[j], messages[j + 1] = at, 'q\0' .. pair .. '\0' .. deps[j + 1]
   end
   graph_bulk('HSET', k.runs, records)
   graph_bulk('ZADD', k.waiting, waiting)
+  redis.call('HSET', k.graph, 'g\0' .. group,
+    cmsgpack.pack({dn = parents, dw = parents, df = 0, a = n, v = 0}))
   graph_bulk('HSET', k.graph, states)
   graph_bulk('ZADD', k.graph_idx, index)
-  local group, messages = string.format('r\0%s\0%d\0%d\0', id_prefix, first, n), {}
-  for j = 1, #deps, 2 do
-    messages[j] = at
-    messages[j + 1] = group .. deps[j] .. '\0' .. deps[j + 1]
-  end
   graph_bulk('ZADD', k.outbox, messages)
 end
 

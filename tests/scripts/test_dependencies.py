@@ -11,6 +11,7 @@ import pytest
 from flo_redis import (
     ActionInvokeOptions,
     ActionRegisterOptions,
+    ConflictError,
     FloClient,
     NotFoundError,
     RunStatus,
@@ -19,6 +20,9 @@ from flo_redis import (
     WorkerAwaitOptions,
     WorkerFailOptions,
 )
+from flo_redis._wire.keys import action_keys
+from flo_redis.actions import graph
+from flo_redis.actions.graph import deps_request
 from flo_redis.types import Dependency
 
 NOW = WorkerAwaitOptions(block_ms=0)
@@ -163,13 +167,111 @@ async def test_invoke_many_makes_every_run_wait_for_the_same_parents(client: Flo
     assert await take(client, "b") is None
     counts = await client.action.counts("b")  # type: ignore[attr-defined]
     assert (counts.awaiting_parents, counts.pending) == (1500, 0)
-    assert len((await client.action.dependents(parent, count=1000)).items) == 1000
+    listed: list[str] = []
+    after = None
+    while True:  # runs invoked together are listed together, in the order invoked
+        page = await client.action.dependents(parent, after, count=400)
+        listed += page.items
+        if (after := page.after) is None:
+            break
+    assert listed == children
     await run_one(client, "a")
-    while await client.action.forward("a"):
-        pass  # a parent of 1,500 children tells them a page at a time
+    # The parent's end is one message to each group of children (1,000 and 500); each
+    # group's queue takes it to its members a page at a time.
+    while await client.action.forward("a") + await client.action.forward("b"):
+        pass
     counts = await client.action.counts("b")  # type: ignore[attr-defined]
     assert (counts.awaiting_parents, counts.pending) == (0, 1500)
     taken = set()
     while (task := await take(client, "b")) is not None:
         taken.add(task.task_id)
     assert taken == set(children)
+
+
+async def settle(client: FloClient, *actions: str) -> None:
+    """Forward every outbox named until none moves."""
+    while sum([await client.action.forward(a) for a in actions]):
+        pass
+
+
+async def test_runs_invoked_together_fail_come_back_and_run_as_one(client: FloClient) -> None:
+    # 1,000 runs of one invoke_many wait as one group: a parent's end reaches each of them
+    # (two pages here), as it would each run invoked alone.
+    await setup(client, "a", "b")
+    done = (await client.action.invoke("a", b"1")).run_id
+    await run_one(client, "a")
+    parent = (await client.action.invoke("a", b"2")).run_id
+    deps = [Dependency(done), Dependency(parent)]
+    made = await client.action.invoke_many("b", [b"x"] * 1000, ActionInvokeOptions(depends_on=deps))
+    members = [r.run_id for r in made]
+    await settle(client, "a", "b")
+    for member in (members[0], members[-1]):
+        status = await client.action.status(member)
+        assert (status.status, status.parents, status.waiting_on) == (RunStatus.PENDING, 2, 1)
+        page = await client.action.dependencies(member)
+        assert [(p.run_id, p.status) for p in page.items] == sorted(
+            [(done, RunStatus.COMPLETED), (parent, None)]
+        )
+    await fail_one(client, "a")
+    await settle(client, "a", "b")
+    counts = await client.action.counts("b")  # type: ignore[attr-defined]
+    assert (counts.awaiting_parents, counts.failed) == (0, 1000)
+    status = await client.action.status(members[-1])
+    assert status.status == RunStatus.FAILED
+    assert status.error_message == f"parent {parent} ended FAILED"
+    await client.action.requeue(parent)
+    await run_one(client, "a")
+    await settle(client, "a", "b")
+    counts = await client.action.counts("b")  # type: ignore[attr-defined]
+    assert (counts.failed, counts.pending) == (0, 1000)
+    status = await client.action.status(members[500])
+    assert (status.status, status.waiting_on, status.error_message) == (RunStatus.PENDING, 0, None)
+    taken = set()
+    while (task := await take(client, "b")) is not None:
+        taken.add(task.task_id)
+    assert taken == set(members)  # each once
+
+
+async def test_a_run_of_a_group_may_wait_for_more_parents_of_its_own(client: FloClient) -> None:
+    await setup(client, "a", "b")
+    parent = (await client.action.invoke("a", b"1")).run_id
+    opts = ActionInvokeOptions(depends_on=[parent])
+    first, second = [r.run_id for r in await client.action.invoke_many("b", [b"x"] * 2, opts)]
+    await run_one(client, "a")
+    await settle(client, "a", "b")
+    task = await take(client, "b")
+    assert task is not None and task.task_id == first
+    more = (await client.action.invoke("a", b"2")).run_id
+    keys = action_keys(client.namespace, "b")
+
+    async def wait_for(*parents: str) -> None:  # as a handler returning WaitFor does
+        deps = deps_request(list(parents), None)
+        await graph.suspend(client.session, keys, first, task.token, "w", deps)
+
+    with pytest.raises(ConflictError):  # its group waits for that one already
+        await wait_for(parent)
+    await wait_for(more)
+    status = await client.action.status(first)
+    assert (status.status, status.parents, status.waiting_on) == (RunStatus.PENDING, 2, 1)
+    page = await client.action.dependencies(first)
+    assert sorted(p.run_id for p in page.items) == sorted([parent, more])
+    assert (await client.action.dependents(more)).items == [first]
+    await run_one(client, "a")
+    await settle(client, "a", "b")
+    ready = {t.task_id for t in [await take(client, "b"), await take(client, "b")] if t}
+    assert ready == {first, second}
+
+
+async def test_a_forgotten_group_leaves_no_graph_entry(client: FloClient, raw: Any) -> None:
+    await setup(client, "a", "b")
+    parent = (await client.action.invoke("a", b"1")).run_id
+    opts = ActionInvokeOptions(depends_on=[parent])
+    await client.action.invoke_many("b", [b"x"] * 3, opts)
+    await run_one(client, "a")
+    await settle(client, "a", "b")
+    for _ in range(3):
+        await run_one(client, "b")
+    await client.action.purge("b", "completed")
+    await settle(client, "a", "b")
+    keys = action_keys(client.namespace, "b")
+    assert await raw.exists(keys.graph, keys.graph_idx, keys.outbox, keys.waiting) == 0

@@ -3,7 +3,8 @@ actions, against real Redis, checked against a pure Python model of the document
 semantics (``ActionInvokeOptions.depends_on``, :mod:`flo_redis.types.graph`).
 
 Steps: invoke a run with parents (existing runs, each with a random ``on_failure``;
-sometimes a run id no run has), take a ready run and complete it or fail it for good,
+sometimes a run id no run has), or two or three runs together with the same parents
+(``invoke_many``: they wait as one group), take a ready run and complete it or fail it for good,
 cancel a waiting or ready run, re-queue a failed run, forward an action's outbox — any
 number of times, or not at all: messages may lie in the outboxes as long as they like.
 
@@ -149,6 +150,34 @@ class GraphMachine(ClientMachine):
     @precondition(lambda self: len(self.model.runs) < MAX_RUNS)
     @rule(action=st.sampled_from(ACTIONS), data=st.data(), unknown=st.booleans())
     def invoke(self, action: str, data: st.DataObject, unknown: bool) -> None:
+        deps, views = self._parents(data, unknown)
+        opts = ActionInvokeOptions(depends_on=[Dependency(p, pol) for p, pol in deps])
+        run_id = self.run(self.client.action.invoke(action, b"in", opts)).run_id
+        assert run_id not in self.model.runs
+        self.model.runs[run_id] = Run(action, deps, views)
+        self.model.propagate()
+        self.dirty = True
+
+    @precondition(lambda self: len(self.model.runs) < MAX_RUNS)
+    @rule(
+        action=st.sampled_from(ACTIONS), n=st.integers(2, 3), data=st.data(), unknown=st.booleans()
+    )
+    def invoke_many(self, action: str, n: int, data: st.DataObject, unknown: bool) -> None:
+        """Runs invoked together with the same parents: they wait as one group."""
+        deps, views = self._parents(data, unknown)
+        opts = ActionInvokeOptions(depends_on=[Dependency(p, pol) for p, pol in deps])
+        made = self.run(self.client.action.invoke_many(action, [b"in"] * n, opts))
+        for result in made:
+            assert result.run_id not in self.model.runs
+            self.model.runs[result.run_id] = Run(action, list(deps), dict(views))
+        self.model.propagate()
+        self.dirty = True
+
+    def _parents(
+        self, data: st.DataObject, unknown: bool
+    ) -> tuple[list[tuple[str, OnFailure]], dict[str, Ended | None]]:
+        """Parents for a new run (existing runs; sometimes a run id no run has) and how
+        the invoke will have found each ended."""
         known = list(self.model.runs)
         parents = (
             data.draw(st.lists(st.sampled_from(known), unique=True, max_size=3)) if known else []
@@ -158,9 +187,6 @@ class GraphMachine(ClientMachine):
             ghost = f"{data.draw(st.sampled_from(ACTIONS))}:{900_000 + len(self.model.unknown)}"
             self.model.unknown.add(ghost)
             deps.append((ghost, data.draw(st.sampled_from(POLICIES))))
-        opts = ActionInvokeOptions(depends_on=[Dependency(p, pol) for p, pol in deps])
-        run_id = self.run(self.client.action.invoke(action, b"in", opts)).run_id
-        assert run_id not in self.model.runs
         # The invoke registered the run on each parent at once (it forwards its own
         # outbox): it knows a parent as ended if the parent's queue had it ended then (a
         # parent that came back since, the news not carried yet, counts as ended), or
@@ -180,9 +206,7 @@ class GraphMachine(ClientMachine):
             assert agrees or self.dirty, (p, now, parent)  # news on its way only
             if expected is not None:
                 views[p] = expected  # the parent's end is on its way to it, if not there
-        self.model.runs[run_id] = Run(action, deps, views)
-        self.model.propagate()
-        self.dirty = True
+        return deps, views
 
     @rule(action=st.sampled_from(ACTIONS), complete=st.booleans())
     def take(self, action: str, complete: bool) -> None:
@@ -309,7 +333,9 @@ class GraphMachine(ClientMachine):
             assert st_.waiting_on == m.waiting_on(run), (where, st_.waiting_on)
             children = m.children(run_id)
             assert st_.has_dependents == bool(children), where
-            assert self._pages(run_id, count, dependents=True) == children, where
+            # In the index's order: the runs of a group together, in invoke order.
+            listed = self._pages(run_id, count, dependents=True)
+            assert sorted(listed) == children and len(set(listed)) == len(listed), where
             got = [
                 (p.run_id, p.on_failure, p.status, p.found)
                 for p in self._pages(run_id, count, dependents=False)  # type: ignore[attr-defined]

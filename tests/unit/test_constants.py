@@ -193,6 +193,7 @@ LUA_ONLY: dict[tuple[str, str], str] = {
     ("lib/priority.lua", "PRIORITY_SEQ_SPAN"): "queue orders per priority (a counter, never an id)",
     ("lib/ids.lua", "IDS_PER_MS"): "ids and tokens a counter takes per ms of server time",
     ("lib/ids.lua", "IDS_TRAIL"): "how far a counter may trail the server clock",
+    ("graph_resolve.lua", "SWEEP_MEMBERS"): "a group's members one call takes a change to",
 }
 
 
