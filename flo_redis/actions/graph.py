@@ -281,7 +281,8 @@ async def parents(
 async def dependents(
     session: Session, keys: ActionKeys, run_id: str, after: str | None = None, count: int = 100
 ) -> GraphPage:
-    """A page of the ids of the runs that wait for ``run_id``, in id order."""
+    """A page of the ids of the runs that wait for ``run_id``, in id order (the runs of
+    a group together, in invoke order: lua/graph_list.lua)."""
     reply = await _listed(session, keys, "dependents", run_id, after, count)
     return GraphPage(list(reply.dependents), reply.after or None)
 

@@ -62,7 +62,8 @@ class GraphOperations(Operations):
         namespace: str | None = None,
     ) -> GraphPage:
         """A page of the ids of the runs that wait for ``run_id`` (registered on it), in
-        id order; ``after`` and ``count`` as for :meth:`dependencies`."""
+        id order, but the runs of one ``invoke_many`` together, in the order invoked;
+        ``after`` and ``count`` as for :meth:`dependencies`."""
         keys = self._action_keys(action_of_run(run_id), namespace)
         return await graph.dependents(self._session, keys, run_id, after, count)
 
