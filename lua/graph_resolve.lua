@@ -206,7 +206,7 @@ end
 local function take_in(member, group, grp)
   local run = child_load(member)
   if not run or run.dg ~= group then return end
-  local gw, gf = run.gw or grp.dn, run.gf or 0
+  local gw, gf = tonumber(run.gw) or grp.dw, tonumber(run.gf) or 0
   local renamed = run.fb ~= nil and run.fb ~= grp.fb and grp.df > 0 and gf > 0
     and not still_failing(member)
   if gw == grp.dw and gf == grp.df and not renamed then return end
