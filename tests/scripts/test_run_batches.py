@@ -144,3 +144,39 @@ async def test_a_run_for_a_sealed_or_unknown_batch_is_refused_before_it_is_made(
     with pytest.raises(NotFoundError):
         await client.action.invoke_many("job", [b""], ActionInvokeOptions(batch="nope"))
     assert await take(client) is None
+
+
+async def test_a_batch_of_runs_waiting_as_one_group_counts_each_run(client: FloClient) -> None:
+    # Runs invoked together with a parent wait as one group (lua/lib/graph.lua); as
+    # members of a batch each is still counted alone: the parent's failure is a death
+    # for each, and its retry brings each back to run and complete.
+    await setup(client)
+    await client.action.register("root")
+    await client.worker.register("w", ["job", "done", "good", "dead", "root"])
+    parent = (await client.action.invoke("root", b"")).run_id
+    batch = await client.action.open_batch(options())
+    waiting = ActionInvokeOptions(batch=batch, depends_on=[parent])
+    runs = [r.run_id for r in await client.action.invoke_many("job", [b""] * 3, waiting)]
+    await client.action.seal_batch(batch)
+
+    async def forward() -> None:
+        while sum([await client.action.forward(a) for a in ("root", "job")]):
+            pass
+
+    task = await take(client, "root")
+    assert task is not None
+    await client.worker.fail("w", "root", task.task_id, "no", WorkerFailOptions(retry=False))
+    await forward()
+    status = await client.action.batch_status(batch)
+    assert (status.failed, status.status) == (3, RunStatus.FAILED)
+    assert await callbacks_made(client) == {"done": [b"complete"], "good": [], "dead": [b"death"]}
+    await client.action.requeue(parent)
+    task = await take(client, "root")
+    assert task is not None
+    await client.worker.complete("w", "root", task.task_id, b"ok")
+    await forward()
+    assert {await finish(client) for _ in runs} == set(runs)  # each back, and ready once
+    await forward()
+    status = await client.action.batch_status(batch)
+    assert (status.completed, status.failed, status.status) == (3, 0, RunStatus.COMPLETED)
+    assert await callbacks_made(client) == {"done": [], "good": [b"success"], "dead": []}
