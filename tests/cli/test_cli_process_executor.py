@@ -196,7 +196,10 @@ def ledger(ctx):
 
 def build(client):
     worker = client.new_action_worker(concurrency=4, block_ms=1000)
-    worker.register_action("ledger", ledger, ActionRegisterOptions(max_retries=3))
+    # Every run is kept to be checked: how many are invoked while the workers reload
+    # depends on the machine (10,100 seen), past the default retention of 10,000.
+    options = ActionRegisterOptions(max_retries=3, retention_count=1_000_000)
+    worker.register_action("ledger", ledger, options)
     return worker
 """
 
