@@ -22,17 +22,15 @@ local now = now_ms()
 local carried = {}
 for i = 1, #items, 2 do
   local member, cursor = items[i], items[i + 1]
-  local field = 'c\0' .. member
+  local field, kind = 'c\0' .. member, string.byte(member, 1)
   if cursor == '' then
     carried[#carried + 1] = member
-    local kind = string.byte(member, 1)
     if kind == 101 or kind == 119 then redis.call('HDEL', k.graph, field) end  -- 'e', 'w'
     if kind == 82 then redis.call('HDEL', k.graph, field, 'P' .. string.sub(member, 2)) end
   elseif redis.call('ZSCORE', k.outbox, member) then
     local at = redis.call('HGET', k.graph, field)
     -- An 'R' cursor counts parents and a 'w' one members (numbers), an 'e' one is a
     -- child's id.
-    local kind = string.byte(member, 1)
     local counts = kind == 82 or kind == 119
     local behind = not at or (counts and (tonumber(at) or 0) < (tonumber(cursor) or 0))
       or (not counts and at < cursor)

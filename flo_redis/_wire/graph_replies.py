@@ -3,7 +3,7 @@ once, as :mod:`flo_redis._wire.replies` reads the others."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from flo_redis._wire.aside import SetAside
@@ -120,9 +120,7 @@ def resolved(reply: Any, keys: object) -> Resolved:
     if len(reply) < 5:
         return _resolved(reply, keys)
     cursors = tuple(text(c) or "" for c in reply[4])
-    parsed = _resolved([*reply[:4], *reply[5:]], keys)
-    return Resolved(parsed.status, parsed.ready, parsed.ended, parsed.revived, cursors,
-                    parsed.aside)  # fmt: skip
+    return replace(_resolved([*reply[:4], *reply[5:]], keys), cursors=cursors)
 
 
 @dataclass(frozen=True, slots=True)
