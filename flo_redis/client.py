@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import logging
 import random
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from flo_redis._aio import ClosesOnExit
 from flo_redis._session.endpoint import (
@@ -37,7 +39,6 @@ from flo_redis._session.wake import Waker
 from flo_redis._wire.runner import RedisConn
 from flo_redis.actions.concurrency import SlotOperations
 from flo_redis.actions.operations import ActionOperations
-from flo_redis.actions.results import JSON, ResultSerializer
 from flo_redis.actions.workers import WorkerOperations
 from flo_redis.durability import Durability, DurabilityLike, as_durability
 from flo_redis.errors import ConnectionFailedError, RedisVersionError
@@ -45,9 +46,7 @@ from flo_redis.quarantine import QuarantineOperations
 from flo_redis.queue.operations import QueueOperations
 from flo_redis.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from flo_redis.streams.operations import StreamOperations
-from flo_redis.worker.action_options import DEFAULT_OFFER_WINDOW_MS, ProcessExecutor
 from flo_redis.worker.action_worker import ActionWorker
-from flo_redis.worker.stream_context import StreamHandler
 from flo_redis.worker.stream_worker import StreamWorker
 
 log = logging.getLogger("flo_redis.client")
@@ -63,9 +62,29 @@ __all__ = [
 ]
 
 
-def _keywords(given: dict[str, Any]) -> dict[str, Any]:
-    """A method's arguments (its ``locals()`` on entry) but ``self``, as keywords."""
-    return {name: value for name, value in given.items() if name != "self"}
+P = ParamSpec("P")
+W = TypeVar("W")
+
+
+def _makes(
+    worker: Callable[Concatenate[Any, P], W], *, first: tuple[str, ...] = ()
+) -> Callable[[Callable[..., W]], Callable[Concatenate[Any, P], W]]:
+    """A client method that makes ``worker`` on its client: it takes the worker's own
+    keywords (declared, with their defaults, once: on the worker), typed as the
+    worker's parameters but its client and shown as flo shows them: each keyword-only,
+    ``first`` leading."""
+    params = list(inspect.signature(worker).parameters.values())[1:]
+    params.sort(key=lambda p: first.index(p.name) if p.name in first else len(first))
+    shown = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+
+    def wrap(method: Callable[..., W]) -> Callable[Concatenate[Any, P], W]:
+        own = inspect.signature(method)
+        method.__signature__ = own.replace(  # type: ignore[attr-defined]
+            parameters=[next(iter(own.parameters.values())), *shown]
+        )
+        return method
+
+    return wrap
 
 
 class FloClient(ClosesOnExit):
@@ -204,53 +223,25 @@ class FloClient(ClosesOnExit):
         """``override`` if given (validated), else the client's namespace."""
         return self.session.get_namespace(override)
 
-    def new_action_worker(
-        self,
-        *,
-        worker_id: str | None = None,
-        concurrency: int = 10,
-        action_timeout: float = 300.0,
-        block_ms: int = 30000,
-        auto_touch: bool = False,
-        serializer: ResultSerializer = JSON,
-        tune_gc: bool = True,
-        offer_window_ms: int = DEFAULT_OFFER_WINDOW_MS,
-        durability: DurabilityLike | None = None,
-        executor: ProcessExecutor | None = None,
-    ) -> ActionWorker:
-        """An :class:`ActionWorker` on this client's endpoint and namespace; ``serializer``
-        encodes handler results that are not bytes; ``tune_gc`` (see
-        :class:`~flo_redis.worker.ActionWorkerOptions`) False leaves the process's garbage
-        collector alone; ``offer_window_ms``: how long a run handed to the idle worker
-        waits for its accept before it goes back to its queue for another worker;
-        ``durability``: the level of its completes and fails (None: this client's);
-        ``executor``: a :class:`~flo_redis.worker.ProcessExecutor` runs its plain
-        ``def`` handlers in child processes (None: in its threads)."""
-        # Its keywords are the worker's own, passed on as given.
-        return ActionWorker(self, **_keywords(locals()))
+    @_makes(ActionWorker)
+    def new_action_worker(self, **options: Any) -> ActionWorker:
+        """An :class:`ActionWorker` on this client's endpoint and namespace; it takes the
+        worker's keywords: ``serializer`` encodes handler results that are not bytes;
+        ``tune_gc`` (see :class:`~flo_redis.worker.ActionWorkerOptions`) False leaves the
+        process's garbage collector alone; ``offer_window_ms``: how long a run handed to
+        the idle worker waits for its accept before it goes back to its queue for another
+        worker; ``durability``: the level of its completes and fails (None: this
+        client's); ``executor``: a :class:`~flo_redis.worker.ProcessExecutor` runs its
+        plain ``def`` handlers in child processes (None: in its threads)."""
+        return ActionWorker(self, **options)
 
-    def new_stream_worker(
-        self,
-        *,
-        stream: str,
-        group: str,
-        handler: StreamHandler,
-        consumer: str | None = None,
-        worker_id: str | None = None,
-        concurrency: int = 10,
-        batch_size: int = 10,
-        block_ms: int = 30000,
-        message_timeout: float = 300.0,
-        redeliver_pending_on_reconnect: bool = True,
-        claim_min_idle_ms: int = 0,
-        durability: DurabilityLike | None = None,
-        executor: ProcessExecutor | None = None,
-    ) -> StreamWorker:
-        """A :class:`StreamWorker` on this client's endpoint and namespace; ``durability``:
-        the level of its acks (None: this client's); ``executor``: a
-        :class:`~flo_redis.worker.ProcessExecutor` runs a plain ``def`` handler in child
-        processes (None: in its threads)."""
-        return StreamWorker(self, **_keywords(locals()))
+    @_makes(StreamWorker, first=("stream", "group", "handler"))
+    def new_stream_worker(self, *given: Any, **options: Any) -> StreamWorker:
+        """A :class:`StreamWorker` on this client's endpoint and namespace; it takes the
+        worker's keywords: ``durability``: the level of its acks (None: this client's);
+        ``executor``: a :class:`~flo_redis.worker.ProcessExecutor` runs a plain ``def``
+        handler in child processes (None: in its threads)."""
+        return StreamWorker(self, *given, **options)
 
     def sibling(
         self, durability: Durability | None = None, *, namespace: str | None = None
