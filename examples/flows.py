@@ -3,10 +3,11 @@
     FLO_REDIS_URL=redis://localhost:6379 python examples/flows.py [WIDTH]
 
 One ``split`` run cuts a list of numbers into WIDTH parts (default 10); WIDTH ``total``
-runs each wait for it (``depends_on``) and add up their part; one ``join`` run waits for
-all of them and adds up their results, reading its parents a page at a time with
-``ctx.parents()``. Every run is invoked at once, before any has started: each waits,
-PENDING, until its parents have ended. Prints the join's result (docs/flows.md).
+runs, invoked together, each wait for it (``depends_on``) and add up their part; one
+``join`` run waits for all of them (for their group as a whole) and adds up their
+results, reading its parents a page at a time with ``ctx.parents()``. Every run is
+invoked at once, before any has started: each waits, PENDING, until its parents have
+ended. Prints the join's result (docs/flows.md).
 """
 
 from __future__ import annotations
@@ -61,14 +62,10 @@ async def main(width: int) -> int:
         try:
             top = (await client.action.invoke("split", b"")).run_id
             after_split = ActionInvokeOptions(depends_on=[top])
-            totals = [
-                (
-                    await client.action.invoke(
-                        "total", json.dumps({"part": i}).encode(), after_split
-                    )
-                ).run_id
-                for i in range(width)
-            ]
+            # Invoked together, they wait as one group, and the join waits for the group.
+            parts = [json.dumps({"part": i}).encode() for i in range(width)]
+            made = await client.action.invoke_many("total", parts, after_split)
+            totals = [run.run_id for run in made]
             joined = (
                 await client.action.invoke("join", b"", ActionInvokeOptions(depends_on=totals))
             ).run_id

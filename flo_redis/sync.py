@@ -102,7 +102,12 @@ class SyncActionOperations:
             pipe.hget(keys.runs, run_id)
             pipe.zscore(keys.delayed, run_id)
             raw, due = pipe.execute()
-        return runs.status_reply(run_id, keys, raw, due)
+        status = runs.status_reply(run_id, keys, raw, due)
+        field = runs.group_field(raw)
+        if field is None:
+            return status
+        with redis_errors("status"):
+            return runs.with_group(status, self._client.checked().hget(keys.graph, field))
 
     def cancel(self, run_id: str, namespace: str | None = None) -> None:
         """Cancel a run that has not finished, as ``FloClient.action.cancel`` does: a

@@ -33,6 +33,7 @@
   KEYS[23] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
   KEYS[24] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
   KEYS[25] nudge   CHANNEL  sharded channel telling forwarders the outbox has a message (lib/graph.lua)
+  KEYS[26] graph    HASH  dependency states, groups' records (lib/graph.lua)
   ARGV[1] worker_id
   ARGV[2] owner       the worker process's owner id
   ARGV[3] labels      msgpack map of the worker's type-tagged labels, or ''
@@ -82,7 +83,7 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   ended = ended_channel(KEYS[13]), rate = KEYS[14], parked = KEYS[15], handoff = KEYS[16],
   wake = KEYS[17], quarantine = KEYS[18], history = KEYS[19],
   flows = KEYS[20], flow_held = KEYS[21], flow_vt = KEYS[22], flow_rate = KEYS[23],
-  aside = {}, noted = {}, outbox = KEYS[24], nudge = KEYS[25]}
+  aside = {}, noted = {}, outbox = KEYS[24], nudge = KEYS[25], graph = KEYS[26]}
 local worker_id = ARGV[1]
 local owner = ARGV[2]
 local labels = ARGV[3]

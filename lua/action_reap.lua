@@ -30,6 +30,7 @@
   KEYS[25] flow_once ZSET  flow key -> ms its last run is looked at again (lib/flow.lua)
   KEYS[26] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
   KEYS[27] nudge   CHANNEL  sharded channel telling forwarders the outbox has a message (lib/graph.lua)
+  KEYS[28] graph    HASH  dependency states, groups' records (lib/graph.lua)
   ARGV[1] batch    at most this many items per step (1 .. 1000)
   Returns {status, ready, next_due_ms, (kind, field, why) * m}   status: OK | NO_ACTION;
           ready: runs made ready (handed or queued); then each record this call set aside
@@ -49,7 +50,7 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   owners = KEYS[17], rate = KEYS[18], quarantine = KEYS[19], history = KEYS[20],
   flows = KEYS[21], flow_held = KEYS[22], flow_vt = KEYS[23], flow_rate = KEYS[24],
   flow_once = KEYS[25], aside = {},
-  noted = {}, outbox = KEYS[26], nudge = KEYS[27]}
+  noted = {}, outbox = KEYS[26], nudge = KEYS[27], graph = KEYS[28]}
 local batch = arg_int(ARGV[1], 1, 1000)
 
 if not batch then return {ST_BAD_ARG, 1} end

@@ -37,7 +37,8 @@
   KEYS[22] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
   KEYS[23] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
   KEYS[24] nudge   CHANNEL  sharded channel telling forwarders the outbox has a message (lib/graph.lua)
-  KEYS[25..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
+  KEYS[25] graph    HASH  dependency states, groups' records (lib/graph.lua)
+  KEYS[26..n] channels  CHANNEL  the liveness channel of each owner named in ARGV[3],
                         in the same order
   ARGV[1] grace_ms  how long an owner must stay absent before it is judged gone
                     (0 .. 2^32 - 1)
@@ -64,9 +65,9 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], pending = KEYS[
   wake = KEYS[10], ended = ended_channel(KEYS[11]), inputs = KEYS[12], parked = KEYS[13],
   polls = KEYS[14], poll_times = KEYS[15], rate = KEYS[16], quarantine = KEYS[17],
   history = KEYS[18], flows = KEYS[19], flow_held = KEYS[20], flow_vt = KEYS[21],
-  flow_rate = KEYS[22], aside = {}, noted = {}, outbox = KEYS[23], nudge = KEYS[24]}
+  flow_rate = KEYS[22], aside = {}, noted = {}, outbox = KEYS[23], nudge = KEYS[24], graph = KEYS[25]}
 local channels = {}
-for i = 25, #KEYS do channels[#channels + 1] = KEYS[i] end
+for i = 26, #KEYS do channels[#channels + 1] = KEYS[i] end
 local grace_ms = arg_int(ARGV[1], 0, U32_MAX)
 local batch = arg_int(ARGV[2], 1, RECLAIM_MAX_BATCH)
 local owners = arg_names(ARGV[3], RECLAIM_MAX_OWNERS)

@@ -2,7 +2,9 @@
   A forwarder is done with messages it took (graph_take): one carried in full leaves the
   outbox; one of which a page was carried keeps its cursor and is due again at once, for
   the next page. A cursor never moves back (a forwarder whose lease ran out may report a
-  page another has carried since).
+  page another has carried since). A group's message ('G') is carried in full only if
+  the group has not changed since it was taken (its cursor "<changes>\0<page>" says
+  which change it told): else it is due again at once, to tell the newer one.
   KEYS[1] graph    HASH  dependency states, message cursors (lib/graph.lua)
   KEYS[2] outbox   ZSET  graph messages -> ms due (lib/graph.lua)
   ARGV[1] items    msgpack array: message, cursor of each ('' once carried in full), at
@@ -23,7 +25,26 @@ local carried = {}
 for i = 1, #items, 2 do
   local member, cursor = items[i], items[i + 1]
   local field, kind = 'c\0' .. member, string.byte(member, 1)
-  if cursor == '' then
+  if kind == 71 then  -- 'G'
+    local told, page = string.match(cursor, '^(%d+)%z(.*)$')
+    page = page or ''
+    local ok, grp = pcall(cmsgpack.unpack,
+      redis.call('HGET', k.graph, 'g\0' .. string.sub(member, 3)) or '')
+    local changes = ok and type(grp) == 'table' and string.format('%d', tonumber(grp.eq) or 0)
+    if not changes or (page == '' and told == changes) then
+      carried[#carried + 1] = member
+      redis.call('HDEL', k.graph, field)
+    elseif redis.call('ZSCORE', k.outbox, member) then
+      local at = redis.call('HGET', k.graph, field) or ''
+      local at_told, at_page = string.match(at, '^(%d+)%z(.*)$')
+      if page == '' then
+        redis.call('HDEL', k.graph, field)
+      elseif not (at_told == told and (at_page or '') >= page) then
+        redis.call('HSET', k.graph, field, cursor)
+      end
+      redis.call('ZADD', k.outbox, now, member)
+    end
+  elseif cursor == '' then
     carried[#carried + 1] = member
     if kind == 101 or kind == 119 then redis.call('HDEL', k.graph, field) end  -- 'e', 'w'
     if kind == 82 then redis.call('HDEL', k.graph, field, 'P' .. string.sub(member, 2)) end

@@ -15,7 +15,9 @@
   Returns {status, after, entries...}   status: OK; after: the cursor of the next page
           ('' when this one was the last, or may be); for
           parents each entry is {parent, policy, state ('w' waiting, else the status
-          it ended with, -1 not found), version}; for dependents, each a child's id
+          it ended with, -1 not found; 'g' a group it waits for as a whole, and then
+          version is how many of its members' ends it was told), version}; for
+          dependents, each a child's id
 ]]
 --@include lib/status.lua
 --@include lib/graph_index.lua
@@ -51,6 +53,10 @@ if kind == 'parents' then
     local parent, owner = found[i][1], found[i][2]
     local state = redis.call('HGET', k.graph, 'd\0' .. owner .. '\0' .. parent) or ''
     local policy, told, version = string.match(state, '^(%a) (%-?%w+) (%-?%d+)$')
+    if not policy then  -- a group it waits for as a whole: 'g' and the changes told
+      policy, version = string.match(state, '^(%a) g %d+ %d+ (%-?%d+) ')
+      told = policy and 'g'
+    end
     out[#out + 1] = {parent, policy or '', told or '', tonumber(version) or -1}
   end
   if #found >= count then out[2] = found[count][1] end

@@ -41,6 +41,12 @@
   ARGV[2] sweeps   msgpack array: group, version, cursor of each message 'w' carried here
                    (at most 100): its members from number `cursor` on take in the
                    group's change `version` (none once the group changed again)
+  ARGV[3] reports  msgpack array: child, group, changes, ended, bad, status, blamed of
+                   each group a child waits for as a whole (at most 1000; lib/graph.lua,
+                   "Groups"): how its members stand after `changes` ends, `ended` of them
+                   ended, `bad` otherwise than completed, `blamed` one of those (ending
+                   `status`; '' for none); a report not newer than the last told changes
+                   nothing, else the child counts the difference as told by each member
   A child whose record does not decode is set aside into the quarantine (lib/run.lua).
   Returns {status, ready, ended, revived, cursors, (kind, field, why) * m}   status: OK |
           NO_ACTION; how many children became ready, ended with a parent, got attempts
@@ -76,8 +82,16 @@ for i = 1, #sweeps, 3 do
     return {ST_BAD_ARG, 2}
   end
 end
+local reports = arg_array(ARGV[3], 7000)
+if not reports or #reports % 7 ~= 0 then return {ST_BAD_ARG, 3} end
+for i = 1, #reports, 7 do
+  for j = 0, 6 do
+    local want = (j == 0 or j == 1 or j == 6) and 'string' or 'number'
+    if type(reports[i + j]) ~= want then return {ST_BAD_ARG, 3} end
+  end
+end
 -- Members a call takes a group's change to, at most: each is a record read and written.
-local SWEEP_MEMBERS = 500
+local SWEEP_MEMBERS = 1000
 local action = action_load(k.definition)
 if not action then return {ST_NO_ACTION} end
 local STATUS_NAMES = {[RUN_COMPLETED] = 'COMPLETED', [RUN_FAILED] = 'FAILED',
@@ -88,6 +102,9 @@ local ready, ended, revived, woken = 0, 0, 0, false
 -- waits for many parents is told of many in one call), and whether it is in `waiting`
 -- looked up once (kept here as this call moves it).
 local records, changed, waiting = {}, {}, {}
+-- Done once at the end, each in a few calls for all: the runs released into `pending`
+-- (in order), and the children whose place in `waiting` changed (`waiting` says where).
+local released, moved = {}, {}
 
 -- Is a parent in `state` (its status as text, or 'w') under `policy` failing its child?
 local function failing(policy, state)
@@ -110,7 +127,14 @@ local function still_failing(child)
     local parent = string.sub(entry, #prefix + 1)
     local state = redis.call('HGET', k.graph, 'd\0' .. child .. '\0' .. parent) or ''
     local policy, told = string.match(state, '^(%a) (%-?%w+) ')
-    if failing(policy, told) then return parent, tonumber(told) end
+    if told == 'g' then  -- a group: failing while any member is, that member named
+      local bad, how, member = string.match(state, '^%a g %d+ (%d+) %-?%d+ (%-?%d+) (.*)$')
+      if policy == 'f' and tonumber(bad or 0) > 0 then
+        return member ~= '' and member or parent, tonumber(how)
+      end
+    elseif failing(policy, told) then
+      return parent, tonumber(told)
+    end
   end
   return nil
 end
@@ -151,7 +175,7 @@ local function release(run_id, run)
     redis.call('ZADD', k.delayed, run.rd, run_id)
   else
     run.rd = now
-    queue_push(k, run_id, run)
+    released[#released + 1] = run_id
     woken = true
   end
   ready = ready + 1
@@ -169,16 +193,14 @@ local function decide(child, run, parent, told, renamed)
   end
   waiting[child] = waits
   if waits and run.df > 0 then
-    waiting[child] = false
-    redis.call('ZREM', k.waiting, child)
+    waiting[child], moved[child] = false, true
     run.fb = parent
     run.err = blamed(parent, told)
     run.tb = nil
     queue_bury(k, child, run, now, told == RUN_CANCELLED and RUN_CANCELLED or RUN_FAILED)
     ended = ended + 1
   elseif waits and run.dw == 0 then
-    waiting[child] = false
-    redis.call('ZREM', k.waiting, child)
+    waiting[child], moved[child] = false, true
     release(child, run)
   elseif run.fb and run.df == 0 and (run.s == RUN_FAILED or run.s == RUN_CANCELLED) then
     redis.call('ZREM', k.failed, child)
@@ -186,8 +208,7 @@ local function decide(child, run, parent, told, renamed)
     run.fb, run.err, run.tb = nil, nil, nil
     revived = revived + 1
     if run.dw > 0 then
-      waiting[child] = true
-      redis.call('ZADD', k.waiting, now, child)
+      waiting[child], moved[child] = true, true
     else
       release(child, run)
     end
@@ -222,10 +243,17 @@ local function sweep(group, version, from, budget)
   local grp = group_load(group)
   local prefix, first, n = graph_group_of(group)
   if not grp or grp.v ~= version or not prefix then return '', budget end
-  local last = math.min(n, from + budget)
-  for i = from, last - 1 do
-    take_in(string.format('%s%d', prefix, first + i), group, grp)
+  local last, members = math.min(n, from + budget), {}
+  for i = from, last - 1 do members[#members + 1] = string.format('%s%d', prefix, first + i) end
+  -- The page's records and places in `waiting`, read in a few calls for all of them.
+  run_load_many(k, records, members)
+  if #members > 0 then
+    local places = redis.call('ZMSCORE', k.waiting, unpack(members))
+    for i, member in ipairs(members) do
+      if waiting[member] == nil then waiting[member] = places[i] ~= false end
+    end
   end
+  for _, member in ipairs(members) do take_in(member, group, grp) end
   return last < n and string.format('%d', last) or '', budget - math.max(last - from, 0)
 end
 
@@ -267,6 +295,49 @@ for i = 1, #items, 4 do
     end
   end
 end
+-- Reports of groups a child waits for as a whole: the child (a run or a group) counts
+-- what changed since the last report told, as the members' own end messages would, and
+-- names the member the group blames.
+for i = 1, #reports, 7 do
+  local child, group, changes, ends, bad, how, member = unpack(reports, i, i + 6)
+  local field = 'd\0' .. child .. '\0' .. group
+  local state = redis.call('HGET', k.graph, field) or ''
+  local policy, was_ends, was_bad, seen, was_member =
+    string.match(state, '^(%a) g (%d+) (%d+) (%-?%d+) %-?%d+ (.*)$')
+  if policy and tonumber(seen) < changes then
+    local is_group = graph_group_of(child) ~= nil
+    local run
+    if is_group then run = group_load(child) else run = child_load(child) end
+    if run then
+      if bad == 0 then
+        how, member = RUN_COMPLETED, ''
+      elseif not (STATUS_NAMES[how] or how == -1) then
+        how = RUN_FAILED
+      end
+      local blamed_now = bad > 0 and (member ~= '' and member or group) or ''
+      redis.call('HSET', k.graph, field,
+        string.format('%s g %d %d %d %d %s', policy, ends, bad, changes, how, blamed_now))
+      run.dw = run.dw - (ends - tonumber(was_ends))
+      local fails = policy == 'f' and bad > 0
+      if policy == 'f' then run.df = run.df + bad - tonumber(was_bad) end
+      local renamed = run.fb ~= nil and was_member ~= '' and run.fb == was_member
+        and blamed_now ~= was_member
+      if is_group then
+        if run.df == 0 then
+          run.fb, run.ft = nil, nil
+        elseif fails and (not run.fb or renamed or run.fb == blamed_now) then
+          run.fb, run.ft = blamed_now, how
+        elseif renamed then
+          run.fb, run.ft = still_failing(child)
+        end
+        run.v = (run.v or 0) + 1
+        regrouped[child] = true
+      else
+        decide(child, run, blamed_now ~= '' and blamed_now or group, how, renamed)
+      end
+    end
+  end
+end
 -- The groups changed: each saved, and its members told, as far as this call goes; a
 -- message 'w' has the forwarders carry on from there.
 local budget = SWEEP_MEMBERS
@@ -289,7 +360,32 @@ local cursors = {}
 for i = 1, #sweeps, 3 do
   cursors[#cursors + 1], budget = sweep(sweeps[i], sweeps[i + 1], sweeps[i + 2], budget)
 end
-for child in pairs(changed) do record_save(k.runs, child, records[child]) end
+if #released > 0 then  -- queued in release order, each after those queued before
+  local last, scores = redis.call('HINCRBY', k.meta, 'qseq', #released), {}
+  for i, run_id in ipairs(released) do
+    local seq = last - #released + i
+    scores[2 * i - 1] = num_arg(priority_score(records[run_id].p or 0, seq))
+    scores[2 * i] = run_id
+  end
+  graph_bulk('ZADD', k.pending, scores)
+end
+local gone, back, at = {}, {}, string.format('%d', now)
+for child in pairs(moved) do
+  if waiting[child] then
+    back[#back + 1] = at
+    back[#back + 1] = child
+  else
+    gone[#gone + 1] = child
+  end
+end
+if #gone > 0 then graph_bulk('ZREM', k.waiting, gone) end
+if #back > 0 then graph_bulk('ZADD', k.waiting, back) end
+local saved, pack = {}, cmsgpack.pack
+for child in pairs(changed) do
+  saved[#saved + 1] = child
+  saved[#saved + 1] = pack(records[child])
+end
+if #saved > 0 then graph_bulk('HSET', k.runs, saved) end
 if woken then redis.call('SPUBLISH', k.wake, '1') end
 tally_save(k, now)
 local out = {ST_OK, ready, ended, revived, cursors}

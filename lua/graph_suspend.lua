@@ -37,6 +37,7 @@
 --@include lib/run.lua
 --@include lib/queue.lua
 --@include lib/graph.lua
+--@include lib/graph_index.lua
 local k = {meta = KEYS[1], runs = KEYS[2], pending = KEYS[3], leases = KEYS[4],
   owned = KEYS[5], waiting = KEYS[6], graph = KEYS[7], graph_idx = KEYS[8], outbox = KEYS[9],
   flows = KEYS[10], flow_held = KEYS[11], wake = KEYS[12], inputs = KEYS[13],
@@ -60,11 +61,27 @@ if not run_is_holder(run, token, worker_id) then
   if run.lrk == 'w' and run_reported_by(run, token, worker_id) then return {ST_OK, run.s} end
   return {ST_STALE, run.s}
 end
+-- The groups the run (or its own group) waits for as a whole, each as the prefix, first
+-- and last number of its members: a parent among them is one it waits for already.
+local whole = {}
+for _, owner in ipairs({run_id, run.dg or false}) do
+  local entries = owner and graph_index_page(k.graph_idx, 'p\0' .. owner .. '\0', nil, 1000) or {}
+  for _, entry in ipairs(entries) do
+    local head, first, n = string.match(entry, '^p%z[^%z]*%z(.*:)(%d+)%+(%d+)$')
+    if head then whole[#whole + 1] = {head, tonumber(first), tonumber(first) + tonumber(n) - 1} end
+  end
+end
 for i = 1, #deps, 2 do
   local state = 'd\0' .. run_id .. '\0' .. deps[i]
   if deps[i] == run_id or redis.call('HEXISTS', k.graph, state) == 1 or (run.dg
       and redis.call('HEXISTS', k.graph, 'd\0' .. run.dg .. '\0' .. deps[i]) == 1) then
     return {ST_CONFLICT, run.s}
+  end
+  local head, number = string.match(deps[i], '^(.*:)(%d+)$')
+  for _, g in ipairs(whole) do
+    if head == g[1] and tonumber(number) >= g[2] and tonumber(number) <= g[3] then
+      return {ST_CONFLICT, run.s}
+    end
   end
 end
 redis.call('ZREM', k.leases, run_id)

@@ -17,7 +17,12 @@
           first, n, parent, policy} (children prefix .. first, ..., n of them), {member,
           'q', group, parent, policy} (a group to register on the parent: lib/graph.lua),
           {member, 'w', group, version, cursor}: apply the group's state to its members
-          from number `cursor` on (graph_resolve), or
+          from number `cursor` on (graph_resolve), or {member, 'G', group, changes,
+          ended, bad, status, blamed, cursor, children}: how the group's members stand
+          (`changes` counts their ends; `ended` have ended, `bad` of them otherwise than
+          completed, `blamed` one of those, ending `status`), for the next page of
+          `children`, the runs that wait for the group as a whole (`cursor` as for 'e',
+          after the change it names), or
           {member, 'R', child, cursor, parents}: register the child on the next
           page of its parents (`cursor` as for 'e'), or
           {member, 'e', run, version, status, cursor, children, batch}: the run ended,
@@ -86,10 +91,14 @@ local function leave_group(group)
   grp.a = grp.a - 1
   if grp.a > 0 then
     redis.call('HSET', k.graph, field, cmsgpack.pack(grp))
-  elseif forget(group, '1', '0') then
-    redis.call('HDEL', k.graph, field)
-  else  -- more than a page of parents: the rest go as a forgotten run's do
-    redis.call('ZADD', k.outbox, now, 'f\0' .. group .. '\0000\0000\0001\0000\0')
+  else
+    redis.call('ZREM', k.outbox, 'G\0' .. group)
+    redis.call('HDEL', k.graph, 'c\0G\0' .. group)
+    if forget(group, '1', '1') then
+      redis.call('HDEL', k.graph, field)
+    else  -- more than a page of entries: the rest go as a forgotten run's do
+      redis.call('ZADD', k.outbox, now, 'f\0' .. group .. '\0000\0000\0001\0001\0')
+    end
   end
 end
 
@@ -109,11 +118,13 @@ for _, member in ipairs(members) do
     local run, version, status = parts[1], parts[2], parts[3]
     local ended = 'e\0' .. run .. '\0' .. version .. '\0' .. status
     if (parts[6] or '') ~= '' then ended = ended .. '\0' .. parts[6] end
-    if redis.call('ZSCORE', k.outbox, ended) then
-      lease(member)  -- its end is not told yet
+    local group = parts[7] or ''
+    if redis.call('ZSCORE', k.outbox, ended)
+        or (group ~= '' and redis.call('ZSCORE', k.outbox, 'G\0' .. group)) then
+      lease(member)  -- its end is not told yet (or not its group's)
     elseif forget(run, parts[4], parts[5]) then
       redis.call('ZREM', k.outbox, member)
-      if (parts[7] or '') ~= '' then leave_group(parts[7]) end
+      if group ~= '' then leave_group(group) end
       if graph_group_of(run) then redis.call('HDEL', k.graph, 'g\0' .. run) end
     end
   elseif kind == 'q' then
@@ -141,7 +152,8 @@ for _, member in ipairs(members) do
       local parents, index = {}, {}
       for i = 2 * done_n + 1, last, 2 do
         local pair = child .. '\0' .. deps[i]
-        redis.call('HSETNX', k.graph, 'd\0' .. pair, deps[i + 1] .. ' w -1')
+        local fresh = graph_group_of(deps[i]) and ' g 0 0 -1 0 ' or ' w -1'
+        redis.call('HSETNX', k.graph, 'd\0' .. pair, deps[i + 1] .. fresh)
         parents[#parents + 1] = deps[i]
         index[#index + 1] = 0
         index[#index + 1] = 'p\0' .. pair
@@ -150,6 +162,29 @@ for _, member in ipairs(members) do
       lease(member)
       local next_cursor = last < #deps and string.format('%d', last / 2) or ''
       out[#out + 1] = {member, 'R', child, next_cursor, parents}
+    end
+  elseif kind == 'G' then
+    local group = parts[1]
+    local ok, grp = pcall(cmsgpack.unpack, redis.call('HGET', k.graph, 'g\0' .. group) or '')
+    if not ok or type(grp) ~= 'table' then
+      redis.call('ZREM', k.outbox, member)
+      redis.call('HDEL', k.graph, 'c\0' .. member)
+    else
+      -- The page after the cursor, if it was left by a page of this same change; a
+      -- newer change is told to every child from the first.
+      local changes = string.format('%d', tonumber(grp.eq) or 0)
+      local at = redis.call('HGET', k.graph, 'c\0' .. member) or ''
+      local from = string.match(at, '^' .. changes .. '%z(.+)$')
+      local prefix = 'k\0' .. group .. '\0'
+      local entries = index_page(prefix, from, page)
+      local children = {}
+      for i, entry in ipairs(entries) do
+        children[i] = string.match(string.sub(entry, #prefix + 1), '^(.*)%z%d+$') or ''
+      end
+      local next_cursor = #entries == page and string.sub(entries[#entries], #prefix + 1) or ''
+      lease(member)
+      out[#out + 1] = {member, 'G', group, changes, tonumber(grp.ee) or 0,
+        tonumber(grp.eb) or 0, tonumber(grp.es) or 0, grp.em or '', next_cursor, children}
     end
   elseif kind == 'b' then
     lease(member)

@@ -23,7 +23,8 @@
   KEYS[14] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
   KEYS[15] waiting  ZSET  run_id -> created ms: runs waiting for their parents (lib/graph.lua)
   KEYS[16] nudge   CHANNEL  sharded channel telling forwarders the outbox has a message (lib/graph.lua)
-  KEYS[17..n] notice  CHANNEL  the notice channel of the owner named in ARGV[2] (none
+  KEYS[17] graph    HASH  dependency states, groups' records (lib/graph.lua)
+  KEYS[18..n] notice  CHANNEL  the notice channel of the owner named in ARGV[2] (none
                      when ARGV[2] is empty); refused (OUT_OF_RANGE) unless exactly that
                      owner's notice channel in this queue's slot (lib/channels.lua)
   ARGV[1] run_id
@@ -44,8 +45,8 @@
 local k = {meta = KEYS[1], runs = KEYS[2], pending = KEYS[3], delayed = KEYS[4],
   leases = KEYS[5], failed = KEYS[6], owned = KEYS[7], ended = ended_channel(KEYS[8]),
   inputs = KEYS[9], quarantine = KEYS[10],
-  wake = KEYS[11], flows = KEYS[12], flow_held = KEYS[13], outbox = KEYS[14], waiting = KEYS[15], nudge = KEYS[16]}
-local notice = #KEYS > 16 and KEYS[#KEYS] or nil  -- the tail: none, or one channel
+  wake = KEYS[11], flows = KEYS[12], flow_held = KEYS[13], outbox = KEYS[14], waiting = KEYS[15], nudge = KEYS[16], graph = KEYS[17]}
+local notice = #KEYS > 17 and KEYS[#KEYS] or nil  -- the tail: none, or one channel
 local run_id = ARGV[1]
 local expected = ARGV[2]
 if notice and not channel_of(notice, NOTICE_CHANNEL, k.runs, expected) then

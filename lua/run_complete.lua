@@ -18,6 +18,7 @@
   KEYS[15] flow_held ZSET  "<flow key>\0<score>\0<run_id>": runs held back by their key's limit
   KEYS[16] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
   KEYS[17] nudge   CHANNEL  sharded channel telling forwarders the outbox has a message (lib/graph.lua)
+  KEYS[18] graph    HASH  dependency states, groups' records (lib/graph.lua)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
@@ -39,7 +40,7 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   leases = KEYS[5], done = KEYS[6], idempotency = KEYS[7], owned = KEYS[8],
   ended = ended_channel(KEYS[9]), quarantine = KEYS[10], history = KEYS[11],
   pending = KEYS[12], wake = KEYS[13], flows = KEYS[14], flow_held = KEYS[15],
-  noted = {}, outbox = KEYS[16], nudge = KEYS[17]}
+  noted = {}, outbox = KEYS[16], nudge = KEYS[17], graph = KEYS[18]}
 local run_id = ARGV[1]
 local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]

@@ -27,6 +27,7 @@
   KEYS[22] flow_rate ZSET  "<flow key>\0<start ms>\0<token>": each key's starts in its window
   KEYS[23] outbox  ZSET  graph messages -> ms due (lib/graph.lua)
   KEYS[24] nudge   CHANNEL  sharded channel telling forwarders the outbox has a message (lib/graph.lua)
+  KEYS[25] graph    HASH  dependency states, groups' records (lib/graph.lua)
   ARGV[1] run_id
   ARGV[2] token      fencing token from the claim (1 .. 2^53), or '' (then the worker id
                      decides)
@@ -52,7 +53,7 @@ local k = {definition = KEYS[1], meta = KEYS[2], runs = KEYS[3], inputs = KEYS[4
   owned = KEYS[10], ended = ended_channel(KEYS[11]), parked = KEYS[12], polls = KEYS[13],
   poll_times = KEYS[14], owners = KEYS[15], rate = KEYS[16], quarantine = KEYS[17],
   history = KEYS[18],
-  flows = KEYS[19], flow_held = KEYS[20], flow_vt = KEYS[21], flow_rate = KEYS[22], noted = {}, outbox = KEYS[23], nudge = KEYS[24]}
+  flows = KEYS[19], flow_held = KEYS[20], flow_vt = KEYS[21], flow_rate = KEYS[22], noted = {}, outbox = KEYS[23], nudge = KEYS[24], graph = KEYS[25]}
 local run_id = ARGV[1]
 local token = arg_int_or_none(ARGV[2], 1, INT_MAX)  -- false: token-less
 local worker_id = ARGV[3]

@@ -19,7 +19,10 @@ class Message:
     ``cursor`` as for ``"e"``), ``"e"`` (``run`` ended with ``status``, its end number
     ``version``; ``children`` the next page of those depending on it, ``cursor`` where
     the page ends, ``""`` for the last) or ``"w"`` (the group ``run``'s change
-    ``version`` to take to its members from number ``cursor`` on)."""
+    ``version`` to take to its members from number ``cursor`` on) or ``"G"`` (how the
+    members of the group ``run`` stand after ``version`` ends: ``ended`` of them ended,
+    ``bad`` otherwise than completed, ``parent`` one of those, ending ``status``; for
+    ``children``, the next page of the runs that wait for the group as a whole)."""
 
     member: bytes
     kind: str
@@ -31,6 +34,8 @@ class Message:
     cursor: str = ""
     children: tuple[str, ...] = ()
     batch: str = ""
+    ended: int = 0
+    bad: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,11 @@ def _message(row: Any) -> Message:
     if kind == "w":  # a group's change, for its members
         return Message(member, kind, text(row[2]) or "", version=int(row[3]),
                        cursor=text(row[4]) or "0")  # fmt: skip
+    if kind == "G":  # how a group's members stand, for the runs that wait for it
+        return Message(member, kind, text(row[2]) or "", text(row[7]) or "",
+                       version=int(row[3]), ended=int(row[4]), bad=int(row[5]),
+                       status=int(row[6]), cursor=text(row[8]) or "",
+                       children=tuple(text(c) or "" for c in row[9]))  # fmt: skip
     if kind in ("r", "b"):  # children of a parent, or members of a batch
         prefix, first, n = text(row[2]) or "", int(row[3]), int(row[4])
         runs = tuple(f"{prefix}{first + i}" for i in range(n))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,17 +25,16 @@ import msgpack
 from flo_redis._session.session import Session
 from flo_redis._wire import runner
 from flo_redis._wire.aside import scope_of, warn_set_aside
-from flo_redis._wire.checks import check_count, check_list, check_text
-from flo_redis._wire.codec import pack, text, unpack_record
+from flo_redis._wire.checks import check_list
+from flo_redis._wire.codec import BadRecord, pack, text, unpack_record
 from flo_redis._wire.gateway import (
     GRAPH_DEPEND,
     GRAPH_DONE,
-    GRAPH_LIST,
     GRAPH_RESOLVE,
     GRAPH_SUSPEND,
     GRAPH_TAKE,
 )
-from flo_redis._wire.graph_replies import Listed, Message
+from flo_redis._wire.graph_replies import Message
 from flo_redis._wire.keys import ActionKeys, action_keys, action_of_run
 from flo_redis._wire.refusals import raise_run_refusal
 from flo_redis._wire.status import Status, refusal
@@ -47,10 +45,7 @@ from flo_redis.types.graph import (
     MAX_PARENTS,
     ON_FAILURE,
     Dependency,
-    GraphPage,
     OnFailure,
-    ParentResult,
-    ParentState,
 )
 
 log = logging.getLogger("flo_redis.graph")
@@ -67,10 +62,14 @@ ROUNDS = 20  # takes per forward() call at most, so one busy outbox cannot hold 
 # An invoke's own forward: every registration it made (MAX_PARENTS of them) and then some.
 ALL_ROUNDS = 2 * MAX_PARENTS // TAKE_LIMIT + 2
 _POLICY: dict[str, str] = {"fail": "f", "ignore": "i", "run": "r"}
-_ON_FAILURE: dict[str, OnFailure] = {"f": "fail", "i": "ignore", "r": "run"}
+ON_FAILURE_OF: dict[str, OnFailure] = {"f": "fail", "i": "ignore", "r": "run"}
 _NOT_ENDED = -2  # graph_depend: the parent has not ended
+_NO_PARENT = -1  # graph_depend: no such parent
+_RUNNING = frozenset({int(RunStatus.PENDING), int(RunStatus.RUNNING)})  # not ended
 SWEEPS = 100  # groups' changes per graph_resolve call (its members paged there)
-_NO_ITEMS = _NO_SWEEPS = pack([])
+_NO_ITEMS = _NO_SWEEPS = _NO_REPORTS = pack([])
+# The changes a report of a group that is not there says: more than it could ever count.
+GONE = 2**53 - 1
 
 
 def deps_request(depends_on: object, flow_key: str | None) -> bytes:
@@ -107,6 +106,89 @@ def deps_request(depends_on: object, flow_key: str | None) -> bytes:
     return pack(flat)
 
 
+# Reads of a record per queue at most while looking for whole groups in a request: each
+# finds one group (or rules one id out), so a run waiting for ten batches takes ten.
+WHOLE_GROUP_READS = 16
+
+
+async def whole_groups(session: Session, namespace: str, deps: bytes) -> bytes:
+    """``deps`` (:func:`deps_request`) with the runs of each group it names whole (every
+    run of one ``invoke_many`` call that waits for parents, each under the same policy)
+    named as that group instead: the run then waits for the group as one parent, counted
+    as its members (lua/lib/graph.lua, "Groups"), and a member's end is one change of the
+    group, not a message of its own. Each group is found by reading the record of its
+    first run named here, at most WHOLE_GROUP_READS reads a queue, and then its runs'
+    records: a group with a run re-queued after an end, or forgotten, is named run by
+    run (its group counts such a run as it last ended, where a run registering on it
+    now waits for its next end). A run re-queued between that read and the
+    registration, moments later, counts as it last ended (docs/flows.md)."""
+    if not deps:
+        return deps
+    flat = msgpack.unpackb(deps)
+    if len(flat) < 4:
+        return deps
+    policy_of: dict[str, str] = dict(zip(flat[::2], flat[1::2], strict=True))
+    numbers: dict[str, set[int]] = defaultdict(set)
+    for run_id in policy_of:
+        head, _, seq = run_id.rpartition(":")
+        numbers[head].add(int(seq))
+    groups: dict[str, str] = {}  # member -> its group, for members named whole
+    for action, named in numbers.items():
+        runs_key = action_keys(namespace, action).runs
+        pending = sorted(named)
+        for _ in range(WHOLE_GROUP_READS):
+            if len(pending) < 2:
+                break
+            first = pending[0]
+            with runner.redis_errors("depends_on"):
+                raw = await session.redis.hget(runs_key, f"{action}:{first}")
+            try:
+                group = text(unpack_record(raw).get("dg")) if isinstance(raw, bytes) else None
+            except BadRecord:  # named as itself: its queue sets it aside when it reads it
+                group = None
+            size = group_size(group or "")
+            members = [f"{action}:{first + i}" for i in range(size)]
+            if (
+                group == f"{action}:{first}+{size}"
+                and size >= 2
+                and all(policy_of.get(m) == policy_of[members[0]] for m in members)
+                and await _as_they_ended(session, runs_key, members)
+            ):
+                groups.update(dict.fromkeys(members, group))
+                pending = [n for n in pending if n >= first + size]
+            else:
+                pending = pending[1:]
+    if not groups:
+        return deps
+    out: list[str] = []
+    for run_id, policy in policy_of.items():
+        group = groups.get(run_id)
+        if group is None:
+            out += [run_id, policy]
+        elif run_id == f"{group.rpartition('+')[0]}":
+            out += [group, policy]
+    return pack(out)
+
+
+async def _as_they_ended(session: Session, runs_key: str, members: list[str]) -> bool:
+    """Whether each of ``members`` stands as it last ended, or has not ended yet: none
+    re-queued after an end (a run registering on it now waits for its next end, where
+    its group counts the last) and none forgotten (answered not found now)."""
+    with runner.redis_errors("depends_on"):
+        raws = await session.redis.hmget(runs_key, members)
+    for raw in raws:
+        if not isinstance(raw, bytes):
+            return False
+        if b"\xa2gz" not in raw:  # never ended (a record without the key "gz")
+            continue
+        try:
+            if int(unpack_record(raw)["s"]) in _RUNNING:
+                return False
+        except (BadRecord, KeyError, TypeError, ValueError):
+            return False
+    return True
+
+
 def runs_per_call(deps: bytes, most: int) -> int:
     """How many runs an ``action_invoke_many`` call may create with the parents ``deps``
     (:func:`deps_request`): at most ``most``, and at most MAX_PARENTS dependencies."""
@@ -124,7 +206,7 @@ class Forwarded:
     due_in_s: float | None
 
 
-def _keys_of(keys: ActionKeys, run_id: str) -> ActionKeys:
+def keys_of(keys: ActionKeys, run_id: str) -> ActionKeys:
     """The keys of the queue of ``run_id``, a run or a group of runs invoked together
     (``<action>:<first>+<n>``, lua/lib/graph.lua)."""
     head, plus, count = run_id.rpartition("+")
@@ -133,18 +215,29 @@ def _keys_of(keys: ActionKeys, run_id: str) -> ActionKeys:
     return action_keys(keys.namespace, action_of_run(run_id))
 
 
-async def _resolve(session: Session, keys: ActionKeys, items: list[Any]) -> None:
-    """Tell children (``items``: child, parent, state, version of each) in their queue,
-    which may be of any action."""
+async def _resolve(
+    session: Session, keys: ActionKeys, items: list[Any], *, reports: bool = False
+) -> None:
+    """Tell children in their queue, which may be of any action: ``items`` child, parent,
+    state, version of each; with ``reports``, runs that wait for groups as a whole how
+    the members stand (child, group, changes, ended, bad, status, blamed of each)."""
+    width = 7 if reports else 4
     by_queue: dict[ActionKeys, list[Any]] = defaultdict(list)
-    for i in range(0, len(items), 4):
-        by_queue[_keys_of(keys, items[i])] += items[i : i + 4]
+    for i in range(0, len(items), width):
+        by_queue[keys_of(keys, items[i])] += items[i : i + width]
     for child_keys, chunk in by_queue.items():
-        for at in range(0, len(chunk), 4 * CHUNK):
+        for at in range(0, len(chunk), width * CHUNK):
             # NO_ACTION: the child's action was deleted since; nothing is left to tell.
-            part = pack(chunk[at : at + 4 * CHUNK])
-            reply = await GRAPH_RESOLVE(session, child_keys, [part, _NO_SWEEPS])
+            part = pack(chunk[at : at + width * CHUNK])
+            argv = [_NO_ITEMS, _NO_SWEEPS, part] if reports else [part, _NO_SWEEPS, _NO_REPORTS]
+            reply = await GRAPH_RESOLVE(session, child_keys, argv)
             warn_set_aside(scope_of(child_keys), reply.aside)
+
+
+def group_size(run_id: str) -> int:
+    """How many runs the group ``run_id`` names (``<action>:<first>+<n>``); 0 for a run."""
+    _, plus, count = run_id.rpartition("+")
+    return int(count) if plus and count.isdigit() else 0
 
 
 async def _sweep(session: Session, keys: ActionKeys, sweeps: list[Message]) -> list[str]:
@@ -154,7 +247,7 @@ async def _sweep(session: Session, keys: ActionKeys, sweeps: list[Message]) -> l
     for at in range(0, len(sweeps), SWEEPS):
         chunk = sweeps[at : at + SWEEPS]
         items = pack([x for m in chunk for x in (m.run, m.version, int(m.cursor or 0))])
-        reply = await GRAPH_RESOLVE(session, keys, [_NO_ITEMS, items])
+        reply = await GRAPH_RESOLVE(session, keys, [_NO_ITEMS, items, _NO_REPORTS])
         warn_set_aside(scope_of(keys), reply.aside)
         # NO_ACTION: the action was deleted since, and its groups with it.
         cursors += reply.cursors if reply.status == Status.OK else [""] * len(chunk)
@@ -168,20 +261,26 @@ async def _register(session: Session, keys: ActionKeys, messages: list[Message])
     for m in messages:
         if m.kind == "R":  # one child, a page of its parents
             for parent in m.children:
-                by_queue[_keys_of(keys, parent)].append((parent, m.run))
+                by_queue[keys_of(keys, parent)].append((parent, m.run))
         else:
-            by_queue[_keys_of(keys, m.parent)] += [(m.parent, child) for child in m.children]
+            by_queue[keys_of(keys, m.parent)] += [(m.parent, child) for child in m.children]
     told: list[Any] = []
+    gone: list[Any] = []  # groups that are not there: every member as a run not found
     for parent_keys, pairs in by_queue.items():
         for at in range(0, len(pairs), CHUNK):
             chunk = pairs[at : at + CHUNK]
             reply = await GRAPH_DEPEND(session, parent_keys, [pack([x for p in chunk for x in p])])
             warn_set_aside(scope_of(parent_keys), reply.aside)
             for (parent, child), (state, version) in zip(chunk, reply.states, strict=True):
-                if state != _NOT_ENDED:
+                size = group_size(parent)
+                if size and state == _NO_PARENT:
+                    gone += [child, parent, GONE, size, size, _NO_PARENT, ""]
+                elif state != _NOT_ENDED and not size:
                     told += [child, parent, state, version]
     if told:
         await _resolve(session, keys, told)
+    if gone:
+        await _resolve(session, keys, gone, reports=True)
 
 
 async def forward(session: Session, keys: ActionKeys, *, rounds: int = ROUNDS) -> Forwarded:
@@ -203,9 +302,13 @@ async def forward(session: Session, keys: ActionKeys, *, rounds: int = ROUNDS) -
         if registers:
             await _register(session, keys, registers)
         ends: list[Any] = []
+        reports: list[Any] = []
         batches: dict[str, list[Any]] = defaultdict(list)
         for m in taken.messages:
-            if m.kind == "e":
+            if m.kind == "G":
+                for child in m.children:
+                    reports += [child, m.run, m.version, m.ended, m.bad, m.status, m.parent]
+            elif m.kind == "e":
                 for child in m.children:
                     ends += [child, m.run, m.status, m.version]
                 if m.batch:
@@ -214,13 +317,20 @@ async def forward(session: Session, keys: ActionKeys, *, rounds: int = ROUNDS) -
                 batches[m.batch] += [x for run in m.children for x in (run, batches_.ADDED, 0)]
         if ends:
             await _resolve(session, keys, ends)
+        if reports:
+            await _resolve(session, keys, reports, reports=True)
         for batch, items in batches.items():
             await batches_.note(session, keys.namespace, batch, items)
         sweeps = [m for m in taken.messages if m.kind == "w"]
         swept = await _sweep(session, keys, sweeps)
         left = dict(zip((m.member for m in sweeps), swept, strict=True))
         cursors = [left.get(m.member, m.cursor) for m in taken.messages]
-        done = [x for m, c in zip(taken.messages, cursors, strict=True) for x in (m.member, c)]
+        # A group's message says which of its changes it told (graph_done).
+        done = [
+            x
+            for m, c in zip(taken.messages, cursors, strict=True)
+            for x in (m.member, f"{m.version}\0{c}" if m.kind == "G" else c)
+        ]
         await GRAPH_DONE(session, keys, [pack(done)])
         carried += len(taken.messages)
         if len(taken.messages) < TAKE_LIMIT and not any(cursors):
@@ -230,8 +340,9 @@ async def forward(session: Session, keys: ActionKeys, *, rounds: int = ROUNDS) -
 
 def told_of_end(record: bytes) -> bool:
     """Whether a run record's end is told to others: runs depend on it (msgpack key
-    ``gd``) or it is a batch's member (``bt``)."""
-    return b"\xa2gd" in record or b"\xa2bt" in record
+    ``gd``), it is a batch's member (``bt``) or a group's (``dg``: runs may wait for the
+    group as a whole)."""
+    return b"\xa2gd" in record or b"\xa2bt" in record or b"\xa2dg" in record
 
 
 async def forward_after(session: Session, keys: ActionKeys) -> None:
@@ -262,81 +373,10 @@ async def suspend(
     await forward_after(session, keys)
 
 
-def _state(value: str) -> RunStatus | None:
-    return None if value in ("w", "", "-1") else RunStatus(int(value))
-
-
-async def parents(
-    session: Session, keys: ActionKeys, run_id: str, after: str | None = None, count: int = 100
-) -> GraphPage:
-    """A page of ``run_id``'s parents (:class:`ParentState`), in id order."""
-    reply = await _listed(session, keys, "parents", run_id, after, count)
-    items = [
-        ParentState(pid, _ON_FAILURE.get(policy, "fail"), _state(state), state != "-1")
-        for pid, policy, state, _version in reply.parents
-    ]
-    return GraphPage(items, reply.after or None)
-
-
-async def dependents(
-    session: Session, keys: ActionKeys, run_id: str, after: str | None = None, count: int = 100
-) -> GraphPage:
-    """A page of the ids of the runs that wait for ``run_id``, in id order (the runs of
-    a group together, in invoke order: lua/graph_list.lua)."""
-    reply = await _listed(session, keys, "dependents", run_id, after, count)
-    return GraphPage(list(reply.dependents), reply.after or None)
-
-
-async def _listed(
-    session: Session, keys: ActionKeys, which: str, run_id: str, after: str | None, count: int
-) -> Listed:
-    """One ``graph_list`` page of ``run_id``'s ``which`` (parents or dependents), its
-    paging checked first."""
-    count = check_count("count", count, 1, 1000)
-    after = check_text("after", after, optional=True, limit=1024)
-    return await GRAPH_LIST(session, keys, [which, run_id, after, count])
-
-
-async def parent_results(
-    session: Session, keys: ActionKeys, run_id: str, after: str | None = None, count: int = 100
-) -> GraphPage:
-    """A page of ``run_id``'s parents' results (:class:`ParentResult`), for its handler:
-    each ended parent's status, output and outcome (or error); those of the ``ignore``
-    policy that did not complete are left out, as are parents no longer kept."""
-    page = await parents(session, keys, run_id, after, count)
-    states: Sequence[ParentState] = page.items
-    with runner.redis_errors("parents"):
-        async with session.redis.pipeline(transaction=False) as pipe:
-            for p in states:
-                pipe.hget(_keys_of(keys, p.run_id).runs, p.run_id)
-            raws = await pipe.execute()
-    results: list[ParentResult] = []
-    for p, raw in zip(states, raws, strict=True):
-        if raw is None:
-            continue
-        rec = unpack_record(raw)
-        status = RunStatus(int(rec["s"]))
-        if p.on_failure == "ignore" and status != RunStatus.COMPLETED:
-            continue
-        out = rec.get("out")
-        results.append(
-            ParentResult(
-                p.run_id,
-                status,
-                bytes(out) if out is not None else None,
-                text(rec.get("oc")),
-                text(rec.get("err")),
-            )
-        )
-    return GraphPage(results, page.after)
-
-
 __all__ = [
     "Forwarded",
-    "dependents",
     "deps_request",
     "forward",
-    "parent_results",
-    "parents",
     "suspend",
+    "whole_groups",
 ]

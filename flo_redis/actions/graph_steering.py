@@ -6,7 +6,7 @@ from __future__ import annotations
 from flo_redis._session.session import Operations
 from flo_redis._wire.checks import check_options
 from flo_redis._wire.keys import action_of_run
-from flo_redis.actions import batches, graph
+from flo_redis.actions import batches, graph, graph_reads
 from flo_redis.types import BatchOptions, BatchStatus, GraphPage
 
 
@@ -25,7 +25,7 @@ class GraphOperations(Operations):
         while it runs or its end is on its way). ``after``: the previous page's
         ``after``; at most ``count`` (1 .. 1000) per page."""
         keys = self._action_keys(action_of_run(run_id), namespace)
-        return await graph.parents(self._session, keys, run_id, after, count)
+        return await graph_reads.parents(self._session, keys, run_id, after, count)
 
     async def open_batch(self, options: BatchOptions | None = None) -> str:
         """Open a batch (:class:`BatchOptions`: its callbacks, its parent batch); its id,
@@ -65,7 +65,7 @@ class GraphOperations(Operations):
         id order, but the runs of one ``invoke_many`` together, in the order invoked;
         ``after`` and ``count`` as for :meth:`dependencies`."""
         keys = self._action_keys(action_of_run(run_id), namespace)
-        return await graph.dependents(self._session, keys, run_id, after, count)
+        return await graph_reads.dependents(self._session, keys, run_id, after, count)
 
 
 __all__ = ["GraphOperations"]

@@ -63,11 +63,13 @@ from flo_redis.actions.runs import (
     cancel_reply,
     cancel_request,
     check_wait_ms,
+    group_field,
     invoke_reply,
     invoke_request,
     progress_mark,
     status_reply,
     wait_timed_out,
+    with_group,
 )
 from flo_redis.actions.schedule_steering import ScheduleOperations
 
@@ -145,9 +147,11 @@ class ActionOperations(ActionInspection, ScheduleOperations, GraphOperations):
         keys = self._action_keys(name, opts.namespace)
         if opts.batch is not None:
             await batches.check_open(self._session, keys.namespace, opts.batch)
+        deps = graph.deps_request(opts.depends_on, opts.flow_key)
+        deps = await graph.whole_groups(self._session, keys.namespace, deps)
         with traced(self._session.tracer).invoking(keys.namespace, name, 1) as span:
             args, size = invoke_request(
-                keys, input_data, opts, self._session.max_payload_bytes, span.context
+                keys, input_data, opts, self._session.max_payload_bytes, span.context, deps
             )
             reply = await ACTION_INVOKE(self._session, keys, args, durability=durability)
             result = invoke_reply(reply, keys, size)
@@ -192,6 +196,7 @@ class ActionOperations(ActionInspection, ScheduleOperations, GraphOperations):
             batch = "" if opts.batch is None else check_name("batch", opts.batch)
             if batch:
                 await batches.check_open(self._session, keys.namespace, batch)
+            deps = await graph.whole_groups(self._session, keys.namespace, deps)
             shared = (labels, priority, span.context, flow_key, deps, batch)
             results = await self._invoke_chunks(keys, prefix, shared, data, durability)
             span.sent([r.run_id for r in results])
@@ -254,7 +259,12 @@ class ActionOperations(ActionInspection, ScheduleOperations, GraphOperations):
         # A read refused unsent (loading, a cluster node's connections all busy under a
         # burst of waits) is sent again as the client's retry policy says.
         raw, due = await retry_refused(read, self._session.runner.policy)
-        return status_reply(run_id, keys, raw, due)
+        status = status_reply(run_id, keys, raw, due)
+        field = group_field(raw)
+        if field is None:
+            return status
+        with runner.redis_errors("status"):
+            return with_group(status, await self._session.redis.hget(keys.graph, field))
 
     async def wait(
         self,

@@ -8,6 +8,7 @@ clients.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from flo_redis._session.notices import cancel_notice
@@ -38,17 +39,24 @@ DEFAULT_WAIT_MS = 30_000
 
 
 def invoke_request(
-    keys: ActionKeys, input_data: object, opts: ActionInvokeOptions, limit: int, trace: bytes
+    keys: ActionKeys,
+    input_data: object,
+    opts: ActionInvokeOptions,
+    limit: int,
+    trace: bytes,
+    deps: bytes | None = None,
 ) -> tuple[list[Arg], int]:
     """The ARGV of ``action_invoke`` and the input's size; the input is checked before
-    anything is sent. ``trace`` is the packed trace context to store (b"": none)."""
+    anything is sent. ``trace`` is the packed trace context to store (b"": none);
+    ``deps`` the packed parents when made already (else from ``opts.depends_on``)."""
     data = check_bytes("input_data", input_data, limit)
     priority = check_priority(opts.priority)
     check_labels(opts.labels)
     idempotency_key = check_idempotency_key(opts.idempotency_key)
     flow_key = check_flow_key(opts.flow_key, optional=True)
     labels = pack(tag_labels(opts.labels)) if opts.labels else b""
-    deps = deps_request(opts.depends_on, opts.flow_key)
+    if deps is None:
+        deps = deps_request(opts.depends_on, opts.flow_key)
     return (
         [
             run_id_prefix(keys.action),
@@ -147,6 +155,28 @@ def status_reply(run_id: str, keys: ActionKeys, raw: Any, due: Any = None) -> Ac
         raise unreadable_run(run_id, keys, exc) from None
 
 
+def group_field(raw: Any) -> str | None:
+    """For a run's record that names its group (``dg``) and no dependents of its own
+    (``gd``), the field of the group's record in ``graph``: runs that wait for the group
+    as a whole (lua/lib/graph.lua, "Groups") depend on the run too, which the group's
+    record says (:func:`with_group`). None for any other record."""
+    if not isinstance(raw, bytes) or b"\xa2dg" not in raw or b"\xa2gd" in raw:
+        return None
+    try:
+        group = text(unpack_record(raw).get("dg"))
+    except BadRecord:
+        return None
+    return f"g\0{group}" if group else None
+
+
+def with_group(status: ActionRunStatus, group_raw: Any) -> ActionRunStatus:
+    """``status`` with ``has_dependents`` when its group's record (read at
+    :func:`group_field`) says runs wait for the group as a whole."""
+    if isinstance(group_raw, bytes) and b"\xa2gd" in group_raw:
+        return dataclasses.replace(status, has_dependents=True)
+    return status
+
+
 def cancel_request(run_id: str, keys: ActionKeys, raw: Any) -> tuple[list[Arg], list[str]]:
     """The ARGV and KEYS tail of ``run_cancel``, from the run's stored record as read
     just before (``raw``; None if there is none): its holder, if it is running, is named
@@ -222,10 +252,12 @@ __all__ = [
     "cancel_reply",
     "cancel_request",
     "check_wait_ms",
+    "group_field",
     "invoke_reply",
     "invoke_request",
     "read_run",
     "run_status",
     "status_reply",
     "wait_timed_out",
+    "with_group",
 ]

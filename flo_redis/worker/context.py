@@ -17,7 +17,7 @@ from flo_redis._session.tracer import unpack_context
 from flo_redis._wire.keys import action_keys
 from flo_redis._wire.replies import Claimed
 from flo_redis.actions import reports
-from flo_redis.actions.graph import parent_results
+from flo_redis.actions.graph_reads import parent_results
 from flo_redis.actions.reports import MAX_TOUCH_EXTEND_MS
 from flo_redis.actions.results import ResultSerializer, check_outcome, encode_result
 from flo_redis.errors import FloError, ServerError, is_connection_error

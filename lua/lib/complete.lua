@@ -95,6 +95,7 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
   local owner, prefix  -- the last holder seen, and its owner index prefix (owned_entry)
   local flows = nil  -- flow key -> runs of it completed here (lib/flow.lua)
   local pack = cmsgpack.pack
+  k.groups, k.group_ends = {}, {}  -- the groups of runs ended here (lib/graph.lua)
   for i = 1, n_items do
     local at = 4 * i - 3
     local run_id = items[at]
@@ -130,7 +131,7 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
         flows = flows or {}
         flows[run.fk] = (flows[run.fk] or 0) + 1
       end
-      if run.gd or run.bt then graph_ended(k, run_id, run, now) end
+      if run.gd or run.bt or run.dg then graph_ended(k, run_id, run, now) end
       n_ended = n_ended + 1
       ended[n_ended] = run_id
       records[2 * n_ended - 1] = run_id
@@ -144,6 +145,17 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
     out_n = out_n + 3
   end
   if stale > 0 then redis.call('HINCRBY', k.meta, 'stat:stale_refused', stale) end
+  for group, grp in pairs(k.groups) do
+    redis.call('HSET', k.graph, 'g\0' .. group, pack(grp))
+    if grp.gd then
+      redis.call('ZADD', k.outbox, at_now, 'G\0' .. group)
+      if not k.nudged then
+        k.nudged = true
+        redis.pcall('SPUBLISH', k.nudge, '1')
+      end
+    end
+  end
+  k.groups, k.group_ends = nil, nil
   if n_ended == 0 then return 0 end
   history_note(k.noted, HISTORY.COMPLETED, n_ended)
   if n_owned > 0 and k.owned then redis.call('ZREM', k.owned, unpack(owned)) end

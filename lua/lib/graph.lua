@@ -16,6 +16,9 @@
                                  group there, as one child
     w <group> <version>          apply the group's state to its members, a page at a time
                                  from the message's cursor (graph_resolve)
+    G <group>                    tell the runs that wait for the group as a whole how its
+                                 members stand (one standing message per group, due
+                                 again at each member's end: graph_take, graph_done)
     b <prefix> <first> <n> <batch>   new runs are members of a batch (lib/batch.lua)
     f <run> <version> <status> <parents> <dependents> <batch> [<group>]   forget the
                                  run's graph entries (after its last end message is
@@ -36,20 +39,84 @@
   group's `dw` and `df` it last took in (`gw`, `gf`): its own `dw` and `df` count the
   group's and any of its own (a continuation's), so each change of the group reaches
   each member once, in pages (graph_resolve), and a member decides as any run does.
+  A run may also wait for a group as a whole: an invoke whose parents name every run of
+  one group under one policy names the group instead (flo_redis/actions/graph.py,
+  whole_groups). The run counts it as its members (`dn`, `dw`) and holds one state for
+  it ('<policy> g <ended> <bad> <changes> <status> <blamed>'). Each member's end is
+  counted in the group's record (`ee` ended, `eb` ended otherwise than completed, `em`
+  one of those and `es` how it ended, `eq` the changes; the member keeps the status
+  counted, `gz`, and the change it made, `gs`), and once a run waits for the group
+  (`gd`) its message 'G' tells every such run how the members stand: each counts the
+  difference from what it was told last, as the members' own messages would.
   `k` names outbox, and nudge: the channel that wakes the queue's forwarders.
 ]]
 --@include lib/record.lua
 --@include lib/checked.lua
+--@include lib/run.lua
 
 -- Tell the runs that depend on `run_id` (`run`, at its end status, saved by the caller
 -- after this) that it ended: a message for the forwarders, due now, and a nudge on the
--- queue's `nudge` channel, once per call (`k.nudged`), which only forwarders hear.
+-- queue's `nudge` channel, once per call (`k.nudged`), which only forwarders hear. A
+-- member of a group counts its end in the group's record ("Groups": `ee`, `eb`, `em`,
+-- `es`, `eq`; its own `gz`, `gs`), and once runs wait for the group as a whole (`gd`)
+-- the group's one standing message ('G' <group>) tells them.
 local function graph_ended(k, run_id, run, now)
-  local v = (run.ge or 0) + 1
-  run.ge = v
-  local member = 'e\0' .. run_id .. '\0' .. string.format('%d\0%d', v, run.s)
-  redis.call('ZADD', k.outbox, now, run.bt and (member .. '\0' .. run.bt) or member)
-  if not k.nudged then
+  local tell = {}
+  if run.gd or run.bt then
+    local v = (run.ge or 0) + 1
+    run.ge = v
+    local member = 'e\0' .. run_id .. '\0' .. string.format('%d\0%d', v, run.s)
+    tell[#tell + 1] = run.bt and (member .. '\0' .. run.bt) or member
+  end
+  local group = run.dg
+  if group then
+    if not k.graph then error('graph_ended: a group member ends where k names no graph') end
+    -- A call that ends many runs (k.groups, a table) keeps each group read once and
+    -- saves it once, with its message, at its end (lib/complete.lua).
+    local field, ok, grp = 'g\0' .. group, true, k.groups and k.groups[group]
+    if not grp then
+      ok, grp = pcall(cmsgpack.unpack, redis.call('HGET', k.graph, field) or '')
+    end
+    if ok and type(grp) == 'table' then
+      local was, bad = run.gz, run.s ~= RUN_COMPLETED
+      grp.ee = (tonumber(grp.ee) or 0) + (was and 0 or 1)
+      grp.eb = (tonumber(grp.eb) or 0) + (bad and 1 or 0)
+        - ((was and was ~= RUN_COMPLETED) and 1 or 0)
+      if bad then
+        grp.em, grp.es = run_id, run.s
+      elseif grp.em == run_id then
+        -- Another member that ended otherwise than completed, if any, is blamed now.
+        grp.em, grp.es = nil, nil
+        local prefix, first, n = string.match(group, '^(.*:)(%d+)%+(%d+)$')
+        local ids = {}
+        for i = 0, (grp.eb > 0 and prefix) and tonumber(n) - 1 or -1 do
+          ids[#ids + 1] = string.format('%s%d', prefix, tonumber(first) + i)
+        end
+        local raws = #ids > 0 and redis.call('HMGET', k.runs, unpack(ids)) or {}
+        for i, raw in ipairs(raws) do
+          local fine, other = pcall(cmsgpack.unpack, raw or '')
+          -- (one ended earlier in this call is saved at its end: its status is here)
+          local gz = k.group_ends and k.group_ends[ids[i]] or (fine and type(other) == 'table'
+            and other.gz)
+          if gz and gz ~= RUN_COMPLETED and ids[i] ~= run_id then
+            grp.em, grp.es = ids[i], gz
+            break
+          end
+        end
+      end
+      grp.eq = (tonumber(grp.eq) or 0) + 1
+      run.gz, run.gs = run.s, grp.eq
+      if k.groups then
+        k.groups[group] = grp
+        k.group_ends[run_id] = run.s
+      else
+        redis.call('HSET', k.graph, field, cmsgpack.pack(grp))
+        if grp.gd then tell[#tell + 1] = 'G\0' .. group end
+      end
+    end
+  end
+  for _, member in ipairs(tell) do redis.call('ZADD', k.outbox, now, member) end
+  if #tell > 0 and not k.nudged then
     k.nudged = true
     redis.pcall('SPUBLISH', k.nudge, '1')
   end
@@ -90,7 +157,14 @@ end
 -- states and register it a page at a time (graph_take), so even an invoke of 10,000
 -- parents is a few writes. Saves the runs into `waiting`, a few calls for all.
 local function graph_wait(k, id_prefix, first, n, run, deps, now)
-  local parents = #deps / 2
+  -- A parent that is a group (graph_deps) counts as its members, and its state counts
+  -- their ends as the group tells them ("Groups").
+  local parents, fresh = 0, {}
+  for j = 1, #deps, 2 do
+    local size = string.match(deps[j], '^.*:%d+%+(%d+)$')
+    parents = parents + (tonumber(size) or 1)
+    fresh[j] = deps[j + 1] .. (size and ' g 0 0 -1 0 ' or ' w -1')
+  end
   run.dn, run.dw, run.df = parents, parents, 0
   local record, at = cmsgpack.pack(run), string.format('%d', now)
   redis.call('HSET', k.meta, 'graph', '1')
@@ -113,7 +187,7 @@ local function graph_wait(k, id_prefix, first, n, run, deps, now)
   end
   for j = 1, #deps, 2 do
     local pair = group .. '\0' .. deps[j]
-    states[j], states[j + 1] = 'd\0' .. pair, deps[j + 1] .. ' w -1'
+    states[j], states[j + 1] = 'd\0' .. pair, fresh[j]
     index[j], index[j + 1] = 0, 'p\0' .. pair
     messages[j], messages[j + 1] = at, 'q\0' .. pair .. '\0' .. deps[j + 1]
   end

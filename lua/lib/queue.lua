@@ -134,7 +134,7 @@ local function queue_bury(k, run_id, run, now, status)
   offer_forget(run)
   owned_drop(k.owned, run.o, run_id)
   run.o = nil
-  if run.gd or run.bt then graph_ended(k, run_id, run, now) end
+  if run.gd or run.bt or run.dg then graph_ended(k, run_id, run, now) end
   record_save(k.runs, run_id, run)
   redis.call('ZADD', k.failed, now, run_id)
   run_ended(k.ended, run_id)

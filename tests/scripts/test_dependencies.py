@@ -196,7 +196,7 @@ async def settle(client: FloClient, *actions: str) -> None:
 
 async def test_runs_invoked_together_fail_come_back_and_run_as_one(client: FloClient) -> None:
     # 1,000 runs of one invoke_many wait as one group: a parent's end reaches each of them
-    # (two pages here), as it would each run invoked alone.
+    # (in one call), as it would each run invoked alone.
     await setup(client, "a", "b")
     done = (await client.action.invoke("a", b"1")).run_id
     await run_one(client, "a")
@@ -280,27 +280,28 @@ async def test_a_forgotten_group_leaves_no_graph_entry(client: FloClient, raw: A
 async def test_a_groups_newer_change_takes_over_from_one_half_carried(
     client: FloClient, raw: Any
 ) -> None:
-    # A parent's end reaches the first 500 runs of a group at once and leaves the rest to
-    # a message of the group's queue; a second parent's end before that message is
-    # carried replaces it, and every run ends as the newer change says.
+    # A parent's end reaches the 1,000 runs of one group (a call's share) at once and
+    # leaves those of the other to a message of the groups' queue; a second parent's end
+    # before that message is carried replaces it, and every run ends as the newer change
+    # says.
     await setup(client, "a", "b")
     first = (await client.action.invoke("a", b"1")).run_id
     second = (await client.action.invoke("a", b"2")).run_id
     opts = ActionInvokeOptions(depends_on=[first, second])
-    members = [r.run_id for r in await client.action.invoke_many("b", [b"x"] * 1000, opts)]
+    members = [r.run_id for r in await client.action.invoke_many("b", [b"x"] * 2000, opts)]
     await settle(client, "a", "b")
     await run_one(client, "a")  # the first parent completes; "b" is not forwarded yet
     keys = action_keys(client.namespace, "b")
     sweeps = [m for m in await raw.zrange(keys.outbox, 0, -1) if m.startswith(b"w\x00")]
-    assert len(sweeps) == 1  # the rest of the group, to carry
+    assert len(sweeps) == 1  # the other group, to carry
     waiting_on = {(await client.action.status(m)).waiting_on for m in (members[0], members[-1])}
-    assert waiting_on == {1, 2}  # the first page took the change in, the last not yet
+    assert waiting_on == {1, 2}  # one group took the change in, the other not yet
     await fail_one(client, "a")  # the second fails: a newer change
     now = [m for m in await raw.zrange(keys.outbox, 0, -1) if m.startswith(b"w\x00")]
     assert len(now) == 1 and now != sweeps  # the older message replaced
     await settle(client, "a", "b")
     counts = await client.action.counts("b")  # type: ignore[attr-defined]
-    assert (counts.awaiting_parents, counts.failed) == (0, 1000)
+    assert (counts.awaiting_parents, counts.failed) == (0, 2000)
     for member in (members[0], members[-1]):
         status = await client.action.status(member)
         assert (status.status, status.waiting_on) == (RunStatus.FAILED, 0)

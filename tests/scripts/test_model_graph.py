@@ -4,7 +4,8 @@ semantics (``ActionInvokeOptions.depends_on``, :mod:`flo_redis.types.graph`).
 
 Steps: invoke a run with parents (existing runs, each with a random ``on_failure``;
 sometimes a run id no run has), or two or three runs together with the same parents
-(``invoke_many``: they wait as one group), take a ready run and complete it or fail it for good,
+(``invoke_many``: they wait as one group), a run waiting for every run of such a group
+(it waits for the group as a whole), take a ready run and complete it or fail it for good,
 cancel a waiting or ready run, re-queue a failed run, forward an action's outbox — any
 number of times, or not at all: messages may lie in the outboxes as long as they like.
 
@@ -140,6 +141,7 @@ class GraphMachine(ClientMachine):
         self.model = GraphModel()
         self.keys: dict[str, ActionKeys] = {a: action_keys(self.namespace, a) for a in ACTIONS}
         self.dirty = False  # messages may lie in an outbox since the last settle
+        self.groups: list[list[str]] = []  # the runs of each invoke_many, in order
         for action in ACTIONS:
             opts = ActionRegisterOptions(timeout_ms=HOUR_MS)
             self.run(self.client.action.register(action, options=opts))
@@ -170,19 +172,50 @@ class GraphMachine(ClientMachine):
         for result in made:
             assert result.run_id not in self.model.runs
             self.model.runs[result.run_id] = Run(action, list(deps), dict(views))
+        if deps:
+            self.groups.append([r.run_id for r in made])
+        self.model.propagate()
+        self.dirty = True
+
+    @precondition(lambda self: len(self.model.runs) < MAX_RUNS and self.groups)
+    @rule(action=st.sampled_from(ACTIONS), data=st.data(), many=st.booleans())
+    def invoke_after_a_group(self, action: str, data: st.DataObject, many: bool) -> None:
+        """A run (or two invoked together) waiting for every run of an earlier group
+        under one policy, and perhaps for more: it waits for the group as a whole."""
+        members = data.draw(st.sampled_from(self.groups))
+        policy = data.draw(st.sampled_from(POLICIES))
+        deps, views = self._parents(data, False, [(m, policy) for m in members])
+        opts = ActionInvokeOptions(depends_on=[Dependency(p, pol) for p, pol in deps])
+        inputs = [b"in"] * (2 if many else 1)
+        made = self.run(self.client.action.invoke_many(action, inputs, opts))
+        for result in made:
+            assert result.run_id not in self.model.runs
+            self.model.runs[result.run_id] = Run(action, list(deps), dict(views))
+        if many:
+            self.groups.append([r.run_id for r in made])
         self.model.propagate()
         self.dirty = True
 
     def _parents(
-        self, data: st.DataObject, unknown: bool
+        self,
+        data: st.DataObject,
+        unknown: bool,
+        given: list[tuple[str, OnFailure]] | None = None,
     ) -> tuple[list[tuple[str, OnFailure]], dict[str, Ended | None]]:
-        """Parents for a new run (existing runs; sometimes a run id no run has) and how
-        the invoke will have found each ended."""
+        """Parents for a new run (existing runs; sometimes a run id no run has; ``given``
+        and perhaps one more) and how the invoke will have found each ended."""
         known = list(self.model.runs)
-        parents = (
-            data.draw(st.lists(st.sampled_from(known), unique=True, max_size=3)) if known else []
-        )
-        deps = [(p, data.draw(st.sampled_from(POLICIES))) for p in parents]
+        if given is not None:
+            others = [p for p in known if p not in dict(given)]
+            more = data.draw(st.lists(st.sampled_from(others), max_size=1)) if others else []
+            deps = given + [(p, data.draw(st.sampled_from(POLICIES))) for p in more]
+        else:
+            parents = (
+                data.draw(st.lists(st.sampled_from(known), unique=True, max_size=3))
+                if known
+                else []
+            )
+            deps = [(p, data.draw(st.sampled_from(POLICIES))) for p in parents]
         if unknown and data.draw(st.integers(0, 3)) == 0:
             ghost = f"{data.draw(st.sampled_from(ACTIONS))}:{900_000 + len(self.model.unknown)}"
             self.model.unknown.add(ghost)
@@ -340,7 +373,8 @@ class GraphMachine(ClientMachine):
                 (p.run_id, p.on_failure, p.status, p.found)
                 for p in self._pages(run_id, count, dependents=False)  # type: ignore[attr-defined]
             ]
-            assert [g[:2] for g in got] == sorted(run.parents), (where, got)
+            # In id order, but the runs of a group waited for as a whole together.
+            assert sorted(g[:2] for g in got) == sorted(run.parents), (where, got)
             for pid, _, status, found in got:
                 assert found == (pid not in m.unknown), (where, pid)
                 seen = None if pid in m.unknown else run.views[pid]

@@ -118,7 +118,7 @@ class Node:
 
 def plan(runs: int, seed: int) -> list[Node]:
     """A graph of ``runs`` (at least 15) runs: a fifth roots, two fifths on each further
-    level."""
+    level; and a few more on the last, each waiting for every run of one group."""
     rng = random.Random(seed)
     sizes = (runs // 5, 2 * runs // 5, runs - runs // 5 - 2 * runs // 5)
     nodes: list[Node] = []
@@ -140,6 +140,19 @@ def plan(runs: int, seed: int) -> list[Node]:
     nodes[0].doomed = True
     for i, policy in zip(range(sizes[0], sizes[0] + 3), ON_FAILURE, strict=False):
         nodes[i].deps = [(0, policy)]
+    # Fan-ins on whole groups: a few runs that wait for every run of one invoke_many (the
+    # runs of one parent under one policy, invoked together), so for their group as a
+    # whole, each under one policy.
+    together: dict[tuple[int, OnFailure], list[int]] = {}
+    for i, node in enumerate(nodes):
+        if node.level == 1 and len(node.deps) == 1:
+            together.setdefault(node.deps[0], []).append(i)
+    groups = sorted((g for g in together.values() if len(g) >= 2), key=len, reverse=True)
+    for members in groups[: max(2, runs // 500)]:
+        join = Node(2, rng.random() < 0.01)
+        policy = rng.choices(ON_FAILURE, (8, 1, 1))[0]
+        join.deps = [(m, policy) for m in members]
+        nodes.append(join)
     return nodes
 
 
