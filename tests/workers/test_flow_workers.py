@@ -52,7 +52,11 @@ async def test_a_worker_never_runs_more_of_a_key_than_its_limit(client: FloClien
             run_ids.append((await client.action.invoke("job", key.encode(), opts)).run_id)
         statuses = [await finished(client, r, timeout=60) for r in run_ids]
     assert all(s.status == RunStatus.COMPLETED for s in statuses)
-    assert most == {"a": 2, "b": 2, "c": 2}
+    # Never past the limit; and at it for the key with a backlog of its own (the last
+    # 15 runs), so the limit was met, not merely never tried. The others reach it when
+    # the machine keeps up, which a loaded one need not.
+    assert set(most) == {"a", "b", "c"} and max(most.values()) <= 2
+    assert most["a"] == 2
 
 
 async def test_a_parked_poller_is_not_handed_a_run_whose_key_is_full(
