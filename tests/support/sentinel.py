@@ -327,6 +327,8 @@ class SentinelGroup:
             if not isinstance(state, dict):  # RESP2: a flat list of names and values
                 state = dict(zip(state[::2], state[1::2], strict=True))
             state = {_text(k): _text(v) for k, v in state.items()}
+            if state.get("flags") != "master":  # not yet seen up (s_down on a busy machine)
+                return False
             if int(state["num-slaves"]) < self.replica_count:
                 return False
             if int(state["num-other-sentinels"]) < self.sentinel_count - 1:
