@@ -327,9 +327,11 @@ async def test_drain_makes_start_return_after_handlers_finish(
 async def test_auto_touch_keeps_a_long_handlers_lease(client: FloClient) -> None:
     worker = new_worker(client, auto_touch=True)
 
-    @worker.action("patient", ActionRegisterOptions(timeout_ms=300, max_retries=1))
+    # A lease of a second, touched every third of it: a loaded machine may stall the
+    # loop for a few hundred milliseconds and the lease still holds.
+    @worker.action("patient", ActionRegisterOptions(timeout_ms=1000, max_retries=1))
     async def patient(ctx: ActionContext) -> bytes:
-        await asyncio.sleep(1.2)  # four lease lengths
+        await asyncio.sleep(3.5)  # three and a half lease lengths
         return b"kept"
 
     async with running(worker, ready=registered):
