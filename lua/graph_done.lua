@@ -4,7 +4,9 @@
   the next page. A cursor never moves back (a forwarder whose lease ran out may report a
   page another has carried since). A group's message ('G') is carried in full only if
   the group has not changed since it was taken (its cursor "<changes>\0<page>" says
-  which change it told): else it is due again at once, to tell the newer one.
+  which change it told): else it is due again 10 ms on (as a member's end makes it:
+  lib/graph.lua), to tell the newer one with the ends of those 10 ms; its next page of
+  runs, at once.
   KEYS[1] graph    HASH  dependency states, message cursors (lib/graph.lua)
   KEYS[2] outbox   ZSET  graph messages -> ms due (lib/graph.lua)
   ARGV[1] items    msgpack array: message, cursor of each ('' once carried in full), at
@@ -20,6 +22,9 @@ if not items or #items % 2 ~= 0 then return {ST_BAD_ARG, 1} end
 for i = 1, #items do
   if type(items[i]) ~= 'string' then return {ST_BAD_ARG, 1} end
 end
+-- A changed group's message is due again this many ms on (its members' ends in that time
+-- told together: lib/graph.lua, where a member's end makes it due as far on).
+local GROUP_TELL_MS = 10
 local now = now_ms()
 local carried = {}
 for i = 1, #items, 2 do
@@ -37,12 +42,14 @@ for i = 1, #items, 2 do
     elseif redis.call('ZSCORE', k.outbox, member) then
       local at = redis.call('HGET', k.graph, field) or ''
       local at_told, at_page = string.match(at, '^(%d+)%z(.*)$')
+      local due = now
       if page == '' then
         redis.call('HDEL', k.graph, field)
+        due = now + GROUP_TELL_MS
       elseif not (at_told == told and (at_page or '') >= page) then
         redis.call('HSET', k.graph, field, cursor)
       end
-      redis.call('ZADD', k.outbox, now, member)
+      redis.call('ZADD', k.outbox, due, member)
     end
   elseif cursor == '' then
     carried[#carried + 1] = member

@@ -12,6 +12,9 @@
   ARGV[2] page     at most this many children per ended run, and entries forgotten per
                    message (1 .. 1000)
   ARGV[3] lease_ms a message taken is due again after this many ms (1 .. 3600000)
+  ARGV[4] ahead_ms messages due within this many ms are taken as well (0 .. 1000): a
+                   group's 'G', due a few ms after its members' ends, by a caller that
+                   carries everything there is now (client.action.forward)
   Returns {status, now_ms, next_due_ms, message * n}   status: OK; next_due_ms: when the
           earliest message left is due (-1: none); each message {member, 'r', prefix,
           first, n, parent, policy} (children prefix .. first, ..., n of them), {member,
@@ -44,9 +47,12 @@ local lease_ms = arg_int(ARGV[3], 1, 3600000)
 if not limit then return {ST_BAD_ARG, 1} end
 if not page then return {ST_BAD_ARG, 2} end
 if not lease_ms then return {ST_BAD_ARG, 3} end
+local ahead_ms = arg_int(ARGV[4], 0, 1000)
+if not ahead_ms then return {ST_BAD_ARG, 4} end
 
 local now = now_ms()
-local members = redis.call('ZRANGE', k.outbox, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+local members = redis.call('ZRANGE', k.outbox, '-inf', now + ahead_ms, 'BYSCORE',
+  'LIMIT', 0, limit)
 
 -- The next `n` entries of the index after `from` (exclusive) that start with `prefix`.
 local function index_page(prefix, from, n)

@@ -59,6 +59,9 @@ CHUNK = 250
 # twice is harmless (idempotent by version), and a killed forwarder's step waits this long.
 LEASE_MS = 2_000
 ROUNDS = 20  # takes per forward() call at most, so one busy outbox cannot hold a worker
+# A group's message ('G') is due this long after a member's end, so a forwarder tells the
+# ends of those milliseconds in one step rather than one step per completion call.
+GROUP_TELL_MS = 10
 # An invoke's own forward: every registration it made (MAX_PARENTS of them) and then some.
 ALL_ROUNDS = 2 * MAX_PARENTS // TAKE_LIMIT + 2
 _POLICY: dict[str, str] = {"fail": "f", "ignore": "i", "run": "r"}
@@ -283,14 +286,16 @@ async def _register(session: Session, keys: ActionKeys, messages: list[Message])
         await _resolve(session, keys, gone, reports=True)
 
 
-async def forward(session: Session, keys: ActionKeys, *, rounds: int = ROUNDS) -> Forwarded:
-    """Carry the messages due in ``keys``' outbox to the queues they are for, up to
-    ``rounds`` takes; safe to run anywhere at any time, by any number of forwarders at
-    once (module docstring)."""
+async def forward(
+    session: Session, keys: ActionKeys, *, rounds: int = ROUNDS, ahead_ms: int = 0
+) -> Forwarded:
+    """Carry the messages due in ``keys``' outbox (or due within ``ahead_ms``) to the
+    queues they are for, up to ``rounds`` takes; safe to run anywhere at any time, by any
+    number of forwarders at once (module docstring)."""
     carried = 0
     due_in_s: float | None = None
     for _ in range(rounds):
-        taken = await GRAPH_TAKE(session, keys, [TAKE_LIMIT, PAGE, LEASE_MS])
+        taken = await GRAPH_TAKE(session, keys, [TAKE_LIMIT, PAGE, LEASE_MS, ahead_ms])
         if taken.status != Status.OK:
             raise refusal(taken.status, f"graph_take in action {keys.action!r} refused")
         due_in_s = (

@@ -49,10 +49,12 @@ class GraphOperations(Operations):
 
     async def forward(self, name: str, namespace: str | None = None) -> int:
         """Carry the dependency messages due in action ``name``'s outbox to the queues
-        they are for (docs/flows.md); how many were carried. Workers of the action do
-        this themselves, when nudged and at each upkeep; any number may run at once."""
+        they are for (docs/flows.md), with a group's tally due within milliseconds; how
+        many were carried. Workers of the action do this themselves, when nudged, when a
+        message falls due and at each upkeep; any number may run at once."""
         keys = self._action_keys(name, namespace)
-        return (await graph.forward(self._session, keys)).messages
+        forwarded = await graph.forward(self._session, keys, ahead_ms=graph.GROUP_TELL_MS)
+        return forwarded.messages
 
     async def dependents(
         self,

@@ -1,6 +1,8 @@
 """A worker process's graph forwarder: it carries its actions' dependency messages
 (:func:`flo_redis.actions.graph.forward`) when a script nudges it (on the action's
-``nudge`` channel, published as a run with dependents ends) and at least once a second,
+``nudge`` channel, published as a run with dependents ends), when a message it saw
+falls due (a group's tally, due milliseconds after its members' ends) and at least once
+a second,
 so a message a forwarder left half done (it died) is carried again once its lease ends,
 and nothing waits on a nudge that was missed. Each upkeep also carries the messages of
 the namespace's open batches whose turn has come (every few seconds each).
@@ -37,6 +39,7 @@ class _Nudges(Listener):
         super().__init__(ensure, [channel])
         self._woken = woken
         self.nudged = True  # a first round for every action
+        self.due_at: float | None = None  # (loop time) the earliest message left is due
 
     def fire(self, message: bytes | None = None) -> None:
         self.nudged = True
@@ -51,17 +54,20 @@ class Forwarder:
         self._keys = [action_keys(session.namespace, name) for name in dict.fromkeys(actions)]
         self.carried = 0
 
-    async def _round(self, which: Sequence[tuple[ActionKeys, _Nudges | None]]) -> float:
-        """Forward the outboxes of ``which`` once; the pause until a message is due."""
-        pause = UPKEEP_S
+    async def _round(self, which: Sequence[tuple[ActionKeys, _Nudges | None]]) -> None:
+        """Forward the outboxes of ``which`` once, noting when each one's next message
+        is due (none when a round carried nothing though one is due: it waits for the
+        upkeep rather than be taken again at once)."""
+        loop = asyncio.get_running_loop()
         for keys, nudges in which:
             if nudges is not None:
                 nudges.nudged = False
             result = await forward(self._session, keys)
             self.carried += result.messages
-            if result.due_in_s is not None:
-                pause = min(pause, result.due_in_s)
-        return pause
+            due = result.due_in_s
+            if nudges is not None:
+                stuck = due == 0 and result.messages == 0
+                nudges.due_at = None if due is None or stuck else loop.time() + due
 
     async def flush(self) -> None:
         """One last round, as the worker stops: the ends of its last runs are told now,
@@ -92,15 +98,22 @@ class Forwarder:
                     woken.clear()
                     for listener in nudges:
                         await listener.arm()  # before the round: a nudge during it is kept
-                    upkeep = loop.time() >= upkeep_at
+                    now = loop.time()
+                    upkeep = now >= upkeep_at
                     if upkeep:
-                        upkeep_at = loop.time() + UPKEEP_S
+                        upkeep_at = now + UPKEEP_S
                     which = [
                         (keys, listener)
                         for keys, listener in zip(self._keys, nudges, strict=True)
-                        if upkeep or listener.nudged
+                        if upkeep
+                        or listener.nudged
+                        or (listener.due_at is not None and listener.due_at <= now)
                     ]
-                    pause = min(await self._round(which), upkeep_at - loop.time())
+                    await self._round(which)
+                    pause = (
+                        min([upkeep_at] + [n.due_at for n in nudges if n.due_at is not None])
+                        - loop.time()
+                    )
                     if upkeep:
                         await forward_due_batches(self._session, self._session.namespace)
                     failures = 0

@@ -145,17 +145,7 @@ local function complete_runs(k, action, now, items, worker_id, out, out_n)
     out_n = out_n + 3
   end
   if stale > 0 then redis.call('HINCRBY', k.meta, 'stat:stale_refused', stale) end
-  for group, grp in pairs(k.groups) do
-    redis.call('HSET', k.graph, 'g\0' .. group, pack(grp))
-    if grp.gd then
-      redis.call('ZADD', k.outbox, at_now, 'G\0' .. group)
-      if not k.nudged then
-        k.nudged = true
-        redis.pcall('SPUBLISH', k.nudge, '1')
-      end
-    end
-  end
-  k.groups, k.group_ends = nil, nil
+  graph_ended(k, nil, nil, now)  -- the groups counted above, each saved and told once
   if n_ended == 0 then return 0 end
   history_note(k.noted, HISTORY.COMPLETED, n_ended)
   if n_owned > 0 and k.owned then redis.call('ZREM', k.owned, unpack(owned)) end

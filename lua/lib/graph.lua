@@ -59,20 +59,25 @@
 -- queue's `nudge` channel, once per call (`k.nudged`), which only forwarders hear. A
 -- member of a group counts its end in the group's record ("Groups": `ee`, `eb`, `em`,
 -- `es`, `eq`; its own `gz`, `gs`), and once runs wait for the group as a whole (`gd`)
--- the group's one standing message ('G' <group>) tells them.
+-- the group's one standing message ('G' <group>) tells them. That message is due 10 ms
+-- after the end (GROUP_TELL_MS in flo_redis/actions/graph.py), or earlier where it was
+-- due earlier, so the ends of a group's members in those 10 ms are told together; the
+-- nudge goes out only when it was not due that soon already. A call that ends many runs
+-- (lib/complete.lua) sets `k.groups`: each group is then read once and kept there, and
+-- graph_ended(k, nil, nil, now) at the call's end saves and tells them.
 local function graph_ended(k, run_id, run, now)
-  local tell = {}
-  if run.gd or run.bt then
+  local tell, nudge, counted = {}, false, nil
+  if not run_id then
+    counted, k.groups, k.group_ends = k.groups, nil, nil
+  elseif run.gd or run.bt then
     local v = (run.ge or 0) + 1
     run.ge = v
     local member = 'e\0' .. run_id .. '\0' .. string.format('%d\0%d', v, run.s)
     tell[#tell + 1] = run.bt and (member .. '\0' .. run.bt) or member
   end
-  local group = run.dg
+  local group = run_id and run.dg
   if group then
     if not k.graph then error('graph_ended: a group member ends where k names no graph') end
-    -- A call that ends many runs (k.groups, a table) keeps each group read once and
-    -- saves it once, with its message, at its end (lib/complete.lua).
     local field, ok, grp = 'g\0' .. group, true, k.groups and k.groups[group]
     if not grp then
       ok, grp = pcall(cmsgpack.unpack, redis.call('HGET', k.graph, field) or '')
@@ -110,13 +115,18 @@ local function graph_ended(k, run_id, run, now)
         k.groups[group] = grp
         k.group_ends[run_id] = run.s
       else
-        redis.call('HSET', k.graph, field, cmsgpack.pack(grp))
-        if grp.gd then tell[#tell + 1] = 'G\0' .. group end
+        counted = {[group] = grp}
       end
     end
   end
+  for name, grp in pairs(counted or {}) do
+    redis.call('HSET', k.graph, 'g\0' .. name, cmsgpack.pack(grp))
+    if grp.gd and redis.call('ZADD', k.outbox, 'LT', 'CH', now + 10, 'G\0' .. name) == 1 then
+      nudge = true
+    end
+  end
   for _, member in ipairs(tell) do redis.call('ZADD', k.outbox, now, member) end
-  if #tell > 0 and not k.nudged then
+  if (#tell > 0 or nudge) and not k.nudged then
     k.nudged = true
     redis.pcall('SPUBLISH', k.nudge, '1')
   end

@@ -205,6 +205,34 @@ async def test_a_join_cannot_wait_again_for_a_run_its_group_holds(client: FloCli
         await graph.suspend(client.session, keys, join, task.token, "w", deps)
 
 
+async def test_the_ends_of_a_groups_members_are_one_message_due_a_few_ms_on(
+    client: FloClient, raw: Any
+) -> None:
+    # Each member's end is counted in its group's record; the group's one message is
+    # due GROUP_TELL_MS after the first end not yet told (later ends leave it there),
+    # so a forwarder tells many ends in one step. A forward by hand carries it at once.
+    await setup(client, "a", "b", "c")
+    members = await fan_out(client, 5)
+    join = await join_on(client, members)
+    await finish(client, "a", 1)
+    await settle(client, "a", "b", "c")
+    keys = action_keys(client.namespace, "b")
+    assert await raw.zcard(keys.outbox) == 0
+    seconds, micros = await raw.time()
+    before_ms = seconds * 1000 + micros // 1000
+    await finish(client, "b", 4)
+    [(message, due)] = await raw.zrange(keys.outbox, 0, -1, withscores=True)
+    group = f"{members[0]}+5".encode()
+    assert message == b"G\0" + group
+    assert before_ms + graph.GROUP_TELL_MS <= due <= before_ms + 2 * graph.GROUP_TELL_MS + 1000
+    assert await client.action.forward("b") == 1  # due within the window: carried now
+    assert (await client.action.status(join)).waiting_on == 1
+    await finish(client, "b", 1)
+    await settle(client, "a", "b", "c")
+    task = await take(client, "c")
+    assert task is not None and task.task_id == join
+
+
 async def test_a_finished_fan_in_leaves_no_graph_entry(client: FloClient, raw: Any) -> None:
     _, join = await joined_and_ended(client, 3)
     await finish(client, "c", 1)

@@ -25,7 +25,7 @@ from flo_redis import (
 from flo_redis._session import liveness_stats, reclaim
 from flo_redis._wire import checks, keys, stream_codec
 from flo_redis._wire.status import Status
-from flo_redis.actions import action_settings, concurrency, history, inspect, reports
+from flo_redis.actions import action_settings, concurrency, graph, history, inspect, reports
 from flo_redis.actions import operations as actions
 from flo_redis.queue import operations as queue
 from flo_redis.streams import groups
@@ -129,6 +129,7 @@ EQUAL: dict[tuple[str, str], list[tuple[object, str]]] = {
         (checks.MAX_LIST_LIMIT, "_checks.MAX_LIST_LIMIT"),
     ],
     ("quarantine_delete.lua", "MAX_IDS"): [(quarantine.MAX_DELETE, "quarantine.MAX_DELETE")],
+    ("graph_done.lua", "GROUP_TELL_MS"): [(graph.GROUP_TELL_MS, "graph.GROUP_TELL_MS")],
     ("group_quarantine.lua", "MAX_ENTRIES"): [
         (stream_codec.MAX_COUNT, "_stream_codec.MAX_COUNT"),
     ],

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from polling import eventually, registered, running
 
 from flo_redis import ActionContext, ActionInvokeOptions, FloClient, RunStatus
 from flo_redis.types import Dependency
+from flo_redis.worker import forwarder
 
 
 async def test_a_diamond_runs_in_order_and_the_join_reads_every_parent(
@@ -140,3 +142,36 @@ async def test_a_handler_waits_for_runs_it_made_and_resumes_with_their_results(
     assert calls == [0, 3]  # called again once the parts ended, with their results
     assert status.attempt == 1  # waiting spent no attempt
     assert status.parents == 3
+
+
+async def test_a_fan_in_is_told_as_its_groups_tally_falls_due_not_at_the_upkeep(
+    client: FloClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A member's end makes its group's one message due a few milliseconds on, nudging
+    # the forwarders only when it was not due that soon already: the forwarder must come
+    # back for it then. The upkeep an hour away cannot do it for them.
+    monkeypatch.setattr(forwarder, "UPKEEP_S", 3600.0)
+    worker = client.new_action_worker(block_ms=500, concurrency=8)
+
+    @worker.action("root")
+    async def root(ctx: ActionContext) -> bytes:
+        return b""
+
+    @worker.action("leaf")
+    async def leaf(ctx: ActionContext) -> bytes:
+        return b"1"
+
+    @worker.action("join")
+    async def join(ctx: ActionContext) -> bytes:
+        return str(len((await ctx.parents(count=1000)).items)).encode()
+
+    async with running(worker, ready=registered):
+        top = (await client.action.invoke("root", b"")).run_id
+        made = await client.action.invoke_many(
+            "leaf", [b""] * 200, ActionInvokeOptions(depends_on=[top])
+        )
+        leaves = [r.run_id for r in made]
+        after_leaves = ActionInvokeOptions(depends_on=leaves)
+        join_run = (await client.action.invoke("join", b"", after_leaves)).run_id
+        status = await client.action.wait(join_run, 15_000)
+    assert (status.status, status.output) == (RunStatus.COMPLETED, b"200")
