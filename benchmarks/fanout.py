@@ -5,7 +5,7 @@ Graph: a ``root`` run; 10,000 ``leaf`` runs invoked (``invoke_many``) to depend 
 with no dependencies. Two worker processes (concurrency 50 each, handlers that do nothing:
 benchmarks/_fanout_worker.py) work through them; the figure is runs/s from the first
 invoke to the last run completed (the join in the graph; every run, plain). The bound
-(benchmarks/checks.py): the graph at least 0.7x plain. Each mode runs three times,
+(benchmarks/checks.py): the graph at least 0.7x plain. Each mode runs five times,
 alternated (each first in turn), and each figure is the median.
 ``--quick``: 2,000 leaves.
 """
@@ -26,7 +26,7 @@ from ._procs import Child
 
 TITLE = "fan-out of 10,000 children and fan-in back to one run, beside the same runs plain"
 WORKERS = 2
-ROUNDS = 3
+ROUNDS = 5
 TIMEOUT_S = 600.0
 
 
