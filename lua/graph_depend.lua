@@ -51,8 +51,7 @@ for i = 1, #items, 2 do
   local run
   if graph_group_of(parent) then
     local field = 'g\0' .. parent
-    local ok, grp = pcall(cmsgpack.unpack, redis.call('HGET', k.graph, field) or '')
-    run = ok and type(grp) == 'table' and grp
+    run = graph_group_load(k.graph, parent)
     if run then
       -- Told by the group's message, due now, not here; as a change of its own, so that
       -- a forwarder carrying the message taken before this (without this child) leaves

@@ -16,6 +16,7 @@
 --@include lib/status.lua
 --@include lib/clock.lua
 --@include lib/checked.lua
+--@include lib/graph_group.lua
 local k = {graph = KEYS[1], outbox = KEYS[2]}
 local items = arg_array(ARGV[1], 2000)
 if not items or #items % 2 ~= 0 then return {ST_BAD_ARG, 1} end
@@ -33,9 +34,8 @@ for i = 1, #items, 2 do
   if kind == 71 then  -- 'G'
     local told, page = string.match(cursor, '^(%d+)%z(.*)$')
     page = page or ''
-    local ok, grp = pcall(cmsgpack.unpack,
-      redis.call('HGET', k.graph, 'g\0' .. string.sub(member, 3)) or '')
-    local changes = ok and type(grp) == 'table' and string.format('%d', tonumber(grp.eq) or 0)
+    local grp = graph_group_load(k.graph, string.sub(member, 3))
+    local changes = grp and string.format('%d', tonumber(grp.eq) or 0)
     if not changes or (page == '' and told == changes) then
       carried[#carried + 1] = member
       redis.call('HDEL', k.graph, field)

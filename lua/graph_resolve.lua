@@ -145,9 +145,9 @@ local groups, regrouped = {}, {}
 local function group_load(group)
   local grp = groups[group]
   if grp == nil then
-    local ok, value = pcall(cmsgpack.unpack, redis.call('HGET', k.graph, 'g\0' .. group) or '')
-    grp = ok and type(value) == 'table' and type(value.dw) == 'number'
-      and type(value.df) == 'number' and value or false
+    local value = graph_group_load(k.graph, group)
+    grp = value and type(value.dw) == 'number' and type(value.df) == 'number' and value
+      or false
     groups[group] = grp
   end
   return grp

@@ -92,8 +92,8 @@ end
 -- group's own entries go, a page at a time, as a forgotten run's parents do.
 local function leave_group(group)
   local field = 'g\0' .. group
-  local ok, grp = pcall(cmsgpack.unpack, redis.call('HGET', k.graph, field) or '')
-  if not ok or type(grp) ~= 'table' or type(grp.a) ~= 'number' then return end
+  local grp = graph_group_load(k.graph, group)
+  if not grp or type(grp.a) ~= 'number' then return end
   grp.a = grp.a - 1
   if grp.a > 0 then
     redis.call('HSET', k.graph, field, cmsgpack.pack(grp))
@@ -171,8 +171,8 @@ for _, member in ipairs(members) do
     end
   elseif kind == 'G' then
     local group = parts[1]
-    local ok, grp = pcall(cmsgpack.unpack, redis.call('HGET', k.graph, 'g\0' .. group) or '')
-    if not ok or type(grp) ~= 'table' then
+    local grp = graph_group_load(k.graph, group)
+    if not grp then
       redis.call('ZREM', k.outbox, member)
       redis.call('HDEL', k.graph, 'c\0' .. member)
     else

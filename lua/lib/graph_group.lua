@@ -1,7 +1,7 @@
 --[[ lib/graph_group
-  What only the graph scripts use (lib/graph.lua): a group's name read, and run records
-  read once per call. Apart from lib/graph.lua, which every script that ends a run
-  includes, so that those scripts do not define them.
+  What only the graph scripts use (lib/graph.lua): a group's name and record read, and
+  run records read once per call. Apart from lib/graph.lua, which every script that ends
+  a run includes, so that those scripts do not define them.
 ]]
 --@include lib/run.lua
 
@@ -11,6 +11,13 @@ local function graph_group_of(group)
   local prefix, first, n = string.match(group, '^(.*:)(%d+)%+(%d+)$')
   if not prefix then return nil end
   return prefix, tonumber(first), tonumber(n)
+end
+
+-- The record of the group `group` in the hash `graph` (a table; false when it has none,
+-- or its bytes do not decode to one).
+local function graph_group_load(graph, group)
+  local ok, grp = pcall(cmsgpack.unpack, redis.call('HGET', graph, 'g\0' .. group) or '')
+  return ok and type(grp) == 'table' and grp
 end
 
 -- The record of `run_id`, read once per call into `cache` (run id -> record; false: no
