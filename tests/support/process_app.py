@@ -78,8 +78,8 @@ def stubborn(ctx: Any) -> bytes:
 
 
 def sleeper(ctx: Any) -> bytes:
-    _started(ctx)
-    try:
+    try:  # a stop that comes as soon as "started" is written still runs the finally
+        _started(ctx)
         time.sleep(3600)
     finally:
         _raw().rpush(f"{ctx.namespace}:ended:{ctx.task_id}", f"{time.time():.6f}")
@@ -94,8 +94,8 @@ def nap(ctx: Any) -> bytes:
 
 def tidy(ctx: Any) -> bytes:
     """Sleeps until stopped, then takes half a second to clean up."""
-    _started(ctx)
     try:
+        _started(ctx)
         time.sleep(3600)
     finally:
         time.sleep(0.5)

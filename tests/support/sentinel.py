@@ -64,6 +64,9 @@ from flo_redis.testing import free_port
 HOST = "127.0.0.1"
 SERVICE = "flo"
 START_TIMEOUT_S = 90.0  # a group's start: its sentinels and replicas settled
+# Until a group has settled its sentinels think a node down only after this long: a
+# primary slow to answer on a busy machine is not failed over before a test begins.
+START_DOWN_AFTER_MS = 60_000
 T = TypeVar("T")
 
 
@@ -76,12 +79,13 @@ class SentinelGroup:
     (a CA from :func:`tls_certs.make_authority`) every process also listens on a TLS
     port, which is the one replicas, sentinels and :attr:`url` use (``rediss+sentinel``);
     the plain ports stay, for the tests' own look at each node. A node is thought down
-    after ``down_after_ms`` without an answer. ``chained`` more replicas follow the first
-    replica, not the primary (:attr:`followers`): the primary's ``WAIT`` does not count
-    them, and the sentinels never promote them (they learn only the primary's own
-    replicas, and a ``replica-priority`` of 0 says never). With one replica and chained
-    ones, ``WAIT 1`` counts the one replica a failover can promote, and the chained ones
-    follow it once it is primary."""
+    after ``down_after_ms`` without an answer, once the group has started (a minute
+    before, so a busy machine's slow answer starts no failover). ``chained`` more
+    replicas follow the first replica, not the primary (:attr:`followers`): the
+    primary's ``WAIT`` does not count them, and the sentinels never promote them (they
+    learn only the primary's own replicas, and a ``replica-priority`` of 0 says never).
+    With one replica and chained ones, ``WAIT 1`` counts the one replica a failover can
+    promote, and the chained ones follow it once it is primary."""
 
     service: str = SERVICE
     password: str | None = None
@@ -126,6 +130,12 @@ class SentinelGroup:
                 "the sentinels did not find the replicas and each other",
                 max(self.timeout_s, START_TIMEOUT_S),
             )
+            for sentinel in self.sentinels:  # quick to judge a node down from now on
+                with self._sentinel_client(sentinel) as client:
+                    client.execute_command(
+                        "SENTINEL", "SET", self.service,
+                        "down-after-milliseconds", str(self.down_after_ms),
+                    )  # fmt: skip
         except BaseException:
             self.discard()
             raise
@@ -164,7 +174,7 @@ class SentinelGroup:
         name = self.service
         lines = [
             f"sentinel monitor {name} {HOST} {primary_port} 2",
-            f"sentinel down-after-milliseconds {name} {self.down_after_ms}",
+            f"sentinel down-after-milliseconds {name} {START_DOWN_AFTER_MS}",
             f"sentinel failover-timeout {name} {self.failover_timeout_ms}",
             f"sentinel parallel-syncs {name} 1",
         ]
