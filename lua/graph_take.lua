@@ -14,7 +14,8 @@
   ARGV[3] lease_ms a message taken is due again after this many ms (1 .. 3600000)
   ARGV[4] ahead_ms messages due within this many ms are taken as well (0 .. 1000): a
                    group's 'G', due a few ms after its members' ends, by a caller that
-                   carries everything there is now (client.action.forward)
+                   carries everything there is now (client.action.forward, an invoke's
+                   own forward, a stopping worker's last round)
   Returns {status, now_ms, next_due_ms, message * n}   status: OK; next_due_ms: when the
           earliest message left is due (-1: none); each message {member, 'r', prefix,
           first, n, parent, policy} (children prefix .. first, ..., n of them), {member,

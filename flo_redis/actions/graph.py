@@ -352,10 +352,11 @@ def told_of_end(record: bytes) -> bool:
 
 async def forward_after(session: Session, keys: ActionKeys) -> None:
     """A producer's forward after its own write (an invoke with parents or a batch, a
-    cancel): every message due, now. A failure is logged, not raised: the write took
-    effect, and the workers' upkeep carries what is left."""
+    cancel): every message due, now, a group's tally due within GROUP_TELL_MS with them
+    (what it carries does not hang on how many ms passed). A failure is logged, not
+    raised: the write took effect, and the workers' upkeep carries what is left."""
     try:
-        await forward(session, keys, rounds=ALL_ROUNDS)
+        await forward(session, keys, rounds=ALL_ROUNDS, ahead_ms=GROUP_TELL_MS)
     except Exception as exc:
         log.warning("carrying the graph messages of %r failed (%s); left to the upkeep",
                     keys.action, exc)  # fmt: skip

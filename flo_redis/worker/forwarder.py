@@ -22,7 +22,7 @@ from flo_redis._session.listener import Listener
 from flo_redis._session.session import Session
 from flo_redis._wire.keys import ActionKeys, action_keys
 from flo_redis.actions.batches import forward_due_batches
-from flo_redis.actions.graph import forward
+from flo_redis.actions.graph import GROUP_TELL_MS, forward
 from flo_redis.errors import NotConnectedError, PermissionDeniedError, is_connection_error
 
 log = logging.getLogger("flo_redis.graph")
@@ -54,15 +54,18 @@ class Forwarder:
         self._keys = [action_keys(session.namespace, name) for name in dict.fromkeys(actions)]
         self.carried = 0
 
-    async def _round(self, which: Sequence[tuple[ActionKeys, _Nudges | None]]) -> None:
-        """Forward the outboxes of ``which`` once, noting when each one's next message
-        is due (none when a round carried nothing though one is due: it waits for the
-        upkeep rather than be taken again at once)."""
+    async def _round(
+        self, which: Sequence[tuple[ActionKeys, _Nudges | None]], ahead_ms: int = 0
+    ) -> None:
+        """Forward the outboxes of ``which`` once (with the messages due within
+        ``ahead_ms``), noting when each one's next message is due (none when a round
+        carried nothing though one is due: it waits for the upkeep rather than be taken
+        again at once)."""
         loop = asyncio.get_running_loop()
         for keys, nudges in which:
             if nudges is not None:
                 nudges.nudged = False
-            result = await forward(self._session, keys)
+            result = await forward(self._session, keys, ahead_ms=ahead_ms)
             self.carried += result.messages
             due = result.due_in_s
             if nudges is not None:
@@ -70,10 +73,11 @@ class Forwarder:
                 nudges.due_at = None if due is None or stuck else loop.time() + due
 
     async def flush(self) -> None:
-        """One last round, as the worker stops: the ends of its last runs are told now,
-        not at another worker's upkeep (a failure leaves them to that)."""
+        """One last round, as the worker stops: the ends of its last runs are told now
+        (its groups' tallies too), not at another worker's upkeep (a failure leaves them
+        to that)."""
         try:
-            await self._round([(keys, None) for keys in self._keys])
+            await self._round([(keys, None) for keys in self._keys], GROUP_TELL_MS)
         except Exception as exc:
             log.debug("a last forwarding round failed (%s); left to the upkeep", exc)
 
