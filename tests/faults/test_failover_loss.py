@@ -49,8 +49,9 @@ DETECT_S = 1.0
 #: How late the pair's replica receives its primary's writes.
 LAG_S = 0.25
 #: Lost writes were acknowledged at most this long before the kill: the lag, and the
-#: scheduling of this process, which runs the proxy that delays the stream.
-LAG_WINDOW_S = LAG_S + 0.25
+#: scheduling of this process, which runs the proxy that delays the stream (on a loaded
+#: two-core machine that has added 0.31 s: the proxy reads late and wakes late).
+LAG_WINDOW_S = LAG_S + 0.5
 
 durability_levels = pytest.mark.skipif(
     not hasattr(flo_redis, "Durability"), reason="needs the durability levels"
