@@ -7,35 +7,21 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from graph_steps import settle, setup, take
 
 from flo_redis import (
     ActionInvokeOptions,
-    ActionRegisterOptions,
     ConflictError,
     FloClient,
     NotFoundError,
     RunStatus,
-    TaskAssignment,
     ValidationError,
-    WorkerAwaitOptions,
     WorkerFailOptions,
 )
 from flo_redis._wire.keys import action_keys
 from flo_redis.actions import graph
 from flo_redis.actions.graph import deps_request
 from flo_redis.types import Dependency
-
-NOW = WorkerAwaitOptions(block_ms=0)
-
-
-async def setup(client: FloClient, *actions: str, **options: Any) -> None:
-    for action in actions:
-        await client.action.register(action, options=ActionRegisterOptions(**options))
-    await client.worker.register("w", list(actions))
-
-
-async def take(client: FloClient, action: str) -> TaskAssignment | None:
-    return (await client.worker.await_task("w", [action], NOW)).task
 
 
 async def run_one(client: FloClient, action: str, result: bytes = b"ok") -> str:
@@ -186,12 +172,6 @@ async def test_invoke_many_makes_every_run_wait_for_the_same_parents(client: Flo
     while (task := await take(client, "b")) is not None:
         taken.add(task.task_id)
     assert taken == set(children)
-
-
-async def settle(client: FloClient, *actions: str) -> None:
-    """Forward every outbox named until none moves."""
-    while sum([await client.action.forward(a) for a in actions]):
-        pass
 
 
 async def test_runs_invoked_together_fail_come_back_and_run_as_one(client: FloClient) -> None:

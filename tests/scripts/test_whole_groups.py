@@ -13,39 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from graph_steps import settle, setup, take
 
 from flo_redis import (
     ActionInvokeOptions,
-    ActionRegisterOptions,
     ConflictError,
     FloClient,
     RunStatus,
-    TaskAssignment,
-    WorkerAwaitOptions,
     WorkerFailOptions,
 )
 from flo_redis._wire.keys import action_keys
 from flo_redis.actions import graph
 from flo_redis.actions.graph import deps_request
 from flo_redis.types import Dependency
-
-NOW = WorkerAwaitOptions(block_ms=0)
-
-
-async def setup(client: FloClient, *actions: str) -> None:
-    for action in actions:
-        await client.action.register(action, options=ActionRegisterOptions(max_retries=0))
-    await client.worker.register("w", list(actions))
-
-
-async def take(client: FloClient, action: str) -> TaskAssignment | None:
-    return (await client.worker.await_task("w", [action], NOW)).task
-
-
-async def settle(client: FloClient, *actions: str) -> None:
-    """Forward every outbox named until none moves."""
-    while sum([await client.action.forward(a) for a in actions]):
-        pass
 
 
 async def finish(client: FloClient, action: str, n: int, fail: set[str] | None = None) -> list[str]:
@@ -76,10 +56,21 @@ async def join_on(client: FloClient, members: list[str], on_failure: Any = "fail
     return (await client.action.invoke("c", b"j", ActionInvokeOptions(depends_on=deps))).run_id
 
 
+async def joined(client: FloClient, n: int) -> tuple[list[str], str]:
+    """``n`` runs of one group, waiting for a root of "a", and a join on them; the root
+    completed and its end carried, so the runs are ready."""
+    await setup(client, "a", "b", "c", max_retries=0)
+    members = await fan_out(client, n)
+    join = await join_on(client, members)
+    await finish(client, "a", 1)
+    await settle(client, "a", "b", "c")
+    return members, join
+
+
 async def test_a_join_on_every_run_of_two_groups_waits_for_the_groups(
     client: FloClient, raw: Any
 ) -> None:
-    await setup(client, "a", "b", "c")
+    await setup(client, "a", "b", "c", max_retries=0)
     members = await fan_out(client, 1500)  # two calls: groups of 1,000 and 500
     join = await join_on(client, members)
     await settle(client, "a", "b", "c")
@@ -121,11 +112,7 @@ async def test_a_join_on_every_run_of_two_groups_waits_for_the_groups(
 async def test_a_members_failure_fails_the_join_and_its_retry_brings_it_back(
     client: FloClient,
 ) -> None:
-    await setup(client, "a", "b", "c")
-    members = await fan_out(client, 3)
-    join = await join_on(client, members)
-    await finish(client, "a", 1)
-    await settle(client, "a", "b", "c")
+    members, join = await joined(client, 3)
     await finish(client, "b", 3, fail={members[1]})
     await settle(client, "a", "b", "c")
     status = await client.action.status(join)
@@ -143,7 +130,7 @@ async def test_a_members_failure_fails_the_join_and_its_retry_brings_it_back(
 async def test_a_cancelled_member_cancels_the_join_and_ignore_runs_it_anyway(
     client: FloClient,
 ) -> None:
-    await setup(client, "a", "b", "c")
+    await setup(client, "a", "b", "c", max_retries=0)
     members = await fan_out(client, 3)
     strict = await join_on(client, members)
     lenient = await join_on(client, members, "ignore")
@@ -167,7 +154,7 @@ async def test_a_cancelled_member_cancels_the_join_and_ignore_runs_it_anyway(
 
 
 async def test_a_join_invoked_after_its_members_ended_is_told_at_once(client: FloClient) -> None:
-    await setup(client, "a", "b", "c")
+    await setup(client, "a", "b", "c", max_retries=0)
     members = await fan_out(client, 4)
     await finish(client, "a", 1)
     await settle(client, "a", "b")
@@ -185,11 +172,7 @@ async def test_a_join_invoked_after_its_members_ended_is_told_at_once(client: Fl
 
 async def joined_and_ended(client: FloClient, n: int) -> tuple[list[str], str]:
     """``n`` runs of one group and a join on them; the root and the runs completed."""
-    await setup(client, "a", "b", "c")
-    members = await fan_out(client, n)
-    join = await join_on(client, members)
-    await finish(client, "a", 1)
-    await settle(client, "a", "b", "c")
+    members, join = await joined(client, n)
     await finish(client, "b", n)
     await settle(client, "a", "b", "c")
     return members, join
@@ -211,11 +194,7 @@ async def test_the_ends_of_a_groups_members_are_one_message_due_a_few_ms_on(
     # Each member's end is counted in its group's record; the group's one message is
     # due GROUP_TELL_MS after the first end not yet told (later ends leave it there),
     # so a forwarder tells many ends in one step. A forward by hand carries it at once.
-    await setup(client, "a", "b", "c")
-    members = await fan_out(client, 5)
-    join = await join_on(client, members)
-    await finish(client, "a", 1)
-    await settle(client, "a", "b", "c")
+    members, join = await joined(client, 5)
     keys = action_keys(client.namespace, "b")
     assert await raw.zcard(keys.outbox) == 0
     seconds, micros = await raw.time()
@@ -250,7 +229,7 @@ async def test_a_group_with_a_member_requeued_is_waited_for_run_by_run(
 ) -> None:
     # A member re-queued after it failed is waited for anew, as by a run invoked on it
     # alone; its group counts its last end, so the join names the runs one by one.
-    await setup(client, "a", "b", "c")
+    await setup(client, "a", "b", "c", max_retries=0)
     members = await fan_out(client, 3)
     await finish(client, "a", 1)
     await settle(client, "a", "b")
