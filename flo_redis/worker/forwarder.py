@@ -2,9 +2,8 @@
 (:func:`flo_redis.actions.graph.forward`) when a script nudges it (on the action's
 ``nudge`` channel, published as a run with dependents ends), when a message it saw
 falls due (a group's tally, due milliseconds after its members' ends) and at least once
-a second,
-so a message a forwarder left half done (it died) is carried again once its lease ends,
-and nothing waits on a nudge that was missed. Each upkeep also carries the messages of
+a second, so a message a forwarder left half done (it died) is carried again once its
+lease ends, and nothing waits on a nudge that was missed. Each upkeep also carries the messages of
 the namespace's open batches whose turn has come (every few seconds each).
 """
 
